@@ -1,0 +1,5 @@
+#!/usr/bin/env bash
+# Type-check the package with mypy in strict mode.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+python -m mypy --strict distributed
