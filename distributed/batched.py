@@ -1,0 +1,134 @@
+"""Batched sends on a long-lived comm.
+
+Many small messages (``compute-task``, ``task-finished``, client
+notifications) go to the same peer in quick succession.  :class:`BatchedSend`
+collects them into one list per write: the first message after a quiet spell
+goes out at once (latency), and messages that arrive within ``interval`` of the
+previous write wait for the next one (throughput).  The receiving side reads
+lists of messages and dispatches each with ``Server.dispatch_stream``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from distributed.comm import Comm, CommClosedError
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["BatchedSend"]
+
+
+class BatchedSend:
+    """Coalesce messages to one comm into lists, written at most every ``interval``.
+
+    Parameters
+    ----------
+    interval
+        Seconds between two writes while messages keep coming.
+    name
+        For logs.
+    """
+
+    def __init__(self, interval: float = 0.002, name: str | None = None) -> None:
+        self.interval = interval
+        self.name = name
+        self.comm: Comm | None = None
+        self.buffer: list[Any] = []
+        self.message_count = 0
+        self.batch_count = 0
+        self.byte_count = 0
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def start(self, comm: Comm) -> None:
+        """Start writing to ``comm`` (from the event loop)."""
+        self.comm = comm
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self._task = self._loop.create_task(self._run(), name=f"batched-send-{self.name}")
+        if self.buffer:
+            self._wake.set()
+
+    def closed(self) -> bool:
+        """Whether the stream is closed."""
+        return self._closing or self.comm is None or self.comm.closed()
+
+    def send(self, *msgs: Any) -> None:
+        """Queue messages for the next write.
+
+        Raises
+        ------
+        CommClosedError
+            When the stream is closed.
+        """
+        if self._closing or (self.comm is not None and self.comm.closed()):
+            raise CommClosedError(f"Batched stream {self.name} is closed")
+        self.buffer.extend(msgs)
+        self.message_count += len(msgs)
+        if self._wake is not None:
+            self._wake.set()
+
+    async def _run(self) -> None:
+        assert self._wake is not None and self._loop is not None and self.comm is not None
+        loop = self._loop
+        wake = self._wake
+        last = 0.0
+        while True:
+            await wake.wait()
+            wake.clear()
+            delay = last + self.interval - loop.time()
+            if delay > 0 and not self._closing:
+                await asyncio.sleep(delay)
+            if not self.buffer:
+                if self._closing:
+                    return
+                continue
+            payload, self.buffer = self.buffer, []
+            try:
+                self.byte_count += await self.comm.write(payload)
+            except CommClosedError:
+                logger.debug("Batched stream %s closed while writing", self.name)
+                self._closing = True
+                return
+            except Exception:
+                logger.exception("Batched stream %s failed to write %d messages", self.name, len(payload))
+                self._closing = True
+                self.comm.abort()
+                return
+            self.batch_count += 1
+            last = loop.time()
+            if self._closing and not self.buffer:
+                return
+
+    async def close(self, timeout: float | None = None) -> None:
+        """Flush what is queued, then close the comm."""
+        if self.comm is None:
+            self._closing = True
+            return
+        self._closing = True
+        if self._wake is not None:
+            self._wake.set()
+        if self._task is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(self._task), timeout)
+            except (asyncio.TimeoutError, CommClosedError):
+                pass
+            except asyncio.CancelledError:
+                self.abort()
+                raise
+        if not self.comm.closed():
+            await self.comm.close()
+
+    def abort(self) -> None:
+        """Close at once, dropping what is queued."""
+        self._closing = True
+        self.buffer = []
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+        if self.comm is not None:
+            self.comm.abort()

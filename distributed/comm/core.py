@@ -1,0 +1,212 @@
+"""The ``Comm`` interface, addresses, and ``connect``/``listen`` by address.
+
+A comm carries whole messages between two endpoints.  Messages read from a
+comm are never unpickled by the comm itself: serialised values arrive as
+:class:`~distributed.protocol.Serialized` (TCP) or as the live
+:class:`~distributed.protocol.Serialize` objects that were sent (in process),
+and the receiving code calls :func:`~distributed.protocol.unwrap` where it
+wants an object.  This is what lets the scheduler forward task payloads without
+ever running user code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import dask.config
+
+__all__ = [
+    "Comm",
+    "CommClosedError",
+    "Listener",
+    "connect",
+    "listen",
+    "parse_address",
+    "unparse_address",
+    "parse_host_port",
+    "normalize_address",
+]
+
+CommHandler = Callable[["Comm"], Awaitable[None]]
+
+
+class CommClosedError(IOError):
+    """The comm was closed (by us, by the peer, or by a broken connection)."""
+
+
+class Comm(ABC):
+    """A bidirectional message channel to one peer."""
+
+    name: str | None = None
+
+    @property
+    @abstractmethod
+    def local_address(self) -> str:
+        """This end's address."""
+
+    @property
+    @abstractmethod
+    def peer_address(self) -> str:
+        """The other end's address."""
+
+    @abstractmethod
+    async def read(self) -> Any:
+        """Read one message.
+
+        Raises
+        ------
+        CommClosedError
+            When the comm is closed before a whole message arrives.
+        """
+
+    @abstractmethod
+    async def write(self, msg: Any) -> int:
+        """Write one message; return the number of bytes written (0 in process).
+
+        Raises
+        ------
+        CommClosedError
+            When the comm is closed.
+        """
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Close the comm politely, flushing what was written."""
+
+    @abstractmethod
+    def abort(self) -> None:
+        """Close the comm at once, dropping anything not yet sent."""
+
+    @abstractmethod
+    def closed(self) -> bool:
+        """Whether the comm is closed."""
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed() else "open"
+        return f"<{type(self).__name__} {self.name or ''} {state} local={self.local_address} peer={self.peer_address}>"
+
+
+class Listener(ABC):
+    """Accepts comms at an address and hands each to a handler coroutine."""
+
+    @abstractmethod
+    async def start(self) -> None:
+        """Start listening."""
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Stop listening; comms already accepted stay open."""
+
+    @property
+    @abstractmethod
+    def listen_address(self) -> str:
+        """The address we listen on, e.g. ``tcp://0.0.0.0:8786``."""
+
+    @property
+    @abstractmethod
+    def contact_address(self) -> str:
+        """An address peers can connect to, e.g. ``tcp://127.0.0.1:8786``."""
+
+
+def parse_address(addr: str) -> tuple[str, str]:
+    """Split ``"tcp://host:port"`` into ``("tcp", "host:port")``.
+
+    An address without a scheme gets the configured default scheme.
+    """
+    if not isinstance(addr, str):
+        raise TypeError(f"Expected an address string, got {type(addr).__name__}")
+    scheme, sep, loc = addr.rpartition("://")
+    if not sep:
+        scheme = dask.config.get("distributed.comm.default-scheme", "tcp")
+    return scheme, loc
+
+
+def unparse_address(scheme: str, loc: str) -> str:
+    """Inverse of :func:`parse_address`."""
+    return f"{scheme}://{loc}"
+
+
+def parse_host_port(loc: str, default_port: int | None = None) -> tuple[str, int]:
+    """Split ``"host:port"`` (or ``"[::1]:port"``) into host and port."""
+    if loc.startswith("["):
+        host, _, rest = loc[1:].partition("]")
+        port_s = rest.lstrip(":")
+    elif loc.count(":") == 1 or ":" not in loc:
+        host, _, port_s = loc.partition(":")
+    else:
+        raise ValueError(f"Cannot parse host:port from {loc!r}")
+    if not port_s:
+        if default_port is None:
+            raise ValueError(f"No port in address {loc!r}")
+        return host, default_port
+    try:
+        return host, int(port_s)
+    except ValueError:
+        raise ValueError(f"Invalid port in address {loc!r}") from None
+
+
+def normalize_address(addr: str) -> str:
+    """The address with its scheme made explicit."""
+    return unparse_address(*parse_address(addr))
+
+
+async def connect(addr: str, timeout: float | None = None, name: str | None = None) -> Comm:
+    """Connect to ``addr`` and return a comm.
+
+    Parameters
+    ----------
+    addr
+        ``"tcp://host:port"`` or ``"inproc://..."``.
+    timeout
+        Seconds to keep trying before giving up; default from config
+        ``distributed.comm.timeouts.connect``.
+
+    Raises
+    ------
+    OSError
+        When no connection could be made within ``timeout``.
+    """
+    from dask.utils import parse_timedelta
+
+    scheme, loc = parse_address(addr)
+    if timeout is None:
+        timeout = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"))
+    if scheme == "tcp":
+        from distributed.comm.tcp import tcp_connect
+
+        comm: Comm = await tcp_connect(loc, float(timeout or 30))
+    elif scheme == "inproc":
+        from distributed.comm.inproc import inproc_connect
+
+        comm = await inproc_connect(loc, float(timeout or 30))
+    else:
+        raise ValueError(f"Unknown comm scheme {scheme!r} in address {addr!r}")
+    comm.name = name
+    return comm
+
+
+def listen(addr: str, handler: CommHandler) -> Listener:
+    """A listener at ``addr`` that runs ``handler(comm)`` for each new comm.
+
+    Call ``await listener.start()`` to start it.
+    """
+    scheme, loc = parse_address(addr)
+    if scheme == "tcp":
+        from distributed.comm.tcp import TCPListener
+
+        return TCPListener(loc, handler)
+    if scheme == "inproc":
+        from distributed.comm.inproc import InprocListener
+
+        return InprocListener(loc, handler)
+    raise ValueError(f"Unknown comm scheme {scheme!r} in address {addr!r}")
+
+
+def run_handler_task(handler: CommHandler, comm: Comm, tasks: set[asyncio.Task[None]]) -> None:
+    """Run ``handler(comm)`` as a task kept in ``tasks`` until it ends."""
+    task = asyncio.get_running_loop().create_task(handler(comm))
+    tasks.add(task)
+    task.add_done_callback(tasks.discard)

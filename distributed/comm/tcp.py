@@ -1,0 +1,404 @@
+"""TCP transport.
+
+Wire format of one message, all integers unsigned 64-bit little-endian::
+
+    n_frames | length_0 ... length_{n-1} | frame_0 ... frame_{n-1}
+
+Reads go through :class:`asyncio.BufferedProtocol`: small frames are parsed out
+of one reusable scratch buffer, and a large frame is received straight into a
+buffer of its own size, so the bytes are written to memory once.  A count or a
+length above the configured maximum aborts the connection before anything is
+allocated for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import socket
+import struct
+import time
+from typing import Any, Final
+
+import dask.config
+
+from distributed.comm.core import (
+    Comm,
+    CommClosedError,
+    CommHandler,
+    Listener,
+    parse_host_port,
+    run_handler_task,
+)
+from distributed.protocol.framing import ProtocolError, dumps, loads
+from distributed.protocol.serialize import Frame
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["TCPComm", "TCPListener", "tcp_connect", "get_ip"]
+
+_U64: Final = struct.Struct("<Q")
+SCRATCH_SIZE: Final = 256 * 1024
+LARGE_FRAME: Final = 64 * 1024
+_JOIN_LIMIT: Final = 64 * 1024
+_PAUSE_QUEUE: Final = 256
+
+
+def _limits() -> tuple[int, int]:
+    from dask.utils import parse_bytes
+
+    size = dask.config.get("distributed.comm.max-frame-size", "2GiB")
+    count = dask.config.get("distributed.comm.max-frames", 1_000_000)
+    return int(parse_bytes(size) if isinstance(size, str) else size), int(count)
+
+
+def get_ip() -> str:
+    """This host's address as others see it (falls back to 127.0.0.1)."""
+    try:
+        ip = socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+    return ip or "127.0.0.1"
+
+
+class _FrameProtocol(asyncio.BufferedProtocol):
+    """Parses the byte stream into lists of frames and buffers writes."""
+
+    def __init__(self, max_frame_size: int, max_frames: int) -> None:
+        self.max_frame_size = max_frame_size
+        self.max_frames = max_frames
+        self.transport: asyncio.Transport | None = None
+        self._buf = bytearray(SCRATCH_SIZE)
+        self._start = 0
+        self._end = 0
+        # Parsing state of the message being received.
+        self._nframes = -1
+        self._lengths: tuple[int, ...] = ()
+        self._frames: list[Frame] = []
+        self._target: bytearray | None = None
+        self._target_view: memoryview | None = None
+        self._target_pos = 0
+        # Completed messages and the reader waiting for one.
+        self._messages: collections.deque[list[Frame]] = collections.deque()
+        self._read_waiter: asyncio.Future[None] | None = None
+        self._reading_paused = False
+        # Write flow control.
+        self._write_paused = False
+        self._drain_waiters: list[asyncio.Future[None]] = []
+        self.closed = False
+        self.close_reason: BaseException | None = None
+        self.on_connection: Any = None
+
+    # -- asyncio callbacks --------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        if self.on_connection is not None:
+            self.on_connection(self)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._target_view is not None:
+            return self._target_view[self._target_pos :]
+        if len(self._buf) - self._end < 4096:
+            self._compact()
+        return memoryview(self._buf)[self._end :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._target_view is not None:
+            self._target_pos += nbytes
+            if self._target_pos < len(self._target_view):
+                return
+            assert self._target is not None
+            self._frames.append(self._target)
+            self._target = None
+            self._target_view.release()
+            self._target_view = None
+        else:
+            self._end += nbytes
+        try:
+            self._parse()
+        except ProtocolError as e:
+            self._fail(e)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self.close_reason is None:
+            self.close_reason = exc
+        self._wake_reader()
+        for w in self._drain_waiters:
+            if not w.done():
+                w.set_result(None)
+        self._drain_waiters.clear()
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        for w in self._drain_waiters:
+            if not w.done():
+                w.set_result(None)
+        self._drain_waiters.clear()
+
+    # -- parsing ------------------------------------------------------------
+    def _compact(self) -> None:
+        live = self._end - self._start
+        if self._start:
+            self._buf[:live] = self._buf[self._start : self._end]
+            self._start, self._end = 0, live
+        if len(self._buf) - self._end < 4096:
+            self._buf.extend(bytes(max(SCRATCH_SIZE, len(self._buf))))
+
+    def _ensure_capacity(self, need: int) -> None:
+        if len(self._buf) - self._start < need:
+            self._compact()
+            if len(self._buf) < need:
+                self._buf.extend(bytes(need - len(self._buf)))
+
+    def _parse(self) -> None:
+        buf = self._buf
+        while True:
+            avail = self._end - self._start
+            if self._nframes < 0:
+                if avail < 8:
+                    break
+                (n,) = _U64.unpack_from(buf, self._start)
+                if n < 1 or n > self.max_frames:
+                    raise ProtocolError(f"Message announces {n} frames (limit {self.max_frames})")
+                self._start += 8
+                self._nframes = n
+                self._lengths = ()
+                self._frames = []
+                continue
+            if not self._lengths:
+                need = 8 * self._nframes
+                if avail < need:
+                    self._ensure_capacity(need)
+                    break
+                lengths = struct.unpack_from(f"<{self._nframes}Q", buf, self._start)
+                for length in lengths:
+                    if length > self.max_frame_size:
+                        raise ProtocolError(
+                            f"Frame of {length} bytes exceeds the limit of {self.max_frame_size}"
+                        )
+                self._start += need
+                self._lengths = lengths
+                continue
+            i = len(self._frames)
+            if i == self._nframes:
+                self._messages.append(self._frames)
+                self._nframes = -1
+                self._lengths = ()
+                self._frames = []
+                self._wake_reader()
+                if len(self._messages) > _PAUSE_QUEUE and self.transport and not self._reading_paused:
+                    self._reading_paused = True
+                    self.transport.pause_reading()
+                continue
+            length = self._lengths[i]
+            if length <= avail:
+                self._frames.append(bytearray(buf[self._start : self._start + length]))
+                self._start += length
+                continue
+            if length > LARGE_FRAME:
+                target = bytearray(length)
+                target[:avail] = buf[self._start : self._end]
+                self._start = self._end = 0
+                self._target = target
+                self._target_view = memoryview(target)
+                self._target_pos = avail
+                break
+            self._ensure_capacity(length)
+            break
+        if self._start == self._end:
+            self._start = self._end = 0
+
+    def _fail(self, exc: BaseException) -> None:
+        logger.warning("Closing connection: %s", exc)
+        self.close_reason = exc
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+        self._wake_reader()
+
+    def _wake_reader(self) -> None:
+        w = self._read_waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    # -- used by TCPComm ----------------------------------------------------
+    async def read_frames(self) -> list[Frame]:
+        while not self._messages:
+            if self.closed:
+                reason = self.close_reason
+                raise CommClosedError(f"Connection closed{': ' + repr(reason) if reason else ''}")
+            loop = asyncio.get_running_loop()
+            self._read_waiter = loop.create_future()
+            try:
+                await self._read_waiter
+            finally:
+                self._read_waiter = None
+        frames = self._messages.popleft()
+        if self._reading_paused and len(self._messages) < _PAUSE_QUEUE // 4 and self.transport:
+            self._reading_paused = False
+            self.transport.resume_reading()
+        return frames
+
+    async def drain(self) -> None:
+        while self._write_paused and not self.closed:
+            fut = asyncio.get_running_loop().create_future()
+            self._drain_waiters.append(fut)
+            await fut
+
+
+class TCPComm(Comm):
+    """A comm over one TCP connection."""
+
+    def __init__(self, protocol: _FrameProtocol, local: str, peer: str) -> None:
+        self._protocol = protocol
+        self._local = local
+        self._peer = peer
+
+    @property
+    def local_address(self) -> str:
+        return self._local
+
+    @property
+    def peer_address(self) -> str:
+        return self._peer
+
+    async def read(self) -> Any:
+        frames = await self._protocol.read_frames()
+        try:
+            return loads(frames, deserialize=False)
+        except ProtocolError as e:
+            self._protocol._fail(e)
+            raise
+
+    async def write(self, msg: Any) -> int:
+        p = self._protocol
+        if p.closed or p.transport is None or p.transport.is_closing():
+            raise CommClosedError(f"Connection to {self._peer} is closed")
+        frames = dumps(msg)
+        lengths = [f.nbytes if isinstance(f, memoryview) else len(f) for f in frames]
+        header = struct.pack(f"<{len(frames) + 1}Q", len(frames), *lengths)
+        total = sum(lengths)
+        transport = p.transport
+        if total <= _JOIN_LIMIT:
+            transport.write(b"".join([header, *frames]))
+        else:
+            transport.write(header)
+            for f in frames:
+                if f:
+                    transport.write(f)
+        if p._write_paused:
+            await p.drain()
+            if p.closed:
+                raise CommClosedError(f"Connection to {self._peer} closed while writing")
+        return total + len(header)
+
+    async def close(self) -> None:
+        p = self._protocol
+        if p.transport is not None and not p.closed:
+            p.closed = True
+            p.transport.close()
+        p._wake_reader()
+
+    def abort(self) -> None:
+        p = self._protocol
+        p.closed = True
+        if p.transport is not None:
+            p.transport.abort()
+        p._wake_reader()
+
+    def closed(self) -> bool:
+        p = self._protocol
+        return p.closed or p.transport is None or p.transport.is_closing()
+
+
+def _sockname(transport: asyncio.BaseTransport, which: str) -> str:
+    addr = transport.get_extra_info(which)
+    if not addr:
+        return "tcp://<unknown>"
+    host, port = addr[0], addr[1]
+    if ":" in host:
+        host = f"[{host}]"
+    return f"tcp://{host}:{port}"
+
+
+async def tcp_connect(loc: str, timeout: float) -> TCPComm:
+    """Connect over TCP, retrying refused connections until ``timeout``."""
+    host, port = parse_host_port(loc)
+    loop = asyncio.get_running_loop()
+    max_size, max_frames = _limits()
+    deadline = time.monotonic() + timeout
+    delay = 0.01
+    while True:
+        try:
+            transport, protocol = await asyncio.wait_for(
+                loop.create_connection(lambda: _FrameProtocol(max_size, max_frames), host, port),
+                timeout=max(deadline - time.monotonic(), 0.001),
+            )
+            break
+        except (OSError, asyncio.TimeoutError) as e:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise OSError(f"Timed out trying to connect to tcp://{loc} after {timeout} s: {e!r}") from e
+            await asyncio.sleep(min(delay, remaining))
+            delay = min(delay * 2, 1.0)
+    return TCPComm(protocol, _sockname(transport, "sockname"), _sockname(transport, "peername"))
+
+
+class TCPListener(Listener):
+    """Listens for TCP connections."""
+
+    def __init__(self, loc: str, handler: CommHandler) -> None:
+        host, port = parse_host_port(loc, default_port=0)
+        self.host = host
+        self.port = port
+        self.handler = handler
+        self.server: asyncio.base_events.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        max_size, max_frames = _limits()
+        backlog = int(dask.config.get("distributed.comm.socket-backlog", 2048))
+
+        def factory() -> _FrameProtocol:
+            p = _FrameProtocol(max_size, max_frames)
+            p.on_connection = self._on_connection
+            return p
+
+        self.server = await loop.create_server(
+            factory, self.host or None, self.port, backlog=backlog, reuse_address=True
+        )
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    def _on_connection(self, protocol: _FrameProtocol) -> None:
+        assert protocol.transport is not None
+        comm = TCPComm(
+            protocol,
+            _sockname(protocol.transport, "sockname"),
+            _sockname(protocol.transport, "peername"),
+        )
+        run_handler_task(self.handler, comm, self._tasks)
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            self.server = None
+
+    @property
+    def listen_address(self) -> str:
+        return f"tcp://{self.host or '0.0.0.0'}:{self.port}"
+
+    @property
+    def contact_address(self) -> str:
+        host = self.host
+        if host in ("", "0.0.0.0", "::"):
+            host = get_ip()
+        if ":" in host:
+            host = f"[{host}]"
+        return f"tcp://{host}:{self.port}"

@@ -1,0 +1,628 @@
+"""Servers, remote calls and the connection pool.
+
+Theory of operation
+-------------------
+A :class:`Server` listens on one or more addresses.  Every comm it accepts
+carries request messages ``{"op": name, "reply": bool, ...fields}``.  The op
+names a :class:`Route`: the ``TypedDict`` that declares the message and the
+handler to call.  The message is checked against its declaration before the
+handler runs, so a malformed or unknown message is answered with an error and
+never reaches state.  Replies are ``{"status": "OK", "result": ...}`` or
+``{"status": "error", ...}`` carrying the exception (pickled) and its traceback
+(as plain data), which :func:`raise_remote_error` re-raises with its original
+type.
+
+A route may take over its comm (``takes_comm=True``): the server stops reading
+requests from it and the handler runs it as a long-lived stream of batched
+messages (see :mod:`distributed.batched`), dispatched through
+:class:`StreamRoute` tables with the same checks.
+
+Every background coroutine of a server is started with :meth:`Server.spawn`
+and cancelled and awaited by :meth:`Server.close`, so nothing outlives it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import inspect
+import logging
+import sys
+import types
+import weakref
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import dask.config
+import tblib
+
+from distributed.comm import Comm, CommClosedError, connect, listen, normalize_address
+from distributed.comm.core import Listener
+from distributed.protocol.framing import ProtocolError
+from distributed.protocol.schema import Check, checker
+from distributed.protocol.serialize import Serialized, as_serialized, unwrap
+from distributed.utils import format_exception_text, get_traceback
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "Status",
+    "Server",
+    "Route",
+    "StreamRoute",
+    "ConnectionPool",
+    "rpc",
+    "error_message",
+    "raise_remote_error",
+    "send_recv",
+    "RemoteError",
+]
+
+M = TypeVar("M", bound=Mapping[str, Any])
+
+
+class Status(enum.Enum):
+    """Life cycle of a server (and of clients and clusters)."""
+
+    undefined = "undefined"
+    created = "created"
+    init = "init"
+    starting = "starting"
+    running = "running"
+    paused = "paused"
+    stopping = "stopping"
+    stopped = "stopped"
+    closing = "closing"
+    closing_gracefully = "closing_gracefully"
+    closed = "closed"
+    failed = "failed"
+    dont_reply = "dont_reply"
+
+
+class RemoteError(RuntimeError):
+    """An error reply whose exception could not be rebuilt here."""
+
+
+@dataclass(frozen=True)
+class Route(Generic[M]):
+    """A request handler and the declared type of its message.
+
+    ``func(comm, msg)`` returns the reply (or an awaitable of it).  With
+    ``takes_comm=True`` the handler owns the comm from then on and no reply is
+    sent.
+    """
+
+    schema: type[M]
+    func: Callable[[Comm, M], Any]
+    takes_comm: bool = False
+    check: Check = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "check", checker(self.schema))
+
+
+@dataclass(frozen=True)
+class StreamRoute(Generic[M]):
+    """A handler of one kind of message arriving on a batched stream."""
+
+    schema: type[M]
+    func: Callable[[M], Any]
+    check: Check = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "check", checker(self.schema))
+
+
+def error_message(exc: BaseException, tb: types.TracebackType | None = None) -> dict[str, Any]:
+    """An error reply for ``exc``, safe to send whatever ``exc`` holds.
+
+    An exception that cannot be pickled is replaced by a ``RuntimeError`` with
+    the same text, so the caller still learns what went wrong.
+    """
+    if tb is None:
+        tb = exc.__traceback__
+    tb = get_traceback(tb)
+    try:
+        exc_ser: Serialized = as_serialized(exc)
+        # Check it comes back, too: some exceptions pickle but do not unpickle.
+        unwrap(exc_ser)
+    except Exception:
+        exc_ser = as_serialized(RuntimeError(format_exception_text(exc)))
+    try:
+        tb_data: Any = tblib.Traceback(tb).as_dict() if tb is not None else None
+    except Exception:
+        tb_data = None
+    return {
+        "status": "error",
+        "exception": exc_ser,
+        "traceback": tb_data,
+        "text": format_exception_text(exc),
+        "type": type(exc).__name__,
+    }
+
+
+def rebuild_exception(msg: Mapping[str, Any]) -> BaseException:
+    """The exception carried by an error reply, with its remote traceback."""
+    try:
+        exc = unwrap(msg.get("exception"))
+        if not isinstance(exc, BaseException):
+            raise TypeError("not an exception")
+    except Exception:
+        exc = RemoteError(str(msg.get("text", "remote error")))
+    tb_data = msg.get("traceback")
+    if tb_data:
+        try:
+            exc = exc.with_traceback(tblib.Traceback.from_dict(_as_lists(tb_data)).as_traceback())
+        except Exception:
+            pass
+    return exc
+
+
+def _as_lists(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {k: _as_lists(v) for k, v in x.items()}
+    if isinstance(x, tuple):
+        return [_as_lists(v) for v in x]
+    return x
+
+
+def raise_remote_error(msg: Mapping[str, Any]) -> None:
+    """Raise the exception carried by an error reply."""
+    raise rebuild_exception(msg)
+
+
+async def send_recv(comm: Comm, msg: Mapping[str, Any]) -> Any:
+    """Send a request and return the result of its reply.
+
+    Raises
+    ------
+    Exception
+        The remote handler's exception, with its type and remote traceback.
+    CommClosedError
+        When the comm closes first.
+    """
+    await comm.write(msg)
+    if msg.get("reply", True) is False:
+        return None
+    response = await comm.read()
+    if not isinstance(response, dict):
+        raise ProtocolError(f"Malformed reply: {type(response).__name__}")
+    status = response.get("status")
+    if status == "OK":
+        return response.get("result")
+    if status == "error":
+        raise_remote_error(response)
+    raise ProtocolError(f"Malformed reply status {status!r}")
+
+
+class Server:
+    """A message server: listens, checks messages, dispatches them to handlers.
+
+    Parameters
+    ----------
+    handlers
+        Request routes by op name.
+    stream_handlers
+        Routes for messages arriving on batched streams, by op name.
+    """
+
+    default_port = 0
+
+    def __init__(
+        self,
+        handlers: Mapping[str, Route[Any]] | None = None,
+        stream_handlers: Mapping[str, StreamRoute[Any]] | None = None,
+        connection_limit: int = 512,
+        timeout: float | None = None,
+    ) -> None:
+        self.handlers: dict[str, Route[Any]] = dict(handlers or {})
+        self.stream_handlers: dict[str, StreamRoute[Any]] = dict(stream_handlers or {})
+        self.listeners: list[Listener] = []
+        self.status = Status.init
+        self.rpc = ConnectionPool(limit=connection_limit, timeout=timeout)
+        self._background: set[asyncio.Task[Any]] = set()
+        self._comms: set[Comm] = set()
+        self._finished: asyncio.Event | None = None
+        self._start_lock: asyncio.Lock | None = None
+        self._close_task: asyncio.Task[None] | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._address: str | None = None
+        blocked = self._blocked_handlers()
+        for name in blocked:
+            self.handlers.pop(name, None)
+
+    def _blocked_handlers(self) -> list[str]:
+        return []
+
+    # -- life cycle ---------------------------------------------------------
+    async def start(self) -> Server:
+        """Start the server (idempotent)."""
+        if self._start_lock is None:
+            self._start_lock = asyncio.Lock()
+        async with self._start_lock:
+            if self.status in (Status.running, Status.paused):
+                return self
+            if self.status in (Status.closing, Status.closed):
+                raise RuntimeError(f"{type(self).__name__} is closed")
+            self.loop = asyncio.get_running_loop()
+            self._finished = asyncio.Event()
+            self.status = Status.starting
+            try:
+                await self.start_unsafe()
+            except BaseException:
+                self.status = Status.failed
+                await self.close()
+                raise
+            if self.status == Status.starting:
+                self.status = Status.running
+        return self
+
+    async def start_unsafe(self) -> None:
+        """Subclass hook: listen and start background work."""
+
+    def __await__(self) -> Any:
+        return self.start().__await__()
+
+    async def __aenter__(self) -> Any:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Stop listening, cancel background work, close comms."""
+        if self.status == Status.closed:
+            return
+        if self._close_task is not None:
+            await asyncio.shield(self._close_task)
+            return
+        self._close_task = asyncio.get_running_loop().create_task(self._close())
+        await asyncio.shield(self._close_task)
+
+    async def _close(self) -> None:
+        self.status = Status.closing
+        for listener in self.listeners:
+            listener.stop()
+        current = asyncio.current_task()
+        tasks = [t for t in self._background if t is not current]
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        for comm in list(self._comms):
+            comm.abort()
+        await self.rpc.close()
+        self.status = Status.closed
+        if self._finished is not None:
+            self._finished.set()
+
+    async def finished(self) -> None:
+        """Wait until the server is closed."""
+        if self._finished is None:
+            self._finished = asyncio.Event()
+        await self._finished.wait()
+
+    # -- background work ----------------------------------------------------
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str | None = None) -> asyncio.Task[Any]:
+        """Run ``coro`` as a task owned by this server (cancelled on close)."""
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._background.add(task)
+        task.add_done_callback(self._background_done)
+        return task
+
+    def _background_done(self, task: asyncio.Task[Any]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            exc = task.exception()
+            logger.error("Background task %s failed", task.get_name(), exc_info=exc)
+
+    def periodic(self, interval: float, func: Callable[[], Any], name: str | None = None) -> asyncio.Task[Any]:
+        """Call ``func`` every ``interval`` seconds until the server closes."""
+
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(interval)
+                try:
+                    result = func()
+                    if inspect.isawaitable(result):
+                        await result
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    logger.exception("Periodic callback %s failed", name or func)
+
+        return self.spawn(loop(), name=name)
+
+    # -- listening and dispatch ---------------------------------------------
+    async def listen(self, addr: str) -> None:
+        """Listen at ``addr`` (``"tcp://host:port"``, ``"inproc://"``)."""
+        listener = listen(addr, self.handle_comm)
+        await listener.start()
+        self.listeners.append(listener)
+        if self._address is None:
+            self._address = listener.contact_address
+
+    @property
+    def address(self) -> str:
+        """The contact address of the first listener."""
+        if self._address is None:
+            raise ValueError(f"{type(self).__name__} is not listening yet")
+        return self._address
+
+    @property
+    def listen_address(self) -> str:
+        """The listen address of the first listener."""
+        if not self.listeners:
+            raise ValueError(f"{type(self).__name__} is not listening yet")
+        return self.listeners[0].listen_address
+
+    @property
+    def port(self) -> int:
+        """The port of the first TCP listener (0 when not on TCP)."""
+        addr = self.address
+        if addr.startswith("tcp://"):
+            return int(addr.rsplit(":", 1)[1])
+        return 0
+
+    async def handle_comm(self, comm: Comm) -> None:
+        """Answer requests on ``comm`` until it closes or a route takes it."""
+        self._comms.add(comm)
+        handed_over = False
+        try:
+            while True:
+                try:
+                    msg = await comm.read()
+                except (CommClosedError, ProtocolError):
+                    return
+                if not isinstance(msg, dict) or not isinstance(msg.get("op"), str):
+                    await self._reply(comm, True, error_message(ValueError(
+                        f"A request must be a mapping with a string 'op', got {type(msg).__name__}")))
+                    continue
+                op = msg["op"]
+                reply = msg.get("reply", True) is not False
+                route = self.handlers.get(op)
+                if route is None:
+                    await self._reply(comm, reply, error_message(ValueError(f"Unknown operation {op!r}")))
+                    continue
+                problem = route.check(msg)
+                if problem is not None:
+                    await self._reply(comm, reply, error_message(ValueError(f"Malformed {op!r} message: {problem}")))
+                    continue
+                if route.takes_comm:
+                    handed_over = True
+                    self._comms.discard(comm)
+                    await route.func(comm, msg)
+                    return
+                try:
+                    result = route.func(comm, msg)
+                    if inspect.isawaitable(result):
+                        result = await result
+                    response: dict[str, Any] = {"status": "OK", "result": result}
+                except (asyncio.CancelledError, GeneratorExit):
+                    raise
+                except Exception as e:
+                    if self.status not in (Status.closing, Status.closed):
+                        logger.debug("Handler %r raised", op, exc_info=True)
+                    response = error_message(e, sys.exc_info()[2])
+                if not await self._reply(comm, reply, response):
+                    return
+        finally:
+            if not handed_over:
+                self._comms.discard(comm)
+                if not comm.closed():
+                    comm.abort()
+
+    async def _reply(self, comm: Comm, reply: bool, response: dict[str, Any]) -> bool:
+        if not reply:
+            return True
+        try:
+            await comm.write(response)
+            return True
+        except CommClosedError:
+            return False
+        except Exception as e:
+            # The result itself could not be encoded: say so instead.
+            try:
+                await comm.write(error_message(e))
+                return True
+            except Exception:
+                return False
+
+    def dispatch_stream(self, msgs: Any, origin: str = "") -> None:
+        """Run the stream handlers for a batch of messages.
+
+        A malformed message is logged and skipped; the rest of the batch runs.
+        """
+        if isinstance(msgs, dict):
+            msgs = (msgs,)
+        if not isinstance(msgs, (list, tuple)):
+            logger.warning("Dropping malformed batch from %s: %s", origin, type(msgs).__name__)
+            return
+        handlers = self.stream_handlers
+        for msg in msgs:
+            op = msg.get("op") if isinstance(msg, dict) else None
+            route = handlers.get(op) if isinstance(op, str) else None
+            if route is None:
+                logger.warning("Dropping unknown stream message %r from %s", op, origin)
+                continue
+            problem = route.check(msg)
+            if problem is not None:
+                logger.warning("Dropping malformed %r message from %s: %s", op, origin, problem)
+                continue
+            try:
+                result = route.func(msg)
+                if inspect.isawaitable(result):
+                    self.spawn(_consume(result), name=f"stream-{op}")
+            except Exception:
+                logger.exception("Stream handler %r failed on a message from %s", op, origin)
+                if dask.config.get("distributed.admin.pdb-on-err", False):
+                    raise
+
+
+async def _consume(aw: Awaitable[Any]) -> None:
+    await aw
+
+
+class ConnectionPool:
+    """Reusable comms to many addresses, with a limit on how many are open.
+
+    Parameters
+    ----------
+    limit
+        Most comms open at once.
+    timeout
+        Connect timeout in seconds (default from config).
+    """
+
+    def __init__(self, limit: int = 512, timeout: float | None = None) -> None:
+        self.limit = limit
+        self.timeout = timeout
+        self.available: defaultdict[str, set[Comm]] = defaultdict(set)
+        self.occupied: defaultdict[str, set[Comm]] = defaultdict(set)
+        self._semaphore: asyncio.Semaphore | None = None
+        self._closed = False
+        self._connecting: set[asyncio.Task[Comm]] = set()
+
+    @property
+    def open(self) -> int:
+        """Number of open comms."""
+        return sum(map(len, self.available.values())) + sum(map(len, self.occupied.values()))
+
+    async def connect(self, addr: str) -> Comm:
+        """A comm to ``addr``, reused when one is idle."""
+        if self._closed:
+            raise CommClosedError("Connection pool is closed")
+        addr = normalize_address(addr)
+        idle = self.available.get(addr)
+        while idle:
+            comm = idle.pop()
+            if not comm.closed():
+                self.occupied[addr].add(comm)
+                return comm
+        if self._semaphore is None:
+            self._semaphore = asyncio.Semaphore(self.limit)
+        if self.open >= self.limit:
+            self._collect_idle()
+        await self._semaphore.acquire()
+        try:
+            comm = await connect(addr, timeout=self.timeout)
+        except BaseException:
+            self._semaphore.release()
+            raise
+        if self._closed:
+            comm.abort()
+            self._semaphore.release()
+            raise CommClosedError("Connection pool is closed")
+        self.occupied[addr].add(comm)
+        return comm
+
+    def _collect_idle(self) -> None:
+        for addr, comms in list(self.available.items()):
+            for comm in comms:
+                comm.abort()
+                if self._semaphore is not None:
+                    self._semaphore.release()
+            comms.clear()
+
+    def reuse(self, addr: str, comm: Comm) -> None:
+        """Give back a comm obtained from :meth:`connect`."""
+        addr = normalize_address(addr)
+        self.occupied[addr].discard(comm)
+        if comm.closed() or self._closed:
+            if not comm.closed():
+                comm.abort()
+            if self._semaphore is not None:
+                self._semaphore.release()
+        else:
+            self.available[addr].add(comm)
+
+    def release(self, addr: str, comm: Comm) -> None:
+        """Close a comm obtained from :meth:`connect` instead of reusing it."""
+        comm.abort()
+        self.reuse(addr, comm)
+
+    async def call(self, addr: str, msg: Mapping[str, Any]) -> Any:
+        """Send request ``msg`` to ``addr`` and return its result.
+
+        A comm that fails mid-call is closed, never reused.
+        """
+        comm = await self.connect(addr)
+        ok = False
+        try:
+            result = await send_recv(comm, msg)
+            ok = True
+            return result
+        except (CommClosedError, ProtocolError):
+            raise
+        except Exception:
+            ok = True  # a remote error: the comm itself is fine
+            raise
+        finally:
+            if not ok:
+                comm.abort()
+            self.reuse(addr, comm)
+
+    def remove(self, addr: str) -> None:
+        """Close all idle comms to ``addr``."""
+        addr = normalize_address(addr)
+        for comm in self.available.pop(addr, set()):
+            comm.abort()
+            if self._semaphore is not None:
+                self._semaphore.release()
+
+    async def close(self) -> None:
+        """Close every comm."""
+        self._closed = True
+        for d in (self.available, self.occupied):
+            for comms in d.values():
+                for comm in comms:
+                    comm.abort()
+            d.clear()
+
+
+class rpc:
+    """Calls to one remote server over a comm of its own.
+
+    Examples
+    --------
+    >>> async with rpc("tcp://127.0.0.1:8786") as r:  # doctest: +SKIP
+    ...     info = await r.call("identity")
+    """
+
+    def __init__(self, address: str, timeout: float | None = None) -> None:
+        self.address = normalize_address(address)
+        self.timeout = timeout
+        self._comm: Comm | None = None
+        self._lock: asyncio.Lock | None = None
+
+    async def call(self, op: str, **fields: Any) -> Any:
+        """Send ``{"op": op, **fields}`` and return the reply's result."""
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self._comm is None or self._comm.closed():
+                self._comm = await connect(self.address, timeout=self.timeout)
+            try:
+                return await send_recv(self._comm, {"op": op, **fields})
+            except (CommClosedError, ProtocolError):
+                self._comm.abort()
+                self._comm = None
+                raise
+
+    async def close_rpc(self) -> None:
+        """Close the comm."""
+        if self._comm is not None:
+            await self._comm.close()
+            self._comm = None
+
+    async def __aenter__(self) -> rpc:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close_rpc()
+
+
+_servers: weakref.WeakSet[Server] = weakref.WeakSet()

@@ -1,0 +1,128 @@
+"""Messages to frames and back.
+
+A message is plain data (dicts, lists, tuples, str, bytes, int, float, bool,
+None) that may hold :class:`~distributed.protocol.serialize.Serialize` or
+:class:`~distributed.protocol.serialize.Serialized` values.  :func:`dumps`
+writes the plain part with msgpack as frame 0 and puts each serialised object's
+frames after it, leaving a small msgpack extension in frame 0 that says where
+they are.  Buffers are not copied: frames are returned as the objects hold them.
+
+Invariants
+----------
+* Tuples survive a round trip (arrays unpack as tuples), so dask keys such as
+  ``("x", 0)`` stay hashable and equal.
+* :func:`loads` with ``deserialize=False`` never unpickles anything: serialised
+  values come back as :class:`Serialized`.  Comms always read this way; code
+  that wants an object calls :func:`~distributed.protocol.serialize.unwrap`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any, Final
+
+import msgpack
+
+from distributed.protocol.serialize import (
+    Frame,
+    Serialize,
+    Serialized,
+    deserialize as deserialize_object,
+    serialize,
+)
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["dumps", "loads", "ProtocolError"]
+
+EXT_SERIALIZED: Final = 1
+
+
+class ProtocolError(ValueError):
+    """Frames that do not decode to a message."""
+
+
+def dumps(msg: Any, *, strict: bool = False) -> list[Frame]:
+    """Encode ``msg`` into a list of frames.
+
+    Parameters
+    ----------
+    msg
+        The message.
+    strict
+        When False (the default), objects msgpack cannot encode are pickled, as
+        if wrapped in :class:`Serialize`.  When True they raise ``TypeError``.
+    """
+    frames: list[Frame] = [b""]
+
+    def default(obj: Any) -> msgpack.ExtType:
+        if isinstance(obj, Serialized):
+            header, sub = obj.header, obj.frames
+        elif isinstance(obj, Serialize):
+            header, sub = serialize(obj.data)
+        elif strict:
+            raise TypeError(f"Cannot encode {type(obj).__name__} in a message")
+        else:
+            header, sub = serialize(obj)
+        start = len(frames)
+        frames.extend(sub)
+        return msgpack.ExtType(
+            EXT_SERIALIZED, msgpack.packb((start, len(sub), header), use_bin_type=True)
+        )
+
+    frames[0] = msgpack.packb(msg, default=default, use_bin_type=True)
+    return frames
+
+
+def loads(frames: Sequence[Frame], *, deserialize: bool = True) -> Any:
+    """Decode frames made by :func:`dumps`.
+
+    Parameters
+    ----------
+    frames
+        The frames.
+    deserialize
+        Whether to turn serialised values back into objects.  When False they
+        stay :class:`Serialized`.
+
+    Raises
+    ------
+    ProtocolError
+        When the frames do not form a message.
+    """
+    if not frames:
+        raise ProtocolError("A message needs at least one frame")
+    nframes = len(frames)
+
+    def ext_hook(code: int, data: bytes) -> Any:
+        if code != EXT_SERIALIZED:
+            raise ProtocolError(f"Unknown msgpack extension {code}")
+        try:
+            start, n, header = msgpack.unpackb(data, use_list=False, strict_map_key=False)
+        except Exception as e:
+            raise ProtocolError(f"Malformed serialized-object marker: {e!r}") from e
+        if (
+            not isinstance(start, int)
+            or not isinstance(n, int)
+            or not isinstance(header, dict)
+            or start < 1
+            or n < 0
+            or start + n > nframes
+        ):
+            raise ProtocolError("Serialized-object marker points outside the message")
+        s = Serialized(header, frames[start : start + n])
+        if deserialize:
+            return deserialize_object(s.header, s.frames)
+        return s
+
+    try:
+        return msgpack.unpackb(
+            frames[0], use_list=False, strict_map_key=False, ext_hook=ext_hook
+        )
+    except ProtocolError:
+        raise
+    except Exception as e:
+        if deserialize and not isinstance(e, (ValueError, msgpack.UnpackException)):
+            raise
+        raise ProtocolError(f"Malformed message: {e!r}") from e

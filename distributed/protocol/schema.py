@@ -1,0 +1,181 @@
+"""Runtime checks of typed messages.
+
+Each wire message is declared once as a ``TypedDict``.  :func:`checker` turns
+such a declaration into a fast function that says what is wrong with a
+received message (or ``None`` when it is well formed), so handlers can trust
+the shape of what they get and a malformed message becomes a clear error
+instead of corrupt state.
+
+Sequences are accepted as lists or tuples: msgpack gives tuples back, the
+in-process comm hands lists over as they were sent.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import types
+import typing
+from collections.abc import Callable
+from typing import Any, Literal, Union, get_args, get_origin
+
+from distributed.protocol.serialize import Serialize, Serialized
+
+__all__ = ["checker", "check", "MessageError"]
+
+Check = Callable[[Any], "str | None"]
+
+_cache: dict[Any, Check] = {}
+
+
+class MessageError(ValueError):
+    """A message that does not match its declared type."""
+
+
+def _ok(value: Any) -> str | None:
+    return None
+
+
+def _isinstance(types_: tuple[type, ...], name: str) -> Check:
+    def check(value: Any) -> str | None:
+        if isinstance(value, types_):
+            return None
+        return f"expected {name}, got {type(value).__name__}"
+
+    return check
+
+
+def _compile(tp: Any) -> Check:
+    if tp is Any or tp is object:
+        return _ok
+    if tp is None or tp is type(None):
+        return _isinstance((type(None),), "None")
+    if tp is float:
+        return _isinstance((float, int), "float")
+    if tp is bool:
+        return _isinstance((bool,), "bool")
+    if tp is int:
+
+        def check_int(value: Any) -> str | None:
+            if isinstance(value, int) and not isinstance(value, bool):
+                return None
+            return f"expected int, got {type(value).__name__}"
+
+        return check_int
+    if tp is bytes:
+        return _isinstance((bytes, bytearray, memoryview), "bytes")
+    if tp in (Serialized, Serialize):
+        return _isinstance((Serialized, Serialize), "a serialized object")
+    if typing.is_typeddict(tp):
+        return _compile_typeddict(tp)
+    origin = get_origin(tp)
+    args = get_args(tp)
+    if origin in (Union, types.UnionType):
+        parts = [_compile(a) for a in args]
+
+        def check_union(value: Any) -> str | None:
+            errors = []
+            for p in parts:
+                err = p(value)
+                if err is None:
+                    return None
+                errors.append(err)
+            return " or ".join(errors)
+
+        return check_union
+    if origin is Literal:
+        allowed = set(args)
+
+        def check_literal(value: Any) -> str | None:
+            if value in allowed:
+                return None
+            return f"expected one of {sorted(map(repr, allowed))}, got {value!r}"
+
+        return check_literal
+    if origin in (list, tuple, collections.abc.Sequence, set, frozenset, collections.abc.Set):
+        if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+            args = (args[0],)
+        if origin is tuple and len(args) != 1:
+            items = [_compile(a) for a in args]
+
+            def check_fixed(value: Any) -> str | None:
+                if not isinstance(value, (list, tuple)) or len(value) != len(items):
+                    return f"expected a sequence of {len(items)} items"
+                for i, (c, v) in enumerate(zip(items, value)):
+                    err = c(v)
+                    if err is not None:
+                        return f"item {i}: {err}"
+                return None
+
+            return check_fixed
+        item = _compile(args[0]) if args else _ok
+
+        def check_seq(value: Any) -> str | None:
+            if not isinstance(value, (list, tuple)):
+                return f"expected a list, got {type(value).__name__}"
+            if item is not _ok:
+                for i, v in enumerate(value):
+                    err = item(v)
+                    if err is not None:
+                        return f"item {i}: {err}"
+            return None
+
+        return check_seq
+    if origin in (dict, collections.abc.Mapping, collections.abc.MutableMapping):
+        kc = _compile(args[0]) if args else _ok
+        vc = _compile(args[1]) if args else _ok
+
+        def check_map(value: Any) -> str | None:
+            if not isinstance(value, dict):
+                return f"expected a mapping, got {type(value).__name__}"
+            if kc is not _ok or vc is not _ok:
+                for k, v in value.items():
+                    err = kc(k) or vc(v)
+                    if err is not None:
+                        return f"entry {k!r}: {err}"
+            return None
+
+        return check_map
+    if origin is typing.NotRequired or origin is typing.Required:
+        return _compile(args[0])
+    if isinstance(tp, type):
+        return _isinstance((tp,), tp.__name__)
+    raise TypeError(f"Cannot check values of type {tp!r}")
+
+
+def _compile_typeddict(td: Any) -> Check:
+    hints = typing.get_type_hints(td)
+    required = frozenset(td.__required_keys__)
+    fields = {name: _compile(tp) for name, tp in hints.items()}
+    name = td.__name__
+
+    def check_td(value: Any) -> str | None:
+        if not isinstance(value, dict):
+            return f"{name}: expected a mapping, got {type(value).__name__}"
+        for key in required:
+            if key not in value:
+                return f"{name}: missing field {key!r}"
+        for key, v in value.items():
+            c = fields.get(key)
+            if c is None:
+                continue  # unknown fields are tolerated (newer peers may add some)
+            err = c(v)
+            if err is not None:
+                return f"{name}.{key}: {err}"
+        return None
+
+    return check_td
+
+
+def checker(tp: Any) -> Check:
+    """A function returning what is wrong with a value of type ``tp``, or None."""
+    c = _cache.get(tp)
+    if c is None:
+        c = _cache[tp] = _compile(tp)
+    return c
+
+
+def check(tp: Any, value: Any) -> None:
+    """Raise :class:`MessageError` unless ``value`` matches ``tp``."""
+    err = checker(tp)(value)
+    if err is not None:
+        raise MessageError(err)

@@ -1,0 +1,251 @@
+"""User objects to frames and back.
+
+Theory of operation
+-------------------
+Anything that is not plain message data (a user's function, a task's run
+specification, a result, an exception) travels inside a message either as
+
+* :class:`Serialize` -- a live object, turned into frames when the message is
+  written; or
+* :class:`Serialized` -- frames already made (a header plus a list of bytes-like
+  frames), carried opaquely.
+
+Objects are pickled with protocol 5.  Large buffers (numpy arrays, bytes held by
+pickle-5-aware objects) are kept out of band as their own frames, so they are
+never copied into one big blob.  The standard library's pickle is tried first
+and cloudpickle is used when the object needs pickling by value (lambdas,
+objects defined in ``__main__``) or when plain pickle fails.
+
+Nothing here is ever called on the scheduler for task payloads: the scheduler
+keeps :class:`Serialized` values as they came.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import pickle
+from collections.abc import Callable, Sequence
+from typing import Any, Final, Union
+
+import cloudpickle
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "Serialize",
+    "Serialized",
+    "Frame",
+    "serialize",
+    "deserialize",
+    "pickle_dumps",
+    "pickle_loads",
+    "to_serialize",
+    "unwrap",
+    "nbytes_of_frames",
+    "SerializationError",
+]
+
+#: A frame is any contiguous bytes-like object.
+Frame = Union[bytes, bytearray, memoryview]
+
+HIGHEST_PROTOCOL: Final = 5
+
+
+class SerializationError(TypeError):
+    """An object could not be serialised (or deserialised)."""
+
+
+class Serialize:
+    """Mark an object to be serialised when the message holding it is written.
+
+    Parameters
+    ----------
+    data
+        Any picklable object.
+    """
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: Any) -> None:
+        self.data = data
+
+    def __repr__(self) -> str:
+        return f"<Serialize: {type(self.data).__name__}>"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Serialize) and other.data == self.data
+
+    def __hash__(self) -> int:
+        return hash(("Serialize", id(self.data)))
+
+
+class Serialized:
+    """An object in serialised form: a small header and a list of frames.
+
+    The scheduler forwards these untouched; only workers and clients turn them
+    back into objects with :func:`deserialize`.
+    """
+
+    __slots__ = ("header", "frames")
+
+    def __init__(self, header: dict[str, Any], frames: Sequence[Frame]) -> None:
+        self.header = header
+        self.frames = list(frames)
+
+    @property
+    def nbytes(self) -> int:
+        """Total size of the frames in bytes."""
+        return nbytes_of_frames(self.frames)
+
+    def __repr__(self) -> str:
+        return f"<Serialized: {self.header.get('s')} {self.nbytes} bytes>"
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Serialized)
+            and other.header == self.header
+            and [bytes(f) for f in other.frames] == [bytes(f) for f in self.frames]
+        )
+
+    def __hash__(self) -> int:
+        return hash(("Serialized", id(self)))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Serialized, (self.header, [bytes(f) for f in self.frames]))
+
+
+def to_serialize(obj: Any) -> Serialize:
+    """Wrap ``obj`` so that it is pickled when its message is sent."""
+    return Serialize(obj)
+
+
+def nbytes_of_frames(frames: Sequence[Frame]) -> int:
+    """Total number of bytes in ``frames``."""
+    total = 0
+    for f in frames:
+        total += f.nbytes if isinstance(f, memoryview) else len(f)
+    return total
+
+
+def _needs_cloudpickle(payload: bytes) -> bool:
+    # Objects defined in __main__ pickle by reference with the standard
+    # library, and that reference means nothing in another process.
+    return b"__main__" in payload
+
+
+def pickle_dumps(
+    obj: Any,
+    *,
+    buffer_callback: Callable[[pickle.PickleBuffer], Any] | None = None,
+    protocol: int = HIGHEST_PROTOCOL,
+) -> bytes:
+    """Pickle ``obj``: standard pickle first, cloudpickle when it must.
+
+    Parameters
+    ----------
+    obj
+        The object.
+    buffer_callback
+        Receives protocol-5 out-of-band buffers, as in :func:`pickle.dumps`.
+    protocol
+        The pickle protocol.
+
+    Raises
+    ------
+    SerializationError
+        When neither pickle nor cloudpickle can serialise ``obj``.
+    """
+    buffers: list[pickle.PickleBuffer] = []
+    collect = buffers.append if buffer_callback is not None else None
+    try:
+        payload = pickle.dumps(obj, protocol=protocol, buffer_callback=collect)
+    except Exception:
+        payload = None
+    if payload is None or _needs_cloudpickle(payload):
+        buffers.clear()
+        try:
+            f = io.BytesIO()
+            pickler = cloudpickle.CloudPickler(f, protocol=protocol, buffer_callback=collect)
+            pickler.dump(obj)
+            payload = f.getvalue()
+        except Exception as e:
+            raise SerializationError(
+                f"Could not serialize object of type {type(obj).__name__}: {e!r}"
+            ) from e
+    if buffer_callback is not None:
+        for b in buffers:
+            buffer_callback(b)
+    return payload
+
+
+def pickle_loads(payload: Frame, buffers: Sequence[Frame] = ()) -> Any:
+    """Inverse of :func:`pickle_dumps`."""
+    return pickle.loads(payload, buffers=buffers)
+
+
+def _buffer_frame(pb: pickle.PickleBuffer) -> Frame:
+    try:
+        return pb.raw()
+    except BufferError:
+        # Not contiguous: one copy is unavoidable.
+        return memoryview(bytes(pb))
+
+
+def serialize(obj: Any) -> tuple[dict[str, Any], list[Frame]]:
+    """Turn ``obj`` into a header and frames (pickle protocol 5, out of band).
+
+    Raises
+    ------
+    SerializationError
+        When ``obj`` cannot be pickled.
+    """
+    if isinstance(obj, Serialized):
+        return obj.header, obj.frames
+    if isinstance(obj, Serialize):
+        obj = obj.data
+    buffers: list[pickle.PickleBuffer] = []
+    payload = pickle_dumps(obj, buffer_callback=buffers.append)
+    frames: list[Frame] = [payload]
+    frames.extend(_buffer_frame(b) for b in buffers)
+    return {"s": "pickle"}, frames
+
+
+def deserialize(header: dict[str, Any], frames: Sequence[Frame]) -> Any:
+    """Inverse of :func:`serialize`.
+
+    Raises
+    ------
+    SerializationError
+        For an unknown serialiser or frames that do not unpickle.
+    """
+    kind = header.get("s")
+    if kind != "pickle":
+        raise SerializationError(f"Unknown serializer {kind!r}")
+    if not frames:
+        raise SerializationError("No frames to deserialize")
+    try:
+        return pickle_loads(frames[0], frames[1:])
+    except Exception as e:
+        raise SerializationError(f"Could not deserialize object: {e!r}") from e
+
+
+def unwrap(value: Any) -> Any:
+    """The object behind ``value``, deserialising it if it is still frames.
+
+    Plain values come back unchanged, so callers need not know whether the
+    message travelled through TCP (frames) or in process (live objects).
+    """
+    if isinstance(value, Serialized):
+        return deserialize(value.header, value.frames)
+    if isinstance(value, Serialize):
+        return value.data
+    return value
+
+
+def as_serialized(value: Any) -> Serialized:
+    """``value`` in serialised form (serialising a live object now)."""
+    if isinstance(value, Serialized):
+        return value
+    header, frames = serialize(value)
+    return Serialized(header, frames)

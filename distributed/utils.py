@@ -1,0 +1,328 @@
+"""Small helpers shared by the client, scheduler and worker.
+
+The client's synchronous calls run through :func:`sync` here on purpose: dask
+shortens tracebacks by dropping frames from ``distributed/(client|scheduler|
+utils|worker).py``, so the frames between ``dask.compute`` and a user's failing
+function must come from those files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import inspect
+import logging
+import os
+import socket
+import threading
+import traceback as traceback_module
+import types
+import weakref
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import dask
+from dask.utils import format_bytes, funcname, key_split, parse_bytes, parse_timedelta
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "iscoroutinefunction",
+    "sync",
+    "LoopRunner",
+    "get_traceback",
+    "get_ip",
+    "import_term",
+    "key_split",
+    "funcname",
+    "format_bytes",
+    "parse_bytes",
+    "parse_timedelta",
+    "TimeoutError",
+    "wait_for",
+    "thread_state",
+    "get_asyncio_loop",
+]
+
+T = TypeVar("T")
+
+TimeoutError = asyncio.TimeoutError
+
+#: Per-thread state: ``thread_state.execution_state`` is set while a task runs
+#: in a worker thread, so ``get_worker``/``get_client`` can find their worker.
+thread_state = threading.local()
+
+
+def iscoroutinefunction(f: object) -> bool:
+    """Whether ``f`` is an ``async def`` function (or wraps one).
+
+    Unwraps ``functools.partial`` and ``__wrapped__`` chains, and accepts
+    callables whose ``__call__`` is ``async``.
+    """
+    while isinstance(f, functools.partial):
+        f = f.func
+    while True:
+        if inspect.iscoroutinefunction(f):
+            return True
+        wrapped = getattr(f, "__wrapped__", None)
+        if wrapped is None or wrapped is f:
+            break
+        f = wrapped
+    call = getattr(type(f), "__call__", None) if not inspect.isroutine(f) else None
+    return call is not None and inspect.iscoroutinefunction(call)
+
+
+def get_asyncio_loop(loop: Any) -> asyncio.AbstractEventLoop:
+    """The asyncio loop behind ``loop`` (an asyncio loop or a tornado IOLoop)."""
+    inner = getattr(loop, "asyncio_loop", None)
+    if isinstance(inner, asyncio.AbstractEventLoop):
+        return inner
+    if isinstance(loop, asyncio.AbstractEventLoop):
+        return loop
+    raise TypeError(f"Expected an event loop, got {type(loop).__name__}")
+
+
+def _in_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
+
+
+def sync(
+    loop: Any,
+    func: Callable[..., Awaitable[T]],
+    *args: Any,
+    callback_timeout: float | str | None = None,
+    **kwargs: Any,
+) -> T:
+    """Run ``func(*args, **kwargs)`` on ``loop`` (in another thread) and wait.
+
+    Raises
+    ------
+    RuntimeError
+        When called from the loop's own thread (that would deadlock), or when
+        the loop is closed.
+    TimeoutError
+        After ``callback_timeout`` seconds.
+    """
+    aloop = get_asyncio_loop(loop)
+    timeout = parse_timedelta(callback_timeout, "s") if callback_timeout is not None else None
+    if aloop.is_closed():
+        raise RuntimeError("IOLoop is closed")
+    if _in_loop_thread(aloop):
+        raise RuntimeError("sync() called from the event loop's own thread")
+
+    async def f() -> T:
+        coro = func(*args, **kwargs)
+        if timeout is not None:
+            return await asyncio.wait_for(coro, timeout)
+        return await coro
+
+    future = asyncio.run_coroutine_threadsafe(f(), aloop)
+    try:
+        return future.result()
+    except concurrent.futures.TimeoutError:
+        raise TimeoutError(f"Timed out after {timeout} s") from None
+    except BaseException:
+        future.cancel()
+        raise
+
+
+class LoopRunner:
+    """An asyncio event loop running in a daemon thread of its own.
+
+    Parameters
+    ----------
+    loop
+        An existing loop (asyncio, or a tornado IOLoop) to use instead of
+        starting one; it is then not stopped by :meth:`stop`.
+    """
+
+    _started = 0
+
+    def __init__(self, loop: Any = None, name: str = "distributed-loop") -> None:
+        self._own = loop is None
+        self.name = name
+        self.thread: threading.Thread | None = None
+        self.loop: asyncio.AbstractEventLoop
+        if loop is not None:
+            self.loop = get_asyncio_loop(loop)
+        else:
+            self.loop = asyncio.new_event_loop()
+
+    def start(self) -> None:
+        """Start the loop's thread (for a loop of our own)."""
+        if not self._own or self.thread is not None:
+            return
+        ready = threading.Event()
+
+        def run() -> None:
+            asyncio.set_event_loop(self.loop)
+            self.loop.call_soon(ready.set)
+            self.loop.run_forever()
+            # Let cancelled tasks finish before closing.
+            pending = asyncio.all_tasks(self.loop)
+            for t in pending:
+                t.cancel()
+            if pending:
+                self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+            self.loop.close()
+
+        self.thread = threading.Thread(target=run, name=self.name, daemon=True)
+        self.thread.start()
+        ready.wait()
+
+    def run_sync(self, func: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+        """Run a coroutine function on the loop and wait for its result."""
+        return sync(self.loop, func, *args, **kwargs)
+
+    def stop(self) -> None:
+        """Stop and close the loop and join its thread (for a loop of our own)."""
+        if not self._own or self.thread is None:
+            return
+        if not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+        if self.thread is not threading.current_thread():
+            self.thread.join(timeout=10)
+        self.thread = None
+
+    @property
+    def is_started(self) -> bool:
+        """Whether the loop is running."""
+        return self.loop.is_running()
+
+
+_strip_prefixes = (
+    os.path.join("distributed", "worker"),
+    os.path.join("distributed", "scheduler"),
+    os.path.join("tornado", "gen.py"),
+    os.path.join("concurrent", "futures"),
+    os.path.join("dask", "_task_spec"),
+)
+
+
+def get_traceback(tb: types.TracebackType | None = None) -> types.TracebackType | None:
+    """The current (or given) traceback without our own leading frames.
+
+    Only frames of the user's code should travel back to the client.
+    """
+    if tb is None:
+        tb = __import__("sys").exc_info()[2]
+    while tb is not None and any(p in tb.tb_frame.f_code.co_filename for p in _strip_prefixes):
+        tb = tb.tb_next
+    return tb
+
+
+def format_exception_text(exc: BaseException) -> str:
+    """A one-line description of ``exc``, shortened to the configured length."""
+    limit = int(dask.config.get("distributed.admin.max-error-length", 10000))
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def format_traceback_text(tb: types.TracebackType | None) -> str:
+    """A traceback as text."""
+    return "".join(traceback_module.format_tb(tb))
+
+
+def get_ip() -> str:
+    """This host's address as others see it (falls back to 127.0.0.1)."""
+    try:
+        return socket.gethostbyname(socket.gethostname()) or "127.0.0.1"
+    except OSError:
+        return "127.0.0.1"
+
+
+def import_term(name: str) -> Any:
+    """Import ``"package.module.attribute"`` and return the attribute."""
+    import importlib
+
+    module_name, _, attr = name.rpartition(".")
+    if not module_name:
+        return importlib.import_module(name)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        module = import_term(module_name)
+    return getattr(module, attr)
+
+
+async def wait_for(aw: Awaitable[T], timeout: float | None) -> T:
+    """``asyncio.wait_for`` that accepts ``None`` for no timeout."""
+    if timeout is None:
+        return await aw
+    return await asyncio.wait_for(aw, timeout)
+
+
+@contextmanager
+def set_thread_state(**kwargs: Any) -> Iterator[None]:
+    """Set attributes of :data:`thread_state` for the duration of a block."""
+    old = {k: getattr(thread_state, k, _MISSING) for k in kwargs}
+    for k, v in kwargs.items():
+        setattr(thread_state, k, v)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is _MISSING:
+                delattr(thread_state, k)
+            else:
+                setattr(thread_state, k, v)
+
+
+_MISSING = object()
+
+
+def time() -> float:
+    """Wall-clock seconds (monotonic enough for durations on one host)."""
+    import time as _time
+
+    return _time.time()
+
+
+class Deadline:
+    """A point in time to wait until, from a timeout in seconds (or None)."""
+
+    __slots__ = ("expires",)
+
+    def __init__(self, timeout: float | None) -> None:
+        import time as _time
+
+        self.expires = None if timeout is None else _time.monotonic() + timeout
+
+    @property
+    def remaining(self) -> float | None:
+        """Seconds left (never negative), or None for no deadline."""
+        import time as _time
+
+        if self.expires is None:
+            return None
+        return max(0.0, self.expires - _time.monotonic())
+
+    @property
+    def expired(self) -> bool:
+        """Whether the deadline has passed."""
+        r = self.remaining
+        return r is not None and r <= 0
+
+
+def weak_method(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A callable that calls a bound method without keeping its object alive."""
+    ref = weakref.WeakMethod(method)  # type: ignore[arg-type]  # bound methods only
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        m = ref()
+        if m is not None:
+            return m(*args, **kwargs)
+        return None
+
+    return call
+
+
+def run_coroutine(coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop) -> concurrent.futures.Future[T]:
+    """Schedule ``coro`` on ``loop`` from any thread."""
+    return asyncio.run_coroutine_threadsafe(coro, loop)
