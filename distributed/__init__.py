@@ -1,5 +1,55 @@
-"""A pure-Python, fully typed Dask distributed scheduler."""
+"""A pure-Python, fully typed Dask distributed scheduler.
+
+Importing this package must never raise anything but ``ImportError``: dask
+probes for it on every ``compute`` and catches only that.
+"""
 
 from __future__ import annotations
 
 from distributed import config  # noqa: F401  (registers config defaults)
+from distributed.client import (
+    Client,
+    Future,
+    as_completed,
+    default_client,
+    fire_and_forget,
+    futures_of,
+    get_task_metadata,
+    wait,
+)
+from distributed.core import Status, rpc
+from distributed.diagnostics.plugin import NannyPlugin, SchedulerPlugin, WorkerPlugin
+from distributed.exceptions import CancelledError, KilledWorker, Reschedule, TimeoutError
+from distributed.scheduler import Scheduler
+from distributed.utils import sync
+from distributed.worker import Worker, get_client, get_worker, rejoin, secede
+
+__version__ = "2026.11.0"
+__git_revision__ = "unknown"
+
+__all__ = [
+    "CancelledError",
+    "Client",
+    "Future",
+    "KilledWorker",
+    "NannyPlugin",
+    "Reschedule",
+    "Scheduler",
+    "SchedulerPlugin",
+    "Status",
+    "TimeoutError",
+    "Worker",
+    "WorkerPlugin",
+    "as_completed",
+    "default_client",
+    "fire_and_forget",
+    "futures_of",
+    "get_client",
+    "get_task_metadata",
+    "get_worker",
+    "rejoin",
+    "rpc",
+    "secede",
+    "sync",
+    "wait",
+]

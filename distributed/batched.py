@@ -44,6 +44,8 @@ class BatchedSend:
         self._task: asyncio.Task[None] | None = None
         self._closing = False
         self._loop: asyncio.AbstractEventLoop | None = None
+        # The pause between two writes; close() cuts it short to flush at once.
+        self._pause: asyncio.Future[None] | None = None
 
     def start(self, comm: Comm) -> None:
         """Start writing to ``comm`` (from the event loop)."""
@@ -83,7 +85,13 @@ class BatchedSend:
             wake.clear()
             delay = last + self.interval - loop.time()
             if delay > 0 and not self._closing:
-                await asyncio.sleep(delay)
+                self._pause = pause = loop.create_future()
+                timer = loop.call_later(delay, _wake_future, pause)
+                try:
+                    await pause
+                finally:
+                    timer.cancel()
+                    self._pause = None
             if not self.buffer:
                 if self._closing:
                     return
@@ -113,6 +121,8 @@ class BatchedSend:
         self._closing = True
         if self._wake is not None:
             self._wake.set()
+        if self._pause is not None:
+            _wake_future(self._pause)
         if self._task is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(self._task), timeout)
@@ -132,3 +142,8 @@ class BatchedSend:
             self._task.cancel()
         if self.comm is not None:
             self.comm.abort()
+
+
+def _wake_future(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)

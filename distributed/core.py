@@ -145,10 +145,12 @@ def error_message(exc: BaseException, tb: types.TracebackType | None = None) -> 
 
 def rebuild_exception(msg: Mapping[str, Any]) -> BaseException:
     """The exception carried by an error reply, with its remote traceback."""
+    exc: BaseException
     try:
-        exc = unwrap(msg.get("exception"))
-        if not isinstance(exc, BaseException):
+        obj = unwrap(msg.get("exception"))
+        if not isinstance(obj, BaseException):
             raise TypeError("not an exception")
+        exc = obj
     except Exception:
         exc = RemoteError(str(msg.get("text", "remote error")))
     tb_data = msg.get("traceback")
@@ -482,39 +484,60 @@ class ConnectionPool:
         self.timeout = timeout
         self.available: defaultdict[str, set[Comm]] = defaultdict(set)
         self.occupied: defaultdict[str, set[Comm]] = defaultdict(set)
-        self._semaphore: asyncio.Semaphore | None = None
+        # Comms open or being opened; never above ``limit``.
+        self._slots = 0
+        # Set whenever a comm is given back or a slot freed, so that callers
+        # waiting at the limit look again.
+        self._changed: asyncio.Event | None = None
         self._closed = False
-        self._connecting: set[asyncio.Task[Comm]] = set()
 
     @property
     def open(self) -> int:
         """Number of open comms."""
         return sum(map(len, self.available.values())) + sum(map(len, self.occupied.values()))
 
+    def _notify(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+
+    def _free_slot(self) -> None:
+        self._slots -= 1
+        self._notify()
+
     async def connect(self, addr: str) -> Comm:
-        """A comm to ``addr``, reused when one is idle."""
-        if self._closed:
-            raise CommClosedError("Connection pool is closed")
+        """A comm to ``addr``, reused when one is idle.
+
+        At the limit, idle comms to other addresses are closed to make room;
+        when every comm is busy this waits until one is given back.
+        """
         addr = normalize_address(addr)
-        idle = self.available.get(addr)
-        while idle:
-            comm = idle.pop()
-            if not comm.closed():
-                self.occupied[addr].add(comm)
-                return comm
-        if self._semaphore is None:
-            self._semaphore = asyncio.Semaphore(self.limit)
-        if self.open >= self.limit:
-            self._collect_idle()
-        await self._semaphore.acquire()
+        while True:
+            if self._closed:
+                raise CommClosedError("Connection pool is closed")
+            idle = self.available.get(addr)
+            while idle:
+                comm = idle.pop()
+                if not comm.closed():
+                    self.occupied[addr].add(comm)
+                    return comm
+                self._free_slot()
+            if self._slots >= self.limit:
+                self._collect_idle()
+            if self._slots < self.limit:
+                break
+            if self._changed is None:
+                self._changed = asyncio.Event()
+            self._changed.clear()
+            await self._changed.wait()
+        self._slots += 1
         try:
             comm = await connect(addr, timeout=self.timeout)
         except BaseException:
-            self._semaphore.release()
+            self._free_slot()
             raise
         if self._closed:
             comm.abort()
-            self._semaphore.release()
+            self._free_slot()
             raise CommClosedError("Connection pool is closed")
         self.occupied[addr].add(comm)
         return comm
@@ -523,21 +546,22 @@ class ConnectionPool:
         for addr, comms in list(self.available.items()):
             for comm in comms:
                 comm.abort()
-                if self._semaphore is not None:
-                    self._semaphore.release()
+                self._free_slot()
             comms.clear()
 
     def reuse(self, addr: str, comm: Comm) -> None:
         """Give back a comm obtained from :meth:`connect`."""
         addr = normalize_address(addr)
+        if comm not in self.occupied[addr]:
+            return  # given back already (or the pool was closed meanwhile)
         self.occupied[addr].discard(comm)
         if comm.closed() or self._closed:
             if not comm.closed():
                 comm.abort()
-            if self._semaphore is not None:
-                self._semaphore.release()
+            self._free_slot()
         else:
             self.available[addr].add(comm)
+            self._notify()
 
     def release(self, addr: str, comm: Comm) -> None:
         """Close a comm obtained from :meth:`connect` instead of reusing it."""
@@ -570,17 +594,17 @@ class ConnectionPool:
         addr = normalize_address(addr)
         for comm in self.available.pop(addr, set()):
             comm.abort()
-            if self._semaphore is not None:
-                self._semaphore.release()
+            self._free_slot()
 
     async def close(self) -> None:
-        """Close every comm."""
+        """Close every comm (callers waiting for one get CommClosedError)."""
         self._closed = True
         for d in (self.available, self.occupied):
             for comms in d.values():
                 for comm in comms:
                     comm.abort()
             d.clear()
+        self._notify()
 
 
 class rpc:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import dask.config
@@ -30,7 +30,7 @@ __all__ = [
     "normalize_address",
 ]
 
-CommHandler = Callable[["Comm"], Awaitable[None]]
+CommHandler = Callable[["Comm"], Coroutine[Any, Any, None]]
 
 
 class CommClosedError(IOError):

@@ -148,13 +148,21 @@ class _FrameProtocol(asyncio.BufferedProtocol):
             self._buf[:live] = self._buf[self._start : self._end]
             self._start, self._end = 0, live
         if len(self._buf) - self._end < 4096:
-            self._buf.extend(bytes(max(SCRATCH_SIZE, len(self._buf))))
+            self._grow(len(self._buf) + max(SCRATCH_SIZE, len(self._buf)))
 
     def _ensure_capacity(self, need: int) -> None:
         if len(self._buf) - self._start < need:
             self._compact()
             if len(self._buf) < need:
-                self._buf.extend(bytes(need - len(self._buf)))
+                self._grow(need)
+
+    def _grow(self, size: int) -> None:
+        # asyncio keeps the view returned by get_buffer() alive while it calls
+        # buffer_updated(), and a bytearray with a live view cannot be resized:
+        # move the bytes into a new buffer instead of extending this one.
+        new = bytearray(size)
+        new[: self._end] = self._buf[: self._end]
+        self._buf = new
 
     def _parse(self) -> None:
         buf = self._buf

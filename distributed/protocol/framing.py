@@ -26,6 +26,7 @@ import msgpack
 
 from distributed.protocol.serialize import (
     Frame,
+    SerializationError,
     Serialize,
     Serialized,
     deserialize as deserialize_object,
@@ -90,6 +91,8 @@ def loads(frames: Sequence[Frame], *, deserialize: bool = True) -> Any:
     ------
     ProtocolError
         When the frames do not form a message.
+    SerializationError
+        With ``deserialize=True``, when a serialised object does not deserialise.
     """
     if not frames:
         raise ProtocolError("A message needs at least one frame")
@@ -120,9 +123,10 @@ def loads(frames: Sequence[Frame], *, deserialize: bool = True) -> Any:
         return msgpack.unpackb(
             frames[0], use_list=False, strict_map_key=False, ext_hook=ext_hook
         )
-    except ProtocolError:
+    except (ProtocolError, SerializationError):
+        # SerializationError comes only from deserialising a well-framed
+        # object; anything else (e.g. TypeError for a map used as a map key)
+        # means the frames are not a message.
         raise
     except Exception as e:
-        if deserialize and not isinstance(e, (ValueError, msgpack.UnpackException)):
-            raise
         raise ProtocolError(f"Malformed message: {e!r}") from e

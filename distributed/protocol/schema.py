@@ -86,15 +86,20 @@ def _compile(tp: Any) -> Check:
         allowed = set(args)
 
         def check_literal(value: Any) -> str | None:
-            if value in allowed:
-                return None
+            try:
+                if value in allowed:
+                    return None
+            except TypeError:  # unhashable (a list or dict): not one of the values
+                pass
             return f"expected one of {sorted(map(repr, allowed))}, got {value!r}"
 
         return check_literal
     if origin in (list, tuple, collections.abc.Sequence, set, frozenset, collections.abc.Set):
+        homogeneous = origin is not tuple
         if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
             args = (args[0],)
-        if origin is tuple and len(args) != 1:
+            homogeneous = True
+        if not homogeneous:
             items = [_compile(a) for a in args]
 
             def check_fixed(value: Any) -> str | None:
@@ -144,7 +149,17 @@ def _compile(tp: Any) -> Check:
 
 def _compile_typeddict(td: Any) -> Check:
     hints = typing.get_type_hints(td)
-    required = frozenset(td.__required_keys__)
+    required = set(td.__required_keys__)
+    # Under ``from __future__ import annotations`` Python 3.11 builds
+    # ``__required_keys__`` from strings and counts ``NotRequired[...]`` fields
+    # as required; the resolved annotations say what each field really is.
+    for key, tp in typing.get_type_hints(td, include_extras=True).items():
+        while get_origin(tp) is typing.Annotated:
+            tp = get_args(tp)[0]
+        if get_origin(tp) is typing.NotRequired:
+            required.discard(key)
+        elif get_origin(tp) is typing.Required:
+            required.add(key)
     fields = {name: _compile(tp) for name, tp in hints.items()}
     name = td.__name__
 

@@ -1,0 +1,1733 @@
+"""The client: submit work, hold futures, gather results.
+
+A :class:`Client` connects to a scheduler and keeps one long-lived batched
+stream to it.  Graphs become ``update-graph`` messages of tasks, each carrying
+its own serialised run specification; the scheduler answers on the stream when
+keys are in memory (with the workers that hold them), erred, cancelled or
+lost.  :class:`Future` objects are references to keys: while one is alive the
+client wants the key, and when the last one goes the client releases it.
+Results are fetched straight from the workers that hold them.
+
+A synchronous client runs its own event loop in a background thread and
+waits on it through :func:`distributed.utils.sync`; an asynchronous one
+(``asynchronous=True``) runs on the caller's loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextvars
+import itertools
+import logging
+import threading
+import time
+import uuid
+import weakref
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
+
+import dask
+import dask.config
+from dask._task_spec import DataNode, GraphNode, Task, TaskRef, convert_legacy_graph
+from dask.base import collections_to_expr, tokenize
+from dask.core import flatten, validate_key
+from dask.sizeof import sizeof
+from dask.typing import NoDefault, no_default
+from dask.utils import funcname, parse_timedelta, typename
+
+from distributed.batched import BatchedSend
+from distributed.comm import Comm, CommClosedError, connect
+from distributed.core import ConnectionPool, Status, rebuild_exception, send_recv
+from distributed.exceptions import FutureCancelledError, LostDataError
+from distributed.protocol.messages import Key
+from distributed.protocol.serialize import Serialize, unwrap
+from distributed.utils import LoopRunner, sync, thread_state
+
+if TYPE_CHECKING:
+    from distributed.deploy.local import LocalCluster
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "Client",
+    "Future",
+    "as_completed",
+    "wait",
+    "futures_of",
+    "default_client",
+    "get_task_metadata",
+    "fire_and_forget",
+    "FIRST_COMPLETED",
+    "ALL_COMPLETED",
+]
+
+T = TypeVar("T")
+
+FIRST_COMPLETED: Literal["FIRST_COMPLETED"] = "FIRST_COMPLETED"
+ALL_COMPLETED: Literal["ALL_COMPLETED"] = "ALL_COMPLETED"
+
+_global_clients: weakref.WeakValueDictionary[int, Client] = weakref.WeakValueDictionary()
+_global_client_index = itertools.count()
+_current_client: contextvars.ContextVar[Client | None] = contextvars.ContextVar("_current_client", default=None)
+
+_SHUFFLE_CONFIG = {"dataframe.shuffle.method": "tasks", "array.rechunk.method": "tasks"}
+
+
+def _get_default_client() -> Client | None:
+    c = _current_client.get()
+    if c is not None and c.status not in ("closed", "closing"):
+        return c
+    for key in sorted(_global_clients.keys(), reverse=True):
+        c = _global_clients.get(key)
+        if c is not None and c.status not in ("closed", "closing"):
+            return c
+    return None
+
+
+def default_client(c: Client | None = None) -> Client:
+    """The client in use (``c`` if given).
+
+    Raises
+    ------
+    ValueError
+        When there is none.
+    """
+    c = c or _get_default_client()
+    if c is None:
+        raise ValueError(
+            "No clients found\nStart a client and point it to the scheduler address\n"
+            "  from distributed import Client\n  client = Client('ip-addr-of-scheduler:8786')\n"
+        )
+    return c
+
+
+class FutureState:
+    """What a client knows about one key; shared by all its futures."""
+
+    __slots__ = ("key", "status", "exception", "traceback", "workers", "type", "_event", "callbacks", "reason")
+
+    def __init__(self, key: Key) -> None:
+        self.key = key
+        self.status = "pending"
+        self.exception: Any = None
+        self.traceback: Any = None
+        self.workers: list[str] = []
+        self.type: str | None = None
+        self._event: asyncio.Event | None = None
+        self.callbacks: list[Callable[[], None]] = []
+        self.reason: str | None = None
+
+    def event(self) -> asyncio.Event:
+        """The event set when the key is done (create on the client's loop)."""
+        if self._event is None:
+            self._event = asyncio.Event()
+            if self.status != "pending":
+                self._event.set()
+        return self._event
+
+    def done(self) -> bool:
+        return self.status != "pending"
+
+    def _finish(self, status: str) -> None:
+        self.status = status
+        if self._event is not None:
+            self._event.set()
+        callbacks, self.callbacks = self.callbacks, []
+        for cb in callbacks:
+            try:
+                cb()
+            except Exception:
+                logger.exception("Future callback failed")
+
+    def finish(self, workers: Iterable[str], type_: str | None) -> None:
+        self.workers = list(workers)
+        self.type = type_
+        self._finish("finished")
+
+    def set_error(self, exception: Any, traceback: Any) -> None:
+        self.exception = exception
+        self.traceback = traceback
+        self._finish("error")
+
+    def cancel(self, reason: str | None = None) -> None:
+        self.reason = reason
+        self._finish("cancelled")
+
+    def lose(self) -> None:
+        self._finish("lost")
+
+    def reset(self) -> None:
+        self.status = "pending"
+        self.exception = None
+        self.traceback = None
+        self.workers = []
+        if self._event is not None:
+            self._event.clear()
+
+
+class Future(TaskRef):
+    """A remote result: a reference to one key on the cluster.
+
+    Parameters
+    ----------
+    key
+        The key.
+    client
+        The client it belongs to (default: the current client).
+
+    Examples
+    --------
+    >>> future = client.submit(sum, [1, 2, 3])  # doctest: +SKIP
+    >>> future.result()  # doctest: +SKIP
+    6
+    """
+
+    __slots__ = ("_client", "_state", "_bound", "__weakref__")
+
+    def __init__(self, key: Key, client: Client | None = None, state: FutureState | None = None, inform: bool = True) -> None:
+        super().__init__(key)
+        self._client: Client | None = None
+        self._state: FutureState | None = None
+        self._bound = False
+        if client is None:
+            try:
+                client = get_client_for_future()
+            except ValueError:
+                client = None
+        if client is not None:
+            self.bind_client(client, state, inform=inform)
+
+    def bind_client(self, client: Client, state: FutureState | None = None, inform: bool = True) -> None:
+        """Attach to ``client`` (keeping the key wanted while we live)."""
+        self._client = client
+        self._state = state or client._state_for(self.key, inform=inform)
+        client._inc_ref(self.key)
+        self._bound = True
+
+    @property
+    def client(self) -> Client:
+        """The client this future belongs to."""
+        if self._client is None:
+            self.bind_client(default_client())
+        assert self._client is not None
+        return self._client
+
+    @property
+    def executor(self) -> Client:
+        """Alias of :attr:`client`."""
+        return self.client
+
+    @property
+    def _fs(self) -> FutureState:
+        if self._state is None:
+            _ = self.client
+        assert self._state is not None
+        return self._state
+
+    @property
+    def status(self) -> str:
+        """``"pending"``, ``"finished"``, ``"error"``, ``"cancelled"`` or ``"lost"``."""
+        return self._fs.status
+
+    @property
+    def type(self) -> str | None:
+        """The type name of the result, once known."""
+        return self._fs.type
+
+    def done(self) -> bool:
+        """Whether the computation is complete (finished, erred or cancelled)."""
+        return self._fs.done()
+
+    def cancelled(self) -> bool:
+        """Whether the future was cancelled."""
+        return self._fs.status == "cancelled"
+
+    def result(self, timeout: float | str | None = None) -> Any:
+        """Wait for and return the result; re-raise its exception if it erred.
+
+        Raises
+        ------
+        TimeoutError
+            When it is not done within ``timeout`` seconds.
+        """
+        client = self.client
+        if client.asynchronous and client._in_loop_thread():
+            return self._result_coro(timeout)
+        return client.sync(self._result_coro, timeout)
+
+    async def _result_coro(self, timeout: float | str | None = None) -> Any:
+        client = self.client
+        t = parse_timedelta(timeout) if timeout is not None else None
+        try:
+            await asyncio.wait_for(self._fs.event().wait(), t)
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"Future {self.key!r} did not finish within {t} s") from None
+        result = await client._gather([self], errors="raise")
+        return result[0]
+
+    def exception(self, timeout: float | str | None = None) -> BaseException | None:
+        """The exception the task raised, or None."""
+        client = self.client
+
+        async def get() -> BaseException | None:
+            t = parse_timedelta(timeout) if timeout is not None else None
+            await asyncio.wait_for(self._fs.event().wait(), t)
+            return client._exception_of(self._fs)
+
+        if client.asynchronous and client._in_loop_thread():
+            return get()  # type: ignore[return-value]  # awaitable in asynchronous mode
+        return client.sync(get)
+
+    def traceback(self, timeout: float | str | None = None) -> Any:
+        """The traceback of the task's exception, or None."""
+        exc = self.exception(timeout)
+        return exc.__traceback__ if isinstance(exc, BaseException) else None
+
+    def cancel(self, reason: str | None = None, **kwargs: Any) -> Any:
+        """Cancel this future's task."""
+        return self.client.cancel([self], reason=reason, **kwargs)
+
+    def retry(self, **kwargs: Any) -> Any:
+        """Rerun this future's task if it erred."""
+        return self.client.retry([self], **kwargs)
+
+    def release(self) -> None:
+        """Stop wanting the key (also done when the future is garbage collected)."""
+        if self._bound and self._client is not None:
+            self._bound = False
+            self._client._dec_ref(self.key)
+
+    def add_done_callback(self, fn: Callable[[Future], Any]) -> None:
+        """Call ``fn(future)`` (in a separate thread) when the future is done."""
+        client = self.client
+        fs = self._fs
+
+        def run() -> None:
+            threading.Thread(target=_run_callback, args=(fn, self), daemon=True, name="future-callback").start()
+
+        def register() -> None:
+            if fs.done():
+                run()
+            else:
+                fs.callbacks.append(run)
+
+        client._call_in_loop(register)
+
+    def __del__(self) -> None:
+        try:
+            self.release()
+        except Exception:
+            pass
+
+    def __reduce__(self) -> Any:
+        return (Future, (self.key,))
+
+    def __dask_tokenize__(self) -> Any:
+        return (type(self).__name__, self.key)
+
+    def __await__(self) -> Any:
+        return self._result_coro().__await__()
+
+    def __repr__(self) -> str:
+        status = self._state.status if self._state is not None else "unbound"
+        t = f", type: {self._state.type}" if self._state is not None and self._state.type else ""
+        return f"<Future: {status}{t}, key: {self.key}>"
+
+    def __str__(self) -> str:
+        return repr(self)
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TaskRef) and other.key == self.key
+
+
+def _run_callback(fn: Callable[[Future], Any], future: Future) -> None:
+    try:
+        fn(future)
+    except Exception:
+        logger.exception("Error in a future's done-callback")
+
+
+def get_client_for_future() -> Client:
+    """The client that an unpickled future should bind to."""
+    from distributed.worker import get_client
+
+    return get_client()
+
+
+class Client:
+    """Connect to and submit computation to a cluster.
+
+    Parameters
+    ----------
+    address
+        The scheduler's address, a cluster object, or None to start a
+        :class:`~distributed.LocalCluster`.
+    loop
+        An event loop already running in another thread.
+    timeout
+        Seconds to wait for the scheduler.
+    set_as_default
+        Make this the client ``dask.compute`` uses.
+    scheduler_file
+        Read the scheduler's address from this file.
+    asynchronous
+        Run on the caller's event loop; methods return awaitables.
+    name
+        Shown in logs.
+    direct_to_workers
+        Fetch results straight from workers (always the case here).
+    **kwargs
+        Passed to ``LocalCluster`` when no address is given.
+
+    Examples
+    --------
+    >>> client = Client("tcp://127.0.0.1:8786")  # doctest: +SKIP
+    >>> client.submit(lambda x: x + 1, 10).result()  # doctest: +SKIP
+    11
+    """
+
+    _instances: weakref.WeakSet[Client] = weakref.WeakSet()
+
+    def __init__(
+        self,
+        address: Any = None,
+        loop: Any = None,
+        timeout: float | str | None | NoDefault = no_default,
+        set_as_default: bool = True,
+        scheduler_file: str | None = None,
+        security: Any = None,
+        asynchronous: bool = False,
+        name: str | None = None,
+        heartbeat_interval: Any = None,
+        serializers: Any = None,
+        deserializers: Any = None,
+        extensions: Any = None,
+        direct_to_workers: bool | None = None,
+        connection_limit: int = 512,
+        _in_worker: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        if timeout is no_default or timeout is None:
+            timeout = dask.config.get("distributed.comm.timeouts.connect")
+        self._timeout = float(parse_timedelta(timeout) or 30)
+        self.id = f"{type(self).__name__}-{uuid.uuid4()}"
+        self.name = name
+        self.asynchronous = asynchronous
+        self._set_as_default = set_as_default
+        self._in_worker = _in_worker
+        self.cluster: Any = None
+        self._own_cluster = False
+        self._cluster_kwargs = kwargs
+        if scheduler_file is not None:
+            import json
+
+            with open(scheduler_file) as f:
+                address = json.load(f)["address"]
+        if address is not None and not isinstance(address, str):
+            # A cluster object.
+            self.cluster = address
+            address = getattr(address, "scheduler_address", None)
+        elif address is None:
+            from_config = dask.config.get("scheduler-address", None)
+            address = from_config
+        self._address: str | None = address
+        self.scheduler_address: str | None = address
+        self.status = "newly-created"
+        self.futures: dict[Key, FutureState] = {}
+        self.refcount: defaultdict[Key, int] = defaultdict(int)
+        self._ref_lock = threading.Lock()
+        self._pending_release: list[Key] = []
+        self._release_scheduled = False
+        self.scheduler_comm: BatchedSend | None = None
+        self._comm: Comm | None = None
+        self.pool = ConnectionPool(limit=connection_limit)
+        self._stream_task: asyncio.Task[None] | None = None
+        self._config_token: Any = None
+        self._scheduler_identity: dict[str, Any] = {}
+        self._start_error: BaseException | None = None
+        self._loop_runner = LoopRunner(loop=loop)
+        self.loop = self._loop_runner.loop
+        self._started: asyncio.Future[Any] | None = None
+        Client._instances.add(self)
+        if set_as_default:
+            self._set_config_default()
+        if not asynchronous:
+            self._loop_runner.start()
+            try:
+                self.sync(self._start)
+            except BaseException:
+                self._cleanup_after_failed_start()
+                raise
+        else:
+            try:
+                self.loop = asyncio.get_running_loop()
+                self._loop_runner = LoopRunner(loop=self.loop)
+            except RuntimeError:
+                pass
+
+    # -- life cycle -------------------------------------------------------------------
+    def _cleanup_after_failed_start(self) -> None:
+        self.status = "closed"
+        self._restore_config()
+        self._loop_runner.stop()
+
+    def _set_config_default(self) -> None:
+        if self._config_token is None:
+            self._config_token = dask.config.set({"scheduler": "dask.distributed", **_SHUFFLE_CONFIG})
+        _global_clients[next(_global_client_index)] = self
+
+    def _restore_config(self) -> None:
+        token = self._config_token
+        if token is not None:
+            self._config_token = None
+            # Another default client may still be active: hand the config over.
+            remaining = [c for c in _global_clients.values() if c is not self and c.status not in ("closed", "closing")]
+            if not remaining:
+                try:
+                    token.__exit__(None, None, None)
+                except Exception:
+                    pass
+        for k, c in list(_global_clients.items()):
+            if c is self:
+                del _global_clients[k]
+
+    def __await__(self) -> Any:
+        return self._start_once().__await__()
+
+    async def _start_once(self) -> Client:
+        if self.status == "running":
+            return self
+        if self._started is None:
+            self._started = asyncio.ensure_future(self._start())
+        await asyncio.shield(self._started)
+        return self
+
+    async def _start(self) -> Client:
+        self.loop = asyncio.get_running_loop()
+        self.status = "connecting"
+        if self._address is None and self.cluster is None:
+            from distributed.deploy.local import LocalCluster
+
+            kwargs = dict(self._cluster_kwargs)
+            kwargs.setdefault("dashboard_address", None)
+            self.cluster = await LocalCluster(asynchronous=True, **kwargs)
+            self._own_cluster = True
+            self._address = self.cluster.scheduler_address
+        elif self.cluster is not None and self._address is None:
+            if getattr(self.cluster, "asynchronous", False):
+                await self.cluster
+            self._address = self.cluster.scheduler_address
+        assert self._address is not None
+        self.scheduler_address = self._address
+        comm = await connect(self._address, timeout=self._timeout, name="client->scheduler")
+        try:
+            await comm.write({"op": "register-client", "client": self.id})
+            response = await asyncio.wait_for(comm.read(), self._timeout)
+        except BaseException:
+            comm.abort()
+            raise
+        if not isinstance(response, dict) or response.get("status") != "OK":
+            comm.abort()
+            raise RuntimeError(f"Scheduler refused the client: {response!r}")
+        self._comm = comm
+        bs = BatchedSend(interval=float(parse_timedelta(dask.config.get("distributed.client.batched-send-interval")) or 0.002), name="client->scheduler")
+        bs.start(comm)
+        self.scheduler_comm = bs
+        self._stream_task = asyncio.get_running_loop().create_task(self._handle_report(comm), name="client-report")
+        self.status = "running"
+        if self._pending_release:
+            self._flush_releases()
+        return self
+
+    async def _handle_report(self, comm: Comm) -> None:
+        try:
+            while True:
+                msgs = await comm.read()
+                if isinstance(msgs, dict):
+                    msgs = (msgs,)
+                for msg in msgs:
+                    try:
+                        self._handle_report_msg(msg)
+                    except Exception:
+                        logger.exception("Bad message from the scheduler: %r", msg)
+        except (CommClosedError, asyncio.CancelledError):
+            pass
+        if self.status not in ("closing", "closed"):
+            logger.warning("Lost connection to the scheduler at %s", self._address)
+            self.status = "closed"
+            for fs in list(self.futures.values()):
+                if not fs.done():
+                    fs.cancel("scheduler-connection-lost")
+
+    def _handle_report_msg(self, msg: Mapping[str, Any]) -> None:
+        op = msg.get("op")
+        if op == "key-in-memory":
+            fs = self.futures.get(msg["key"])
+            if fs is not None:
+                fs.finish(msg.get("workers", ()), msg.get("type"))
+        elif op == "task-erred":
+            fs = self.futures.get(msg["key"])
+            if fs is not None:
+                fs.set_error(msg, msg.get("traceback"))
+        elif op == "cancelled-keys":
+            for key in msg["keys"]:
+                fs = self.futures.get(key)
+                if fs is not None:
+                    fs.cancel(msg.get("reason"))
+        elif op == "lost-data":
+            fs = self.futures.get(msg["key"])
+            if fs is not None:
+                fs.lose()
+        else:
+            logger.debug("Unknown message from the scheduler: %r", op)
+
+    def _in_loop_thread(self) -> bool:
+        try:
+            return asyncio.get_running_loop() is self.loop
+        except RuntimeError:
+            return False
+
+    def sync(self, func: Callable[..., Awaitable[T]], *args: Any, asynchronous: bool | None = None, callback_timeout: Any = None, **kwargs: Any) -> Any:
+        """Run ``func`` on the client's loop: await it, or return an awaitable when asynchronous."""
+        asynchronous = self.asynchronous if asynchronous is None else asynchronous
+        if asynchronous or self._in_loop_thread():
+            coro = func(*args, **kwargs)
+            if callback_timeout is not None:
+                return asyncio.wait_for(coro, parse_timedelta(callback_timeout))
+            return coro
+        return sync(self.loop, func, *args, callback_timeout=callback_timeout, **kwargs)
+
+    def _call_in_loop(self, fn: Callable[[], None]) -> None:
+        if self._in_loop_thread():
+            fn()
+        elif not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(fn)
+
+    async def _close(self, fast: bool = False) -> None:
+        if self.status == "closed" and self._comm is None:
+            return
+        self.status = "closing"
+        bs = self.scheduler_comm
+        if bs is not None:
+            try:
+                if self.refcount:
+                    bs.send({"op": "client-releases-keys", "client": self.id, "keys": list(self.refcount)})
+                bs.send({"op": "close-client", "client": self.id})
+            except CommClosedError:
+                pass
+            await bs.close(timeout=2)
+        if self._stream_task is not None:
+            self._stream_task.cancel()
+            try:
+                await self._stream_task
+            except BaseException:
+                pass
+        if self._comm is not None:
+            self._comm.abort()
+            self._comm = None
+        await self.pool.close()
+        for fs in self.futures.values():
+            if not fs.done():
+                fs.cancel("client-closed")
+        if self._own_cluster and self.cluster is not None:
+            await self.cluster.close()
+        self.status = "closed"
+        self._restore_config()
+
+    def close(self, timeout: Any = no_default) -> Any:
+        """Close the client (and the LocalCluster it started, if any)."""
+        if self.status == "closed":
+            if self.asynchronous:
+                return _noop()
+            self._loop_runner.stop()
+            return None
+        if self.asynchronous:
+            return self._close()
+        try:
+            if not self.loop.is_closed() and self._loop_runner.is_started or self._loop_runner.thread is None:
+                self.sync(self._close)
+        except Exception:
+            logger.debug("Error while closing the client", exc_info=True)
+        finally:
+            self.status = "closed"
+            self._restore_config()
+            self._loop_runner.stop()
+        return None
+
+    def shutdown(self) -> Any:
+        """Close the scheduler and workers, then the client."""
+
+        async def _shutdown() -> None:
+            if self.cluster is not None:
+                await self.cluster.close()
+            await self._close()
+
+        return self.sync(_shutdown)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Client:
+        await self._start_once()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._close()
+
+    def __del__(self) -> None:
+        if getattr(self, "status", "closed") != "closed" and not self.asynchronous:
+            try:
+                self.close()
+            except Exception:
+                pass
+
+    def __repr__(self) -> str:
+        return f"<Client: {self.scheduler_address!r} status={self.status}>"
+
+    @classmethod
+    def current(cls, allow_global: bool = True) -> Client:
+        """The client in use in this context.
+
+        Raises
+        ------
+        ValueError
+            When there is none.
+        """
+        c = _current_client.get()
+        if c is not None and c.status not in ("closed", "closing"):
+            return c
+        if allow_global:
+            return default_client()
+        raise ValueError("No client is current in this context")
+
+    def as_current(self) -> Any:
+        """A context manager making this the current client."""
+        client = self
+
+        class _AsCurrent:
+            token: contextvars.Token[Client | None] | None = None
+            cfg: Any = None
+
+            def __enter__(self) -> Client:
+                self.token = _current_client.set(client)
+                self.cfg = dask.config.set({"scheduler": "dask.distributed", **_SHUFFLE_CONFIG})
+                return client
+
+            def __exit__(self, *exc: object) -> None:
+                if self.cfg is not None:
+                    self.cfg.__exit__(None, None, None)
+                if self.token is not None:
+                    _current_client.reset(self.token)
+
+        return _AsCurrent()
+
+    @property
+    def scheduler(self) -> Any:
+        """A handle on the scheduler (its address)."""
+        return _SchedulerHandle(self)
+
+    @property
+    def dashboard_link(self) -> str | None:
+        """Link to the dashboard, when the scheduler serves one."""
+        services = self._scheduler_identity.get("services", {})
+        port = services.get("dashboard")
+        if port and self.scheduler_address:
+            host = self.scheduler_address.split("://")[-1].rsplit(":", 1)[0]
+            return f"http://{host}:{port}/status"
+        return None
+
+    # -- reference counting -------------------------------------------------------------
+    def _state_for(self, key: Key, inform: bool = True) -> FutureState:
+        fs = self.futures.get(key)
+        if fs is None:
+            fs = self.futures[key] = FutureState(key)
+        return fs
+
+    def _inc_ref(self, key: Key) -> None:
+        with self._ref_lock:
+            self.refcount[key] += 1
+
+    def _dec_ref(self, key: Key) -> None:
+        with self._ref_lock:
+            n = self.refcount.get(key, 0) - 1
+            if n > 0:
+                self.refcount[key] = n
+                return
+            self.refcount.pop(key, None)
+            self._pending_release.append(key)
+            if self._release_scheduled:
+                return
+            self._release_scheduled = True
+        if self.status in ("closing", "closed") or self.loop.is_closed():
+            return
+        try:
+            self._call_in_loop(self._flush_releases)
+        except RuntimeError:
+            pass
+
+    def _flush_releases(self) -> None:
+        with self._ref_lock:
+            keys = [k for k in self._pending_release if k not in self.refcount]
+            self._pending_release = []
+            self._release_scheduled = False
+        if not keys:
+            return
+        for k in keys:
+            self.futures.pop(k, None)
+        bs = self.scheduler_comm
+        if bs is not None and self.status == "running":
+            try:
+                bs.send({"op": "client-releases-keys", "client": self.id, "keys": keys})
+            except CommClosedError:
+                pass
+
+    # -- submitting work ------------------------------------------------------------------
+    def _send_graph(
+        self,
+        tasks: Mapping[Key, GraphNode],
+        keys: Iterable[Key],
+        *,
+        priorities: Mapping[Key, int] | None = None,
+        annotations: Mapping[str, Mapping[Key, Any]] | None = None,
+        global_annotations: Mapping[str, Any] | None = None,
+        user_priority: int = 0,
+    ) -> list[Future]:
+        """Ship a graph of GraphNodes and return futures for ``keys`` (on the loop)."""
+        keys = list(keys)
+        futures = [Future(k, self) for k in keys]
+        for f in futures:
+            if f._fs.status in ("cancelled", "lost"):
+                f._fs.reset()
+        specs: dict[Key, dict[str, Any]] = {}
+        per_key: dict[Key, dict[str, Any]] = defaultdict(dict)
+        for name, values in (annotations or {}).items():
+            for k, v in values.items():
+                per_key[k][name] = v
+        for key, node in tasks.items():
+            spec: dict[str, Any] = {
+                "run_spec": Serialize(node),
+                "dependencies": list(node.dependencies),
+                "order": priorities.get(key, 0) if priorities else 0,
+            }
+            ann = per_key.get(key)
+            if ann:
+                spec["annotations"] = ann
+            specs[key] = spec
+        msg: dict[str, Any] = {
+            "op": "update-graph",
+            "client": self.id,
+            "tasks": specs,
+            "keys": keys,
+            "priority": user_priority,
+            "stimulus_id": f"update-graph-{time.time()}",
+        }
+        if global_annotations:
+            msg["annotations"] = dict(global_annotations)
+        self._send_to_scheduler(msg)
+        return futures
+
+    def _send_to_scheduler(self, msg: dict[str, Any]) -> None:
+        bs = self.scheduler_comm
+        if bs is None or self.status not in ("running", "connecting"):
+            raise RuntimeError(f"Client is not connected (status: {self.status})")
+        if self._in_loop_thread():
+            bs.send(msg)
+        else:
+            self.loop.call_soon_threadsafe(_send_safely, bs, msg)
+
+    def submit(
+        self,
+        func: Callable[..., Any],
+        *args: Any,
+        key: Key | None = None,
+        workers: Any = None,
+        resources: dict[str, float] | None = None,
+        retries: int | None = None,
+        priority: int = 0,
+        fifo_timeout: Any = "100 ms",
+        allow_other_workers: bool = False,
+        actor: bool = False,
+        actors: bool = False,
+        pure: bool = True,
+        **kwargs: Any,
+    ) -> Future:
+        """Run ``func(*args, **kwargs)`` on the cluster; return a :class:`Future`.
+
+        Examples
+        --------
+        >>> c.submit(add, 1, 2)  # doctest: +SKIP
+        <Future: pending, key: add-ebf39f96ad7174656f97097d658f3fa2>
+        """
+        if not callable(func):
+            raise TypeError("First input to submit must be a callable function")
+        if key is None:
+            if pure:
+                key = f"{funcname(func)}-{tokenize(func, kwargs, *args)}"
+            else:
+                key = f"{funcname(func)}-{uuid.uuid4()}"
+        else:
+            validate_key(key)
+        with self._ref_lock:
+            existing = key in self.futures and self.futures[key].status in ("pending", "finished", "error")
+        if existing:
+            return Future(key, self)
+        task = Task(key, func, *args, **kwargs)
+        ann = _annotations(workers, resources, retries, allow_other_workers)
+        return self._run_on_loop(lambda: self._send_graph({key: task}, [key], priorities={key: 0}, global_annotations=ann, user_priority=priority)[0])
+
+    def map(
+        self,
+        func: Callable[..., Any],
+        *iterables: Collection[Any],
+        key: str | list[Key] | None = None,
+        workers: Any = None,
+        retries: int | None = None,
+        resources: dict[str, float] | None = None,
+        priority: int = 0,
+        allow_other_workers: bool = False,
+        fifo_timeout: Any = "100 ms",
+        actor: bool = False,
+        actors: bool = False,
+        pure: bool = True,
+        batch_size: int | None = None,
+        **kwargs: Any,
+    ) -> list[Future]:
+        """Apply ``func`` to each element of the iterables; return a list of futures."""
+        if not callable(func):
+            raise TypeError("First input to map must be a callable function")
+        if all(isinstance(it, (Future,)) for it in iterables) and iterables:
+            raise TypeError("map() needs iterables, not futures")
+        seqs = [list(it) for it in iterables]
+        if not seqs:
+            return []
+        n = min(len(s) for s in seqs)
+        name = funcname(func)
+        if isinstance(key, list):
+            keys: list[Key] = list(key)
+        elif pure:
+            prefix = key or name
+            ftoken = tokenize(func, kwargs)
+            keys = [f"{prefix}-{tokenize(ftoken, *args)}" for args in zip(*seqs)]
+        else:
+            prefix = key or name
+            keys = [f"{prefix}-{uuid.uuid4()}" for _ in range(n)]
+        tasks: dict[Key, GraphNode] = {}
+        for k, args in zip(keys, zip(*seqs)):
+            if k not in tasks:
+                tasks[k] = Task(k, func, *args, **kwargs)
+        ann = _annotations(workers, resources, retries, allow_other_workers)
+        order = {k: i for i, k in enumerate(tasks)}
+        return self._run_on_loop(lambda: self._send_graph(tasks, keys, priorities=order, global_annotations=ann, user_priority=priority))
+
+    def _run_on_loop(self, fn: Callable[[], T]) -> T:
+        if self._in_loop_thread() or self.loop.is_closed():
+            return fn()
+        if self.status != "running":
+            raise RuntimeError(f"Client is not running (status: {self.status})")
+        result: list[Any] = []
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                result.append((True, fn()))
+            except BaseException as e:
+                result.append((False, e))
+            finally:
+                done.set()
+
+        self.loop.call_soon_threadsafe(run)
+        done.wait()
+        ok, value = result[0]
+        if not ok:
+            raise value
+        return value  # type: ignore[no-any-return]  # produced by fn
+
+    # -- collections ----------------------------------------------------------------------
+    def _materialize(self, expr: Any) -> tuple[dict[Key, GraphNode], dict[str, dict[Key, Any]]]:
+        dsk = expr.__dask_graph__()
+        try:
+            annotations = expr.__dask_annotations__()
+        except AttributeError:
+            annotations = {}
+        graph = convert_legacy_graph(dict(dsk))
+        return graph, annotations or {}
+
+    def _submit_expr(self, expr: Any, keys: list[Key], kwargs: Mapping[str, Any]) -> list[Future]:
+        graph, annotations = self._materialize(expr)
+        # Futures of keys held elsewhere (persisted collections, futures in graphs)
+        # stay alive until the scheduler has the new graph: the release would come
+        # after it on the same stream.
+        priorities = dask.order.order(graph) if graph else {}
+        ann = _annotations(kwargs.get("workers"), kwargs.get("resources"), kwargs.get("retries"), kwargs.get("allow_other_workers", False))
+        return self._run_on_loop(
+            lambda: self._send_graph(
+                graph,
+                keys,
+                priorities={k: int(v) if isinstance(v, int) else int(getattr(v, "priority", 0)) for k, v in priorities.items()},
+                annotations=annotations,
+                global_annotations=ann,
+                user_priority=int(kwargs.get("priority", 0) or 0),
+            )
+        )
+
+    def compute(
+        self,
+        collections: Any,
+        sync: bool = False,
+        optimize_graph: bool = True,
+        workers: Any = None,
+        allow_other_workers: bool = False,
+        resources: Any = None,
+        retries: int | None = None,
+        priority: int = 0,
+        fifo_timeout: Any = "60s",
+        actors: Any = None,
+        traverse: bool = True,
+        **kwargs: Any,
+    ) -> Any:
+        """Start computing collections; return futures (or results with ``sync=True``)."""
+        from dask._expr import FinalizeCompute
+
+        singleton = not isinstance(collections, (list, tuple, set))
+        seq = [collections] if singleton else list(collections)
+        dask_idx = [i for i, c in enumerate(seq) if dask.is_dask_collection(c)]
+        results: list[Any] = list(seq)
+        if dask_idx:
+            colls = [seq[i] for i in dask_idx]
+            expr = collections_to_expr(colls, optimize_graph)
+            expr = FinalizeCompute(expr).optimize()
+            keys = list(flatten(expr.__dask_keys__()))
+            opts = {"workers": workers, "resources": resources, "retries": retries, "allow_other_workers": allow_other_workers, "priority": priority}
+            futures = self._submit_expr(expr, keys, opts)
+            for i, f in zip(dask_idx, futures):
+                results[i] = f
+        if sync:
+            results = self.gather(results)
+        if singleton:
+            return results[0]
+        return results
+
+    def persist(
+        self,
+        collections: Any,
+        optimize_graph: bool = True,
+        workers: Any = None,
+        allow_other_workers: bool = False,
+        resources: Any = None,
+        retries: int | None = None,
+        priority: int = 0,
+        fifo_timeout: Any = "60s",
+        actors: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Start computing collections; return them backed by futures."""
+        singleton = not isinstance(collections, (list, tuple))
+        seq = [collections] if singleton else list(collections)
+        dask_idx = [i for i, c in enumerate(seq) if dask.is_dask_collection(c)]
+        out: list[Any] = list(seq)
+        if dask_idx:
+            colls = [seq[i] for i in dask_idx]
+            expr = collections_to_expr(colls, optimize_graph).optimize()
+            per_coll_keys = [list(flatten(k)) for k in expr.__dask_keys__()]
+            if len(per_coll_keys) != len(colls):
+                per_coll_keys = [list(flatten(c.__dask_keys__())) for c in colls]
+            all_keys = [k for ks in per_coll_keys for k in ks]
+            opts = {"workers": workers, "resources": resources, "retries": retries, "allow_other_workers": allow_other_workers, "priority": priority}
+            futures = self._submit_expr(expr, all_keys, opts)
+            by_key = dict(zip(all_keys, futures))
+            for i, c, ks in zip(dask_idx, colls, per_coll_keys):
+                rebuild, state = c.__dask_postpersist__()
+                out[i] = rebuild({k: by_key[k] for k in ks}, *state)
+        if singleton:
+            return out[0]
+        return out
+
+    def get(
+        self,
+        dsk: Any,
+        keys: Any,
+        workers: Any = None,
+        allow_other_workers: bool | None = None,
+        resources: Any = None,
+        sync: bool = True,
+        asynchronous: bool | None = None,
+        direct: bool | None = None,
+        retries: int | None = None,
+        priority: int = 0,
+        fifo_timeout: Any = "60s",
+        actors: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Compute a graph (an ``Expr`` or a dict) and return the values of ``keys``."""
+        from dask._expr import Expr, HLGExpr, LLGExpr
+        from dask.highlevelgraph import HighLevelGraph
+
+        if isinstance(dsk, HighLevelGraph):
+            expr = HLGExpr(dsk)
+        elif isinstance(dsk, Mapping):
+            expr = LLGExpr(dict(dsk))
+        elif isinstance(dsk, Expr):
+            expr = dsk
+        else:
+            raise TypeError(f"Client.get expects a graph (Expr or dict), got {type(dsk).__name__}")
+        flat = list(flatten(keys)) if isinstance(keys, list) else [keys]
+        for k in flat:
+            validate_key(k)
+        opts = {"workers": workers, "resources": resources, "retries": retries, "allow_other_workers": bool(allow_other_workers), "priority": priority}
+        graph, annotations = self._materialize(expr)
+        if isinstance(expr, LLGExpr):
+            from dask._task_spec import cull
+
+            graph = cull(graph, flat) if flat else graph
+        futures = self._submit_expr_graph(graph, annotations, flat, opts)
+        by_key = dict(zip(flat, futures))
+        packed = _pack_keys(keys, by_key)
+        if not sync:
+            return packed
+        asynchronous = self.asynchronous if asynchronous is None else asynchronous
+        if asynchronous:
+            return self._gather(packed)
+        try:
+            return self.gather(packed)
+        finally:
+            del futures, by_key, packed
+
+    def _submit_expr_graph(self, graph: dict[Key, GraphNode], annotations: Mapping[str, Any], keys: list[Key], opts: Mapping[str, Any]) -> list[Future]:
+        priorities = dask.order.order(graph) if graph else {}
+        ann = _annotations(opts.get("workers"), opts.get("resources"), opts.get("retries"), opts.get("allow_other_workers", False))
+        return self._run_on_loop(
+            lambda: self._send_graph(
+                graph, keys, priorities={k: int(v) if isinstance(v, int) else int(getattr(v, "priority", 0)) for k, v in priorities.items()},
+                annotations=annotations, global_annotations=ann, user_priority=int(opts.get("priority", 0) or 0),
+            )
+        )
+
+    # -- gathering ------------------------------------------------------------------------------
+    def _exception_of(self, fs: FutureState) -> BaseException | None:
+        if fs.status == "error":
+            return rebuild_exception(fs.exception)
+        if fs.status == "cancelled":
+            return FutureCancelledError(fs.key, fs.reason)
+        if fs.status == "lost":
+            return LostDataError(f"Data for {fs.key!r} was lost")
+        return None
+
+    async def _gather(self, futures: Any, errors: str = "raise", direct: bool | None = None, local_worker: Any = None) -> Any:
+        flat: list[Future] = []
+        _collect_futures(futures, flat)
+        for f in flat:
+            if f.client is not self:
+                raise ValueError("Futures from another client cannot be gathered here")
+        pending = {f.key: f._fs for f in flat}
+        bad: set[Key] = set()
+        for key, fs in pending.items():
+            await fs.event().wait()
+            if fs.status != "finished":
+                if errors == "raise":
+                    exc = self._exception_of(fs)
+                    assert exc is not None
+                    raise exc
+                bad.add(key)
+        wanted = [k for k in pending if k not in bad]
+        data = await self._fetch(wanted, {k: pending[k] for k in wanted})
+        if errors == "skip":
+            return _substitute(futures, data, skip=bad)
+        return _substitute(futures, data)
+
+    async def _fetch(self, keys: list[Key], states: Mapping[Key, FutureState]) -> dict[Key, Any]:
+        """Fetch values straight from the workers that hold them."""
+        data: dict[Key, Any] = {}
+        missing = list(keys)
+        attempts = 0
+        while missing:
+            attempts += 1
+            by_worker: defaultdict[str, list[Key]] = defaultdict(list)
+            unknown: list[Key] = []
+            for k in missing:
+                workers = states[k].workers if k in states else []
+                if workers:
+                    by_worker[workers[(attempts - 1) % len(workers)]].append(k)
+                else:
+                    unknown.append(k)
+            results = await asyncio.gather(*(self._get_data(w, ks) for w, ks in by_worker.items()), return_exceptions=True)
+            for (w, ks), res in zip(by_worker.items(), results):
+                if isinstance(res, BaseException):
+                    logger.debug("Gather from %s failed: %r", w, res)
+                    continue
+                for k, v in res.items():
+                    data[k] = v
+            missing = [k for k in missing if k not in data]
+            if not missing:
+                break
+            if attempts > 20:
+                raise RuntimeError(f"Could not gather {len(missing)} keys, e.g. {missing[:3]}")
+            who_has = await self._scheduler_call({"op": "who_has", "keys": missing})
+            for k in missing:
+                fs = states.get(k)
+                if fs is None:
+                    continue
+                holders = list(who_has.get(k, ()))
+                if holders:
+                    fs.workers = holders
+                else:
+                    # Not in memory any more (lost, recomputing): wait for it again.
+                    if fs.status == "finished":
+                        fs.reset()
+                    await fs.event().wait()
+                    if fs.status != "finished":
+                        exc = self._exception_of(fs)
+                        assert exc is not None
+                        raise exc
+        return data
+
+    async def _get_data(self, worker: str, keys: list[Key]) -> dict[Key, Any]:
+        response = await self.pool.call(worker, {"op": "get_data", "keys": keys, "who": self.id})
+        raw = response.get("data", {}) if isinstance(response, dict) else {}
+        return {k: unwrap(v) for k, v in raw.items()}
+
+    async def _scheduler_call(self, msg: Mapping[str, Any]) -> Any:
+        assert self._address is not None
+        return await self.pool.call(self._address, msg)
+
+    def gather(self, futures: Any, errors: str = "raise", direct: bool | None = None, asynchronous: bool | None = None) -> Any:
+        """The results of futures, in the same structure (lists, dicts, ...).
+
+        ``errors="raise"`` re-raises the first error; ``"skip"`` leaves erred
+        futures out.
+        """
+        if isinstance(futures, Iterator):
+            return (self.gather(f, errors=errors, direct=direct) for f in futures)
+        if thread_state.__dict__.get("worker") is not None and not self.asynchronous:
+            from distributed.worker import secede
+
+            secede()
+        return self.sync(self._gather, futures, errors=errors, asynchronous=asynchronous)
+
+    # -- scatter --------------------------------------------------------------------------------
+    async def _scatter(self, data: Any, workers: Any = None, broadcast: bool = False, hash: bool = True, timeout: Any = None) -> Any:
+        if isinstance(data, type(iter([]))) or isinstance(data, Iterator):
+            data = list(data)
+        single = False
+        if isinstance(data, dict):
+            items = dict(data)
+        elif isinstance(data, (list, tuple, set, frozenset)):
+            seq = list(data)
+            if hash:
+                keys = [f"{typename(type(x))}-{tokenize(x)}" for x in seq]
+            else:
+                keys = [f"{typename(type(x))}-{uuid.uuid4()}" for x in seq]
+            items = dict(zip(keys, seq))
+        else:
+            single = True
+            key = f"{typename(type(data))}-{tokenize(data) if hash else uuid.uuid4()}"
+            items = {key: data}
+        nthreads: dict[str, int] = await self._scheduler_call({"op": "nthreads", "workers": _as_worker_list(workers)})
+        if not nthreads:
+            deadline = time.monotonic() + self._timeout
+            while not nthreads:
+                if time.monotonic() > deadline:
+                    raise TimeoutError("No valid workers found to scatter to")
+                await asyncio.sleep(0.05)
+                nthreads = await self._scheduler_call({"op": "nthreads", "workers": _as_worker_list(workers)})
+        addrs = sorted(nthreads)
+        assignment: defaultdict[str, dict[Key, Any]] = defaultdict(dict)
+        if broadcast:
+            for a in addrs:
+                assignment[a] = {k: Serialize(v) for k, v in items.items()}
+        else:
+            for i, (k, v) in enumerate(items.items()):
+                assignment[addrs[i % len(addrs)]][k] = Serialize(v)
+        replies = await asyncio.gather(*(self.pool.call(a, {"op": "update_data", "data": d}) for a, d in assignment.items()))
+        who_has: defaultdict[Key, list[str]] = defaultdict(list)
+        nbytes: dict[Key, int] = {}
+        types: dict[Key, str] = {}
+        for (a, d), reply in zip(assignment.items(), replies):
+            for k in d:
+                who_has[k].append(a)
+                nbytes[k] = reply["nbytes"].get(k, 0)
+                types[k] = reply["types"].get(k, "")
+        futures = {k: Future(k, self) for k in items}
+        for k, f in futures.items():
+            fs = f._fs
+            if fs.status != "finished":
+                fs.reset()
+        await self._scheduler_call({"op": "update-data", "client": self.id, "who_has": dict(who_has), "nbytes": nbytes, "types": types})
+        for k, f in futures.items():
+            if f._fs.status == "pending":
+                f._fs.finish(who_has[k], types.get(k))
+        if single:
+            return futures[next(iter(items))]
+        if isinstance(data, dict):
+            return futures
+        return type(data)(futures[k] for k in items) if isinstance(data, (list, tuple)) else [futures[k] for k in items]
+
+    def scatter(self, data: Any, workers: Any = None, broadcast: bool = False, direct: bool | None = None, hash: bool = True, timeout: Any = no_default, asynchronous: bool | None = None) -> Any:
+        """Move data to workers; return futures in the same structure."""
+        return self.sync(self._scatter, data, workers=workers, broadcast=broadcast, hash=hash, asynchronous=asynchronous)
+
+    # -- cancel, retry ------------------------------------------------------------------------
+    async def _cancel(self, futures: Any, reason: str | None = None, force: bool = False) -> None:
+        flat: list[Future] = []
+        _collect_futures(futures, flat)
+        keys = list({f.key for f in flat})
+        if not keys:
+            return
+        await self._scheduler_call({"op": "cancel-keys", "client": self.id, "keys": keys, "force": force, "reason": reason or "cancelled by a client"})
+        for k in keys:
+            fs = self.futures.get(k)
+            if fs is not None and not fs.done():
+                fs.cancel(reason)
+
+    def cancel(self, futures: Any, asynchronous: bool | None = None, force: bool = False, reason: str | None = None, msg: str | None = None) -> Any:
+        """Cancel the tasks of these futures (and what depends on them)."""
+        return self.sync(self._cancel, futures, reason=reason or msg, force=force, asynchronous=asynchronous)
+
+    async def _retry(self, futures: Any) -> None:
+        flat: list[Future] = []
+        _collect_futures(futures, flat)
+        for f in flat:
+            f._fs.reset()
+        await self._scheduler_call({"op": "retry", "client": self.id, "keys": [f.key for f in flat]})
+        # Dependents erred by blame are reset too: ask for them again.
+        self._send_to_scheduler({"op": "client-desires-keys", "client": self.id, "keys": [f.key for f in flat]})
+
+    def retry(self, futures: Any, asynchronous: bool | None = None) -> Any:
+        """Rerun erred futures."""
+        return self.sync(self._retry, futures, asynchronous=asynchronous)
+
+    # -- running functions ----------------------------------------------------------------
+    async def _run(self, function: Callable[..., Any], *args: Any, workers: Any = None, wait: bool = True, nanny: bool = False, on_error: str = "raise", **kwargs: Any) -> Any:
+        response = await self._scheduler_call(
+            {"op": "broadcast", "function": Serialize(function), "args": Serialize(args), "kwargs": Serialize(kwargs), "workers": _as_worker_list(workers), "wait": wait}
+        )
+        results: dict[str, Any] = {}
+        for addr, resp in response.items():
+            if resp.get("status") == "OK":
+                results[addr] = unwrap(resp.get("result"))
+            else:
+                exc = rebuild_exception(resp)
+                if on_error == "raise":
+                    raise exc
+                if on_error == "return":
+                    results[addr] = exc
+        return results if wait else None
+
+    def run(self, function: Callable[..., Any], *args: Any, workers: Any = None, wait: bool = True, nanny: bool = False, on_error: str = "raise", **kwargs: Any) -> Any:
+        """Run ``function(*args, **kwargs)`` on every worker (or some); return ``{address: result}``.
+
+        A ``dask_worker`` keyword argument, if the function takes one, receives the worker.
+        """
+        return self.sync(self._run, function, *args, workers=workers, wait=wait, nanny=nanny, on_error=on_error, **kwargs)
+
+    async def _run_on_scheduler(self, function: Callable[..., Any], *args: Any, wait: bool = True, **kwargs: Any) -> Any:
+        result = await self._scheduler_call(
+            {"op": "run_function", "function": Serialize(function), "args": Serialize(args), "kwargs": Serialize(kwargs), "wait": wait}
+        )
+        return unwrap(result)
+
+    def run_on_scheduler(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run ``function`` on the scheduler; a ``dask_scheduler`` argument receives it."""
+        return self.sync(self._run_on_scheduler, function, *args, **kwargs)
+
+    # -- plugins --------------------------------------------------------------------------
+    def register_plugin(self, plugin: Any, name: str | None = None, idempotent: bool | None = None) -> Any:
+        """Register a scheduler or worker plugin."""
+        from distributed.diagnostics.plugin import SchedulerPlugin, WorkerPlugin
+
+        name = name or getattr(plugin, "name", None) or f"{type(plugin).__name__}-{uuid.uuid4()}"
+        if isinstance(plugin, SchedulerPlugin):
+            return self.sync(self._scheduler_call, {"op": "register_scheduler_plugin", "plugin": Serialize(plugin), "name": name, "idempotent": bool(idempotent)})
+        if isinstance(plugin, WorkerPlugin):
+
+            async def add(dask_worker: Any, plugin: Any = plugin, name: str = name) -> None:
+                await dask_worker.add_plugin(plugin, name=name)
+
+            return self.run(add)
+        raise TypeError(f"Unknown plugin type {type(plugin).__name__}")
+
+    def unregister_scheduler_plugin(self, name: str) -> Any:
+        """Remove a scheduler plugin."""
+        return self.sync(self._scheduler_call, {"op": "unregister_scheduler_plugin", "name": name})
+
+    # -- information ----------------------------------------------------------------------
+    def scheduler_info(self, **kwargs: Any) -> dict[str, Any]:
+        """The scheduler's identity and its workers."""
+        info: dict[str, Any] = self.sync(self._scheduler_call, {"op": "identity"})
+        if not self.asynchronous:
+            self._scheduler_identity = info
+        return info
+
+    def nthreads(self, workers: Any = None, **kwargs: Any) -> Any:
+        """Threads per worker."""
+        return self.sync(self._scheduler_call, {"op": "nthreads", "workers": _as_worker_list(workers)})
+
+    ncores = nthreads
+
+    def who_has(self, futures: Any = None, **kwargs: Any) -> Any:
+        """Which workers hold each key."""
+        keys = None
+        if futures is not None:
+            flat: list[Future] = []
+            _collect_futures(futures, flat)
+            keys = [f.key for f in flat]
+        return self.sync(self._scheduler_call, {"op": "who_has", "keys": keys})
+
+    def has_what(self, workers: Any = None, **kwargs: Any) -> Any:
+        """Which keys each worker holds."""
+        return self.sync(self._scheduler_call, {"op": "has_what", "workers": _as_worker_list(workers)})
+
+    def processing(self, workers: Any = None) -> Any:
+        """Which keys each worker is running."""
+        return self.sync(self._scheduler_call, {"op": "processing", "workers": _as_worker_list(workers)})
+
+    def nbytes(self, keys: Any = None, summary: bool = True, **kwargs: Any) -> Any:
+        """Bytes held per key."""
+        return self.sync(self._scheduler_call, {"op": "nbytes", "keys": keys})
+
+    def story(self, *keys_or_stimuli: Any, **kwargs: Any) -> Any:
+        """The scheduler's transition log for these keys."""
+        keys = [k.key if isinstance(k, TaskRef) else k for k in keys_or_stimuli]
+        return self.sync(self._scheduler_call, {"op": "story", "keys": keys})
+
+    def wait_for_workers(self, n_workers: int, timeout: Any = None) -> Any:
+        """Wait until ``n_workers`` workers are connected."""
+        t = parse_timedelta(timeout) if timeout is not None else None
+
+        async def waiter() -> None:
+            await asyncio.wait_for(self._scheduler_call({"op": "wait_for_workers", "n_workers": n_workers}), t)
+
+        return self.sync(waiter)
+
+    def retire_workers(self, workers: Any = None, close_workers: bool = True, **kwargs: Any) -> Any:
+        """Remove workers from the cluster (their tasks move elsewhere)."""
+        return self.sync(self._scheduler_call, {"op": "retire_workers", "workers": _as_worker_list(workers), "close_workers": close_workers})
+
+    def futures_of(self, collection: Any) -> list[Future]:
+        """The futures held in a collection."""
+        return futures_of(collection, client=self)
+
+    def get_versions(self, check: bool = False, packages: Any = None) -> dict[str, Any]:
+        """Versions of the main packages here."""
+        import sys
+
+        return {"client": {"python": sys.version.split()[0], "dask": dask.__version__}}
+
+
+class _SchedulerHandle:
+    """``client.scheduler``: the address and a way to call the scheduler."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    @property
+    def address(self) -> str | None:
+        return self._client.scheduler_address
+
+    async def call(self, op: str, **fields: Any) -> Any:
+        return await self._client._scheduler_call({"op": op, **fields})
+
+
+def _send_safely(bs: BatchedSend, msg: dict[str, Any]) -> None:
+    try:
+        bs.send(msg)
+    except CommClosedError:
+        logger.debug("Scheduler stream closed; dropped %r", msg.get("op"))
+
+
+async def _noop() -> None:
+    return None
+
+
+def _as_worker_list(workers: Any) -> list[str] | None:
+    if workers is None:
+        return None
+    if isinstance(workers, (str, int)):
+        return [str(workers)]
+    return [str(w) for w in workers]
+
+
+def _annotations(workers: Any, resources: Any, retries: Any, allow_other_workers: Any) -> dict[str, Any]:
+    ann: dict[str, Any] = dict(dask.get_annotations())
+    if workers is not None:
+        ann["workers"] = _as_worker_list(workers)
+    if resources:
+        ann["resources"] = dict(resources)
+    if retries:
+        ann["retries"] = int(retries)
+    if allow_other_workers:
+        ann["allow_other_workers"] = True
+    return {k: v for k, v in ann.items() if not callable(v)}
+
+
+def _collect_futures(x: Any, out: list[Future]) -> None:
+    if isinstance(x, Future):
+        out.append(x)
+    elif isinstance(x, (list, tuple, set, frozenset)):
+        for v in x:
+            _collect_futures(v, out)
+    elif isinstance(x, dict):
+        for v in x.values():
+            _collect_futures(v, out)
+
+
+def _substitute(x: Any, data: Mapping[Key, Any], skip: Collection[Key] = ()) -> Any:
+    if isinstance(x, Future):
+        return data[x.key]
+    if isinstance(x, list):
+        return [_substitute(v, data, skip) for v in x if not (isinstance(v, Future) and v.key in skip)]
+    if isinstance(x, tuple):
+        if hasattr(x, "_fields"):
+            return type(x)(*(_substitute(v, data, skip) for v in x))
+        return tuple(_substitute(v, data, skip) for v in x if not (isinstance(v, Future) and v.key in skip))
+    if isinstance(x, (set, frozenset)):
+        return type(x)(_substitute(v, data, skip) for v in x if not (isinstance(v, Future) and v.key in skip))
+    if isinstance(x, dict):
+        return {k: _substitute(v, data, skip) for k, v in x.items() if not (isinstance(v, Future) and v.key in skip)}
+    return x
+
+
+def _pack_keys(keys: Any, by_key: Mapping[Key, Future]) -> Any:
+    if isinstance(keys, list):
+        return [_pack_keys(k, by_key) for k in keys]
+    return by_key[keys]
+
+
+# -- module functions ---------------------------------------------------------------------
+class DoneAndNotDoneFutures(NamedTuple):
+    """What :func:`wait` returns."""
+
+    done: set[Future]
+    not_done: set[Future]
+
+
+def futures_of(o: Any, client: Client | None = None) -> list[Future]:
+    """The futures inside ``o`` (nested containers and dask collections)."""
+    stack = [o]
+    seen: set[int] = set()
+    futures: dict[Key, Future] = {}
+    while stack:
+        x = stack.pop()
+        if isinstance(x, Future):
+            futures.setdefault(x.key, x)
+        elif isinstance(x, (list, tuple, set, frozenset)):
+            stack.extend(x)
+        elif isinstance(x, dict):
+            stack.extend(x.values())
+        elif isinstance(x, DataNode):
+            stack.append(x.value)
+        elif isinstance(x, Task):
+            stack.extend(x.args)
+            stack.extend(x.kwargs.values())
+        elif dask.is_dask_collection(x):
+            if id(x) in seen:
+                continue
+            seen.add(id(x))
+            try:
+                stack.extend(x.__dask_graph__().values())
+            except Exception:
+                pass
+    if client is not None:
+        bad = [f for f in futures.values() if f._client is not None and f._client is not client]
+        if bad:
+            raise ValueError("Futures belong to another client")
+    return list(futures.values())
+
+
+def wait(fs: Any, timeout: Any = None, return_when: str = ALL_COMPLETED) -> Any:
+    """Wait until futures are done; return ``(done, not_done)``.
+
+    Raises
+    ------
+    ValueError
+        When there is no client (dask reads this as "no distributed scheduler").
+    TimeoutError
+        When not done within ``timeout``.
+    """
+    client = default_client()
+    if dask.is_dask_collection(fs) or not isinstance(fs, (list, tuple, set, frozenset, Future)):
+        fs = futures_of(fs)
+    elif isinstance(fs, Future):
+        fs = [fs]
+    futures = list(fs)
+    if futures:
+        client = futures[0].client
+    t = parse_timedelta(timeout) if timeout is not None else None
+
+    async def _wait() -> DoneAndNotDoneFutures:
+        events = [f._fs.event().wait() for f in futures]
+        if not events:
+            return DoneAndNotDoneFutures(set(), set())
+        tasks = [asyncio.ensure_future(e) for e in events]
+        try:
+            if return_when == FIRST_COMPLETED:
+                done, pending = await asyncio.wait(tasks, timeout=t, return_when=asyncio.FIRST_COMPLETED)
+                if not done:
+                    raise TimeoutError(f"No future finished within {t} s")
+            else:
+                done, pending = await asyncio.wait(tasks, timeout=t)
+                if pending:
+                    raise TimeoutError(f"{len(pending)} futures did not finish within {t} s")
+        finally:
+            for task in tasks:
+                task.cancel()
+        return DoneAndNotDoneFutures({f for f in futures if f.done()}, {f for f in futures if not f.done()})
+
+    return client.sync(_wait)
+
+
+class as_completed:
+    """Iterate over futures in the order they finish.
+
+    Parameters
+    ----------
+    futures
+        The futures (more can be added with :meth:`add`).
+    with_results
+        Yield ``(future, result)`` pairs.
+    raise_errors
+        With ``with_results``, raise a future's exception instead of yielding it.
+    """
+
+    def __init__(self, futures: Iterable[Future] | None = None, loop: Any = None, with_results: bool = False, raise_errors: bool = True, *, timeout: Any = None) -> None:
+        import queue
+
+        self.queue: queue.SimpleQueue[Future] = queue.SimpleQueue()
+        self.futures: dict[Future, int] = {}
+        self.lock = threading.Lock()
+        self.with_results = with_results
+        self.raise_errors = raise_errors
+        self.timeout = parse_timedelta(timeout) if timeout is not None else None
+        self._async_queue: asyncio.Queue[Future] | None = None
+        for f in futures or ():
+            self.add(f)
+
+    def add(self, future: Future) -> None:
+        """Add a future to watch."""
+        with self.lock:
+            self.futures[future] = self.futures.get(future, 0) + 1
+        future.add_done_callback(self.queue.put)
+
+    def update(self, futures: Iterable[Future]) -> None:
+        """Add several futures."""
+        for f in futures:
+            self.add(f)
+
+    def count(self) -> int:
+        """Futures not yet yielded."""
+        with self.lock:
+            return sum(self.futures.values())
+
+    def is_empty(self) -> bool:
+        """Whether all futures were yielded."""
+        return self.count() == 0
+
+    def __len__(self) -> int:
+        return self.count()
+
+    def __iter__(self) -> as_completed:
+        return self
+
+    def _take(self, future: Future) -> Any:
+        with self.lock:
+            n = self.futures.get(future, 0) - 1
+            if n <= 0:
+                self.futures.pop(future, None)
+            else:
+                self.futures[future] = n
+        if self.with_results:
+            try:
+                return future, future.result()
+            except Exception as e:
+                if self.raise_errors:
+                    raise
+                return future, e
+        return future
+
+    def __next__(self) -> Any:
+        if self.is_empty():
+            raise StopIteration
+        import queue
+
+        try:
+            future = self.queue.get(timeout=self.timeout)
+        except queue.Empty:
+            raise TimeoutError(f"No future finished within {self.timeout} s") from None
+        return self._take(future)
+
+    def __aiter__(self) -> as_completed:
+        return self
+
+    async def __anext__(self) -> Any:
+        if self.is_empty():
+            raise StopAsyncIteration
+        loop = asyncio.get_running_loop()
+        future = await loop.run_in_executor(None, self.queue.get)
+        if self.with_results:
+            with self.lock:
+                n = self.futures.get(future, 0) - 1
+                if n <= 0:
+                    self.futures.pop(future, None)
+                else:
+                    self.futures[future] = n
+            try:
+                return future, await future._result_coro()
+            except Exception as e:
+                if self.raise_errors:
+                    raise
+                return future, e
+        return self._take(future)
+
+    def next_batch(self, block: bool = True) -> list[Any]:
+        """The futures finished so far (at least one when ``block``)."""
+        batch = []
+        if block and not self.is_empty():
+            batch.append(next(self))
+        while not self.queue.empty():
+            batch.append(self._take(self.queue.get()))
+        return batch
+
+    def batches(self) -> Iterator[list[Any]]:
+        """Yield lists of futures as they finish."""
+        while not self.is_empty():
+            yield self.next_batch(block=True)
+
+    def clear(self) -> None:
+        """Forget all futures."""
+        with self.lock:
+            self.futures.clear()
+
+
+def fire_and_forget(obj: Any) -> None:
+    """Run futures to completion even after every reference to them is dropped."""
+    flat: list[Future] = []
+    _collect_futures(obj, flat)
+    for f in futures_of(obj) if not flat else flat:
+        client = f.client
+        client._send_to_scheduler({"op": "client-desires-keys", "client": "fire-and-forget", "keys": [f.key]})
+
+
+def get_task_metadata() -> Any:
+    """Not supported yet."""
+    raise NotImplementedError("get_task_metadata is not supported yet")
+
+
+@atexit.register
+def _close_global_clients() -> None:
+    for c in list(Client._instances):
+        try:
+            if c.status not in ("closed",) and not c.asynchronous:
+                c.close()
+        except Exception:
+            pass
+
+
+def _unused(*args: Coroutine[Any, Any, Any]) -> None:
+    """Keep imports that only type checkers use."""

@@ -1,0 +1,113 @@
+"""Plugin interfaces for the scheduler and workers.
+
+Subclass and override only the hooks you need; every hook is optional.
+Plugins run inside the scheduler (or worker) process: they are the one place,
+besides ``run_on_scheduler``, where user code runs on the scheduler, and only
+because a user registered them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from distributed.scheduler import Scheduler
+    from distributed.worker import Worker
+
+__all__ = ["SchedulerPlugin", "WorkerPlugin", "NannyPlugin"]
+
+
+class SchedulerPlugin:
+    """Hooks called by the scheduler on its events.
+
+    Examples
+    --------
+    >>> class Counter(SchedulerPlugin):
+    ...     def __init__(self):
+    ...         self.count = 0
+    ...     def transition(self, key, start, finish, *args, **kwargs):
+    ...         if finish == "memory":
+    ...             self.count += 1
+    """
+
+    name: str | None = None
+    idempotent: bool = False
+
+    async def start(self, scheduler: Scheduler) -> None:
+        """Run when the plugin is added to a running scheduler."""
+
+    async def before_close(self) -> None:
+        """Run before the scheduler closes."""
+
+    async def close(self) -> None:
+        """Run when the scheduler closes."""
+
+    def update_graph(
+        self,
+        scheduler: Scheduler,
+        *,
+        client: str,
+        keys: set[Any],
+        tasks: list[Any],
+        annotations: dict[str, dict[Any, Any]],
+        priority: dict[Any, tuple[Any, ...]],
+        stimulus_id: str,
+        **kwargs: Any,
+    ) -> None:
+        """Run once for each graph a client submits."""
+
+    def restart(self, scheduler: Scheduler) -> None:
+        """Run when the scheduler restarts its workers."""
+
+    def transition(self, key: Any, start: str, finish: str, *args: Any, stimulus_id: str, **kwargs: Any) -> None:
+        """Run after each task transition."""
+
+    def add_worker(self, scheduler: Scheduler, worker: str) -> None:
+        """Run when a worker joins."""
+
+    def remove_worker(self, scheduler: Scheduler, worker: str, *, stimulus_id: str, **kwargs: Any) -> None:
+        """Run when a worker leaves."""
+
+    def add_client(self, scheduler: Scheduler, client: str) -> None:
+        """Run when a client connects."""
+
+    def remove_client(self, scheduler: Scheduler, client: str) -> None:
+        """Run when a client disconnects."""
+
+    def log_event(self, topic: str, msg: Any) -> None:
+        """Run when an event is logged."""
+
+
+class WorkerPlugin:
+    """Hooks called by a worker on its events."""
+
+    name: str | None = None
+    idempotent: bool = False
+
+    def setup(self, worker: Worker) -> Any:
+        """Run when the plugin is attached to a worker."""
+
+    def teardown(self, worker: Worker) -> Any:
+        """Run when the worker closes."""
+
+    def transition(self, key: Any, start: str, finish: str, **kwargs: Any) -> None:
+        """Run after each task transition on the worker."""
+
+
+class NannyPlugin:
+    """Hooks called by a nanny."""
+
+    name: str | None = None
+    restart: bool = False
+
+    def setup(self, nanny: Any) -> Any:
+        """Run when the plugin is attached."""
+
+    def teardown(self, nanny: Any) -> Any:
+        """Run when the nanny closes."""
+
+
+def plugin_names(plugins: Iterable[Any]) -> list[str]:
+    """Names of plugins, made up from their types where they have none."""
+    return [getattr(p, "name", None) or f"{type(p).__name__}-{id(p):x}" for p in plugins]

@@ -1,0 +1,79 @@
+"""The exceptions users see, in one flat hierarchy."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from distributed.comm.core import CommClosedError
+
+__all__ = [
+    "CancelledError",
+    "FutureCancelledError",
+    "KilledWorker",
+    "CommClosedError",
+    "TimeoutError",
+    "LostDataError",
+    "Reschedule",
+]
+
+CancelledError = asyncio.CancelledError
+TimeoutError = asyncio.TimeoutError
+
+
+class FutureCancelledError(CancelledError):
+    """A future's key was cancelled (by a user, or because it could not run).
+
+    Parameters
+    ----------
+    key
+        The task's key.
+    reason
+        Why, as text.
+    """
+
+    def __init__(self, key: Any, reason: str | None = None, msg: str | None = None) -> None:
+        self.key = key
+        self.reason = reason or "unknown"
+        self.msg = msg
+        text = f"{key} cancelled for reason: {self.reason}."
+        if msg:
+            text += f"\nMessage: {msg}"
+        super().__init__(text)
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.key, self.reason, self.msg))
+
+
+class KilledWorker(Exception):
+    """A task was running on too many workers that died.
+
+    Parameters
+    ----------
+    task
+        The task's key.
+    last_worker
+        The address of the last worker that died running it.
+    allowed_failures
+        How many deaths were allowed.
+    """
+
+    def __init__(self, task: Any, last_worker: str, allowed_failures: int) -> None:
+        self.task = task
+        self.last_worker = last_worker
+        self.allowed_failures = allowed_failures
+        super().__init__(
+            f"Attempted to run task {task!r} on {allowed_failures + 1} different workers, "
+            f"but all those workers died while running it. The last worker was {last_worker}."
+        )
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.task, self.last_worker, self.allowed_failures))
+
+
+class LostDataError(Exception):
+    """Data held only by workers that left, and which cannot be recomputed."""
+
+
+class Reschedule(Exception):
+    """Raise inside a task to have the scheduler run it again elsewhere."""

@@ -1,0 +1,333 @@
+"""Every wire message, declared once, grouped by who sends it.
+
+Requests carry ``op`` (and optionally ``reply: False``); messages on batched
+streams carry ``op`` only.  Handlers receive a message only after it matched its
+declaration (see :mod:`distributed.protocol.schema`).
+
+Sequences are declared as ``Sequence``: they arrive as tuples over TCP and as
+lists in process.  User objects (task specifications, results, exceptions)
+travel as :data:`Payload`: serialised frames the scheduler never opens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, NotRequired, TypedDict, Union
+
+from distributed.protocol.serialize import Serialize, Serialized
+
+#: A dask key: ``str``, ``int``, ``float`` or a tuple of keys.
+Key = Union[str, int, float, tuple[Any, ...]]
+#: A user object in serialised form (``Serialize`` when sent in process).
+Payload = Union[Serialized, Serialize]
+
+
+# -- shared ---------------------------------------------------------------------
+class ErrorInfo(TypedDict):
+    """An exception raised by user code, as it travels."""
+
+    exception: Payload
+    traceback: Any
+    text: str
+
+
+class Empty(TypedDict):
+    """A request with no fields besides ``op``."""
+
+    op: str
+
+
+# -- client -> scheduler (requests) -------------------------------------------------
+class RegisterClient(TypedDict):
+    op: Literal["register-client"]
+    client: str
+    versions: NotRequired[Mapping[str, Any]]
+
+
+class KeysRequest(TypedDict):
+    op: str
+    keys: Sequence[Key]
+
+
+class OptionalKeysRequest(TypedDict):
+    op: str
+    keys: NotRequired[Sequence[Key] | None]
+
+
+class WorkersRequest(TypedDict):
+    op: str
+    workers: NotRequired[Sequence[str] | None]
+
+
+class UpdateData(TypedDict):
+    """Client -> scheduler after scattering data straight to workers."""
+
+    op: Literal["update-data"]
+    client: str
+    who_has: Mapping[Key, Sequence[str]]
+    nbytes: Mapping[Key, int]
+    types: NotRequired[Mapping[Key, str]]
+
+
+class CancelKeys(TypedDict):
+    op: Literal["cancel-keys"]
+    client: str
+    keys: Sequence[Key]
+    force: NotRequired[bool]
+    reason: NotRequired[str]
+
+
+class RetryKeys(TypedDict):
+    op: Literal["retry"]
+    client: str
+    keys: Sequence[Key]
+
+
+class RunFunction(TypedDict):
+    """Run a user function: on the scheduler, or on workers through it."""
+
+    op: str
+    function: Payload
+    args: NotRequired[Payload | None]
+    kwargs: NotRequired[Payload | None]
+    workers: NotRequired[Sequence[str] | None]
+    wait: NotRequired[bool]
+    nanny: NotRequired[bool]
+
+
+class StoryRequest(TypedDict):
+    op: Literal["story"]
+    keys: Sequence[Key]
+
+
+class RetireWorkers(TypedDict):
+    op: Literal["retire_workers"]
+    workers: NotRequired[Sequence[str] | None]
+    n: NotRequired[int | None]
+    close_workers: NotRequired[bool]
+    remove: NotRequired[bool]
+
+
+class WaitForWorkers(TypedDict):
+    op: Literal["wait_for_workers"]
+    n_workers: int
+
+
+class RegisterPlugin(TypedDict):
+    op: Literal["register_scheduler_plugin"]
+    plugin: Payload
+    name: str
+    idempotent: NotRequired[bool]
+
+
+class UnregisterPlugin(TypedDict):
+    op: Literal["unregister_scheduler_plugin"]
+    name: str
+
+
+class TaskSpec(TypedDict):
+    """One task of an ``update-graph``."""
+
+    run_spec: Payload | None
+    dependencies: Sequence[Key]
+    order: int
+    annotations: NotRequired[Mapping[str, Any]]
+
+
+# -- client -> scheduler (stream) ------------------------------------------------
+class UpdateGraph(TypedDict):
+    op: Literal["update-graph"]
+    client: str
+    tasks: Mapping[Key, TaskSpec]
+    keys: Sequence[Key]
+    priority: NotRequired[int]
+    annotations: NotRequired[Mapping[str, Any]]
+    stimulus_id: NotRequired[str]
+
+
+class ClientKeys(TypedDict):
+    """``client-desires-keys`` and ``client-releases-keys``."""
+
+    op: Literal["client-desires-keys", "client-releases-keys"]
+    client: str
+    keys: Sequence[Key]
+
+
+class ClientHeartbeat(TypedDict):
+    op: Literal["heartbeat-client"]
+    client: NotRequired[str]
+
+
+class CloseClient(TypedDict):
+    op: Literal["close-client"]
+    client: NotRequired[str]
+
+
+# -- scheduler -> client (stream) ----------------------------------------------
+class KeyInMemory(TypedDict):
+    op: Literal["key-in-memory"]
+    key: Key
+    workers: Sequence[str]
+    type: NotRequired[str | None]
+
+
+class ClientTaskErred(TypedDict):
+    op: Literal["task-erred"]
+    key: Key
+    exception: Payload
+    traceback: Any
+    text: str
+
+
+class CancelledKeys(TypedDict):
+    op: Literal["cancelled-keys"]
+    keys: Sequence[Key]
+    reason: NotRequired[str]
+
+
+class LostData(TypedDict):
+    op: Literal["lost-data"]
+    key: Key
+
+
+class StreamClosed(TypedDict):
+    op: Literal["stream-closed"]
+
+
+# -- worker -> scheduler (requests) --------------------------------------------
+class RegisterWorker(TypedDict):
+    op: Literal["register-worker"]
+    address: str
+    nthreads: int
+    name: Any
+    memory_limit: int
+    pid: NotRequired[int]
+    resources: NotRequired[Mapping[str, float]]
+    nanny: NotRequired[str | None]
+    keys: NotRequired[Sequence[Key]]
+    nbytes: NotRequired[Mapping[Key, int]]
+    versions: NotRequired[Mapping[str, Any]]
+    local_directory: NotRequired[str]
+
+
+class HeartbeatWorker(TypedDict):
+    op: Literal["heartbeat_worker"]
+    address: str
+    now: float
+    metrics: NotRequired[Mapping[str, Any]]
+    executing: NotRequired[int]
+
+
+class UnregisterWorker(TypedDict):
+    op: Literal["unregister"]
+    address: str
+    reason: NotRequired[str]
+
+
+# -- worker -> scheduler (stream) ----------------------------------------------
+class TaskFinished(TypedDict):
+    op: Literal["task-finished"]
+    key: Key
+    run_id: int
+    nbytes: int
+    type: str
+    start: float
+    stop: float
+
+
+class WorkerTaskErred(TypedDict):
+    op: Literal["task-erred"]
+    key: Key
+    run_id: int
+    exception: Payload
+    traceback: Any
+    text: str
+    start: NotRequired[float]
+    stop: NotRequired[float]
+
+
+class AddKeys(TypedDict):
+    """The worker now holds replicas of these keys (fetched from peers)."""
+
+    op: Literal["add-keys"]
+    keys: Sequence[Key]
+    nbytes: NotRequired[Mapping[Key, int]]
+
+
+class ReleaseWorkerData(TypedDict):
+    """The worker dropped these keys."""
+
+    op: Literal["release-worker-data"]
+    keys: Sequence[Key]
+
+
+class MissingData(TypedDict):
+    """A task could not run: no listed peer had its dependency."""
+
+    op: Literal["missing-data"]
+    key: Key
+    run_id: int
+    missing: Mapping[Key, Sequence[str]]
+
+
+class Reschedule(TypedDict):
+    op: Literal["reschedule"]
+    key: Key
+    run_id: int
+
+
+class LongRunning(TypedDict):
+    """A task seceded from its worker's thread pool."""
+
+    op: Literal["long-running"]
+    key: Key
+    run_id: int
+
+
+class KeepAlive(TypedDict):
+    op: Literal["keep-alive"]
+
+
+# -- scheduler -> worker (stream) ----------------------------------------------
+class ComputeTask(TypedDict):
+    op: Literal["compute-task"]
+    key: Key
+    run_id: int
+    run_spec: Payload | None
+    priority: Sequence[Any]
+    who_has: Mapping[Key, Sequence[str]]
+    nbytes: Mapping[Key, int]
+    duration: float
+    resources: NotRequired[Mapping[str, float] | None]
+    annotations: NotRequired[Mapping[str, Any] | None]
+
+
+class FreeKeys(TypedDict):
+    op: Literal["free-keys"]
+    keys: Sequence[Key]
+    stimulus_id: NotRequired[str]
+
+
+class CloseWorker(TypedDict):
+    op: Literal["close-worker"]
+    reason: NotRequired[str]
+
+
+# -- worker requests (from peers, clients, the scheduler) -----------------------
+class GetData(TypedDict):
+    op: Literal["get_data"]
+    keys: Sequence[Key]
+    who: NotRequired[str | None]
+
+
+class WorkerUpdateData(TypedDict):
+    """Data pushed to a worker (scatter)."""
+
+    op: Literal["update_data"]
+    data: Mapping[Key, Payload]
+    report: NotRequired[bool]
+
+
+class WorkerClose(TypedDict):
+    op: Literal["close"]
+    reason: NotRequired[str]

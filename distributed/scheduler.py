@@ -1,0 +1,1708 @@
+"""The scheduler: one class holding the cluster's state and running it.
+
+Theory of operation
+-------------------
+Clients submit graphs of tasks; workers run them.  The scheduler keeps a
+:class:`TaskState` per key, a :class:`WorkerState` per worker and a
+:class:`ClientState` per client, and moves tasks through the states
+
+    released -> waiting -> (queued | no-worker | processing) -> memory | erred
+    ... -> released -> forgotten
+
+The state machine is plain methods without I/O.  A stimulus (a graph arrives,
+a task finished, a worker left) changes state and returns an :class:`Out`:
+the recommendations still to apply and the messages to send.
+:meth:`Scheduler.transitions` applies recommendations until none are left;
+each allowed ``(start, finish)`` pair has one method in a table, and any other
+pair goes through ``released``.  Only then does the I/O shell send the
+messages, batched per worker and per client.  Tests drive the same methods
+without any socket.
+
+The run specification of a task is kept as the serialised bytes the client
+sent: the scheduler never unpickles user code unless a user asks it to
+(``run_on_scheduler``, scheduler plugins).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import inspect
+import itertools
+import logging
+import math
+import os
+import time
+import uuid
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Final
+
+import dask
+import dask.config
+from dask.utils import key_split, parse_timedelta
+
+from distributed.batched import BatchedSend
+from distributed.comm import Comm, CommClosedError
+from distributed.core import Route, Server, Status, StreamRoute, error_message
+from distributed.diagnostics.plugin import SchedulerPlugin
+from distributed.exceptions import KilledWorker, LostDataError
+from distributed.protocol import messages as m
+from distributed.protocol.messages import Key, Payload
+from distributed.protocol.serialize import Serialize, Serialized, as_serialized, unwrap
+from distributed.scheduler_state import (
+    ALL_TASK_STATES,
+    ClientState,
+    TaskGroup,
+    TaskPrefix,
+    TaskState,
+    WorkerState,
+)
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Scheduler", "TaskState", "WorkerState", "ClientState", "TaskGroup", "TaskPrefix", "Out"]
+
+Msg = dict[str, Any]
+
+#: States in which a task still needs its dependencies.
+_ACTIVE: Final = frozenset({"waiting", "queued", "no-worker", "processing"})
+
+
+class Out:
+    """What a stimulus produced: recommendations and messages to send."""
+
+    __slots__ = ("recs", "workers", "clients", "free")
+
+    def __init__(self) -> None:
+        self.recs: dict[TaskState, str] = {}
+        self.workers: defaultdict[str, list[Msg]] = defaultdict(list)
+        self.clients: defaultdict[str, list[Msg]] = defaultdict(list)
+        self.free: defaultdict[str, list[Key]] = defaultdict(list)
+
+
+class Scheduler(Server):
+    """Dynamic distributed task scheduler.
+
+    Parameters
+    ----------
+    host, port
+        Where to listen (``host=None`` listens on all interfaces).
+    protocol
+        ``"tcp"`` (default) or ``"inproc"``.
+    validate
+        Check state invariants after every transition (slow; for tests).
+    dashboard, dashboard_address
+        Whether and where to serve HTTP endpoints.
+    plugins
+        :class:`SchedulerPlugin` instances to add at start.
+    allowed_failures
+        How many workers may die running one task before it errs with
+        :class:`KilledWorker`.
+    worker_ttl
+        Remove a worker not heard from for this long.
+
+    Examples
+    --------
+    >>> async with Scheduler(port=8786) as s:  # doctest: +SKIP
+    ...     await s.finished()
+    """
+
+    default_port = 8786
+
+    def __init__(
+        self,
+        loop: Any = None,
+        *,
+        host: str | None = None,
+        port: int = 0,
+        interface: str | None = None,
+        protocol: str | None = None,
+        validate: bool | None = None,
+        dashboard: bool | None = None,
+        dashboard_address: str | None = None,
+        http_prefix: str | None = "/",
+        plugins: Iterable[SchedulerPlugin] = (),
+        allowed_failures: int | None = None,
+        worker_ttl: float | str | None = None,
+        scheduler_file: str | None = None,
+        idle_timeout: float | str | None = None,
+        contact_address: str | None = None,
+        security: Any = None,
+        services: Any = None,
+        extensions: Any = None,
+        jupyter: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        self.id = f"Scheduler-{uuid.uuid4()}"
+        self._host = host
+        self._port = port
+        self._protocol = protocol or dask.config.get("distributed.comm.default-scheme", "tcp")
+        self._contact_address = contact_address
+        self.validate = bool(dask.config.get("distributed.scheduler.validate", False) if validate is None else validate)
+        self.dashboard = dashboard
+        self.dashboard_address = dashboard_address
+        self.scheduler_file = scheduler_file
+        self.allowed_failures = int(
+            dask.config.get("distributed.scheduler.allowed-failures") if allowed_failures is None else allowed_failures
+        )
+        ttl = worker_ttl if worker_ttl is not None else dask.config.get("distributed.scheduler.worker-ttl")
+        self.worker_ttl: float | None = parse_timedelta(ttl) if ttl else None
+        idle = idle_timeout if idle_timeout is not None else dask.config.get("distributed.scheduler.idle-timeout")
+        self.idle_timeout: float | None = parse_timedelta(idle) if idle else None
+        self.bandwidth = float(dask.utils.parse_bytes(str(dask.config.get("distributed.scheduler.bandwidth"))))
+        self.unknown_duration = float(parse_timedelta(dask.config.get("distributed.scheduler.unknown-task-duration")) or 0.5)
+        self.default_durations: dict[str, float] = {
+            k: float(parse_timedelta(v) or 0) for k, v in dask.config.get("distributed.scheduler.default-task-durations", {}).items()
+        }
+        sat = dask.config.get("distributed.scheduler.worker-saturation")
+        self.worker_saturation = float(sat) if sat not in (None, "inf") else math.inf
+        if not self.worker_saturation > 0:
+            raise ValueError(f"worker-saturation must be positive, got {sat!r}")
+
+        # -- state ---------------------------------------------------------
+        self.tasks: dict[Key, TaskState] = {}
+        self.workers: dict[str, WorkerState] = {}
+        self.clients: dict[str, ClientState] = {}
+        self.task_prefixes: dict[str, TaskPrefix] = {}
+        self.task_groups: dict[str, TaskGroup] = {}
+        self.aliases: dict[Any, str] = {}
+        self.total_nthreads = 0
+        #: Root tasks waiting for a free thread, as a heap of (priority, task).
+        self.queued: list[tuple[tuple[Any, ...], TaskState]] = []
+        self.n_queued = 0
+        #: Tasks no current worker can run.
+        self.unrunnable: set[TaskState] = set()
+        self.generation = 0
+        self._run_ids = itertools.count(1)
+        self.transition_counter = 0
+        log_length = int(dask.config.get("distributed.scheduler.transition-log-length", 100000))
+        self.transition_log: deque[tuple[Key, str, str, str, float]] = deque(maxlen=log_length)
+        self.events: defaultdict[str, deque[tuple[float, Any]]] = defaultdict(lambda: deque(maxlen=100000))
+        self.plugins: dict[str, SchedulerPlugin] = {}
+        self._initial_plugins = list(plugins)
+        self.stream_comms: dict[str, BatchedSend] = {}
+        self.client_comms: dict[str, BatchedSend] = {}
+        self._worker_wait: asyncio.Event | None = None
+        self.time_started = time.time()
+        self.idle_since: float | None = time.time()
+        self.extensions: dict[str, Any] = {}
+        self.http_server: Any = None
+
+        self._transitions_table: dict[tuple[str, str], Callable[[TaskState, Out], None]] = {
+            ("released", "waiting"): self._released_to_waiting,
+            ("released", "forgotten"): self._released_to_forgotten,
+            ("released", "erred"): self._to_erred_by_blame,
+            ("waiting", "processing"): self._waiting_to_processing,
+            ("waiting", "released"): self._waiting_to_released,
+            ("waiting", "erred"): self._to_erred_by_blame,
+            ("queued", "processing"): self._waiting_to_processing,
+            ("queued", "released"): self._waiting_to_released,
+            ("queued", "erred"): self._to_erred_by_blame,
+            ("no-worker", "processing"): self._waiting_to_processing,
+            ("no-worker", "released"): self._waiting_to_released,
+            ("no-worker", "erred"): self._to_erred_by_blame,
+            ("processing", "released"): self._processing_to_released,
+            ("processing", "erred"): self._processing_to_erred_by_blame,
+            ("memory", "released"): self._memory_to_released,
+            ("erred", "released"): self._erred_to_released,
+        }
+
+        handlers: dict[str, Route[Any]] = {
+            "register-client": Route(m.RegisterClient, self.handle_register_client, takes_comm=True),
+            "register-worker": Route(m.RegisterWorker, self.handle_register_worker, takes_comm=True),
+            "heartbeat_worker": Route(m.HeartbeatWorker, self.handle_heartbeat_worker),
+            "unregister": Route(m.UnregisterWorker, self.handle_unregister),
+            "identity": Route(m.Empty, self.handle_identity),
+            "scheduler_info": Route(m.Empty, self.handle_identity),
+            "who_has": Route(m.OptionalKeysRequest, self.handle_who_has),
+            "has_what": Route(m.WorkersRequest, self.handle_has_what),
+            "nthreads": Route(m.WorkersRequest, self.handle_nthreads),
+            "processing": Route(m.WorkersRequest, self.handle_processing),
+            "nbytes": Route(m.OptionalKeysRequest, self.handle_nbytes),
+            "update-data": Route(m.UpdateData, self.handle_update_data),
+            "cancel-keys": Route(m.CancelKeys, self.handle_cancel_keys),
+            "retry": Route(m.RetryKeys, self.handle_retry),
+            "run_function": Route(m.RunFunction, self.handle_run_function),
+            "broadcast": Route(m.RunFunction, self.handle_broadcast),
+            "story": Route(m.StoryRequest, self.handle_story),
+            "retire_workers": Route(m.RetireWorkers, self.handle_retire_workers),
+            "wait_for_workers": Route(m.WaitForWorkers, self.handle_wait_for_workers),
+            "register_scheduler_plugin": Route(m.RegisterPlugin, self.handle_register_plugin),
+            "unregister_scheduler_plugin": Route(m.UnregisterPlugin, self.handle_unregister_plugin),
+            "task_states": Route(m.OptionalKeysRequest, self.handle_task_states),
+        }
+        stream_handlers: dict[str, StreamRoute[Any]] = {
+            # from workers
+            "task-finished": StreamRoute(m.TaskFinished, self._stream_task_finished),
+            "task-erred": StreamRoute(m.WorkerTaskErred, self._stream_task_erred),
+            "add-keys": StreamRoute(m.AddKeys, self._stream_add_keys),
+            "release-worker-data": StreamRoute(m.ReleaseWorkerData, self._stream_release_worker_data),
+            "missing-data": StreamRoute(m.MissingData, self._stream_missing_data),
+            "reschedule": StreamRoute(m.Reschedule, self._stream_reschedule),
+            "long-running": StreamRoute(m.LongRunning, self._stream_long_running),
+            "keep-alive": StreamRoute(m.KeepAlive, lambda msg: None),
+            # from clients
+            "update-graph": StreamRoute(m.UpdateGraph, self._stream_update_graph),
+            "client-desires-keys": StreamRoute(m.ClientKeys, self._stream_client_desires_keys),
+            "client-releases-keys": StreamRoute(m.ClientKeys, self._stream_client_releases_keys),
+            "heartbeat-client": StreamRoute(m.ClientHeartbeat, lambda msg: None),
+            "close-client": StreamRoute(m.CloseClient, lambda msg: None),
+        }
+        super().__init__(handlers, stream_handlers)
+        # The worker that sent the stream message being handled.
+        self._current_worker: WorkerState | None = None
+
+    def _blocked_handlers(self) -> list[str]:
+        return list(dask.config.get("distributed.scheduler.blocked-handlers", []))
+
+    # ======================================================================
+    # Life cycle
+    # ======================================================================
+    async def start_unsafe(self) -> None:
+        if self._protocol == "inproc":
+            addr = "inproc://"
+        else:
+            host = self._host if self._host is not None else ""
+            addr = f"{self._protocol}://{host}:{self._port}"
+        await self.listen(addr)
+        if self._contact_address:
+            self._address = self._contact_address
+        for plugin in self._initial_plugins:
+            await self.add_plugin(plugin)
+        if self.worker_ttl:
+            self.periodic(max(self.worker_ttl / 10, 0.05), self._check_worker_ttl, name="worker-ttl")
+        if self.idle_timeout:
+            self.periodic(max(self.idle_timeout / 4, 0.05), self._check_idle, name="idle-timeout")
+        if self.dashboard or (self.dashboard is None and self.dashboard_address):
+            try:
+                from distributed.http.server import start_http_server
+
+                self.http_server = await start_http_server(self, self.dashboard_address or ":8787")
+            except Exception:
+                logger.warning("Could not start the HTTP server", exc_info=True)
+        if self.scheduler_file:
+            self.write_scheduler_file(self.scheduler_file)
+        logger.info("Scheduler at: %s", self.address)
+
+    def write_scheduler_file(self, path: str) -> None:
+        """Write this scheduler's identity as JSON to ``path``."""
+        import json
+
+        with open(path, "w") as f:
+            json.dump(self.identity(), f, indent=2)
+
+    async def _close(self) -> None:
+        for plugin in list(self.plugins.values()):
+            try:
+                await plugin.before_close()
+            except Exception:
+                logger.exception("Plugin before_close failed")
+        for addr, bs in list(self.stream_comms.items()):
+            try:
+                bs.send({"op": "close-worker", "reason": "scheduler-close"})
+            except CommClosedError:
+                pass
+        for bs in list(self.stream_comms.values()) + list(self.client_comms.values()):
+            await bs.close(timeout=1)
+        for plugin in list(self.plugins.values()):
+            try:
+                await plugin.close()
+            except Exception:
+                logger.exception("Plugin close failed")
+        if self.http_server is not None:
+            self.http_server.stop()
+        if self.scheduler_file and os.path.exists(self.scheduler_file):
+            try:
+                os.remove(self.scheduler_file)
+            except OSError:
+                pass
+        await super()._close()
+
+    def _check_idle(self) -> None:
+        if any(ws.processing for ws in self.workers.values()) or self.unrunnable or self.n_queued:
+            self.idle_since = None
+            return
+        if self.idle_since is None:
+            self.idle_since = time.time()
+        elif self.idle_timeout and time.time() > self.idle_since + self.idle_timeout:
+            logger.info("Scheduler idle for %s s, closing", self.idle_timeout)
+            self.spawn(self.close(), name="idle-close")
+
+    def _check_worker_ttl(self) -> None:
+        assert self.worker_ttl is not None
+        now = time.time()
+        for ws in list(self.workers.values()):
+            if ws.last_seen and ws.last_seen < now - self.worker_ttl:
+                logger.warning("Worker %s not heard from in %s s; removing it", ws.address, self.worker_ttl)
+                self.send_all(self.remove_worker_state(ws.address, stimulus_id=f"worker-ttl-{now}"))
+
+    def identity(self) -> dict[str, Any]:
+        """A summary of this scheduler and its workers."""
+        return {
+            "type": "Scheduler",
+            "id": self.id,
+            "address": self.address,
+            "services": {"dashboard": self.http_server.port} if self.http_server is not None else {},
+            "started": self.time_started,
+            "n_workers": len(self.workers),
+            "total_threads": self.total_nthreads,
+            "total_memory": sum(ws.memory_limit for ws in self.workers.values()),
+            "workers": {ws.address: ws.identity() for ws in self.workers.values()},
+        }
+
+    def __repr__(self) -> str:
+        addr = self._address or "not started"
+        return f"<Scheduler {addr!r}, workers: {len(self.workers)}, threads: {self.total_nthreads}, tasks: {len(self.tasks)}>"
+
+    # ======================================================================
+    # Plugins and events
+    # ======================================================================
+    async def add_plugin(self, plugin: SchedulerPlugin, *, idempotent: bool = False, name: str | None = None) -> None:
+        """Add a plugin and run its ``start`` hook."""
+        name = name or getattr(plugin, "name", None) or f"{type(plugin).__name__}-{uuid.uuid4()}"
+        if name in self.plugins and idempotent:
+            return
+        self.plugins[name] = plugin
+        start = getattr(plugin, "start", None)
+        if start is not None:
+            result = start(self)
+            if inspect.isawaitable(result):
+                await result
+
+    def remove_plugin(self, name: str) -> None:
+        """Remove the plugin called ``name``."""
+        if name not in self.plugins:
+            raise ValueError(f"Could not find plugin {name!r} among {list(self.plugins)}")
+        del self.plugins[name]
+
+    def _plugin_hook(self, hook: str, *args: Any, **kwargs: Any) -> None:
+        for plugin in list(self.plugins.values()):
+            try:
+                getattr(plugin, hook)(*args, **kwargs)
+            except Exception:
+                logger.exception("Plugin hook %s of %r failed", hook, plugin)
+
+    def log_event(self, topic: str | Sequence[str], msg: Any) -> None:
+        """Record an event under one or more topics."""
+        topics = [topic] if isinstance(topic, str) else list(topic)
+        now = time.time()
+        for t in topics:
+            self.events[t].append((now, msg))
+            if self.plugins:
+                self._plugin_hook("log_event", t, msg)
+
+    def story(self, *keys_or_tasks: Any) -> list[tuple[Key, str, str, str, float]]:
+        """The transitions of these keys: ``(key, start, finish, stimulus_id, time)``."""
+        keys = {k.key if isinstance(k, TaskState) else k for k in keys_or_tasks}
+        return [t for t in self.transition_log if t[0] in keys]
+
+    # ======================================================================
+    # The transition engine
+    # ======================================================================
+    def transitions(self, recommendations: dict[TaskState, str], stimulus_id: str, out: Out | None = None) -> Out:
+        """Apply recommendations, and those they produce, until none are left.
+
+        Returns the messages to send (``out.workers``, ``out.clients``).
+        """
+        if out is None:
+            out = Out()
+        recs = out.recs
+        recs.update(recommendations)
+        table = self._transitions_table
+        log = self.transition_log
+        plugins = self.plugins
+        validate = self.validate
+        touched: list[TaskState] = []
+        while recs:
+            ts, finish = recs.popitem()
+            start = ts.state
+            if start == finish or start == "forgotten":
+                continue
+            func = table.get((start, finish))
+            if func is None:
+                if start == "released":
+                    raise RuntimeError(f"Impossible transition from {start} to {finish} for {ts.key!r}")
+                # Go through released, then try again.
+                func = table[(start, "released")]
+                recs[ts] = finish
+                finish = "released"
+            func(ts, out)
+            self.transition_counter += 1
+            new = ts.state
+            group_states = ts.group.states
+            group_states[start] -= 1
+            group_states[new] += 1
+            log.append((ts.key, start, new, stimulus_id, time.time()))
+            if plugins:
+                self._plugin_hook("transition", ts.key, start, new, stimulus_id=stimulus_id)
+            if validate:
+                touched.append(ts)
+        for ts in touched:
+            self.validate_task(ts)
+        return out
+
+    def send_all(self, out: Out) -> None:
+        """Send what a stimulus produced (the I/O shell of the state machine)."""
+        for addr, keys in out.free.items():
+            if addr in self.workers:
+                out.workers[addr].append({"op": "free-keys", "keys": keys})
+        for addr, msgs in out.workers.items():
+            bs = self.stream_comms.get(addr)
+            if bs is not None:
+                try:
+                    bs.send(*msgs)
+                except CommClosedError:
+                    logger.debug("Worker %s stream closed; dropping %d messages", addr, len(msgs))
+        for client, msgs in out.clients.items():
+            cbs = self.client_comms.get(client)
+            if cbs is not None:
+                try:
+                    cbs.send(*msgs)
+                except CommClosedError:
+                    logger.debug("Client %s stream closed", client)
+
+    # -- the transition methods ------------------------------------------------
+    def _released_to_waiting(self, ts: TaskState, out: Out) -> None:
+        if ts.run_spec is None:
+            # Scattered data that was lost: nothing can bring it back.
+            ts.state = "released"
+            exc = LostDataError(f"Data for {ts.key!r} was lost with its workers and cannot be recomputed")
+            self._set_error(ts, as_serialized(exc), None, str(exc))
+            out.recs[ts] = "erred"
+            return
+        ts.state = "waiting"
+        erred: TaskState | None = None
+        for dts in ts.dependencies:
+            dts.waiters.add(ts)
+            state = dts.state
+            if state == "memory":
+                continue
+            ts.waiting_on.add(dts)
+            if state == "released":
+                out.recs.setdefault(dts, "waiting")
+            elif state == "erred":
+                erred = dts
+        if erred is not None:
+            ts.exception_blame = erred.exception_blame
+            out.recs[ts] = "erred"
+        elif not ts.waiting_on:
+            out.recs[ts] = "processing"
+
+    def _is_queueable(self, ts: TaskState) -> bool:
+        return not ts.dependencies and not ts.has_restrictions and self.worker_saturation != math.inf
+
+    def _slots(self, ws: WorkerState) -> int:
+        return max(math.ceil(self.worker_saturation * ws.nthreads), 1) - len(ws.processing) + len(ws.long_running)
+
+    def _worker_with_room(self) -> WorkerState | None:
+        best: WorkerState | None = None
+        best_room = 0
+        for ws in self.workers.values():
+            if ws.status != "running":
+                continue
+            room = self._slots(ws)
+            if room > best_room:
+                best, best_room = ws, room
+        return best
+
+    def _waiting_to_processing(self, ts: TaskState, out: Out) -> None:
+        start = ts.state
+        if start == "no-worker":
+            self.unrunnable.discard(ts)
+        elif start == "queued":
+            self.n_queued -= 1
+        if self._is_queueable(ts):
+            ws = self._worker_with_room()
+            if ws is None:
+                ts.state = "queued"
+                self.n_queued += 1
+                heapq.heappush(self.queued, (ts.priority, ts))
+                return
+        else:
+            ws = self.decide_worker(ts)
+            if ws is None:
+                ts.state = "no-worker"
+                self.unrunnable.add(ts)
+                return
+        self._add_to_processing(ts, ws, out)
+
+    def _add_to_processing(self, ts: TaskState, ws: WorkerState, out: Out) -> None:
+        ts.state = "processing"
+        ts.processing_on = ws
+        ts.waiting_on.clear()
+        duration = self.get_task_duration(ts)
+        ws.processing[ts] = duration
+        ws.occupancy += duration
+        self.idle_since = None
+        if ts.resource_restrictions:
+            for r, amount in ts.resource_restrictions.items():
+                ws.used_resources[r] = ws.used_resources.get(r, 0.0) + amount
+        ts.run_id = next(self._run_ids)
+        who_has: dict[Key, list[str]] = {}
+        nbytes: dict[Key, int] = {}
+        for dts in ts.dependencies:
+            who_has[dts.key] = [w.address for w in dts.who_has]
+            nbytes[dts.key] = dts.nbytes
+        msg: Msg = {
+            "op": "compute-task",
+            "key": ts.key,
+            "run_id": ts.run_id,
+            "run_spec": ts.run_spec,
+            "priority": ts.priority,
+            "who_has": who_has,
+            "nbytes": nbytes,
+            "duration": duration,
+        }
+        if ts.resource_restrictions:
+            msg["resources"] = ts.resource_restrictions
+        if ts.annotations:
+            msg["annotations"] = ts.annotations
+        out.workers[ws.address].append(msg)
+
+    def get_task_duration(self, ts: TaskState) -> float:
+        """Expected run time of ``ts`` in seconds, from its prefix's history."""
+        d = ts.prefix.duration_average
+        if d >= 0:
+            return d
+        return self.default_durations.get(ts.prefix.name, self.unknown_duration)
+
+    def _exit_processing(self, ts: TaskState, out: Out) -> WorkerState | None:
+        """Take ``ts`` off its worker; give the freed slot to a queued task."""
+        ws = ts.processing_on
+        if ws is None:
+            return None
+        ts.processing_on = None
+        duration = ws.processing.pop(ts, 0.0)
+        ws.occupancy = max(ws.occupancy - duration, 0.0) if ws.processing else 0.0
+        ws.long_running.discard(ts)
+        if ts.resource_restrictions:
+            for r, amount in ts.resource_restrictions.items():
+                ws.used_resources[r] = ws.used_resources.get(r, 0.0) - amount
+        if self.n_queued and ws.address in self.workers and ws.status == "running":
+            self._fill_from_queue(ws, out)
+        if ts.resource_restrictions and self.unrunnable:
+            for uts in list(self.unrunnable):
+                if uts.resource_restrictions:
+                    out.recs.setdefault(uts, "processing")
+        return ws
+
+    def _fill_from_queue(self, ws: WorkerState, out: Out) -> None:
+        queue = self.queued
+        room = self._slots(ws)
+        while room > 0 and queue:
+            _, qts = heapq.heappop(queue)
+            if qts.state != "queued":
+                continue  # released since it was queued
+            self.n_queued -= 1
+            qts.state = "processing"
+            self._add_to_processing(qts, ws, out)
+            # Log the queued -> processing move done outside the main loop.
+            qts.group.states["queued"] -= 1
+            qts.group.states["processing"] += 1
+            self.transition_log.append((qts.key, "queued", "processing", "queue-pull", time.time()))
+            room -= 1
+
+    def decide_worker(self, ts: TaskState) -> WorkerState | None:
+        """The worker where ``ts`` should start soonest, or None if none can run it.
+
+        Start time is estimated as the worker's queued work per thread plus the
+        time to fetch the dependencies it lacks.
+        """
+        valid = self._valid_workers(ts)
+        if valid is not None and not valid:
+            return None
+        if not self.workers:
+            return None
+        candidates: Iterable[WorkerState]
+        if ts.dependencies:
+            holders: set[WorkerState] = set()
+            for dts in ts.dependencies:
+                holders.update(dts.who_has)
+            if valid is not None:
+                holders &= valid
+            candidates = holders or (valid if valid is not None else self.workers.values())
+        else:
+            candidates = valid if valid is not None else self.workers.values()
+        bandwidth = self.bandwidth
+        best: WorkerState | None = None
+        best_cost = math.inf
+        deps = ts.dependencies
+        for ws in candidates:
+            if ws.status != "running":
+                continue
+            cost = ws.occupancy / ws.nthreads
+            if deps:
+                missing = 0
+                for dts in deps:
+                    if ws not in dts.who_has:
+                        missing += dts.nbytes if dts.nbytes > 0 else 1024
+                cost += missing / bandwidth
+            cost += len(ws.processing) * 1e-9  # tie-break: fewer tasks
+            if cost < best_cost:
+                best, best_cost = ws, cost
+        if best is None and valid is None:
+            for ws in self.workers.values():
+                if ws.status == "running":
+                    return ws
+        return best
+
+    def _valid_workers(self, ts: TaskState) -> set[WorkerState] | None:
+        """Workers allowed to run ``ts``, or None for all of them."""
+        if not ts.has_restrictions:
+            return None
+        result: set[WorkerState] | None = None
+        if ts.worker_restrictions or ts.host_restrictions:
+            allowed: set[WorkerState] = set()
+            for w in ts.worker_restrictions or ():
+                ws = self.workers.get(w) or self._worker_by_name(w)
+                if ws is not None:
+                    allowed.add(ws)
+            for h in ts.host_restrictions or ():
+                allowed.update(ws for ws in self.workers.values() if ws.host == h)
+            result = allowed
+        if ts.resource_restrictions:
+            ok = {
+                ws
+                for ws in self.workers.values()
+                if all(ws.resources.get(r, 0.0) - ws.used_resources.get(r, 0.0) >= amount for r, amount in ts.resource_restrictions.items())
+            }
+            result = ok if result is None else result & ok
+        if result is not None and not result and ts.loose_restrictions:
+            return None
+        return result
+
+    def _worker_by_name(self, name: Any) -> WorkerState | None:
+        addr = self.aliases.get(name)
+        return self.workers.get(addr) if addr is not None else None
+
+    def _notify_in_memory(self, ts: TaskState, out: Out) -> None:
+        recs = out.recs
+        for dts in ts.dependents:
+            dts.waiting_on.discard(ts)
+            if dts.state == "waiting" and not dts.waiting_on:
+                recs[dts] = "processing"
+        for dts in ts.dependencies:
+            dts.waiters.discard(ts)
+            if not dts.waiters and not dts.who_wants and dts.state == "memory":
+                recs[dts] = "released"
+        if ts.who_wants:
+            workers = [ws.address for ws in ts.who_has]
+            msg = {"op": "key-in-memory", "key": ts.key, "workers": workers, "type": ts.type}
+            for cs in ts.who_wants:
+                out.clients[cs.client_key].append(msg)
+        elif not ts.waiters:
+            recs[ts] = "released"
+
+    def _processing_to_memory(self, ts: TaskState, ws: WorkerState, nbytes: int, type_: str | None, out: Out) -> None:
+        self._exit_processing(ts, out)
+        ts.state = "memory"
+        ts.nbytes = nbytes
+        ts.type = type_
+        ts.exception_blame = None
+        ts.who_has.add(ws)
+        ws.has_what[ts] = None
+        ws.nbytes += nbytes
+        ts.group.nbytes_total += nbytes
+        self._notify_in_memory(ts, out)
+
+    def _after_release(self, ts: TaskState, out: Out) -> None:
+        """A released task that is still needed waits again; an unneeded one is forgotten."""
+        if ts.who_wants or ts.waiters:
+            out.recs.setdefault(ts, "waiting")
+        elif not ts.dependents:
+            out.recs.setdefault(ts, "forgotten")
+
+    def _release_dependencies(self, ts: TaskState, out: Out) -> None:
+        for dts in ts.dependencies:
+            dts.waiters.discard(ts)
+            if not dts.waiters and not dts.who_wants and dts.state in ("memory", "erred", "waiting", "queued", "no-worker", "processing"):
+                out.recs.setdefault(dts, "released")
+
+    def _waiting_to_released(self, ts: TaskState, out: Out) -> None:
+        if ts.state == "no-worker":
+            self.unrunnable.discard(ts)
+        elif ts.state == "queued":
+            self.n_queued -= 1  # its heap entry is skipped when popped
+        ts.state = "released"
+        ts.waiting_on.clear()
+        if not (ts.who_wants or ts.waiters):
+            self._release_dependencies(ts, out)
+        self._after_release(ts, out)
+
+    def _processing_to_released(self, ts: TaskState, out: Out) -> None:
+        ws = self._exit_processing(ts, out)
+        if ws is not None and ws.address in self.workers:
+            out.free[ws.address].append(ts.key)
+        ts.state = "released"
+        ts.waiting_on.clear()
+        if not (ts.who_wants or ts.waiters):
+            self._release_dependencies(ts, out)
+        self._after_release(ts, out)
+
+    def _memory_to_released(self, ts: TaskState, out: Out) -> None:
+        for ws in ts.who_has:
+            del ws.has_what[ts]
+            ws.nbytes -= max(ts.nbytes, 0)
+            if ws.address in self.workers:
+                out.free[ws.address].append(ts.key)
+        ts.who_has.clear()
+        ts.state = "released"
+        for dts in ts.dependents:
+            if dts.state in ("waiting", "queued", "no-worker"):
+                dts.waiting_on.add(ts)
+                if dts.state != "waiting":
+                    out.recs[dts] = "waiting"
+            elif dts.state == "processing":
+                # Its worker may not be able to fetch this key any more.
+                out.recs[dts] = "released"
+        self._after_release(ts, out)
+
+    def _erred_to_released(self, ts: TaskState, out: Out) -> None:
+        ts.state = "released"
+        ts.exception = None
+        ts.traceback = None
+        ts.exception_text = ""
+        ts.exception_blame = None
+        for dts in ts.dependents:
+            if dts.state == "erred":
+                out.recs.setdefault(dts, "released")
+        self._after_release(ts, out)
+
+    def _released_to_forgotten(self, ts: TaskState, out: Out) -> None:
+        if ts.who_wants or ts.dependents:
+            # Still needed after all: keep it released.
+            return
+        ts.state = "forgotten"
+        for dts in ts.dependencies:
+            dts.dependents.discard(ts)
+            dts.waiters.discard(ts)
+            if not dts.who_wants and not dts.dependents:
+                if dts.state == "released":
+                    out.recs.setdefault(dts, "forgotten")
+                elif dts.state != "forgotten" and not dts.waiters:
+                    out.recs.setdefault(dts, "released")
+            elif not dts.waiters and not dts.who_wants and dts.state == "memory":
+                out.recs.setdefault(dts, "released")
+        ts.dependencies.clear()
+        del self.tasks[ts.key]
+
+    def _set_error(self, ts: TaskState, exception: Payload, traceback: Any, text: str) -> None:
+        ts.exception = exception
+        ts.traceback = traceback
+        ts.exception_text = text
+        ts.exception_blame = ts
+
+    def _mark_erred(self, ts: TaskState, out: Out) -> None:
+        ts.state = "erred"
+        ts.waiting_on.clear()
+        blame = ts.exception_blame or ts
+        for dts in ts.dependents:
+            if dts.state in ("waiting", "queued", "no-worker", "released", "processing"):
+                dts.exception_blame = blame
+                out.recs[dts] = "erred"
+        for dts in ts.dependencies:
+            dts.waiters.discard(ts)
+            if not dts.waiters and not dts.who_wants and dts.state == "memory":
+                out.recs.setdefault(dts, "released")
+        if ts.who_wants and blame.exception is not None:
+            msg = {
+                "op": "task-erred",
+                "key": ts.key,
+                "exception": blame.exception,
+                "traceback": blame.traceback,
+                "text": blame.exception_text,
+            }
+            for cs in ts.who_wants:
+                out.clients[cs.client_key].append(msg)
+
+    def _to_erred_by_blame(self, ts: TaskState, out: Out) -> None:
+        if ts.state == "no-worker":
+            self.unrunnable.discard(ts)
+        elif ts.state == "queued":
+            self.n_queued -= 1
+        if ts.exception_blame is None:
+            ts.exception_blame = ts
+        self._mark_erred(ts, out)
+
+    def _processing_to_erred_by_blame(self, ts: TaskState, out: Out) -> None:
+        ws = self._exit_processing(ts, out)
+        if ws is not None and ws.address in self.workers:
+            out.free[ws.address].append(ts.key)
+        if ts.exception_blame is None:
+            ts.exception_blame = ts
+        self._mark_erred(ts, out)
+
+    # ======================================================================
+    # Stimuli (pure: they change state and return what to send)
+    # ======================================================================
+    def _get_group(self, key: Key) -> TaskGroup:
+        if isinstance(key, tuple) and key and isinstance(key[0], str):
+            group_name = key[0]
+        else:
+            group_name = key_split(key)
+        tg = self.task_groups.get(group_name)
+        if tg is None:
+            name = key_split(key)
+            tp = self.task_prefixes.get(name)
+            if tp is None:
+                tp = self.task_prefixes[name] = TaskPrefix(name)
+            tg = self.task_groups[group_name] = TaskGroup(group_name, tp)
+        return tg
+
+    def new_task(self, key: Key, run_spec: Payload | None) -> TaskState:
+        """Create the record of a new task."""
+        ts = TaskState(key, run_spec, self._get_group(key))
+        self.tasks[key] = ts
+        return ts
+
+    def update_graph(
+        self,
+        client: str,
+        tasks: Mapping[Key, m.TaskSpec],
+        keys: Sequence[Key],
+        *,
+        user_priority: int = 0,
+        annotations: Mapping[str, Any] | None = None,
+        stimulus_id: str | None = None,
+    ) -> Out:
+        """Add a client's graph and want its ``keys``.
+
+        Tasks whose key is already known keep their existing state (a key
+        names one computation).  Tasks whose dependencies are neither in the
+        graph nor known are cancelled as "lost dependencies".
+        """
+        stimulus_id = stimulus_id or f"update-graph-{time.time()}"
+        out = Out()
+        cs = self.clients.get(client)
+        if cs is None:
+            cs = self.clients[client] = ClientState(client)
+        self.generation += 1
+        generation = self.generation
+        global_annotations = dict(annotations or {})
+        new: list[TaskState] = []
+        for key, spec in tasks.items():
+            ts = self.tasks.get(key)
+            if ts is None:
+                ts = self.new_task(key, spec["run_spec"])
+                new.append(ts)
+            else:
+                if ts.run_spec is None and spec["run_spec"] is not None and ts.state == "released":
+                    ts.run_spec = spec["run_spec"]
+                continue
+            ann = dict(global_annotations)
+            ann.update(spec.get("annotations") or {})
+            priority = ann.get("priority", user_priority)
+            ts.priority = (-(priority or 0), generation, spec["order"])
+            if ann:
+                self._apply_annotations(ts, ann)
+        lost: list[TaskState] = []
+        for ts in new:
+            spec = tasks[ts.key]
+            for dep_key in spec["dependencies"]:
+                dts = self.tasks.get(dep_key)
+                if dts is None:
+                    ts.has_lost_dependencies = True
+                    continue
+                if dts is ts:
+                    continue
+                ts.dependencies.add(dts)
+                dts.dependents.add(ts)
+            if ts.has_lost_dependencies:
+                lost.append(ts)
+        # Propagate lost dependencies to dependents in this graph.
+        if lost:
+            stack = list(lost)
+            lost_set = set(lost)
+            while stack:
+                t = stack.pop()
+                for d in t.dependents:
+                    if d not in lost_set:
+                        lost_set.add(d)
+                        d.has_lost_dependencies = True
+                        stack.append(d)
+        wanted: list[TaskState] = []
+        for key in keys:
+            ts = self.tasks.get(key)
+            if ts is None:
+                out.clients[client].append({"op": "cancelled-keys", "keys": [key], "reason": "lost dependencies"})
+                continue
+            ts.who_wants.add(cs)
+            cs.wants_what.add(ts)
+            wanted.append(ts)
+        for ts in wanted:
+            if ts.has_lost_dependencies:
+                ts.who_wants.discard(cs)
+                cs.wants_what.discard(ts)
+                out.clients[client].append({"op": "cancelled-keys", "keys": [ts.key], "reason": "lost dependencies"})
+            elif ts.state == "memory":
+                out.clients[client].append({"op": "key-in-memory", "key": ts.key, "workers": [w.address for w in ts.who_has], "type": ts.type})
+            elif ts.state == "erred":
+                self._report_erred(ts, cs, out)
+        recs: dict[TaskState, str] = {}
+        for ts in reversed(new):
+            if ts.has_lost_dependencies:
+                continue
+            if ts.state == "released":
+                recs[ts] = "waiting"
+        for ts in wanted:
+            if ts.state == "released" and not ts.has_lost_dependencies:
+                recs[ts] = "waiting"
+        if self.plugins:
+            ann_out: dict[str, dict[Key, Any]] = defaultdict(dict)
+            for ts in new:
+                for k, v in ts.annotations.items():
+                    ann_out[k][ts.key] = v
+            self._plugin_hook(
+                "update_graph",
+                self,
+                client=client,
+                keys={ts.key for ts in wanted},
+                tasks=[ts.key for ts in new],
+                annotations=dict(ann_out),
+                priority={ts.key: ts.priority for ts in new},
+                stimulus_id=stimulus_id,
+            )
+        if lost:
+            self._drop_lost(new, recs)
+        return self.transitions(recs, stimulus_id, out)
+
+    def _drop_lost(self, new: list[TaskState], recs: dict[TaskState, str]) -> None:
+        """Remove new tasks that cannot run because a dependency is unknown."""
+        for ts in new:
+            if not ts.has_lost_dependencies:
+                continue
+            for dts in ts.dependencies:
+                dts.dependents.discard(ts)
+                if dts.state == "released" and not dts.dependents and not dts.who_wants and not dts.has_lost_dependencies:
+                    recs[dts] = "forgotten"
+            for cs in ts.who_wants:
+                cs.wants_what.discard(ts)
+            ts.who_wants.clear()
+            ts.dependencies.clear()
+            ts.dependents.clear()
+            ts.group.states["released"] -= 1
+            ts.group.states["forgotten"] += 1
+            ts.state = "forgotten"
+            self.tasks.pop(ts.key, None)
+            recs.pop(ts, None)
+
+    def _report_erred(self, ts: TaskState, cs: ClientState, out: Out) -> None:
+        blame = ts.exception_blame or ts
+        if blame.exception is not None:
+            out.clients[cs.client_key].append(
+                {"op": "task-erred", "key": ts.key, "exception": blame.exception, "traceback": blame.traceback, "text": blame.exception_text}
+            )
+
+    def _apply_annotations(self, ts: TaskState, ann: Mapping[str, Any]) -> None:
+        ts.annotations = {k: v for k, v in ann.items() if isinstance(v, (str, int, float, bool, tuple, list, dict, type(None)))}
+        retries = ann.get("retries")
+        if isinstance(retries, int) and not isinstance(retries, bool):
+            ts.retries = retries
+        workers = ann.get("workers")
+        if workers:
+            if isinstance(workers, (str, int)):
+                workers = [workers]
+            hosts: set[str] = set()
+            addrs: set[str] = set()
+            for w in workers:
+                w = str(w) if not isinstance(w, str) else w
+                if "://" in w:
+                    addrs.add(w)
+                elif w in self.aliases or any(ws.name == w for ws in self.workers.values()):
+                    addrs.add(w)
+                elif ":" in w:
+                    addrs.add(f"tcp://{w}")
+                else:
+                    hosts.add(w)
+                    addrs.add(w)
+            ts.worker_restrictions = addrs or None
+            ts.host_restrictions = hosts or None
+        resources = ann.get("resources")
+        if isinstance(resources, dict) and resources:
+            ts.resource_restrictions = {str(k): float(v) for k, v in resources.items()}
+        if ann.get("allow_other_workers"):
+            ts.loose_restrictions = True
+
+    def task_finished(self, key: Key, worker: str, run_id: int, nbytes: int, type_: str | None, duration: float, stimulus_id: str) -> Out:
+        """A worker finished ``key`` and holds its result."""
+        out = Out()
+        ts = self.tasks.get(key)
+        ws = self.workers.get(worker)
+        if ws is None:
+            return out
+        if ts is None or ts.state != "processing" or ts.processing_on is not ws or ts.run_id != run_id:
+            if ts is not None and ts.state == "memory" and ws not in ts.who_has:
+                # Computed twice (e.g. after a reschedule): keep the replica.
+                ts.who_has.add(ws)
+                ws.has_what[ts] = None
+                ws.nbytes += max(nbytes, 0)
+            elif ts is None or ts.state not in ("memory",):
+                out.free[worker].append(key)
+            return out
+        if duration >= 0:
+            ts.prefix.add_duration(duration)
+            ts.group.duration += duration
+        if type_:
+            ts.group.types.add(type_)
+        self._processing_to_memory(ts, ws, nbytes, type_, out)
+        ts.group.states["processing"] -= 1
+        ts.group.states["memory"] += 1
+        self.transition_log.append((key, "processing", "memory", stimulus_id, time.time()))
+        if self.plugins:
+            self._plugin_hook("transition", key, "processing", "memory", stimulus_id=stimulus_id, worker=worker, nbytes=nbytes, type=type_)
+        if self.validate:
+            self.validate_task(ts)
+        return self.transitions({}, stimulus_id, out)
+
+    def task_erred(
+        self, key: Key, worker: str, run_id: int, exception: Payload, traceback: Any, text: str, stimulus_id: str
+    ) -> Out:
+        """A task raised on its worker."""
+        out = Out()
+        ts = self.tasks.get(key)
+        ws = self.workers.get(worker)
+        if ts is None or ws is None or ts.state != "processing" or ts.processing_on is not ws or ts.run_id != run_id:
+            return out
+        recs: dict[TaskState, str] = {}
+        if ts.retries > 0:
+            ts.retries -= 1
+            recs[ts] = "waiting"
+            self.transitions({ts: "released"}, stimulus_id, out)
+            return self.transitions(recs, stimulus_id, out)
+        self._set_error(ts, exception, traceback, text)
+        ts.erred_on.add(worker)
+        return self.transitions({ts: "erred"}, stimulus_id, out)
+
+    def add_worker_state(
+        self,
+        address: str,
+        nthreads: int,
+        *,
+        name: Any = None,
+        memory_limit: int = 0,
+        pid: int = 0,
+        nanny: str | None = None,
+        resources: Mapping[str, float] | None = None,
+        keys: Sequence[Key] = (),
+        nbytes: Mapping[Key, int] | None = None,
+        stimulus_id: str | None = None,
+    ) -> Out:
+        """A worker joined: record it and give it work."""
+        stimulus_id = stimulus_id or f"add-worker-{time.time()}"
+        if address in self.workers:
+            raise ValueError(f"Worker {address} is already registered")
+        if name is not None and name in self.aliases and self.aliases[name] != address:
+            raise ValueError(f"A worker named {name!r} already exists")
+        ws = WorkerState(address, nthreads, name=name, memory_limit=memory_limit, pid=pid, nanny=nanny, resources=resources)
+        ws.last_seen = time.time()
+        self.workers[address] = ws
+        self.aliases[ws.name] = address
+        self.total_nthreads += nthreads
+        out = Out()
+        for key in keys:
+            ts = self.tasks.get(key)
+            if ts is not None and ts.state == "memory":
+                ts.who_has.add(ws)
+                ws.has_what[ts] = None
+                ws.nbytes += (nbytes or {}).get(key, ts.nbytes)
+            else:
+                out.free[address].append(key)
+        recs: dict[TaskState, str] = {ts: "processing" for ts in self.unrunnable if self._can_run_on(ts, ws)}
+        self.transitions(recs, stimulus_id, out)
+        if self.n_queued:
+            self._fill_from_queue(ws, out)
+        if self.plugins:
+            self._plugin_hook("add_worker", self, address)
+        if self._worker_wait is not None:
+            self._worker_wait.set()
+        return out
+
+    def _can_run_on(self, ts: TaskState, ws: WorkerState) -> bool:
+        valid = self._valid_workers(ts)
+        return valid is None or ws in valid
+
+    def remove_worker_state(self, address: str, *, stimulus_id: str, safe: bool = False) -> Out:
+        """A worker left: rerun what it was running and recompute what only it held."""
+        out = Out()
+        ws = self.workers.pop(address, None)
+        if ws is None:
+            return out
+        ws.status = "closed"
+        self.total_nthreads -= ws.nthreads
+        if self.aliases.get(ws.name) == address:
+            del self.aliases[ws.name]
+        recs: dict[TaskState, str] = {}
+        for ts in list(ws.processing):
+            if not safe:
+                ts.suspicious += 1
+            if ts.suspicious > self.allowed_failures:
+                exc = KilledWorker(ts.key, address, self.allowed_failures)
+                self._exit_processing(ts, out)
+                ts.group.states["processing"] -= 1
+                ts.state = "released"
+                ts.group.states["released"] += 1
+                self._set_error(ts, as_serialized(exc), None, str(exc))
+                recs[ts] = "erred"
+            else:
+                recs[ts] = "released"
+        for ts in list(ws.has_what):
+            ts.who_has.discard(ws)
+            del ws.has_what[ts]
+            if not ts.who_has and ts.state == "memory":
+                recs[ts] = "released"
+                if ts.run_spec is None:
+                    for cs in ts.who_wants:
+                        out.clients[cs.client_key].append({"op": "lost-data", "key": ts.key})
+        ws.nbytes = 0
+        self.transitions(recs, stimulus_id, out)
+        self.stream_comms.pop(address, None)
+        self.rpc.remove(address)
+        if self.plugins:
+            self._plugin_hook("remove_worker", self, address, stimulus_id=stimulus_id)
+        return out
+
+    def client_releases_keys(self, client: str, keys: Iterable[Key], stimulus_id: str) -> Out:
+        """A client no longer wants ``keys``."""
+        cs = self.clients.get(client)
+        recs: dict[TaskState, str] = {}
+        if cs is not None:
+            for key in keys:
+                ts = self.tasks.get(key)
+                if ts is None or cs not in ts.who_wants:
+                    continue
+                ts.who_wants.discard(cs)
+                cs.wants_what.discard(ts)
+                if not ts.who_wants:
+                    if ts.state == "released":
+                        recs[ts] = "forgotten"
+                    elif not ts.waiters:
+                        recs[ts] = "released"
+        return self.transitions(recs, stimulus_id)
+
+    def client_desires_keys(self, client: str, keys: Iterable[Key], stimulus_id: str) -> Out:
+        """A client wants ``keys`` (already known to the scheduler)."""
+        out = Out()
+        cs = self.clients.get(client)
+        if cs is None:
+            cs = self.clients[client] = ClientState(client)
+        recs: dict[TaskState, str] = {}
+        for key in keys:
+            ts = self.tasks.get(key)
+            if ts is None:
+                out.clients[client].append({"op": "cancelled-keys", "keys": [key], "reason": "unknown key"})
+                continue
+            ts.who_wants.add(cs)
+            cs.wants_what.add(ts)
+            if ts.state == "memory":
+                out.clients[client].append({"op": "key-in-memory", "key": key, "workers": [w.address for w in ts.who_has], "type": ts.type})
+            elif ts.state == "erred":
+                self._report_erred(ts, cs, out)
+            elif ts.state == "released":
+                recs[ts] = "waiting"
+        return self.transitions(recs, stimulus_id, out)
+
+    def remove_client_state(self, client: str, stimulus_id: str) -> Out:
+        """A client left: release everything it wanted."""
+        cs = self.clients.get(client)
+        if cs is None:
+            return Out()
+        out = self.client_releases_keys(client, [ts.key for ts in cs.wants_what], stimulus_id)
+        del self.clients[client]
+        if self.plugins:
+            self._plugin_hook("remove_client", self, client)
+        return out
+
+    def cancel_keys(self, client: str, keys: Iterable[Key], reason: str, stimulus_id: str) -> Out:
+        """Cancel ``keys`` and what depends on them, for every client that wanted them."""
+        out = Out()
+        seen: set[TaskState] = set()
+        stack = [self.tasks[k] for k in keys if k in self.tasks]
+        while stack:
+            ts = stack.pop()
+            if ts in seen:
+                continue
+            seen.add(ts)
+            for dts in ts.dependents:
+                if dts.state not in ("memory", "erred"):
+                    stack.append(dts)
+        recs: dict[TaskState, str] = {}
+        for ts in seen:
+            for cs in list(ts.who_wants):
+                out.clients[cs.client_key].append({"op": "cancelled-keys", "keys": [ts.key], "reason": reason})
+                cs.wants_what.discard(ts)
+            ts.who_wants.clear()
+        for ts in seen:
+            if ts.state != "forgotten" and not ts.waiters - seen:
+                recs[ts] = "released" if ts.state != "released" else "forgotten"
+        return self.transitions(recs, stimulus_id, out)
+
+    def update_data_state(
+        self, client: str, who_has: Mapping[Key, Sequence[str]], nbytes: Mapping[Key, int], types: Mapping[Key, str], stimulus_id: str
+    ) -> Out:
+        """Data was scattered to workers: record it in memory, wanted by ``client``."""
+        out = Out()
+        cs = self.clients.get(client)
+        if cs is None:
+            cs = self.clients[client] = ClientState(client)
+        for key, addrs in who_has.items():
+            holders = [self.workers[a] for a in addrs if a in self.workers]
+            if not holders:
+                continue
+            ts = self.tasks.get(key)
+            if ts is None:
+                ts = self.new_task(key, None)
+            elif ts.state != "memory":
+                self.transitions({ts: "released"}, stimulus_id, out)
+                if ts.state != "released":
+                    continue
+            if ts.state == "released":
+                ts.group.states["released"] -= 1
+                ts.group.states["memory"] += 1
+                self.transition_log.append((key, "released", "memory", stimulus_id, time.time()))
+            ts.state = "memory"
+            ts.nbytes = nbytes.get(key, 0)
+            ts.type = types.get(key)
+            for ws in holders:
+                if ws not in ts.who_has:
+                    ts.who_has.add(ws)
+                    ws.has_what[ts] = None
+                    ws.nbytes += ts.nbytes
+            ts.who_wants.add(cs)
+            cs.wants_what.add(ts)
+            ts.priority = ts.priority or (0, self.generation, 0)
+            self._notify_in_memory(ts, out)
+        return self.transitions({}, stimulus_id, out)
+
+    # ======================================================================
+    # Validation
+    # ======================================================================
+    def validate_task(self, ts: TaskState) -> None:
+        """Check the invariants of one task (raises AssertionError)."""
+        state = ts.state
+        assert state in ALL_TASK_STATES, (ts, state)
+        if state == "forgotten":
+            assert ts.key not in self.tasks or self.tasks[ts.key] is not ts, ts
+            return
+        assert self.tasks.get(ts.key) is ts, ("task not in scheduler.tasks", ts)
+        for dts in ts.dependencies:
+            assert ts in dts.dependents, ("dependency link", ts, dts)
+        for dts in ts.dependents:
+            assert ts in dts.dependencies, ("dependent link", ts, dts)
+        for cs in ts.who_wants:
+            assert ts in cs.wants_what, ("who_wants link", ts, cs)
+        if state == "memory":
+            assert ts.who_has, ("memory without who_has", ts)
+            for ws in ts.who_has:
+                assert ts in ws.has_what, ("who_has link", ts, ws)
+        else:
+            assert not ts.who_has, ("who_has outside memory", ts, ts.who_has)
+        if state == "processing":
+            ws = ts.processing_on
+            assert ws is not None and ts in ws.processing, ("processing link", ts)
+            assert ws.address in self.workers, ("processing on a removed worker", ts)
+            for dts in ts.dependencies:
+                assert dts.state == "memory", ("processing with a dependency not in memory", ts, dts)
+        else:
+            assert ts.processing_on is None, ("processing_on outside processing", ts)
+        if state == "waiting":
+            assert ts.waiting_on, ("waiting on nothing", ts)
+            for dts in ts.waiting_on:
+                assert dts.state != "memory", ("waiting on a task in memory", ts, dts)
+                assert ts in dts.waiters, ("waiters link", ts, dts)
+        if state == "no-worker":
+            assert ts in self.unrunnable, ("no-worker not in unrunnable", ts)
+        if state == "erred":
+            assert ts.exception_blame is not None, ("erred without blame", ts)
+
+    def validate_state(self) -> None:
+        """Check every invariant of the whole state (raises AssertionError)."""
+        for ts in self.tasks.values():
+            self.validate_task(ts)
+        for ws in self.workers.values():
+            for ts in ws.has_what:
+                assert ws in ts.who_has, ("has_what link", ws, ts)
+            for ts in ws.processing:
+                assert ts.processing_on is ws, ("processing link", ws, ts)
+        for cs in self.clients.values():
+            for ts in cs.wants_what:
+                assert cs in ts.who_wants, ("wants_what link", cs, ts)
+        assert self.total_nthreads == sum(ws.nthreads for ws in self.workers.values())
+        assert self.n_queued == sum(1 for ts in self.tasks.values() if ts.state == "queued"), "queued count"
+        assert self.unrunnable == {ts for ts in self.tasks.values() if ts.state == "no-worker"}, "unrunnable set"
+
+    # ======================================================================
+    # I/O: streams from workers and clients
+    # ======================================================================
+    async def handle_register_worker(self, comm: Comm, msg: m.RegisterWorker) -> None:
+        address = msg["address"]
+        try:
+            out = self.add_worker_state(
+                address,
+                msg["nthreads"],
+                name=msg.get("name"),
+                memory_limit=msg.get("memory_limit", 0),
+                pid=msg.get("pid", 0),
+                nanny=msg.get("nanny"),
+                resources=msg.get("resources"),
+                keys=msg.get("keys", ()),
+                nbytes=msg.get("nbytes"),
+                stimulus_id=f"register-worker-{time.time()}",
+            )
+        except ValueError as e:
+            await comm.write({"status": "error", "message": str(e), **error_message(e)})
+            comm.abort()
+            return
+        ws = self.workers[address]
+        ws.local_directory = msg.get("local_directory", "")
+        ws.versions = dict(msg.get("versions") or {})
+        try:
+            await comm.write({"status": "OK", "time": time.time(), "heartbeat-interval": self._heartbeat_interval()})
+        except CommClosedError:
+            self.send_all(self.remove_worker_state(address, stimulus_id="register-failed"))
+            return
+        bs = BatchedSend(interval=_interval("distributed.worker.batched-send-interval"), name=f"scheduler->{address}")
+        bs.start(comm)
+        self.stream_comms[address] = bs
+        self.send_all(out)
+        self.log_event(["all", address], {"action": "add-worker"})
+        logger.info("Register worker %s", address)
+        await self._worker_stream(comm, address)
+
+    def _heartbeat_interval(self) -> float:
+        n = len(self.workers)
+        return 0.5 if n <= 10 else 1 if n < 50 else 2 if n < 200 else 5
+
+    async def _worker_stream(self, comm: Comm, address: str) -> None:
+        try:
+            while True:
+                msgs = await comm.read()
+                ws = self.workers.get(address)
+                if ws is None:
+                    break
+                ws.last_seen = time.time()
+                self._current_worker = ws
+                try:
+                    self.dispatch_stream(msgs, address)
+                finally:
+                    self._current_worker = None
+        except (CommClosedError, asyncio.CancelledError):
+            pass
+        except Exception:
+            logger.exception("Error on the stream from worker %s", address)
+        finally:
+            if address in self.workers and self.status not in (Status.closing, Status.closed):
+                logger.info("Remove worker %s (stream closed)", address)
+                self.send_all(self.remove_worker_state(address, stimulus_id=f"worker-stream-closed-{time.time()}"))
+                self.log_event(["all", address], {"action": "remove-worker"})
+            if not comm.closed():
+                comm.abort()
+
+    async def handle_register_client(self, comm: Comm, msg: m.RegisterClient) -> None:
+        client = msg["client"]
+        cs = self.clients.get(client)
+        if cs is None:
+            cs = self.clients[client] = ClientState(client)
+        cs.versions = dict(msg.get("versions") or {})
+        cs.last_seen = time.time()
+        try:
+            await comm.write({"status": "OK", "time": time.time(), "address": self.address, "id": self.id})
+        except CommClosedError:
+            return
+        bs = BatchedSend(interval=_interval("distributed.client.batched-send-interval"), name=f"scheduler->{client}")
+        bs.start(comm)
+        self.client_comms[client] = bs
+        if self.plugins:
+            self._plugin_hook("add_client", self, client)
+        try:
+            while True:
+                msgs = await comm.read()
+                cs.last_seen = time.time()
+                if isinstance(msgs, (list, tuple)) and any(isinstance(x, dict) and x.get("op") == "close-client" for x in msgs):
+                    self.dispatch_stream([x for x in msgs if not (isinstance(x, dict) and x.get("op") == "close-client")], client)
+                    break
+                self.dispatch_stream(msgs, client)
+        except (CommClosedError, asyncio.CancelledError):
+            pass
+        except Exception:
+            logger.exception("Error on the stream from client %s", client)
+        finally:
+            if self.client_comms.get(client) is bs:
+                del self.client_comms[client]
+                if self.status not in (Status.closing, Status.closed):
+                    self.send_all(self.remove_client_state(client, stimulus_id=f"remove-client-{time.time()}"))
+            await bs.close(timeout=1)
+
+    # -- stream handlers ---------------------------------------------------------
+    def _sender(self) -> WorkerState:
+        ws = self._current_worker
+        if ws is None:
+            raise RuntimeError("Worker stream message outside a worker stream")
+        return ws
+
+    def _stream_task_finished(self, msg: m.TaskFinished) -> None:
+        ws = self._sender()
+        out = self.task_finished(
+            msg["key"], ws.address, msg["run_id"], msg["nbytes"], msg["type"], msg["stop"] - msg["start"], f"task-finished-{msg['stop']}"
+        )
+        self.send_all(out)
+
+    def _stream_task_erred(self, msg: m.WorkerTaskErred) -> None:
+        ws = self._sender()
+        out = self.task_erred(
+            msg["key"], ws.address, msg["run_id"], msg["exception"], msg["traceback"], msg["text"], f"task-erred-{time.time()}"
+        )
+        self.send_all(out)
+
+    def _stream_add_keys(self, msg: m.AddKeys) -> None:
+        ws = self._sender()
+        out = Out()
+        for key in msg["keys"]:
+            ts = self.tasks.get(key)
+            if ts is not None and ts.state == "memory":
+                if ws not in ts.who_has:
+                    ts.who_has.add(ws)
+                    ws.has_what[ts] = None
+                    ws.nbytes += max(ts.nbytes, 0)
+            else:
+                out.free[ws.address].append(key)
+        self.send_all(out)
+
+    def _stream_release_worker_data(self, msg: m.ReleaseWorkerData) -> None:
+        ws = self._sender()
+        recs: dict[TaskState, str] = {}
+        for key in msg["keys"]:
+            ts = self.tasks.get(key)
+            if ts is None or ws not in ts.who_has:
+                continue
+            ts.who_has.discard(ws)
+            del ws.has_what[ts]
+            ws.nbytes -= max(ts.nbytes, 0)
+            if not ts.who_has:
+                recs[ts] = "released"
+        self.send_all(self.transitions(recs, f"release-worker-data-{time.time()}"))
+
+    def _stream_missing_data(self, msg: m.MissingData) -> None:
+        ws = self._sender()
+        stimulus_id = f"missing-data-{time.time()}"
+        recs: dict[TaskState, str] = {}
+        for key, addrs in msg["missing"].items():
+            dts = self.tasks.get(key)
+            if dts is None:
+                continue
+            for addr in addrs:
+                holder = self.workers.get(addr)
+                if holder is not None and holder in dts.who_has:
+                    dts.who_has.discard(holder)
+                    holder.has_what.pop(dts, None)
+                    holder.nbytes -= max(dts.nbytes, 0)
+            if not dts.who_has and dts.state == "memory":
+                recs[dts] = "released"
+        ts = self.tasks.get(msg["key"])
+        if ts is not None and ts.state == "processing" and ts.processing_on is ws and ts.run_id == msg["run_id"]:
+            recs[ts] = "released"
+        self.send_all(self.transitions(recs, stimulus_id))
+
+    def _stream_reschedule(self, msg: m.Reschedule) -> None:
+        ws = self._sender()
+        ts = self.tasks.get(msg["key"])
+        if ts is None or ts.state != "processing" or ts.processing_on is not ws or ts.run_id != msg["run_id"]:
+            return
+        self.send_all(self.transitions({ts: "released"}, f"reschedule-{time.time()}"))
+
+    def _stream_long_running(self, msg: m.LongRunning) -> None:
+        ws = self._sender()
+        ts = self.tasks.get(msg["key"])
+        if ts is None or ts.processing_on is not ws or ts.run_id != msg["run_id"]:
+            return
+        ws.long_running.add(ts)
+        out = Out()
+        if self.n_queued:
+            self._fill_from_queue(ws, out)
+        self.send_all(out)
+
+    def _stream_update_graph(self, msg: m.UpdateGraph) -> None:
+        out = self.update_graph(
+            msg["client"],
+            msg["tasks"],
+            msg["keys"],
+            user_priority=msg.get("priority", 0),
+            annotations=msg.get("annotations"),
+            stimulus_id=msg.get("stimulus_id"),
+        )
+        self.send_all(out)
+
+    def _stream_client_desires_keys(self, msg: m.ClientKeys) -> None:
+        self.send_all(self.client_desires_keys(msg["client"], msg["keys"], f"client-desires-keys-{time.time()}"))
+
+    def _stream_client_releases_keys(self, msg: m.ClientKeys) -> None:
+        self.send_all(self.client_releases_keys(msg["client"], msg["keys"], f"client-releases-keys-{time.time()}"))
+
+    # -- request handlers ------------------------------------------------------
+    def handle_heartbeat_worker(self, comm: Comm, msg: m.HeartbeatWorker) -> dict[str, Any]:
+        ws = self.workers.get(msg["address"])
+        if ws is None:
+            return {"status": "missing"}
+        ws.last_seen = time.time()
+        ws.metrics = dict(msg.get("metrics") or {})
+        ws.executing_count = msg.get("executing", 0)
+        return {"status": "OK", "time": time.time(), "heartbeat-interval": self._heartbeat_interval()}
+
+    def handle_unregister(self, comm: Comm, msg: m.UnregisterWorker) -> str:
+        self.send_all(self.remove_worker_state(msg["address"], stimulus_id=f"unregister-{time.time()}", safe=True))
+        return "OK"
+
+    def handle_identity(self, comm: Comm, msg: m.Empty) -> dict[str, Any]:
+        return self.identity()
+
+    def handle_who_has(self, comm: Comm, msg: m.OptionalKeysRequest) -> dict[Key, list[str]]:
+        keys = msg.get("keys")
+        if keys is None:
+            return {k: [ws.address for ws in ts.who_has] for k, ts in self.tasks.items()}
+        return {k: [ws.address for ws in self.tasks[k].who_has] if k in self.tasks else [] for k in keys}
+
+    def _select_workers(self, workers: Sequence[str] | None) -> list[WorkerState]:
+        if workers is None:
+            return list(self.workers.values())
+        result = []
+        for w in workers:
+            ws = self.workers.get(w) or self._worker_by_name(w)
+            if ws is not None:
+                result.append(ws)
+        return result
+
+    def handle_has_what(self, comm: Comm, msg: m.WorkersRequest) -> dict[str, list[Key]]:
+        return {ws.address: [ts.key for ts in ws.has_what] for ws in self._select_workers(msg.get("workers"))}
+
+    def handle_nthreads(self, comm: Comm, msg: m.WorkersRequest) -> dict[str, int]:
+        return {ws.address: ws.nthreads for ws in self._select_workers(msg.get("workers"))}
+
+    def handle_processing(self, comm: Comm, msg: m.WorkersRequest) -> dict[str, list[Key]]:
+        return {ws.address: [ts.key for ts in ws.processing] for ws in self._select_workers(msg.get("workers"))}
+
+    def handle_nbytes(self, comm: Comm, msg: m.OptionalKeysRequest) -> dict[Key, int]:
+        keys = msg.get("keys")
+        if keys is None:
+            return {k: ts.nbytes for k, ts in self.tasks.items() if ts.state == "memory"}
+        return {k: self.tasks[k].nbytes for k in keys if k in self.tasks}
+
+    def handle_task_states(self, comm: Comm, msg: m.OptionalKeysRequest) -> dict[Key, str]:
+        keys = msg.get("keys")
+        if keys is None:
+            return {k: ts.state for k, ts in self.tasks.items()}
+        return {k: self.tasks[k].state if k in self.tasks else "forgotten" for k in keys}
+
+    def handle_update_data(self, comm: Comm, msg: m.UpdateData) -> str:
+        out = self.update_data_state(msg["client"], msg["who_has"], msg["nbytes"], msg.get("types", {}), f"update-data-{time.time()}")
+        self.send_all(out)
+        return "OK"
+
+    def handle_cancel_keys(self, comm: Comm, msg: m.CancelKeys) -> str:
+        out = self.cancel_keys(msg["client"], msg["keys"], msg.get("reason", "cancelled by a client"), f"cancel-{time.time()}")
+        self.send_all(out)
+        return "OK"
+
+    def handle_retry(self, comm: Comm, msg: m.RetryKeys) -> list[Key]:
+        stimulus_id = f"retry-{time.time()}"
+        roots: set[TaskState] = set()
+        stack = [self.tasks[k] for k in msg["keys"] if k in self.tasks]
+        while stack:
+            ts = stack.pop()
+            if ts.state != "erred":
+                continue
+            blame = ts.exception_blame
+            if blame is ts or blame is None:
+                roots.add(ts)
+            else:
+                stack.append(blame)
+        out = self.transitions({ts: "released" for ts in roots}, stimulus_id)
+        for ts in list(self.tasks.values()):
+            if ts.state == "released" and (ts.who_wants or ts.waiters):
+                out.recs[ts] = "waiting"
+        self.send_all(self.transitions({}, stimulus_id, out))
+        return [ts.key for ts in roots]
+
+    def handle_story(self, comm: Comm, msg: m.StoryRequest) -> list[tuple[Any, ...]]:
+        return [tuple(t) for t in self.story(*msg["keys"])]
+
+    async def handle_run_function(self, comm: Comm, msg: m.RunFunction) -> Any:
+        # A user explicitly asked to run this on the scheduler.
+        func = unwrap(msg["function"])
+        args = unwrap(msg.get("args")) or ()
+        kwargs = unwrap(msg.get("kwargs")) or {}
+        if _accepts(func, "dask_scheduler"):
+            kwargs["dask_scheduler"] = self
+        result = func(*args, **kwargs)
+        if inspect.isawaitable(result):
+            if msg.get("wait", True):
+                result = await result
+            else:
+                self.spawn(_await(result))
+                result = None
+        return Serialize(result)
+
+    async def handle_broadcast(self, comm: Comm, msg: m.RunFunction) -> dict[str, Any]:
+        """Run a function on workers; the payload goes through unopened."""
+        workers = msg.get("workers")
+        targets = [ws.address for ws in self._select_workers(workers)] if workers is not None else list(self.workers)
+        request = {k: v for k, v in msg.items() if k not in ("op", "workers", "reply")}
+        request["op"] = "run"
+
+        async def one(addr: str) -> tuple[str, Any]:
+            try:
+                return addr, {"status": "OK", "result": await self.rpc.call(addr, request)}
+            except Exception as e:
+                return addr, error_message(e)
+
+        results = await asyncio.gather(*(one(a) for a in targets))
+        return dict(results)
+
+    async def handle_retire_workers(self, comm: Comm, msg: m.RetireWorkers) -> dict[str, Any]:
+        workers = msg.get("workers")
+        if workers is None:
+            n = msg.get("n") or 0
+            targets = sorted(self.workers.values(), key=lambda ws: len(ws.has_what))[:n]
+        else:
+            targets = self._select_workers(workers)
+        retired: dict[str, Any] = {}
+        for ws in targets:
+            retired[ws.address] = ws.identity()
+            bs = self.stream_comms.get(ws.address)
+            self.send_all(self.remove_worker_state(ws.address, stimulus_id=f"retire-{time.time()}", safe=True))
+            if bs is not None and msg.get("close_workers", True):
+                try:
+                    bs.send({"op": "close-worker", "reason": "retired"})
+                except CommClosedError:
+                    pass
+        return retired
+
+    async def handle_wait_for_workers(self, comm: Comm, msg: m.WaitForWorkers) -> str:
+        while len(self.workers) < msg["n_workers"]:
+            self._worker_wait = self._worker_wait or asyncio.Event()
+            self._worker_wait.clear()
+            await self._worker_wait.wait()
+        return "OK"
+
+    async def handle_register_plugin(self, comm: Comm, msg: m.RegisterPlugin) -> str:
+        plugin = unwrap(msg["plugin"])
+        await self.add_plugin(plugin, name=msg["name"], idempotent=msg.get("idempotent", False))
+        return "OK"
+
+    def handle_unregister_plugin(self, comm: Comm, msg: m.UnregisterPlugin) -> str:
+        self.remove_plugin(msg["name"])
+        return "OK"
+
+
+def _interval(key: str) -> float:
+    return float(parse_timedelta(dask.config.get(key)) or 0.002)
+
+
+def _accepts(func: Any, name: str) -> bool:
+    try:
+        return name in inspect.signature(func).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+async def _await(aw: Any) -> None:
+    await aw

@@ -1,0 +1,293 @@
+"""The scheduler's records of tasks, workers and clients.
+
+Plain ``__slots__`` classes, re-exported from :mod:`distributed.scheduler`
+(where plugins and users import them).  They hold data only: every change of
+state goes through the scheduler's transition methods, which keep these
+invariants (checked in validation mode):
+
+* ``ts in dts.dependents`` iff ``dts in ts.dependencies``.
+* ``ts.state == "memory"`` iff ``ts.who_has`` is non-empty, and then
+  ``ts in ws.has_what`` for every ``ws in ts.who_has``.
+* ``ts.state == "processing"`` iff ``ts.processing_on`` is set, and then
+  ``ts in ts.processing_on.processing``.
+* ``ts.waiting_on`` holds the dependencies of a waiting task not yet in memory.
+* ``dts.waiters`` holds the dependents that still need ``dts``.
+* ``cs in ts.who_wants`` iff ``ts in cs.wants_what``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from typing import Any, Final
+
+from distributed.protocol.messages import Key, Payload
+
+__all__ = [
+    "TaskState",
+    "WorkerState",
+    "ClientState",
+    "TaskPrefix",
+    "TaskGroup",
+    "ALL_TASK_STATES",
+]
+
+ALL_TASK_STATES: Final = frozenset(
+    {"released", "waiting", "no-worker", "queued", "processing", "memory", "erred", "forgotten"}
+)
+
+_task_counter = itertools.count()
+
+
+class TaskPrefix:
+    """Tasks sharing a key prefix (``"inc"`` of ``"inc-1234"``): duration statistics."""
+
+    __slots__ = ("name", "duration_average", "count", "groups")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        #: Exponentially weighted mean of run time in seconds (-1 until known).
+        self.duration_average = -1.0
+        self.count = 0
+        self.groups: list[TaskGroup] = []
+
+    def add_duration(self, duration: float) -> None:
+        """Fold one measured run time into the average."""
+        if self.duration_average < 0:
+            self.duration_average = duration
+        else:
+            self.duration_average = 0.5 * self.duration_average + 0.5 * duration
+
+    def __repr__(self) -> str:
+        return f"<TaskPrefix {self.name}: {self.count} tasks>"
+
+
+class TaskGroup:
+    """Tasks sharing a key name (``"x-abc"`` of ``("x-abc", 0)``): counts by state."""
+
+    __slots__ = ("name", "prefix", "states", "nbytes_total", "duration", "types")
+
+    def __init__(self, name: str, prefix: TaskPrefix) -> None:
+        self.name = name
+        self.prefix = prefix
+        self.states: dict[str, int] = dict.fromkeys(ALL_TASK_STATES, 0)
+        self.nbytes_total = 0
+        self.duration = 0.0
+        self.types: set[str] = set()
+        prefix.groups.append(self)
+
+    def __len__(self) -> int:
+        return sum(self.states.values()) - self.states["forgotten"]
+
+    def __repr__(self) -> str:
+        active = {k: v for k, v in self.states.items() if v}
+        return f"<TaskGroup {self.name}: {active}>"
+
+
+class TaskState:
+    """What the scheduler knows about one task."""
+
+    __slots__ = (
+        "key",
+        "run_spec",
+        "priority",
+        "state",
+        "dependencies",
+        "dependents",
+        "waiting_on",
+        "waiters",
+        "who_wants",
+        "who_has",
+        "processing_on",
+        "nbytes",
+        "type",
+        "exception",
+        "traceback",
+        "exception_text",
+        "exception_blame",
+        "erred_on",
+        "retries",
+        "suspicious",
+        "prefix",
+        "group",
+        "annotations",
+        "worker_restrictions",
+        "host_restrictions",
+        "resource_restrictions",
+        "loose_restrictions",
+        "run_id",
+        "metadata",
+        "has_lost_dependencies",
+        "_hash",
+        "__weakref__",
+    )
+
+    def __init__(self, key: Key, run_spec: Payload | None, group: TaskGroup) -> None:
+        self.key: Key = key
+        self._hash = next(_task_counter)
+        #: The serialised task; opaque to the scheduler.  None for scattered data.
+        self.run_spec = run_spec
+        self.priority: tuple[Any, ...] = ()
+        self.state = "released"
+        self.dependencies: set[TaskState] = set()
+        self.dependents: set[TaskState] = set()
+        self.waiting_on: set[TaskState] = set()
+        self.waiters: set[TaskState] = set()
+        self.who_wants: set[ClientState] = set()
+        self.who_has: set[WorkerState] = set()
+        self.processing_on: WorkerState | None = None
+        self.nbytes = -1
+        self.type: str | None = None
+        self.exception: Payload | None = None
+        self.traceback: Any = None
+        self.exception_text = ""
+        self.exception_blame: TaskState | None = None
+        self.erred_on: set[str] = set()
+        self.retries = 0
+        self.suspicious = 0
+        self.group = group
+        self.prefix = group.prefix
+        self.annotations: dict[str, Any] = {}
+        self.worker_restrictions: set[str] | None = None
+        self.host_restrictions: set[str] | None = None
+        self.resource_restrictions: dict[str, float] | None = None
+        self.loose_restrictions = False
+        self.run_id = -1
+        self.metadata: dict[str, Any] = {}
+        self.has_lost_dependencies = False
+        group.states["released"] += 1
+        group.prefix.count += 1
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __lt__(self, other: TaskState) -> bool:
+        return self.priority < other.priority
+
+    @property
+    def has_restrictions(self) -> bool:
+        """Whether the task may run only on some workers."""
+        return bool(self.worker_restrictions or self.host_restrictions or self.resource_restrictions)
+
+    def __repr__(self) -> str:
+        return f"<TaskState {self.key!r} {self.state}>"
+
+
+class WorkerState:
+    """What the scheduler knows about one worker."""
+
+    __slots__ = (
+        "address",
+        "name",
+        "nthreads",
+        "memory_limit",
+        "pid",
+        "host",
+        "nanny",
+        "resources",
+        "used_resources",
+        "processing",
+        "long_running",
+        "has_what",
+        "nbytes",
+        "occupancy",
+        "status",
+        "last_seen",
+        "metrics",
+        "local_directory",
+        "versions",
+        "executing_count",
+        "_hash",
+        "__weakref__",
+    )
+
+    def __init__(
+        self,
+        address: str,
+        nthreads: int,
+        name: Any = None,
+        memory_limit: int = 0,
+        pid: int = 0,
+        nanny: str | None = None,
+        resources: Mapping[str, float] | None = None,
+    ) -> None:
+        self.address = address
+        self._hash = hash(address)
+        self.name = name if name is not None else address
+        self.nthreads = nthreads
+        self.memory_limit = memory_limit
+        self.pid = pid
+        host = address.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]")
+        self.host = host
+        self.nanny = nanny
+        self.resources: dict[str, float] = dict(resources or {})
+        self.used_resources: dict[str, float] = dict.fromkeys(self.resources, 0.0)
+        #: Tasks assigned here, with their expected durations in seconds.
+        self.processing: dict[TaskState, float] = {}
+        #: Tasks that seceded from the worker's thread pool.
+        self.long_running: set[TaskState] = set()
+        #: Keys held in memory (a dict for insertion order).
+        self.has_what: dict[TaskState, None] = {}
+        self.nbytes = 0
+        self.occupancy = 0.0
+        self.status = "running"
+        self.last_seen = 0.0
+        self.metrics: dict[str, Any] = {}
+        self.local_directory = ""
+        self.versions: dict[str, Any] = {}
+        self.executing_count = 0
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def identity(self) -> dict[str, Any]:
+        """A summary for ``scheduler_info``."""
+        return {
+            "type": "Worker",
+            "id": self.name,
+            "name": self.name,
+            "host": self.host,
+            "nthreads": self.nthreads,
+            "memory_limit": self.memory_limit,
+            "pid": self.pid,
+            "nanny": self.nanny,
+            "resources": dict(self.resources),
+            "local_directory": self.local_directory,
+            "last_seen": self.last_seen,
+            "metrics": dict(self.metrics),
+            "status": self.status,
+        }
+
+    def __repr__(self) -> str:
+        return (
+            f"<WorkerState {self.address!r}, name: {self.name}, status: {self.status}, "
+            f"memory: {len(self.has_what)}, processing: {len(self.processing)}>"
+        )
+
+
+class ClientState:
+    """What the scheduler knows about one client."""
+
+    __slots__ = ("client_key", "wants_what", "last_seen", "versions", "_hash", "__weakref__")
+
+    def __init__(self, client: str) -> None:
+        self.client_key = client
+        self._hash = hash(client)
+        self.wants_what: set[TaskState] = set()
+        self.last_seen = 0.0
+        self.versions: dict[str, Any] = {}
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __repr__(self) -> str:
+        return f"<ClientState {self.client_key!r}>"

@@ -1,0 +1,249 @@
+"""BatchedSend over TCP and in process."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+import pytest
+
+from distributed.batched import BatchedSend
+from distributed.comm import Comm, CommClosedError, connect, listen
+
+T = TypeVar("T")
+
+SCHEMES = ["tcp", "inproc"]
+
+
+def run(make: Callable[[], Coroutine[Any, Any, T]], timeout: float = 30.0) -> T:
+    """Run a coroutine in a fresh loop; fail on errors the loop reports."""
+    errors: list[dict[str, Any]] = []
+
+    async def main() -> T:
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: errors.append(ctx))
+        return await asyncio.wait_for(make(), timeout)
+
+    result = asyncio.run(main())
+    assert not errors, errors
+    return result
+
+
+async def wait_until(pred: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.002)
+
+
+@asynccontextmanager
+async def comm_pair(scheme: str) -> AsyncIterator[tuple[Comm, Comm]]:
+    accepted: asyncio.Queue[Comm] = asyncio.Queue()
+
+    async def handler(comm: Comm) -> None:
+        await accepted.put(comm)
+
+    listener = listen("tcp://127.0.0.1:0" if scheme == "tcp" else "inproc://", handler)
+    await listener.start()
+    client = await connect(listener.contact_address, timeout=5)
+    server: Comm | None = None
+    try:
+        server = await asyncio.wait_for(accepted.get(), 5)
+        yield client, server
+    finally:
+        listener.stop()
+        client.abort()
+        if server is not None:
+            server.abort()
+
+
+class Receiver:
+    """Reads batches from a comm until it closes."""
+
+    def __init__(self, comm: Comm) -> None:
+        self.comm = comm
+        self.batches: list[Any] = []
+        self.messages: list[Any] = []
+        self.closed = False
+        self.task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                batch = await self.comm.read()
+                self.batches.append(batch)
+                self.messages.extend(batch)
+        except CommClosedError:
+            self.closed = True
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_delivers_all_messages_in_order_in_lists(scheme: str) -> None:
+    async def main() -> None:
+        async with comm_pair(scheme) as (client, server):
+            recv = Receiver(server)
+            bs = BatchedSend(interval=0.005, name="test")
+            bs.start(client)
+            n = 500
+            for i in range(n):
+                bs.send({"op": "x", "i": i, "key": ("k", i)})
+                if i % 7 == 0:
+                    await asyncio.sleep(0)
+            await wait_until(lambda: len(recv.messages) >= n)
+            assert [m["i"] for m in recv.messages] == list(range(n))
+            assert all(tuple(m["key"]) == ("k", m["i"]) for m in recv.messages)
+            assert all(isinstance(b, (list, tuple)) and b for b in recv.batches)
+            assert bs.message_count == n
+            await wait_until(lambda: bs.batch_count == len(recv.batches))
+            if scheme == "tcp":
+                assert bs.byte_count > 0
+            await bs.close()
+
+    run(main)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_coalesces_tight_loop(scheme: str) -> None:
+    async def main() -> None:
+        async with comm_pair(scheme) as (client, server):
+            recv = Receiver(server)
+            bs = BatchedSend(interval=0.01)
+            bs.start(client)
+            n = 2000
+            for i in range(n):
+                bs.send(i)
+                if i % 10 == 0:
+                    await asyncio.sleep(0)  # let the writer run as often as it wants
+            await wait_until(lambda: len(recv.messages) >= n)
+            assert recv.messages == list(range(n))
+            assert len(recv.batches) <= n // 20, len(recv.batches)
+            await bs.close()
+
+    run(main)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_first_message_after_quiet_spell_goes_out_at_once(scheme: str) -> None:
+    async def main() -> None:
+        async with comm_pair(scheme) as (client, server):
+            recv = Receiver(server)
+            # A long interval: only the very first message may go out before it.
+            bs = BatchedSend(interval=10)
+            bs.start(client)
+            bs.send("first")
+            await wait_until(lambda: recv.messages == ["first"], timeout=5)
+            bs.send("second")
+            for _ in range(20):
+                await asyncio.sleep(0)
+            # Still held back by the interval; close() flushes it at once.
+            assert recv.messages == ["first"]
+            assert bs.batch_count == 1
+            await asyncio.wait_for(bs.close(), 5)
+            await wait_until(lambda: recv.closed)
+            assert recv.messages == ["first", "second"]
+
+    run(main)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_close_flushes(scheme: str) -> None:
+    async def main() -> None:
+        async with comm_pair(scheme) as (client, server):
+            recv = Receiver(server)
+            bs = BatchedSend(interval=0.05)
+            bs.start(client)
+            for i in range(300):
+                bs.send(i)
+            await bs.close()
+            assert bs.closed()
+            assert client.closed()
+            await asyncio.wait_for(recv.task, 5)
+            assert recv.closed
+            assert recv.messages == list(range(300))
+
+    run(main)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_send_after_close_raises(scheme: str) -> None:
+    async def main() -> None:
+        async with comm_pair(scheme) as (client, server):
+            bs = BatchedSend(interval=0.001)
+            bs.start(client)
+            bs.send(1)
+            await bs.close()
+            with pytest.raises(CommClosedError):
+                bs.send(2)
+            assert (await asyncio.wait_for(server.read(), 5)) in ([1], (1,))
+            with pytest.raises(CommClosedError):
+                await asyncio.wait_for(server.read(), 5)
+
+    run(main)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_send_after_peer_closed_raises(scheme: str) -> None:
+    async def main() -> None:
+        async with comm_pair(scheme) as (client, server):
+            bs = BatchedSend(interval=0.001)
+            bs.start(client)
+            await server.close()
+            # Reading tells the client end that the peer is gone.
+            with pytest.raises(CommClosedError):
+                await asyncio.wait_for(client.read(), 5)
+            await wait_until(bs.closed)
+            with pytest.raises(CommClosedError):
+                bs.send("late")
+            bs.abort()
+
+    run(main)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_messages_sent_before_start_are_delivered(scheme: str) -> None:
+    async def main() -> None:
+        async with comm_pair(scheme) as (client, server):
+            recv = Receiver(server)
+            bs = BatchedSend(interval=0.001)
+            bs.send("a", "b")
+            bs.send("c")
+            bs.start(client)
+            await wait_until(lambda: len(recv.messages) >= 3)
+            assert recv.messages == ["a", "b", "c"]
+            await bs.close()
+
+    run(main)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_abort_drops_queue_and_closes(scheme: str) -> None:
+    async def main() -> None:
+        async with comm_pair(scheme) as (client, server):
+            recv = Receiver(server)
+            bs = BatchedSend(interval=10)
+            bs.start(client)
+            bs.send("first")
+            await wait_until(lambda: recv.messages == ["first"])
+            bs.send("dropped")
+            bs.abort()
+            assert bs.closed() and client.closed()
+            await asyncio.wait_for(recv.task, 5)
+            assert recv.messages == ["first"]
+            with pytest.raises(CommClosedError):
+                bs.send("x")
+
+    run(main)
+
+
+def test_close_without_start() -> None:
+    async def main() -> None:
+        bs = BatchedSend()
+        bs.send(1)
+        await bs.close()
+        assert bs.closed()
+        with pytest.raises(CommClosedError):
+            bs.send(2)
+
+    run(main)

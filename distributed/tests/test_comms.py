@@ -1,0 +1,612 @@
+"""One conformance suite that the TCP and the in-process comms both pass, plus
+transport-specific checks (connect timeouts, frame limits, threads)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import threading
+import time
+import tracemalloc
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+import dask.config
+import numpy as np
+import pytest
+
+from distributed.comm import (
+    Comm,
+    CommClosedError,
+    Listener,
+    connect,
+    listen,
+    normalize_address,
+    parse_address,
+    parse_host_port,
+    unparse_address,
+)
+from distributed.protocol import Serialize, Serialized, to_serialize, unwrap
+from distributed.utils import LoopRunner
+
+T = TypeVar("T")
+
+SCHEMES = ["tcp", "inproc"]
+
+
+# -- helpers -----------------------------------------------------------------
+
+
+def run(make: Callable[[], Coroutine[Any, Any, T]], timeout: float = 30.0) -> T:
+    """Run a coroutine in a fresh loop; fail on errors the loop reports."""
+    errors: list[dict[str, Any]] = []
+
+    async def main() -> T:
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: errors.append(ctx))
+        return await asyncio.wait_for(make(), timeout)
+
+    result = asyncio.run(main())
+    assert not errors, errors
+    return result
+
+
+async def wait_until(pred: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.002)
+
+
+def listen_address(scheme: str) -> str:
+    return "tcp://127.0.0.1:0" if scheme == "tcp" else "inproc://"
+
+
+@asynccontextmanager
+async def accepting(scheme: str) -> AsyncIterator[tuple[Listener, asyncio.Queue[Comm]]]:
+    """A listener that puts every accepted comm in a queue; all closed on exit."""
+    accepted: asyncio.Queue[Comm] = asyncio.Queue()
+    seen: list[Comm] = []
+
+    async def handler(comm: Comm) -> None:
+        seen.append(comm)
+        await accepted.put(comm)
+
+    listener = listen(listen_address(scheme), handler)
+    await listener.start()
+    try:
+        yield listener, accepted
+    finally:
+        listener.stop()
+        for c in seen:
+            c.abort()
+
+
+@asynccontextmanager
+async def comm_pair(scheme: str) -> AsyncIterator[tuple[Comm, Comm, Listener]]:
+    """(client end, server end, listener)."""
+    async with accepting(scheme) as (listener, accepted):
+        client = await connect(listener.contact_address, timeout=5)
+        try:
+            server = await asyncio.wait_for(accepted.get(), 5)
+            yield client, server, listener
+        finally:
+            client.abort()
+
+
+def payload_of(value: Any) -> Any:
+    """The object a comm delivered (Serialized over TCP, Serialize in process)."""
+    assert isinstance(value, (Serialized, Serialize))
+    return unwrap(value)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+# -- addresses -----------------------------------------------------------------
+
+
+def test_address_helpers() -> None:
+    assert parse_address("tcp://127.0.0.1:8786") == ("tcp", "127.0.0.1:8786")
+    assert parse_address("inproc://123/4") == ("inproc", "123/4")
+    assert parse_address("127.0.0.1:1") == ("tcp", "127.0.0.1:1")
+    with dask.config.set({"distributed.comm.default-scheme": "inproc"}):
+        assert parse_address("x") == ("inproc", "x")
+    assert unparse_address("tcp", "h:1") == "tcp://h:1"
+    assert normalize_address("h:1") == "tcp://h:1"
+    assert parse_host_port("h:12") == ("h", 12)
+    assert parse_host_port("[::1]:12") == ("::1", 12)
+    assert parse_host_port("h", default_port=5) == ("h", 5)
+    with pytest.raises(ValueError, match="No port"):
+        parse_host_port("h")
+    with pytest.raises(ValueError, match="Invalid port"):
+        parse_host_port("h:x")
+    with pytest.raises(TypeError):
+        parse_address(5)  # type: ignore[arg-type]
+
+
+def test_unknown_scheme() -> None:
+    async def main() -> None:
+        with pytest.raises(ValueError, match="Unknown comm scheme"):
+            await connect("udp://127.0.0.1:1", timeout=1)
+
+        async def handler(comm: Comm) -> None:
+            pass
+
+        with pytest.raises(ValueError, match="Unknown comm scheme"):
+            listen("udp://127.0.0.1:1", handler)
+
+    run(main)
+
+
+# -- conformance ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_round_trip(scheme: str) -> None:
+    async def main() -> None:
+        async with comm_pair(scheme) as (client, server, _):
+            msg = {"op": "ping", "key": ("x", 0), "data": b"abc", "n": [1, 2, {"a": None}]}
+            await client.write(msg)
+            got = await asyncio.wait_for(server.read(), 5)
+            assert got["op"] == "ping"
+            assert tuple(got["key"]) == ("x", 0)
+            assert got["data"] == b"abc"
+            assert list(got["n"]) == [1, 2, {"a": None}]
+            await server.write({"status": "OK", "result": 42})
+            assert await asyncio.wait_for(client.read(), 5) == {"status": "OK", "result": 42}
+            assert not client.closed() and not server.closed()
+
+    run(main)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_addresses(scheme: str) -> None:
+    async def main() -> None:
+        async with comm_pair(scheme) as (client, server, listener):
+            assert client.peer_address == listener.contact_address
+            assert server.peer_address == client.local_address
+            assert client.peer_address == server.local_address
+            assert client.local_address != client.peer_address
+            for addr in (client.local_address, client.peer_address):
+                assert addr.startswith(f"{scheme}://")
+            if scheme == "tcp":
+                host, port = parse_host_port(parse_address(client.local_address)[1])
+                assert host == "127.0.0.1" and port > 0
+                assert listener.listen_address == listener.contact_address
+            assert "open" in repr(client)
+            client.abort()
+            assert "closed" in repr(client)
+
+    run(main)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_many_messages_in_order(scheme: str) -> None:
+    async def main() -> None:
+        async with comm_pair(scheme) as (client, server, _):
+            n = 2000
+
+            async def reader() -> list[int]:
+                return [(await server.read())["i"] for _ in range(n)]
+
+            task = asyncio.create_task(reader())
+            for i in range(n):
+                await client.write({"i": i, "pad": "x" * (i % 50)})
+            assert await asyncio.wait_for(task, 10) == list(range(n))
+
+    run(main)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_concurrent_writers(scheme: str) -> None:
+    async def main() -> None:
+        async with comm_pair(scheme) as (client, server, _):
+            writers, per_writer = 6, 150
+            big = b"B" * 200_000  # above the size where frames are written separately
+
+            async def write_all(w: int) -> None:
+                for j in range(per_writer):
+                    msg: dict[str, Any] = {"w": w, "j": j}
+                    if j % 25 == 0:
+                        msg["blob"] = to_serialize(big)
+                    await client.write(msg)
+                    await asyncio.sleep(0)
+
+            tasks = [asyncio.create_task(write_all(w)) for w in range(writers)]
+            seen: dict[int, list[int]] = {w: [] for w in range(writers)}
+            for _ in range(writers * per_writer):
+                msg = await asyncio.wait_for(server.read(), 10)
+                seen[msg["w"]].append(msg["j"])
+                if msg["j"] % 25 == 0:
+                    assert payload_of(msg["blob"]) == big
+                else:
+                    assert "blob" not in msg
+            await asyncio.gather(*tasks)
+            assert seen == {w: list(range(per_writer)) for w in range(writers)}
+
+    run(main)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("closer", ["peer", "self"])
+def test_close_wakes_pending_read(scheme: str, closer: str) -> None:
+    async def main() -> None:
+        async with comm_pair(scheme) as (client, server, _):
+            pending = asyncio.create_task(client.read())
+            await asyncio.sleep(0)  # let the read start waiting
+            assert not pending.done()
+            if closer == "peer":
+                await server.close()
+            else:
+                await client.close()
+            with pytest.raises(CommClosedError):
+                await asyncio.wait_for(pending, 5)
+            await wait_until(client.closed)
+            with pytest.raises(CommClosedError):
+                await client.write({"x": 1})
+            with pytest.raises(CommClosedError):
+                await client.read()
+
+    run(main)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_messages_before_close_are_delivered(scheme: str) -> None:
+    async def main() -> None:
+        async with comm_pair(scheme) as (client, server, _):
+            for i in range(20):
+                await client.write({"i": i})
+            await client.close()
+            got = [(await asyncio.wait_for(server.read(), 5))["i"] for _ in range(20)]
+            assert got == list(range(20))
+            with pytest.raises(CommClosedError):
+                await asyncio.wait_for(server.read(), 5)
+
+    run(main)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_write_after_close(scheme: str) -> None:
+    async def main() -> None:
+        async with comm_pair(scheme) as (client, server, _):
+            await client.close()
+            assert client.closed()
+            with pytest.raises(CommClosedError):
+                await client.write({"x": 1})
+            # close and abort are idempotent
+            await client.close()
+            client.abort()
+            # The other end learns about it and refuses writes too.
+            with pytest.raises(CommClosedError):
+                await asyncio.wait_for(server.read(), 5)
+            await wait_until(server.closed)
+            with pytest.raises(CommClosedError):
+                await server.write({"x": 1})
+
+    run(main)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_large_numpy_payload(scheme: str) -> None:
+    async def main() -> None:
+        async with comm_pair(scheme) as (client, server, _):
+            arr = np.random.default_rng(0).integers(0, 2**31, size=50 * 2**20 // 8, dtype="i8")
+            read = asyncio.create_task(server.read())
+            n = await client.write({"op": "put", "x": to_serialize(arr), "tail": "end"})
+            msg = await asyncio.wait_for(read, 20)
+            assert msg["tail"] == "end"
+            out = payload_of(msg["x"])
+            assert out.dtype == arr.dtype and out.shape == arr.shape
+            assert np.array_equal(out, arr)
+            if scheme == "tcp":
+                assert n >= arr.nbytes
+                assert isinstance(msg["x"], Serialized)
+                assert msg["x"].nbytes >= arr.nbytes
+            # The comm is still usable afterwards.
+            await server.write({"ok": True})
+            assert await asyncio.wait_for(client.read(), 5) == {"ok": True}
+
+    run(main)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_many_comms_to_one_listener(scheme: str) -> None:
+    async def main() -> None:
+        async with accepting(scheme) as (listener, accepted):
+            clients = [await connect(listener.contact_address, timeout=5) for _ in range(10)]
+            try:
+                servers = [await asyncio.wait_for(accepted.get(), 5) for _ in clients]
+                by_peer = {s.peer_address: s for s in servers}
+                assert set(by_peer) == {c.local_address for c in clients}
+                for i, c in enumerate(clients):
+                    await c.write({"i": i})
+                for i, c in enumerate(clients):
+                    assert (await asyncio.wait_for(by_peer[c.local_address].read(), 5)) == {"i": i}
+            finally:
+                for c in clients:
+                    c.abort()
+
+    run(main)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_stopped_listener_refuses(scheme: str) -> None:
+    async def main() -> None:
+        async with accepting(scheme) as (listener, _):
+            addr = listener.contact_address
+            listener.stop()
+            with pytest.raises(OSError):
+                await connect(addr, timeout=0.3)
+
+    run(main)
+
+
+# -- TCP specifics -------------------------------------------------------------
+
+
+def test_tcp_connect_to_closed_port_times_out() -> None:
+    async def main() -> None:
+        port = free_port()
+        timeout = 0.5
+        start = time.monotonic()
+        with pytest.raises(OSError, match="Timed out"):
+            await connect(f"tcp://127.0.0.1:{port}", timeout=timeout)
+        elapsed = time.monotonic() - start
+        assert elapsed < timeout + 1.0
+
+    run(main)
+
+
+def test_tcp_connect_retries_until_listener_appears() -> None:
+    async def main() -> None:
+        port = free_port()
+        attempt = asyncio.create_task(connect(f"tcp://127.0.0.1:{port}", timeout=10))
+        await asyncio.sleep(0.05)  # the first attempts are refused
+        assert not attempt.done()
+        accepted: asyncio.Queue[Comm] = asyncio.Queue()
+
+        async def handler(comm: Comm) -> None:
+            await accepted.put(comm)
+
+        listener = listen(f"tcp://127.0.0.1:{port}", handler)
+        await listener.start()
+        try:
+            comm = await asyncio.wait_for(attempt, 10)
+            server = await asyncio.wait_for(accepted.get(), 5)
+            await comm.write("hi")
+            assert await asyncio.wait_for(server.read(), 5) == "hi"
+            comm.abort()
+            server.abort()
+        finally:
+            listener.stop()
+
+    run(main)
+
+
+async def _expect_dropped(reader: asyncio.StreamReader, timeout: float = 5.0) -> None:
+    try:
+        data = await asyncio.wait_for(reader.read(), timeout)
+    except (ConnectionResetError, BrokenPipeError):
+        return
+    assert data == b""
+
+
+@pytest.mark.parametrize(
+    "limit, announced",
+    [
+        (None, 2**62),  # above the default limit
+        ("1MiB", 512 * 2**20),  # fine by default, too big by configuration
+    ],
+)
+def test_tcp_oversized_frame_disconnects_without_allocating(limit: str | None, announced: int) -> None:
+    async def main() -> None:
+        config = {"distributed.comm.max-frame-size": limit} if limit else {}
+        with dask.config.set(config):
+            async with accepting("tcp") as (listener, accepted):
+                host, port = parse_host_port(parse_address(listener.contact_address)[1])
+                tracemalloc.start()
+                try:
+                    reader, writer = await asyncio.open_connection(host, port)
+                    server_comm = await asyncio.wait_for(accepted.get(), 5)
+                    writer.write(struct.pack("<QQ", 1, announced) + b"x" * 70_000)
+                    with pytest.raises(CommClosedError, match="exceeds the limit"):
+                        await asyncio.wait_for(server_comm.read(), 5)
+                    await _expect_dropped(reader)
+                    writer.close()
+                    _, peak = tracemalloc.get_traced_memory()
+                finally:
+                    tracemalloc.stop()
+                assert peak < 64 * 2**20
+                assert server_comm.closed()
+                # The listener keeps accepting and serving.
+                comm = await connect(listener.contact_address, timeout=5)
+                server2 = await asyncio.wait_for(accepted.get(), 5)
+                await comm.write({"after": True, "blob": b"y" * 100_000})
+                assert await asyncio.wait_for(server2.read(), 5) == {"after": True, "blob": b"y" * 100_000}
+                comm.abort()
+
+    run(main)
+
+
+def test_tcp_too_many_frames_disconnects() -> None:
+    async def main() -> None:
+        with dask.config.set({"distributed.comm.max-frames": 10}):
+            async with accepting("tcp") as (listener, accepted):
+                host, port = parse_host_port(parse_address(listener.contact_address)[1])
+                reader, writer = await asyncio.open_connection(host, port)
+                server_comm = await asyncio.wait_for(accepted.get(), 5)
+                writer.write(struct.pack("<Q", 11))
+                with pytest.raises(CommClosedError, match="frames"):
+                    await asyncio.wait_for(server_comm.read(), 5)
+                await _expect_dropped(reader)
+                writer.close()
+
+    run(main)
+
+
+def test_tcp_message_with_many_frames() -> None:
+    # The frame-length header alone is larger than the receive buffer.
+    async def main() -> None:
+        async with comm_pair("tcp") as (client, server, _):
+            n = 40_000
+            items = [Serialized({"s": "pickle"}, [b"\x80\x05K\x01."]) for _ in range(n)]
+            await client.write({"items": items})
+            msg = await asyncio.wait_for(server.read(), 10)
+            assert len(msg["items"]) == n
+            assert all(unwrap(x) == 1 for x in msg["items"][:10])
+            await client.write({"after": 1})
+            assert await asyncio.wait_for(server.read(), 5) == {"after": 1}
+
+    run(main)
+
+
+def test_tcp_mixed_frame_sizes_stream() -> None:
+    # Frames around the scratch-buffer and large-frame boundaries, back to back.
+    async def main() -> None:
+        async with comm_pair("tcp") as (client, server, _):
+            sizes = [0, 1, 4095, 4096, 65_535, 65_536, 65_537, 256 * 1024 - 7, 256 * 1024 + 9, 1_000_003]
+            msgs = [{"i": i, "b": to_serialize(bytes([i % 256]) * s)} for i, s in enumerate(sizes * 3)]
+
+            async def send() -> None:
+                for m in msgs:
+                    await client.write(m)
+
+            sender = asyncio.create_task(send())
+            for i, s in enumerate(sizes * 3):
+                got = await asyncio.wait_for(server.read(), 10)
+                assert got["i"] == i
+                assert payload_of(got["b"]) == bytes([i % 256]) * s
+            await sender
+
+    run(main)
+
+
+# -- in process, across threads ------------------------------------------------
+
+
+def test_inproc_across_event_loops_in_two_threads() -> None:
+    runner = LoopRunner(name="inproc-server-loop")
+    runner.start()
+    listeners: list[Listener] = []
+    handled_on: list[int] = []
+    try:
+
+        async def echo(comm: Comm) -> None:
+            try:
+                while True:
+                    msg = await comm.read()
+                    handled_on.append(threading.get_ident())
+                    await comm.write({"echo": msg, "thread": threading.get_ident()})
+            except CommClosedError:
+                pass
+
+        async def start_listener() -> str:
+            listener = listen("inproc://", echo)
+            await listener.start()
+            listeners.append(listener)
+            return listener.contact_address
+
+        addr = runner.run_sync(start_listener)
+        assert runner.thread is not None
+        server_thread = runner.thread.ident
+
+        async def client() -> None:
+            comm = await connect(addr, timeout=5)
+            try:
+                for i in range(100):
+                    await comm.write({"i": i})
+                for i in range(100):
+                    reply = await asyncio.wait_for(comm.read(), 5)
+                    assert reply["echo"] == {"i": i}
+                    assert reply["thread"] == server_thread
+                # A pending read is woken when the other thread's end closes.
+                await comm.write({"i": "last"})
+                assert (await asyncio.wait_for(comm.read(), 5))["echo"] == {"i": "last"}
+            finally:
+                await comm.close()
+
+        run(client)
+        assert set(handled_on) == {server_thread}
+        assert threading.get_ident() != server_thread
+    finally:
+
+        async def stop() -> None:
+            for listener in listeners:
+                listener.stop()
+
+        runner.run_sync(stop)
+        runner.stop()
+
+
+def test_inproc_peer_in_other_thread_closes() -> None:
+    runner = LoopRunner(name="inproc-closer-loop")
+    runner.start()
+    try:
+        closed_by_server = threading.Event()
+        listeners: list[Listener] = []
+
+        async def close_soon(comm: Comm) -> None:
+            await comm.read()
+            await comm.close()
+            closed_by_server.set()
+
+        async def start_listener() -> str:
+            listener = listen("inproc://", close_soon)
+            await listener.start()
+            listeners.append(listener)
+            return listener.contact_address
+
+        addr = runner.run_sync(start_listener)
+
+        async def client() -> None:
+            comm = await connect(addr, timeout=5)
+            pending = asyncio.create_task(comm.read())
+            await comm.write("go")
+            with pytest.raises(CommClosedError):
+                await asyncio.wait_for(pending, 5)
+            assert closed_by_server.is_set()
+            with pytest.raises(CommClosedError):
+                await comm.write("again")
+
+        run(client)
+
+        async def stop() -> None:
+            for listener in listeners:
+                listener.stop()
+
+        runner.run_sync(stop)
+    finally:
+        runner.stop()
+
+
+def test_inproc_no_listener() -> None:
+    async def main() -> None:
+        with pytest.raises(OSError, match="No in-process listener"):
+            await connect("inproc://nobody-here", timeout=0.1)
+
+    run(main)
+
+
+def test_inproc_address_in_use() -> None:
+    async def main() -> None:
+        async def handler(comm: Comm) -> None:
+            pass
+
+        first = listen("inproc://taken-address", handler)
+        await first.start()
+        try:
+            with pytest.raises(OSError, match="already in use"):
+                await listen("inproc://taken-address", handler).start()
+        finally:
+            first.stop()
+        again = listen("inproc://taken-address", handler)
+        await again.start()
+        again.stop()
+
+    run(main)

@@ -1,0 +1,612 @@
+"""Server, routes, rpc and ConnectionPool over TCP and in process."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import traceback
+from collections.abc import Callable, Coroutine
+from typing import Any, Literal, NotRequired, TypedDict, TypeVar
+
+import pytest
+
+from distributed.comm import Comm, CommClosedError, connect
+from distributed.core import (
+    ConnectionPool,
+    RemoteError,
+    Route,
+    Server,
+    Status,
+    StreamRoute,
+    error_message,
+    rebuild_exception,
+    rpc,
+    send_recv,
+)
+from distributed.protocol import unwrap
+
+T = TypeVar("T")
+
+SCHEMES = ["tcp", "inproc"]
+
+
+def run(make: Callable[[], Coroutine[Any, Any, T]], timeout: float = 30.0) -> T:
+    """Run a coroutine in a fresh loop; fail on errors the loop reports."""
+    errors: list[dict[str, Any]] = []
+
+    async def main() -> T:
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: errors.append(ctx))
+        return await asyncio.wait_for(make(), timeout)
+
+    result = asyncio.run(main())
+    assert not errors, errors
+    return result
+
+
+async def wait_until(pred: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.002)
+
+
+def status_of(server: Server) -> Status:
+    return server.status
+
+
+def listen_address(scheme: str) -> str:
+    return "tcp://127.0.0.1:0" if scheme == "tcp" else "inproc://"
+
+
+# -- a server under test ---------------------------------------------------------
+
+
+class CustomError(Exception):
+    """Raised by a handler; must come back to the caller as itself."""
+
+
+class UnpicklableError(Exception):
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.lock = threading.Lock()
+
+
+class BadReconstructError(Exception):
+    """Pickles, but unpickling calls ``__init__`` with the wrong arguments."""
+
+    def __init__(self, a: str, b: str) -> None:
+        super().__init__(f"{a}/{b}")
+
+
+class AddMsg(TypedDict):
+    x: int
+    y: int
+    reply: NotRequired[bool]
+
+
+class EchoMsg(TypedDict):
+    data: Any
+    delay: NotRequired[float]
+
+
+class FailMsg(TypedDict):
+    kind: str
+
+
+class HoldMsg(TypedDict):
+    pass
+
+
+class StreamMsg(TypedDict):
+    value: int
+
+
+class ModeMsg(TypedDict):
+    mode: Literal["fast", "slow"]
+
+
+class MyServer(Server):
+    def __init__(self, address: str | None = None, **kwargs: Any) -> None:
+        super().__init__(
+            handlers={
+                "add": Route(AddMsg, self.add),
+                "echo": Route(EchoMsg, self.echo),
+                "fail": Route(FailMsg, self.remote_failing_handler),
+                "hold": Route(HoldMsg, self.hold),
+                "stream": Route(HoldMsg, self.stream, takes_comm=True),
+                "peer": Route(HoldMsg, self.peer),
+                "mode": Route(ModeMsg, self.mode),
+            },
+            stream_handlers={"value": StreamRoute(StreamMsg, self.on_value)},
+            **kwargs,
+        )
+        self.listen_on = address
+        self.adds = 0
+        self.peers: list[str] = []
+        self.active = 0
+        self.max_active = 0
+        self.gate = asyncio.Event()
+        self.values: list[int] = []
+
+    async def start_unsafe(self) -> None:
+        if self.listen_on is not None:
+            await self.listen(self.listen_on)
+
+    def add(self, comm: Comm, msg: AddMsg) -> int:
+        self.adds += 1
+        return msg["x"] + msg["y"]
+
+    async def echo(self, comm: Comm, msg: EchoMsg) -> Any:
+        await asyncio.sleep(msg.get("delay", 0))
+        return msg["data"]
+
+    def remote_failing_handler(self, comm: Comm, msg: FailMsg) -> None:
+        if msg["kind"] == "custom":
+            raise CustomError("boom 42")
+        if msg["kind"] == "unpicklable":
+            raise UnpicklableError("cannot travel")
+        if msg["kind"] == "reconstruct":
+            raise BadReconstructError("a", "b")
+        raise KeyError(msg["kind"])
+
+    async def hold(self, comm: Comm, msg: HoldMsg) -> int:
+        self.active += 1
+        self.max_active = max(self.max_active, self.active)
+        try:
+            await self.gate.wait()
+        finally:
+            self.active -= 1
+        return 1
+
+    def mode(self, comm: Comm, msg: ModeMsg) -> str:
+        return msg["mode"].upper()
+
+    def peer(self, comm: Comm, msg: HoldMsg) -> str:
+        self.peers.append(comm.peer_address)
+        return comm.peer_address
+
+    async def stream(self, comm: Comm, msg: HoldMsg) -> None:
+        try:
+            while True:
+                self.dispatch_stream(await comm.read(), origin=comm.peer_address)
+        except CommClosedError:
+            pass
+
+    def on_value(self, msg: StreamMsg) -> None:
+        self.values.append(msg["value"])
+
+
+# -- requests --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_rpc_sync_and_async_handlers(scheme: str) -> None:
+    async def main() -> None:
+        async with MyServer(listen_address(scheme)) as server:
+            assert server.status == Status.running
+            async with rpc(server.address, timeout=5) as r:
+                assert await r.call("add", x=1, y=2) == 3
+                assert await r.call("echo", data={"k": ("x", 0)}) == {"k": ("x", 0)}
+                assert await r.call("echo", data=b"bytes", delay=0.001) == b"bytes"
+                assert await r.call("add", x=-5, y=5) == 0
+            assert server.adds == 2
+
+    run(main)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_pool_call(scheme: str) -> None:
+    async def main() -> None:
+        async with MyServer(listen_address(scheme)) as server:
+            pool = ConnectionPool(limit=4, timeout=5)
+            try:
+                assert await pool.call(server.address, {"op": "add", "x": 40, "y": 2}) == 42
+                results = await asyncio.gather(
+                    *(pool.call(server.address, {"op": "add", "x": i, "y": i}) for i in range(10))
+                )
+                assert results == [2 * i for i in range(10)]
+                assert pool.open <= 4
+            finally:
+                await pool.close()
+            assert pool.open == 0
+            with pytest.raises(CommClosedError):
+                await pool.call(server.address, {"op": "add", "x": 1, "y": 1})
+
+    run(main)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_remote_exception_keeps_type_message_and_traceback(scheme: str) -> None:
+    async def main() -> None:
+        async with MyServer(listen_address(scheme)) as server:
+            async with rpc(server.address, timeout=5) as r:
+                with pytest.raises(CustomError, match="boom 42") as info:
+                    await r.call("fail", kind="custom")
+                assert type(info.value) is CustomError
+                tb_text = "".join(traceback.format_tb(info.value.__traceback__))
+                assert "remote_failing_handler" in tb_text
+                with pytest.raises(KeyError, match="nope"):
+                    await r.call("fail", kind="nope")
+                # still serving on the same comm
+                assert await r.call("add", x=1, y=1) == 2
+
+    run(main)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_unknown_op(scheme: str) -> None:
+    async def main() -> None:
+        async with MyServer(listen_address(scheme)) as server:
+            async with rpc(server.address, timeout=5) as r:
+                with pytest.raises(ValueError, match="no-such-op"):
+                    await r.call("no-such-op", x=1)
+                assert await r.call("add", x=2, y=2) == 4
+
+    run(main)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_malformed_message_names_field(scheme: str) -> None:
+    async def main() -> None:
+        async with MyServer(listen_address(scheme)) as server:
+            async with rpc(server.address, timeout=5) as r:
+                with pytest.raises(ValueError, match=r"AddMsg\.x: expected int, got str"):
+                    await r.call("add", x="one", y=2)
+                assert await r.call("add", x=2, y=3) == 5
+                with pytest.raises(ValueError, match=r"missing field 'y'"):
+                    await r.call("add", x=1)
+                assert await r.call("add", x=2, y=3) == 5
+                with pytest.raises(ValueError, match=r"FailMsg\.kind"):
+                    await r.call("fail", kind={"not": "a string"})
+                assert await r.call("add", x=2, y=3) == 5
+                assert await r.call("mode", mode="fast") == "FAST"
+                # Unhashable values where a Literal is declared are malformed, too.
+                for bad in (["fast"], {"m": "fast"}, "medium"):
+                    with pytest.raises(ValueError, match=r"ModeMsg\.mode: expected one of"):
+                        await r.call("mode", mode=bad)
+                assert await r.call("add", x=2, y=3) == 5
+            assert server.adds == 4
+
+    run(main)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_non_mapping_request(scheme: str) -> None:
+    async def main() -> None:
+        async with MyServer(listen_address(scheme)) as server:
+            comm = await connect(server.address, timeout=5)
+            try:
+                for bad in (["op", "add"], {"op": 5}, "add"):
+                    await comm.write(bad)
+                    reply = await asyncio.wait_for(comm.read(), 5)
+                    assert reply["status"] == "error"
+                    with pytest.raises(ValueError, match="string 'op'"):
+                        raise rebuild_exception(reply)
+                assert await send_recv(comm, {"op": "add", "x": 1, "y": 2}) == 3
+            finally:
+                await comm.close()
+
+    run(main)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("kind, cls_name", [("unpicklable", "UnpicklableError"), ("reconstruct", "BadReconstructError")])
+def test_exception_that_cannot_travel(scheme: str, kind: str, cls_name: str) -> None:
+    async def main() -> None:
+        async with MyServer(listen_address(scheme)) as server:
+            async with rpc(server.address, timeout=5) as r:
+                with pytest.raises(RuntimeError) as info:
+                    await r.call("fail", kind=kind)
+                assert type(info.value) is RuntimeError
+                assert cls_name in str(info.value)
+                if kind == "unpicklable":
+                    assert "cannot travel" in str(info.value)
+                else:
+                    assert "a/b" in str(info.value)
+                assert await r.call("add", x=1, y=1) == 2
+
+    run(main)
+
+
+def test_error_message_and_rebuild() -> None:
+    try:
+        raise CustomError("local")
+    except CustomError as e:
+        msg = error_message(e)
+    assert msg["status"] == "error"
+    assert msg["type"] == "CustomError"
+    assert msg["text"] == "CustomError: local"
+    exc = rebuild_exception(msg)
+    assert type(exc) is CustomError and exc.args == ("local",)
+    assert "test_error_message_and_rebuild" in "".join(traceback.format_tb(exc.__traceback__))
+    # An unreadable exception payload becomes a RemoteError with the text.
+    broken = dict(msg, exception=b"garbage")
+    exc2 = rebuild_exception(broken)
+    assert type(exc2) is RemoteError and "CustomError: local" in str(exc2)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_no_reply_requests(scheme: str) -> None:
+    async def main() -> None:
+        async with MyServer(listen_address(scheme)) as server:
+            comm = await connect(server.address, timeout=5)
+            try:
+                assert await send_recv(comm, {"op": "add", "x": 1, "y": 1, "reply": False}) is None
+                # The next reply on the comm belongs to the next request.
+                assert await send_recv(comm, {"op": "add", "x": 2, "y": 2}) == 4
+                assert server.adds == 2
+            finally:
+                await comm.close()
+
+    run(main)
+
+
+# -- the pool ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_pool_reuses_comms(scheme: str) -> None:
+    async def main() -> None:
+        async with MyServer(listen_address(scheme)) as server:
+            pool = ConnectionPool(limit=5, timeout=5)
+            try:
+                for i in range(10):
+                    await pool.call(server.address, {"op": "peer"})
+                    assert pool.open == 1
+                assert len(set(server.peers)) == 1
+                # A remote error does not cost the comm either.
+                with pytest.raises(CustomError):
+                    await pool.call(server.address, {"op": "fail", "kind": "custom"})
+                assert pool.open == 1
+                await pool.call(server.address, {"op": "peer"})
+                assert len(set(server.peers)) == 1
+            finally:
+                await pool.close()
+
+    run(main)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_pool_respects_limit(scheme: str) -> None:
+    async def main() -> None:
+        async with MyServer(listen_address(scheme)) as server:
+            pool = ConnectionPool(limit=2, timeout=5)
+            try:
+                calls = [asyncio.create_task(pool.call(server.address, {"op": "hold"})) for _ in range(6)]
+                await wait_until(lambda: server.active == 2)
+                assert pool.open == 2
+                server.gate.set()
+                results = await asyncio.wait_for(asyncio.gather(*calls), 10)
+                assert results == [1] * 6
+                assert server.max_active == 2
+                assert pool.open <= 2
+            finally:
+                await pool.close()
+
+    run(main)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_pool_limit_shared_between_addresses(scheme: str) -> None:
+    async def main() -> None:
+        async with MyServer(listen_address(scheme)) as a, MyServer(listen_address(scheme)) as b:
+            pool = ConnectionPool(limit=1, timeout=5)
+            try:
+                for _ in range(3):
+                    assert await asyncio.wait_for(pool.call(a.address, {"op": "add", "x": 1, "y": 0}), 5) == 1
+                    assert await asyncio.wait_for(pool.call(b.address, {"op": "add", "x": 2, "y": 0}), 5) == 2
+                    assert pool.open == 1
+            finally:
+                await pool.close()
+
+    run(main)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_pool_replaces_comms_closed_while_idle(scheme: str) -> None:
+    async def main() -> None:
+        async with MyServer(listen_address(scheme)) as server:
+            pool = ConnectionPool(limit=1, timeout=5)
+            try:
+                for _ in range(3):
+                    assert await asyncio.wait_for(pool.call(server.address, {"op": "add", "x": 1, "y": 1}), 5) == 2
+                    (idle,) = pool.available[server.address]
+                    idle.abort()  # e.g. the peer went away while the comm sat idle
+            finally:
+                await pool.close()
+
+    run(main)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_pool_comm_broken_mid_call_is_not_reused(scheme: str) -> None:
+    async def main() -> None:
+        async with MyServer(listen_address(scheme)) as server:
+            pool = ConnectionPool(limit=1, timeout=5)
+            try:
+                call = asyncio.create_task(pool.call(server.address, {"op": "hold"}))
+                await wait_until(lambda: server.active == 1)
+                (comm,) = pool.occupied[server.address]
+                comm.abort()
+                with pytest.raises(CommClosedError):
+                    await asyncio.wait_for(call, 5)
+                assert pool.open == 0
+                server.gate.set()
+                assert await asyncio.wait_for(pool.call(server.address, {"op": "add", "x": 3, "y": 4}), 5) == 7
+                assert pool.open == 1
+            finally:
+                await pool.close()
+
+    run(main)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_pool_close_wakes_waiters(scheme: str) -> None:
+    async def main() -> None:
+        async with MyServer(listen_address(scheme)) as server:
+            pool = ConnectionPool(limit=1, timeout=5)
+            busy = asyncio.create_task(pool.call(server.address, {"op": "hold"}))
+            await wait_until(lambda: server.active == 1)
+            waiting = asyncio.create_task(pool.call(server.address, {"op": "add", "x": 1, "y": 1}))
+            await asyncio.sleep(0)
+            assert not waiting.done()
+            await pool.close()
+            for task in (busy, waiting):
+                with pytest.raises(CommClosedError):
+                    await asyncio.wait_for(task, 5)
+            assert pool.open == 0
+
+    run(main)
+
+
+def test_pool_connect_failure_frees_its_slot() -> None:
+    async def main() -> None:
+        pool = ConnectionPool(limit=1, timeout=0.2)
+        try:
+            for _ in range(3):
+                with pytest.raises(OSError):
+                    await pool.call("inproc://nobody", {"op": "x"})
+            async with MyServer("inproc://") as server:
+                assert await asyncio.wait_for(pool.call(server.address, {"op": "add", "x": 1, "y": 2}), 5) == 3
+        finally:
+            await pool.close()
+
+    run(main)
+
+
+# -- life cycle --------------------------------------------------------------------
+
+
+def test_close_cancels_background_tasks() -> None:
+    async def main() -> None:
+        server = MyServer("inproc://")
+        await server.start()
+        ticks = 0
+        cleaned_up = False
+
+        def tick() -> None:
+            nonlocal ticks
+            ticks += 1
+
+        async def forever() -> None:
+            nonlocal cleaned_up
+            try:
+                await asyncio.Event().wait()
+            finally:
+                cleaned_up = True
+
+        background = server.spawn(forever(), name="forever")
+        periodic = server.periodic(0.001, tick, name="ticker")
+        await wait_until(lambda: ticks >= 3)
+        assert not background.done() and not periodic.done()
+        await server.close()
+        assert server.status == Status.closed
+        assert background.cancelled() and periodic.cancelled()
+        assert cleaned_up
+        assert not server._background
+        # Closing again is a no-op; starting again is refused.
+        await server.close()
+        with pytest.raises(RuntimeError, match="closed"):
+            await server.start()
+
+    run(main)
+
+
+def test_periodic_survives_failing_callback() -> None:
+    async def main() -> None:
+        async with MyServer("inproc://") as server:
+            calls = 0
+
+            async def flaky() -> None:
+                nonlocal calls
+                calls += 1
+                if calls % 2:
+                    raise CustomError("transient")
+
+            task = server.periodic(0.001, flaky)
+            await wait_until(lambda: calls >= 4)
+            assert not task.done()
+
+    run(main)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_async_with_server(scheme: str) -> None:
+    async def main() -> None:
+        async with MyServer(listen_address(scheme)) as server:
+            assert isinstance(server, MyServer)
+            assert server.status == Status.running
+            address = server.address
+            comm = await connect(address, timeout=5)
+            assert await send_recv(comm, {"op": "add", "x": 1, "y": 1}) == 2
+        assert status_of(server) == Status.closed
+        # Comms the server was answering on are closed.
+        with pytest.raises(CommClosedError):
+            await asyncio.wait_for(comm.read(), 5)
+        with pytest.raises(OSError):
+            await connect(address, timeout=0.2)
+        await server.finished()
+
+    run(main)
+
+
+def test_server_await_and_addresses() -> None:
+    async def main() -> None:
+        server = MyServer()
+        with pytest.raises(ValueError, match="not listening"):
+            server.address
+        started = await server
+        assert started is server and server.status == Status.running
+        await server.listen("tcp://127.0.0.1:0")
+        await server.listen("inproc://")
+        assert server.address.startswith("tcp://127.0.0.1:")
+        assert server.port == int(server.address.rsplit(":", 1)[1]) > 0
+        assert server.listen_address == server.address
+        async with rpc(server.listeners[1].contact_address, timeout=5) as r:
+            assert await r.call("add", x=1, y=1) == 2
+        await server.close()
+
+    run(main)
+
+
+def test_failed_start_closes() -> None:
+    class Broken(MyServer):
+        async def start_unsafe(self) -> None:
+            await self.listen("inproc://")
+            self.spawn(asyncio.Event().wait())
+            raise CustomError("cannot start")
+
+    async def main() -> None:
+        server = Broken()
+        with pytest.raises(CustomError):
+            await server.start()
+        assert server.status == Status.closed
+        assert not server._background
+
+    run(main)
+
+
+# -- streams -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_takes_comm_and_dispatch_stream(scheme: str) -> None:
+    async def main() -> None:
+        async with MyServer(listen_address(scheme)) as server:
+            comm = await connect(server.address, timeout=5)
+            try:
+                await comm.write({"op": "stream", "reply": False})
+                await comm.write([{"op": "value", "value": 1}, {"op": "value", "value": 2}])
+                # Malformed and unknown messages are dropped; the rest of the batch runs.
+                await comm.write(
+                    [{"op": "value", "value": "x"}, {"op": "nope"}, "junk", {"op": "value", "value": 3}]
+                )
+                await comm.write({"op": "value", "value": 4})
+                await comm.write("not a batch")
+                await comm.write([{"op": "value", "value": 5}])
+                await wait_until(lambda: server.values == [1, 2, 3, 4, 5])
+            finally:
+                await comm.close()
+
+    run(main)

@@ -1,0 +1,281 @@
+"""Helpers in distributed.utils: coroutine detection, sync() and LoopRunner."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import threading
+from typing import Any
+
+import pytest
+
+from distributed.utils import (
+    Deadline,
+    LoopRunner,
+    format_exception_text,
+    get_asyncio_loop,
+    import_term,
+    iscoroutinefunction,
+    set_thread_state,
+    sync,
+    thread_state,
+    wait_for,
+)
+
+
+class CustomError(Exception):
+    pass
+
+
+async def async_add(x: int, y: int) -> int:
+    return x + y
+
+
+def plain_add(x: int, y: int) -> int:
+    return x + y
+
+
+class Thing:
+    async def method(self) -> int:
+        return 1
+
+    def sync_method(self) -> int:
+        return 2
+
+
+class AsyncCallable:
+    async def __call__(self) -> int:
+        return 3
+
+
+class SyncCallable:
+    def __call__(self) -> int:
+        return 4
+
+
+def test_iscoroutinefunction() -> None:
+    assert iscoroutinefunction(async_add)
+    assert iscoroutinefunction(functools.partial(async_add, 1))
+    assert iscoroutinefunction(functools.partial(functools.partial(async_add, 1), 2))
+    assert iscoroutinefunction(Thing().method)
+    assert iscoroutinefunction(Thing.method)
+    assert iscoroutinefunction(AsyncCallable())
+
+    @functools.wraps(async_add)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return async_add(*args, **kwargs)
+
+    assert iscoroutinefunction(wrapper)
+
+    assert not iscoroutinefunction(plain_add)
+    assert not iscoroutinefunction(functools.partial(plain_add, 1))
+    assert not iscoroutinefunction(Thing().sync_method)
+    assert not iscoroutinefunction(SyncCallable())
+    assert not iscoroutinefunction(lambda: None)
+    assert not iscoroutinefunction(None)
+    assert not iscoroutinefunction(5)
+    # A coroutine object is not a coroutine function.
+    coro = async_add(1, 2)
+    try:
+        assert not iscoroutinefunction(coro)
+    finally:
+        coro.close()
+
+
+def _threads_named(name: str) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == name]
+
+
+def test_loop_runner_start_stop_leaves_no_thread() -> None:
+    before = set(threading.enumerate())
+    runner = LoopRunner(name="test-loop-runner")
+    runner.start()
+    try:
+        assert runner.is_started
+        assert runner.thread is not None and runner.thread.is_alive()
+        assert len(_threads_named("test-loop-runner")) == 1
+        runner.start()  # idempotent
+        assert len(_threads_named("test-loop-runner")) == 1
+        assert runner.run_sync(async_add, 2, 3) == 5
+    finally:
+        thread = runner.thread
+        runner.stop()
+    assert thread is not None and not thread.is_alive()
+    assert runner.loop.is_closed()
+    assert not runner.is_started
+    assert _threads_named("test-loop-runner") == []
+    assert set(threading.enumerate()) <= before
+    runner.stop()  # idempotent
+
+
+def test_loop_runner_cancels_pending_tasks_on_stop() -> None:
+    runner = LoopRunner(name="test-loop-runner-tasks")
+    runner.start()
+    cleaned = threading.Event()
+
+    async def forever() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            cleaned.set()
+
+    async def spawn() -> None:
+        asyncio.get_running_loop().create_task(forever())
+        await asyncio.sleep(0)
+
+    try:
+        runner.run_sync(spawn)
+    finally:
+        runner.stop()
+    assert cleaned.is_set()
+    assert _threads_named("test-loop-runner-tasks") == []
+
+
+def test_loop_runner_with_existing_loop_is_not_owned() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        runner = LoopRunner(loop=loop)
+        runner.start()
+        assert runner.thread is None
+        runner.stop()
+        assert not loop.is_closed()
+    finally:
+        loop.close()
+
+
+def test_sync_runs_on_loop_thread_and_returns() -> None:
+    runner = LoopRunner(name="test-sync-loop")
+    runner.start()
+    try:
+        assert runner.thread is not None
+        loop_thread = runner.thread.ident
+
+        async def where(x: int) -> tuple[int | None, int]:
+            await asyncio.sleep(0)
+            return threading.get_ident(), x * 2
+
+        assert sync(runner.loop, where, 21) == (loop_thread, 42)
+        assert sync(runner.loop, where, x=1) == (loop_thread, 2)
+        assert threading.get_ident() != loop_thread
+    finally:
+        runner.stop()
+
+
+def test_sync_propagates_exceptions() -> None:
+    runner = LoopRunner(name="test-sync-exc")
+    runner.start()
+    try:
+
+        async def fail() -> None:
+            await asyncio.sleep(0)
+            raise CustomError("from the loop")
+
+        with pytest.raises(CustomError, match="from the loop"):
+            sync(runner.loop, fail)
+        # The loop is still fine afterwards.
+        assert sync(runner.loop, async_add, 1, 1) == 2
+    finally:
+        runner.stop()
+
+
+def test_sync_timeout() -> None:
+    runner = LoopRunner(name="test-sync-timeout")
+    runner.start()
+    cancelled = threading.Event()
+
+    async def slow() -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    try:
+        with pytest.raises(asyncio.TimeoutError):
+            sync(runner.loop, slow, callback_timeout=0.05)
+        assert cancelled.wait(5)
+    finally:
+        runner.stop()
+
+
+def test_sync_from_loop_thread_raises() -> None:
+    runner = LoopRunner(name="test-sync-same-thread")
+    runner.start()
+    try:
+
+        async def nested() -> str:
+            try:
+                sync(runner.loop, async_add, 1, 2)
+            except RuntimeError as e:
+                return str(e)
+            return "no error"
+
+        assert "own thread" in runner.run_sync(nested)
+
+        # From a plain callback on the loop thread, too.
+        result: list[BaseException | str] = []
+        done = threading.Event()
+
+        def callback() -> None:
+            try:
+                sync(runner.loop, async_add, 1, 2)
+                result.append("no error")
+            except RuntimeError as e:
+                result.append(e)
+            finally:
+                done.set()
+
+        runner.loop.call_soon_threadsafe(callback)
+        assert done.wait(5)
+        assert isinstance(result[0], RuntimeError)
+    finally:
+        runner.stop()
+
+
+def test_sync_on_closed_loop_raises() -> None:
+    runner = LoopRunner(name="test-sync-closed")
+    runner.start()
+    runner.stop()
+    with pytest.raises(RuntimeError, match="closed"):
+        sync(runner.loop, async_add, 1, 2)
+
+
+def test_get_asyncio_loop() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        assert get_asyncio_loop(loop) is loop
+
+        class Wrapper:
+            asyncio_loop = loop
+
+        assert get_asyncio_loop(Wrapper()) is loop
+        with pytest.raises(TypeError):
+            get_asyncio_loop(object())
+    finally:
+        loop.close()
+
+
+def test_small_helpers() -> None:
+    assert import_term("distributed.utils.sync") is sync
+    assert import_term("distributed.utils") is __import__("distributed.utils").utils
+    text = format_exception_text(CustomError("x" * 20_000))
+    assert text.startswith("CustomError: xxx") and text.endswith("...")
+    assert len(text) == 10_000
+    assert format_exception_text(ValueError("short")) == "ValueError: short"
+
+    with set_thread_state(execution_state={"a": 1}):
+        assert thread_state.execution_state == {"a": 1}
+    assert not hasattr(thread_state, "execution_state")
+
+    d = Deadline(None)
+    assert d.remaining is None and not d.expired
+    d2 = Deadline(0)
+    assert d2.expired and d2.remaining == 0.0
+
+    async def main() -> None:
+        assert await wait_for(async_add(1, 2), None) == 3
+        assert await wait_for(async_add(1, 2), 5) == 3
+        with pytest.raises(asyncio.TimeoutError):
+            await wait_for(asyncio.Event().wait(), 0.01)
+
+    asyncio.run(main())

@@ -1,0 +1,122 @@
+"""A thread pool whose threads can leave it while they run (``secede``).
+
+A task that waits on other tasks (``get_client().gather`` inside a task) should
+not hold one of its worker's threads: it calls :func:`distributed.secede`, the
+pool starts a replacement thread, and the seceded thread ends when its task
+returns.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import itertools
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+__all__ = ["ThreadPool"]
+
+T = TypeVar("T")
+
+_local = threading.local()
+_names = itertools.count()
+
+
+class ThreadPool:
+    """Run callables on up to ``max_workers`` threads.
+
+    Parameters
+    ----------
+    max_workers
+        Threads that run at once (seceded threads do not count).
+    name
+        Prefix of the threads' names.
+    """
+
+    def __init__(self, max_workers: int, name: str = "Dask-Worker-Threads") -> None:
+        if max_workers < 1:
+            raise ValueError("A thread pool needs at least one thread")
+        self.max_workers = max_workers
+        self.name = name
+        self._work: queue.SimpleQueue[tuple[concurrent.futures.Future[Any], Callable[..., Any], tuple[Any, ...], dict[str, Any]] | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._threads: set[threading.Thread] = set()
+        self._seceded: set[threading.Thread] = set()
+        self._shutdown = False
+
+    def submit(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> concurrent.futures.Future[T]:
+        """Schedule ``fn(*args, **kwargs)``; return a future of its result."""
+        if self._shutdown:
+            raise RuntimeError("Thread pool is shut down")
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self._work.put((future, fn, args, kwargs))
+        with self._lock:
+            if len(self._threads) < self.max_workers:
+                t = threading.Thread(target=self._run, name=f"{self.name}-{next(_names)}", daemon=True)
+                self._threads.add(t)
+                t.start()
+        return future
+
+    def _run(self) -> None:
+        _local.pool = self
+        _local.seceded = False
+        me = threading.current_thread()
+        try:
+            while True:
+                item = self._work.get()
+                if item is None:
+                    return
+                future, fn, args, kwargs = item
+                if future.set_running_or_notify_cancel():
+                    try:
+                        result = fn(*args, **kwargs)
+                    except BaseException as e:
+                        future.set_exception(e)
+                    else:
+                        future.set_result(result)
+                del item, future, fn, args, kwargs
+                if _local.seceded:
+                    return
+        finally:
+            with self._lock:
+                self._threads.discard(me)
+                self._seceded.discard(me)
+
+    def secede_current_thread(self) -> None:
+        """Let the calling pool thread leave; start another in its place."""
+        me = threading.current_thread()
+        with self._lock:
+            if me not in self._threads:
+                return
+            self._threads.discard(me)
+            self._seceded.add(me)
+            _local.seceded = True
+            if not self._work.empty() and len(self._threads) < self.max_workers and not self._shutdown:
+                t = threading.Thread(target=self._run, name=f"{self.name}-{next(_names)}", daemon=True)
+                self._threads.add(t)
+                t.start()
+
+    def shutdown(self, wait: bool = True, timeout: float = 10) -> None:
+        """Stop accepting work; let threads finish their current task and end."""
+        self._shutdown = True
+        with self._lock:
+            threads = list(self._threads | self._seceded)
+        for _ in threads:
+            self._work.put(None)
+        if wait:
+            for t in threads:
+                if t is not threading.current_thread():
+                    t.join(timeout)
+
+    @property
+    def threads(self) -> list[threading.Thread]:
+        """The pool's threads, seceded ones included."""
+        with self._lock:
+            return list(self._threads | self._seceded)
+
+
+def current_pool() -> ThreadPool | None:
+    """The pool running the calling thread, if any."""
+    pool = getattr(_local, "pool", None)
+    return pool if isinstance(pool, ThreadPool) else None

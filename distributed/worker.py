@@ -1,0 +1,658 @@
+"""The worker: runs tasks in a thread pool and serves their results.
+
+This module is the I/O shell around :class:`~distributed.worker_state.
+WorkerStateMachine`: it turns messages from the scheduler and results from
+threads into events, and carries out the instructions the state machine
+returns (run a task, fetch data from a peer, message the scheduler).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import os
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Mapping, MutableMapping
+from typing import TYPE_CHECKING, Any
+
+import dask
+import dask.config
+from dask.sizeof import sizeof
+from distributed.protocol.messages import Key
+from dask.utils import parse_bytes, parse_timedelta, typename
+
+from distributed.batched import BatchedSend
+from distributed.comm import Comm, CommClosedError, connect
+from distributed.core import Route, Server, Status, StreamRoute, error_message, send_recv
+from distributed.diagnostics.plugin import WorkerPlugin
+from distributed.exceptions import Reschedule
+from distributed.protocol import messages as m
+from distributed.protocol.serialize import Serialize, as_serialized, unwrap
+from distributed.threadpool import ThreadPool, current_pool
+from distributed.utils import format_exception_text, get_traceback, thread_state
+from distributed.worker_state import (
+    ComputeTaskEvent,
+    Execute,
+    ExecuteFailure,
+    ExecuteSuccess,
+    FreeKeysEvent,
+    GatherDep,
+    GatherDepFailure,
+    GatherDepSuccess,
+    Instruction,
+    RescheduleEvent,
+    SecedeEvent,
+    SendMessage,
+    StateMachineEvent,
+    UpdateDataEvent,
+    WorkerStateMachine,
+)
+
+if TYPE_CHECKING:
+    from distributed.client import Client
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Worker", "get_worker", "get_client", "secede", "rejoin", "parse_memory_limit"]
+
+
+def parse_memory_limit(memory_limit: str | float | None, nthreads: int, total_cores: int | None = None) -> int:
+    """A memory limit in bytes from ``"auto"``, ``"4GiB"``, a fraction or a number."""
+    import psutil
+
+    total = psutil.virtual_memory().total
+    if memory_limit is None or memory_limit == 0:
+        return 0
+    if memory_limit == "auto":
+        cores = total_cores or os.cpu_count() or 1
+        return int(total * min(1, nthreads / cores))
+    if isinstance(memory_limit, str):
+        memory_limit = parse_bytes(memory_limit)
+    if isinstance(memory_limit, float) and memory_limit <= 1:
+        return int(total * memory_limit)
+    return min(int(memory_limit), total)
+
+
+class Worker(Server):
+    """A worker: runs tasks the scheduler assigns and holds their results.
+
+    Parameters
+    ----------
+    scheduler_ip
+        The scheduler's address (``"tcp://127.0.0.1:8786"``).
+    nthreads
+        Threads that run tasks (default: the number of cores).
+    name
+        A name unique in the cluster (default: the worker's address).
+    memory_limit
+        ``"auto"``, bytes, or a string like ``"4GiB"``.
+    host, port, protocol
+        Where to listen.
+    resources
+        Abstract resources, e.g. ``{"GPU": 1}``.
+    validate
+        Check state-machine invariants after every event.
+    scheduler_file
+        Read the scheduler's address from this JSON file.
+
+    Examples
+    --------
+    >>> async with Worker("tcp://127.0.0.1:8786", nthreads=2) as w:  # doctest: +SKIP
+    ...     await w.finished()
+    """
+
+    def __init__(
+        self,
+        scheduler_ip: str | None = None,
+        scheduler_port: int | None = None,
+        *,
+        scheduler_file: str | None = None,
+        nthreads: int | None = None,
+        name: Any = None,
+        memory_limit: str | float | None = "auto",
+        host: str | None = None,
+        port: int | None = 0,
+        protocol: str | None = None,
+        listen_address: str | None = None,
+        contact_address: str | None = None,
+        resources: Mapping[str, float] | None = None,
+        validate: bool | None = None,
+        local_directory: str | None = None,
+        heartbeat_interval: float | str | None = None,
+        nanny: str | None = None,
+        plugins: Iterable[WorkerPlugin] = (),
+        data: MutableMapping[Key, Any] | None = None,
+        death_timeout: float | str | None = None,
+        loop: Any = None,
+        interface: str | None = None,
+        security: Any = None,
+        lifetime: Any = None,
+        dashboard: bool = False,
+        dashboard_address: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if scheduler_file is not None and scheduler_ip is None:
+            import json
+
+            with open(scheduler_file) as f:
+                scheduler_ip = json.load(f)["address"]
+        if scheduler_ip is None:
+            raise ValueError("A worker needs the scheduler's address (or a scheduler_file)")
+        if scheduler_port is not None and "://" not in scheduler_ip:
+            scheduler_ip = f"tcp://{scheduler_ip}:{scheduler_port}"
+        elif "://" not in scheduler_ip:
+            scheduler_ip = f"tcp://{scheduler_ip}"
+        self.scheduler_addr: str = scheduler_ip
+        self.nthreads = int(nthreads or os.cpu_count() or 1)
+        self.name = name
+        self.memory_limit = parse_memory_limit(memory_limit, self.nthreads)
+        self._host = host
+        self._port = port or 0
+        self._protocol = protocol or (scheduler_ip.split("://", 1)[0] if "://" in scheduler_ip else "tcp")
+        self._listen_address = listen_address
+        self._contact_address = contact_address
+        self.resources: dict[str, float] = dict(resources or dask.config.get("distributed.worker.resources", {}) or {})
+        self.validate = bool(dask.config.get("distributed.worker.validate", False) if validate is None else validate)
+        self.local_directory = local_directory or os.path.join(
+            os.environ.get("TMPDIR", "/tmp"), f"dask-scratch-space-{uuid.uuid4().hex[:8]}"
+        )
+        hb = heartbeat_interval if heartbeat_interval is not None else dask.config.get("distributed.worker.heartbeat-interval", "1s")
+        self.heartbeat_interval = float(parse_timedelta(hb) or 1.0)
+        self.nanny = nanny
+        self.death_timeout = parse_timedelta(death_timeout) if death_timeout is not None else None
+        self.id = f"Worker-{uuid.uuid4()}"
+        self.data: MutableMapping[Key, Any] = data if data is not None else {}
+        self.state: WorkerStateMachine | None = None
+        self.executor = ThreadPool(self.nthreads, name="Dask-Worker-Threads")
+        self.batched_stream: BatchedSend | None = None
+        self.plugins: dict[str, WorkerPlugin] = {}
+        self._initial_plugins = list(plugins)
+        self._client: Client | None = None
+        self._stream_task: asyncio.Task[None] | None = None
+        self._running_tasks: set[asyncio.Task[Any]] = set()
+        self.outgoing_transfer_count = 0
+        self.incoming_transfer_count = 0
+        handlers: dict[str, Route[Any]] = {
+            "get_data": Route(m.GetData, self.handle_get_data),
+            "update_data": Route(m.WorkerUpdateData, self.handle_update_data),
+            "run": Route(m.RunFunction, self.handle_run),
+            "identity": Route(m.Empty, self.handle_identity),
+            "close": Route(m.WorkerClose, self.handle_close),
+            "keys": Route(m.Empty, lambda comm, msg: list(self.data)),
+        }
+        stream_handlers: dict[str, StreamRoute[Any]] = {
+            "compute-task": StreamRoute(m.ComputeTask, self._stream_compute_task),
+            "free-keys": StreamRoute(m.FreeKeys, self._stream_free_keys),
+            "close-worker": StreamRoute(m.CloseWorker, self._stream_close_worker),
+        }
+        super().__init__(handlers, stream_handlers)
+
+    def _blocked_handlers(self) -> list[str]:
+        return list(dask.config.get("distributed.worker.blocked-handlers", []))
+
+    # -- life cycle ---------------------------------------------------------------
+    async def start_unsafe(self) -> None:
+        if self._listen_address:
+            addr = self._listen_address
+        elif self._protocol == "inproc":
+            addr = "inproc://"
+        else:
+            host = self._host if self._host is not None else _host_for(self.scheduler_addr)
+            addr = f"{self._protocol}://{host}:{self._port}"
+        await self.listen(addr)
+        if self._contact_address:
+            self._address = self._contact_address
+        self.state = WorkerStateMachine(
+            self.address,
+            self.nthreads,
+            data=self.data,
+            resources=self.resources,
+            validate=self.validate,
+            transfer_limit=int(parse_bytes(str(dask.config.get("distributed.worker.transfer.message-bytes-limit")))),
+            fetch_concurrency=int(dask.config.get("distributed.worker.connections.outgoing")),
+        )
+        if self.name is None:
+            self.name = self.address
+        for plugin in self._initial_plugins:
+            await self.add_plugin(plugin)
+        await self._register_with_scheduler()
+        self.periodic(self.heartbeat_interval, self.heartbeat, name="heartbeat")
+        logger.info("Worker %s at %s, %d threads", self.name, self.address, self.nthreads)
+
+    async def _register_with_scheduler(self) -> None:
+        timeout = self.death_timeout or float(parse_timedelta(dask.config.get("distributed.comm.timeouts.connect")) or 30)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                comm = await connect(self.scheduler_addr, timeout=max(deadline - time.monotonic(), 0.1), name="worker->scheduler")
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
+        await comm.write(
+            {
+                "op": "register-worker",
+                "address": self.address,
+                "nthreads": self.nthreads,
+                "name": self.name,
+                "memory_limit": self.memory_limit,
+                "pid": os.getpid(),
+                "resources": self.resources,
+                "nanny": self.nanny,
+                "keys": list(self.data),
+                "nbytes": {k: sizeof(v) for k, v in self.data.items()},
+                "local_directory": self.local_directory,
+                "versions": {"python": sys.version.split()[0], "dask": dask.__version__},
+            }
+        )
+        response = await comm.read()
+        if not isinstance(response, dict) or response.get("status") != "OK":
+            comm.abort()
+            text = response.get("message") or response.get("text") if isinstance(response, dict) else response
+            raise ValueError(f"Scheduler refused registration: {text}")
+        self.batched_stream = BatchedSend(
+            interval=float(parse_timedelta(dask.config.get("distributed.worker.batched-send-interval")) or 0.002),
+            name=f"{self.address}->scheduler",
+        )
+        self.batched_stream.start(comm)
+        self._stream_task = self.spawn(self._read_scheduler_stream(comm), name="scheduler-stream")
+
+    async def _read_scheduler_stream(self, comm: Comm) -> None:
+        try:
+            while True:
+                msgs = await comm.read()
+                self.dispatch_stream(msgs, "scheduler")
+        except (CommClosedError, asyncio.CancelledError):
+            pass
+        except Exception:
+            logger.exception("Error reading from the scheduler")
+        if self.status not in (Status.closing, Status.closed, Status.closing_gracefully):
+            logger.info("Connection to the scheduler closed; closing worker %s", self.address)
+            self.spawn(self.close(), name="close-after-scheduler-loss")
+
+    async def heartbeat(self) -> None:
+        """Tell the scheduler we are alive, with a few metrics."""
+        state = self.state
+        if state is None:
+            return
+        try:
+            import psutil
+
+            proc = psutil.Process()
+            metrics = {"memory": proc.memory_info().rss, "cpu": 0.0, "executing": len(state.executing), "in_memory": len(self.data)}
+            await self.rpc.call(
+                self.scheduler_addr,
+                {"op": "heartbeat_worker", "address": self.address, "now": time.time(), "metrics": metrics, "executing": len(state.executing)},
+            )
+        except (OSError, CommClosedError):
+            logger.debug("Heartbeat to the scheduler failed", exc_info=True)
+
+    async def _close(self) -> None:
+        for name, plugin in list(self.plugins.items()):
+            try:
+                result = plugin.teardown(self)
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:
+                logger.exception("Plugin %s teardown failed", name)
+        if self._client is not None:
+            try:
+                await self._client._close()
+            except Exception:
+                logger.debug("Closing the worker's client failed", exc_info=True)
+        if self.batched_stream is not None:
+            await self.batched_stream.close(timeout=1)
+        for t in list(self._running_tasks):
+            t.cancel()
+        await super()._close()
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self.executor.shutdown, True, 3)
+
+    async def close(self, timeout: float | None = None, reason: str = "worker-close", **kwargs: Any) -> None:
+        """Close the worker (running tasks finish in their threads)."""
+        await super().close()
+
+    async def close_gracefully(self, reason: str = "worker-close-gracefully") -> None:
+        """Close, letting the scheduler move our data elsewhere first."""
+        await self.close(reason=reason)
+
+    def identity(self) -> dict[str, Any]:
+        """A summary of this worker."""
+        return {
+            "type": "Worker",
+            "id": self.id,
+            "scheduler": self.scheduler_addr,
+            "nthreads": self.nthreads,
+            "memory_limit": self.memory_limit,
+            "name": self.name,
+        }
+
+    def __repr__(self) -> str:
+        addr = self._address or "not started"
+        n = len(self.state.executing) if self.state is not None else 0
+        return f"<Worker {addr!r}, name: {self.name}, status: {self.status.name}, stored: {len(self.data)}, running: {n}/{self.nthreads}>"
+
+    # -- plugins --------------------------------------------------------------------
+    async def add_plugin(self, plugin: WorkerPlugin, name: str | None = None) -> None:
+        """Attach a plugin and run its ``setup``."""
+        name = name or getattr(plugin, "name", None) or f"{type(plugin).__name__}-{uuid.uuid4()}"
+        if name in self.plugins:
+            old = self.plugins.pop(name)
+            result = old.teardown(self)
+            if inspect.isawaitable(result):
+                await result
+        self.plugins[name] = plugin
+        result = plugin.setup(self)
+        if inspect.isawaitable(result):
+            await result
+
+    # -- the state machine's shell ----------------------------------------------------
+    def handle_stimulus(self, *events: StateMachineEvent) -> None:
+        """Feed events to the state machine and carry out its instructions."""
+        state = self.state
+        if state is None or self.status in (Status.closed,):
+            return
+        instructions = state.handle_stimulus(*events)
+        self._carry_out(instructions)
+
+    def _carry_out(self, instructions: list[Instruction]) -> None:
+        to_scheduler: list[dict[str, Any]] = []
+        for inst in instructions:
+            if isinstance(inst, SendMessage):
+                to_scheduler.append(inst.msg)
+            elif isinstance(inst, Execute):
+                self._start_task(self.execute(inst.key, inst.run_id), f"execute-{inst.key}")
+            elif isinstance(inst, GatherDep):
+                self._start_task(self.gather_dep(inst.worker, inst.keys), f"gather-{inst.worker}")
+        if to_scheduler and self.batched_stream is not None:
+            try:
+                self.batched_stream.send(*to_scheduler)
+            except CommClosedError:
+                logger.debug("Scheduler stream closed; dropped %d messages", len(to_scheduler))
+
+    def _start_task(self, coro: Any, name: str) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._running_tasks.add(task)
+        task.add_done_callback(self._running_tasks.discard)
+
+    def _stream_compute_task(self, msg: m.ComputeTask) -> None:
+        self.handle_stimulus(
+            ComputeTaskEvent(
+                stimulus_id=f"compute-task-{msg['run_id']}",
+                key=msg["key"],
+                run_id=msg["run_id"],
+                run_spec=msg["run_spec"],
+                priority=tuple(msg["priority"]),
+                who_has=msg["who_has"],
+                nbytes=msg["nbytes"],
+                duration=msg["duration"],
+                resources=msg.get("resources"),
+                annotations=msg.get("annotations"),
+            )
+        )
+
+    def _stream_free_keys(self, msg: m.FreeKeys) -> None:
+        self.handle_stimulus(FreeKeysEvent(stimulus_id=msg.get("stimulus_id", f"free-keys-{time.time()}"), keys=tuple(msg["keys"])))
+
+    def _stream_close_worker(self, msg: m.CloseWorker) -> None:
+        logger.info("Scheduler asked worker %s to close: %s", self.address, msg.get("reason", ""))
+        self.spawn(self.close(reason=msg.get("reason", "scheduler-request")), name="close-worker")
+
+    # -- running tasks ----------------------------------------------------------------
+    async def execute(self, key: Key, run_id: int) -> None:
+        """Run one task and report how it went."""
+        state = self.state
+        assert state is not None
+        ts = state.tasks.get(key)
+        if ts is None or ts.state not in ("executing",):
+            return
+        run_spec = ts.run_spec
+        try:
+            args = {dep.key: self.data[dep.key] for dep in ts.dependencies}
+        except KeyError as e:
+            ev: StateMachineEvent = RescheduleEvent(stimulus_id=f"missing-dep-{key}", key=key, run_id=run_id)
+            logger.warning("Dependency %s of %s vanished before it ran; rescheduling", e, key)
+            self.handle_stimulus(ev)
+            return
+        loop = asyncio.get_running_loop()
+        start = time.time()
+        try:
+            node = await _deserialize_spec(run_spec, loop, self.executor)
+            if getattr(node, "is_coro", False):
+                with _TaskContext(self, key):
+                    value = await node(args)
+                nbytes, type_name = sizeof(value), typename(type(value))
+            else:
+                value, nbytes, type_name = await asyncio.wrap_future(
+                    self.executor.submit(_run_in_thread, self, node, args, key, loop)
+                )
+            stop = time.time()
+            ev = ExecuteSuccess(
+                stimulus_id=f"task-finished-{stop}", key=key, run_id=run_id, value=value, nbytes=nbytes, type=type_name, start=start, stop=stop
+            )
+        except Reschedule:
+            ev = RescheduleEvent(stimulus_id=f"reschedule-{time.time()}", key=key, run_id=run_id)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as e:
+            stop = time.time()
+            err = error_message(e, e.__traceback__)
+            ev = ExecuteFailure(
+                stimulus_id=f"task-erred-{stop}",
+                key=key,
+                run_id=run_id,
+                exception=err["exception"],
+                traceback=err["traceback"],
+                text=err["text"],
+                start=start,
+                stop=stop,
+            )
+        self.handle_stimulus(ev)
+
+    async def gather_dep(self, worker: str, keys: tuple[Key, ...]) -> None:
+        """Fetch ``keys`` from a peer and hand them to the state machine."""
+        self.incoming_transfer_count += 1
+        try:
+            response = await self.rpc.call(worker, {"op": "get_data", "keys": list(keys), "who": self.address})
+            if not isinstance(response, dict):
+                raise TypeError(f"Malformed get_data reply from {worker}")
+            raw = response.get("data", {})
+            data = {k: unwrap(v) for k, v in raw.items()}
+            nbytes = dict(response.get("nbytes", {}))
+            ev: StateMachineEvent = GatherDepSuccess(
+                stimulus_id=f"gather-dep-success-{time.time()}", worker=worker, keys=keys, data=data, nbytes=nbytes
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            logger.info("Could not fetch %d keys from %s: %r", len(keys), worker, e)
+            ev = GatherDepFailure(stimulus_id=f"gather-dep-failure-{time.time()}", worker=worker, keys=keys)
+        self.handle_stimulus(ev)
+
+    # -- request handlers ---------------------------------------------------------------
+    def handle_get_data(self, comm: Comm, msg: m.GetData) -> dict[str, Any]:
+        self.outgoing_transfer_count += 1
+        data: dict[Key, Any] = {}
+        nbytes: dict[Key, int] = {}
+        state = self.state
+        for key in msg["keys"]:
+            if key in self.data:
+                data[key] = Serialize(self.data[key])
+                ts = state.tasks.get(key) if state is not None else None
+                if ts is not None:
+                    nbytes[key] = ts.nbytes
+        return {"status": "OK", "data": data, "nbytes": nbytes}
+
+    def handle_update_data(self, comm: Comm, msg: m.WorkerUpdateData) -> dict[str, Any]:
+        data = {k: unwrap(v) for k, v in msg["data"].items()}
+        nbytes = {k: sizeof(v) for k, v in data.items()}
+        self.handle_stimulus(UpdateDataEvent(stimulus_id=f"update-data-{time.time()}", data=data, nbytes=nbytes))
+        return {"nbytes": nbytes, "types": {k: typename(type(v)) for k, v in data.items()}}
+
+    async def handle_run(self, comm: Comm, msg: m.RunFunction) -> Any:
+        func = unwrap(msg["function"])
+        args = unwrap(msg.get("args")) or ()
+        kwargs = unwrap(msg.get("kwargs")) or {}
+        try:
+            params = inspect.signature(func).parameters
+        except (TypeError, ValueError):
+            params = {}  # type: ignore[assignment]  # builtins without a signature
+        if "dask_worker" in params:
+            kwargs["dask_worker"] = self
+        result = func(*args, **kwargs)
+        if inspect.isawaitable(result):
+            if msg.get("wait", True):
+                result = await result
+            else:
+                self.spawn(_consume(result))
+                result = None
+        return Serialize(result)
+
+    def handle_identity(self, comm: Comm, msg: m.Empty) -> dict[str, Any]:
+        return self.identity()
+
+    async def handle_close(self, comm: Comm, msg: m.WorkerClose) -> str:
+        self.spawn(self.close(reason=msg.get("reason", "close-request")), name="close")
+        return "OK"
+
+    # -- helpers for user code ----------------------------------------------------------
+    def _get_client(self, timeout: float | None = None) -> Client:
+        """A synchronous client of our scheduler, sharing this worker's event loop."""
+        if self._client is None or self._client.status in ("closed", "closing"):
+            from distributed.client import Client
+
+            assert self.loop is not None
+            self._client = Client(self.scheduler_addr, loop=self.loop, set_as_default=False, _in_worker=True, timeout=timeout)
+        return self._client
+
+    @property
+    def executing_count(self) -> int:
+        """Tasks running now."""
+        return len(self.state.executing) if self.state is not None else 0
+
+    @property
+    def tasks(self) -> dict[Key, Any]:
+        """The state machine's tasks by key."""
+        return self.state.tasks if self.state is not None else {}
+
+    def story(self, *keys: Key) -> list[tuple[Any, ...]]:
+        """The transitions of ``keys`` on this worker."""
+        return self.state.story(*keys) if self.state is not None else []
+
+    def secede_task(self, key: Key) -> None:
+        """Called from a task thread that secedes (thread-safe)."""
+        loop = self.loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self.handle_stimulus, SecedeEvent(stimulus_id=f"secede-{time.time()}", key=key))
+
+
+def _host_for(scheduler_addr: str) -> str:
+    """Listen on loopback when the scheduler is on loopback, else on all interfaces."""
+    loc = scheduler_addr.split("://", 1)[-1]
+    host = loc.rsplit(":", 1)[0].strip("[]")
+    if host.startswith("127.") or host == "localhost":
+        return "127.0.0.1"
+    if host in ("::1",):
+        return "[::1]"
+    return ""
+
+
+_spec_cache: dict[int, Any] = {}
+
+
+async def _deserialize_spec(run_spec: Any, loop: asyncio.AbstractEventLoop, executor: ThreadPool) -> Any:
+    """The task object behind a run_spec, unpickled off the event loop when large."""
+    if run_spec is None:
+        raise RuntimeError("Task has no run specification")
+    frames = getattr(run_spec, "frames", None)
+    if frames is not None and sum(len(f) for f in frames) > 100_000:
+        return await loop.run_in_executor(None, unwrap, run_spec)
+    return unwrap(run_spec)
+
+
+class _TaskContext:
+    """Sets the thread state that ``get_worker``/``get_client`` read."""
+
+    def __init__(self, worker: Worker, key: Key) -> None:
+        self.worker = worker
+        self.key = key
+        self.old: dict[str, Any] = {}
+
+    def __enter__(self) -> None:
+        self.old = {k: getattr(thread_state, k, None) for k in ("execution_state", "key", "worker")}
+        thread_state.execution_state = {"worker": self.worker, "key": self.key}
+        thread_state.key = self.key
+        thread_state.worker = self.worker
+
+    def __exit__(self, *exc: object) -> None:
+        for k, v in self.old.items():
+            setattr(thread_state, k, v)
+
+
+def _run_in_thread(worker: Worker, node: Any, args: dict[Key, Any], key: Key, loop: asyncio.AbstractEventLoop) -> tuple[Any, int, str]:
+    with _TaskContext(worker, key):
+        value = node(args)
+        return value, sizeof(value), typename(type(value))
+
+
+async def _consume(aw: Any) -> None:
+    await aw
+
+
+# -- functions for user code ----------------------------------------------------------------
+def get_worker() -> Worker:
+    """The worker running the current task.
+
+    Raises
+    ------
+    ValueError
+        When not called from within a task.
+    """
+    worker = getattr(thread_state, "worker", None)
+    if isinstance(worker, Worker):
+        return worker
+    raise ValueError("No worker found: get_worker() must be called from within a task")
+
+
+def get_client(address: str | None = None, timeout: float | str | None = None, resolve_address: bool = True) -> Client:
+    """The client to use here: the worker's own inside a task, else the default.
+
+    Raises
+    ------
+    ValueError
+        When there is no client (dask reads this as "no distributed scheduler").
+    """
+    worker = getattr(thread_state, "worker", None)
+    if isinstance(worker, Worker):
+        return worker._get_client(timeout=parse_timedelta(timeout) if timeout is not None else None)
+    from distributed.client import Client, _get_default_client
+
+    client = _get_default_client()
+    if client is not None and (address is None or client.scheduler_address == address):
+        return client
+    if address is not None:
+        return Client(address, timeout=timeout)
+    raise ValueError("No clients found\nStart a client and point it to the scheduler address\n  from distributed import Client\n  client = Client('ip-addr-of-scheduler:8786')\n")
+
+
+def secede() -> None:
+    """Leave the worker's thread pool while this task waits on others."""
+    worker = getattr(thread_state, "worker", None)
+    key = getattr(thread_state, "key", None)
+    pool = current_pool()
+    if isinstance(worker, Worker) and pool is not None:
+        pool.secede_current_thread()
+        worker.secede_task(key)
+
+
+def rejoin() -> None:
+    """Counterpart of :func:`secede`; the seceded thread simply ends with its task."""
+    return None
+
+
+

@@ -1,0 +1,702 @@
+"""The worker's task state machine, free of I/O.
+
+Theory of operation
+-------------------
+The worker shell feeds *events* (``ComputeTaskEvent``, ``ExecuteSuccess``,
+``GatherDepSuccess``, ...) into :meth:`WorkerStateMachine.handle_stimulus`,
+which changes state and returns *instructions* (:class:`Execute`,
+:class:`GatherDep`, :class:`SendMessage`) for the shell to carry out.  Nothing
+here touches a socket or a thread, so tests drive it directly.
+
+A task the scheduler asked us to compute goes
+
+    waiting (for dependencies) -> ready -> executing -> memory | error
+
+and a dependency held elsewhere goes ``fetch -> flight -> memory``.  A task
+freed while it runs or is being fetched becomes ``cancelled``; its result is
+dropped when it arrives.  ``validate=True`` checks the invariants after every
+event; :meth:`story` returns a key's transitions.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from distributed.protocol.messages import Key, Payload
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "WorkerTask",
+    "WorkerStateMachine",
+    "StateMachineEvent",
+    "ComputeTaskEvent",
+    "FreeKeysEvent",
+    "ExecuteSuccess",
+    "ExecuteFailure",
+    "RescheduleEvent",
+    "SecedeEvent",
+    "GatherDepSuccess",
+    "GatherDepFailure",
+    "UpdateDataEvent",
+    "Instruction",
+    "Execute",
+    "GatherDep",
+    "SendMessage",
+]
+
+WORKER_TASK_STATES: Final = frozenset(
+    {"waiting", "ready", "executing", "long-running", "memory", "error", "fetch", "flight", "cancelled", "released", "forgotten"}
+)
+
+
+class WorkerTask:
+    """What a worker knows about one key: a task to run or data to fetch."""
+
+    __slots__ = (
+        "key",
+        "state",
+        "run_spec",
+        "run_id",
+        "priority",
+        "dependencies",
+        "dependents",
+        "waiting_for_data",
+        "who_has",
+        "tried",
+        "nbytes",
+        "duration",
+        "resources",
+        "annotations",
+        "coming_from",
+        "computed",
+        "type",
+    )
+
+    def __init__(self, key: Key) -> None:
+        self.key: Key = key
+        self.state = "released"
+        self.run_spec: Payload | None = None
+        self.run_id = -1
+        self.priority: tuple[Any, ...] = ()
+        self.dependencies: set[WorkerTask] = set()
+        self.dependents: set[WorkerTask] = set()
+        self.waiting_for_data: set[WorkerTask] = set()
+        self.who_has: set[str] = set()
+        self.tried: set[str] = set()
+        self.nbytes = 0
+        self.duration = 0.0
+        self.resources: dict[str, float] | None = None
+        self.annotations: dict[str, Any] | None = None
+        #: Peer we are fetching this key from (state flight).
+        self.coming_from: str | None = None
+        #: Whether this worker computes the key (as opposed to fetching it).
+        self.computed = False
+        self.type: str | None = None
+
+    def __repr__(self) -> str:
+        return f"<WorkerTask {self.key!r} {self.state}>"
+
+    def __lt__(self, other: WorkerTask) -> bool:
+        return self.priority < other.priority
+
+
+# -- events -------------------------------------------------------------------
+@dataclass(frozen=True)
+class StateMachineEvent:
+    """Base of all events; ``stimulus_id`` ties effects to their cause."""
+
+    stimulus_id: str
+
+
+@dataclass(frozen=True)
+class ComputeTaskEvent(StateMachineEvent):
+    """The scheduler asks us to compute ``key``."""
+
+    key: Key
+    run_id: int
+    run_spec: Payload | None
+    priority: tuple[Any, ...]
+    who_has: Mapping[Key, Iterable[str]]
+    nbytes: Mapping[Key, int]
+    duration: float = 0.5
+    resources: Mapping[str, float] | None = None
+    annotations: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class FreeKeysEvent(StateMachineEvent):
+    """The scheduler no longer needs these keys here."""
+
+    keys: tuple[Key, ...]
+
+
+@dataclass(frozen=True)
+class ExecuteSuccess(StateMachineEvent):
+    """A task ran; its value is ready to store."""
+
+    key: Key
+    run_id: int
+    value: Any
+    nbytes: int
+    type: str
+    start: float
+    stop: float
+
+
+@dataclass(frozen=True)
+class ExecuteFailure(StateMachineEvent):
+    """A task raised."""
+
+    key: Key
+    run_id: int
+    exception: Payload
+    traceback: Any
+    text: str
+    start: float
+    stop: float
+
+
+@dataclass(frozen=True)
+class RescheduleEvent(StateMachineEvent):
+    """A task raised ``Reschedule``: give it back to the scheduler."""
+
+    key: Key
+    run_id: int
+
+
+@dataclass(frozen=True)
+class SecedeEvent(StateMachineEvent):
+    """A running task left the thread pool (``secede()``)."""
+
+    key: Key
+
+
+@dataclass(frozen=True)
+class GatherDepSuccess(StateMachineEvent):
+    """A fetch from ``worker`` returned; ``data`` may lack some keys asked for."""
+
+    worker: str
+    keys: tuple[Key, ...]
+    data: Mapping[Key, Any]
+    nbytes: Mapping[Key, int]
+
+
+@dataclass(frozen=True)
+class GatherDepFailure(StateMachineEvent):
+    """A fetch from ``worker`` failed (the peer is unreachable or broken)."""
+
+    worker: str
+    keys: tuple[Key, ...]
+
+
+@dataclass(frozen=True)
+class UpdateDataEvent(StateMachineEvent):
+    """Data put here directly (scatter)."""
+
+    data: Mapping[Key, Any]
+    nbytes: Mapping[Key, int]
+
+
+# -- instructions ----------------------------------------------------------------
+@dataclass(frozen=True)
+class Instruction:
+    """Base of what the state machine asks the shell to do."""
+
+
+@dataclass(frozen=True)
+class Execute(Instruction):
+    """Run ``key`` in the thread pool."""
+
+    key: Key
+    run_id: int
+
+
+@dataclass(frozen=True)
+class GatherDep(Instruction):
+    """Fetch ``keys`` from peer ``worker``."""
+
+    worker: str
+    keys: tuple[Key, ...]
+    total_nbytes: int
+
+
+@dataclass(frozen=True)
+class SendMessage(Instruction):
+    """Send ``msg`` to the scheduler on the batched stream."""
+
+    msg: dict[str, Any] = field(default_factory=dict)
+
+
+class WorkerStateMachine:
+    """All task state of one worker.
+
+    Parameters
+    ----------
+    address
+        This worker's address (never fetch from ourselves).
+    nthreads
+        Tasks that may execute at once.
+    data
+        Where values live (a dict, or a spilling mapping).
+    resources
+        Abstract resources this worker offers.
+    validate
+        Check invariants after every event.
+    transfer_limit
+        Most bytes to ask a peer for in one fetch.
+    fetch_concurrency
+        Most peers to fetch from at once.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        nthreads: int,
+        data: MutableMapping[Key, Any] | None = None,
+        resources: Mapping[str, float] | None = None,
+        validate: bool = False,
+        transfer_limit: int = 50_000_000,
+        fetch_concurrency: int = 50,
+        log_length: int = 100_000,
+    ) -> None:
+        self.address = address
+        self.nthreads = nthreads
+        self.data: MutableMapping[Key, Any] = data if data is not None else {}
+        self.total_resources: dict[str, float] = dict(resources or {})
+        self.available_resources: dict[str, float] = dict(self.total_resources)
+        self.validate = validate
+        self.transfer_limit = transfer_limit
+        self.fetch_concurrency = fetch_concurrency
+        self.tasks: dict[Key, WorkerTask] = {}
+        self.ready: list[tuple[tuple[Any, ...], int, WorkerTask]] = []
+        self._ready_counter = 0
+        self.executing: set[WorkerTask] = set()
+        self.long_running: set[WorkerTask] = set()
+        #: Keys in state fetch, in the order they were asked for.
+        self.to_fetch: dict[WorkerTask, None] = {}
+        #: Peers we are fetching from, with the keys asked of each.
+        self.in_flight_workers: dict[str, set[WorkerTask]] = {}
+        self.log: deque[tuple[Key, str, str, str, float]] = deque(maxlen=log_length)
+        self.executed_count = 0
+        self.nbytes_in_memory = 0
+        self._log_count = 0
+
+    # -- entry point ------------------------------------------------------------
+    def handle_stimulus(self, *events: StateMachineEvent) -> list[Instruction]:
+        """Apply events and return what the shell must do."""
+        instructions: list[Instruction] = []
+        log_start = self._log_count
+        for ev in events:
+            handler = _HANDLERS.get(type(ev))
+            if handler is None:
+                raise TypeError(f"Unknown event {type(ev).__name__}")
+            handler(self, ev, instructions)
+        self._ensure_computing(instructions)
+        self._ensure_communicating(instructions)
+        if self.validate:
+            # Check what this event touched (the whole state is checked at the end of tests).
+            n = self._log_count - log_start
+            recent = list(self.log)[-n:] if 0 < n <= len(self.log) else list(self.log)
+            for key in {e[0] for e in recent}:
+                ts = self.tasks.get(key)
+                if ts is not None:
+                    self.validate_task(ts)
+            assert len(self.executing) <= self.nthreads, "more tasks executing than threads"
+        return instructions
+
+    def story(self, *keys: Key) -> list[tuple[Key, str, str, str, float]]:
+        """Transitions of these keys: ``(key, start, finish, stimulus_id, time)``."""
+        wanted = set(keys)
+        return [e for e in self.log if e[0] in wanted]
+
+    # -- helpers ----------------------------------------------------------------
+    def _set_state(self, ts: WorkerTask, state: str, stimulus_id: str) -> None:
+        self._log_count += 1
+        self.log.append((ts.key, ts.state, state, stimulus_id, time.time()))
+        ts.state = state
+
+    def _ensure_task(self, key: Key) -> WorkerTask:
+        ts = self.tasks.get(key)
+        if ts is None:
+            ts = self.tasks[key] = WorkerTask(key)
+        return ts
+
+    def _push_ready(self, ts: WorkerTask, stimulus_id: str) -> None:
+        self._set_state(ts, "ready", stimulus_id)
+        self._ready_counter += 1
+        heapq.heappush(self.ready, (ts.priority, self._ready_counter, ts))
+
+    def _store(self, ts: WorkerTask, value: Any, nbytes: int, stimulus_id: str) -> None:
+        self.data[ts.key] = value
+        ts.nbytes = nbytes
+        self.nbytes_in_memory += nbytes
+        self._set_state(ts, "memory", stimulus_id)
+        for dep in ts.dependents:
+            if ts in dep.waiting_for_data:
+                dep.waiting_for_data.discard(ts)
+                if not dep.waiting_for_data and dep.state == "waiting":
+                    self._push_ready(dep, stimulus_id)
+
+    def _can_run(self, ts: WorkerTask) -> bool:
+        if not ts.resources:
+            return True
+        return all(self.available_resources.get(r, 0.0) >= amount for r, amount in ts.resources.items())
+
+    def _ensure_computing(self, instructions: list[Instruction]) -> None:
+        ready = self.ready
+        skipped: list[tuple[tuple[Any, ...], int, WorkerTask]] = []
+        while ready and len(self.executing) < self.nthreads:
+            item = heapq.heappop(ready)
+            ts = item[2]
+            if ts.state != "ready":
+                continue
+            if not self._can_run(ts):
+                skipped.append(item)
+                continue
+            if ts.resources:
+                for r, amount in ts.resources.items():
+                    self.available_resources[r] -= amount
+            self._set_state(ts, "executing", "ensure-computing")
+            self.executing.add(ts)
+            instructions.append(Execute(ts.key, ts.run_id))
+        for item in skipped:
+            heapq.heappush(ready, item)
+
+    def _ensure_communicating(self, instructions: list[Instruction]) -> None:
+        if not self.to_fetch:
+            return
+        batches: dict[str, list[WorkerTask]] = {}
+        sizes: dict[str, int] = {}
+        for ts in list(self.to_fetch):
+            if len(self.in_flight_workers) + len(batches) >= self.fetch_concurrency and not any(
+                w in batches for w in ts.who_has
+            ):
+                break
+            candidates = [w for w in ts.who_has if w not in self.in_flight_workers and w != self.address]
+            if not candidates:
+                continue
+            # Prefer a peer we already fetch other keys from in this round.
+            chosen = next((w for w in candidates if w in batches), None)
+            if chosen is None:
+                if len(self.in_flight_workers) + len(batches) >= self.fetch_concurrency:
+                    continue
+                chosen = min(candidates)
+            if chosen in batches and sizes[chosen] + ts.nbytes > self.transfer_limit:
+                continue
+            batches.setdefault(chosen, []).append(ts)
+            sizes[chosen] = sizes.get(chosen, 0) + max(ts.nbytes, 0)
+        for worker, tss in batches.items():
+            for ts in tss:
+                del self.to_fetch[ts]
+                ts.coming_from = worker
+                self._set_state(ts, "flight", "ensure-communicating")
+            self.in_flight_workers[worker] = set(tss)
+            instructions.append(GatherDep(worker, tuple(ts.key for ts in tss), sizes[worker]))
+
+    def _forget(self, ts: WorkerTask, stimulus_id: str) -> None:
+        """Drop ``ts`` entirely, and dependencies nothing else needs."""
+        if ts.key in self.data:
+            del self.data[ts.key]
+            self.nbytes_in_memory -= ts.nbytes
+        self.to_fetch.pop(ts, None)
+        self._set_state(ts, "forgotten", stimulus_id)
+        self.tasks.pop(ts.key, None)
+        for dep in ts.dependencies:
+            dep.dependents.discard(ts)
+            if not dep.dependents and not dep.computed and dep.state in ("fetch", "flight", "released"):
+                if dep.state == "flight":
+                    self._set_state(dep, "cancelled", stimulus_id)
+                else:
+                    self._forget(dep, stimulus_id)
+        ts.dependencies.clear()
+        ts.waiting_for_data.clear()
+
+    # -- event handlers ---------------------------------------------------------
+    def _handle_compute_task(self, ev: ComputeTaskEvent, instructions: list[Instruction]) -> None:
+        ts = self._ensure_task(ev.key)
+        sid = ev.stimulus_id
+        if ts.state == "memory":
+            ts.run_id = ev.run_id
+            instructions.append(SendMessage(self._finished_msg(ts, 0.0, 0.0)))
+            return
+        if ts.state in ("executing", "long-running", "ready", "waiting"):
+            ts.run_id = ev.run_id
+            return
+        if ts.state == "cancelled":
+            # Freed, then asked for again while still running/arriving.
+            ts.run_id = ev.run_id
+            ts.computed = True
+            ts.run_spec = ev.run_spec
+            self._set_state(ts, "executing" if ts in self.executing else ("long-running" if ts in self.long_running else "flight"), sid)
+            if ts.state == "flight":
+                ts.computed = False
+            return
+        if ts.state in ("fetch", "flight"):
+            # We were fetching it, but now compute it here instead.
+            self.to_fetch.pop(ts, None)
+            if ts.state == "flight":
+                self._set_state(ts, "cancelled", sid)
+                ts.run_id = ev.run_id
+                ts.run_spec = ev.run_spec
+                ts.computed = True
+                return
+        ts.computed = True
+        ts.run_spec = ev.run_spec
+        ts.run_id = ev.run_id
+        ts.priority = tuple(ev.priority)
+        ts.duration = ev.duration
+        ts.resources = dict(ev.resources) if ev.resources else None
+        ts.annotations = dict(ev.annotations) if ev.annotations else None
+        ts.waiting_for_data.clear()
+        for dep_key, holders in ev.who_has.items():
+            dts = self._ensure_task(dep_key)
+            ts.dependencies.add(dts)
+            dts.dependents.add(ts)
+            if dts.state == "memory":
+                continue
+            ts.waiting_for_data.add(dts)
+            if dts.state in ("released", "error"):
+                dts.who_has = {h for h in holders if h != self.address}
+                dts.nbytes = ev.nbytes.get(dep_key, 0)
+                dts.priority = ts.priority
+                self._set_state(dts, "fetch", sid)
+                self.to_fetch[dts] = None
+            elif dts.state == "fetch":
+                dts.who_has.update(h for h in holders if h != self.address)
+            elif dts.state == "cancelled" and not dts.computed:
+                self._set_state(dts, "flight", sid)
+        if ts.waiting_for_data:
+            self._set_state(ts, "waiting", sid)
+        else:
+            self._push_ready(ts, sid)
+
+    def _finished_msg(self, ts: WorkerTask, start: float, stop: float) -> dict[str, Any]:
+        return {
+            "op": "task-finished",
+            "key": ts.key,
+            "run_id": ts.run_id,
+            "nbytes": ts.nbytes,
+            "type": ts.type or "",
+            "start": start,
+            "stop": stop,
+        }
+
+    def _release_resources(self, ts: WorkerTask) -> None:
+        if ts.resources:
+            for r, amount in ts.resources.items():
+                self.available_resources[r] += amount
+
+    def _handle_execute_success(self, ev: ExecuteSuccess, instructions: list[Instruction]) -> None:
+        ts = self.tasks.get(ev.key)
+        if ts is None:
+            return
+        self.executing.discard(ts)
+        self.long_running.discard(ts)
+        self._release_resources(ts)
+        self.executed_count += 1
+        if ts.state == "cancelled":
+            self._forget(ts, ev.stimulus_id)
+            return
+        if ts.state not in ("executing", "long-running"):
+            return
+        ts.type = ev.type
+        self._store(ts, ev.value, ev.nbytes, ev.stimulus_id)
+        instructions.append(SendMessage(self._finished_msg(ts, ev.start, ev.stop)))
+
+    def _handle_execute_failure(self, ev: ExecuteFailure, instructions: list[Instruction]) -> None:
+        ts = self.tasks.get(ev.key)
+        if ts is None:
+            return
+        self.executing.discard(ts)
+        self.long_running.discard(ts)
+        self._release_resources(ts)
+        if ts.state == "cancelled":
+            self._forget(ts, ev.stimulus_id)
+            return
+        if ts.state not in ("executing", "long-running"):
+            return
+        self._set_state(ts, "error", ev.stimulus_id)
+        instructions.append(
+            SendMessage(
+                {
+                    "op": "task-erred",
+                    "key": ts.key,
+                    "run_id": ts.run_id,
+                    "exception": ev.exception,
+                    "traceback": ev.traceback,
+                    "text": ev.text,
+                    "start": ev.start,
+                    "stop": ev.stop,
+                }
+            )
+        )
+
+    def _handle_reschedule(self, ev: RescheduleEvent, instructions: list[Instruction]) -> None:
+        ts = self.tasks.get(ev.key)
+        if ts is None:
+            return
+        self.executing.discard(ts)
+        self.long_running.discard(ts)
+        self._release_resources(ts)
+        if ts.state in ("executing", "long-running"):
+            instructions.append(SendMessage({"op": "reschedule", "key": ts.key, "run_id": ts.run_id}))
+        self._forget(ts, ev.stimulus_id)
+
+    def _handle_secede(self, ev: SecedeEvent, instructions: list[Instruction]) -> None:
+        ts = self.tasks.get(ev.key)
+        if ts is None or ts.state != "executing":
+            return
+        self.executing.discard(ts)
+        self.long_running.add(ts)
+        self._set_state(ts, "long-running", ev.stimulus_id)
+        instructions.append(SendMessage({"op": "long-running", "key": ts.key, "run_id": ts.run_id}))
+
+    def _handle_free_keys(self, ev: FreeKeysEvent, instructions: list[Instruction]) -> None:
+        for key in ev.keys:
+            ts = self.tasks.get(key)
+            if ts is None:
+                continue
+            if ts.state in ("executing", "long-running", "flight"):
+                ts.computed = ts.computed and ts.state != "flight"
+                self._set_state(ts, "cancelled", ev.stimulus_id)
+                continue
+            if ts.state == "cancelled":
+                continue
+            if ts.dependents and any(d.state in ("waiting", "ready", "executing", "long-running") for d in ts.dependents):
+                # Still an input of a task that runs here: keep the data,
+                # but it is no longer ours to report.
+                ts.computed = False
+                continue
+            for dep in list(ts.dependents):
+                dep.dependencies.discard(ts)
+                dep.waiting_for_data.discard(ts)
+            ts.dependents.clear()
+            self._forget(ts, ev.stimulus_id)
+
+    def _handle_gather_success(self, ev: GatherDepSuccess, instructions: list[Instruction]) -> None:
+        asked = self.in_flight_workers.pop(ev.worker, set())
+        added: list[Key] = []
+        nbytes: dict[Key, int] = {}
+        for ts in asked:
+            ts.coming_from = None
+            if ts.key in ev.data:
+                if ts.state == "flight":
+                    n = ev.nbytes.get(ts.key, ts.nbytes)
+                    self._store(ts, ev.data[ts.key], n, ev.stimulus_id)
+                    added.append(ts.key)
+                    nbytes[ts.key] = n
+                elif ts.state == "cancelled":
+                    if ts.computed:
+                        # We were asked to compute it meanwhile; the fetched copy is as good.
+                        self._store(ts, ev.data[ts.key], ev.nbytes.get(ts.key, ts.nbytes), ev.stimulus_id)
+                        instructions.append(SendMessage(self._finished_msg(ts, 0.0, 0.0)))
+                    else:
+                        self._forget(ts, ev.stimulus_id)
+            else:
+                self._fetch_failed(ts, ev.worker, ev.stimulus_id, instructions)
+        if added:
+            instructions.append(SendMessage({"op": "add-keys", "keys": added, "nbytes": nbytes}))
+
+    def _handle_gather_failure(self, ev: GatherDepFailure, instructions: list[Instruction]) -> None:
+        asked = self.in_flight_workers.pop(ev.worker, set())
+        for ts in self.tasks.values():
+            ts.who_has.discard(ev.worker)
+        for ts in asked:
+            ts.coming_from = None
+            self._fetch_failed(ts, ev.worker, ev.stimulus_id, instructions)
+
+    def _fetch_failed(self, ts: WorkerTask, worker: str, stimulus_id: str, instructions: list[Instruction]) -> None:
+        ts.who_has.discard(worker)
+        ts.tried.add(worker)
+        if ts.state == "cancelled":
+            if ts.computed:
+                # Asked to compute it here meanwhile: run it.
+                ts.computed = True
+                self._set_state(ts, "released", stimulus_id)
+                if ts.waiting_for_data:
+                    self._set_state(ts, "waiting", stimulus_id)
+                else:
+                    self._push_ready(ts, stimulus_id)
+            else:
+                self._forget(ts, stimulus_id)
+            return
+        if ts.who_has:
+            self._set_state(ts, "fetch", stimulus_id)
+            self.to_fetch[ts] = None
+            return
+        # Nobody we know has it: give the tasks that need it back to the scheduler.
+        tried = sorted(ts.tried)
+        for dep in list(ts.dependents):
+            if dep.state in ("waiting", "ready"):
+                instructions.append(
+                    SendMessage({"op": "missing-data", "key": dep.key, "run_id": dep.run_id, "missing": {ts.key: tried}})
+                )
+                for d in dep.dependencies:
+                    d.dependents.discard(dep)
+                dep.dependencies.clear()
+                dep.waiting_for_data.clear()
+                self._forget(dep, stimulus_id)
+        if not ts.dependents:
+            self._forget(ts, stimulus_id)
+        else:
+            self._set_state(ts, "released", stimulus_id)
+
+    def _handle_update_data(self, ev: UpdateDataEvent, instructions: list[Instruction]) -> None:
+        for key, value in ev.data.items():
+            ts = self._ensure_task(key)
+            if ts.key in self.data:
+                self.nbytes_in_memory -= ts.nbytes
+                del self.data[ts.key]
+            self.to_fetch.pop(ts, None)
+            ts.computed = True
+            self._store(ts, value, ev.nbytes.get(key, 0), ev.stimulus_id)
+
+    # -- validation ---------------------------------------------------------------
+    def validate_task(self, ts: WorkerTask) -> None:
+        """Check one task's invariants."""
+        assert ts.state in WORKER_TASK_STATES, ts
+        if ts.state == "memory":
+            assert ts.key in self.data, ("memory without data", ts)
+        if ts.state == "waiting":
+            assert ts.waiting_for_data, ("waiting on nothing", ts)
+            for dep in ts.waiting_for_data:
+                assert dep.state != "memory", ("waiting on data we have", ts, dep)
+        if ts.state == "ready":
+            for dep in ts.dependencies:
+                assert dep.state == "memory", ("ready without dependency", ts, dep)
+        if ts.state == "executing":
+            assert ts in self.executing, ("executing not tracked", ts)
+        if ts.state == "fetch":
+            assert ts in self.to_fetch, ("fetch not queued", ts)
+        if ts.state == "flight":
+            assert ts.coming_from in self.in_flight_workers, ("flight without a peer", ts)
+        for dep in ts.dependencies:
+            assert ts in dep.dependents, ("dependency link", ts, dep)
+
+    def validate_state(self) -> None:
+        """Check every invariant."""
+        for ts in self.tasks.values():
+            self.validate_task(ts)
+        for ts in self.executing:
+            assert ts.state in ("executing", "cancelled"), ("executing set", ts)
+        assert len(self.executing) <= self.nthreads, "more tasks executing than threads"
+
+
+_HANDLERS: dict[type, Any] = {
+    ComputeTaskEvent: WorkerStateMachine._handle_compute_task,
+    FreeKeysEvent: WorkerStateMachine._handle_free_keys,
+    ExecuteSuccess: WorkerStateMachine._handle_execute_success,
+    ExecuteFailure: WorkerStateMachine._handle_execute_failure,
+    RescheduleEvent: WorkerStateMachine._handle_reschedule,
+    SecedeEvent: WorkerStateMachine._handle_secede,
+    GatherDepSuccess: WorkerStateMachine._handle_gather_success,
+    GatherDepFailure: WorkerStateMachine._handle_gather_failure,
+    UpdateDataEvent: WorkerStateMachine._handle_update_data,
+}
