@@ -32,12 +32,13 @@ import dask
 import dask.config
 from dask._task_spec import DataNode, GraphNode, Task, TaskRef, convert_legacy_graph
 from dask.base import collections_to_expr, tokenize
-from dask.core import flatten, validate_key
+from dask.core import validate_key
 from dask.sizeof import sizeof
 from dask.typing import NoDefault, no_default
 from dask.utils import funcname, parse_timedelta, typename
 
 from distributed.batched import BatchedSend
+from distributed.dask_api import expr_keys, finalize_compute, flatten_keys, get_annotations, graph_expr, is_dask_collection, is_low_level_expr
 from distributed.comm import Comm, CommClosedError, connect
 from distributed.core import ConnectionPool, Status, rebuild_exception, send_recv
 from distributed.exceptions import FutureCancelledError, LostDataError
@@ -277,8 +278,9 @@ class Future(TaskRef):
             return client._exception_of(self._fs)
 
         if client.asynchronous and client._in_loop_thread():
-            return get()  # type: ignore[return-value]  # awaitable in asynchronous mode
-        return client.sync(get)
+            return get()  # type: ignore[return-value]  # an awaitable in asynchronous mode
+        exc: BaseException | None = client.sync(get)
+        return exc
 
     def traceback(self, timeout: float | str | None = None) -> Any:
         """The traceback of the task's exception, or None."""
@@ -413,8 +415,10 @@ class Client:
         **kwargs: Any,
     ) -> None:
         if timeout is no_default or timeout is None:
-            timeout = dask.config.get("distributed.comm.timeouts.connect")
-        self._timeout = float(parse_timedelta(timeout) or 30)
+            timeout_value: Any = dask.config.get("distributed.comm.timeouts.connect")
+        else:
+            timeout_value = timeout
+        self._timeout = float(parse_timedelta(timeout_value) or 30)
         self.id = f"{type(self).__name__}-{uuid.uuid4()}"
         self.name = name
         self.asynchronous = asynchronous
@@ -994,17 +998,15 @@ class Client:
         **kwargs: Any,
     ) -> Any:
         """Start computing collections; return futures (or results with ``sync=True``)."""
-        from dask._expr import FinalizeCompute
-
         singleton = not isinstance(collections, (list, tuple, set))
         seq = [collections] if singleton else list(collections)
-        dask_idx = [i for i, c in enumerate(seq) if dask.is_dask_collection(c)]
+        dask_idx = [i for i, c in enumerate(seq) if is_dask_collection(c)]
         results: list[Any] = list(seq)
         if dask_idx:
             colls = [seq[i] for i in dask_idx]
             expr = collections_to_expr(colls, optimize_graph)
-            expr = FinalizeCompute(expr).optimize()
-            keys = list(flatten(expr.__dask_keys__()))
+            expr = finalize_compute(expr).optimize()
+            keys = flatten_keys(expr_keys(expr))
             opts = {"workers": workers, "resources": resources, "retries": retries, "allow_other_workers": allow_other_workers, "priority": priority}
             futures = self._submit_expr(expr, keys, opts)
             for i, f in zip(dask_idx, futures):
@@ -1031,14 +1033,14 @@ class Client:
         """Start computing collections; return them backed by futures."""
         singleton = not isinstance(collections, (list, tuple))
         seq = [collections] if singleton else list(collections)
-        dask_idx = [i for i, c in enumerate(seq) if dask.is_dask_collection(c)]
+        dask_idx = [i for i, c in enumerate(seq) if is_dask_collection(c)]
         out: list[Any] = list(seq)
         if dask_idx:
             colls = [seq[i] for i in dask_idx]
             expr = collections_to_expr(colls, optimize_graph).optimize()
-            per_coll_keys = [list(flatten(k)) for k in expr.__dask_keys__()]
+            per_coll_keys = [flatten_keys(k) for k in expr_keys(expr)]
             if len(per_coll_keys) != len(colls):
-                per_coll_keys = [list(flatten(c.__dask_keys__())) for c in colls]
+                per_coll_keys = [flatten_keys(c.__dask_keys__()) for c in colls]
             all_keys = [k for ks in per_coll_keys for k in ks]
             opts = {"workers": workers, "resources": resources, "retries": retries, "allow_other_workers": allow_other_workers, "priority": priority}
             futures = self._submit_expr(expr, all_keys, opts)
@@ -1067,23 +1069,13 @@ class Client:
         **kwargs: Any,
     ) -> Any:
         """Compute a graph (an ``Expr`` or a dict) and return the values of ``keys``."""
-        from dask._expr import Expr, HLGExpr, LLGExpr
-        from dask.highlevelgraph import HighLevelGraph
-
-        if isinstance(dsk, HighLevelGraph):
-            expr = HLGExpr(dsk)
-        elif isinstance(dsk, Mapping):
-            expr = LLGExpr(dict(dsk))
-        elif isinstance(dsk, Expr):
-            expr = dsk
-        else:
-            raise TypeError(f"Client.get expects a graph (Expr or dict), got {type(dsk).__name__}")
-        flat = list(flatten(keys)) if isinstance(keys, list) else [keys]
+        expr = graph_expr(dsk)
+        flat = flatten_keys(keys) if isinstance(keys, list) else [keys]
         for k in flat:
             validate_key(k)
         opts = {"workers": workers, "resources": resources, "retries": retries, "allow_other_workers": bool(allow_other_workers), "priority": priority}
         graph, annotations = self._materialize(expr)
-        if isinstance(expr, LLGExpr):
+        if is_low_level_expr(expr):
             from dask._task_spec import cull
 
             graph = cull(graph, flat) if flat else graph
@@ -1113,7 +1105,8 @@ class Client:
     # -- gathering ------------------------------------------------------------------------------
     def _exception_of(self, fs: FutureState) -> BaseException | None:
         if fs.status == "error":
-            return rebuild_exception(fs.exception)
+            exc: BaseException = rebuild_exception(fs.exception)
+            return exc
         if fs.status == "cancelled":
             return FutureCancelledError(fs.key, fs.reason)
         if fs.status == "lost":
@@ -1418,7 +1411,9 @@ class Client:
         """Versions of the main packages here."""
         import sys
 
-        return {"client": {"python": sys.version.split()[0], "dask": dask.__version__}}
+        from distributed.dask_api import dask_version
+
+        return {"client": {"python": sys.version.split()[0], "dask": dask_version()}}
 
 
 class _SchedulerHandle:
@@ -1455,7 +1450,7 @@ def _as_worker_list(workers: Any) -> list[str] | None:
 
 
 def _annotations(workers: Any, resources: Any, retries: Any, allow_other_workers: Any) -> dict[str, Any]:
-    ann: dict[str, Any] = dict(dask.get_annotations())
+    ann: dict[str, Any] = get_annotations()
     if workers is not None:
         ann["workers"] = _as_worker_list(workers)
     if resources:
@@ -1526,7 +1521,7 @@ def futures_of(o: Any, client: Client | None = None) -> list[Future]:
         elif isinstance(x, Task):
             stack.extend(x.args)
             stack.extend(x.kwargs.values())
-        elif dask.is_dask_collection(x):
+        elif is_dask_collection(x):
             if id(x) in seen:
                 continue
             seen.add(id(x))
@@ -1552,7 +1547,7 @@ def wait(fs: Any, timeout: Any = None, return_when: str = ALL_COMPLETED) -> Any:
         When not done within ``timeout``.
     """
     client = default_client()
-    if dask.is_dask_collection(fs) or not isinstance(fs, (list, tuple, set, frozenset, Future)):
+    if is_dask_collection(fs) or not isinstance(fs, (list, tuple, set, frozenset, Future)):
         fs = futures_of(fs)
     elif isinstance(fs, Future):
         fs = [fs]

@@ -1298,9 +1298,9 @@ class Scheduler(Server):
         else:
             assert not ts.who_has, ("who_has outside memory", ts, ts.who_has)
         if state == "processing":
-            ws = ts.processing_on
-            assert ws is not None and ts in ws.processing, ("processing link", ts)
-            assert ws.address in self.workers, ("processing on a removed worker", ts)
+            proc = ts.processing_on
+            assert proc is not None and ts in proc.processing, ("processing link", ts)
+            assert proc.address in self.workers, ("processing on a removed worker", ts)
             for dts in ts.dependencies:
                 assert dts.state == "memory", ("processing with a dependency not in memory", ts, dts)
         else:

@@ -312,7 +312,7 @@ class Deadline:
 
 def weak_method(method: Callable[..., Any]) -> Callable[..., Any]:
     """A callable that calls a bound method without keeping its object alive."""
-    ref = weakref.WeakMethod(method)  # type: ignore[arg-type]  # bound methods only
+    ref = weakref.WeakMethod(method)
 
     def call(*args: Any, **kwargs: Any) -> Any:
         m = ref()

@@ -319,7 +319,7 @@ def gen_test(timeout: float = _TEST_TIMEOUT, clean_kwargs: dict[str, Any] | None
                 return _run_async(lambda: func(*args, **kwargs), timeout)
 
         test_func.__signature__ = inspect.signature(func)  # type: ignore[attr-defined]  # pytest reads it
-        del test_func.__wrapped__  # type: ignore[attr-defined]  # keep pytest from seeing a coroutine function
+        del test_func.__wrapped__  # keep pytest from seeing a coroutine function
         return test_func
 
     return decorator
@@ -379,7 +379,7 @@ def gen_cluster(
                     await s.start()
                     for i, spec in enumerate(nthreads):
                         host, n = spec[0], spec[1]
-                        extra = dict(spec[2]) if len(spec) > 2 else {}  # type: ignore[misc]  # three-item specs carry kwargs
+                        extra: dict[str, Any] = dict(spec[2]) if len(spec) > 2 else {}
                         kw = {"nthreads": n, "name": i, "validate": True, **worker_kwargs, **extra}
                         if host:
                             kw.setdefault("host", host)
@@ -412,7 +412,7 @@ def gen_cluster(
                 return _run_async(run, timeout)
 
         test_func.__signature__ = _strip_signature(func, n_fixed)  # type: ignore[attr-defined]  # pytest reads it
-        del test_func.__wrapped__  # type: ignore[attr-defined]  # keep pytest from seeing a coroutine function
+        del test_func.__wrapped__  # keep pytest from seeing a coroutine function
         return test_func
 
     return decorator

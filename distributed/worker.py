@@ -26,6 +26,7 @@ from distributed.protocol.messages import Key
 from dask.utils import parse_bytes, parse_timedelta, typename
 
 from distributed.batched import BatchedSend
+from distributed.dask_api import dask_version
 from distributed.comm import Comm, CommClosedError, connect
 from distributed.core import Route, Server, Status, StreamRoute, error_message, send_recv
 from distributed.diagnostics.plugin import WorkerPlugin
@@ -247,7 +248,7 @@ class Worker(Server):
                 "keys": list(self.data),
                 "nbytes": {k: sizeof(v) for k, v in self.data.items()},
                 "local_directory": self.local_directory,
-                "versions": {"python": sys.version.split()[0], "dask": dask.__version__},
+                "versions": {"python": sys.version.split()[0], "dask": dask_version()},
             }
         )
         response = await comm.read()
@@ -645,7 +646,7 @@ def secede() -> None:
     worker = getattr(thread_state, "worker", None)
     key = getattr(thread_state, "key", None)
     pool = current_pool()
-    if isinstance(worker, Worker) and pool is not None:
+    if isinstance(worker, Worker) and pool is not None and key is not None:
         pool.secede_current_thread()
         worker.secede_task(key)
 
