@@ -9,8 +9,8 @@ import struct
 import threading
 import time
 import tracemalloc
-from collections.abc import AsyncIterator, Callable, Coroutine
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar
 
 import dask.config
@@ -101,11 +101,18 @@ def payload_of(value: Any) -> Any:
     return unwrap(value)
 
 
-def free_port() -> int:
+@contextmanager
+def unused_port() -> Iterator[int]:
+    """A port nobody listens on.
+
+    The socket stays bound (not listening) meanwhile, so no other process can
+    take the port; SO_REUSEADDR still lets a listener of ours bind it.
+    """
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
-    return port
+        yield port
 
 
 # -- addresses -----------------------------------------------------------------
@@ -352,12 +359,12 @@ def test_stopped_listener_refuses(scheme: str) -> None:
 
 def test_tcp_connect_to_closed_port_times_out() -> None:
     async def main() -> None:
-        port = free_port()
         timeout = 0.5
-        start = time.monotonic()
-        with pytest.raises(OSError, match="Timed out"):
-            await connect(f"tcp://127.0.0.1:{port}", timeout=timeout)
-        elapsed = time.monotonic() - start
+        with unused_port() as port:
+            start = time.monotonic()
+            with pytest.raises(OSError, match="Timed out"):
+                await connect(f"tcp://127.0.0.1:{port}", timeout=timeout)
+            elapsed = time.monotonic() - start
         assert elapsed < timeout + 1.0
 
     run(main)
@@ -365,17 +372,17 @@ def test_tcp_connect_to_closed_port_times_out() -> None:
 
 def test_tcp_connect_retries_until_listener_appears() -> None:
     async def main() -> None:
-        port = free_port()
-        attempt = asyncio.create_task(connect(f"tcp://127.0.0.1:{port}", timeout=10))
-        await asyncio.sleep(0.05)  # the first attempts are refused
-        assert not attempt.done()
         accepted: asyncio.Queue[Comm] = asyncio.Queue()
 
         async def handler(comm: Comm) -> None:
             await accepted.put(comm)
 
-        listener = listen(f"tcp://127.0.0.1:{port}", handler)
-        await listener.start()
+        with unused_port() as port:
+            attempt = asyncio.create_task(connect(f"tcp://127.0.0.1:{port}", timeout=10))
+            await asyncio.sleep(0.05)  # the first attempts are refused
+            assert not attempt.done()
+            listener = listen(f"tcp://127.0.0.1:{port}", handler)
+            await listener.start()
         try:
             comm = await asyncio.wait_for(attempt, 10)
             server = await asyncio.wait_for(accepted.get(), 5)
@@ -553,8 +560,8 @@ def test_inproc_peer_in_other_thread_closes() -> None:
 
         async def close_soon(comm: Comm) -> None:
             await comm.read()
+            closed_by_server.set()  # before closing: the client may wake at once
             await comm.close()
-            closed_by_server.set()
 
         async def start_listener() -> str:
             listener = listen("inproc://", close_soon)
