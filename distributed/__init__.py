@@ -7,6 +7,7 @@ probes for it on every ``compute`` and catches only that.
 from __future__ import annotations
 
 from distributed import config  # noqa: F401  (registers config defaults)
+from distributed import lock  # noqa: F401  (dask reads distributed.lock.Lock)
 from distributed.client import (
     Client,
     Future,
@@ -21,6 +22,7 @@ from distributed.core import Status, rpc
 from distributed.diagnostics.plugin import NannyPlugin, SchedulerPlugin, WorkerPlugin
 from distributed.exceptions import CancelledError, KilledWorker, Reschedule, TimeoutError
 from distributed.scheduler import Scheduler
+from distributed.lock import Lock
 from distributed.utils import sync
 from distributed.worker import Worker, get_client, get_worker, rejoin, secede
 
@@ -32,6 +34,7 @@ __all__ = [
     "Client",
     "Future",
     "KilledWorker",
+    "Lock",
     "NannyPlugin",
     "Reschedule",
     "Scheduler",

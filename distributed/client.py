@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
 
 import dask
 import dask.config
-from dask._task_spec import DataNode, GraphNode, Task, TaskRef, convert_legacy_graph
+from dask._task_spec import DataNode, GraphNode, Task, TaskRef, convert_legacy_graph, parse_input
 from dask.base import collections_to_expr, tokenize
 from dask.core import validate_key
 from dask.sizeof import sizeof
@@ -43,7 +43,7 @@ from distributed.comm import Comm, CommClosedError, connect
 from distributed.core import ConnectionPool, Status, rebuild_exception, send_recv
 from distributed.exceptions import FutureCancelledError, LostDataError
 from distributed.protocol.messages import Key
-from distributed.protocol.serialize import Serialize, unwrap
+from distributed.protocol.serialize import Serialize, as_serialized, unwrap
 from distributed.utils import LoopRunner, sync, thread_state
 
 if TYPE_CHECKING:
@@ -806,25 +806,11 @@ class Client:
     ) -> list[Future]:
         """Ship a graph of GraphNodes and return futures for ``keys`` (on the loop)."""
         keys = list(keys)
+        specs = self._task_specs(tasks, priorities, annotations)
         futures = [Future(k, self) for k in keys]
         for f in futures:
             if f._fs.status in ("cancelled", "lost"):
                 f._fs.reset()
-        specs: dict[Key, dict[str, Any]] = {}
-        per_key: dict[Key, dict[str, Any]] = defaultdict(dict)
-        for name, values in (annotations or {}).items():
-            for k, v in values.items():
-                per_key[k][name] = v
-        for key, node in tasks.items():
-            spec: dict[str, Any] = {
-                "run_spec": Serialize(node),
-                "dependencies": list(node.dependencies),
-                "order": priorities.get(key, 0) if priorities else 0,
-            }
-            ann = per_key.get(key)
-            if ann:
-                spec["annotations"] = ann
-            specs[key] = spec
         msg: dict[str, Any] = {
             "op": "update-graph",
             "client": self.id,
@@ -837,6 +823,34 @@ class Client:
             msg["annotations"] = dict(global_annotations)
         self._send_to_scheduler(msg)
         return futures
+
+    @staticmethod
+    def _task_specs(
+        tasks: Mapping[Key, GraphNode],
+        priorities: Mapping[Key, int] | None,
+        annotations: Mapping[str, Mapping[Key, Any]] | None,
+    ) -> dict[Key, dict[str, Any]]:
+        """One message entry per task, its run_spec serialised now.
+
+        Serialising here, not when the stream writes, means an object that
+        cannot be pickled raises in the caller instead of breaking the stream.
+        """
+        per_key: dict[Key, dict[str, Any]] = defaultdict(dict)
+        for name, values in (annotations or {}).items():
+            for k, v in values.items():
+                per_key[k][name] = v
+        specs: dict[Key, dict[str, Any]] = {}
+        for key, node in tasks.items():
+            spec: dict[str, Any] = {
+                "run_spec": as_serialized(node),
+                "dependencies": list(node.dependencies),
+                "order": priorities.get(key, 0) if priorities else 0,
+            }
+            ann = per_key.get(key)
+            if ann:
+                spec["annotations"] = ann
+            specs[key] = spec
+        return specs
 
     def _send_to_scheduler(self, msg: dict[str, Any]) -> None:
         bs = self.scheduler_comm
@@ -883,7 +897,7 @@ class Client:
             existing = key in self.futures and self.futures[key].status in ("pending", "finished", "error")
         if existing:
             return Future(key, self)
-        task = Task(key, func, *args, **kwargs)
+        task = _make_task(key, func, args, kwargs)
         ann = _annotations(workers, resources, retries, allow_other_workers)
         return self._run_on_loop(lambda: self._send_graph({key: task}, [key], priorities={key: 0}, global_annotations=ann, user_priority=priority)[0])
 
@@ -926,7 +940,7 @@ class Client:
         tasks: dict[Key, GraphNode] = {}
         for k, args in zip(keys, zip(*seqs)):
             if k not in tasks:
-                tasks[k] = Task(k, func, *args, **kwargs)
+                tasks[k] = _make_task(k, func, args, kwargs)
         ann = _annotations(workers, resources, retries, allow_other_workers)
         order = {k: i for i, k in enumerate(tasks)}
         return self._run_on_loop(lambda: self._send_graph(tasks, keys, priorities=order, global_annotations=ann, user_priority=priority))
@@ -1152,9 +1166,12 @@ class Client:
                     unknown.append(k)
             results = await asyncio.gather(*(self._get_data(w, ks) for w, ks in by_worker.items()), return_exceptions=True)
             for (w, ks), res in zip(by_worker.items(), results):
-                if isinstance(res, BaseException):
+                if isinstance(res, (OSError, CommClosedError)):
                     logger.debug("Gather from %s failed: %r", w, res)
                     continue
+                if isinstance(res, BaseException):
+                    # The worker answered with an error (e.g. the value does not serialise).
+                    raise res
                 for k, v in res.items():
                     data[k] = v
             missing = [k for k in missing if k not in data]
@@ -1428,6 +1445,11 @@ class _SchedulerHandle:
 
     async def call(self, op: str, **fields: Any) -> Any:
         return await self._client._scheduler_call({"op": op, **fields})
+
+
+def _make_task(key: Key, func: Callable[..., Any], args: Iterable[Any], kwargs: Mapping[str, Any]) -> Task:
+    """A Task whose futures, also inside lists and dicts, are dependencies."""
+    return Task(key, func, *(parse_input(a) for a in args), **{k: parse_input(v) for k, v in kwargs.items()})
 
 
 def _send_safely(bs: BatchedSend, msg: dict[str, Any]) -> None:

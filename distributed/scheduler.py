@@ -250,6 +250,9 @@ class Scheduler(Server):
             "close-client": StreamRoute(m.CloseClient, lambda msg: None),
         }
         super().__init__(handlers, stream_handlers)
+        from distributed.lock import LockExtension
+
+        self.extensions["locks"] = LockExtension(self)
         # The worker that sent the stream message being handled.
         self._current_worker: WorkerState | None = None
 
@@ -539,6 +542,10 @@ class Scheduler(Server):
             for r, amount in ts.resource_restrictions.items():
                 ws.used_resources[r] = ws.used_resources.get(r, 0.0) + amount
         ts.run_id = next(self._run_ids)
+        freed = out.free.get(ws.address)
+        if freed and ts.key in freed:
+            # Released and assigned again in one go: the worker must not drop it.
+            freed.remove(ts.key)
         who_has: dict[Key, list[str]] = {}
         nbytes: dict[Key, int] = {}
         for dts in ts.dependencies:
@@ -1064,12 +1071,10 @@ class Scheduler(Server):
         ws = self.workers.get(worker)
         if ts is None or ws is None or ts.state != "processing" or ts.processing_on is not ws or ts.run_id != run_id:
             return out
-        recs: dict[TaskState, str] = {}
         if ts.retries > 0:
+            # Released, it is wanted still, so it waits and runs again.
             ts.retries -= 1
-            recs[ts] = "waiting"
-            self.transitions({ts: "released"}, stimulus_id, out)
-            return self.transitions(recs, stimulus_id, out)
+            return self.transitions({ts: "released"}, stimulus_id, out)
         self._set_error(ts, exception, traceback, text)
         ts.erred_on.add(worker)
         return self.transitions({ts: "erred"}, stimulus_id, out)

@@ -112,22 +112,23 @@ def varying(items: Sequence[Any]) -> Callable[[], Any]:
     """A function returning the next of ``items`` on each call (raising exceptions).
 
     The position lives in a module global, so it survives pickling to
-    in-process workers.
+    in-process workers: the function is a partial of a module-level function,
+    pickled by reference.
     """
     key = f"varying-{id(items)}-{time.monotonic_ns()}"
     _varying_state[key] = 0
+    return functools.partial(_varying_next, key, tuple(items))
 
-    def func() -> Any:
-        i = _varying_state[key]
-        if i >= len(items):
-            raise IndexError("varying exhausted")
-        _varying_state[key] = i + 1
-        x = items[i]
-        if isinstance(x, BaseException) or (isinstance(x, type) and issubclass(x, BaseException)):
-            raise x
-        return x
 
-    return func
+def _varying_next(key: str, items: tuple[Any, ...]) -> Any:
+    i = _varying_state.get(key, 0)
+    if i >= len(items):
+        raise IndexError("varying exhausted")
+    _varying_state[key] = i + 1
+    x = items[i]
+    if isinstance(x, BaseException) or (isinstance(x, type) and issubclass(x, BaseException)):
+        raise x
+    return x
 
 
 # -- waiting on conditions -------------------------------------------------------------------
@@ -435,6 +436,7 @@ def cluster(
     active_rpc_timeout: float = 10,
     scheduler_kwargs: dict[str, Any] | None = None,
     config: dict[str, Any] | None = None,
+    should_check_state: bool = True,
 ) -> Iterator[tuple[dict[str, Any], list[dict[str, Any]]]]:
     """A scheduler and ``nworkers`` workers, each in a child process.
 
