@@ -1,0 +1,153 @@
+"""Scheduler behaviour with real workers and comms."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+
+from distributed import Client, SchedulerPlugin, wait
+from distributed.comm import connect
+from distributed.core import send_recv
+from distributed.scheduler import Scheduler
+from distributed.utils_test import async_poll_for, gen_cluster, inc, slowinc
+from distributed.worker import Worker
+
+
+@gen_cluster()
+async def test_malformed_requests_get_clear_errors(s: Scheduler, a: Worker, b: Worker) -> None:
+    comm = await connect(s.address)
+    try:
+        with pytest.raises(ValueError, match="Unknown operation 'no-such-op'"):
+            await send_recv(comm, {"op": "no-such-op"})
+        with pytest.raises(ValueError, match="who_has"):
+            await send_recv(comm, {"op": "who_has", "keys": 123})
+        with pytest.raises(ValueError, match="mapping with a string 'op'"):
+            await send_recv(comm, {"no-op": 1})  # type: ignore[typeddict-item]
+        # The same comm still works.
+        assert await send_recv(comm, {"op": "who_has", "keys": []}) == {}
+    finally:
+        comm.abort()
+
+
+@gen_cluster(client=True)
+async def test_malformed_stream_messages_are_dropped(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    assert c.scheduler_comm is not None
+    c.scheduler_comm.send({"op": "update-graph", "client": c.id, "tasks": "nonsense", "keys": []})
+    c.scheduler_comm.send({"op": "not-an-op"})
+    c.scheduler_comm.send("not even a dict")
+    # Good messages after the bad ones are handled, and state is intact.
+    assert await c.submit(inc, 1) == 2
+    s.validate_state()
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)])
+async def test_root_tasks_are_queued(c: Client, s: Scheduler, a: Worker) -> None:
+    futures = c.map(slowinc, range(20), delay=0.02)
+    await async_poll_for(lambda: s.n_queued > 0, 5)
+    # Never more than the saturation allows on the worker at once.
+    assert all(len(ws.processing) <= 2 for ws in s.workers.values())
+    assert await c.gather(futures) == list(range(1, 21))
+    assert s.n_queued == 0
+
+
+@gen_cluster(client=True, nthreads=[])
+async def test_tasks_wait_for_a_worker(c: Client, s: Scheduler) -> None:
+    x = c.submit(inc, 1)
+    y = c.submit(inc, x)
+    await async_poll_for(lambda: x.key in s.tasks and s.tasks[x.key].state in ("queued", "no-worker"), 5)
+    async with Worker(s.address, nthreads=1, validate=True):
+        assert await y == 3
+
+
+@gen_cluster(client=True)
+async def test_worker_leaving_reruns_its_tasks(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    x = c.submit(inc, 1, workers=[a.address], allow_other_workers=True)
+    await x
+    assert s.tasks[x.key].who_has == {s.workers[a.address]}
+    y = c.submit(slowinc, x, delay=0.2, workers=[a.address], allow_other_workers=True)
+    await async_poll_for(lambda: y.key in s.tasks and s.tasks[y.key].state == "processing", 5)
+    await a.close()
+    # x lived only on a: it is recomputed on b, then y runs there.
+    assert await y == 3
+    assert s.tasks[y.key].who_has == {s.workers[b.address]}
+    assert await x == 2
+
+
+class Recorder(SchedulerPlugin):
+    def __init__(self) -> None:
+        self.graphs: list[set[Any]] = []
+        self.transitions: list[tuple[Any, str, str]] = []
+        self.workers_added: list[str] = []
+
+    def update_graph(self, scheduler: Scheduler, *, keys: set[Any], **kwargs: Any) -> None:  # type: ignore[override]
+        self.graphs.append(set(keys))
+
+    def transition(self, key: Any, start: str, finish: str, *args: Any, stimulus_id: str, **kwargs: Any) -> None:
+        self.transitions.append((key, start, finish))
+
+    def add_worker(self, scheduler: Scheduler, worker: str) -> None:
+        self.workers_added.append(worker)
+
+
+@gen_cluster(client=True)
+async def test_scheduler_plugin_hooks(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    plugin = Recorder()
+    await s.add_plugin(plugin, name="recorder")
+    x = c.submit(inc, 1)
+    await x
+    assert plugin.graphs == [{x.key}]
+    assert (x.key, "processing", "memory") in plugin.transitions
+    async with Worker(s.address, nthreads=1) as w:
+        assert plugin.workers_added == [w.address]
+
+
+@gen_cluster(client=True)
+async def test_validation_catches_broken_invariants(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    x = c.submit(inc, 1)
+    await x
+    ts = s.tasks[x.key]
+    ws = next(iter(ts.who_has))
+    ts.who_has.clear()  # break an invariant on purpose
+    with pytest.raises(AssertionError, match="memory without who_has"):
+        s.validate_state()
+    ts.who_has.add(ws)
+    s.validate_state()
+
+
+@gen_cluster(client=True)
+async def test_many_tasks_and_release(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    futures = c.map(inc, range(1000))
+    total = c.submit(sum, futures)
+    assert await total == sum(range(1, 1001))
+    keys = [f.key for f in futures]
+    del futures
+    # Released (their data freed) but remembered while a dependent exists.
+    await async_poll_for(lambda: all(s.tasks[k].state == "released" for k in keys), 5)
+    await async_poll_for(lambda: len(a.data) + len(b.data) == 1, 5)
+    del total
+    await async_poll_for(lambda: not s.tasks, 5)
+
+
+_gate = threading.Event()
+
+
+def wait_for_gate(x: int) -> int:
+    _gate.wait(10)
+    return x
+
+
+@gen_cluster(client=True)
+async def test_two_clients_share_keys(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    async with Client(s.address, asynchronous=True) as c2:
+        x = c.submit(inc, 10)
+        y = c2.submit(inc, 10)
+        assert x.key == y.key
+        assert await x == await y == 11
+        del x
+        await asyncio.sleep(0)
+        assert await y == 11
+    await async_poll_for(lambda: not s.tasks, 5)
+    await wait([])
