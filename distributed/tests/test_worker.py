@@ -1,0 +1,97 @@
+"""Worker behaviour: tasks, transfers between peers, clients inside tasks."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import dask
+import numpy as np
+import pytest
+
+from distributed import Client, get_client, get_worker, secede, rejoin
+from distributed.scheduler import Scheduler
+from distributed.utils_test import async_poll_for, gen_cluster, inc
+from distributed.worker import Worker
+
+
+def task_uses_client(x: int) -> int:
+    client = get_client()
+    future = client.submit(inc, x)
+    return int(future.result()) + 100
+
+
+def task_secedes(x: int) -> int:
+    secede()
+    client = get_client()
+    result = client.gather(client.submit(inc, x))
+    rejoin()
+    return int(result)
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 2)])
+async def test_client_inside_task_without_secede(c: Client, s: Scheduler, a: Worker) -> None:
+    assert await c.submit(task_uses_client, 1) == 102
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)])
+async def test_get_client_inside_task(c: Client, s: Scheduler, a: Worker) -> None:
+    # With one thread, waiting inside the task needs secede to avoid a deadlock.
+    assert await c.submit(task_secedes, 1) == 2
+
+
+def where_am_i() -> str:
+    return str(get_worker().address)
+
+
+@gen_cluster(client=True)
+async def test_get_worker(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    addr = await c.submit(where_am_i, workers=[b.address], pure=False)
+    assert addr == b.address
+    with pytest.raises(ValueError):
+        get_worker()
+
+
+@gen_cluster(client=True)
+async def test_data_moves_between_workers(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    x = c.submit(np.arange, 1_000_000, workers=[a.address])
+    y = c.submit(np.arange, 1_000_000, workers=[b.address])
+    z = c.submit(np.add, x, y)
+    result = await z
+    assert (result == 2 * np.arange(1_000_000)).all()
+    ws = s.tasks[z.key].who_has
+    # The worker that ran z fetched the other input and told the scheduler.
+    holder = next(iter(ws))
+    assert holder.address in {a.address, b.address}
+    other_key = x.key if holder.address == b.address else y.key
+    assert holder in s.tasks[other_key].who_has
+
+
+@gen_cluster(client=True)
+async def test_worker_story_and_validation(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    x = c.submit(inc, 1, workers=[a.address])
+    await x
+    story = a.story(x.key)
+    assert [t[2] for t in story] == ["ready", "executing", "memory"]
+    assert a.state is not None
+    a.state.validate_state()
+
+
+async def async_task(x: int) -> int:
+    await asyncio.sleep(0.01)
+    return x + 1
+
+
+@gen_cluster(client=True)
+async def test_async_def_tasks_are_awaited(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    assert await c.submit(async_task, 1) == 2
+    d = dask.delayed(async_task)(10)
+    assert await c.compute(d) == 11
+
+
+@gen_cluster(client=True)
+async def test_worker_close_while_running_keeps_cluster_working(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    futures = c.map(inc, range(100))
+    await a.close()
+    assert await c.gather(futures) == list(range(1, 101))
+    await async_poll_for(lambda: a.address not in s.workers, 5)
