@@ -1449,7 +1449,8 @@ class _SchedulerHandle:
 
 def _make_task(key: Key, func: Callable[..., Any], args: Iterable[Any], kwargs: Mapping[str, Any]) -> Task:
     """A Task whose futures, also inside lists and dicts, are dependencies."""
-    return Task(key, func, *(parse_input(a) for a in args), **{k: parse_input(v) for k, v in kwargs.items()})
+    kw: dict[str, Any] = {k: parse_input(v) for k, v in kwargs.items()}
+    return Task(key, func, *(parse_input(a) for a in args), **kw)
 
 
 def _send_safely(bs: BatchedSend, msg: dict[str, Any]) -> None:

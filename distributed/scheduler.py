@@ -947,7 +947,8 @@ class Scheduler(Server):
             elif ts.state == "erred":
                 self._report_erred(ts, cs, out)
         recs: dict[TaskState, str] = {}
-        for ts in reversed(new):
+        # Recommendations pop last-in first: insert the most urgent task last.
+        for ts in sorted(new, key=_priority_key, reverse=True):
             if ts.has_lost_dependencies:
                 continue
             if ts.state == "released":
@@ -1039,6 +1040,9 @@ class Scheduler(Server):
         if ws is None:
             return out
         if ts is None or ts.state != "processing" or ts.processing_on is not ws or ts.run_id != run_id:
+            if ts is not None and ts.state == "processing" and ts.processing_on is ws:
+                # An older run finished on the worker now running a newer one: ignore it.
+                return out
             if ts is not None and ts.state == "memory" and ws not in ts.who_has:
                 # Computed twice (e.g. after a reschedule): keep the replica.
                 ts.who_has.add(ws)
@@ -1151,15 +1155,23 @@ class Scheduler(Server):
                 recs[ts] = "erred"
             else:
                 recs[ts] = "released"
+        lost: list[TaskState] = []
         for ts in list(ws.has_what):
-            ts.who_has.discard(ws)
-            del ws.has_what[ts]
-            if not ts.who_has and ts.state == "memory":
-                recs[ts] = "released"
-                if ts.run_spec is None:
-                    for cs in ts.who_wants:
-                        out.clients[cs.client_key].append({"op": "lost-data", "key": ts.key})
+            if len(ts.who_has) > 1 or ts.state != "memory":
+                ts.who_has.discard(ws)
+                del ws.has_what[ts]
+                continue
+            # Held only here: released (which clears who_has) before its
+            # dependents move, so none of them starts with no holder to fetch from.
+            lost.append(ts)
+            if ts.run_spec is None:
+                for cs in ts.who_wants:
+                    out.clients[cs.client_key].append({"op": "lost-data", "key": ts.key})
         ws.nbytes = 0
+        # Recommendations pop last-in first: lost data goes before the reruns,
+        # and dependencies (earlier priority) before their dependents.
+        for ts in sorted(lost, key=_priority_key, reverse=True):
+            recs[ts] = "released"
         self.transitions(recs, stimulus_id, out)
         self.stream_comms.pop(address, None)
         self.rpc.remove(address)
@@ -1696,6 +1708,10 @@ class Scheduler(Server):
     def handle_unregister_plugin(self, comm: Comm, msg: m.UnregisterPlugin) -> str:
         self.remove_plugin(msg["name"])
         return "OK"
+
+
+def _priority_key(ts: TaskState) -> tuple[Any, ...]:
+    return ts.priority
 
 
 def _interval(key: str) -> float:

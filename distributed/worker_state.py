@@ -470,12 +470,17 @@ class WorkerStateMachine:
                 self.to_fetch[dts] = None
             elif dts.state == "fetch":
                 dts.who_has.update(h for h in holders if h != self.address)
-            elif dts.state == "cancelled" and not dts.computed:
-                self._set_state(dts, "flight", sid)
+            elif dts.state == "cancelled":
+                dts.who_has.update(h for h in holders if h != self.address)
+                if not dts.computed:
+                    self._set_state(dts, "flight", sid)
         if ts.waiting_for_data:
             self._set_state(ts, "waiting", sid)
         else:
             self._push_ready(ts, sid)
+
+    def _needed_here(self, ts: WorkerTask) -> bool:
+        return any(ts in d.waiting_for_data for d in ts.dependents)
 
     def _finished_msg(self, ts: WorkerTask, start: float, stop: float) -> dict[str, Any]:
         return {
@@ -502,7 +507,14 @@ class WorkerStateMachine:
         self._release_resources(ts)
         self.executed_count += 1
         if ts.state == "cancelled":
-            self._forget(ts, ev.stimulus_id)
+            if self._needed_here(ts):
+                # Freed while running, but a task here now waits on it: keep it.
+                ts.computed = False
+                ts.type = ev.type
+                self._store(ts, ev.value, ev.nbytes, ev.stimulus_id)
+                instructions.append(SendMessage({"op": "add-keys", "keys": [ts.key], "nbytes": {ts.key: ev.nbytes}}))
+            else:
+                self._forget(ts, ev.stimulus_id)
             return
         if ts.state not in ("executing", "long-running"):
             return
@@ -518,7 +530,13 @@ class WorkerStateMachine:
         self.long_running.discard(ts)
         self._release_resources(ts)
         if ts.state == "cancelled":
-            self._forget(ts, ev.stimulus_id)
+            if self._needed_here(ts):
+                # A task here waits on it: fetch the copy a peer holds.
+                ts.computed = False
+                self._set_state(ts, "fetch", ev.stimulus_id)
+                self.to_fetch[ts] = None
+            else:
+                self._forget(ts, ev.stimulus_id)
             return
         if ts.state not in ("executing", "long-running"):
             return
@@ -668,6 +686,7 @@ class WorkerStateMachine:
             assert ts.waiting_for_data, ("waiting on nothing", ts)
             for dep in ts.waiting_for_data:
                 assert dep.state != "memory", ("waiting on data we have", ts, dep)
+                assert self.tasks.get(dep.key) is dep, ("waiting on a forgotten task", ts, dep)
         if ts.state == "ready":
             for dep in ts.dependencies:
                 assert dep.state == "memory", ("ready without dependency", ts, dep)

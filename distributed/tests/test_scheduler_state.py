@@ -277,7 +277,6 @@ def test_user_priority_goes_first_in_queue(saturation_one: None) -> None:
     assert computed_keys(out) == ["high"]
 
 
-@pytest.mark.xfail(strict=True, reason="update_graph hands the first free slot to the first task of the dict, not the highest-priority one")
 def test_first_root_task_handed_out_is_highest_priority(saturation_one: None) -> None:
     s = new_scheduler()
     check(s, s.add_worker_state(A, 1))
@@ -487,7 +486,6 @@ def test_key_held_only_by_removed_worker_is_recomputed() -> None:
     assert msg["who_has"] == {"x": [B]}
 
 
-@pytest.mark.xfail(strict=True, reason="remove_worker_state sends compute-task for a dependent whose lost dependency is still marked in memory")
 def test_lost_keys_do_not_start_dependents_with_no_holder() -> None:
     s = new_scheduler()
     check(s, s.add_worker_state(A, 1))
@@ -728,7 +726,6 @@ def test_task_finished_from_another_worker_changes_nothing() -> None:
     assert _snapshot(s) == before
 
 
-@pytest.mark.xfail(strict=True, reason="task_finished with a stale run_id frees the key on the worker that is processing it")
 def test_task_finished_with_stale_run_id_changes_nothing() -> None:
     s = new_scheduler()
     check(s, s.add_worker_state(A, 1))

@@ -431,7 +431,6 @@ def test_free_ready_task_never_executes() -> None:
     assert h.state("b") == "forgotten"
 
 
-@pytest.mark.xfail(strict=True, reason="a dependent of a cancelled (computed) task waits forever once that task's result is dropped")
 def test_dependent_of_cancelled_task_does_not_hang() -> None:
     h = Harness(nthreads=2)
     h.compute("x", run_id=1)
