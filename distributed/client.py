@@ -268,7 +268,7 @@ class Future(TaskRef):
         result = await client._gather([self], errors="raise")
         return result[0]
 
-    def exception(self, timeout: float | str | None = None) -> BaseException | None:
+    def exception(self, timeout: float | str | None = None) -> Any:
         """The exception the task raised, or None."""
         client = self.client
 
@@ -278,7 +278,7 @@ class Future(TaskRef):
             return client._exception_of(self._fs)
 
         if client.asynchronous and client._in_loop_thread():
-            return get()  # type: ignore[return-value]  # an awaitable in asynchronous mode
+            return get()
         exc: BaseException | None = client.sync(get)
         return exc
 
@@ -1368,9 +1368,9 @@ class Client:
         return self.sync(self._scheduler_call, {"op": "unregister_scheduler_plugin", "name": name})
 
     # -- information ----------------------------------------------------------------------
-    def scheduler_info(self, **kwargs: Any) -> dict[str, Any]:
+    def scheduler_info(self, **kwargs: Any) -> Any:
         """The scheduler's identity and its workers."""
-        info: dict[str, Any] = self.sync(self._scheduler_call, {"op": "identity"})
+        info = self.sync(self._scheduler_call, {"op": "identity"})
         if not self.asynchronous:
             self._scheduler_identity = info
         return info

@@ -228,7 +228,7 @@ async def test_compute_collections(c: Client, s: Scheduler, a: Worker, b: Worker
     fut = c.compute(x.sum())
     assert isinstance(fut, Future)
     assert await fut == sum(range(100))
-    [f1, f2] = c.compute([x.mean(), db.from_sequence(range(10), npartitions=3).sum()])
+    [f1, f2] = c.compute([x.mean(), db.from_sequence(range(10), npartitions=3).sum()])  # type: ignore[no-untyped-call]  # dask.bag is untyped
     assert await f1 == 49.5
     assert await f2 == 45
     y = c.persist(x + 1)

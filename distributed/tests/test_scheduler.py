@@ -25,7 +25,7 @@ async def test_malformed_requests_get_clear_errors(s: Scheduler, a: Worker, b: W
         with pytest.raises(ValueError, match="who_has"):
             await send_recv(comm, {"op": "who_has", "keys": 123})
         with pytest.raises(ValueError, match="mapping with a string 'op'"):
-            await send_recv(comm, {"no-op": 1})  # type: ignore[typeddict-item]
+            await send_recv(comm, {"no-op": 1})
         # The same comm still works.
         assert await send_recv(comm, {"op": "who_has", "keys": []}) == {}
     finally:
@@ -82,7 +82,7 @@ class Recorder(SchedulerPlugin):
         self.transitions: list[tuple[Any, str, str]] = []
         self.workers_added: list[str] = []
 
-    def update_graph(self, scheduler: Scheduler, *, keys: set[Any], **kwargs: Any) -> None:  # type: ignore[override]
+    def update_graph(self, scheduler: Scheduler, *, keys: set[Any], **kwargs: Any) -> None:
         self.graphs.append(set(keys))
 
     def transition(self, key: Any, start: str, finish: str, *args: Any, stimulus_id: str, **kwargs: Any) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import dask
+from dask.delayed import delayed
 import numpy as np
 import pytest
 
@@ -85,7 +85,7 @@ async def async_task(x: int) -> int:
 @gen_cluster(client=True)
 async def test_async_def_tasks_are_awaited(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
     assert await c.submit(async_task, 1) == 2
-    d = dask.delayed(async_task)(10)
+    d = delayed(async_task)(10)
     assert await c.compute(d) == 11
 
 
