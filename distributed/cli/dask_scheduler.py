@@ -1,0 +1,165 @@
+"""``dask scheduler``: run a scheduler until interrupted.
+
+Starts one :class:`~distributed.scheduler.Scheduler` on an asyncio loop, logs
+where it listens (``Scheduler at:``) and where its HTTP endpoints are, writes
+the scheduler file when asked, and on SIGINT or SIGTERM closes it and exits 0.
+It also exits 0 when the scheduler closes on its own (``--idle-timeout``).
+Failing to start (port in use, bad host) exits 1 with the reason on stderr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import sys
+from typing import Any
+
+import click
+
+from distributed.cli.utils import (
+    DurationType,
+    ShutdownSignal,
+    get_ip_interface,
+    host_in_address,
+    pid_file as write_pid_file,
+    run_unless_signalled,
+    setup_logging,
+)
+
+__all__ = ["main"]
+
+logger = logging.getLogger("distributed.cli.dask_scheduler")
+
+
+def _version() -> str:
+    from distributed import __version__
+
+    return __version__
+
+
+@click.command(name="scheduler", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--host", type=str, default="", help="URI, IP or hostname to listen on (default: all interfaces)")
+@click.option("--port", type=int, default=8786, show_default=True, help="Port to listen on (0: any free port)")
+@click.option("--interface", type=str, default=None, help="Network interface to listen on, like 'eth0' or 'ib0'")
+@click.option("--protocol", type=str, default="tcp", show_default=True, help="Protocol to listen with, like 'tcp'")
+@click.option(
+    "--dashboard-address",
+    type=str,
+    default=":8787",
+    show_default=True,
+    help="Address for the HTTP endpoints (/health, /info, /metrics)",
+)
+@click.option("--dashboard/--no-dashboard", "dashboard", default=True, show_default=True, help="Serve the HTTP endpoints")
+@click.option("--jupyter/--no-jupyter", "jupyter", default=False, help="Accepted for compatibility; ignored")
+@click.option("--scheduler-file", type=str, default=None, help="File to write the scheduler's address and identity to (JSON)")
+@click.option("--pid-file", type=str, default=None, help="File to write the process PID to")
+@click.option(
+    "--idle-timeout",
+    type=DurationType(),
+    default=None,
+    help="Close the scheduler after this long without work (e.g. '1 hour')",
+)
+@click.option("--preload", type=str, multiple=True, help="Module to preload (accepted, not supported yet)")
+@click.argument("preload_argv", nargs=-1, type=click.UNPROCESSED)
+@click.version_option(version=_version(), prog_name="dask scheduler")
+def main(
+    host: str,
+    port: int,
+    interface: str | None,
+    protocol: str,
+    dashboard_address: str,
+    dashboard: bool,
+    jupyter: bool,
+    scheduler_file: str | None,
+    pid_file: str | None,
+    idle_timeout: float | None,
+    preload: tuple[str, ...],
+    preload_argv: tuple[str, ...],
+) -> None:
+    """Run a Dask scheduler until interrupted (SIGINT/SIGTERM close it cleanly)."""
+    if host and interface:
+        raise click.UsageError("Use --host or --interface, not both")
+    if port < 0 or port > 65535:
+        raise click.BadParameter(f"{port} is not a port number (0-65535)", param_hint="'--port'")
+    if interface:
+        try:
+            host = get_ip_interface(interface)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="'--interface'") from None
+    setup_logging()
+    if preload or preload_argv:
+        logger.warning("--preload is not supported yet; ignoring %s", list(preload) + list(preload_argv))
+    if jupyter:
+        logger.warning("--jupyter is not supported; ignoring it")
+    if dashboard and host and dashboard_address.startswith(":"):
+        # Serve HTTP where the scheduler listens rather than on every interface.
+        dashboard_address = host_in_address(host) + dashboard_address
+
+    kwargs: dict[str, Any] = {
+        "host": host,
+        "port": port,
+        "protocol": protocol,
+        "dashboard": dashboard,
+        "dashboard_address": dashboard_address if dashboard else None,
+        "scheduler_file": scheduler_file,
+        "idle_timeout": idle_timeout,
+    }
+    with write_pid_file(pid_file):
+        code = asyncio.run(_run(kwargs))
+    sys.exit(code)
+
+
+
+async def _run(kwargs: dict[str, Any]) -> int:
+    from distributed.scheduler import Scheduler
+
+    shutdown = ShutdownSignal()
+    shutdown.install()
+    scheduler = Scheduler(**kwargs)
+    where = f"{kwargs['protocol']}://{host_in_address(kwargs['host']) if kwargs['host'] else '*'}:{kwargs['port']}"
+    try:
+        started = await run_unless_signalled(scheduler.start(), shutdown)
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE:
+            logger.error(
+                "Could not start the scheduler at %s: the port is already in use "
+                "(is another scheduler running? Pick another with --port, or --port 0 for any free port)",
+                where,
+            )
+        else:
+            logger.error("Could not start the scheduler at %s: %s", where, e)
+        return 1
+    except Exception as e:
+        logger.error("Could not start the scheduler at %s: %s", where, e, exc_info=True)
+        return 1
+    if started is None:
+        await scheduler.close()
+        return 0
+
+    logger.info("-" * 47)
+    logger.info("  Scheduler at:   %s", scheduler.address)
+    if scheduler.http_server is not None:
+        host = scheduler.address.split("://", 1)[-1].rsplit(":", 1)[0]
+        logger.info("  dashboard at:   http://%s:%d/status", host, scheduler.http_server.port)
+    if kwargs["scheduler_file"]:
+        logger.info("  scheduler file: %s", kwargs["scheduler_file"])
+    logger.info("-" * 47)
+
+    await run_unless_signalled(scheduler.finished(), shutdown)
+    if shutdown.received is not None:
+        logger.info("Closing the scheduler")
+    else:
+        logger.info("The scheduler closed itself")
+    try:
+        await scheduler.close()
+    except Exception:
+        logger.exception("Error while closing the scheduler")
+        return 1
+    shutdown.uninstall()
+    logger.info("End scheduler")
+    return 0
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,322 @@
+"""``dask worker SCHEDULER``: run workers for a scheduler until interrupted.
+
+Starts ``--nworkers`` :class:`~distributed.worker.Worker` objects. There is no
+Nanny yet, so they all run **in this one process, on one event loop**, sharing
+the GIL; ``--nanny`` (the default) is accepted and behaves like ``--no-nanny``.
+Once a Nanny exists each worker will get a process of its own, as in dask.
+
+The scheduler address comes from the ``SCHEDULER`` argument or from
+``--scheduler-file`` (waited for while it does not exist yet, up to
+``--death-timeout`` or the connect timeout). SIGINT or SIGTERM closes the
+workers and exits 0. When the scheduler goes away the workers close themselves
+and the process exits 0 too. Failing to start exits 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+import click
+import dask.config
+from dask.utils import parse_timedelta
+
+from distributed.cli.utils import (
+    DurationType,
+    MemoryLimitType,
+    ShutdownSignal,
+    get_ip_interface,
+    parse_resources,
+    pid_file as write_pid_file,
+    run_unless_signalled,
+    setup_logging,
+    wait_for_scheduler_file,
+)
+
+__all__ = ["main", "nworkers_nthreads", "parse_port_range"]
+
+if TYPE_CHECKING:
+    from distributed.worker import Worker
+
+logger = logging.getLogger("distributed.cli.dask_worker")
+
+
+def _version() -> str:
+    from distributed import __version__
+
+    return __version__
+
+
+def nworkers_nthreads(nworkers: str, nthreads: int, cpu_count: int | None = None) -> tuple[int, int]:
+    """Resolve ``--nworkers`` and ``--nthreads`` into positive numbers.
+
+    ``nworkers`` is a count, a negative number (``cpu_count + 1 + n``) or
+    ``"auto"`` (about as many workers as threads per worker);
+    ``nthreads=0`` shares the cores among the workers.
+
+    Raises
+    ------
+    ValueError
+        On a value that resolves to less than one.
+
+    Examples
+    --------
+    >>> nworkers_nthreads("2", 0, cpu_count=8)
+    (2, 4)
+    >>> nworkers_nthreads("auto", 0, cpu_count=8)
+    (4, 2)
+    """
+    cores = cpu_count or os.cpu_count() or 1
+    text = nworkers.strip().lower()
+    if text == "auto":
+        if cores <= 4:
+            n = cores
+        else:
+            n = next(d for d in range(math.isqrt(cores - 1) + 1, cores + 1) if cores % d == 0)
+        return n, nthreads or max(1, cores // n)
+    try:
+        n = int(text)
+    except ValueError:
+        raise ValueError(f"--nworkers must be an integer or 'auto', got {nworkers!r}") from None
+    if n < 0:
+        n = cores + 1 + n
+    if n < 1:
+        raise ValueError(f"--nworkers {nworkers} leaves no workers on {cores} cores")
+    if nthreads < 0:
+        raise ValueError(f"--nthreads must be 0 (auto) or positive, got {nthreads}")
+    return n, nthreads or max(1, cores // n)
+
+
+def parse_port_range(text: str | None, count: int) -> list[int]:
+    """Ports for ``count`` workers from ``--worker-port`` (``"8000"`` or ``"8000:8010"``).
+
+    ``None`` or ``"0"`` gives each worker any free port.
+
+    Raises
+    ------
+    ValueError
+        On a malformed value, or a range too small for ``count`` workers.
+    """
+    if text is None or text.strip() in ("", "0"):
+        return [0] * count
+    start_s, sep, end_s = text.partition(":")
+    try:
+        start = int(start_s)
+        end = int(end_s) if sep else start
+    except ValueError:
+        raise ValueError(f"--worker-port must be a port or a range like 8000:8010, got {text!r}") from None
+    if not (0 < start <= end <= 65535):
+        raise ValueError(f"--worker-port {text!r} is not a valid port range")
+    if end - start + 1 < count:
+        raise ValueError(f"--worker-port {text!r} has fewer ports than the {count} workers")
+    return list(range(start, start + count))
+
+
+@click.command(name="worker", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("scheduler", type=str, required=False)
+@click.argument("preload_argv", nargs=-1, type=click.UNPROCESSED)
+@click.option("--scheduler-file", type=str, default=None, help="File the scheduler wrote its address to")
+@click.option("--nthreads", type=int, default=0, show_default=True, help="Threads per worker (0: cores / nworkers)")
+@click.option(
+    "--nworkers",
+    type=str,
+    default="1",
+    show_default=True,
+    help="Workers to start (a negative n means cores + 1 + n; 'auto'). For now they share this process",
+)
+@click.option("--name", type=str, default=None, help="Worker name (with --nworkers > 1, suffixed with -0, -1, ...)")
+@click.option(
+    "--memory-limit",
+    type=MemoryLimitType(),
+    default="auto",
+    show_default=True,
+    help="Bytes of memory per worker: 'auto', a size like '4GiB', a fraction of RAM like 0.5, or 0 for no limit",
+)
+@click.option("--host", type=str, default=None, help="Host or IP to listen on (default: chosen from the scheduler's address)")
+@click.option("--interface", type=str, default=None, help="Network interface to listen on, like 'eth0'")
+@click.option("--protocol", type=str, default=None, help="Protocol to listen with, like 'tcp' (default: the scheduler's)")
+@click.option("--worker-port", type=str, default=None, help="Port (or range 'start:end' with --nworkers > 1) to listen on")
+@click.option("--nanny-port", type=str, default=None, help="Accepted for compatibility; there is no nanny yet")
+@click.option("--listen-address", type=str, default=None, help="Address to listen on, like tcp://0.0.0.0:9000")
+@click.option("--contact-address", type=str, default=None, help="Address to advertise to the scheduler, like tcp://1.2.3.4:9000")
+@click.option("--nanny/--no-nanny", "nanny", default=True, help="Run workers under a nanny (not available yet: same as --no-nanny)")
+@click.option("--resources", type=str, default=None, help="Abstract resources, like 'GPU=2 MEM=10e9'")
+@click.option("--death-timeout", type=DurationType(), default=None, help="Give up if the scheduler cannot be reached for this long")
+@click.option("--local-directory", type=str, default=None, help="Directory for scratch files")
+@click.option("--dashboard-address", type=str, default=":0", show_default=True, help="Address for the worker's HTTP endpoints")
+@click.option("--dashboard/--no-dashboard", "dashboard", default=True, help="Serve the worker's HTTP endpoints (if it has any)")
+@click.option("--pid-file", type=str, default=None, help="File to write the process PID to")
+@click.option("--lifetime", type=DurationType(), default=None, help="Close after this long (accepted, not supported yet)")
+@click.option("--lifetime-stagger", type=DurationType(), default=None, help="Accepted with --lifetime; not supported yet")
+@click.option("--lifetime-restart/--no-lifetime-restart", "lifetime_restart", default=False, help="Accepted; not supported yet")
+@click.option("--preload", type=str, multiple=True, help="Module to preload (accepted, not supported yet)")
+@click.option("--preload-nanny", type=str, multiple=True, help="Accepted for compatibility; ignored")
+@click.version_option(version=_version(), prog_name="dask worker")
+def main(
+    scheduler: str | None,
+    preload_argv: tuple[str, ...],
+    scheduler_file: str | None,
+    nthreads: int,
+    nworkers: str,
+    name: str | None,
+    memory_limit: str | float | int,
+    host: str | None,
+    interface: str | None,
+    protocol: str | None,
+    worker_port: str | None,
+    nanny_port: str | None,
+    listen_address: str | None,
+    contact_address: str | None,
+    nanny: bool,
+    resources: str | None,
+    death_timeout: float | None,
+    local_directory: str | None,
+    dashboard_address: str,
+    dashboard: bool,
+    pid_file: str | None,
+    lifetime: float | None,
+    lifetime_stagger: float | None,
+    lifetime_restart: bool,
+    preload: tuple[str, ...],
+    preload_nanny: tuple[str, ...],
+) -> None:
+    """Run Dask workers for the scheduler at SCHEDULER (or in --scheduler-file).
+
+    With --nworkers > 1 the workers currently share this process and its event
+    loop; SIGINT/SIGTERM close them all cleanly.
+    """
+    if not scheduler and not scheduler_file:
+        raise click.UsageError("Need the scheduler's address: give SCHEDULER or --scheduler-file")
+    try:
+        n, threads = nworkers_nthreads(nworkers, nthreads)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="'--nworkers' / '--nthreads'") from None
+    try:
+        ports = parse_port_range(worker_port, n)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="'--worker-port'") from None
+    try:
+        resource_map = parse_resources(resources)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="'--resources'") from None
+    if n > 1 and (listen_address or contact_address):
+        raise click.UsageError("--listen-address and --contact-address need --nworkers 1")
+    if host and interface:
+        raise click.UsageError("Use --host or --interface, not both")
+    if listen_address and (host or interface or worker_port):
+        raise click.UsageError("--listen-address already says where to listen: drop --host/--interface/--worker-port")
+    if interface:
+        try:
+            host = get_ip_interface(interface)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="'--interface'") from None
+
+    setup_logging()
+    if nanny:
+        logger.info("There is no nanny yet: running the workers in this process (as with --no-nanny)")
+    if nanny_port or preload_nanny:
+        logger.info("--nanny-port and --preload-nanny are ignored: there is no nanny yet")
+    if preload or preload_argv:
+        logger.warning("--preload is not supported yet; ignoring %s", list(preload) + list(preload_argv))
+    if lifetime is not None or lifetime_stagger is not None or lifetime_restart:
+        logger.warning("--lifetime is not supported yet; the workers will run until stopped")
+    if n > 1:
+        logger.info("Starting %d workers in this process (one event loop; a nanny would give each its own process)", n)
+
+    worker_kwargs: list[dict[str, Any]] = []
+    for i in range(n):
+        kw: dict[str, Any] = {
+            "nthreads": threads,
+            "name": (f"{name}-{i}" if n > 1 else name) if name is not None else None,
+            "memory_limit": memory_limit,
+            "host": host,
+            "port": ports[i],
+            "protocol": protocol,
+            "listen_address": listen_address,
+            "contact_address": contact_address,
+            "resources": resource_map or None,
+            "death_timeout": death_timeout,
+            "local_directory": local_directory,
+            "dashboard": dashboard,
+            "dashboard_address": dashboard_address,
+        }
+        worker_kwargs.append(kw)
+
+    with write_pid_file(pid_file):
+        code = asyncio.run(_run(scheduler, scheduler_file, death_timeout, worker_kwargs))
+    sys.exit(code)
+
+
+async def _run(
+    scheduler: str | None,
+    scheduler_file: str | None,
+    death_timeout: float | None,
+    worker_kwargs: list[dict[str, Any]],
+) -> int:
+    from distributed.worker import Worker
+
+    shutdown = ShutdownSignal()
+    shutdown.install()
+
+    address = scheduler
+    if not address:
+        assert scheduler_file is not None
+        logger.info("Waiting for the scheduler's address in %s", scheduler_file)
+        timeout = death_timeout or float(parse_timedelta(dask.config.get("distributed.comm.timeouts.connect", "30s")) or 30)
+        try:
+            address = await run_unless_signalled(wait_for_scheduler_file(scheduler_file, timeout), shutdown)
+        except TimeoutError as e:
+            logger.error("%s", e)
+            return 1
+        if address is None:
+            return 0
+
+    try:
+        workers = [Worker(address, **kw) for kw in worker_kwargs]
+    except Exception as e:
+        logger.error("Could not create the worker(s): %s", e)
+        return 1
+
+    async def start_all() -> None:
+        await asyncio.gather(*(w.start() for w in workers))
+
+    try:
+        await run_unless_signalled(start_all(), shutdown)
+    except Exception as e:
+        logger.error("Could not start the worker(s) for scheduler %s: %s", address, e)
+        await _close_all(workers)
+        return 1
+    if shutdown.received is not None:
+        await _close_all(workers)
+        return 0
+
+    for w in workers:
+        logger.info("  Worker at:      %s (name %s, %d threads)", w.address, w.name, w.nthreads)
+
+    async def all_finished() -> None:
+        await asyncio.gather(*(w.finished() for w in workers))
+
+    await run_unless_signalled(all_finished(), shutdown)
+    if shutdown.received is not None:
+        logger.info("Closing %d worker(s)", len(workers))
+    else:
+        logger.info("The worker(s) closed themselves (the scheduler went away or asked them to)")
+    await _close_all(workers)
+    shutdown.uninstall()
+    logger.info("End worker")
+    return 0
+
+
+async def _close_all(workers: list[Worker]) -> None:
+    results = await asyncio.gather(*(w.close() for w in workers), return_exceptions=True)
+    for w, r in zip(workers, results):
+        if isinstance(r, BaseException):
+            logger.error("Error closing worker %s: %s", w.name, r)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,414 @@
+"""``dask scheduler`` / ``dask worker``, run as real subprocesses on 127.0.0.1.
+
+Readiness is always polled with a deadline (scheduler file, registered
+workers); every process started here is killed by PID in a ``finally``.
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+
+from distributed.cli.dask_worker import nworkers_nthreads, parse_port_range
+from distributed.cli.utils import DurationType, MemoryLimitType, parse_resources
+
+REPO_ROOT = str(Path(__file__).resolve().parents[2])
+SCHEDULER = [sys.executable, "-m", "distributed.cli.dask_scheduler"]
+WORKER = [sys.executable, "-m", "distributed.cli.dask_worker"]
+EXIT_TIMEOUT = 10.0
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, env.get("PYTHONPATH", "")) if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+class Proc:
+    """A subprocess whose stderr goes to a file (no pipe to fill up and block it)."""
+
+    def __init__(self, args: list[str], log: Path) -> None:
+        self.args = args
+        self.log = log
+        self._log_file = open(log, "wb")
+        self.popen = subprocess.Popen(
+            args, stdout=subprocess.DEVNULL, stderr=self._log_file, stdin=subprocess.DEVNULL, env=_env(), cwd=REPO_ROOT
+        )
+        self.pid = self.popen.pid
+
+    def stderr(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def poll(self) -> int | None:
+        return self.popen.poll()
+
+    def signal_and_wait(self, sig: signal.Signals, timeout: float = EXIT_TIMEOUT) -> int:
+        os.kill(self.pid, sig)
+        try:
+            return self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{self.args} did not exit within {timeout} s of {sig.name}:\n{self.stderr()}")
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{self.args} did not exit within {timeout} s:\n{self.stderr()}")
+
+    def kill(self) -> None:
+        if self.popen.poll() is None:
+            os.kill(self.pid, signal.SIGKILL)
+            self.popen.wait(timeout=10)
+        self._log_file.close()
+
+
+@pytest.fixture
+def procs(tmp_path: Path) -> Iterator[Callable[..., Proc]]:
+    """Start subprocesses; all are killed (by PID) at the end of the test."""
+    started: list[Proc] = []
+
+    def start(args: list[str], name: str = "proc") -> Proc:
+        p = Proc(args, tmp_path / f"{name}-{len(started)}.log")
+        started.append(p)
+        return p
+
+    try:
+        yield start
+    finally:
+        for p in started:
+            p.kill()
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, what: str, proc: Proc | None = None) -> Any:
+    """Poll ``predicate`` until it returns something truthy, or fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    delay = 0.01
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if proc is not None and proc.poll() is not None:
+            pytest.fail(f"{what}: process exited with {proc.poll()}:\n{proc.stderr()}")
+        if time.monotonic() > deadline:
+            extra = f":\n{proc.stderr()}" if proc is not None else ""
+            pytest.fail(f"Timed out waiting for {what}{extra}")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.2)
+
+
+def read_scheduler_file(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None  # not there yet, or half written
+    return data if isinstance(data, dict) and data.get("address") else None
+
+
+def start_scheduler(procs: Callable[..., Proc], tmp_path: Path, *extra: str) -> tuple[Proc, str, dict[str, Any]]:
+    sched_file = tmp_path / "scheduler.json"
+    args = [*SCHEDULER, "--host", "127.0.0.1", "--port", "0", "--scheduler-file", str(sched_file)]
+    if "--dashboard-address" not in extra:
+        args.append("--no-dashboard")
+    proc = procs(args + list(extra), name="scheduler")
+    info = wait_until(lambda: read_scheduler_file(sched_file), 30, "the scheduler file", proc)
+    return proc, str(info["address"]), info
+
+
+def n_workers(address: str) -> int:
+    from distributed import Client
+
+    with Client(address, timeout=10) as c:
+        return len(c.scheduler_info()["workers"])
+
+
+def run(args: list[str], timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=_env(), cwd=REPO_ROOT)
+
+
+# -- option parsing, no servers ------------------------------------------------------
+@pytest.mark.parametrize("cmd", [SCHEDULER, WORKER])
+def test_help(cmd: list[str]) -> None:
+    r = run([*cmd, "--help"])
+    assert r.returncode == 0, r.stderr
+    assert "--scheduler-file" in r.stdout
+    assert "--pid-file" in r.stdout
+
+
+@pytest.mark.parametrize("cmd", [SCHEDULER, WORKER])
+def test_version(cmd: list[str]) -> None:
+    from distributed import __version__
+
+    r = run([*cmd, "--version"])
+    assert r.returncode == 0, r.stderr
+    assert __version__ in r.stdout
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        ([*SCHEDULER, "--port", "notanumber"], "notanumber"),
+        ([*SCHEDULER, "--port", "70000"], "--port"),
+        ([*SCHEDULER, "--idle-timeout", "soon"], "soon"),
+        ([*SCHEDULER, "--no-such-option"], "--no-such-option"),
+        ([*WORKER, "tcp://127.0.0.1:1", "--nthreads", "abc"], "abc"),
+        ([*WORKER, "tcp://127.0.0.1:1", "--memory-limit", "lots"], "lots"),
+        ([*WORKER, "tcp://127.0.0.1:1", "--resources", "GPU"], "--resources"),
+        ([*WORKER, "tcp://127.0.0.1:1", "--nworkers", "0"], "--nworkers"),
+        ([*WORKER, "tcp://127.0.0.1:1", "--nworkers", "2", "--worker-port", "9000"], "--worker-port"),
+        ([*WORKER, "tcp://127.0.0.1:1", "--death-timeout", "never"], "never"),
+    ],
+)
+def test_bad_option(args: list[str], needle: str) -> None:
+    r = run(args)
+    assert r.returncode != 0
+    assert "Error" in r.stderr
+    assert needle in r.stderr
+
+
+def test_worker_needs_an_address() -> None:
+    r = run([*WORKER, "--nthreads", "1"])
+    assert r.returncode != 0
+    assert "SCHEDULER" in r.stderr or "--scheduler-file" in r.stderr
+
+
+@pytest.mark.parametrize("command, option", [("scheduler", "--dashboard-address"), ("worker", "--nthreads")])
+def test_dask_cli_entry_points(command: str, option: str) -> None:
+    # The `dask` command finds ours through the `dask_cli` entry-point group.
+    r = run([sys.executable, "-m", "dask", command, "--help"])
+    assert r.returncode == 0, r.stderr
+    assert option in r.stdout
+
+
+def test_parse_resources() -> None:
+    assert parse_resources("GPU=2 MEM=10e9") == {"GPU": 2.0, "MEM": 10e9}
+    assert parse_resources("GPU=2,MEM=1") == {"GPU": 2.0, "MEM": 1.0}
+    assert parse_resources("") == {}
+    assert parse_resources(None) == {}
+    for bad in ("GPU", "=2", "GPU=two"):
+        with pytest.raises(ValueError):
+            parse_resources(bad)
+
+
+def test_nworkers_nthreads() -> None:
+    assert nworkers_nthreads("1", 0, cpu_count=8) == (1, 8)
+    assert nworkers_nthreads("2", 0, cpu_count=8) == (2, 4)
+    assert nworkers_nthreads("3", 0, cpu_count=2) == (3, 1)
+    assert nworkers_nthreads("2", 3, cpu_count=8) == (2, 3)
+    assert nworkers_nthreads("-1", 0, cpu_count=4) == (4, 1)
+    assert nworkers_nthreads("auto", 0, cpu_count=4) == (4, 1)
+    assert nworkers_nthreads("auto", 0, cpu_count=8) == (4, 2)
+    assert nworkers_nthreads("auto", 0, cpu_count=16) == (4, 4)
+    for bad in ("0", "-9", "many"):
+        with pytest.raises(ValueError):
+            nworkers_nthreads(bad, 0, cpu_count=8)
+
+
+def test_parse_port_range() -> None:
+    assert parse_port_range(None, 2) == [0, 0]
+    assert parse_port_range("0", 1) == [0]
+    assert parse_port_range("9000", 1) == [9000]
+    assert parse_port_range("9000:9010", 3) == [9000, 9001, 9002]
+    for bad, n in (("9000", 2), ("9000:9001", 3), ("x", 1), ("9010:9000", 1), ("70000", 1)):
+        with pytest.raises(ValueError):
+            parse_port_range(bad, n)
+
+
+def test_param_types() -> None:
+    d = DurationType()
+    assert d.convert("2s", None, None) == 2.0
+    assert d.convert("1 minute", None, None) == 60.0
+    assert d.convert("5", None, None) == 5.0
+    with pytest.raises(click.BadParameter):
+        d.convert("soon", None, None)
+    m = MemoryLimitType()
+    assert m.convert("auto", None, None) == "auto"
+    assert m.convert("0", None, None) == 0
+    assert m.convert("0.5", None, None) == 0.5
+    assert m.convert("4e9", None, None) == 4_000_000_000
+    assert m.convert("2GiB", None, None) == 2 * 2**30
+    with pytest.raises(click.BadParameter):
+        m.convert("lots", None, None)
+
+
+# -- real clusters ---------------------------------------------------------------------
+@pytest.mark.timeout(120)
+def test_scheduler_and_workers(procs: Callable[..., Proc], tmp_path: Path) -> None:
+    from distributed import Client
+
+    sched, address, info = start_scheduler(procs, tmp_path)
+    assert address.startswith("tcp://127.0.0.1:")
+    assert not address.endswith(":0")  # port 0 was resolved to the real port
+    assert info["services"] == {}
+    sched_file = tmp_path / "scheduler.json"
+
+    w1 = procs([*WORKER, "--scheduler-file", str(sched_file), "--nthreads", "1", "--no-nanny"], name="worker-file")
+    w2 = procs([*WORKER, address, "--nthreads", "1", "--no-nanny", "--name", "by-address"], name="worker-addr")
+    with Client(address, timeout=30) as client:
+        wait_until(lambda: len(client.scheduler_info()["workers"]) == 2, 60, "two workers", w1)
+        assert client.submit(operator.add, 1, 2).result(timeout=30) == 3
+        names = {w["name"] for w in client.scheduler_info()["workers"].values()}
+        assert "by-address" in names
+
+        assert w1.signal_and_wait(signal.SIGTERM) == 0, w1.stderr()
+        wait_until(lambda: len(client.scheduler_info()["workers"]) == 1, 30, "worker removal")
+        assert w2.signal_and_wait(signal.SIGTERM) == 0, w2.stderr()
+
+    assert sched.signal_and_wait(signal.SIGTERM) == 0, sched.stderr()
+    err = sched.stderr()
+    assert f"Scheduler at:   {address}" in err
+    assert "Traceback" not in err
+    assert not sched_file.exists()
+
+
+@pytest.mark.timeout(120)
+def test_sigint(procs: Callable[..., Proc], tmp_path: Path) -> None:
+    sched, address, _ = start_scheduler(procs, tmp_path)
+    worker = procs([*WORKER, address, "--nthreads", "1", "--no-nanny"], name="worker")
+    wait_until(lambda: n_workers(address) == 1, 60, "the worker", worker)
+    assert worker.signal_and_wait(signal.SIGINT) == 0, worker.stderr()
+    assert sched.signal_and_wait(signal.SIGINT) == 0, sched.stderr()
+    for p in (worker, sched):
+        assert "KeyboardInterrupt" not in p.stderr()
+        assert "Traceback" not in p.stderr()
+
+
+@pytest.mark.timeout(120)
+def test_nworkers_in_one_process(procs: Callable[..., Proc], tmp_path: Path) -> None:
+    from distributed import Client
+
+    sched, address, _ = start_scheduler(procs, tmp_path)
+    worker = procs(
+        [*WORKER, address, "--nworkers", "2", "--nthreads", "1", "--name", "w", "--resources", "GPU=2 MEM=10e9"],
+        name="worker",
+    )
+    with Client(address, timeout=30) as client:
+
+        def two_workers() -> dict[str, Any] | None:
+            ws: dict[str, Any] = client.scheduler_info()["workers"]
+            return ws if len(ws) == 2 else None
+
+        workers = wait_until(two_workers, 60, "two workers", worker)
+        assert sorted(w["name"] for w in workers.values()) == ["w-0", "w-1"]
+        assert {w["nthreads"] for w in workers.values()} == {1}
+        assert all(w["resources"] == {"GPU": 2.0, "MEM": 10e9} for w in workers.values())
+        futures = client.map(operator.mul, range(10), range(10))
+        assert client.gather(futures) == [i * i for i in range(10)]
+    assert worker.signal_and_wait(signal.SIGTERM) == 0, worker.stderr()
+    # --nanny is the default; without a nanny the workers run in-process, and the log says so.
+    assert "no nanny" in worker.stderr()
+    assert sched.signal_and_wait(signal.SIGTERM) == 0, sched.stderr()
+
+
+@pytest.mark.timeout(120)
+def test_worker_exits_when_scheduler_goes_away(procs: Callable[..., Proc], tmp_path: Path) -> None:
+    sched, address, _ = start_scheduler(procs, tmp_path)
+    worker = procs([*WORKER, address, "--nthreads", "1", "--no-nanny"], name="worker")
+    wait_until(lambda: n_workers(address) == 1, 60, "the worker", worker)
+    assert sched.signal_and_wait(signal.SIGTERM) == 0, sched.stderr()
+    worker.wait(timeout=EXIT_TIMEOUT)
+
+
+@pytest.mark.timeout(120)
+def test_worker_exits_when_scheduler_is_killed(procs: Callable[..., Proc], tmp_path: Path) -> None:
+    sched, address, _ = start_scheduler(procs, tmp_path)
+    worker = procs([*WORKER, address, "--nthreads", "1", "--no-nanny"], name="worker")
+    wait_until(lambda: n_workers(address) == 1, 60, "the worker", worker)
+    sched.kill()
+    worker.wait(timeout=30)
+
+
+@pytest.mark.timeout(120)
+def test_worker_waits_for_scheduler_file(procs: Callable[..., Proc], tmp_path: Path) -> None:
+    sched_file = tmp_path / "scheduler.json"
+    worker = procs([*WORKER, "--scheduler-file", str(sched_file), "--nthreads", "1"], name="worker")
+    sched, address, _ = start_scheduler(procs, tmp_path)
+    wait_until(lambda: n_workers(address) == 1, 60, "the worker", worker)
+    assert worker.signal_and_wait(signal.SIGTERM) == 0, worker.stderr()
+    assert sched.signal_and_wait(signal.SIGTERM) == 0, sched.stderr()
+
+
+@pytest.mark.timeout(60)
+def test_worker_gives_up_on_missing_scheduler_file(procs: Callable[..., Proc], tmp_path: Path) -> None:
+    missing = tmp_path / "never.json"
+    worker = procs([*WORKER, "--scheduler-file", str(missing), "--death-timeout", "1s"], name="worker")
+    assert worker.wait(timeout=30) != 0
+    assert "never.json" in worker.stderr()
+
+
+@pytest.mark.timeout(60)
+def test_sigterm_while_waiting_for_scheduler_file(procs: Callable[..., Proc], tmp_path: Path) -> None:
+    worker = procs([*WORKER, "--scheduler-file", str(tmp_path / "later.json")], name="worker")
+    # Logged once the signal handlers are in place.
+    wait_until(lambda: "Waiting for the scheduler's address" in worker.stderr(), 30, "the worker to wait", worker)
+    assert worker.signal_and_wait(signal.SIGTERM) == 0, worker.stderr()
+
+
+@pytest.mark.timeout(60)
+def test_worker_cannot_reach_scheduler(procs: Callable[..., Proc], tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens here once closed
+    worker = procs([*WORKER, f"tcp://127.0.0.1:{port}", "--death-timeout", "1s"], name="worker")
+    assert worker.wait(timeout=30) != 0
+    assert "Could not start" in worker.stderr()
+
+
+@pytest.mark.timeout(60)
+def test_port_in_use(procs: Callable[..., Proc], tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        sched = procs([*SCHEDULER, "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"], name="scheduler")
+        assert sched.wait(timeout=30) != 0
+    assert "already in use" in sched.stderr()
+
+
+@pytest.mark.timeout(60)
+def test_pid_file(procs: Callable[..., Proc], tmp_path: Path) -> None:
+    pid_path = tmp_path / "scheduler.pid"
+    sched, _, _ = start_scheduler(procs, tmp_path, "--pid-file", str(pid_path))
+    assert pid_path.read_text().strip() == str(sched.pid)
+    assert sched.signal_and_wait(signal.SIGTERM) == 0, sched.stderr()
+    assert not pid_path.exists()
+
+
+@pytest.mark.timeout(60)
+def test_idle_timeout(procs: Callable[..., Proc], tmp_path: Path) -> None:
+    sched, _, _ = start_scheduler(procs, tmp_path, "--idle-timeout", "500ms")
+    assert sched.wait(timeout=30) == 0, sched.stderr()
+
+
+@pytest.mark.timeout(60)
+def test_scheduler_dashboard(procs: Callable[..., Proc], tmp_path: Path) -> None:
+    import urllib.request
+
+    sched, address, info = start_scheduler(procs, tmp_path, "--dashboard-address", "127.0.0.1:0")
+    port = info["services"]["dashboard"]
+    assert isinstance(port, int) and port > 0
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as r:
+        assert r.read() == b"ok"
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/info", timeout=10) as r:
+        assert json.loads(r.read())["address"] == address
+    assert f"dashboard at:   http://127.0.0.1:{port}/status" in sched.stderr()
+    assert sched.signal_and_wait(signal.SIGTERM) == 0, sched.stderr()
+
+
+@pytest.mark.timeout(60)
+def test_scheduler_preload_is_accepted_with_a_warning(procs: Callable[..., Proc], tmp_path: Path) -> None:
+    sched, _, _ = start_scheduler(procs, tmp_path, "--preload", "some_module", "--jupyter")
+    wait_until(lambda: "--preload is not supported" in sched.stderr(), 10, "the warning", sched)
+    assert sched.signal_and_wait(signal.SIGTERM) == 0, sched.stderr()
