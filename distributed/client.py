@@ -454,6 +454,11 @@ class Client:
         self._config_token: Any = None
         self._scheduler_identity: dict[str, Any] = {}
         self._start_error: BaseException | None = None
+        if asynchronous and loop is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                pass
         self._loop_runner = LoopRunner(loop=loop)
         self.loop = self._loop_runner.loop
         self._started: asyncio.Future[Any] | None = None

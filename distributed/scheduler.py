@@ -143,6 +143,7 @@ class Scheduler(Server):
         self.dashboard = dashboard
         self.dashboard_address = dashboard_address
         self.scheduler_file = scheduler_file
+        self._wrote_scheduler_file = False
         self.allowed_failures = int(
             dask.config.get("distributed.scheduler.allowed-failures") if allowed_failures is None else allowed_failures
         )
@@ -286,7 +287,7 @@ class Scheduler(Server):
                 logger.warning("Could not start the HTTP server", exc_info=True)
         if self.scheduler_file:
             self.write_scheduler_file(self.scheduler_file)
-        logger.info("Scheduler at: %s", self.address)
+        logger.debug("Scheduler at: %s", self.address)
 
     def write_scheduler_file(self, path: str) -> None:
         """Write this scheduler's identity as JSON to ``path``."""
@@ -294,6 +295,7 @@ class Scheduler(Server):
 
         with open(path, "w") as f:
             json.dump(self.identity(), f, indent=2)
+        self._wrote_scheduler_file = True
 
     async def _close(self) -> None:
         for plugin in list(self.plugins.values()):
@@ -315,7 +317,7 @@ class Scheduler(Server):
                 logger.exception("Plugin close failed")
         if self.http_server is not None:
             self.http_server.stop()
-        if self.scheduler_file and os.path.exists(self.scheduler_file):
+        if self.scheduler_file and self._wrote_scheduler_file and os.path.exists(self.scheduler_file):
             try:
                 os.remove(self.scheduler_file)
             except OSError:

@@ -182,6 +182,9 @@ class LoopRunner:
 
     def stop(self) -> None:
         """Stop and close the loop and join its thread (for a loop of our own)."""
+        if self._own and self.thread is None and not self.loop.is_running() and not self.loop.is_closed():
+            self.loop.close()  # created but never started
+            return
         if not self._own or self.thread is None:
             return
         if not self.loop.is_closed():
