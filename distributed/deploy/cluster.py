@@ -1,0 +1,343 @@
+"""The cluster base class: a scheduler plus workers, managed as one object.
+
+Theory of operation
+-------------------
+A :class:`Cluster` does its work in coroutines on one event loop, ``loop``:
+
+* ``asynchronous=True``: the caller's loop.  The cluster is started by
+  awaiting it (``await cluster`` or ``async with cluster``) and its methods
+  return awaitables.
+* ``asynchronous=False``: a loop of its own in a daemon thread (or a loop
+  passed in that already runs in another thread).  Methods block until the
+  work on the loop is done; :meth:`close` stops the thread.
+
+Subclasses implement three coroutines: :meth:`_start_cluster` (start the
+scheduler, set ``_scheduler_address``), :meth:`_scale_to` (add or remove
+workers) and :meth:`_close_cluster` (close workers, then the scheduler).  The
+base class owns every background task it starts (the periodic refresh of
+``scheduler_info`` and any scaling requested without awaiting) and cancels and
+awaits them on close, so nothing outlives the cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Generator
+from typing import Any, Protocol, Self, TypeVar
+
+import dask.config
+from dask.utils import format_bytes, parse_timedelta
+
+from distributed.core import ConnectionPool, Status
+from distributed.utils import LoopRunner, sync
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Cluster", "WorkerHandle"]
+
+T = TypeVar("T")
+
+
+class WorkerHandle(Protocol):
+    """What a cluster keeps per worker: an in-process Worker or a ServerProcess."""
+
+    @property
+    def address(self) -> str:
+        """The worker's contact address."""
+
+    def close(self) -> Coroutine[Any, Any, Any]:
+        """Close the worker."""
+
+
+class Cluster:
+    """Base class for clusters: a scheduler address plus workers to manage.
+
+    Parameters
+    ----------
+    asynchronous
+        Run on the caller's event loop (await the cluster to start it).
+    loop
+        For a synchronous cluster, an event loop already running in another
+        thread to use instead of starting one.
+    name
+        A name for ``repr``.
+    scheduler_sync_interval
+        Seconds between refreshes of :attr:`scheduler_info`.
+    """
+
+    def __init__(
+        self,
+        asynchronous: bool = False,
+        loop: Any = None,
+        name: str | None = None,
+        scheduler_sync_interval: float | str = 1,
+    ) -> None:
+        self.asynchronous = asynchronous
+        self.name = name or type(self).__name__
+        self.status = Status.created
+        self.scheduler_info: dict[str, Any] = {}
+        self.workers: dict[Any, WorkerHandle] = {}
+        self._scheduler_address: str | None = None
+        self._sync_interval = float(parse_timedelta(scheduler_sync_interval, "s") or 1)
+        self._pool: ConnectionPool | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._started: asyncio.Future[None] | None = None
+        self._closing: asyncio.Future[None] | None = None
+        self._loop_runner: LoopRunner | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        if asynchronous:
+            try:
+                self._loop = asyncio.get_running_loop()
+            except RuntimeError:
+                self._loop = None  # set when awaited
+        else:
+            self._loop_runner = LoopRunner(loop=loop, name=f"{self.name}-loop")
+            self._loop = self._loop_runner.loop
+
+    # -- loop and sync/async duality ----------------------------------------------------
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The event loop the cluster's servers and coroutines run on."""
+        return self._loop
+
+    def _in_loop_thread(self) -> bool:
+        try:
+            return asyncio.get_running_loop() is self._loop
+        except RuntimeError:
+            return False
+
+    def sync(self, func: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> Any:
+        """Run ``func`` on the cluster's loop.
+
+        Returns an awaitable when the cluster is asynchronous or when called
+        from the loop itself; otherwise blocks and returns the result.
+        """
+        if self.asynchronous or self._in_loop_thread():
+            return func(*args, **kwargs)
+        assert self._loop is not None
+        return sync(self._loop, func, *args, **kwargs)
+
+    def _spawn(self, coro: Coroutine[Any, Any, T], name: str | None = None) -> asyncio.Task[T]:
+        """Run ``coro`` as a task owned by the cluster (cancelled on close)."""
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("Cluster task %s failed", task.get_name(), exc_info=task.exception())
+
+    # -- life cycle -----------------------------------------------------------------------
+    def _start_sync(self) -> None:
+        """Start a synchronous cluster: its loop thread, then its servers."""
+        assert self._loop_runner is not None
+        self._loop_runner.start()
+        try:
+            sync(self._loop_runner.loop, self._start_once)
+        except BaseException:
+            try:
+                sync(self._loop_runner.loop, self._close_once)
+            except Exception:
+                logger.debug("Cleaning up after a failed start failed", exc_info=True)
+            self._loop_runner.stop()
+            raise
+
+    async def _start_once(self) -> None:
+        if self.status == Status.running:
+            return
+        if self.status in (Status.closing, Status.closed):
+            raise RuntimeError(f"{self.name} is closed")
+        if self._started is None:
+            self._loop = asyncio.get_running_loop()
+            self._started = asyncio.ensure_future(self._start())
+        await asyncio.shield(self._started)
+
+    async def _start(self) -> None:
+        self.status = Status.starting
+        self._pool = ConnectionPool(limit=16)
+        await self._start_cluster()
+        await self._refresh_scheduler_info()
+        if self._sync_interval > 0:
+            self._spawn(self._watch_scheduler(), name="cluster-scheduler-info")
+        self.status = Status.running
+
+    async def _start_cluster(self) -> None:
+        """Subclass hook: start the scheduler (and initial workers)."""
+        raise NotImplementedError
+
+    async def _close_cluster(self) -> None:
+        """Subclass hook: close the workers, then the scheduler."""
+
+    async def _scale_to(self, n: int) -> None:
+        """Subclass hook: add or remove workers until there are ``n``."""
+        raise NotImplementedError(f"{type(self).__name__} cannot scale")
+
+    def __await__(self) -> Generator[Any, None, Self]:
+        async def start() -> Self:
+            await self._start_once()
+            return self
+
+        return start().__await__()
+
+    async def __aenter__(self) -> Self:
+        await self._start_once()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._close_once()
+
+    def __enter__(self) -> Self:
+        if self.asynchronous:
+            raise TypeError(f"Use 'async with' with an asynchronous {type(self).__name__}")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self, timeout: float | None = None) -> Any:
+        """Close the workers, the scheduler and (when synchronous) the loop thread.
+
+        Returns an awaitable when the cluster is asynchronous.
+        """
+        if self.asynchronous or self._in_loop_thread():
+            return self._close_once()
+        runner = self._loop_runner
+        try:
+            if self._loop is not None and not self._loop.is_closed() and self._loop.is_running():
+                sync(self._loop, self._close_once, callback_timeout=timeout)
+        finally:
+            if runner is not None:
+                runner.stop()
+        return None
+
+    async def _close_once(self) -> None:
+        if self.status == Status.closed:
+            return
+        if self._closing is None:
+            self._closing = asyncio.ensure_future(self._close())
+        await asyncio.shield(self._closing)
+
+    async def _close(self) -> None:
+        self.status = Status.closing
+        if self._started is not None and not self._started.done():
+            self._started.cancel()
+            await asyncio.gather(self._started, return_exceptions=True)
+        current = asyncio.current_task()
+        tasks = [t for t in self._tasks if t is not current]
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        try:
+            await self._close_cluster()
+        finally:
+            if self._pool is not None:
+                await self._pool.close()
+            if self.scheduler_info:
+                self.scheduler_info = {**self.scheduler_info, "workers": {}, "n_workers": 0, "total_threads": 0}
+            self.status = Status.closed
+
+    # -- the scheduler ------------------------------------------------------------------
+    @property
+    def scheduler_address(self) -> str:
+        """The scheduler's contact address.
+
+        Raises
+        ------
+        AttributeError
+            Before the cluster has started (so ``getattr(cluster,
+            "scheduler_address", None)`` gives None then).
+        """
+        if self._scheduler_address is None:
+            raise AttributeError(f"{self.name} has not started yet: no scheduler address")
+        return self._scheduler_address
+
+    async def _refresh_scheduler_info(self) -> None:
+        if self._pool is None or self._scheduler_address is None:
+            return
+        info = await self._pool.call(self._scheduler_address, {"op": "identity"})
+        if isinstance(info, dict):
+            self.scheduler_info = info
+
+    async def _watch_scheduler(self) -> None:
+        while True:
+            await asyncio.sleep(self._sync_interval)
+            try:
+                await self._refresh_scheduler_info()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.debug("Refreshing scheduler info failed", exc_info=True)
+
+    @property
+    def dashboard_link(self) -> str | None:
+        """Link to the scheduler's dashboard, or None when it serves none."""
+        port = self.scheduler_info.get("services", {}).get("dashboard")
+        if not port or self._scheduler_address is None:
+            return None
+        scheme, _, rest = self._scheduler_address.partition("://")
+        host = rest.rsplit(":", 1)[0] if ":" in rest else "127.0.0.1"
+        if scheme == "inproc" or not host:
+            host = "127.0.0.1"
+        template = str(dask.config.get("distributed.dashboard.link", "{scheme}://{host}:{port}/status"))
+        try:
+            return template.format(scheme="http", host=host, port=port)
+        except (KeyError, IndexError):
+            return f"http://{host}:{port}/status"
+
+    # -- workers ------------------------------------------------------------------------
+    def scale(self, n: int = 0) -> Any:
+        """Add or remove workers until there are ``n``.
+
+        Blocks until done on a synchronous cluster; on an asynchronous one,
+        returns a task (awaiting it is optional: it runs either way).
+        """
+        if n < 0:
+            raise ValueError(f"Cannot scale to a negative number of workers: {n}")
+        if self.asynchronous or self._in_loop_thread():
+            return self._spawn(self._scale_to(n), name=f"scale-{n}")
+        return self.sync(self._scale_to, n)
+
+    def wait_for_workers(self, n_workers: int, timeout: float | str | None = None) -> Any:
+        """Wait until the scheduler knows of at least ``n_workers`` workers.
+
+        Raises
+        ------
+        TimeoutError
+            After ``timeout`` seconds.
+        """
+        t = parse_timedelta(timeout, "s") if timeout is not None else None
+        return self.sync(self._wait_for_workers, n_workers, t)
+
+    async def _wait_for_workers(self, n_workers: int, timeout: float | None) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = 0.01
+        while True:
+            await self._refresh_scheduler_info()
+            have = len(self.scheduler_info.get("workers", {}))
+            if have >= n_workers:
+                return
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"Only {have}/{n_workers} workers arrived after {timeout} s")
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.1)
+
+    def get_logs(self) -> dict[str, Any]:
+        """Logs are not collected; an empty mapping."""
+        return {}
+
+    # -- display ------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        info = self.scheduler_info
+        workers = info.get("workers", {})
+        threads = sum(int(w.get("nthreads", 0)) for w in workers.values())
+        memory = sum(int(w.get("memory_limit", 0) or 0) for w in workers.values())
+        addr = self._scheduler_address or "not started"
+        return (
+            f"{type(self).__name__}({self.name!r}, {addr!r}, workers={len(workers)}, "
+            f"threads={threads}, memory={format_bytes(memory)}, status={self.status.name})"
+        )

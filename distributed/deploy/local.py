@@ -1,0 +1,393 @@
+"""LocalCluster: a scheduler and workers on this machine.
+
+Theory of operation
+-------------------
+The scheduler always runs in this process, on the cluster's event loop.
+Workers run either
+
+* in this process, on the same loop (``processes=False``): comms default to
+  the in-process transport (``inproc://``), so nothing is serialised; or
+* in child processes (``processes=True``), one :class:`ServerProcess` each,
+  talking TCP on 127.0.0.1 (by default).
+
+Workers are named ``0, 1, 2, ...`` in the order they are added; scaling down
+retires the most recently added workers first (the scheduler forgets them at
+once, then they are closed).
+
+Default sizes (``cores`` is ``os.cpu_count()``):
+
+* ``processes=False``: one worker with ``cores`` threads.
+* ``processes=True``: up to 4 cores, one single-threaded worker per core;
+  beyond that, the number of workers is the smallest divisor of ``cores`` that
+  is at least ``sqrt(cores)``, each with ``cores // workers`` threads (8 cores
+  give 4 workers x 2 threads, 16 give 4 x 4, 12 give 4 x 3).
+* Given only ``n_workers``, each gets ``max(1, cores // n_workers)`` threads;
+  given only ``threads_per_worker``, there are ``max(1, cores //
+  threads_per_worker)`` workers.
+* ``memory_limit="auto"`` gives each worker the machine's total memory divided
+  by the initial number of workers.
+
+Worker processes are started with the "spawn" method, which re-imports the
+main module in each child: a script that makes a ``LocalCluster`` with
+processes must do so under ``if __name__ == "__main__":``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+from typing import Any
+
+import psutil
+
+from distributed.core import Status
+from distributed.deploy.cluster import Cluster, WorkerHandle
+from distributed.deploy.spawn import ServerProcess, config_snapshot
+from distributed.scheduler import Scheduler
+from distributed.utils import import_term
+from distributed.worker import Worker
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["LocalCluster", "split_cores"]
+
+
+def split_cores(cores: int) -> tuple[int, int]:
+    """The default ``(n_workers, threads_per_worker)`` for ``cores`` cores with processes.
+
+    Examples
+    --------
+    >>> split_cores(2)
+    (2, 1)
+    >>> split_cores(8)
+    (4, 2)
+    >>> split_cores(7)
+    (7, 1)
+    """
+    cores = max(1, cores)
+    if cores <= 4:
+        return cores, 1
+    root = math.sqrt(cores)
+    workers = min(d for d in range(1, cores + 1) if cores % d == 0 and d >= root)
+    return workers, cores // workers
+
+
+def _resolve_worker_class(worker_class: Any) -> type[Any] | None:
+    if worker_class is None:
+        return None
+    if isinstance(worker_class, str):
+        try:
+            cls = import_term(worker_class)
+        except (ImportError, AttributeError) as e:
+            raise ImportError(
+                f"worker_class {worker_class!r} cannot be imported ({type(e).__name__}: {e}). "
+                "Give a class, or the dotted path of an importable class such as 'distributed.Worker'."
+            ) from e
+    else:
+        cls = worker_class
+    if not isinstance(cls, type):
+        raise TypeError(f"worker_class must be a class or its dotted path, got {worker_class!r}")
+    return cls
+
+
+def _interface_address(interface: str) -> str:
+    for addr in psutil.net_if_addrs().get(interface, []):
+        if addr.family.name == "AF_INET":
+            return str(addr.address)
+    raise ValueError(f"Network interface {interface!r} has no IPv4 address")
+
+
+class LocalCluster(Cluster):
+    """A scheduler and workers on this machine.
+
+    Parameters
+    ----------
+    n_workers
+        Workers to start (default: see the module docstring).
+    threads_per_worker, nthreads
+        Threads per worker (``nthreads`` is an alias).
+    processes
+        Run workers in child processes (True) or in this process on the
+        cluster's loop (False).  None means True unless ``worker_class`` is
+        given, in which case workers run in this process.
+    loop
+        A loop running in another thread to use (synchronous clusters only).
+    host, ip
+        Where the scheduler and workers listen (default 127.0.0.1).
+    scheduler_port
+        The scheduler's port (0 picks a free one).
+    silence_logs
+        A log level for the ``distributed`` logger while the cluster runs
+        (falsy leaves logging alone).
+    dashboard_address
+        Where the scheduler serves its dashboard; None means no dashboard.
+    worker_dashboard_address
+        Where workers serve theirs (None: no worker dashboards).
+    diagnostics_port
+        Deprecated alias of ``dashboard_address``.
+    services, worker_services, service_kwargs
+        Extra services for the scheduler / workers.
+    asynchronous
+        Run on the caller's loop: ``await LocalCluster(asynchronous=True)`` or
+        ``async with LocalCluster(asynchronous=True) as cluster``.
+    security
+        Passed to the scheduler and workers.
+    protocol
+        ``"tcp"`` or ``"inproc"``; default ``"inproc"`` without processes
+        (and without a fixed ``scheduler_port``), ``"tcp"`` otherwise.
+    blocked_handlers
+        Scheduler operations to refuse.
+    interface
+        A network interface whose IPv4 address to listen on.
+    worker_class
+        The worker class, or its dotted import path (e.g.
+        ``"distributed.Worker"``).
+    scheduler_kwargs
+        Extra keyword arguments for the :class:`~distributed.Scheduler`.
+    scheduler_sync_interval
+        Seconds between refreshes of ``scheduler_info``.
+    memory_limit
+        Per worker: ``"auto"``, bytes, a string like ``"4GiB"``, or 0/None.
+    name
+        A name for the cluster.
+    **worker_kwargs
+        Extra keyword arguments for every worker (plain data when
+        ``processes=True``).
+
+    Examples
+    --------
+    >>> with LocalCluster(n_workers=2, processes=False, dashboard_address=None) as cluster:  # doctest: +SKIP
+    ...     with Client(cluster) as client:
+    ...         client.submit(sum, [1, 2]).result()
+    3
+    """
+
+    def __init__(
+        self,
+        n_workers: int | None = None,
+        threads_per_worker: int | None = None,
+        processes: bool | None = None,
+        loop: Any = None,
+        start: Any = None,
+        host: str | None = None,
+        ip: str | None = None,
+        scheduler_port: int = 0,
+        silence_logs: int | str | bool = logging.WARN,
+        dashboard_address: str | None = ":8787",
+        worker_dashboard_address: str | None = None,
+        diagnostics_port: str | int | None = None,
+        services: dict[str, Any] | None = None,
+        worker_services: dict[str, Any] | None = None,
+        service_kwargs: dict[str, Any] | None = None,
+        asynchronous: bool = False,
+        security: Any = None,
+        protocol: str | None = None,
+        blocked_handlers: list[str] | None = None,
+        interface: str | None = None,
+        worker_class: type[Any] | str | None = None,
+        scheduler_kwargs: dict[str, Any] | None = None,
+        scheduler_sync_interval: float | str = 1,
+        memory_limit: str | float | None = "auto",
+        nthreads: int | None = None,
+        name: str | None = None,
+        **worker_kwargs: Any,
+    ) -> None:
+        super().__init__(asynchronous=asynchronous, loop=loop, name=name, scheduler_sync_interval=scheduler_sync_interval)
+        if threads_per_worker is None:
+            threads_per_worker = nthreads
+        elif nthreads is not None and nthreads != threads_per_worker:
+            raise ValueError(f"nthreads={nthreads} contradicts threads_per_worker={threads_per_worker}")
+        self._worker_cls = _resolve_worker_class(worker_class)
+        if processes is None:
+            processes = worker_class is None
+        self.processes = processes
+        if self.processes and self._worker_cls is not None:
+            self._worker_class_path: str | None = f"{self._worker_cls.__module__}.{self._worker_cls.__qualname__}"
+            if "<locals>" in self._worker_class_path or self._worker_cls.__module__ == "__main__":
+                raise ValueError(
+                    f"worker_class {self._worker_class_path!r} cannot be imported in a child process; "
+                    "define it in an importable module or use processes=False"
+                )
+        else:
+            self._worker_class_path = None
+
+        cores = os.cpu_count() or 1
+        if n_workers is None and threads_per_worker is None:
+            n_workers, threads_per_worker = split_cores(cores) if processes else (1, cores)
+        elif n_workers is None:
+            assert threads_per_worker is not None
+            n_workers = max(1, cores // max(1, threads_per_worker))
+        elif threads_per_worker is None:
+            threads_per_worker = max(1, cores // max(1, n_workers))
+        if n_workers < 0 or threads_per_worker < 1:
+            raise ValueError(f"Need n_workers >= 0 and threads_per_worker >= 1, got {n_workers}, {threads_per_worker}")
+        self._n_workers = n_workers
+        self.threads_per_worker = threads_per_worker
+        if memory_limit == "auto":
+            self.memory_limit: str | float | None = psutil.virtual_memory().total // max(1, n_workers)
+        else:
+            self.memory_limit = memory_limit
+
+        host = host or ip
+        if host and "://" in host:
+            scheme, _, host = host.partition("://")
+            protocol = protocol or scheme
+        if interface and not host:
+            host = _interface_address(interface)
+        if protocol is None:
+            protocol = "inproc" if not processes and not scheduler_port else "tcp"
+        protocol = protocol.rstrip(":/")
+        if processes and protocol == "inproc":
+            raise ValueError("Worker processes cannot use the in-process protocol")
+        self.protocol = protocol
+        self.host = host or "127.0.0.1"
+        self.scheduler_port = scheduler_port
+
+        if diagnostics_port is not None and dashboard_address == ":8787":
+            dashboard_address = f":{diagnostics_port}" if isinstance(diagnostics_port, int) else diagnostics_port
+        self._scheduler_kwargs: dict[str, Any] = {
+            "dashboard": dashboard_address is not None,
+            "dashboard_address": dashboard_address,
+        }
+        if services:
+            self._scheduler_kwargs["services"] = services
+        if security is not None:
+            self._scheduler_kwargs["security"] = security
+        self._scheduler_kwargs.update(scheduler_kwargs or {})
+        self._blocked_handlers = list(blocked_handlers or ())
+
+        self._worker_kwargs = dict(worker_kwargs)
+        if security is not None:
+            self._worker_kwargs["security"] = security
+        if worker_dashboard_address is not None:
+            self._worker_kwargs.setdefault("dashboard", True)
+            self._worker_kwargs.setdefault("dashboard_address", worker_dashboard_address)
+        if worker_services:
+            self._worker_kwargs.setdefault("services", worker_services)
+        if service_kwargs:
+            self._worker_kwargs.setdefault("service_kwargs", service_kwargs)
+
+        self.silence_logs = silence_logs
+        self._old_log_level: int | None = None
+        self.scheduler: Scheduler | None = None
+        self._next_name = 0
+        self._scale_lock: asyncio.Lock | None = None
+
+        if not asynchronous:
+            self._start_sync()
+
+    # -- life cycle -----------------------------------------------------------------------
+    def _log_level(self) -> int | str | None:
+        if not self.silence_logs:
+            return None
+        return logging.WARN if self.silence_logs is True else self.silence_logs
+
+    def _silence(self) -> None:
+        level = self._log_level()
+        if level is not None and self._old_log_level is None:
+            log = logging.getLogger("distributed")
+            self._old_log_level = log.level
+            log.setLevel(level)
+
+    def _unsilence(self) -> None:
+        if self._old_log_level is not None:
+            logging.getLogger("distributed").setLevel(self._old_log_level)
+            self._old_log_level = None
+
+    async def _start_cluster(self) -> None:
+        self._silence()
+        scheduler = Scheduler(host=self.host, port=self.scheduler_port, protocol=self.protocol, **self._scheduler_kwargs)
+        for op in self._blocked_handlers:
+            scheduler.handlers.pop(op, None)
+        self.scheduler = scheduler
+        await scheduler.start()
+        self._scheduler_address = scheduler.address
+        await self._scale_to(self._n_workers)
+
+    async def _close_cluster(self) -> None:
+        try:
+            if self.workers:
+                handles = list(self.workers.values())
+                self.workers.clear()
+                results = await asyncio.gather(*(h.close() for h in handles), return_exceptions=True)
+                for r in results:
+                    if isinstance(r, BaseException):
+                        logger.warning("Closing a worker failed: %r", r)
+            if self.scheduler is not None:
+                await self.scheduler.close()
+        finally:
+            self._unsilence()
+
+    # -- workers --------------------------------------------------------------------------
+    def _new_worker_kwargs(self, name: int) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {
+            "scheduler_ip": self.scheduler_address,
+            "nthreads": self.threads_per_worker,
+            "memory_limit": self.memory_limit,
+            "name": name,
+            "protocol": self.protocol,
+        }
+        if self.protocol != "inproc":
+            kwargs["host"] = self.host
+        kwargs.update(self._worker_kwargs)
+        return kwargs
+
+    async def _start_worker(self, name: int) -> WorkerHandle:
+        kwargs = self._new_worker_kwargs(name)
+        if self.processes:
+            proc = ServerProcess(
+                "worker",
+                kwargs,
+                name=f"dask-worker-{name}",
+                config=config_snapshot(),
+                server_class=self._worker_class_path,
+                log_level=self._log_level(),
+            )
+            await proc.start()
+            return proc
+        cls = self._worker_cls or Worker
+        worker = cls(**kwargs)
+        await worker.start()  # a failed start closes the worker
+        handle: WorkerHandle = worker
+        return handle
+
+    async def _scale_to(self, n: int) -> None:
+        if self._scale_lock is None:
+            self._scale_lock = asyncio.Lock()
+        async with self._scale_lock:
+            if self.status in (Status.closing, Status.closed):
+                return
+            if len(self.workers) < n:
+                names = list(range(self._next_name, self._next_name + n - len(self.workers)))
+                self._next_name += len(names)
+                results = await asyncio.gather(*(self._start_worker(nm) for nm in names), return_exceptions=True)
+                errors: list[BaseException] = []
+                for nm, r in zip(names, results):
+                    if isinstance(r, BaseException):
+                        errors.append(r)
+                    else:
+                        self.workers[nm] = r
+                if errors:
+                    raise errors[0]
+            elif len(self.workers) > n:
+                names_out = list(self.workers)[n:]
+                handles = [self.workers.pop(nm) for nm in names_out]
+                if self._pool is not None:
+                    try:
+                        await self._pool.call(
+                            self.scheduler_address,
+                            {"op": "retire_workers", "workers": [h.address for h in handles], "close_workers": True},
+                        )
+                    except Exception:
+                        logger.debug("Retiring workers failed; closing them anyway", exc_info=True)
+                results = await asyncio.gather(*(h.close() for h in handles), return_exceptions=True)
+                for r in results:
+                    if isinstance(r, BaseException):
+                        logger.warning("Closing a worker failed: %r", r)
+            await self._refresh_scheduler_info()
+
+    def __repr__(self) -> str:
+        base = super().__repr__()
+        return base.replace("status=", f"processes={self.processes}, status=", 1)

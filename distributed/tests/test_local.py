@@ -1,0 +1,388 @@
+"""LocalCluster and the Cluster base class, with real sockets on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import operator
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import dask
+import dask.array as da
+import numpy as np
+import psutil
+import pytest
+
+import distributed.worker
+from distributed.client import Client
+from distributed.core import Status
+from distributed.deploy import Cluster, LocalCluster, ServerProcess
+from distributed.deploy.local import split_cores
+from distributed.worker import Worker
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 20, what: str = "condition") -> None:
+    """Poll ``predicate`` until it holds; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"Timed out after {timeout} s waiting for {what}")
+        time.sleep(0.02)
+
+
+def live_children() -> list[psutil.Process]:
+    """Child processes of this test process, minus multiprocessing's helpers."""
+    out = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE and "resource_tracker" in " ".join(p.cmdline()):
+                continue
+        except psutil.NoSuchProcess:
+            continue
+        out.append(p)
+    return out
+
+
+def status_of(cluster: Cluster) -> Status:
+    return cluster.status  # (a call, so checks after a state change are not narrowed away)
+
+
+def non_daemon_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if not t.daemon and t.is_alive()}
+
+
+@pytest.fixture
+def no_leaks() -> Iterator[None]:
+    """Fail when a test leaves child processes or non-daemon threads behind."""
+    threads_before = non_daemon_threads()
+    children_before = {p.pid for p in live_children()}
+    yield
+    try:
+        wait_until(lambda: not ({p.pid for p in live_children()} - children_before), what="child processes to exit")
+        wait_until(lambda: not (non_daemon_threads() - threads_before), what="threads to finish")
+    finally:
+        for p in live_children():
+            if p.pid not in children_before:
+                p.kill()  # by PID, only what this test started
+                try:
+                    p.wait(10)
+                except psutil.Error:
+                    pass
+
+
+def kill_cluster_children(cluster: LocalCluster) -> None:
+    for handle in list(cluster.workers.values()):
+        if isinstance(handle, ServerProcess):
+            handle.kill()
+
+
+def wait_for_idle(cluster: LocalCluster) -> None:
+    """Wait until the scheduler has forgotten every task.
+
+    Works around a worker bug (``Worker.execute`` returns early for a task freed
+    before it started, leaving it in ``executing`` and its thread slot taken):
+    retiring a worker while the client is still releasing futures can trigger
+    it, so scale down only once released futures are gone.
+    """
+    assert cluster.scheduler is not None
+    scheduler = cluster.scheduler
+    wait_until(lambda: not scheduler.tasks, what="the scheduler to forget released tasks")
+
+
+def compute_checks(client: Client) -> None:
+    x = da.arange(10_000, chunks=1_000)
+    assert x.sum().compute() == np.arange(10_000).sum()
+    y = da.ones((200, 200), chunks=(50, 50))
+    assert (y + y.T).sum().compute() == 80_000
+    futures = client.map(operator.add, range(100), range(100))
+    assert client.gather(futures) == [2 * i for i in range(100)]
+    assert client.submit(operator.add, 1, 2).result() == 3
+
+
+# -- sizing -------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "cores, expected",
+    [(1, (1, 1)), (2, (2, 1)), (4, (4, 1)), (6, (3, 2)), (7, (7, 1)), (8, (4, 2)), (12, (4, 3)), (16, (4, 4)), (64, (8, 8))],
+)
+def test_split_cores(cores: int, expected: tuple[int, int]) -> None:
+    assert split_cores(cores) == expected
+    workers, threads = split_cores(cores)
+    assert workers * threads == cores
+
+
+def test_default_sizes(no_leaks: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("os.cpu_count", lambda: 4)
+    with LocalCluster(processes=False, dashboard_address=None) as c:
+        assert len(c.workers) == 1 and c.threads_per_worker == 4
+    with LocalCluster(processes=False, n_workers=2, dashboard_address=None) as c:
+        assert c.threads_per_worker == 2
+    with LocalCluster(processes=False, threads_per_worker=2, dashboard_address=None) as c:
+        assert len(c.workers) == 2
+    with LocalCluster(processes=False, n_workers=1, nthreads=3, dashboard_address=None) as c:
+        assert c.threads_per_worker == 3
+        assert c.scheduler_info["total_threads"] == 3
+    with pytest.raises(ValueError, match="contradicts"):
+        LocalCluster(processes=False, threads_per_worker=1, nthreads=2, asynchronous=True)
+
+
+def test_memory_limit_auto_splits_total(no_leaks: None) -> None:
+    total = psutil.virtual_memory().total
+    with LocalCluster(processes=False, n_workers=2, threads_per_worker=1, dashboard_address=None) as c:
+        limits = [w["memory_limit"] for w in c.scheduler_info["workers"].values()]
+        assert limits == [total // 2, total // 2]
+    with LocalCluster(processes=False, n_workers=1, memory_limit="1GiB", dashboard_address=None) as c:
+        assert [w["memory_limit"] for w in c.scheduler_info["workers"].values()] == [2**30]
+
+
+# -- in-process clusters --------------------------------------------------------------------
+def test_inprocess_cluster(no_leaks: None) -> None:
+    with LocalCluster(processes=False, n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster:
+        assert cluster.scheduler_address.startswith("inproc://")
+        assert status_of(cluster) == Status.running
+        assert cluster.asynchronous is False
+        assert cluster.loop is not None and cluster.loop.is_running()
+        assert sorted(cluster.workers) == [0, 1]
+        assert all(isinstance(w, Worker) for w in cluster.workers.values())
+        assert cluster.scheduler_info["n_workers"] == 2
+        assert cluster.dashboard_link is None
+        assert "workers=2" in repr(cluster) and "threads=2" in repr(cluster)
+        with Client(cluster) as client:
+            assert client.scheduler_address == cluster.scheduler_address
+            compute_checks(client)
+        loop_thread = cluster._loop_runner.thread if cluster._loop_runner else None
+    assert status_of(cluster) == Status.closed
+    assert loop_thread is not None and not loop_thread.is_alive()
+    assert cluster.scheduler is not None and cluster.scheduler.status == Status.closed
+    cluster.close()  # closing twice is fine
+
+
+def test_inprocess_cluster_over_tcp(no_leaks: None) -> None:
+    with LocalCluster(processes=False, n_workers=1, protocol="tcp", dashboard_address=None) as cluster:
+        assert cluster.scheduler_address.startswith("tcp://127.0.0.1:")
+        with Client(cluster) as client:
+            assert client.submit(operator.add, 1, 2).result() == 3
+
+
+def test_scheduler_kwargs_and_blocked_handlers(no_leaks: None) -> None:
+    with LocalCluster(
+        processes=False,
+        n_workers=1,
+        scheduler_port=0,
+        dashboard_address=":0",
+        scheduler_kwargs={"dashboard": False},
+        blocked_handlers=["who_has"],
+    ) as cluster:
+        assert cluster.scheduler is not None
+        assert cluster.scheduler.dashboard is False
+        assert "who_has" not in cluster.scheduler.handlers
+        assert cluster.dashboard_link is None
+
+
+def test_dashboard_link(no_leaks: None) -> None:
+    pytest.importorskip("distributed.http.server")
+    with LocalCluster(processes=False, n_workers=1, dashboard_address=":0") as cluster:
+        link = cluster.dashboard_link
+        assert link is not None and link.startswith("http://127.0.0.1:") and link.endswith("/status")
+    assert "workers=0" in repr(cluster) and "closed" in repr(cluster)
+
+
+def test_scale_inprocess(no_leaks: None) -> None:
+    with LocalCluster(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None) as cluster:
+        with Client(cluster) as client:
+            cluster.scale(4)
+            assert len(cluster.workers) == 4
+            assert cluster.scheduler is not None and len(cluster.scheduler.workers) == 4
+            assert client.submit(operator.add, 1, 2).result() == 3
+            wait_for_idle(cluster)
+            cluster.scale(2)
+            assert sorted(cluster.workers) == [0, 1]
+            assert len(cluster.scheduler.workers) == 2
+            assert client.gather(client.map(operator.neg, range(20))) == [-i for i in range(20)]
+            wait_for_idle(cluster)
+            cluster.scale(0)
+            assert not cluster.workers and not cluster.scheduler.workers
+            cluster.scale(1)
+            assert sorted(cluster.workers) == [4]  # names are never reused
+            cluster.wait_for_workers(1, timeout=10)
+            assert client.submit(operator.add, 2, 2).result() == 4
+        with pytest.raises(ValueError):
+            cluster.scale(-1)
+
+
+def test_wait_for_workers_times_out(no_leaks: None) -> None:
+    with LocalCluster(processes=False, n_workers=0, dashboard_address=None) as cluster:
+        with pytest.raises(TimeoutError):
+            cluster.wait_for_workers(1, timeout=0.2)
+        cluster.scale(1)
+        cluster.wait_for_workers(1, timeout=10)
+
+
+def test_worker_class(no_leaks: None) -> None:
+    class MyWorker(Worker):
+        pass
+
+    with LocalCluster(n_workers=1, worker_class=MyWorker, dashboard_address=None) as cluster:
+        assert cluster.processes is False  # a given worker class runs in process by default
+        assert all(type(w) is MyWorker for w in cluster.workers.values())
+    with LocalCluster(n_workers=1, processes=False, worker_class="distributed.Worker", dashboard_address=None) as cluster:
+        assert all(type(w) is distributed.worker.Worker for w in cluster.workers.values())
+    with pytest.raises(ImportError, match="distributed.Nanny"):
+        LocalCluster(n_workers=1, worker_class="distributed.Nanny", dashboard_address=None)
+    with pytest.raises(ValueError, match="child process"):
+        LocalCluster(n_workers=1, processes=True, worker_class=MyWorker, asynchronous=True)
+
+
+def test_worker_kwargs_reach_workers(no_leaks: None) -> None:
+    with LocalCluster(processes=False, n_workers=1, resources={"GPU": 2}, dashboard_address=None) as cluster:
+        (info,) = cluster.scheduler_info["workers"].values()
+        assert info["resources"] == {"GPU": 2}
+
+
+def test_silence_logs_is_restored(no_leaks: None) -> None:
+    log = logging.getLogger("distributed")
+    old = log.level
+    with LocalCluster(processes=False, n_workers=0, silence_logs=logging.ERROR, dashboard_address=None):
+        assert log.level == logging.ERROR
+    assert log.level == old
+
+
+def test_base_cluster_cannot_start() -> None:
+    async def main() -> None:
+        cluster = Cluster(asynchronous=True)
+        with pytest.raises(AttributeError):
+            cluster.scheduler_address
+        assert getattr(cluster, "scheduler_address", None) is None
+        with pytest.raises(NotImplementedError):
+            await cluster
+        await cluster.close()
+
+    asyncio.run(main())
+
+
+# -- asynchronous clusters ------------------------------------------------------------------
+def test_async_cluster_and_client(no_leaks: None) -> None:
+    async def main() -> None:
+        async with LocalCluster(asynchronous=True, processes=False, n_workers=2, dashboard_address=None) as cluster:
+            assert cluster.asynchronous and cluster.loop is asyncio.get_running_loop()
+            async with Client(cluster, asynchronous=True) as client:
+                assert await client.submit(operator.add, 1, 2) == 3
+                results = await client.gather(client.map(operator.mul, range(100), range(100)))
+                assert results == [i * i for i in range(100)]
+                await cluster.scale(3)
+                assert len(cluster.workers) == 3
+                await cluster.wait_for_workers(3, timeout=10)
+                assert cluster.scheduler is not None
+                while cluster.scheduler.tasks:  # see wait_for_idle
+                    await asyncio.sleep(0.01)
+                task = cluster.scale(1)  # runs even when not awaited
+                while len(cluster.workers) != 1:
+                    await asyncio.sleep(0.01)
+                await task
+                assert await client.submit(operator.add, 2, 3) == 5
+        assert cluster.status == Status.closed
+
+    asyncio.run(asyncio.wait_for(main(), 50))
+
+
+def test_await_async_cluster(no_leaks: None) -> None:
+    async def main() -> None:
+        cluster = LocalCluster(asynchronous=True, processes=False, n_workers=1, dashboard_address=None)
+        with pytest.raises(AttributeError):
+            cluster.scheduler_address
+        assert await cluster is cluster
+        assert await cluster is cluster  # awaiting again is harmless
+        assert cluster.scheduler_address.startswith("inproc://")
+        async with Client(cluster, asynchronous=True) as client:
+            assert await client.submit(operator.add, 1, 2) == 3
+        await cluster.close()
+        await cluster.close()
+        assert cluster.status == Status.closed
+
+    asyncio.run(asyncio.wait_for(main(), 50))
+
+
+def test_client_starts_inprocess_cluster(no_leaks: None) -> None:
+    with Client(processes=False, n_workers=1, dashboard_address=":0") as client:
+        cluster = client.cluster
+        assert isinstance(cluster, LocalCluster)
+        assert cluster.processes is False
+        assert len(cluster.workers) == 1
+        assert client.submit(operator.add, 1, 2).result() == 3
+        assert da.ones(100, chunks=10).sum().compute() == 100
+    assert cluster.status == Status.closed
+
+
+def test_sync_cluster_inside_running_loop_thread(no_leaks: None) -> None:
+    # A synchronous cluster built from a thread that runs another loop.
+    async def main() -> None:
+        cluster = LocalCluster(processes=False, n_workers=1, dashboard_address=None)
+        try:
+            assert cluster.loop is not asyncio.get_running_loop()
+            async with Client(cluster, asynchronous=True) as client:
+                assert await client.submit(operator.add, 1, 2) == 3
+        finally:
+            cluster.close()
+
+    asyncio.run(main())
+
+
+# -- clusters of worker processes ----------------------------------------------------------------
+@pytest.mark.timeout(120)
+def test_process_cluster(no_leaks: None) -> None:
+    cluster = LocalCluster(processes=True, n_workers=2, threads_per_worker=1, dashboard_address=None)
+    try:
+        assert cluster.scheduler_address.startswith("tcp://127.0.0.1:")
+        handles = list(cluster.workers.values())
+        assert all(isinstance(h, ServerProcess) for h in handles)
+        pids = {h.pid for h in handles if isinstance(h, ServerProcess)}
+        assert len(pids) == 2 and pids <= {p.pid for p in live_children()}
+        with Client(cluster) as client:
+            compute_checks(client)
+            worker_pids = set(client.gather([client.submit(__import__("os").getpid, pure=False, workers=[h.address]) for h in handles]))
+            assert worker_pids == pids
+        cluster.close()
+        assert all(isinstance(h, ServerProcess) and h.exitcode == 0 for h in handles)
+    finally:
+        kill_cluster_children(cluster)
+        cluster.close()
+
+
+@pytest.mark.timeout(120)
+def test_process_cluster_config_and_scale(no_leaks: None) -> None:
+    with dask.config.set({"distributed.worker.validate": True}):
+        cluster = LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=None)
+    try:
+        with Client(cluster) as client:
+            assert client.submit(dask.config.get, "distributed.worker.validate", pure=False).result() is True
+            cluster.scale(2)
+            assert len(cluster.workers) == 2
+            assert cluster.scheduler is not None and len(cluster.scheduler.workers) == 2
+            assert client.gather(client.map(operator.neg, range(50))) == [-i for i in range(50)]
+            removed = cluster.workers[1]
+            wait_for_idle(cluster)
+            cluster.scale(1)
+            assert list(cluster.workers) == [0]
+            assert isinstance(removed, ServerProcess) and removed.exitcode == 0
+            assert client.submit(operator.add, 1, 2).result() == 3
+    finally:
+        kill_cluster_children(cluster)
+        cluster.close()
+
+
+@pytest.mark.timeout(120)
+def test_client_without_address_starts_local_cluster(no_leaks: None) -> None:
+    client = Client()
+    try:
+        cluster = client.cluster
+        assert isinstance(cluster, LocalCluster)
+        assert cluster.processes is True
+        assert cluster.dashboard_link is None
+        assert client.submit(operator.add, 1, 2).result() == 3
+        handles = list(cluster.workers.values())
+        assert handles and all(isinstance(h, ServerProcess) for h in handles)
+    finally:
+        client.close()
+    assert cluster.status == Status.closed
+    assert all(isinstance(h, ServerProcess) and h.exitcode == 0 for h in handles)
