@@ -19,6 +19,7 @@ from distributed.client import (
     wait,
 )
 from distributed.core import Status, rpc
+from distributed.deploy import LocalCluster
 from distributed.diagnostics.plugin import NannyPlugin, SchedulerPlugin, WorkerPlugin
 from distributed.exceptions import CancelledError, KilledWorker, Reschedule, TimeoutError
 from distributed.scheduler import Scheduler
@@ -34,6 +35,7 @@ __all__ = [
     "Client",
     "Future",
     "KilledWorker",
+    "LocalCluster",
     "Lock",
     "NannyPlugin",
     "Reschedule",

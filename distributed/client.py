@@ -672,8 +672,15 @@ class Client:
         """Close the scheduler and workers, then the client."""
 
         async def _shutdown() -> None:
-            if self.cluster is not None:
-                await self.cluster.close()
+            cluster = self.cluster
+            if cluster is not None:
+                if self._own_cluster or getattr(cluster, "asynchronous", False):
+                    await cluster.close()
+                else:
+                    # A synchronous cluster runs its own loop: close it from a thread.
+                    await asyncio.get_running_loop().run_in_executor(None, cluster.close)
+            else:
+                await self._scheduler_call({"op": "terminate"})
             await self._close()
 
         return self.sync(_shutdown)

@@ -232,6 +232,7 @@ class Scheduler(Server):
             "register_scheduler_plugin": Route(m.RegisterPlugin, self.handle_register_plugin),
             "unregister_scheduler_plugin": Route(m.UnregisterPlugin, self.handle_unregister_plugin),
             "task_states": Route(m.OptionalKeysRequest, self.handle_task_states),
+            "terminate": Route(m.Empty, self.handle_terminate),
         }
         stream_handlers: dict[str, StreamRoute[Any]] = {
             # from workers
@@ -1569,6 +1570,11 @@ class Scheduler(Server):
 
     def handle_unregister(self, comm: Comm, msg: m.UnregisterWorker) -> str:
         self.send_all(self.remove_worker_state(msg["address"], stimulus_id=f"unregister-{time.time()}", safe=True))
+        return "OK"
+
+    def handle_terminate(self, comm: Comm, msg: m.Empty) -> str:
+        """Close the scheduler (its workers close when their streams end)."""
+        asyncio.get_running_loop().call_soon(lambda: self.spawn(self.close(), name="terminate"))
         return "OK"
 
     def handle_identity(self, comm: Comm, msg: m.Empty) -> dict[str, Any]:

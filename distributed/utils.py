@@ -124,8 +124,6 @@ def sync(
     future = asyncio.run_coroutine_threadsafe(f(), aloop)
     try:
         return future.result()
-    except concurrent.futures.TimeoutError:
-        raise TimeoutError(f"Timed out after {timeout} s") from None
     except BaseException:
         future.cancel()
         raise

@@ -38,6 +38,7 @@ from distributed.utils import format_exception_text, get_traceback, thread_state
 from distributed.worker_state import (
     ComputeTaskEvent,
     Execute,
+    ExecuteAbandoned,
     ExecuteFailure,
     ExecuteSuccess,
     FreeKeysEvent,
@@ -410,7 +411,11 @@ class Worker(Server):
         state = self.state
         assert state is not None
         ts = state.tasks.get(key)
-        if ts is None or ts.state not in ("executing",):
+        if ts is None:
+            return
+        if ts.state != "executing":
+            # Freed before it started: give its thread slot back.
+            self.handle_stimulus(ExecuteAbandoned(stimulus_id=f"execute-abandoned-{time.time()}", key=key))
             return
         run_spec = ts.run_spec
         try:

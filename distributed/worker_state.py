@@ -40,6 +40,7 @@ __all__ = [
     "FreeKeysEvent",
     "ExecuteSuccess",
     "ExecuteFailure",
+    "ExecuteAbandoned",
     "RescheduleEvent",
     "SecedeEvent",
     "GatherDepSuccess",
@@ -169,6 +170,13 @@ class RescheduleEvent(StateMachineEvent):
 
     key: Key
     run_id: int
+
+
+@dataclass(frozen=True)
+class ExecuteAbandoned(StateMachineEvent):
+    """An Execute instruction was not carried out: the task was freed first."""
+
+    key: Key
 
 
 @dataclass(frozen=True)
@@ -556,6 +564,19 @@ class WorkerStateMachine:
             )
         )
 
+    def _handle_execute_abandoned(self, ev: ExecuteAbandoned, instructions: list[Instruction]) -> None:
+        ts = self.tasks.get(ev.key)
+        if ts is None or ts not in self.executing or ts.state != "cancelled":
+            return
+        self.executing.discard(ts)
+        self._release_resources(ts)
+        if self._needed_here(ts):
+            ts.computed = False
+            self._set_state(ts, "fetch", ev.stimulus_id)
+            self.to_fetch[ts] = None
+        else:
+            self._forget(ts, ev.stimulus_id)
+
     def _handle_reschedule(self, ev: RescheduleEvent, instructions: list[Instruction]) -> None:
         ts = self.tasks.get(ev.key)
         if ts is None:
@@ -713,6 +734,7 @@ _HANDLERS: dict[type, Any] = {
     FreeKeysEvent: WorkerStateMachine._handle_free_keys,
     ExecuteSuccess: WorkerStateMachine._handle_execute_success,
     ExecuteFailure: WorkerStateMachine._handle_execute_failure,
+    ExecuteAbandoned: WorkerStateMachine._handle_execute_abandoned,
     RescheduleEvent: WorkerStateMachine._handle_reschedule,
     SecedeEvent: WorkerStateMachine._handle_secede,
     GatherDepSuccess: WorkerStateMachine._handle_gather_success,
