@@ -1252,7 +1252,9 @@ class Scheduler(Server):
                 out.clients[cs.client_key].append({"op": "cancelled-keys", "keys": [ts.key], "reason": reason})
                 cs.wants_what.discard(ts)
             ts.who_wants.clear()
-        for ts in seen:
+        # Recommendations pop last-in first: dependents (later priority) go
+        # first, so a dependency is not kept alive by a dependent being cancelled.
+        for ts in sorted(seen, key=_priority_key):
             if ts.state != "forgotten" and not ts.waiters - seen:
                 recs[ts] = "released" if ts.state != "released" else "forgotten"
         return self.transitions(recs, stimulus_id, out)
