@@ -1238,19 +1238,23 @@ class Client:
         if isinstance(data, type(iter([]))) or isinstance(data, Iterator):
             data = list(data)
         single = False
+        order: list[Key]
         if isinstance(data, dict):
             items = dict(data)
+            order = list(items)
         elif isinstance(data, (list, tuple, set, frozenset)):
             seq = list(data)
             if hash:
-                keys = [f"{typename(type(x))}-{tokenize(x)}" for x in seq]
+                order = [f"{typename(type(x))}-{tokenize(x)}" for x in seq]
             else:
-                keys = [f"{typename(type(x))}-{uuid.uuid4()}" for x in seq]
-            items = dict(zip(keys, seq))
+                order = [f"{typename(type(x))}-{uuid.uuid4()}" for x in seq]
+            # Equal items share one key (and one copy on the cluster).
+            items = dict(zip(order, seq))
         else:
             single = True
             key = f"{typename(type(data))}-{tokenize(data) if hash else uuid.uuid4()}"
             items = {key: data}
+            order = [key]
         nthreads: dict[str, int] = await self._scheduler_call({"op": "nthreads", "workers": _as_worker_list(workers)})
         if not nthreads:
             deadline = time.monotonic() + self._timeout
@@ -1286,10 +1290,11 @@ class Client:
             if f._fs.status == "pending":
                 f._fs.finish(who_has[k], types.get(k))
         if single:
-            return futures[next(iter(items))]
+            return futures[order[0]]
         if isinstance(data, dict):
             return futures
-        return type(data)(futures[k] for k in items) if isinstance(data, (list, tuple)) else [futures[k] for k in items]
+        result = [futures[k] for k in order]
+        return tuple(result) if isinstance(data, tuple) else result
 
     def scatter(self, data: Any, workers: Any = None, broadcast: bool = False, direct: bool | None = None, hash: bool = True, timeout: Any = no_default, asynchronous: bool | None = None) -> Any:
         """Move data to workers; return futures in the same structure."""

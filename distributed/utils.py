@@ -199,6 +199,7 @@ class LoopRunner:
 
 _strip_prefixes = (
     os.path.join("distributed", "worker"),
+    os.path.join("distributed", "threadpool"),
     os.path.join("distributed", "scheduler"),
     os.path.join("tornado", "gen.py"),
     os.path.join("concurrent", "futures"),

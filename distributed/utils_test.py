@@ -186,10 +186,23 @@ def check_thread_leak(timeout: float = 10) -> Iterator[None]:
 
 
 def _children() -> set[int]:
+    pids = set()
     try:
-        return {p.pid for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE}
+        children = psutil.Process().children(recursive=True)
     except psutil.Error:
-        return set()
+        return pids
+    for p in children:
+        try:
+            if p.status() == psutil.STATUS_ZOMBIE:
+                continue
+            cmdline = " ".join(p.cmdline())
+        except psutil.Error:
+            continue
+        # multiprocessing's helpers live as long as this process, by design.
+        if "resource_tracker" in cmdline or "forkserver" in cmdline:
+            continue
+        pids.add(p.pid)
+    return pids
 
 
 @contextlib.contextmanager
