@@ -186,7 +186,7 @@ def check_thread_leak(timeout: float = 10) -> Iterator[None]:
 
 
 def _children() -> set[int]:
-    pids = set()
+    pids: set[int] = set()
     try:
         children = psutil.Process().children(recursive=True)
     except psutil.Error:
