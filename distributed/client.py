@@ -43,7 +43,7 @@ from distributed.comm import Comm, CommClosedError, connect
 from distributed.core import ConnectionPool, Status, rebuild_exception, send_recv
 from distributed.exceptions import FutureCancelledError, LostDataError
 from distributed.protocol.messages import Key
-from distributed.protocol.serialize import Serialize, as_serialized, unwrap
+from distributed.protocol.serialize import Serialize, serialize_task, unwrap
 from distributed.utils import LoopRunner, sync, thread_state
 
 if TYPE_CHECKING:
@@ -854,7 +854,7 @@ class Client:
         specs: dict[Key, dict[str, Any]] = {}
         for key, node in tasks.items():
             spec: dict[str, Any] = {
-                "run_spec": as_serialized(node),
+                "run_spec": serialize_task(node),
                 "dependencies": list(node.dependencies),
                 "order": priorities.get(key, 0) if priorities else 0,
             }

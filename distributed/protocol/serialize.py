@@ -25,6 +25,11 @@ from __future__ import annotations
 import io
 import logging
 import pickle
+import sys
+import threading
+import types
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, Final, Union
 
@@ -43,6 +48,7 @@ __all__ = [
     "to_serialize",
     "unwrap",
     "nbytes_of_frames",
+    "serialize_task",
     "SerializationError",
 ]
 
@@ -211,6 +217,80 @@ def serialize(obj: Any) -> tuple[dict[str, Any], list[Frame]]:
     return {"s": "pickle"}, frames
 
 
+def _pickled_by_value(obj: Any) -> bool:
+    """Whether a function or class cannot be pickled by reference (it would not import elsewhere)."""
+    module = getattr(obj, "__module__", None)
+    if module == "__main__" or module is None:
+        return True
+    qualname = getattr(obj, "__qualname__", "")
+    if "<lambda>" in qualname or "<locals>" in qualname:
+        return True
+    return module not in sys.modules
+
+
+_by_value: weakref.WeakKeyDictionary[Any, bytes] = weakref.WeakKeyDictionary()
+_by_value_lock = threading.Lock()
+
+
+class _TaskPickler(pickle.Pickler):
+    """Pickles a task; functions and classes that need cloudpickle are
+    cloudpickled once per object and the bytes reused for every task."""
+
+    def persistent_id(self, obj: Any) -> Any:
+        if isinstance(obj, (types.FunctionType, type)) and _pickled_by_value(obj):
+            try:
+                blob = _by_value.get(obj)
+            except TypeError:
+                blob = None
+            if blob is None:
+                blob = cloudpickle.dumps(obj, protocol=HIGHEST_PROTOCOL)
+                try:
+                    with _by_value_lock:
+                        _by_value[obj] = blob
+                except TypeError:
+                    pass
+            return ("v", blob)
+        return None
+
+
+_loaded: OrderedDict[bytes, Any] = OrderedDict()
+_LOADED_MAX: Final = 1000
+
+
+class _TaskUnpickler(pickle.Unpickler):
+    def persistent_load(self, pid: Any) -> Any:
+        if not (isinstance(pid, tuple) and len(pid) == 2 and pid[0] == "v" and isinstance(pid[1], bytes)):
+            raise pickle.UnpicklingError(f"Unknown persistent id {pid!r}")
+        blob = pid[1]
+        obj = _loaded.get(blob)
+        if obj is None:
+            obj = pickle.loads(blob)
+            _loaded[blob] = obj
+            if len(_loaded) > _LOADED_MAX:
+                _loaded.popitem(last=False)
+        return obj
+
+
+def serialize_task(obj: Any) -> Serialized:
+    """Serialise a task's run specification.
+
+    Like :func:`serialize`, but functions and classes that must travel by
+    value (defined in ``__main__``, lambdas, local functions) are
+    cloudpickled once per object and reused, so a ``map`` over a lambda pays
+    for cloudpickle once instead of once per task.
+    """
+    buffers: list[pickle.PickleBuffer] = []
+    f = io.BytesIO()
+    try:
+        _TaskPickler(f, protocol=HIGHEST_PROTOCOL, buffer_callback=buffers.append).dump(obj)
+    except Exception:
+        header, frames = serialize(obj)
+        return Serialized(header, frames)
+    out: list[Frame] = [f.getvalue()]
+    out.extend(_buffer_frame(b) for b in buffers)
+    return Serialized({"s": "task"}, out)
+
+
 def deserialize(header: dict[str, Any], frames: Sequence[Frame]) -> Any:
     """Inverse of :func:`serialize`.
 
@@ -220,11 +300,13 @@ def deserialize(header: dict[str, Any], frames: Sequence[Frame]) -> Any:
         For an unknown serialiser or frames that do not unpickle.
     """
     kind = header.get("s")
-    if kind != "pickle":
+    if kind not in ("pickle", "task"):
         raise SerializationError(f"Unknown serializer {kind!r}")
     if not frames:
         raise SerializationError("No frames to deserialize")
     try:
+        if kind == "task":
+            return _TaskUnpickler(io.BytesIO(frames[0]), buffers=frames[1:]).load()
         return pickle_loads(frames[0], frames[1:])
     except Exception as e:
         raise SerializationError(f"Could not deserialize object: {e!r}") from e
