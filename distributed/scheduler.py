@@ -156,6 +156,7 @@ class Scheduler(Server):
         self.default_durations: dict[str, float] = {
             k: float(parse_timedelta(v) or 0) for k, v in dask.config.get("distributed.scheduler.default-task-durations", {}).items()
         }
+        self.root_latency_budget = float(parse_timedelta(dask.config.get("distributed.scheduler.root-task-latency-budget", "5ms")) or 0.0)
         sat = dask.config.get("distributed.scheduler.worker-saturation")
         self.worker_saturation = float(sat) if sat not in (None, "inf") else math.inf
         if not self.worker_saturation > 0:
@@ -498,16 +499,27 @@ class Scheduler(Server):
     def _is_queueable(self, ts: TaskState) -> bool:
         return not ts.dependencies and not ts.has_restrictions and self.worker_saturation != math.inf
 
-    def _slots(self, ws: WorkerState) -> int:
-        return max(math.ceil(self.worker_saturation * ws.nthreads), 1) - len(ws.processing) + len(ws.long_running)
+    def _slots(self, ws: WorkerState, duration: float) -> int:
+        """Root tasks ``ws`` may take now, for tasks expected to run ``duration`` s.
 
-    def _worker_with_room(self) -> WorkerState | None:
+        ``worker-saturation`` bounds root tasks per thread so that their
+        outputs do not pile up in memory.  Tasks measured to finish in well
+        under the latency budget cannot produce much each, and with one or two
+        per thread a worker would spend most of its time waiting for the next
+        one: they get enough extra slots to cover the budget.
+        """
+        base = max(math.ceil(self.worker_saturation * ws.nthreads), 1)
+        if 0 <= duration < self.root_latency_budget:
+            base += min(int(ws.nthreads * self.root_latency_budget / max(duration, 1e-5)), 1000 * ws.nthreads)
+        return base - len(ws.processing) + len(ws.long_running)
+
+    def _worker_with_room(self, duration: float) -> WorkerState | None:
         best: WorkerState | None = None
         best_room = 0
         for ws in self.workers.values():
             if ws.status != "running":
                 continue
-            room = self._slots(ws)
+            room = self._slots(ws, duration)
             if room > best_room:
                 best, best_room = ws, room
         return best
@@ -519,7 +531,7 @@ class Scheduler(Server):
         elif start == "queued":
             self.n_queued -= 1
         if self._is_queueable(ts):
-            ws = self._worker_with_room()
+            ws = self._worker_with_room(ts.prefix.duration_average)
             if ws is None:
                 ts.state = "queued"
                 self.n_queued += 1
@@ -599,7 +611,7 @@ class Scheduler(Server):
 
     def _fill_from_queue(self, ws: WorkerState, out: Out) -> None:
         queue = self.queued
-        room = self._slots(ws)
+        room = self._slots(ws, queue[0][1].prefix.duration_average if queue else -1.0)
         while room > 0 and queue:
             _, qts = heapq.heappop(queue)
             if qts.state != "queued":
