@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import concurrent.futures
 import itertools
+import logging
 import queue
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 __all__ = ["ThreadPool"]
+
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -39,7 +42,7 @@ class ThreadPool:
             raise ValueError("A thread pool needs at least one thread")
         self.max_workers = max_workers
         self.name = name
-        self._work: queue.SimpleQueue[tuple[concurrent.futures.Future[Any], Callable[..., Any], tuple[Any, ...], dict[str, Any]] | None] = queue.SimpleQueue()
+        self._work: queue.SimpleQueue[tuple[concurrent.futures.Future[Any] | None, Callable[..., Any], tuple[Any, ...], dict[str, Any]] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._threads: set[threading.Thread] = set()
         self._seceded: set[threading.Thread] = set()
@@ -58,6 +61,17 @@ class ThreadPool:
                 t.start()
         return future
 
+    def submit_nowait(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Schedule ``fn(*args)`` without a future; ``fn`` reports its own result."""
+        if self._shutdown:
+            raise RuntimeError("Thread pool is shut down")
+        self._work.put((None, fn, args, {}))
+        with self._lock:
+            if len(self._threads) < self.max_workers:
+                t = threading.Thread(target=self._run, name=f"{self.name}-{next(_names)}", daemon=True)
+                self._threads.add(t)
+                t.start()
+
     def _run(self) -> None:
         _local.pool = self
         _local.seceded = False
@@ -68,7 +82,12 @@ class ThreadPool:
                 if item is None:
                     return
                 future, fn, args, kwargs = item
-                if future.set_running_or_notify_cancel():
+                if future is None:
+                    try:
+                        fn(*args, **kwargs)
+                    except BaseException:
+                        logger.exception("Uncaught error in a thread-pool job")
+                elif future.set_running_or_notify_cancel():
                     try:
                         result = fn(*args, **kwargs)
                     except BaseException as e:

@@ -176,6 +176,9 @@ class Worker(Server):
         self._client: Client | None = None
         self._stream_task: asyncio.Task[None] | None = None
         self._running_tasks: set[asyncio.Task[Any]] = set()
+        self._results: list[StateMachineEvent] = []
+        self._results_lock = threading.Lock()
+        self._results_wake_pending = False
         self.outgoing_transfer_count = 0
         self.incoming_transfer_count = 0
         handlers: dict[str, Route[Any]] = {
@@ -368,7 +371,7 @@ class Worker(Server):
             if isinstance(inst, SendMessage):
                 to_scheduler.append(inst.msg)
             elif isinstance(inst, Execute):
-                self._start_task(self.execute(inst.key, inst.run_id), f"execute-{inst.key}")
+                self._execute_now(inst.key, inst.run_id)
             elif isinstance(inst, GatherDep):
                 self._start_task(self.gather_dep(inst.worker, inst.keys), f"gather-{inst.worker}")
         if to_scheduler and self.batched_stream is not None:
@@ -406,6 +409,86 @@ class Worker(Server):
         self.spawn(self.close(reason=msg.get("reason", "scheduler-request")), name="close-worker")
 
     # -- running tasks ----------------------------------------------------------------
+    def _execute_now(self, key: Key, run_id: int) -> None:
+        """Hand a task to the thread pool straight away.
+
+        The common case skips a coroutine per task: the thread reports its
+        result through :meth:`_post_result`, which wakes the loop once for
+        however many results are waiting.  Async tasks and large run specs
+        take the :meth:`execute` coroutine instead.
+        """
+        state = self.state
+        assert state is not None and self.loop is not None
+        ts = state.tasks.get(key)
+        if ts is None:
+            return
+        run_spec = ts.run_spec
+        frames = getattr(run_spec, "frames", None)
+        large = frames is not None and sum(len(f) for f in frames) > 100_000
+        if ts.state != "executing" or large:
+            self._start_task(self.execute(key, run_id), f"execute-{key}")
+            return
+        try:
+            node = unwrap(run_spec)
+            args = {dep.key: self.data[dep.key] for dep in ts.dependencies}
+        except Exception:
+            self._start_task(self.execute(key, run_id), f"execute-{key}")
+            return
+        if getattr(node, "is_coro", False):
+            self._start_task(self.execute(key, run_id), f"execute-{key}")
+            return
+        self.executor.submit_nowait(self._run_task_in_thread, node, args, key, run_id)
+
+    def _run_task_in_thread(self, node: Any, args: dict[Key, Any], key: Key, run_id: int) -> None:
+        start = time.time()
+        ev: StateMachineEvent
+        try:
+            with _TaskContext(self, key):
+                value = node(args)
+            nbytes, type_name = sizeof(value), typename(type(value))
+            stop = time.time()
+            ev = ExecuteSuccess(
+                stimulus_id=f"task-finished-{stop}", key=key, run_id=run_id, value=value, nbytes=nbytes, type=type_name, start=start, stop=stop
+            )
+        except Reschedule:
+            ev = RescheduleEvent(stimulus_id=f"reschedule-{time.time()}", key=key, run_id=run_id)
+        except BaseException as e:
+            stop = time.time()
+            err = error_message(e, e.__traceback__)
+            ev = ExecuteFailure(
+                stimulus_id=f"task-erred-{stop}",
+                key=key,
+                run_id=run_id,
+                exception=err["exception"],
+                traceback=err["traceback"],
+                text=err["text"],
+                start=start,
+                stop=stop,
+            )
+        self._post_result(ev)
+
+    def _post_result(self, ev: StateMachineEvent) -> None:
+        """Queue a result from a pool thread; wake the loop once per batch."""
+        with self._results_lock:
+            self._results.append(ev)
+            if self._results_wake_pending:
+                return
+            self._results_wake_pending = True
+        loop = self.loop
+        try:
+            if loop is not None:
+                loop.call_soon_threadsafe(self._drain_results)
+        except RuntimeError:
+            pass  # the loop closed: the worker is gone
+
+    def _drain_results(self) -> None:
+        with self._results_lock:
+            events = list(self._results)
+            self._results.clear()
+            self._results_wake_pending = False
+        if events:
+            self.handle_stimulus(*events)
+
     async def execute(self, key: Key, run_id: int) -> None:
         """Run one task and report how it went."""
         state = self.state
