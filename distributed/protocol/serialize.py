@@ -271,24 +271,45 @@ class _TaskUnpickler(pickle.Unpickler):
         return obj
 
 
+def _dumps_task_state(obj: Any, buffers: list[pickle.PickleBuffer]) -> bytes:
+    """Plain pickle when everything pickles by reference, else the caching pickler."""
+    try:
+        payload = pickle.dumps(obj, protocol=HIGHEST_PROTOCOL, buffer_callback=buffers.append)
+        if not _needs_cloudpickle(payload):
+            return payload
+    except Exception:
+        pass
+    buffers.clear()
+    f = io.BytesIO()
+    _TaskPickler(f, protocol=HIGHEST_PROTOCOL, buffer_callback=buffers.append).dump(obj)
+    return f.getvalue()
+
+
 def serialize_task(obj: Any) -> Serialized:
     """Serialise a task's run specification.
 
-    Like :func:`serialize`, but functions and classes that must travel by
-    value (defined in ``__main__``, lambdas, local functions) are
-    cloudpickled once per object and reused, so a ``map`` over a lambda pays
-    for cloudpickle once instead of once per task.
+    Like :func:`serialize`, with two shortcuts for the common case: a plain
+    ``Task`` travels as ``(key, func, args, kwargs)`` and is rebuilt on the
+    worker, and functions or classes that must travel by value (defined in
+    ``__main__``, lambdas, local functions) are cloudpickled once per object
+    and reused, so a ``map`` over a lambda pays for cloudpickle once.
     """
+    from dask._task_spec import Task
+
     buffers: list[pickle.PickleBuffer] = []
-    f = io.BytesIO()
     try:
-        _TaskPickler(f, protocol=HIGHEST_PROTOCOL, buffer_callback=buffers.append).dump(obj)
+        if type(obj) is Task and not obj.data_producer:
+            payload = _dumps_task_state((obj.key, obj.func, obj.args, obj.kwargs), buffers)
+            kind = "task-args"
+        else:
+            payload = _dumps_task_state(obj, buffers)
+            kind = "task"
     except Exception:
         header, frames = serialize(obj)
         return Serialized(header, frames)
-    out: list[Frame] = [f.getvalue()]
+    out: list[Frame] = [payload]
     out.extend(_buffer_frame(b) for b in buffers)
-    return Serialized({"s": "task"}, out)
+    return Serialized({"s": kind}, out)
 
 
 def deserialize(header: dict[str, Any], frames: Sequence[Frame]) -> Any:
@@ -300,13 +321,18 @@ def deserialize(header: dict[str, Any], frames: Sequence[Frame]) -> Any:
         For an unknown serialiser or frames that do not unpickle.
     """
     kind = header.get("s")
-    if kind not in ("pickle", "task"):
+    if kind not in ("pickle", "task", "task-args"):
         raise SerializationError(f"Unknown serializer {kind!r}")
     if not frames:
         raise SerializationError("No frames to deserialize")
     try:
         if kind == "task":
             return _TaskUnpickler(io.BytesIO(frames[0]), buffers=frames[1:]).load()
+        if kind == "task-args":
+            from dask._task_spec import Task
+
+            key, func, args, kwargs = _TaskUnpickler(io.BytesIO(frames[0]), buffers=frames[1:]).load()
+            return Task(key, func, *args, **kwargs)
         return pickle_loads(frames[0], frames[1:])
     except Exception as e:
         raise SerializationError(f"Could not deserialize object: {e!r}") from e
