@@ -1,0 +1,172 @@
+"""``python -m benchmarks``: run the suite, compare two result files, or gate on a baseline.
+
+Commands
+--------
+``run [--quick|--full] [--out results.json] [--only name,...] [--exclude text;...] [--repeat N]``
+    Run a set of workloads (each in its own subprocess, with a timeout), print
+    a table and write JSON.
+``compare A.json B.json``
+    Side-by-side medians and ratios (e.g. this project against another
+    ``distributed``).
+``gate --baseline benchmarks/baseline.json --results results.json [--threshold 0.5]``
+    Exit 1 when a gated ratio to the threads floor grew by more than the threshold.
+``baseline RUN.json [RUN.json ...] --out benchmarks/baseline.json``
+    Write a baseline from one or more runs, keeping the largest ratio of each metric.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _load(path: str) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(Path(path).read_text())
+    return doc
+
+
+def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
+    from benchmarks.report import results_table
+    from benchmarks.runner import run_suite
+    from benchmarks.suites import SUITES
+
+    suite = "full" if args.full else "quick"
+    cases = SUITES[suite]
+    if args.only:
+        wanted = {w.strip() for w in args.only.split(",") if w.strip()}
+        unknown = wanted - {c["workload"] for c in cases}
+        if unknown:
+            print(f"unknown workloads for the {suite} set: {', '.join(sorted(unknown))}", file=sys.stderr)
+            return 2
+        cases = [c for c in cases if c["workload"] in wanted]
+    if args.exclude:
+        from benchmarks.suites import case_name
+
+        drop = [x.strip() for x in args.exclude.split(";") if x.strip()]
+        cases = [c for c in cases if not any(x in case_name(c["workload"], c["params"]) for x in drop)]
+    doc = run_suite(cases, suite, args.repeat, argv)
+    if args.out:
+        Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
+    print(results_table(doc))
+    if args.out:
+        print(f"wrote {args.out}")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from benchmarks.report import compare_table
+
+    print(compare_table(_load(args.a), _load(args.b)))
+    return 0
+
+
+def cmd_gate(args: argparse.Namespace) -> int:
+    from benchmarks.gate import failing_cases, gate, keep_best
+
+    baseline, results = _load(args.baseline), _load(args.results)
+    passed, text = gate(baseline, results, args.threshold)
+    print(text)
+    if passed or not args.rerun:
+        return 0 if passed else 1
+    from benchmarks.runner import run_suite
+    from benchmarks.suites import SUITES, case_name
+
+    bad = set(failing_cases(baseline, results, args.threshold))
+    cases = [c for c in SUITES[results.get("suite", "quick")] if case_name(c["workload"], c["params"]) in bad]
+    print(f"\nre-running {len(cases)} failing case(s) once; each ratio keeps the better of the two runs", flush=True)
+    again = run_suite(cases, results.get("suite", "quick"), None, ["gate", "--rerun"])
+    passed, text = gate(baseline, keep_best(results, again), args.threshold)
+    print(text)
+    return 0 if passed else 1
+
+
+def cmd_baseline(args: argparse.Namespace) -> int:
+    from benchmarks.gate import merge_baseline
+
+    doc = merge_baseline([_load(p) for p in args.runs])
+    Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"wrote {args.out} from {len(args.runs)} run(s)")
+    return 0
+
+
+def cmd_one(args: argparse.Namespace) -> int:
+    from benchmarks.runner import run_one_inline
+
+    record = run_one_inline(args.workload, json.loads(args.params), args.repeat)
+    text = json.dumps(record)
+    if args.result_file:
+        Path(args.result_file).write_text(text)
+    else:
+        print(text)
+    return 0 if record["status"] == "ok" else 1
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    from benchmarks.clusters import run_probe
+
+    run_probe(args.address, args.out, args.stop, args.ready, args.interval)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from benchmarks.gate import DEFAULT_THRESHOLD
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run the benchmark suite")
+    size = run.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="small sizes, about two minutes (default)")
+    size.add_argument("--full", action="store_true", help="the full sizes (tens of minutes)")
+    run.add_argument("--out", help="write results as JSON to this file")
+    run.add_argument("--only", help="comma-separated workload names")
+    run.add_argument("--exclude", help="semicolon-separated substrings of case names to leave out, e.g. 'n=1000000'")
+    run.add_argument("--repeat", type=int, default=None, help="timed repeats per case (after one warm-up)")
+
+    cmp = sub.add_parser("compare", help="compare two result files side by side")
+    cmp.add_argument("a")
+    cmp.add_argument("b")
+
+    g = sub.add_parser("gate", help="fail when a ratio to the threads floor regressed")
+    g.add_argument("--baseline", required=True)
+    g.add_argument("--results", required=True)
+    g.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD, help="allowed growth of a ratio (0.5 = 50 %%)")
+    g.add_argument("--rerun", action="store_true", help="re-run failing cases once and keep each ratio's better run")
+
+    b = sub.add_parser("baseline", help="write a gate baseline from one or more result files")
+    b.add_argument("runs", nargs="+")
+    b.add_argument("--out", required=True)
+
+    one = sub.add_parser("_one", help=argparse.SUPPRESS)
+    one.add_argument("workload")
+    one.add_argument("params")
+    one.add_argument("--repeat", type=int, default=3)
+    one.add_argument("--result-file")
+
+    probe = sub.add_parser("_probe", help=argparse.SUPPRESS)
+    probe.add_argument("address")
+    probe.add_argument("out")
+    probe.add_argument("stop")
+    probe.add_argument("ready")
+    probe.add_argument("interval", type=float)
+
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        return cmd_run(args, argv)
+    if args.command == "compare":
+        return cmd_compare(args)
+    if args.command == "gate":
+        return cmd_gate(args)
+    if args.command == "baseline":
+        return cmd_baseline(args)
+    if args.command == "_one":
+        return cmd_one(args)
+    return cmd_probe(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,281 @@
+"""Clusters for the workloads, started only through public entry points.
+
+* :func:`local_cluster`: ``LocalCluster`` + ``Client`` (in-process or worker processes).
+* :class:`CliCluster`: the scheduler and workers as separate processes started
+  with ``python -m distributed.cli.dask_scheduler`` / ``dask_worker``, so the
+  scheduler's own CPU time and memory can be read with psutil.
+* :class:`StallProbe`: a separate process that times ``Client.scheduler_info()``
+  round trips, to see how long the scheduler's event loop stops answering.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+#: Workers per cluster and threads per worker (the benchmarks target 2 cores).
+NWORKERS = 2
+THREADS_PER_WORKER = 1
+#: Threads the local ``threads`` floor uses: the same as the cluster has.
+NTHREADS = NWORKERS * THREADS_PER_WORKER
+
+#: Directory that holds the ``benchmarks`` package; children need it on their path.
+BENCH_ROOT = Path(__file__).resolve().parent.parent
+
+
+def child_env() -> dict[str, str]:
+    """Environment for child processes: ``benchmarks`` importable, nothing else changed."""
+    env = dict(os.environ)
+    parts = [str(BENCH_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(parts))
+    return env
+
+
+def check_no_shadowing() -> None:
+    """Refuse to start child processes that would import a different ``distributed``.
+
+    Children get ``BENCH_ROOT`` on their path; if a ``distributed`` package sits
+    there but this interpreter imported another one, they would silently run
+    that source tree instead.
+    """
+    import distributed
+
+    here = Path(distributed.__file__).resolve().parent
+    beside = BENCH_ROOT / "distributed"
+    if beside.is_dir() and beside.resolve() != here:
+        raise RuntimeError(
+            f"a 'distributed' package next to benchmarks/ would shadow the one under test ({here}); "
+            "copy benchmarks/ to a directory of its own (see benchmarks/README.md)"
+        )
+
+
+@contextmanager
+def local_cluster(processes: bool) -> Iterator[Any]:
+    """A ``LocalCluster`` of :data:`NWORKERS` single-threaded workers and a client to it."""
+    from distributed import Client, LocalCluster
+
+    cluster = LocalCluster(
+        n_workers=NWORKERS,
+        threads_per_worker=THREADS_PER_WORKER,
+        processes=processes,
+        dashboard_address=None,
+    )
+    try:
+        client = Client(cluster)
+        try:
+            client.wait_for_workers(NWORKERS, timeout=60)
+            yield client
+        finally:
+            client.close()
+    finally:
+        cluster.close()
+
+
+def settle(client: Any, timeout: float = 30.0) -> None:
+    """Wait until the scheduler has forgotten every task (released futures reach it)."""
+    from benchmarks.tasks import scheduler_task_count
+
+    gc.collect()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if client.run_on_scheduler(scheduler_task_count) == 0:
+            return
+        time.sleep(0.02)
+
+
+def _rss_peak_bytes(pid: int) -> int | None:
+    """Peak resident set size of ``pid`` (Linux ``VmHWM``), or None where unknown."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+class CliCluster:
+    """Scheduler and workers as separate processes, started from their command lines."""
+
+    def __init__(self, nworkers: int = NWORKERS, nthreads: int = THREADS_PER_WORKER) -> None:
+        self.nworkers = nworkers
+        self.nthreads = nthreads
+        self._tmp = tempfile.TemporaryDirectory(prefix="bench-cluster-")
+        self.dir = Path(self._tmp.name)
+        self.scheduler_file = self.dir / "scheduler.json"
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.scheduler: subprocess.Popen[bytes] | None = None
+        self.address = ""
+        self.client: Any = None
+
+    def _spawn(self, args: list[str], log: str) -> subprocess.Popen[bytes]:
+        with open(self.dir / log, "wb") as out:
+            proc = subprocess.Popen(
+                [sys.executable, *args], stdout=out, stderr=subprocess.STDOUT, env=child_env(), cwd=str(self.dir)
+            )
+        self.procs.append(proc)
+        return proc
+
+    def log_tail(self, n: int = 2000) -> str:
+        text = []
+        for p in sorted(self.dir.glob("*.log")):
+            text.append(f"--- {p.name}\n{p.read_text(errors='replace')[-n:]}")
+        return "\n".join(text)
+
+    def start(self, timeout: float = 60.0) -> CliCluster:
+        from distributed import Client
+
+        check_no_shadowing()
+        self.scheduler = self._spawn(
+            [
+                "-m", "distributed.cli.dask_scheduler",
+                "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+                "--scheduler-file", str(self.scheduler_file),
+            ],
+            "scheduler.log",
+        )
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.scheduler.poll() is not None:
+                raise RuntimeError(f"scheduler exited with {self.scheduler.returncode}\n{self.log_tail()}")
+            try:
+                self.address = json.loads(self.scheduler_file.read_text())["address"]
+                break
+            except (OSError, ValueError, KeyError):
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"scheduler did not write its file\n{self.log_tail()}")
+            time.sleep(0.05)
+        for i in range(self.nworkers):
+            self._spawn(
+                [
+                    "-m", "distributed.cli.dask_worker", self.address,
+                    "--nthreads", str(self.nthreads), "--no-nanny", "--no-dashboard",
+                    "--host", "127.0.0.1", "--name", f"bench-{i}",
+                ],
+                f"worker-{i}.log",
+            )
+        self.client = Client(self.address, timeout=timeout)
+        self.client.wait_for_workers(self.nworkers, timeout=timeout)
+        return self
+
+    @property
+    def scheduler_pid(self) -> int:
+        assert self.scheduler is not None
+        return self.scheduler.pid
+
+    def scheduler_cpu(self) -> float:
+        """User + system CPU seconds the scheduler process has used so far."""
+        import psutil
+
+        t = psutil.Process(self.scheduler_pid).cpu_times()
+        return float(t.user + t.system)
+
+    def scheduler_rss(self) -> int:
+        import psutil
+
+        return int(psutil.Process(self.scheduler_pid).memory_info().rss)
+
+    def scheduler_peak_rss(self) -> int | None:
+        return _rss_peak_bytes(self.scheduler_pid)
+
+    def close(self) -> None:
+        if self.client is not None:
+            try:
+                self.client.close(timeout=10)
+            except Exception:  # noqa: BLE001 - closing is best effort
+                pass
+            self.client = None
+        # Workers first, then the scheduler: each by its own PID.
+        for proc in [p for p in self.procs if p is not self.scheduler] + ([self.scheduler] if self.scheduler else []):
+            _stop(proc)
+        self.procs.clear()
+        self._tmp.cleanup()
+
+    def __enter__(self) -> CliCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _stop(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+    if proc.poll() is not None:
+        return
+    try:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout)
+    except ProcessLookupError:
+        pass
+
+
+class StallProbe:
+    """Time ``scheduler_info()`` round trips from a separate process.
+
+    The longest round trip while the scheduler ingests a graph bounds how long
+    its event loop was busy without answering anyone.
+    """
+
+    def __init__(self, address: str, interval: float = 0.005) -> None:
+        self._tmp = tempfile.TemporaryDirectory(prefix="bench-probe-")
+        d = Path(self._tmp.name)
+        self.out, self.stop_file, self.ready = d / "samples.json", d / "stop", d / "ready"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks", "_probe", address, str(self.out), str(self.stop_file), str(self.ready), str(interval)],
+            env=child_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=open(d / "probe.log", "wb"),  # noqa: SIM115 - closed with the directory
+        )
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.ready.exists():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("stall probe did not start")
+            time.sleep(0.02)
+
+    def finish(self, timeout: float = 60.0) -> list[tuple[float, float]]:
+        """Stop the probe; return ``(wall time sent, round-trip seconds)`` samples."""
+        self.stop_file.touch()
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            _stop(self.proc)
+        try:
+            samples = [(float(a), float(b)) for a, b in json.loads(self.out.read_text())]
+        except (OSError, ValueError):
+            samples = []
+        self._tmp.cleanup()
+        return samples
+
+
+def run_probe(address: str, out: str, stop: str, ready: str, interval: float, limit: float = 3600.0) -> None:
+    """Body of ``python -m benchmarks _probe``."""
+    from distributed import Client
+
+    samples: list[tuple[float, float]] = []
+    deadline = time.monotonic() + limit
+    with Client(address, timeout=30) as client:
+        client.scheduler_info()
+        Path(ready).touch()
+        while not os.path.exists(stop) and time.monotonic() < deadline:
+            sent = time.time()
+            t0 = time.perf_counter()
+            client.scheduler_info()
+            samples.append((sent, time.perf_counter() - t0))
+            time.sleep(interval)
+    Path(out).write_text(json.dumps(samples))

@@ -1,0 +1,1 @@
+"""Microbenchmarks of this project's internals (pytest-benchmark); skipped elsewhere."""

@@ -1,0 +1,58 @@
+"""Which workloads run with which parameters in the ``--quick`` and ``--full`` sets."""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+
+class Case(TypedDict):
+    workload: str
+    params: dict[str, Any]
+    #: Seconds the whole case (its own subprocess) may take before it is stopped.
+    timeout: float
+    #: Repeats for this case when ``--repeat`` is not given.
+    repeat: int
+
+
+def case(workload: str, timeout: float, repeat: int = 3, **params: Any) -> Case:
+    return Case(workload=workload, params=params, timeout=timeout, repeat=repeat)
+
+
+#: Small sizes: the whole set runs in about two minutes on two cores.
+QUICK: list[Case] = [
+    case("map_noop", 60, n=2000, processes=False),
+    case("submit_chain", 60, n=200),
+    case("array_sum", 60, size=2000, chunks=200),
+    case("delayed_tree", 60, depth=10),
+    case("dataframe_shuffle", 60, npartitions=20, rows=2000),
+    case("transfer", 90, mb=20),
+    case("large_graph", 90, repeat=1, n=10_000),
+    case("startup", 60, processes=False),
+    case("scheduler_cpu_per_task", 90, n=2000),
+]
+
+#: The sizes of the issue.  The 1M-task graph is last: it may hit its timeout.
+FULL: list[Case] = [
+    case("map_noop", 300, n=10_000, processes=False),
+    case("map_noop", 300, n=10_000, processes=True),
+    case("map_noop", 600, n=50_000, processes=False),
+    case("map_noop", 600, n=50_000, processes=True),
+    case("submit_chain", 300, n=2000),
+    case("array_sum", 600, size=20_000, chunks=200),
+    case("delayed_tree", 300, depth=13),
+    case("dataframe_shuffle", 600, npartitions=100, rows=10_000),
+    case("transfer", 300, mb=200),
+    case("startup", 300, processes=False),
+    case("startup", 300, processes=True),
+    case("scheduler_cpu_per_task", 600, n=10_000),
+    case("large_graph", 900, repeat=1, n=100_000),
+    case("large_graph", 1800, repeat=1, n=1_000_000),
+]
+
+SUITES: dict[str, list[Case]] = {"quick": QUICK, "full": FULL}
+
+
+def case_name(workload: str, params: dict[str, Any]) -> str:
+    """A stable name such as ``map_noop[n=2000,processes=False]``."""
+    inner = ",".join(f"{k}={params[k]}" for k in sorted(params))
+    return f"{workload}[{inner}]"

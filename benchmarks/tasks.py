@@ -1,0 +1,53 @@
+"""Small task functions the workloads run.
+
+They live in their own importable module so workers started as separate
+processes (``dask worker`` or spawned ``LocalCluster`` workers) can unpickle
+them by reference.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def noop(x: Any) -> Any:
+    """Return the argument unchanged."""
+    return x
+
+
+def inc(x: int) -> int:
+    return x + 1
+
+
+def add(x: int, y: int) -> int:
+    return x + y
+
+
+def make_array(nbytes: int) -> Any:
+    """A float64 NumPy array of about ``nbytes`` bytes, filled with ones."""
+    import numpy as np
+
+    return np.ones(max(nbytes // 8, 1), dtype="f8")
+
+
+def array_nbytes(x: Any) -> int:
+    return int(x.nbytes)
+
+
+def make_partition(i: int, rows: int) -> Any:
+    """One pandas partition for the shuffle workload: an int key and a float value."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(i)
+    return pd.DataFrame({"k": rng.integers(0, 1_000_000, size=rows), "v": rng.random(rows)})
+
+
+def partition_rows(df: Any) -> int:
+    """Rows in a partition (computed after the shuffle, so it cannot be optimised away)."""
+    return int(df["k"].to_numpy().size)
+
+
+def scheduler_task_count(dask_scheduler: Any = None) -> int:
+    """How many tasks the scheduler still tracks (run with ``Client.run_on_scheduler``)."""
+    return len(getattr(dask_scheduler, "tasks", ()))

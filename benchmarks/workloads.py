@@ -1,0 +1,450 @@
+"""The workloads: each measures one thing on ``distributed`` and the same graph locally.
+
+A workload is a function ``(params, repeat) -> list[Metric]``.  It runs one
+warm-up and then ``repeat`` timed repetitions.  Metrics that have a local
+counterpart carry a ``floor``: the same graph run with dask's ``threads`` and
+``sync`` schedulers in the same process, so the ratio distributed / threads
+stays comparable across machines.
+
+Only the public API is used here (``Client``, ``LocalCluster``, ``wait``,
+``dask.*`` and the command lines), so the suite runs against any
+``distributed`` that is importable.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, TypedDict
+
+import dask
+
+from benchmarks import tasks
+from benchmarks.clusters import NTHREADS, CliCluster, StallProbe, local_cluster, settle
+
+Params = dict[str, Any]
+
+
+class Metric(TypedDict):
+    metric: str
+    unit: str
+    values: list[float]
+    #: Scheduler name ("threads", "sync") -> values of the same graph run locally.
+    floor: dict[str, list[float]]
+    #: Whether the regression gate checks this metric's ratio to the threads floor.
+    gate: bool
+    #: True for throughputs (MB/s, tasks/s); ratios are only formed for times.
+    higher_is_better: bool
+    note: str
+
+
+def metric(
+    name: str,
+    unit: str,
+    values: list[float],
+    floor: dict[str, list[float]] | None = None,
+    *,
+    gate: bool = False,
+    higher_is_better: bool = False,
+    note: str = "",
+) -> Metric:
+    return Metric(
+        metric=name, unit=unit, values=list(values), floor=dict(floor or {}), gate=gate,
+        higher_is_better=higher_is_better, note=note,
+    )
+
+
+def timed(fn: Callable[[], object], repeat: int, warmup: int = 1, between: Callable[[], None] | None = None) -> list[float]:
+    """Wall seconds of ``fn()`` over ``repeat`` runs after ``warmup`` untimed ones.
+
+    Whatever ``fn`` returns is kept alive until its clock stops, then dropped,
+    and ``between`` runs (untimed) before the next repetition.
+    """
+    values: list[float] = []
+    for i in range(warmup + repeat):
+        t0 = time.perf_counter()
+        result = fn()
+        dt = time.perf_counter() - t0
+        del result
+        if between is not None:
+            between()
+        if i >= warmup:
+            values.append(dt)
+    return values
+
+
+def local_get(scheduler: str) -> Callable[[dict[Any, Any], Any], Any]:
+    """``get(dsk, keys)`` for dask's local ``threads`` or ``sync`` scheduler."""
+    if scheduler == "threads":
+        import dask.threaded
+
+        return lambda dsk, keys: dask.threaded.get(dsk, keys, num_workers=NTHREADS)
+    import dask.local
+
+    return lambda dsk, keys: dask.local.get_sync(dsk, keys)
+
+
+#: Local floors are cheap and noisy at small sizes: time at least this many runs.
+MIN_FLOOR_REPEATS = 5
+
+
+def floors(run: Callable[[str], object], repeat: int, warmup: int = 1, at_least: int = MIN_FLOOR_REPEATS) -> dict[str, list[float]]:
+    """Time ``run(scheduler)`` on the ``threads`` and ``sync`` schedulers."""
+    n = max(repeat, at_least)
+    return {s: timed(lambda s=s: run(s), n, warmup) for s in ("threads", "sync")}  # type: ignore[misc]
+
+
+#: ``dask.compute`` (dask's stubs leave it untyped).
+_dask_compute: Callable[..., tuple[Any, ...]] = getattr(dask, "compute")
+
+
+def compute_local(coll: Any, scheduler: str) -> Any:
+    if scheduler == "threads":
+        return _dask_compute(coll, scheduler="threads", num_workers=NTHREADS)[0]
+    return _dask_compute(coll, scheduler="sync")[0]
+
+
+def _noop_graph(n: int) -> tuple[dict[Any, Any], list[Any]]:
+    keys = [("noop", i) for i in range(n)]
+    return {k: (tasks.noop, i) for i, k in enumerate(keys)}, keys
+
+
+# -- map_noop -------------------------------------------------------------------------
+def map_noop(p: Params, repeat: int) -> list[Metric]:
+    """``client.map`` of ``n`` no-op tasks, then ``wait``."""
+    from distributed import wait
+
+    n = int(p["n"])
+    with local_cluster(bool(p.get("processes", False))) as client:
+
+        def run() -> object:
+            futures = client.map(tasks.noop, range(n), pure=False)
+            wait(futures)
+            return futures
+
+        values = timed(run, repeat, between=lambda: settle(client))
+
+    def local(s: str) -> object:
+        dsk, keys = _noop_graph(n)
+        return local_get(s)(dsk, keys)
+
+    fl = floors(local, repeat)
+    return [
+        metric("wall", "s", values, fl, gate=True),
+        metric("tasks_per_s", "1/s", [n / v for v in values], higher_is_better=True),
+    ]
+
+
+# -- submit_chain ---------------------------------------------------------------------
+def submit_chain(p: Params, repeat: int) -> list[Metric]:
+    """``n`` dependent submits: the whole chain at once, and one round trip at a time."""
+    n = int(p["n"])
+    with local_cluster(False) as client:
+
+        def chain() -> object:
+            f = client.submit(tasks.inc, 0, pure=False)
+            for _ in range(n - 1):
+                f = client.submit(tasks.inc, f, pure=False)
+            return f.result()
+
+        def round_trips() -> object:
+            x = 0
+            for _ in range(n):
+                x = client.submit(tasks.inc, x, pure=False).result()
+            return x
+
+        chain_values = timed(chain, repeat, between=lambda: settle(client))
+        rtt_values = [v / n for v in timed(round_trips, repeat, between=lambda: settle(client))]
+
+    def local_chain(s: str) -> object:
+        dsk: dict[Any, Any] = {("inc", 0): (tasks.inc, 0)}
+        for i in range(1, n):
+            dsk[("inc", i)] = (tasks.inc, ("inc", i - 1))
+        return local_get(s)(dsk, ("inc", n - 1))
+
+    def local_rtt(s: str) -> object:
+        get = local_get(s)
+        x = 0
+        for _ in range(n):
+            x = get({"x": (tasks.inc, x)}, "x")
+        return x
+
+    fl_rtt = {s: [v / n for v in vs] for s, vs in floors(local_rtt, repeat).items()}
+    return [
+        metric("chain_wall", "s", chain_values, floors(local_chain, repeat), gate=True),
+        metric("round_trip", "s", rtt_values, fl_rtt, gate=True, note="submit + result, one at a time"),
+    ]
+
+
+# -- array_sum ------------------------------------------------------------------------
+def array_sum(p: Params, repeat: int) -> list[Metric]:
+    """``da.ones((size, size), chunks=chunks).sum()``: many chunks and a tree reduction."""
+    import dask.array as da
+
+    size, chunks = int(p["size"]), int(p["chunks"])
+
+    def build() -> Any:
+        return da.ones((size, size), chunks=chunks).sum()
+
+    with local_cluster(False) as client:
+        values = timed(lambda: client.compute(build()).result(), repeat, between=lambda: settle(client))
+    fl = floors(lambda s: compute_local(build(), s), repeat)
+    return [metric("wall", "s", values, fl, gate=True, note=f"{(size // chunks) ** 2} chunks")]
+
+
+# -- delayed_tree ---------------------------------------------------------------------
+def _tree(depth: int) -> Any:
+    delayed: Callable[..., Any] = getattr(dask, "delayed")
+    level = [delayed(tasks.inc)(i) for i in range(2**depth)]
+    while len(level) > 1:
+        level = [delayed(tasks.add)(level[i], level[i + 1]) for i in range(0, len(level), 2)]
+    return level[0]
+
+
+def delayed_tree(p: Params, repeat: int) -> list[Metric]:
+    """Binary reduction of ``2**depth`` leaves built with ``dask.delayed``."""
+    depth = int(p["depth"])
+    with local_cluster(False) as client:
+        values = timed(lambda: client.compute(_tree(depth)).result(), repeat, between=lambda: settle(client))
+    fl = floors(lambda s: compute_local(_tree(depth), s), repeat)
+    return [metric("wall", "s", values, fl, gate=True, note=f"{2 ** (depth + 1) - 1} tasks")]
+
+
+# -- dataframe_shuffle ----------------------------------------------------------------
+def dataframe_shuffle(p: Params, repeat: int) -> list[Metric]:
+    """A task-based shuffle of ``npartitions`` pandas partitions."""
+    import dask.dataframe as dd
+    import pandas as pd
+
+    nparts, rows = int(p["npartitions"]), int(p["rows"])
+    meta = pd.DataFrame({"k": pd.Series([], dtype="i8"), "v": pd.Series([], dtype="f8")})
+
+    def build() -> Any:
+        from_map: Callable[..., Any] = getattr(dd, "from_map")
+        df = from_map(tasks.make_partition, range(nparts), rows=rows, meta=meta, enforce_metadata=False)
+        shuffled = df.shuffle("k", shuffle_method="tasks")
+        return shuffled.map_partitions(tasks.partition_rows, meta=(None, "i8")).sum()
+
+    with dask.config.set({"dataframe.shuffle.method": "tasks"}):
+        with local_cluster(False) as client:
+            values = timed(lambda: client.compute(build()).result(), repeat, between=lambda: settle(client))
+        fl = floors(lambda s: compute_local(build(), s), repeat)
+    return [metric("wall", "s", values, fl, gate=True, note=f"{nparts * rows} rows")]
+
+
+# -- transfer -------------------------------------------------------------------------
+def transfer(p: Params, repeat: int) -> list[Metric]:
+    """Move ``mb`` MB between worker processes, and scatter/gather it from the client."""
+    from distributed import wait
+
+    mb = float(p["mb"])
+    nbytes = int(mb * 1e6)
+    with local_cluster(True) as client:
+        a, b = sorted(client.scheduler_info()["workers"])[:2]
+        data = tasks.make_array(nbytes)
+
+        w2w: list[float] = []
+        graph: list[float] = []
+        scatter: list[float] = []
+        gather: list[float] = []
+        for i in range(repeat + 1):
+            src = client.submit(tasks.make_array, nbytes, workers=[a], pure=False)
+            wait(src)
+            t0 = time.perf_counter()
+            dst = client.submit(tasks.array_nbytes, src, workers=[b], pure=False)
+            assert dst.result() == data.nbytes
+            t1 = time.perf_counter()
+            del src, dst
+            settle(client)
+
+            t2 = time.perf_counter()
+            src = client.submit(tasks.make_array, nbytes, workers=[a], pure=False)
+            dst = client.submit(tasks.array_nbytes, src, workers=[b], pure=False)
+            dst.result()
+            t3 = time.perf_counter()
+            del src, dst
+            settle(client)
+
+            t4 = time.perf_counter()
+            fut = client.scatter(data, workers=[a], hash=False)
+            wait(fut)
+            t5 = time.perf_counter()
+            back = client.gather(fut)
+            t6 = time.perf_counter()
+            assert back.nbytes == data.nbytes
+            del fut, back
+            settle(client)
+            if i > 0:
+                w2w.append(t1 - t0)
+                graph.append(t3 - t2)
+                scatter.append(t5 - t4)
+                gather.append(t6 - t5)
+
+    def local(s: str) -> object:
+        dsk = {"src": (tasks.make_array, nbytes), "dst": (tasks.array_nbytes, "src")}
+        return local_get(s)(dsk, "dst")
+
+    size = data.nbytes / 1e6
+    return [
+        metric("worker_to_worker", "MB/s", [size / v for v in w2w], higher_is_better=True, note="dependency fetched by another worker process"),
+        metric("scatter", "MB/s", [size / v for v in scatter], higher_is_better=True),
+        metric("gather", "MB/s", [size / v for v in gather], higher_is_better=True),
+        metric("make_then_move_wall", "s", graph, floors(local, repeat), note="make on worker A, consume on worker B; locally nothing moves"),
+    ]
+
+
+# -- large_graph ----------------------------------------------------------------------
+def large_graph(p: Params, repeat: int) -> list[Metric]:
+    """``n`` independent tasks against a scheduler in its own process.
+
+    Submission time (``client.map`` returning), time to the first future's
+    result, total time, the scheduler's peak RSS and bytes per task, and the
+    longest ``scheduler_info()`` round trip seen while it ingests the graph.
+    """
+    from distributed import wait
+
+    n = int(p["n"])
+    submit_s: list[float] = []
+    first_s: list[float] = []
+    total_s: list[float] = []
+    peak_mb: list[float] = []
+    per_task: list[float] = []
+    stall_ms: list[float] = []
+    idle_ms: list[float] = []
+    for _ in range(repeat):
+        with CliCluster() as cluster:
+            client = cluster.client
+            wait(client.map(tasks.noop, range(min(n, 1000)), pure=False))
+            settle(client)
+            rss0 = cluster.scheduler_rss()
+            probe = StallProbe(cluster.address)
+            probe.wait_ready()
+            time.sleep(0.2)
+            start_wall = time.time()
+            t0 = time.perf_counter()
+            futures = client.map(tasks.noop, range(n), pure=False)
+            t1 = time.perf_counter()
+            futures[0].result()
+            t2 = time.perf_counter()
+            for i in range(0, n, 10_000):
+                wait(futures[i : i + 10_000])
+            t3 = time.perf_counter()
+            end_wall = time.time()
+            samples = probe.finish()
+            peak = cluster.scheduler_peak_rss()
+            if peak is None:
+                peak = cluster.scheduler_rss()
+            submit_s.append(t1 - t0)
+            first_s.append(t2 - t0)
+            total_s.append(t3 - t0)
+            peak_mb.append(peak / 1e6)
+            per_task.append(max(peak - rss0, 0) / n)
+            during = [lat for sent, lat in samples if sent <= end_wall and sent + lat >= start_wall]
+            before = [lat for sent, lat in samples if sent + lat < start_wall]
+            stall_ms.append(1000 * max(during, default=float("nan")))
+            idle_ms.append(1000 * sorted(before)[len(before) // 2] if before else float("nan"))
+            del futures
+
+    def local(s: str) -> object:
+        dsk, keys = _noop_graph(n)
+        return local_get(s)(dsk, keys)
+
+    fl = floors(local, repeat, warmup=0, at_least=1)
+    return [
+        metric("submit", "s", submit_s, note="client.map returns"),
+        metric("first_result", "s", first_s, note="first future's result, from the start of submission"),
+        metric("total", "s", total_s, fl, note="one run per cluster: not gated"),
+        metric("scheduler_peak_rss", "MB", peak_mb),
+        metric("scheduler_bytes_per_task", "B", per_task, note="(peak RSS - RSS before) / tasks"),
+        metric("max_event_loop_stall", "ms", stall_ms, note="longest scheduler_info() round trip during ingest"),
+        metric("idle_round_trip", "ms", idle_ms, note="median scheduler_info() round trip before submission"),
+    ]
+
+
+# -- startup --------------------------------------------------------------------------
+def startup(p: Params, repeat: int) -> list[Metric]:
+    """``LocalCluster`` up, first result, close."""
+    from distributed import Client, LocalCluster
+
+    processes = bool(p.get("processes", False))
+    up: list[float] = []
+    first: list[float] = []
+    close: list[float] = []
+    total: list[float] = []
+    for i in range(repeat + 1):
+        t0 = time.perf_counter()
+        cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=processes, dashboard_address=None)
+        client = Client(cluster)
+        client.wait_for_workers(2, timeout=60)
+        t1 = time.perf_counter()
+        assert client.submit(tasks.inc, 1, pure=False).result() == 2
+        t2 = time.perf_counter()
+        client.close()
+        cluster.close()
+        t3 = time.perf_counter()
+        if i > 0:
+            up.append(t1 - t0)
+            first.append(t2 - t1)
+            close.append(t3 - t2)
+            total.append(t3 - t0)
+
+    def local(s: str) -> object:
+        return local_get(s)({"x": (tasks.inc, 1)}, "x")
+
+    return [
+        metric("cluster_up", "s", up),
+        metric("first_result", "s", first, floors(local, repeat)),
+        metric("close", "s", close),
+        metric("total", "s", total),
+    ]
+
+
+# -- scheduler_cpu_per_task -----------------------------------------------------------
+def scheduler_cpu_per_task(p: Params, repeat: int) -> list[Metric]:
+    """CPU seconds of the scheduler process per task, the scheduler in its own process."""
+    from distributed import wait
+
+    n = int(p["n"])
+    values: list[float] = []
+    with CliCluster() as cluster:
+        client = cluster.client
+        for i in range(repeat + 1):
+            settle(client)
+            c0 = cluster.scheduler_cpu()
+            wait(client.map(tasks.noop, range(n), pure=False))
+            settle(client)
+            c1 = cluster.scheduler_cpu()
+            if i > 0:
+                values.append((c1 - c0) / n)
+
+    def local_cpu(s: str) -> list[float]:
+        out: list[float] = []
+        for i in range(max(repeat, MIN_FLOOR_REPEATS) + 1):
+            dsk, keys = _noop_graph(n)
+            c0 = time.process_time()
+            local_get(s)(dsk, keys)
+            c1 = time.process_time()
+            if i > 0:
+                out.append((c1 - c0) / n)
+        return out
+
+    fl = {s: local_cpu(s) for s in ("threads", "sync")}
+    return [
+        metric(
+            "cpu_per_task", "s", values, fl, gate=True,
+            note="scheduler process CPU / tasks (includes a few run_on_scheduler polls); floor: whole-process CPU / tasks",
+        )
+    ]
+
+
+WORKLOADS: dict[str, Callable[[Params, int], list[Metric]]] = {
+    "map_noop": map_noop,
+    "submit_chain": submit_chain,
+    "array_sum": array_sum,
+    "delayed_tree": delayed_tree,
+    "dataframe_shuffle": dataframe_shuffle,
+    "transfer": transfer,
+    "large_graph": large_graph,
+    "startup": startup,
+    "scheduler_cpu_per_task": scheduler_cpu_per_task,
+}
