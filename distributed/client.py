@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextvars
+import functools
 import itertools
 import logging
 import threading
@@ -816,24 +817,53 @@ class Client:
         global_annotations: Mapping[str, Any] | None = None,
         user_priority: int = 0,
     ) -> list[Future]:
-        """Ship a graph of GraphNodes and return futures for ``keys`` (on the loop)."""
+        """Ship a graph of GraphNodes; return futures for ``keys``.
+
+        Callable from any thread.  Futures are made first (so no report from
+        the scheduler can arrive before they exist), then the graph goes out
+        in chunks of ``distributed.client.graph-chunk-size`` tasks, each
+        serialised in the calling thread and sent as soon as it is ready: the
+        scheduler starts on the first chunk while later ones are still being
+        prepared, and never ingests the whole graph in one go.  Every chunk
+        but the last asks the scheduler to hold its tasks until the graph is
+        complete.
+        """
         keys = list(keys)
-        specs = self._task_specs(tasks, priorities, annotations)
+        futures = self._run_on_loop(lambda: self._make_futures(keys))
+        chunk_size = max(int(dask.config.get("distributed.client.graph-chunk-size", 10_000)), 1)
+        ordered = _dependencies_first(tasks, priorities) if len(tasks) > chunk_size else list(tasks)
+        wanted = set(keys)
+        graph_id = uuid.uuid4().hex if len(ordered) > chunk_size else None
+        chunks = [ordered[i : i + chunk_size] for i in range(0, len(ordered), chunk_size)] or [[]]
+        sent_keys: set[Key] = set()
+        for i, chunk in enumerate(chunks):
+            final = i == len(chunks) - 1
+            specs = self._task_specs({k: tasks[k] for k in chunk}, priorities, annotations)
+            chunk_keys = [k for k in chunk if k in wanted]
+            if final:
+                chunk_keys.extend(k for k in keys if k not in sent_keys and k not in specs)
+            sent_keys.update(chunk_keys)
+            msg: dict[str, Any] = {
+                "op": "update-graph",
+                "client": self.id,
+                "tasks": specs,
+                "keys": chunk_keys,
+                "priority": user_priority,
+                "stimulus_id": f"update-graph-{time.time()}",
+            }
+            if graph_id is not None:
+                msg["graph"] = graph_id
+                msg["final"] = final
+            if global_annotations:
+                msg["annotations"] = dict(global_annotations)
+            self._run_on_loop(lambda msg=msg: self._send_to_scheduler(msg))  # type: ignore[misc]  # bind msg per chunk
+        return futures
+
+    def _make_futures(self, keys: list[Key]) -> list[Future]:
         futures = [Future(k, self) for k in keys]
         for f in futures:
             if f._fs.status in ("cancelled", "lost"):
                 f._fs.reset()
-        msg: dict[str, Any] = {
-            "op": "update-graph",
-            "client": self.id,
-            "tasks": specs,
-            "keys": keys,
-            "priority": user_priority,
-            "stimulus_id": f"update-graph-{time.time()}",
-        }
-        if global_annotations:
-            msg["annotations"] = dict(global_annotations)
-        self._send_to_scheduler(msg)
         return futures
 
     @staticmethod
@@ -911,7 +941,7 @@ class Client:
             return Future(key, self)
         task = _make_task(key, func, args, kwargs)
         ann = _annotations(workers, resources, retries, allow_other_workers)
-        return self._run_on_loop(lambda: self._send_graph({key: task}, [key], priorities={key: 0}, global_annotations=ann, user_priority=priority)[0])
+        return self._send_graph({key: task}, [key], priorities={key: 0}, global_annotations=ann, user_priority=priority)[0]
 
     def map(
         self,
@@ -955,7 +985,7 @@ class Client:
                 tasks[k] = _make_task(k, func, args, kwargs)
         ann = _annotations(workers, resources, retries, allow_other_workers)
         order = {k: i for i, k in enumerate(tasks)}
-        return self._run_on_loop(lambda: self._send_graph(tasks, keys, priorities=order, global_annotations=ann, user_priority=priority))
+        return self._send_graph(tasks, keys, priorities=order, global_annotations=ann, user_priority=priority)
 
     def _run_on_loop(self, fn: Callable[[], T]) -> T:
         if self._in_loop_thread() or self.loop.is_closed():
@@ -997,15 +1027,13 @@ class Client:
         # after it on the same stream.
         priorities = dask.order.order(graph) if graph else {}
         ann = _annotations(kwargs.get("workers"), kwargs.get("resources"), kwargs.get("retries"), kwargs.get("allow_other_workers", False))
-        return self._run_on_loop(
-            lambda: self._send_graph(
-                graph,
-                keys,
-                priorities={k: int(v) if isinstance(v, int) else int(getattr(v, "priority", 0)) for k, v in priorities.items()},
-                annotations=annotations,
-                global_annotations=ann,
-                user_priority=int(kwargs.get("priority", 0) or 0),
-            )
+        return self._send_graph(
+            graph,
+            keys,
+            priorities={k: int(v) if isinstance(v, int) else int(getattr(v, "priority", 0)) for k, v in priorities.items()},
+            annotations=annotations,
+            global_annotations=ann,
+            user_priority=int(kwargs.get("priority", 0) or 0),
         )
 
     def compute(
@@ -1121,11 +1149,9 @@ class Client:
     def _submit_expr_graph(self, graph: dict[Key, GraphNode], annotations: Mapping[str, Any], keys: list[Key], opts: Mapping[str, Any]) -> list[Future]:
         priorities = dask.order.order(graph) if graph else {}
         ann = _annotations(opts.get("workers"), opts.get("resources"), opts.get("retries"), opts.get("allow_other_workers", False))
-        return self._run_on_loop(
-            lambda: self._send_graph(
-                graph, keys, priorities={k: int(v) if isinstance(v, int) else int(getattr(v, "priority", 0)) for k, v in priorities.items()},
-                annotations=annotations, global_annotations=ann, user_priority=int(opts.get("priority", 0) or 0),
-            )
+        return self._send_graph(
+            graph, keys, priorities={k: int(v) if isinstance(v, int) else int(getattr(v, "priority", 0)) for k, v in priorities.items()},
+            annotations=annotations, global_annotations=ann, user_priority=int(opts.get("priority", 0) or 0),
         )
 
     # -- gathering ------------------------------------------------------------------------------
@@ -1464,6 +1490,40 @@ class _SchedulerHandle:
         return await self._client._scheduler_call({"op": op, **fields})
 
 
+def _dependencies_first(tasks: Mapping[Key, GraphNode], priorities: Mapping[Key, int] | None) -> list[Key]:
+    """The graph's keys in an order where every task comes after its dependencies."""
+    order = sorted(tasks, key=lambda k: (priorities or {}).get(k, 0))
+    seen: set[Key] = set()
+    for k in order:
+        for dep in tasks[k].dependencies:
+            if dep in tasks and dep not in seen:
+                return _toposort(tasks)
+        seen.add(k)
+    return order
+
+
+def _toposort(tasks: Mapping[Key, GraphNode]) -> list[Key]:
+    result: list[Key] = []
+    done: set[Key] = set()
+    for root in tasks:
+        if root in done:
+            continue
+        stack: list[tuple[Key, bool]] = [(root, False)]
+        while stack:
+            k, expanded = stack.pop()
+            if k in done:
+                continue
+            if expanded:
+                done.add(k)
+                result.append(k)
+                continue
+            stack.append((k, True))
+            for dep in tasks[k].dependencies:
+                if dep in tasks and dep not in done:
+                    stack.append((dep, False))
+    return result
+
+
 def _make_task(key: Key, func: Callable[..., Any], args: Iterable[Any], kwargs: Mapping[str, Any]) -> Task:
     """A Task whose futures, also inside lists and dicts, are dependencies."""
     kw: dict[str, Any] = {k: parse_input(v) for k, v in kwargs.items()}
@@ -1646,14 +1706,19 @@ class as_completed:
 
     def add(self, future: Future) -> None:
         """Add a future to watch."""
-        with self.lock:
-            self.futures[future] = self.futures.get(future, 0) + 1
-        future.add_done_callback(self.queue.put)
+        self.update([future])
 
     def update(self, futures: Iterable[Future]) -> None:
         """Add several futures."""
+        futures = list(futures)
+        with self.lock:
+            for f in futures:
+                self.futures[f] = self.futures.get(f, 0) + 1
+        by_client: defaultdict[Client, list[Future]] = defaultdict(list)
         for f in futures:
-            self.add(f)
+            by_client[f.client].append(f)
+        for client, fs in by_client.items():
+            client._call_in_loop(functools.partial(_notify_when_done, fs, self.queue.put))
 
     def count(self) -> int:
         """Futures not yet yielded."""
@@ -1738,6 +1803,16 @@ class as_completed:
         """Forget all futures."""
         with self.lock:
             self.futures.clear()
+
+
+def _notify_when_done(futures: list[Future], put: Callable[[Future], Any]) -> None:
+    """On the client's loop: call ``put(future)`` as each future finishes."""
+    for f in futures:
+        fs = f._fs
+        if fs.done():
+            put(f)
+        else:
+            fs.callbacks.append(functools.partial(put, f))
 
 
 def fire_and_forget(obj: Any) -> None:

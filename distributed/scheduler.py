@@ -887,18 +887,31 @@ class Scheduler(Server):
         user_priority: int = 0,
         annotations: Mapping[str, Any] | None = None,
         stimulus_id: str | None = None,
+        graph: str | None = None,
+        final: bool = True,
     ) -> Out:
         """Add a client's graph and want its ``keys``.
 
         Tasks whose key is already known keep their existing state (a key
         names one computation).  Tasks whose dependencies are neither in the
         graph nor known are cancelled as "lost dependencies".
+
+        A large graph may come in several parts sharing a ``graph`` id: the
+        tasks of every part are held (wanted by a stand-in client) until the
+        ``final`` part arrives, so that nothing a later part depends on is
+        released in between.
         """
         stimulus_id = stimulus_id or f"update-graph-{time.time()}"
         out = Out()
         cs = self.clients.get(client)
         if cs is None:
             cs = self.clients[client] = ClientState(client)
+        holder: ClientState | None = None
+        if graph is not None:
+            hold_id = f"{client}/graph-{graph}"
+            holder = self.clients.get(hold_id)
+            if holder is None:
+                holder = self.clients[hold_id] = ClientState(hold_id)
         self.generation += 1
         generation = self.generation
         global_annotations = dict(annotations or {})
@@ -943,6 +956,12 @@ class Scheduler(Server):
                         lost_set.add(d)
                         d.has_lost_dependencies = True
                         stack.append(d)
+        if holder is not None and not final:
+            for key in tasks:
+                hts = self.tasks.get(key)
+                if hts is not None and not hts.has_lost_dependencies:
+                    hts.who_wants.add(holder)
+                    holder.wants_what.add(hts)
         wanted: list[TaskState] = []
         for key in keys:
             ts = self.tasks.get(key)
@@ -988,7 +1007,17 @@ class Scheduler(Server):
             )
         if lost:
             self._drop_lost(new, recs)
-        return self.transitions(recs, stimulus_id, out)
+        self.transitions(recs, stimulus_id, out)
+        if holder is not None and final:
+            # The whole graph is here: stop holding its parts.
+            out2 = self.remove_client_state(holder.client_key, stimulus_id)
+            for addr, keys_ in out2.free.items():
+                out.free[addr].extend(keys_)
+            for addr, msgs in out2.workers.items():
+                out.workers[addr].extend(msgs)
+            for c, msgs in out2.clients.items():
+                out.clients[c].extend(msgs)
+        return out
 
     def _drop_lost(self, new: list[TaskState], recs: dict[TaskState, str]) -> None:
         """Remove new tasks that cannot run because a dependency is unknown."""
@@ -1449,13 +1478,20 @@ class Scheduler(Server):
         if self.plugins:
             self._plugin_hook("add_client", self, client)
         try:
-            while True:
+            closing = False
+            while not closing:
                 msgs = await comm.read()
                 cs.last_seen = time.time()
-                if isinstance(msgs, (list, tuple)) and any(isinstance(x, dict) and x.get("op") == "close-client" for x in msgs):
-                    self.dispatch_stream([x for x in msgs if not (isinstance(x, dict) and x.get("op") == "close-client")], client)
-                    break
-                self.dispatch_stream(msgs, client)
+                if not isinstance(msgs, (list, tuple)):
+                    msgs = (msgs,)
+                for item in msgs:
+                    if isinstance(item, dict) and item.get("op") == "close-client":
+                        closing = True
+                        break
+                    self.dispatch_stream((item,), client)
+                    if isinstance(item, dict) and item.get("op") == "update-graph":
+                        # Let workers' and other clients' messages in between parts of a graph.
+                        await asyncio.sleep(0)
         except (CommClosedError, asyncio.CancelledError):
             pass
         except Exception:
@@ -1563,6 +1599,8 @@ class Scheduler(Server):
             user_priority=msg.get("priority", 0),
             annotations=msg.get("annotations"),
             stimulus_id=msg.get("stimulus_id"),
+            graph=msg.get("graph"),
+            final=msg.get("final", True),
         )
         self.send_all(out)
 

@@ -38,6 +38,11 @@ logger = logging.getLogger(__name__)
 __all__ = ["dumps", "loads", "ProtocolError"]
 
 EXT_SERIALIZED: Final = 1
+EXT_INLINE: Final = 2
+#: Serialised objects whose frames add up to less than this travel inside
+#: frame 0 instead of as frames of their own (no per-frame cost for the many
+#: small task specifications of a graph).
+INLINE_LIMIT: Final = 16 * 1024
 
 
 class ProtocolError(ValueError):
@@ -66,6 +71,13 @@ def dumps(msg: Any, *, strict: bool = False) -> list[Frame]:
             raise TypeError(f"Cannot encode {type(obj).__name__} in a message")
         else:
             header, sub = serialize(obj)
+        size = 0
+        for f in sub:
+            size += f.nbytes if isinstance(f, memoryview) else len(f)
+        if size < INLINE_LIMIT:
+            return msgpack.ExtType(
+                EXT_INLINE, msgpack.packb((header, [bytes(f) if isinstance(f, memoryview) else f for f in sub]), use_bin_type=True)
+            )
         start = len(frames)
         frames.extend(sub)
         return msgpack.ExtType(
@@ -99,6 +111,17 @@ def loads(frames: Sequence[Frame], *, deserialize: bool = True) -> Any:
     nframes = len(frames)
 
     def ext_hook(code: int, data: bytes) -> Any:
+        if code == EXT_INLINE:
+            try:
+                header, sub = msgpack.unpackb(data, use_list=False, strict_map_key=False)
+            except Exception as e:
+                raise ProtocolError(f"Malformed inline serialized object: {e!r}") from e
+            if not isinstance(header, dict) or not isinstance(sub, tuple) or not all(isinstance(f, bytes) for f in sub):
+                raise ProtocolError("Malformed inline serialized object")
+            inline = Serialized(header, sub)
+            if deserialize:
+                return deserialize_object(inline.header, inline.frames)
+            return inline
         if code != EXT_SERIALIZED:
             raise ProtocolError(f"Unknown msgpack extension {code}")
         try:

@@ -143,6 +143,9 @@ class UpdateGraph(TypedDict):
     priority: NotRequired[int]
     annotations: NotRequired[Mapping[str, Any]]
     stimulus_id: NotRequired[str]
+    #: A graph sent in several messages: all share ``graph``; only the last has ``final``.
+    graph: NotRequired[str]
+    final: NotRequired[bool]
 
 
 class ClientKeys(TypedDict):
