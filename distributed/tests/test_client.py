@@ -277,3 +277,18 @@ def test_future_is_task_ref() -> None:
     f = Future("x")
     assert isinstance(f, TaskRef)
     assert dask.base.tokenize(f) == dask.base.tokenize(Future("x"))
+
+
+@gen_cluster(client=True, config={"distributed.client.graph-chunk-size": 7})
+async def test_large_graphs_go_in_held_chunks(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    import dask.array as da
+
+    x = da.arange(400, chunks=10)  # 40 chunks and a reduction tree: several parts
+    total = c.compute((x + 1).sum())
+    assert await total == sum(range(1, 401))
+    futures = c.map(inc, range(50))
+    assert await c.gather(futures) == list(range(1, 51))
+    # The stand-in clients that held the parts are gone, and nothing is left held.
+    assert set(s.clients) == {c.id}
+    del total, futures
+    await async_poll_for(lambda: not s.tasks, 5)
