@@ -44,7 +44,7 @@ from distributed.comm import Comm, CommClosedError, connect
 from distributed.core import ConnectionPool, Status, rebuild_exception, send_recv
 from distributed.exceptions import FutureCancelledError, LostDataError
 from distributed.protocol.messages import Key
-from distributed.protocol.serialize import Serialize, serialize_task, unwrap
+from distributed.protocol.serialize import FunctionCache, Serialize, serialize_task, unwrap
 from distributed.utils import LoopRunner, sync, thread_state
 
 if TYPE_CHECKING:
@@ -882,9 +882,10 @@ class Client:
             for k, v in values.items():
                 per_key[k][name] = v
         specs: dict[Key, dict[str, Any]] = {}
+        functions: FunctionCache = {}
         for key, node in tasks.items():
             spec: dict[str, Any] = {
-                "run_spec": serialize_task(node),
+                "run_spec": serialize_task(node, functions),
                 "dependencies": list(node.dependencies),
                 "order": priorities.get(key, 0) if priorities else 0,
             }

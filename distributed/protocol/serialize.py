@@ -285,31 +285,61 @@ def _dumps_task_state(obj: Any, buffers: list[pickle.PickleBuffer]) -> bytes:
     return f.getvalue()
 
 
-def serialize_task(obj: Any) -> Serialized:
+#: Functions already pickled, by identity, for one graph (the function is
+#: kept alive with its bytes so that the identity cannot be reused).
+FunctionCache = dict[int, tuple[Any, bytes]]
+
+
+def serialize_task(obj: Any, functions: FunctionCache | None = None) -> Serialized:
     """Serialise a task's run specification.
 
-    Like :func:`serialize`, with two shortcuts for the common case: a plain
-    ``Task`` travels as ``(key, func, args, kwargs)`` and is rebuilt on the
-    worker, and functions or classes that must travel by value (defined in
-    ``__main__``, lambdas, local functions) are cloudpickled once per object
-    and reused, so a ``map`` over a lambda pays for cloudpickle once.
+    Like :func:`serialize`, with shortcuts for the common case:
+
+    * a plain ``Task`` travels as its function and ``(key, args, kwargs)``,
+      pickled separately; with a ``functions`` cache shared across a graph,
+      a function used by many tasks (a curried ``np.ones``, say) is pickled
+      once per graph instead of once per task, and unpickled once per worker;
+    * functions or classes that must travel by value (defined in ``__main__``,
+      lambdas, local functions) are cloudpickled once per object and reused.
     """
     from dask._task_spec import Task
 
     buffers: list[pickle.PickleBuffer] = []
     try:
         if type(obj) is Task and not obj.data_producer:
-            payload = _dumps_task_state((obj.key, obj.func, obj.args, obj.kwargs), buffers)
-            kind = "task-args"
-        else:
-            payload = _dumps_task_state(obj, buffers)
-            kind = "task"
+            func = obj.func
+            cached = functions.get(id(func)) if functions is not None else None
+            if cached is None:
+                func_bytes = _dumps_task_state(func, [])
+                if functions is not None:
+                    functions[id(func)] = (func, func_bytes)
+            else:
+                func_bytes = cached[1]
+            payload = _dumps_task_state((obj.key, obj.args, obj.kwargs), buffers)
+            out: list[Frame] = [func_bytes, payload]
+            out.extend(_buffer_frame(b) for b in buffers)
+            return Serialized({"s": "task-split"}, out)
+        payload = _dumps_task_state(obj, buffers)
     except Exception:
         header, frames = serialize(obj)
         return Serialized(header, frames)
-    out: list[Frame] = [payload]
+    out = [payload]
     out.extend(_buffer_frame(b) for b in buffers)
-    return Serialized({"s": kind}, out)
+    return Serialized({"s": "task"}, out)
+
+
+_functions_loaded: OrderedDict[bytes, Any] = OrderedDict()
+
+
+def _load_function(blob: Frame) -> Any:
+    key = bytes(blob)
+    func = _functions_loaded.get(key)
+    if func is None:
+        func = _TaskUnpickler(io.BytesIO(key)).load()
+        _functions_loaded[key] = func
+        if len(_functions_loaded) > _LOADED_MAX:
+            _functions_loaded.popitem(last=False)
+    return func
 
 
 def deserialize(header: dict[str, Any], frames: Sequence[Frame]) -> Any:
@@ -321,17 +351,18 @@ def deserialize(header: dict[str, Any], frames: Sequence[Frame]) -> Any:
         For an unknown serialiser or frames that do not unpickle.
     """
     kind = header.get("s")
-    if kind not in ("pickle", "task", "task-args"):
+    if kind not in ("pickle", "task", "task-split"):
         raise SerializationError(f"Unknown serializer {kind!r}")
     if not frames:
         raise SerializationError("No frames to deserialize")
     try:
         if kind == "task":
             return _TaskUnpickler(io.BytesIO(frames[0]), buffers=frames[1:]).load()
-        if kind == "task-args":
+        if kind == "task-split":
             from dask._task_spec import Task
 
-            key, func, args, kwargs = _TaskUnpickler(io.BytesIO(frames[0]), buffers=frames[1:]).load()
+            func = _load_function(frames[0])
+            key, args, kwargs = _TaskUnpickler(io.BytesIO(frames[1]), buffers=frames[2:]).load()
             return Task(key, func, *args, **kwargs)
         return pickle_loads(frames[0], frames[1:])
     except Exception as e:
