@@ -1021,20 +1021,27 @@ class Client:
         graph = convert_legacy_graph(dict(dsk))
         return graph, annotations or {}
 
-    def _submit_expr(self, expr: Any, keys: list[Key], kwargs: Mapping[str, Any]) -> list[Future]:
+    def _submit_expr(self, expr: Any, keys: list[Key], opts: Mapping[str, Any], cull: bool = False) -> list[Future]:
+        """Materialise an Expr into tasks and submit them; futures for ``keys``.
+
+        Futures of keys held elsewhere (persisted collections, futures in
+        graphs) stay alive until the scheduler has the new graph: their
+        release would come after it on the same stream.
+        """
         graph, annotations = self._materialize(expr)
-        # Futures of keys held elsewhere (persisted collections, futures in graphs)
-        # stay alive until the scheduler has the new graph: the release would come
-        # after it on the same stream.
+        if cull and keys:
+            from dask._task_spec import cull as cull_graph
+
+            graph = cull_graph(graph, keys)
         priorities = dask.order.order(graph) if graph else {}
-        ann = _annotations(kwargs.get("workers"), kwargs.get("resources"), kwargs.get("retries"), kwargs.get("allow_other_workers", False))
+        ann = _annotations(opts.get("workers"), opts.get("resources"), opts.get("retries"), opts.get("allow_other_workers", False))
         return self._send_graph(
             graph,
             keys,
             priorities={k: int(v) if isinstance(v, int) else int(getattr(v, "priority", 0)) for k, v in priorities.items()},
             annotations=annotations,
             global_annotations=ann,
-            user_priority=int(kwargs.get("priority", 0) or 0),
+            user_priority=int(opts.get("priority", 0) or 0),
         )
 
     def compute(
@@ -1129,12 +1136,7 @@ class Client:
         for k in flat:
             validate_key(k)
         opts = {"workers": workers, "resources": resources, "retries": retries, "allow_other_workers": bool(allow_other_workers), "priority": priority}
-        graph, annotations = self._materialize(expr)
-        if is_low_level_expr(expr):
-            from dask._task_spec import cull
-
-            graph = cull(graph, flat) if flat else graph
-        futures = self._submit_expr_graph(graph, annotations, flat, opts)
+        futures = self._submit_expr(expr, flat, opts, cull=is_low_level_expr(expr))
         by_key = dict(zip(flat, futures))
         packed = _pack_keys(keys, by_key)
         if not sync:
@@ -1146,14 +1148,6 @@ class Client:
             return self.gather(packed)
         finally:
             del futures, by_key, packed
-
-    def _submit_expr_graph(self, graph: dict[Key, GraphNode], annotations: Mapping[str, Any], keys: list[Key], opts: Mapping[str, Any]) -> list[Future]:
-        priorities = dask.order.order(graph) if graph else {}
-        ann = _annotations(opts.get("workers"), opts.get("resources"), opts.get("retries"), opts.get("allow_other_workers", False))
-        return self._send_graph(
-            graph, keys, priorities={k: int(v) if isinstance(v, int) else int(getattr(v, "priority", 0)) for k, v in priorities.items()},
-            annotations=annotations, global_annotations=ann, user_priority=int(opts.get("priority", 0) or 0),
-        )
 
     # -- gathering ------------------------------------------------------------------------------
     def _exception_of(self, fs: FutureState) -> BaseException | None:

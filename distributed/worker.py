@@ -453,18 +453,7 @@ class Worker(Server):
         except Reschedule:
             ev = RescheduleEvent(stimulus_id=f"reschedule-{time.time()}", key=key, run_id=run_id)
         except BaseException as e:
-            stop = time.time()
-            err = error_message(e, e.__traceback__)
-            ev = ExecuteFailure(
-                stimulus_id=f"task-erred-{stop}",
-                key=key,
-                run_id=run_id,
-                exception=err["exception"],
-                traceback=err["traceback"],
-                text=err["text"],
-                start=start,
-                stop=stop,
-            )
+            ev = _failure(e, key, run_id, start)
         self._post_result(ev)
 
     def _post_result(self, ev: StateMachineEvent) -> None:
@@ -529,18 +518,7 @@ class Worker(Server):
         except asyncio.CancelledError:
             raise
         except BaseException as e:
-            stop = time.time()
-            err = error_message(e, e.__traceback__)
-            ev = ExecuteFailure(
-                stimulus_id=f"task-erred-{stop}",
-                key=key,
-                run_id=run_id,
-                exception=err["exception"],
-                traceback=err["traceback"],
-                text=err["text"],
-                start=start,
-                stop=stop,
-            )
+            ev = _failure(e, key, run_id, start)
         self.handle_stimulus(ev)
 
     async def gather_dep(self, worker: str, keys: tuple[Key, ...]) -> None:
@@ -662,6 +640,22 @@ async def _deserialize_spec(run_spec: Any, loop: asyncio.AbstractEventLoop, exec
     if frames is not None and sum(len(f) for f in frames) > 100_000:
         return await loop.run_in_executor(None, unwrap, run_spec)
     return unwrap(run_spec)
+
+
+def _failure(exc: BaseException, key: Key, run_id: int, start: float) -> ExecuteFailure:
+    """The event for a task that raised ``exc``."""
+    stop = time.time()
+    err = error_message(exc, exc.__traceback__)
+    return ExecuteFailure(
+        stimulus_id=f"task-erred-{stop}",
+        key=key,
+        run_id=run_id,
+        exception=err["exception"],
+        traceback=err["traceback"],
+        text=err["text"],
+        start=start,
+        stop=stop,
+    )
 
 
 class _TaskContext:
