@@ -44,6 +44,8 @@ class BatchedSend:
         self._task: asyncio.Task[None] | None = None
         self._closing = False
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._urgent = False
+        self._lazy_timer: asyncio.TimerHandle | None = None
         # The pause between two writes; close() cuts it short to flush at once.
         self._pause: asyncio.Future[None] | None = None
 
@@ -72,6 +74,31 @@ class BatchedSend:
             raise CommClosedError(f"Batched stream {self.name} is closed")
         self.buffer.extend(msgs)
         self.message_count += len(msgs)
+        self._urgent = True
+        if self._wake is not None:
+            self._wake.set()
+
+    def send_lazy(self, *msgs: Any) -> None:
+        """Queue messages nobody waits on (releases, notices).
+
+        They ride along with the next write, or go out after ``interval``,
+        and they do not hold back the next urgent message: a release sent
+        just before a new request must not delay the request.
+
+        Raises
+        ------
+        CommClosedError
+            When the stream is closed.
+        """
+        if self._closing or (self.comm is not None and self.comm.closed()):
+            raise CommClosedError(f"Batched stream {self.name} is closed")
+        self.buffer.extend(msgs)
+        self.message_count += len(msgs)
+        if self._wake is not None and self._lazy_timer is None and self._loop is not None:
+            self._lazy_timer = self._loop.call_later(self.interval, self._lazy_wake)
+
+    def _lazy_wake(self) -> None:
+        self._lazy_timer = None
         if self._wake is not None:
             self._wake.set()
 
@@ -84,7 +111,7 @@ class BatchedSend:
             await wake.wait()
             wake.clear()
             delay = last + self.interval - loop.time()
-            if delay > 0 and not self._closing:
+            if delay > 0 and self._urgent and not self._closing:
                 self._pause = pause = loop.create_future()
                 timer = loop.call_later(delay, _wake_future, pause)
                 try:
@@ -97,6 +124,10 @@ class BatchedSend:
                     return
                 continue
             payload, self.buffer = self.buffer, []
+            urgent, self._urgent = self._urgent, False
+            if self._lazy_timer is not None:
+                self._lazy_timer.cancel()
+                self._lazy_timer = None
             try:
                 self.byte_count += await self.comm.write(payload)
             except CommClosedError:
@@ -109,7 +140,8 @@ class BatchedSend:
                 self.comm.abort()
                 return
             self.batch_count += 1
-            last = loop.time()
+            if urgent:
+                last = loop.time()
             if self._closing and not self.buffer:
                 return
 
@@ -137,6 +169,9 @@ class BatchedSend:
     def abort(self) -> None:
         """Close at once, dropping what is queued."""
         self._closing = True
+        if self._lazy_timer is not None:
+            self._lazy_timer.cancel()
+            self._lazy_timer = None
         self.buffer = []
         if self._task is not None and not self._task.done():
             self._task.cancel()

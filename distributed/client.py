@@ -39,6 +39,7 @@ from dask.typing import NoDefault, no_default
 from dask.utils import funcname, parse_timedelta, typename
 
 from distributed.batched import BatchedSend
+from distributed.config import get_interval
 from distributed.dask_api import expr_keys, finalize_compute, flatten_keys, get_annotations, graph_expr, is_dask_collection, is_low_level_expr
 from distributed.comm import Comm, CommClosedError, connect
 from distributed.core import ConnectionPool, Status, rebuild_exception, send_recv
@@ -204,8 +205,11 @@ class Future(TaskRef):
     def bind_client(self, client: Client, state: FutureState | None = None, inform: bool = True) -> None:
         """Attach to ``client`` (keeping the key wanted while we live)."""
         self._client = client
-        self._state = state or client._state_for(self.key, inform=inform)
-        client._inc_ref(self.key)
+        if state is None:
+            self._state = client._acquire(self.key)
+        else:
+            self._state = state
+            client._inc_ref(self.key)
         self._bound = True
 
     @property
@@ -545,7 +549,7 @@ class Client:
             comm.abort()
             raise RuntimeError(f"Scheduler refused the client: {response!r}")
         self._comm = comm
-        bs = BatchedSend(interval=float(parse_timedelta(dask.config.get("distributed.client.batched-send-interval")) or 0.002), name="client->scheduler")
+        bs = BatchedSend(interval=get_interval("distributed.client.batched-send-interval", 0.002), name="client->scheduler")
         bs.start(comm)
         self.scheduler_comm = bs
         self._stream_task = asyncio.get_running_loop().create_task(self._handle_report(comm), name="client-report")
@@ -763,10 +767,20 @@ class Client:
 
     # -- reference counting -------------------------------------------------------------
     def _state_for(self, key: Key, inform: bool = True) -> FutureState:
-        fs = self.futures.get(key)
-        if fs is None:
-            fs = self.futures[key] = FutureState(key)
-        return fs
+        with self._ref_lock:
+            fs = self.futures.get(key)
+            if fs is None:
+                fs = self.futures[key] = FutureState(key)
+            return fs
+
+    def _acquire(self, key: Key) -> FutureState:
+        """The shared state of ``key``, with one more reference (thread-safe)."""
+        with self._ref_lock:
+            fs = self.futures.get(key)
+            if fs is None:
+                fs = self.futures[key] = FutureState(key)
+            self.refcount[key] += 1
+            return fs
 
     def _inc_ref(self, key: Key) -> None:
         with self._ref_lock:
@@ -795,14 +809,14 @@ class Client:
             keys = [k for k in self._pending_release if k not in self.refcount]
             self._pending_release = []
             self._release_scheduled = False
+            for k in keys:
+                self.futures.pop(k, None)
         if not keys:
             return
-        for k in keys:
-            self.futures.pop(k, None)
         bs = self.scheduler_comm
         if bs is not None and self.status == "running":
             try:
-                bs.send({"op": "client-releases-keys", "client": self.id, "keys": keys})
+                bs.send_lazy({"op": "client-releases-keys", "client": self.id, "keys": keys})
             except CommClosedError:
                 pass
 
@@ -829,7 +843,9 @@ class Client:
         complete.
         """
         keys = list(keys)
-        futures = self._run_on_loop(lambda: self._make_futures(keys))
+        if self.status not in ("running", "connecting"):
+            raise RuntimeError(f"Client is not running (status: {self.status})")
+        futures = self._make_futures(keys)
         chunk_size = max(int(dask.config.get("distributed.client.graph-chunk-size", 10_000)), 1)
         ordered = _dependencies_first(tasks, priorities) if len(tasks) > chunk_size else list(tasks)
         wanted = set(keys)
@@ -856,14 +872,17 @@ class Client:
                 msg["final"] = final
             if global_annotations:
                 msg["annotations"] = dict(global_annotations)
-            self._run_on_loop(lambda msg=msg: self._send_to_scheduler(msg))  # type: ignore[misc]  # bind msg per chunk
+            # Not waited on: the loop runs callbacks in order, so the chunks
+            # (and any release sent after them) reach the scheduler in order.
+            self._call_in_loop(functools.partial(self._send_to_scheduler, msg))
         return futures
 
     def _make_futures(self, keys: list[Key]) -> list[Future]:
         futures = [Future(k, self) for k in keys]
         for f in futures:
-            if f._fs.status in ("cancelled", "lost"):
-                f._fs.reset()
+            fs = f._fs
+            if fs.status in ("cancelled", "lost"):
+                self._call_in_loop(fs.reset)
         return futures
 
     @staticmethod

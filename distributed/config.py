@@ -14,7 +14,7 @@ import dask
 import dask.config
 import yaml
 
-__all__ = ["get", "get_bytes", "get_seconds", "load_defaults"]
+__all__ = ["get", "get_bytes", "get_interval", "get_seconds", "load_defaults"]
 
 _here = os.path.dirname(os.path.abspath(__file__))
 _defaults_path = os.path.join(_here, "distributed.yaml")
@@ -61,6 +61,17 @@ def get_seconds(key: str) -> float:
     value = dask.config.get(key)
     seconds = parse_timedelta(value, default="seconds")
     return float(seconds) if seconds is not None else 0.0
+
+
+def get_interval(key: str, default: float = 0.0) -> float:
+    """A duration from config in seconds; 0 is a valid value, None gives ``default``."""
+    from dask.utils import parse_timedelta
+
+    value = dask.config.get(key, None)
+    if value is None:
+        return default
+    seconds = parse_timedelta(value, default="seconds")
+    return default if seconds is None else float(seconds)
 
 
 def get_bytes(key: str) -> int:

@@ -43,6 +43,7 @@ import dask.config
 from dask.utils import key_split, parse_timedelta
 
 from distributed.batched import BatchedSend
+from distributed.config import get_interval
 from distributed.comm import Comm, CommClosedError
 from distributed.core import Route, Server, Status, StreamRoute, error_message
 from distributed.diagnostics.plugin import SchedulerPlugin
@@ -451,9 +452,6 @@ class Scheduler(Server):
 
     def send_all(self, out: Out) -> None:
         """Send what a stimulus produced (the I/O shell of the state machine)."""
-        for addr, keys in out.free.items():
-            if addr in self.workers:
-                out.workers[addr].append({"op": "free-keys", "keys": keys})
         for addr, msgs in out.workers.items():
             bs = self.stream_comms.get(addr)
             if bs is not None:
@@ -461,6 +459,14 @@ class Scheduler(Server):
                     bs.send(*msgs)
                 except CommClosedError:
                     logger.debug("Worker %s stream closed; dropping %d messages", addr, len(msgs))
+        for addr, keys in out.free.items():
+            bs = self.stream_comms.get(addr)
+            if bs is not None and keys:
+                # After this stimulus's compute-tasks, and without hurrying them.
+                try:
+                    bs.send_lazy({"op": "free-keys", "keys": keys})
+                except CommClosedError:
+                    pass
         for client, msgs in out.clients.items():
             cbs = self.client_comms.get(client)
             if cbs is not None:
@@ -1775,7 +1781,7 @@ def _priority_key(ts: TaskState) -> tuple[Any, ...]:
 
 
 def _interval(key: str) -> float:
-    return float(parse_timedelta(dask.config.get(key)) or 0.002)
+    return get_interval(key, 0.002)
 
 
 def _accepts(func: Any, name: str) -> bool:

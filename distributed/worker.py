@@ -26,6 +26,7 @@ from distributed.protocol.messages import Key
 from dask.utils import parse_bytes, parse_timedelta, typename
 
 from distributed.batched import BatchedSend
+from distributed.config import get_interval
 from distributed.dask_api import dask_version
 from distributed.comm import Comm, CommClosedError, connect
 from distributed.core import Route, Server, Status, StreamRoute, error_message, send_recv
@@ -261,7 +262,7 @@ class Worker(Server):
             text = response.get("message") or response.get("text") if isinstance(response, dict) else response
             raise ValueError(f"Scheduler refused registration: {text}")
         self.batched_stream = BatchedSend(
-            interval=float(parse_timedelta(dask.config.get("distributed.worker.batched-send-interval")) or 0.002),
+            interval=get_interval("distributed.worker.batched-send-interval", 0.002),
             name=f"{self.address}->scheduler",
         )
         self.batched_stream.start(comm)
@@ -376,7 +377,10 @@ class Worker(Server):
                 self._start_task(self.gather_dep(inst.worker, inst.keys), f"gather-{inst.worker}")
         if to_scheduler and self.batched_stream is not None:
             try:
-                self.batched_stream.send(*to_scheduler)
+                if all(m["op"] in _LAZY_OPS for m in to_scheduler):
+                    self.batched_stream.send_lazy(*to_scheduler)
+                else:
+                    self.batched_stream.send(*to_scheduler)
             except CommClosedError:
                 logger.debug("Scheduler stream closed; dropped %d messages", len(to_scheduler))
 
@@ -616,6 +620,10 @@ class Worker(Server):
         loop = self.loop
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self.handle_stimulus, SecedeEvent(stimulus_id=f"secede-{time.time()}", key=key))
+
+
+#: Messages to the scheduler that nothing waits on.
+_LAZY_OPS = frozenset({"add-keys", "release-worker-data"})
 
 
 def _host_for(scheduler_addr: str) -> str:
