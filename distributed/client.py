@@ -34,7 +34,6 @@ import dask.config
 from dask._task_spec import DataNode, GraphNode, Task, TaskRef, convert_legacy_graph, parse_input
 from dask.base import collections_to_expr, tokenize
 from dask.core import validate_key
-from dask.sizeof import sizeof
 from dask.typing import NoDefault, no_default
 from dask.utils import funcname, parse_timedelta, typename
 
@@ -42,14 +41,14 @@ from distributed.batched import BatchedSend
 from distributed.config import get_interval
 from distributed.dask_api import expr_keys, finalize_compute, flatten_keys, get_annotations, graph_expr, is_dask_collection, is_low_level_expr
 from distributed.comm import Comm, CommClosedError, connect
-from distributed.core import ConnectionPool, Status, rebuild_exception, send_recv
+from distributed.core import ConnectionPool, rebuild_exception
 from distributed.exceptions import FutureCancelledError, LostDataError
 from distributed.protocol.messages import Key
 from distributed.protocol.serialize import FunctionCache, Serialize, serialize_task, unwrap
 from distributed.utils import LoopRunner, sync, thread_state
 
 if TYPE_CHECKING:
-    from distributed.deploy.local import LocalCluster
+    pass
 
 logger = logging.getLogger(__name__)
 

@@ -50,7 +50,7 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 from distributed.exceptions import KilledWorker, LostDataError
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key, Payload
-from distributed.protocol.serialize import Serialize, Serialized, as_serialized, unwrap
+from distributed.protocol.serialize import Serialize, as_serialized, unwrap
 from distributed.scheduler_state import (
     ALL_TASK_STATES,
     ClientState,

@@ -9,18 +9,13 @@ function must come from those files.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import functools
 import inspect
 import logging
 import os
-import socket
 import threading
-import traceback as traceback_module
 import types
-import weakref
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import dask
@@ -33,7 +28,6 @@ __all__ = [
     "sync",
     "LoopRunner",
     "get_traceback",
-    "get_ip",
     "import_term",
     "key_split",
     "funcname",
@@ -226,19 +220,6 @@ def format_exception_text(exc: BaseException) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def format_traceback_text(tb: types.TracebackType | None) -> str:
-    """A traceback as text."""
-    return "".join(traceback_module.format_tb(tb))
-
-
-def get_ip() -> str:
-    """This host's address as others see it (falls back to 127.0.0.1)."""
-    try:
-        return socket.gethostbyname(socket.gethostname()) or "127.0.0.1"
-    except OSError:
-        return "127.0.0.1"
-
-
 def import_term(name: str) -> Any:
     """Import ``"package.module.attribute"`` and return the attribute."""
     import importlib
@@ -258,73 +239,3 @@ async def wait_for(aw: Awaitable[T], timeout: float | None) -> T:
     if timeout is None:
         return await aw
     return await asyncio.wait_for(aw, timeout)
-
-
-@contextmanager
-def set_thread_state(**kwargs: Any) -> Iterator[None]:
-    """Set attributes of :data:`thread_state` for the duration of a block."""
-    old = {k: getattr(thread_state, k, _MISSING) for k in kwargs}
-    for k, v in kwargs.items():
-        setattr(thread_state, k, v)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is _MISSING:
-                delattr(thread_state, k)
-            else:
-                setattr(thread_state, k, v)
-
-
-_MISSING = object()
-
-
-def time() -> float:
-    """Wall-clock seconds (monotonic enough for durations on one host)."""
-    import time as _time
-
-    return _time.time()
-
-
-class Deadline:
-    """A point in time to wait until, from a timeout in seconds (or None)."""
-
-    __slots__ = ("expires",)
-
-    def __init__(self, timeout: float | None) -> None:
-        import time as _time
-
-        self.expires = None if timeout is None else _time.monotonic() + timeout
-
-    @property
-    def remaining(self) -> float | None:
-        """Seconds left (never negative), or None for no deadline."""
-        import time as _time
-
-        if self.expires is None:
-            return None
-        return max(0.0, self.expires - _time.monotonic())
-
-    @property
-    def expired(self) -> bool:
-        """Whether the deadline has passed."""
-        r = self.remaining
-        return r is not None and r <= 0
-
-
-def weak_method(method: Callable[..., Any]) -> Callable[..., Any]:
-    """A callable that calls a bound method without keeping its object alive."""
-    ref = weakref.WeakMethod(method)
-
-    def call(*args: Any, **kwargs: Any) -> Any:
-        m = ref()
-        if m is not None:
-            return m(*args, **kwargs)
-        return None
-
-    return call
-
-
-def run_coroutine(coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop) -> concurrent.futures.Future[T]:
-    """Schedule ``coro`` on ``loop`` from any thread."""
-    return asyncio.run_coroutine_threadsafe(coro, loop)

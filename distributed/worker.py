@@ -29,13 +29,13 @@ from distributed.batched import BatchedSend
 from distributed.config import get_interval
 from distributed.dask_api import dask_version
 from distributed.comm import Comm, CommClosedError, connect
-from distributed.core import Route, Server, Status, StreamRoute, error_message, send_recv
+from distributed.core import Route, Server, Status, StreamRoute, error_message
 from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.exceptions import Reschedule
 from distributed.protocol import messages as m
-from distributed.protocol.serialize import Serialize, as_serialized, unwrap
+from distributed.protocol.serialize import Serialize, unwrap
 from distributed.threadpool import ThreadPool, current_pool
-from distributed.utils import format_exception_text, get_traceback, thread_state
+from distributed.utils import thread_state
 from distributed.worker_state import (
     ComputeTaskEvent,
     Execute,

@@ -16,7 +16,7 @@ from distributed import Client, Future, Lock, as_completed, default_client, futu
 from distributed.exceptions import FutureCancelledError
 from distributed.protocol.serialize import SerializationError
 from distributed.scheduler import Scheduler
-from distributed.utils_test import async_poll_for, gen_cluster, inc, slowinc, throws
+from distributed.utils_test import async_poll_for, gen_cluster, inc, slowinc
 from distributed.worker import Worker
 
 

@@ -24,7 +24,6 @@ from distributed.core import (
     rpc,
     send_recv,
 )
-from distributed.protocol import unwrap
 
 T = TypeVar("T")
 

@@ -10,15 +10,12 @@ from typing import Any
 import pytest
 
 from distributed.utils import (
-    Deadline,
     LoopRunner,
     format_exception_text,
     get_asyncio_loop,
     import_term,
     iscoroutinefunction,
-    set_thread_state,
     sync,
-    thread_state,
     wait_for,
 )
 
@@ -262,15 +259,6 @@ def test_small_helpers() -> None:
     assert text.startswith("CustomError: xxx") and text.endswith("...")
     assert len(text) == 10_000
     assert format_exception_text(ValueError("short")) == "ValueError: short"
-
-    with set_thread_state(execution_state={"a": 1}):
-        assert thread_state.execution_state == {"a": 1}
-    assert not hasattr(thread_state, "execution_state")
-
-    d = Deadline(None)
-    assert d.remaining is None and not d.expired
-    d2 = Deadline(0)
-    assert d2.expired and d2.remaining == 0.0
 
     async def main() -> None:
         assert await wait_for(async_add(1, 2), None) == 3
