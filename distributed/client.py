@@ -449,8 +449,11 @@ class Client:
         self.futures: dict[Key, FutureState] = {}
         self.refcount: defaultdict[Key, int] = defaultdict(int)
         self._ref_lock = threading.Lock()
-        self._pending_release: list[Key] = []
-        self._release_scheduled = False
+        #: Graph messages and key releases, in the order they were made; the
+        #: loop sends them in that order (a release never overtakes a graph
+        #: that depends on the key).
+        self._outbox: list[tuple[bool, Any]] = []
+        self._outbox_scheduled = False
         self.scheduler_comm: BatchedSend | None = None
         self._comm: Comm | None = None
         self.pool = ConnectionPool(limit=connection_limit)
@@ -553,8 +556,8 @@ class Client:
         self.scheduler_comm = bs
         self._stream_task = asyncio.get_running_loop().create_task(self._handle_report(comm), name="client-report")
         self.status = "running"
-        if self._pending_release:
-            self._flush_releases()
+        if self._outbox:
+            self._drain_outbox()
         return self
 
     async def _handle_report(self, comm: Comm) -> None:
@@ -792,32 +795,49 @@ class Client:
                 self.refcount[key] = n
                 return
             self.refcount.pop(key, None)
-            self._pending_release.append(key)
-            if self._release_scheduled:
+        self._post(False, key)
+
+    def _post(self, is_message: bool, item: Any) -> None:
+        """Queue a message (``is_message``) or a key release for the scheduler, from any thread."""
+        with self._ref_lock:
+            self._outbox.append((is_message, item))
+            if self._outbox_scheduled:
                 return
-            self._release_scheduled = True
+            self._outbox_scheduled = True
         if self.status in ("closing", "closed") or self.loop.is_closed():
             return
         try:
-            self._call_in_loop(self._flush_releases)
+            self._call_in_loop(self._drain_outbox)
         except RuntimeError:
             pass
 
-    def _flush_releases(self) -> None:
+    def _drain_outbox(self) -> None:
         with self._ref_lock:
-            keys = [k for k in self._pending_release if k not in self.refcount]
-            self._pending_release = []
-            self._release_scheduled = False
-            for k in keys:
+            items, self._outbox = self._outbox, []
+            self._outbox_scheduled = False
+            # Keys wanted again since their release was queued stay.
+            released = [k for is_msg, k in items if not is_msg and k not in self.refcount]
+            for k in released:
                 self.futures.pop(k, None)
-        if not keys:
-            return
         bs = self.scheduler_comm
-        if bs is not None and self.status == "running":
-            try:
-                bs.send_lazy({"op": "client-releases-keys", "client": self.id, "keys": keys})
-            except CommClosedError:
-                pass
+        if bs is None or self.status != "running":
+            return
+        release_now = set(released)
+        pending: list[Key] = []
+        try:
+            for is_msg, item in items:
+                if is_msg:
+                    if pending:
+                        bs.send_lazy({"op": "client-releases-keys", "client": self.id, "keys": pending})
+                        pending = []
+                    bs.send(item)
+                elif item in release_now:
+                    release_now.discard(item)
+                    pending.append(item)
+            if pending:
+                bs.send_lazy({"op": "client-releases-keys", "client": self.id, "keys": pending})
+        except CommClosedError:
+            pass
 
     # -- submitting work ------------------------------------------------------------------
     def _send_graph(
@@ -871,9 +891,9 @@ class Client:
                 msg["final"] = final
             if global_annotations:
                 msg["annotations"] = dict(global_annotations)
-            # Not waited on: the loop runs callbacks in order, so the chunks
-            # (and any release sent after them) reach the scheduler in order.
-            self._call_in_loop(functools.partial(self._send_to_scheduler, msg))
+            # Not waited on: the outbox keeps the chunks, and releases made
+            # after them, in order.
+            self._post(True, msg)
         return futures
 
     def _make_futures(self, keys: list[Key]) -> list[Future]:

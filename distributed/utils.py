@@ -109,18 +109,37 @@ def sync(
     if _in_loop_thread(aloop):
         raise RuntimeError("sync() called from the event loop's own thread")
 
-    async def f() -> T:
+    async def f() -> T | _Raise:
         coro = func(*args, **kwargs)
-        if timeout is not None:
-            return await asyncio.wait_for(coro, timeout)
-        return await coro
+        try:
+            if timeout is not None:
+                return await asyncio.wait_for(coro, timeout)
+            return await coro
+        except asyncio.CancelledError as e:
+            if type(e) is asyncio.CancelledError:
+                raise
+            # A subclass carries meaning (a cancelled future's key and reason);
+            # asyncio would turn it into a bare cancellation on the way out.
+            return _Raise(e)
 
     future = asyncio.run_coroutine_threadsafe(f(), aloop)
     try:
-        return future.result()
+        result = future.result()
     except BaseException:
         future.cancel()
         raise
+    if isinstance(result, _Raise):
+        raise result.exc
+    return result
+
+
+class _Raise:
+    """An exception to re-raise in the waiting thread."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
 
 
 class LoopRunner:

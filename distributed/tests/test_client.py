@@ -292,3 +292,28 @@ async def test_large_graphs_go_in_held_chunks(c: Client, s: Scheduler, a: Worker
     assert set(s.clients) == {c.id}
     del total, futures
     await async_poll_for(lambda: not s.tasks, 5)
+
+
+def test_long_chain_of_dependent_submits_with_dropped_futures() -> None:
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
+        with Client(cluster) as client:
+            f = client.submit(inc, 0, pure=False)
+            for _ in range(299):
+                # The previous future is dropped at once: its release must not
+                # reach the scheduler before the task that depends on it.
+                f = client.submit(inc, f, pure=False)
+            assert f.result(timeout=30) == 300
+
+
+def test_cancelled_future_raises_with_reason_in_sync_client() -> None:
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
+        with Client(cluster) as client:
+            f = client.submit(wait_on_event, 1, pure=False)
+            client.cancel([f], reason="no longer needed")
+            with pytest.raises(FutureCancelledError, match="no longer needed"):
+                f.result(timeout=10)
+            _event.set()
