@@ -1130,6 +1130,8 @@ class Scheduler(Server):
             ts.retries -= 1
             return self.transitions({ts: "released"}, stimulus_id, out)
         self._set_error(ts, exception, traceback, text)
+        if ts.erred_on is None:
+            ts.erred_on = set()
         ts.erred_on.add(worker)
         return self.transitions({ts: "erred"}, stimulus_id, out)
 

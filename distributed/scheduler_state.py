@@ -142,7 +142,8 @@ class TaskState:
         self.traceback: Any = None
         self.exception_text = ""
         self.exception_blame: TaskState | None = None
-        self.erred_on: set[str] = set()
+        #: Workers the task erred on (made when it first errs: most never do).
+        self.erred_on: set[str] | None = None
         self.retries = 0
         self.suspicious = 0
         self.group = group
@@ -153,7 +154,7 @@ class TaskState:
         self.resource_restrictions: dict[str, float] | None = None
         self.loose_restrictions = False
         self.run_id = -1
-        self.metadata: dict[str, Any] = {}
+        self.metadata: dict[str, Any] | None = None
         self.has_lost_dependencies = False
         group.states["released"] += 1
         group.prefix.count += 1
