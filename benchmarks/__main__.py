@@ -59,7 +59,7 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from benchmarks.report import compare_table
 
-    print(compare_table(_load(args.a), _load(args.b)))
+    print(compare_table(_load(args.a), _load(args.b), markdown=args.markdown))
     return 0
 
 
@@ -124,12 +124,13 @@ def main(argv: list[str] | None = None) -> int:
     size.add_argument("--full", action="store_true", help="the full sizes (tens of minutes)")
     run.add_argument("--out", help="write results as JSON to this file")
     run.add_argument("--only", help="comma-separated workload names")
-    run.add_argument("--exclude", help="semicolon-separated substrings of case names to leave out, e.g. 'n=1000000'")
+    run.add_argument("--exclude", help="semicolon-separated substrings of case names to leave out, e.g. 'n=1000000]'")
     run.add_argument("--repeat", type=int, default=None, help="timed repeats per case (after one warm-up)")
 
     cmp = sub.add_parser("compare", help="compare two result files side by side")
     cmp.add_argument("a")
     cmp.add_argument("b")
+    cmp.add_argument("--markdown", action="store_true", help="print a Markdown table")
 
     g = sub.add_parser("gate", help="fail when a ratio to the threads floor regressed")
     g.add_argument("--baseline", required=True)

@@ -20,6 +20,13 @@ def fmt(v: Any) -> str:
     return str(v)
 
 
+def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    for r in rows:
+        lines.append("| " + " | ".join(fmt(c) for c in r) + " |")
+    return "\n".join(lines)
+
+
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     cells = [[fmt(c) for c in r] for r in rows]
     widths = [len(h) for h in headers]
@@ -70,7 +77,7 @@ def _index(doc: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
     return idx
 
 
-def compare_table(a: dict[str, Any], b: dict[str, Any]) -> str:
+def compare_table(a: dict[str, Any], b: dict[str, Any], markdown: bool = False) -> str:
     """Medians of A and B side by side; ``B/A`` > 1 means B is slower (for times) or faster (throughputs)."""
     ia, ib = _index(a), _index(b)
     keys = list(dict.fromkeys([*ia, *ib]))
@@ -91,6 +98,6 @@ def compare_table(a: dict[str, Any], b: dict[str, Any]) -> str:
             f"A: {label(a)}, suite {a.get('suite')}, {a.get('created')}",
             f"B: {label(b)}, suite {b.get('suite')}, {b.get('created')}",
             "B/A: ratio of medians (for s/ms/B: >1 means B is slower or larger; for MB/s and 1/s: >1 means B is faster)",
-            table(headers, rows),
+            (markdown_table if markdown else table)(headers, rows),
         ]
     )
