@@ -824,18 +824,23 @@ class Client:
             return
         release_now = set(released)
         pending: list[Key] = []
+        chunk = max(int(dask.config.get("distributed.client.graph-chunk-size", 5000)), 1)
+
+        def flush() -> None:
+            # In parts, so that the scheduler can serve others in between.
+            for i in range(0, len(pending), chunk):
+                bs.send_lazy({"op": "client-releases-keys", "client": self.id, "keys": pending[i : i + chunk]})
+            pending.clear()
+
         try:
             for is_msg, item in items:
                 if is_msg:
-                    if pending:
-                        bs.send_lazy({"op": "client-releases-keys", "client": self.id, "keys": pending})
-                        pending = []
+                    flush()
                     bs.send(item)
                 elif item in release_now:
                     release_now.discard(item)
                     pending.append(item)
-            if pending:
-                bs.send_lazy({"op": "client-releases-keys", "client": self.id, "keys": pending})
+            flush()
         except CommClosedError:
             pass
 
@@ -865,7 +870,7 @@ class Client:
         if self.status not in ("running", "connecting"):
             raise RuntimeError(f"Client is not running (status: {self.status})")
         futures = self._make_futures(keys)
-        chunk_size = max(int(dask.config.get("distributed.client.graph-chunk-size", 10_000)), 1)
+        chunk_size = max(int(dask.config.get("distributed.client.graph-chunk-size", 5000)), 1)
         ordered = _dependencies_first(tasks, priorities) if len(tasks) > chunk_size else list(tasks)
         wanted = set(keys)
         graph_id = uuid.uuid4().hex if len(ordered) > chunk_size else None

@@ -1497,7 +1497,7 @@ class Scheduler(Server):
                         closing = True
                         break
                     self.dispatch_stream((item,), client)
-                    if isinstance(item, dict) and item.get("op") == "update-graph":
+                    if isinstance(item, dict) and item.get("op") in ("update-graph", "client-releases-keys"):
                         # Let workers' and other clients' messages in between parts of a graph.
                         await asyncio.sleep(0)
         except (CommClosedError, asyncio.CancelledError):
