@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextvars
-import functools
 import itertools
 import logging
 import threading
@@ -26,12 +25,12 @@ import time
 import uuid
 import weakref
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import dask
 import dask.config
-from dask._task_spec import DataNode, GraphNode, Task, TaskRef, convert_legacy_graph, parse_input
+from dask._task_spec import GraphNode, Task, TaskRef, convert_legacy_graph, parse_input
 from dask.base import collections_to_expr, tokenize
 from dask.core import validate_key
 from dask.typing import NoDefault, no_default
@@ -39,6 +38,7 @@ from dask.utils import funcname, parse_timedelta, typename
 
 from distributed.batched import BatchedSend
 from distributed.config import get_interval
+from distributed.future import Future, FutureState
 from distributed.dask_api import expr_keys, finalize_compute, flatten_keys, get_annotations, graph_expr, is_dask_collection, is_low_level_expr
 from distributed.comm import Comm, CommClosedError, connect
 from distributed.core import ConnectionPool, rebuild_exception
@@ -55,12 +55,8 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "Client",
     "Future",
-    "as_completed",
-    "wait",
-    "futures_of",
     "default_client",
     "get_task_metadata",
-    "fire_and_forget",
     "FIRST_COMPLETED",
     "ALL_COMPLETED",
 ]
@@ -103,266 +99,6 @@ def default_client(c: Client | None = None) -> Client:
             "  from distributed import Client\n  client = Client('ip-addr-of-scheduler:8786')\n"
         )
     return c
-
-
-class FutureState:
-    """What a client knows about one key; shared by all its futures."""
-
-    __slots__ = ("key", "status", "exception", "traceback", "workers", "type", "_event", "callbacks", "reason")
-
-    def __init__(self, key: Key) -> None:
-        self.key = key
-        self.status = "pending"
-        self.exception: Any = None
-        self.traceback: Any = None
-        self.workers: list[str] = []
-        self.type: str | None = None
-        self._event: asyncio.Event | None = None
-        self.callbacks: list[Callable[[], None]] = []
-        self.reason: str | None = None
-
-    def event(self) -> asyncio.Event:
-        """The event set when the key is done (create on the client's loop)."""
-        if self._event is None:
-            self._event = asyncio.Event()
-            if self.status != "pending":
-                self._event.set()
-        return self._event
-
-    def done(self) -> bool:
-        return self.status != "pending"
-
-    def _finish(self, status: str) -> None:
-        self.status = status
-        if self._event is not None:
-            self._event.set()
-        callbacks, self.callbacks = self.callbacks, []
-        for cb in callbacks:
-            try:
-                cb()
-            except Exception:
-                logger.exception("Future callback failed")
-
-    def finish(self, workers: Iterable[str], type_: str | None) -> None:
-        self.workers = list(workers)
-        self.type = type_
-        self._finish("finished")
-
-    def set_error(self, exception: Any, traceback: Any) -> None:
-        self.exception = exception
-        self.traceback = traceback
-        self._finish("error")
-
-    def cancel(self, reason: str | None = None) -> None:
-        self.reason = reason
-        self._finish("cancelled")
-
-    def lose(self) -> None:
-        self._finish("lost")
-
-    def reset(self) -> None:
-        self.status = "pending"
-        self.exception = None
-        self.traceback = None
-        self.workers = []
-        if self._event is not None:
-            self._event.clear()
-
-
-class Future(TaskRef):
-    """A remote result: a reference to one key on the cluster.
-
-    Parameters
-    ----------
-    key
-        The key.
-    client
-        The client it belongs to (default: the current client).
-
-    Examples
-    --------
-    >>> future = client.submit(sum, [1, 2, 3])  # doctest: +SKIP
-    >>> future.result()  # doctest: +SKIP
-    6
-    """
-
-    __slots__ = ("_client", "_state", "_bound", "__weakref__")
-
-    def __init__(self, key: Key, client: Client | None = None, state: FutureState | None = None, inform: bool = True) -> None:
-        super().__init__(key)
-        self._client: Client | None = None
-        self._state: FutureState | None = None
-        self._bound = False
-        if client is None:
-            try:
-                client = get_client_for_future()
-            except ValueError:
-                client = None
-        if client is not None:
-            self.bind_client(client, state, inform=inform)
-
-    def bind_client(self, client: Client, state: FutureState | None = None, inform: bool = True) -> None:
-        """Attach to ``client`` (keeping the key wanted while we live)."""
-        self._client = client
-        if state is None:
-            self._state = client._acquire(self.key)
-        else:
-            self._state = state
-            client._inc_ref(self.key)
-        self._bound = True
-
-    @property
-    def client(self) -> Client:
-        """The client this future belongs to."""
-        if self._client is None:
-            self.bind_client(default_client())
-        assert self._client is not None
-        return self._client
-
-    @property
-    def executor(self) -> Client:
-        """Alias of :attr:`client`."""
-        return self.client
-
-    @property
-    def _fs(self) -> FutureState:
-        if self._state is None:
-            _ = self.client
-        assert self._state is not None
-        return self._state
-
-    @property
-    def status(self) -> str:
-        """``"pending"``, ``"finished"``, ``"error"``, ``"cancelled"`` or ``"lost"``."""
-        return self._fs.status
-
-    @property
-    def type(self) -> str | None:
-        """The type name of the result, once known."""
-        return self._fs.type
-
-    def done(self) -> bool:
-        """Whether the computation is complete (finished, erred or cancelled)."""
-        return self._fs.done()
-
-    def cancelled(self) -> bool:
-        """Whether the future was cancelled."""
-        return self._fs.status == "cancelled"
-
-    def result(self, timeout: float | str | None = None) -> Any:
-        """Wait for and return the result; re-raise its exception if it erred.
-
-        Raises
-        ------
-        TimeoutError
-            When it is not done within ``timeout`` seconds.
-        """
-        client = self.client
-        if client.asynchronous and client._in_loop_thread():
-            return self._result_coro(timeout)
-        return client.sync(self._result_coro, timeout)
-
-    async def _result_coro(self, timeout: float | str | None = None) -> Any:
-        client = self.client
-        t = parse_timedelta(timeout) if timeout is not None else None
-        try:
-            await asyncio.wait_for(self._fs.event().wait(), t)
-        except asyncio.TimeoutError:
-            raise TimeoutError(f"Future {self.key!r} did not finish within {t} s") from None
-        result = await client._gather([self], errors="raise")
-        return result[0]
-
-    def exception(self, timeout: float | str | None = None) -> Any:
-        """The exception the task raised, or None."""
-        client = self.client
-
-        async def get() -> BaseException | None:
-            t = parse_timedelta(timeout) if timeout is not None else None
-            await asyncio.wait_for(self._fs.event().wait(), t)
-            return client._exception_of(self._fs)
-
-        if client.asynchronous and client._in_loop_thread():
-            return get()
-        exc: BaseException | None = client.sync(get)
-        return exc
-
-    def traceback(self, timeout: float | str | None = None) -> Any:
-        """The traceback of the task's exception, or None."""
-        exc = self.exception(timeout)
-        return exc.__traceback__ if isinstance(exc, BaseException) else None
-
-    def cancel(self, reason: str | None = None, **kwargs: Any) -> Any:
-        """Cancel this future's task."""
-        return self.client.cancel([self], reason=reason, **kwargs)
-
-    def retry(self, **kwargs: Any) -> Any:
-        """Rerun this future's task if it erred."""
-        return self.client.retry([self], **kwargs)
-
-    def release(self) -> None:
-        """Stop wanting the key (also done when the future is garbage collected)."""
-        if self._bound and self._client is not None:
-            self._bound = False
-            self._client._dec_ref(self.key)
-
-    def add_done_callback(self, fn: Callable[[Future], Any]) -> None:
-        """Call ``fn(future)`` (in a separate thread) when the future is done."""
-        client = self.client
-        fs = self._fs
-
-        def run() -> None:
-            threading.Thread(target=_run_callback, args=(fn, self), daemon=True, name="future-callback").start()
-
-        def register() -> None:
-            if fs.done():
-                run()
-            else:
-                fs.callbacks.append(run)
-
-        client._call_in_loop(register)
-
-    def __del__(self) -> None:
-        try:
-            self.release()
-        except Exception:
-            pass
-
-    def __reduce__(self) -> Any:
-        return (Future, (self.key,))
-
-    def __dask_tokenize__(self) -> Any:
-        return (type(self).__name__, self.key)
-
-    def __await__(self) -> Any:
-        return self._result_coro().__await__()
-
-    def __repr__(self) -> str:
-        status = self._state.status if self._state is not None else "unbound"
-        t = f", type: {self._state.type}" if self._state is not None and self._state.type else ""
-        return f"<Future: {status}{t}, key: {self.key}>"
-
-    def __str__(self) -> str:
-        return repr(self)
-
-    def __hash__(self) -> int:
-        return hash(self.key)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, TaskRef) and other.key == self.key
-
-
-def _run_callback(fn: Callable[[Future], Any], future: Future) -> None:
-    try:
-        fn(future)
-    except Exception:
-        logger.exception("Error in a future's done-callback")
-
-
-def get_client_for_future() -> Client:
-    """The client that an unpickled future should bind to."""
-    from distributed.worker import get_client
-
-    return get_client()
 
 
 class Client:
@@ -1503,6 +1239,8 @@ class Client:
 
     def futures_of(self, collection: Any) -> list[Future]:
         """The futures held in a collection."""
+        from distributed.futures import futures_of
+
         return futures_of(collection, client=self)
 
     def get_versions(self, check: bool = False, packages: Any = None) -> dict[str, Any]:
@@ -1634,234 +1372,6 @@ def _pack_keys(keys: Any, by_key: Mapping[Key, Future]) -> Any:
 
 
 # -- module functions ---------------------------------------------------------------------
-class DoneAndNotDoneFutures(NamedTuple):
-    """What :func:`wait` returns."""
-
-    done: set[Future]
-    not_done: set[Future]
-
-
-def futures_of(o: Any, client: Client | None = None) -> list[Future]:
-    """The futures inside ``o`` (nested containers and dask collections)."""
-    stack = [o]
-    seen: set[int] = set()
-    futures: dict[Key, Future] = {}
-    while stack:
-        x = stack.pop()
-        if isinstance(x, Future):
-            futures.setdefault(x.key, x)
-        elif isinstance(x, (list, tuple, set, frozenset)):
-            stack.extend(x)
-        elif isinstance(x, dict):
-            stack.extend(x.values())
-        elif isinstance(x, DataNode):
-            stack.append(x.value)
-        elif isinstance(x, Task):
-            stack.extend(x.args)
-            stack.extend(x.kwargs.values())
-        elif is_dask_collection(x):
-            if id(x) in seen:
-                continue
-            seen.add(id(x))
-            try:
-                stack.extend(x.__dask_graph__().values())
-            except Exception:
-                pass
-    if client is not None:
-        bad = [f for f in futures.values() if f._client is not None and f._client is not client]
-        if bad:
-            raise ValueError("Futures belong to another client")
-    return list(futures.values())
-
-
-def wait(fs: Any, timeout: Any = None, return_when: str = ALL_COMPLETED) -> Any:
-    """Wait until futures are done; return ``(done, not_done)``.
-
-    Raises
-    ------
-    ValueError
-        When there is no client (dask reads this as "no distributed scheduler").
-    TimeoutError
-        When not done within ``timeout``.
-    """
-    client = default_client()
-    if is_dask_collection(fs) or not isinstance(fs, (list, tuple, set, frozenset, Future)):
-        fs = futures_of(fs)
-    elif isinstance(fs, Future):
-        fs = [fs]
-    futures = list(fs)
-    if futures:
-        client = futures[0].client
-    t = parse_timedelta(timeout) if timeout is not None else None
-
-    async def _wait() -> DoneAndNotDoneFutures:
-        events = [f._fs.event().wait() for f in futures]
-        if not events:
-            return DoneAndNotDoneFutures(set(), set())
-        tasks = [asyncio.ensure_future(e) for e in events]
-        try:
-            if return_when == FIRST_COMPLETED:
-                done, pending = await asyncio.wait(tasks, timeout=t, return_when=asyncio.FIRST_COMPLETED)
-                if not done:
-                    raise TimeoutError(f"No future finished within {t} s")
-            else:
-                done, pending = await asyncio.wait(tasks, timeout=t)
-                if pending:
-                    raise TimeoutError(f"{len(pending)} futures did not finish within {t} s")
-        finally:
-            for task in tasks:
-                task.cancel()
-        return DoneAndNotDoneFutures({f for f in futures if f.done()}, {f for f in futures if not f.done()})
-
-    return client.sync(_wait)
-
-
-class as_completed:
-    """Iterate over futures in the order they finish.
-
-    Parameters
-    ----------
-    futures
-        The futures (more can be added with :meth:`add`).
-    with_results
-        Yield ``(future, result)`` pairs.
-    raise_errors
-        With ``with_results``, raise a future's exception instead of yielding it.
-    """
-
-    def __init__(self, futures: Iterable[Future] | None = None, loop: Any = None, with_results: bool = False, raise_errors: bool = True, *, timeout: Any = None) -> None:
-        import queue
-
-        self.queue: queue.SimpleQueue[Future] = queue.SimpleQueue()
-        self.futures: dict[Future, int] = {}
-        self.lock = threading.Lock()
-        self.with_results = with_results
-        self.raise_errors = raise_errors
-        self.timeout = parse_timedelta(timeout) if timeout is not None else None
-        self._async_queue: asyncio.Queue[Future] | None = None
-        for f in futures or ():
-            self.add(f)
-
-    def add(self, future: Future) -> None:
-        """Add a future to watch."""
-        self.update([future])
-
-    def update(self, futures: Iterable[Future]) -> None:
-        """Add several futures."""
-        futures = list(futures)
-        with self.lock:
-            for f in futures:
-                self.futures[f] = self.futures.get(f, 0) + 1
-        by_client: defaultdict[Client, list[Future]] = defaultdict(list)
-        for f in futures:
-            by_client[f.client].append(f)
-        for client, fs in by_client.items():
-            client._call_in_loop(functools.partial(_notify_when_done, fs, self.queue.put))
-
-    def count(self) -> int:
-        """Futures not yet yielded."""
-        with self.lock:
-            return sum(self.futures.values())
-
-    def is_empty(self) -> bool:
-        """Whether all futures were yielded."""
-        return self.count() == 0
-
-    def __len__(self) -> int:
-        return self.count()
-
-    def __iter__(self) -> as_completed:
-        return self
-
-    def _take(self, future: Future) -> Any:
-        with self.lock:
-            n = self.futures.get(future, 0) - 1
-            if n <= 0:
-                self.futures.pop(future, None)
-            else:
-                self.futures[future] = n
-        if self.with_results:
-            try:
-                return future, future.result()
-            except Exception as e:
-                if self.raise_errors:
-                    raise
-                return future, e
-        return future
-
-    def __next__(self) -> Any:
-        if self.is_empty():
-            raise StopIteration
-        import queue
-
-        try:
-            future = self.queue.get(timeout=self.timeout)
-        except queue.Empty:
-            raise TimeoutError(f"No future finished within {self.timeout} s") from None
-        return self._take(future)
-
-    def __aiter__(self) -> as_completed:
-        return self
-
-    async def __anext__(self) -> Any:
-        if self.is_empty():
-            raise StopAsyncIteration
-        loop = asyncio.get_running_loop()
-        future = await loop.run_in_executor(None, self.queue.get)
-        if self.with_results:
-            with self.lock:
-                n = self.futures.get(future, 0) - 1
-                if n <= 0:
-                    self.futures.pop(future, None)
-                else:
-                    self.futures[future] = n
-            try:
-                return future, await future._result_coro()
-            except Exception as e:
-                if self.raise_errors:
-                    raise
-                return future, e
-        return self._take(future)
-
-    def next_batch(self, block: bool = True) -> list[Any]:
-        """The futures finished so far (at least one when ``block``)."""
-        batch = []
-        if block and not self.is_empty():
-            batch.append(next(self))
-        while not self.queue.empty():
-            batch.append(self._take(self.queue.get()))
-        return batch
-
-    def batches(self) -> Iterator[list[Any]]:
-        """Yield lists of futures as they finish."""
-        while not self.is_empty():
-            yield self.next_batch(block=True)
-
-    def clear(self) -> None:
-        """Forget all futures."""
-        with self.lock:
-            self.futures.clear()
-
-
-def _notify_when_done(futures: list[Future], put: Callable[[Future], Any]) -> None:
-    """On the client's loop: call ``put(future)`` as each future finishes."""
-    for f in futures:
-        fs = f._fs
-        if fs.done():
-            put(f)
-        else:
-            fs.callbacks.append(functools.partial(put, f))
-
-
-def fire_and_forget(obj: Any) -> None:
-    """Run futures to completion even after every reference to them is dropped."""
-    flat: list[Future] = []
-    _collect_futures(obj, flat)
-    for f in futures_of(obj) if not flat else flat:
-        client = f.client
-        client._send_to_scheduler({"op": "client-desires-keys", "client": "fire-and-forget", "keys": [f.key]})
-
-
 def get_task_metadata() -> Any:
     """Not supported yet."""
     raise NotImplementedError("get_task_metadata is not supported yet")
@@ -1877,5 +1387,10 @@ def _close_global_clients() -> None:
             pass
 
 
-def _unused(*args: Coroutine[Any, Any, Any]) -> None:
-    """Keep imports that only type checkers use."""
+def __getattr__(name: str) -> Any:
+    # Waiting on many futures lives in distributed.futures; old imports from here still work.
+    if name in ("wait", "as_completed", "futures_of", "fire_and_forget", "DoneAndNotDoneFutures"):
+        from distributed import futures
+
+        return getattr(futures, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

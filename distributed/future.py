@@ -1,0 +1,288 @@
+"""Futures: references to keys computed on a cluster.
+
+A :class:`Future` holds one reference to a key of its client; all futures of
+one key share a :class:`FutureState` (status, error, the workers holding the
+value), which the client updates from the scheduler's reports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from dask._task_spec import TaskRef
+from dask.utils import parse_timedelta
+
+from distributed.protocol.messages import Key
+
+if TYPE_CHECKING:
+    from distributed.client import Client
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Future", "FutureState"]
+
+
+class FutureState:
+    """What a client knows about one key; shared by all its futures."""
+
+    __slots__ = ("key", "status", "exception", "traceback", "workers", "type", "_event", "callbacks", "reason")
+
+    def __init__(self, key: Key) -> None:
+        self.key = key
+        self.status = "pending"
+        self.exception: Any = None
+        self.traceback: Any = None
+        self.workers: list[str] = []
+        self.type: str | None = None
+        self._event: asyncio.Event | None = None
+        self.callbacks: list[Callable[[], None]] = []
+        self.reason: str | None = None
+
+    def event(self) -> asyncio.Event:
+        """The event set when the key is done (create on the client's loop)."""
+        if self._event is None:
+            self._event = asyncio.Event()
+            if self.status != "pending":
+                self._event.set()
+        return self._event
+
+    def done(self) -> bool:
+        return self.status != "pending"
+
+    def _finish(self, status: str) -> None:
+        self.status = status
+        if self._event is not None:
+            self._event.set()
+        callbacks, self.callbacks = self.callbacks, []
+        for cb in callbacks:
+            try:
+                cb()
+            except Exception:
+                logger.exception("Future callback failed")
+
+    def finish(self, workers: Iterable[str], type_: str | None) -> None:
+        self.workers = list(workers)
+        self.type = type_
+        self._finish("finished")
+
+    def set_error(self, exception: Any, traceback: Any) -> None:
+        self.exception = exception
+        self.traceback = traceback
+        self._finish("error")
+
+    def cancel(self, reason: str | None = None) -> None:
+        self.reason = reason
+        self._finish("cancelled")
+
+    def lose(self) -> None:
+        self._finish("lost")
+
+    def reset(self) -> None:
+        self.status = "pending"
+        self.exception = None
+        self.traceback = None
+        self.workers = []
+        if self._event is not None:
+            self._event.clear()
+
+
+class Future(TaskRef):
+    """A remote result: a reference to one key on the cluster.
+
+    Parameters
+    ----------
+    key
+        The key.
+    client
+        The client it belongs to (default: the current client).
+
+    Examples
+    --------
+    >>> future = client.submit(sum, [1, 2, 3])  # doctest: +SKIP
+    >>> future.result()  # doctest: +SKIP
+    6
+    """
+
+    __slots__ = ("_client", "_state", "_bound", "__weakref__")
+
+    def __init__(self, key: Key, client: Client | None = None, state: FutureState | None = None, inform: bool = True) -> None:
+        super().__init__(key)
+        self._client: Client | None = None
+        self._state: FutureState | None = None
+        self._bound = False
+        if client is None:
+            try:
+                client = get_client_for_future()
+            except ValueError:
+                client = None
+        if client is not None:
+            self.bind_client(client, state, inform=inform)
+
+    def bind_client(self, client: Client, state: FutureState | None = None, inform: bool = True) -> None:
+        """Attach to ``client`` (keeping the key wanted while we live)."""
+        self._client = client
+        if state is None:
+            self._state = client._acquire(self.key)
+        else:
+            self._state = state
+            client._inc_ref(self.key)
+        self._bound = True
+
+    @property
+    def client(self) -> Client:
+        """The client this future belongs to."""
+        if self._client is None:
+            from distributed.client import default_client
+
+            self.bind_client(default_client())
+        assert self._client is not None
+        return self._client
+
+    @property
+    def executor(self) -> Client:
+        """Alias of :attr:`client`."""
+        return self.client
+
+    @property
+    def _fs(self) -> FutureState:
+        if self._state is None:
+            _ = self.client
+        assert self._state is not None
+        return self._state
+
+    @property
+    def status(self) -> str:
+        """``"pending"``, ``"finished"``, ``"error"``, ``"cancelled"`` or ``"lost"``."""
+        return self._fs.status
+
+    @property
+    def type(self) -> str | None:
+        """The type name of the result, once known."""
+        return self._fs.type
+
+    def done(self) -> bool:
+        """Whether the computation is complete (finished, erred or cancelled)."""
+        return self._fs.done()
+
+    def cancelled(self) -> bool:
+        """Whether the future was cancelled."""
+        return self._fs.status == "cancelled"
+
+    def result(self, timeout: float | str | None = None) -> Any:
+        """Wait for and return the result; re-raise its exception if it erred.
+
+        Raises
+        ------
+        TimeoutError
+            When it is not done within ``timeout`` seconds.
+        """
+        client = self.client
+        if client.asynchronous and client._in_loop_thread():
+            return self._result_coro(timeout)
+        return client.sync(self._result_coro, timeout)
+
+    async def _result_coro(self, timeout: float | str | None = None) -> Any:
+        client = self.client
+        t = parse_timedelta(timeout) if timeout is not None else None
+        try:
+            await asyncio.wait_for(self._fs.event().wait(), t)
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"Future {self.key!r} did not finish within {t} s") from None
+        result = await client._gather([self], errors="raise")
+        return result[0]
+
+    def exception(self, timeout: float | str | None = None) -> Any:
+        """The exception the task raised, or None."""
+        client = self.client
+
+        async def get() -> BaseException | None:
+            t = parse_timedelta(timeout) if timeout is not None else None
+            await asyncio.wait_for(self._fs.event().wait(), t)
+            return client._exception_of(self._fs)
+
+        if client.asynchronous and client._in_loop_thread():
+            return get()
+        exc: BaseException | None = client.sync(get)
+        return exc
+
+    def traceback(self, timeout: float | str | None = None) -> Any:
+        """The traceback of the task's exception, or None."""
+        exc = self.exception(timeout)
+        return exc.__traceback__ if isinstance(exc, BaseException) else None
+
+    def cancel(self, reason: str | None = None, **kwargs: Any) -> Any:
+        """Cancel this future's task."""
+        return self.client.cancel([self], reason=reason, **kwargs)
+
+    def retry(self, **kwargs: Any) -> Any:
+        """Rerun this future's task if it erred."""
+        return self.client.retry([self], **kwargs)
+
+    def release(self) -> None:
+        """Stop wanting the key (also done when the future is garbage collected)."""
+        if self._bound and self._client is not None:
+            self._bound = False
+            self._client._dec_ref(self.key)
+
+    def add_done_callback(self, fn: Callable[[Future], Any]) -> None:
+        """Call ``fn(future)`` (in a separate thread) when the future is done."""
+        client = self.client
+        fs = self._fs
+
+        def run() -> None:
+            threading.Thread(target=_run_callback, args=(fn, self), daemon=True, name="future-callback").start()
+
+        def register() -> None:
+            if fs.done():
+                run()
+            else:
+                fs.callbacks.append(run)
+
+        client._call_in_loop(register)
+
+    def __del__(self) -> None:
+        try:
+            self.release()
+        except Exception:
+            pass
+
+    def __reduce__(self) -> Any:
+        return (Future, (self.key,))
+
+    def __dask_tokenize__(self) -> Any:
+        return (type(self).__name__, self.key)
+
+    def __await__(self) -> Any:
+        return self._result_coro().__await__()
+
+    def __repr__(self) -> str:
+        status = self._state.status if self._state is not None else "unbound"
+        t = f", type: {self._state.type}" if self._state is not None and self._state.type else ""
+        return f"<Future: {status}{t}, key: {self.key}>"
+
+    def __str__(self) -> str:
+        return repr(self)
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TaskRef) and other.key == self.key
+
+
+def _run_callback(fn: Callable[[Future], Any], future: Future) -> None:
+    try:
+        fn(future)
+    except Exception:
+        logger.exception("Error in a future's done-callback")
+
+
+def get_client_for_future() -> Client:
+    """The client that an unpickled future should bind to."""
+    from distributed.worker import get_client
+
+    return get_client()

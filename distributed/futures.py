@@ -1,0 +1,248 @@
+"""Waiting on many futures: ``wait``, ``as_completed``, ``futures_of``, ``fire_and_forget``."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, NamedTuple
+
+from dask._task_spec import DataNode, Task
+from dask.utils import parse_timedelta
+
+from distributed.client import ALL_COMPLETED, FIRST_COMPLETED, Client, _collect_futures, default_client
+from distributed.future import Future
+from distributed.dask_api import is_dask_collection
+from distributed.protocol.messages import Key
+
+__all__ = ["wait", "as_completed", "futures_of", "fire_and_forget", "DoneAndNotDoneFutures"]
+
+
+class DoneAndNotDoneFutures(NamedTuple):
+    """What :func:`wait` returns."""
+
+    done: set[Future]
+    not_done: set[Future]
+
+
+def futures_of(o: Any, client: Client | None = None) -> list[Future]:
+    """The futures inside ``o`` (nested containers and dask collections)."""
+    stack = [o]
+    seen: set[int] = set()
+    futures: dict[Key, Future] = {}
+    while stack:
+        x = stack.pop()
+        if isinstance(x, Future):
+            futures.setdefault(x.key, x)
+        elif isinstance(x, (list, tuple, set, frozenset)):
+            stack.extend(x)
+        elif isinstance(x, dict):
+            stack.extend(x.values())
+        elif isinstance(x, DataNode):
+            stack.append(x.value)
+        elif isinstance(x, Task):
+            stack.extend(x.args)
+            stack.extend(x.kwargs.values())
+        elif is_dask_collection(x):
+            if id(x) in seen:
+                continue
+            seen.add(id(x))
+            try:
+                stack.extend(x.__dask_graph__().values())
+            except Exception:
+                pass
+    if client is not None:
+        bad = [f for f in futures.values() if f._client is not None and f._client is not client]
+        if bad:
+            raise ValueError("Futures belong to another client")
+    return list(futures.values())
+
+
+def wait(fs: Any, timeout: Any = None, return_when: str = ALL_COMPLETED) -> Any:
+    """Wait until futures are done; return ``(done, not_done)``.
+
+    Raises
+    ------
+    ValueError
+        When there is no client (dask reads this as "no distributed scheduler").
+    TimeoutError
+        When not done within ``timeout``.
+    """
+    client = default_client()
+    if is_dask_collection(fs) or not isinstance(fs, (list, tuple, set, frozenset, Future)):
+        fs = futures_of(fs)
+    elif isinstance(fs, Future):
+        fs = [fs]
+    futures = list(fs)
+    if futures:
+        client = futures[0].client
+    t = parse_timedelta(timeout) if timeout is not None else None
+
+    async def _wait() -> DoneAndNotDoneFutures:
+        events = [f._fs.event().wait() for f in futures]
+        if not events:
+            return DoneAndNotDoneFutures(set(), set())
+        tasks = [asyncio.ensure_future(e) for e in events]
+        try:
+            if return_when == FIRST_COMPLETED:
+                done, pending = await asyncio.wait(tasks, timeout=t, return_when=asyncio.FIRST_COMPLETED)
+                if not done:
+                    raise TimeoutError(f"No future finished within {t} s")
+            else:
+                done, pending = await asyncio.wait(tasks, timeout=t)
+                if pending:
+                    raise TimeoutError(f"{len(pending)} futures did not finish within {t} s")
+        finally:
+            for task in tasks:
+                task.cancel()
+        return DoneAndNotDoneFutures({f for f in futures if f.done()}, {f for f in futures if not f.done()})
+
+    return client.sync(_wait)
+
+
+class as_completed:
+    """Iterate over futures in the order they finish.
+
+    Parameters
+    ----------
+    futures
+        The futures (more can be added with :meth:`add`).
+    with_results
+        Yield ``(future, result)`` pairs.
+    raise_errors
+        With ``with_results``, raise a future's exception instead of yielding it.
+    """
+
+    def __init__(self, futures: Iterable[Future] | None = None, loop: Any = None, with_results: bool = False, raise_errors: bool = True, *, timeout: Any = None) -> None:
+        import queue
+
+        self.queue: queue.SimpleQueue[Future] = queue.SimpleQueue()
+        self.futures: dict[Future, int] = {}
+        self.lock = threading.Lock()
+        self.with_results = with_results
+        self.raise_errors = raise_errors
+        self.timeout = parse_timedelta(timeout) if timeout is not None else None
+        self._async_queue: asyncio.Queue[Future] | None = None
+        for f in futures or ():
+            self.add(f)
+
+    def add(self, future: Future) -> None:
+        """Add a future to watch."""
+        self.update([future])
+
+    def update(self, futures: Iterable[Future]) -> None:
+        """Add several futures."""
+        futures = list(futures)
+        with self.lock:
+            for f in futures:
+                self.futures[f] = self.futures.get(f, 0) + 1
+        by_client: defaultdict[Client, list[Future]] = defaultdict(list)
+        for f in futures:
+            by_client[f.client].append(f)
+        for client, fs in by_client.items():
+            client._call_in_loop(functools.partial(_notify_when_done, fs, self.queue.put))
+
+    def count(self) -> int:
+        """Futures not yet yielded."""
+        with self.lock:
+            return sum(self.futures.values())
+
+    def is_empty(self) -> bool:
+        """Whether all futures were yielded."""
+        return self.count() == 0
+
+    def __len__(self) -> int:
+        return self.count()
+
+    def __iter__(self) -> as_completed:
+        return self
+
+    def _take(self, future: Future) -> Any:
+        with self.lock:
+            n = self.futures.get(future, 0) - 1
+            if n <= 0:
+                self.futures.pop(future, None)
+            else:
+                self.futures[future] = n
+        if self.with_results:
+            try:
+                return future, future.result()
+            except Exception as e:
+                if self.raise_errors:
+                    raise
+                return future, e
+        return future
+
+    def __next__(self) -> Any:
+        if self.is_empty():
+            raise StopIteration
+        import queue
+
+        try:
+            future = self.queue.get(timeout=self.timeout)
+        except queue.Empty:
+            raise TimeoutError(f"No future finished within {self.timeout} s") from None
+        return self._take(future)
+
+    def __aiter__(self) -> as_completed:
+        return self
+
+    async def __anext__(self) -> Any:
+        if self.is_empty():
+            raise StopAsyncIteration
+        loop = asyncio.get_running_loop()
+        future = await loop.run_in_executor(None, self.queue.get)
+        if self.with_results:
+            with self.lock:
+                n = self.futures.get(future, 0) - 1
+                if n <= 0:
+                    self.futures.pop(future, None)
+                else:
+                    self.futures[future] = n
+            try:
+                return future, await future._result_coro()
+            except Exception as e:
+                if self.raise_errors:
+                    raise
+                return future, e
+        return self._take(future)
+
+    def next_batch(self, block: bool = True) -> list[Any]:
+        """The futures finished so far (at least one when ``block``)."""
+        batch = []
+        if block and not self.is_empty():
+            batch.append(next(self))
+        while not self.queue.empty():
+            batch.append(self._take(self.queue.get()))
+        return batch
+
+    def batches(self) -> Iterator[list[Any]]:
+        """Yield lists of futures as they finish."""
+        while not self.is_empty():
+            yield self.next_batch(block=True)
+
+    def clear(self) -> None:
+        """Forget all futures."""
+        with self.lock:
+            self.futures.clear()
+
+
+def _notify_when_done(futures: list[Future], put: Callable[[Future], Any]) -> None:
+    """On the client's loop: call ``put(future)`` as each future finishes."""
+    for f in futures:
+        fs = f._fs
+        if fs.done():
+            put(f)
+        else:
+            fs.callbacks.append(functools.partial(put, f))
+
+
+def fire_and_forget(obj: Any) -> None:
+    """Run futures to completion even after every reference to them is dropped."""
+    flat: list[Future] = []
+    _collect_futures(obj, flat)
+    for f in futures_of(obj) if not flat else flat:
+        client = f.client
+        client._send_to_scheduler({"op": "client-desires-keys", "client": "fire-and-forget", "keys": [f.key]})
