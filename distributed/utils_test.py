@@ -132,12 +132,12 @@ def _varying_next(key: str, items: tuple[Any, ...]) -> Any:
 
 
 # -- waiting on conditions -------------------------------------------------------------------
-def poll_for(predicate: Callable[[], bool], timeout: float, period: float = 0.01) -> None:
+def poll_for(predicate: Callable[[], bool], timeout: float = 20, period: float = 0.01, what: str = "") -> None:
     """Wait until ``predicate()`` is true, or fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
-            pytest.fail(f"condition not reached within {timeout} s: {predicate}")
+            pytest.fail(f"Timed out after {timeout} s waiting for {what or predicate}")
         time.sleep(period)
 
 

@@ -6,8 +6,7 @@ import asyncio
 import logging
 import operator
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import dask
 import dask.array as da
@@ -20,16 +19,8 @@ from distributed.client import Client
 from distributed.core import Status
 from distributed.deploy import Cluster, LocalCluster, ServerProcess
 from distributed.deploy.local import split_cores
+from distributed.utils_test import poll_for
 from distributed.worker import Worker
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 20, what: str = "condition") -> None:
-    """Poll ``predicate`` until it holds; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"Timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
 
 
 def live_children() -> list[psutil.Process]:
@@ -60,8 +51,8 @@ def no_leaks() -> Iterator[None]:
     children_before = {p.pid for p in live_children()}
     yield
     try:
-        wait_until(lambda: not ({p.pid for p in live_children()} - children_before), what="child processes to exit")
-        wait_until(lambda: not (non_daemon_threads() - threads_before), what="threads to finish")
+        poll_for(lambda: not ({p.pid for p in live_children()} - children_before), what="child processes to exit")
+        poll_for(lambda: not (non_daemon_threads() - threads_before), what="threads to finish")
     finally:
         for p in live_children():
             if p.pid not in children_before:
@@ -88,7 +79,7 @@ def wait_for_idle(cluster: LocalCluster) -> None:
     """
     assert cluster.scheduler is not None
     scheduler = cluster.scheduler
-    wait_until(lambda: not scheduler.tasks, what="the scheduler to forget released tasks")
+    poll_for(lambda: not scheduler.tasks, what="the scheduler to forget released tasks")
 
 
 def compute_checks(client: Client) -> None:

@@ -9,8 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import dask.config
 import psutil
@@ -18,17 +17,9 @@ import pytest
 
 from distributed.client import Client
 from distributed.deploy.spawn import ServerProcess, config_snapshot
+from distributed.utils_test import poll_for
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 20, what: str = "condition") -> None:
-    """Poll ``predicate`` until it holds; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"Timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
 
 
 def gone(pid: int) -> bool:
@@ -65,7 +56,7 @@ def procs() -> Iterator[list[ServerProcess]]:
     finally:
         for p in started:
             p.kill()
-        wait_until(lambda: all(p.pid is None or gone(p.pid) for p in started), what="children to exit")
+        poll_for(lambda: all(p.pid is None or gone(p.pid) for p in started), what="children to exit")
 
 
 def start_scheduler(procs: list[ServerProcess]) -> ServerProcess:
@@ -139,7 +130,7 @@ def test_worker_exits_when_scheduler_closes(procs: list[ServerProcess]) -> None:
     s.close_sync(timeout=20)
     assert s.exitcode == 0
     # Nobody signals the worker: it notices the scheduler went away.
-    wait_until(lambda: not w.is_alive(), timeout=30, what="the worker to exit")
+    poll_for(lambda: not w.is_alive(), timeout=30, what="the worker to exit")
     assert w.exitcode == 0
 
 
@@ -147,7 +138,7 @@ def test_sigterm_closes_cleanly(procs: list[ServerProcess]) -> None:
     s = start_scheduler(procs)
     assert s.pid is not None
     os.kill(s.pid, signal.SIGTERM)
-    wait_until(lambda: not s.is_alive(), what="the scheduler to exit")
+    poll_for(lambda: not s.is_alive(), what="the scheduler to exit")
     assert s.exitcode == 0
 
 
@@ -213,7 +204,7 @@ def test_child_exits_when_parent_dies() -> None:
         parent.kill()
         parent.wait(timeout=20)
         # The orphan polls its parent pid and closes itself.
-        wait_until(lambda: gone(child_pid or 0), timeout=20, what="the orphaned scheduler to exit")
+        poll_for(lambda: gone(child_pid or 0), timeout=20, what="the orphaned scheduler to exit")
     finally:
         if parent.poll() is None:
             parent.kill()

@@ -14,21 +14,20 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
-
-import numpy as np
-import pandas as pd
-import pytest
 
 import dask.array as da
 import dask.bag as db
 import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+import pytest
 from dask.base import compute as _untyped_compute
 from dask.delayed import delayed
 
 from distributed import Client
+from distributed.utils_test import poll_for
 
 
 def _command(script: str, module: str) -> list[str]:
@@ -62,15 +61,15 @@ def cli_cluster(tmp_path: Path) -> Iterator[str]:
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         procs.append(scheduler)
-        deadline = time.monotonic() + 30
-        address = None
-        while address is None:
+        def started() -> bool:
             assert scheduler.poll() is None, "dask-scheduler exited early"
-            assert time.monotonic() < deadline, "dask-scheduler did not start"
             try:
-                address = json.loads(sched_file.read_text())["address"]
+                return bool(json.loads(sched_file.read_text())["address"])
             except (OSError, ValueError, KeyError):
-                time.sleep(0.05)
+                return False
+
+        poll_for(started, timeout=30, period=0.05, what="dask-scheduler to write its file")
+        address = json.loads(sched_file.read_text())["address"]
         for _ in range(2):
             procs.append(
                 subprocess.Popen(
