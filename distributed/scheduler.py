@@ -50,7 +50,8 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 from distributed.exceptions import KilledWorker, LostDataError
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key, Payload
-from distributed.protocol.serialize import Serialize, as_serialized, unwrap
+from distributed.protocol.serialize import as_serialized
+from distributed.scheduler_requests import ClusterRequests
 from distributed.scheduler_state import (
     ALL_TASK_STATES,
     ClientState,
@@ -211,30 +212,31 @@ class Scheduler(Server):
             ("erred", "released"): self._erred_to_released,
         }
 
+        self.requests = ClusterRequests(self)
         handlers: dict[str, Route[Any]] = {
             "register-client": Route(m.RegisterClient, self.handle_register_client, takes_comm=True),
             "register-worker": Route(m.RegisterWorker, self.handle_register_worker, takes_comm=True),
             "heartbeat_worker": Route(m.HeartbeatWorker, self.handle_heartbeat_worker),
             "unregister": Route(m.UnregisterWorker, self.handle_unregister),
-            "identity": Route(m.Empty, self.handle_identity),
-            "scheduler_info": Route(m.Empty, self.handle_identity),
-            "who_has": Route(m.OptionalKeysRequest, self.handle_who_has),
-            "has_what": Route(m.WorkersRequest, self.handle_has_what),
-            "nthreads": Route(m.WorkersRequest, self.handle_nthreads),
-            "processing": Route(m.WorkersRequest, self.handle_processing),
-            "nbytes": Route(m.OptionalKeysRequest, self.handle_nbytes),
+            "identity": Route(m.Empty, self.requests.handle_identity),
+            "scheduler_info": Route(m.Empty, self.requests.handle_identity),
+            "who_has": Route(m.OptionalKeysRequest, self.requests.handle_who_has),
+            "has_what": Route(m.WorkersRequest, self.requests.handle_has_what),
+            "nthreads": Route(m.WorkersRequest, self.requests.handle_nthreads),
+            "processing": Route(m.WorkersRequest, self.requests.handle_processing),
+            "nbytes": Route(m.OptionalKeysRequest, self.requests.handle_nbytes),
             "update-data": Route(m.UpdateData, self.handle_update_data),
             "cancel-keys": Route(m.CancelKeys, self.handle_cancel_keys),
             "retry": Route(m.RetryKeys, self.handle_retry),
-            "run_function": Route(m.RunFunction, self.handle_run_function),
-            "broadcast": Route(m.RunFunction, self.handle_broadcast),
-            "story": Route(m.StoryRequest, self.handle_story),
-            "retire_workers": Route(m.RetireWorkers, self.handle_retire_workers),
-            "wait_for_workers": Route(m.WaitForWorkers, self.handle_wait_for_workers),
-            "register_scheduler_plugin": Route(m.RegisterPlugin, self.handle_register_plugin),
-            "unregister_scheduler_plugin": Route(m.UnregisterPlugin, self.handle_unregister_plugin),
-            "task_states": Route(m.OptionalKeysRequest, self.handle_task_states),
-            "terminate": Route(m.Empty, self.handle_terminate),
+            "run_function": Route(m.RunFunction, self.requests.handle_run_function),
+            "broadcast": Route(m.RunFunction, self.requests.handle_broadcast),
+            "story": Route(m.StoryRequest, self.requests.handle_story),
+            "retire_workers": Route(m.RetireWorkers, self.requests.handle_retire_workers),
+            "wait_for_workers": Route(m.WaitForWorkers, self.requests.handle_wait_for_workers),
+            "register_scheduler_plugin": Route(m.RegisterPlugin, self.requests.handle_register_plugin),
+            "unregister_scheduler_plugin": Route(m.UnregisterPlugin, self.requests.handle_unregister_plugin),
+            "task_states": Route(m.OptionalKeysRequest, self.requests.handle_task_states),
+            "terminate": Route(m.Empty, self.requests.handle_terminate),
         }
         stream_handlers: dict[str, StreamRoute[Any]] = {
             # from workers
@@ -1632,51 +1634,6 @@ class Scheduler(Server):
         self.send_all(self.remove_worker_state(msg["address"], stimulus_id=f"unregister-{time.time()}", safe=True))
         return "OK"
 
-    def handle_terminate(self, comm: Comm, msg: m.Empty) -> str:
-        """Close the scheduler (its workers close when their streams end)."""
-        asyncio.get_running_loop().call_soon(lambda: self.spawn(self.close(), name="terminate"))
-        return "OK"
-
-    def handle_identity(self, comm: Comm, msg: m.Empty) -> dict[str, Any]:
-        return self.identity()
-
-    def handle_who_has(self, comm: Comm, msg: m.OptionalKeysRequest) -> dict[Key, list[str]]:
-        keys = msg.get("keys")
-        if keys is None:
-            return {k: [ws.address for ws in ts.who_has] for k, ts in self.tasks.items()}
-        return {k: [ws.address for ws in self.tasks[k].who_has] if k in self.tasks else [] for k in keys}
-
-    def _select_workers(self, workers: Sequence[str] | None) -> list[WorkerState]:
-        if workers is None:
-            return list(self.workers.values())
-        result = []
-        for w in workers:
-            ws = self.workers.get(w) or self._worker_by_name(w)
-            if ws is not None:
-                result.append(ws)
-        return result
-
-    def handle_has_what(self, comm: Comm, msg: m.WorkersRequest) -> dict[str, list[Key]]:
-        return {ws.address: [ts.key for ts in ws.has_what] for ws in self._select_workers(msg.get("workers"))}
-
-    def handle_nthreads(self, comm: Comm, msg: m.WorkersRequest) -> dict[str, int]:
-        return {ws.address: ws.nthreads for ws in self._select_workers(msg.get("workers"))}
-
-    def handle_processing(self, comm: Comm, msg: m.WorkersRequest) -> dict[str, list[Key]]:
-        return {ws.address: [ts.key for ts in ws.processing] for ws in self._select_workers(msg.get("workers"))}
-
-    def handle_nbytes(self, comm: Comm, msg: m.OptionalKeysRequest) -> dict[Key, int]:
-        keys = msg.get("keys")
-        if keys is None:
-            return {k: ts.nbytes for k, ts in self.tasks.items() if ts.state == "memory"}
-        return {k: self.tasks[k].nbytes for k in keys if k in self.tasks}
-
-    def handle_task_states(self, comm: Comm, msg: m.OptionalKeysRequest) -> dict[Key, str]:
-        keys = msg.get("keys")
-        if keys is None:
-            return {k: ts.state for k, ts in self.tasks.items()}
-        return {k: self.tasks[k].state if k in self.tasks else "forgotten" for k in keys}
-
     def handle_update_data(self, comm: Comm, msg: m.UpdateData) -> str:
         out = self.update_data_state(msg["client"], msg["who_has"], msg["nbytes"], msg.get("types", {}), f"update-data-{time.time()}")
         self.send_all(out)
@@ -1707,91 +1664,9 @@ class Scheduler(Server):
         self.send_all(self.transitions({}, stimulus_id, out))
         return [ts.key for ts in roots]
 
-    def handle_story(self, comm: Comm, msg: m.StoryRequest) -> list[tuple[Any, ...]]:
-        return [tuple(t) for t in self.story(*msg["keys"])]
-
-    async def handle_run_function(self, comm: Comm, msg: m.RunFunction) -> Any:
-        # A user explicitly asked to run this on the scheduler.
-        func = unwrap(msg["function"])
-        args = unwrap(msg.get("args")) or ()
-        kwargs = unwrap(msg.get("kwargs")) or {}
-        if _accepts(func, "dask_scheduler"):
-            kwargs["dask_scheduler"] = self
-        result = func(*args, **kwargs)
-        if inspect.isawaitable(result):
-            if msg.get("wait", True):
-                result = await result
-            else:
-                self.spawn(_await(result))
-                result = None
-        return Serialize(result)
-
-    async def handle_broadcast(self, comm: Comm, msg: m.RunFunction) -> dict[str, Any]:
-        """Run a function on workers; the payload goes through unopened."""
-        workers = msg.get("workers")
-        targets = [ws.address for ws in self._select_workers(workers)] if workers is not None else list(self.workers)
-        request = {k: v for k, v in msg.items() if k not in ("op", "workers", "reply")}
-        request["op"] = "run"
-
-        async def one(addr: str) -> tuple[str, Any]:
-            try:
-                return addr, {"status": "OK", "result": await self.rpc.call(addr, request)}
-            except Exception as e:
-                return addr, error_message(e)
-
-        results = await asyncio.gather(*(one(a) for a in targets))
-        return dict(results)
-
-    async def handle_retire_workers(self, comm: Comm, msg: m.RetireWorkers) -> dict[str, Any]:
-        workers = msg.get("workers")
-        if workers is None:
-            n = msg.get("n") or 0
-            targets = sorted(self.workers.values(), key=lambda ws: len(ws.has_what))[:n]
-        else:
-            targets = self._select_workers(workers)
-        retired: dict[str, Any] = {}
-        for ws in targets:
-            retired[ws.address] = ws.identity()
-            bs = self.stream_comms.get(ws.address)
-            self.send_all(self.remove_worker_state(ws.address, stimulus_id=f"retire-{time.time()}", safe=True))
-            if bs is not None and msg.get("close_workers", True):
-                try:
-                    bs.send({"op": "close-worker", "reason": "retired"})
-                except CommClosedError:
-                    pass
-        return retired
-
-    async def handle_wait_for_workers(self, comm: Comm, msg: m.WaitForWorkers) -> str:
-        while len(self.workers) < msg["n_workers"]:
-            self._worker_wait = self._worker_wait or asyncio.Event()
-            self._worker_wait.clear()
-            await self._worker_wait.wait()
-        return "OK"
-
-    async def handle_register_plugin(self, comm: Comm, msg: m.RegisterPlugin) -> str:
-        plugin = unwrap(msg["plugin"])
-        await self.add_plugin(plugin, name=msg["name"], idempotent=msg.get("idempotent", False))
-        return "OK"
-
-    def handle_unregister_plugin(self, comm: Comm, msg: m.UnregisterPlugin) -> str:
-        self.remove_plugin(msg["name"])
-        return "OK"
-
-
 def _priority_key(ts: TaskState) -> tuple[Any, ...]:
     return ts.priority
 
 
 def _interval(key: str) -> float:
     return get_interval(key, 0.002)
-
-
-def _accepts(func: Any, name: str) -> bool:
-    try:
-        return name in inspect.signature(func).parameters
-    except (TypeError, ValueError):
-        return False
-
-
-async def _await(aw: Any) -> None:
-    await aw

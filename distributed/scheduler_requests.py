@@ -1,0 +1,160 @@
+"""Requests about the cluster, and requests to run users' functions.
+
+The scheduler's task state machine lives in :mod:`distributed.scheduler`; the
+requests here read that state (who holds what, task states, stories), run a
+function a user explicitly sent (on the scheduler, or on workers through it),
+or manage workers and plugins.  Each is a route of the scheduler's server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from distributed.comm import Comm, CommClosedError
+from distributed.core import error_message
+from distributed.protocol import messages as m
+from distributed.protocol.messages import Key
+from distributed.protocol.serialize import Serialize, unwrap
+from distributed.scheduler_state import WorkerState
+
+if TYPE_CHECKING:
+    from distributed.scheduler import Scheduler
+
+__all__ = ["ClusterRequests"]
+
+
+class ClusterRequests:
+    """The scheduler's request handlers that are not task-state stimuli."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
+
+    def handle_terminate(self, comm: Comm, msg: m.Empty) -> str:
+        """Close the scheduler (its workers close when their streams end)."""
+        asyncio.get_running_loop().call_soon(lambda: self.scheduler.spawn(self.scheduler.close(), name="terminate"))
+        return "OK"
+
+    def handle_identity(self, comm: Comm, msg: m.Empty) -> dict[str, Any]:
+        return self.scheduler.identity()
+
+    def handle_who_has(self, comm: Comm, msg: m.OptionalKeysRequest) -> dict[Key, list[str]]:
+        keys = msg.get("keys")
+        if keys is None:
+            return {k: [ws.address for ws in ts.who_has] for k, ts in self.scheduler.tasks.items()}
+        return {k: [ws.address for ws in self.scheduler.tasks[k].who_has] if k in self.scheduler.tasks else [] for k in keys}
+
+    def select_workers(self, workers: Sequence[str] | None) -> list[WorkerState]:
+        if workers is None:
+            return list(self.scheduler.workers.values())
+        result = []
+        for w in workers:
+            ws = self.scheduler.workers.get(w) or self.scheduler._worker_by_name(w)
+            if ws is not None:
+                result.append(ws)
+        return result
+
+    def handle_has_what(self, comm: Comm, msg: m.WorkersRequest) -> dict[str, list[Key]]:
+        return {ws.address: [ts.key for ts in ws.has_what] for ws in self.select_workers(msg.get("workers"))}
+
+    def handle_nthreads(self, comm: Comm, msg: m.WorkersRequest) -> dict[str, int]:
+        return {ws.address: ws.nthreads for ws in self.select_workers(msg.get("workers"))}
+
+    def handle_processing(self, comm: Comm, msg: m.WorkersRequest) -> dict[str, list[Key]]:
+        return {ws.address: [ts.key for ts in ws.processing] for ws in self.select_workers(msg.get("workers"))}
+
+    def handle_nbytes(self, comm: Comm, msg: m.OptionalKeysRequest) -> dict[Key, int]:
+        keys = msg.get("keys")
+        if keys is None:
+            return {k: ts.nbytes for k, ts in self.scheduler.tasks.items() if ts.state == "memory"}
+        return {k: self.scheduler.tasks[k].nbytes for k in keys if k in self.scheduler.tasks}
+
+    def handle_task_states(self, comm: Comm, msg: m.OptionalKeysRequest) -> dict[Key, str]:
+        keys = msg.get("keys")
+        if keys is None:
+            return {k: ts.state for k, ts in self.scheduler.tasks.items()}
+        return {k: self.scheduler.tasks[k].state if k in self.scheduler.tasks else "forgotten" for k in keys}
+
+    def handle_story(self, comm: Comm, msg: m.StoryRequest) -> list[tuple[Any, ...]]:
+        return [tuple(t) for t in self.scheduler.story(*msg["keys"])]
+
+    async def handle_run_function(self, comm: Comm, msg: m.RunFunction) -> Any:
+        # A user explicitly asked to run this on the scheduler.
+        func = unwrap(msg["function"])
+        args = unwrap(msg.get("args")) or ()
+        kwargs = unwrap(msg.get("kwargs")) or {}
+        if _accepts(func, "dask_scheduler"):
+            kwargs["dask_scheduler"] = self.scheduler
+        result = func(*args, **kwargs)
+        if inspect.isawaitable(result):
+            if msg.get("wait", True):
+                result = await result
+            else:
+                self.scheduler.spawn(_await(result))
+                result = None
+        return Serialize(result)
+
+    async def handle_broadcast(self, comm: Comm, msg: m.RunFunction) -> dict[str, Any]:
+        """Run a function on workers; the payload goes through unopened."""
+        workers = msg.get("workers")
+        targets = [ws.address for ws in self.select_workers(workers)] if workers is not None else list(self.scheduler.workers)
+        request = {k: v for k, v in msg.items() if k not in ("op", "workers", "reply")}
+        request["op"] = "run"
+
+        async def one(addr: str) -> tuple[str, Any]:
+            try:
+                return addr, {"status": "OK", "result": await self.scheduler.rpc.call(addr, request)}
+            except Exception as e:
+                return addr, error_message(e)
+
+        results = await asyncio.gather(*(one(a) for a in targets))
+        return dict(results)
+
+    async def handle_retire_workers(self, comm: Comm, msg: m.RetireWorkers) -> dict[str, Any]:
+        workers = msg.get("workers")
+        if workers is None:
+            n = msg.get("n") or 0
+            targets = sorted(self.scheduler.workers.values(), key=lambda ws: len(ws.has_what))[:n]
+        else:
+            targets = self.select_workers(workers)
+        retired: dict[str, Any] = {}
+        for ws in targets:
+            retired[ws.address] = ws.identity()
+            bs = self.scheduler.stream_comms.get(ws.address)
+            self.scheduler.send_all(self.scheduler.remove_worker_state(ws.address, stimulus_id=f"retire-{time.time()}", safe=True))
+            if bs is not None and msg.get("close_workers", True):
+                try:
+                    bs.send({"op": "close-worker", "reason": "retired"})
+                except CommClosedError:
+                    pass
+        return retired
+
+    async def handle_wait_for_workers(self, comm: Comm, msg: m.WaitForWorkers) -> str:
+        while len(self.scheduler.workers) < msg["n_workers"]:
+            self.scheduler._worker_wait = self.scheduler._worker_wait or asyncio.Event()
+            self.scheduler._worker_wait.clear()
+            await self.scheduler._worker_wait.wait()
+        return "OK"
+
+    async def handle_register_plugin(self, comm: Comm, msg: m.RegisterPlugin) -> str:
+        plugin = unwrap(msg["plugin"])
+        await self.scheduler.add_plugin(plugin, name=msg["name"], idempotent=msg.get("idempotent", False))
+        return "OK"
+
+    def handle_unregister_plugin(self, comm: Comm, msg: m.UnregisterPlugin) -> str:
+        self.scheduler.remove_plugin(msg["name"])
+        return "OK"
+
+
+def _accepts(func: Any, name: str) -> bool:
+    try:
+        return name in inspect.signature(func).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+async def _await(aw: Any) -> None:
+    await aw
