@@ -26,7 +26,7 @@ import uuid
 import weakref
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
 import dask
 import dask.config
@@ -39,12 +39,13 @@ from dask.utils import funcname, parse_timedelta, typename
 from distributed.batched import BatchedSend
 from distributed.config import get_interval
 from distributed.future import Future, FutureState
+from distributed.graph_parts import GraphPlan, PendingParts, dependencies_first, start_background_parts
 from distributed.dask_api import expr_keys, finalize_compute, flatten_keys, get_annotations, graph_expr, is_dask_collection, is_low_level_expr
 from distributed.comm import Comm, CommClosedError, connect
-from distributed.core import ConnectionPool, rebuild_exception
+from distributed.core import ConnectionPool, error_message, rebuild_exception
 from distributed.exceptions import FutureCancelledError, LostDataError
 from distributed.protocol.messages import Key
-from distributed.protocol.serialize import FunctionCache, Serialize, serialize_task, unwrap
+from distributed.protocol.serialize import Serialize, unwrap
 from distributed.utils import LoopRunner, sync, thread_state
 
 if TYPE_CHECKING:
@@ -188,8 +189,18 @@ class Client:
         #: Graph messages and key releases, in the order they were made; the
         #: loop sends them in that order (a release never overtakes a graph
         #: that depends on the key).
-        self._outbox: list[tuple[bool, Any]] = []
+        self._outbox: list[tuple[int, Any]] = []
         self._outbox_scheduled = False
+        #: Graphs whose later parts a background thread is still serialising.
+        self._graph_parts: list[PendingParts] = []
+        #: Calls to the scheduler waiting until every queued graph part is sent.
+        self._parts_waiters: list[asyncio.Future[None]] = []
+        #: Graphs sent in parts so far, and how many of them the scheduler
+        #: is known to have received (a stream barrier came back after them).
+        self._parts_made = 0
+        self._parts_confirmed = 0
+        self._barrier_ids = itertools.count()
+        self._barriers: dict[int, asyncio.Future[None]] = {}
         self.scheduler_comm: BatchedSend | None = None
         self._comm: Comm | None = None
         self.pool = ConnectionPool(limit=connection_limit)
@@ -312,6 +323,7 @@ class Client:
         if self.status not in ("closing", "closed"):
             logger.warning("Lost connection to the scheduler at %s", self._address)
             self.status = "closed"
+            self._wake_barriers()
             for fs in list(self.futures.values()):
                 if not fs.done():
                     fs.cancel("scheduler-connection-lost")
@@ -335,6 +347,10 @@ class Client:
             fs = self.futures.get(msg["key"])
             if fs is not None:
                 fs.lose()
+        elif op == "stream-barrier":
+            reached = self._barriers.pop(msg["id"], None)
+            if reached is not None:
+                _wake([reached])
         else:
             logger.debug("Unknown message from the scheduler: %r", op)
 
@@ -364,6 +380,13 @@ class Client:
         if self.status == "closed" and self._comm is None:
             return
         self.status = "closing"
+        with self._ref_lock:
+            for parts in self._graph_parts:
+                parts.stop = True
+            self._graph_parts = []
+            waiters, self._parts_waiters = self._parts_waiters, []
+        _wake(waiters)
+        self._wake_barriers()
         bs = self.scheduler_comm
         if bs is not None:
             try:
@@ -531,12 +554,17 @@ class Client:
                 self.refcount[key] = n
                 return
             self.refcount.pop(key, None)
-        self._post(False, key)
+        self._post(_RELEASE, key)
 
-    def _post(self, is_message: bool, item: Any) -> None:
-        """Queue a message (``is_message``) or a key release for the scheduler, from any thread."""
+    def _post(self, kind: int, item: Any) -> None:
+        """Queue a message (:data:`_MESSAGE`) or a key release (:data:`_RELEASE`) for the scheduler, from any thread."""
         with self._ref_lock:
-            self._outbox.append((is_message, item))
+            self._outbox.append((kind, item))
+        self._kick_outbox()
+
+    def _kick_outbox(self) -> None:
+        """Have the loop send what the outbox holds (once, however often called)."""
+        with self._ref_lock:
             if self._outbox_scheduled:
                 return
             self._outbox_scheduled = True
@@ -548,15 +576,32 @@ class Client:
             pass
 
     def _drain_outbox(self) -> None:
+        """Send the outbox in order, up to a graph whose later parts are not made yet."""
         with self._ref_lock:
-            items, self._outbox = self._outbox, []
             self._outbox_scheduled = False
+            items = self._outbox
+            batch: list[tuple[int, Any]] = []
+            rest = len(items)
+            for i, (kind, item) in enumerate(items):
+                if kind == _PARTS:
+                    batch.extend((_MESSAGE, m) for m in item.ready)
+                    item.ready.clear()
+                    if not item.done:
+                        rest = i
+                        break
+                else:
+                    batch.append((kind, item))
+            self._outbox = items[rest:]
+            waiters = self._parts_waiters if not self._outbox else []
+            if waiters:
+                self._parts_waiters = []
             # Keys wanted again since their release was queued stay.
-            released = [k for is_msg, k in items if not is_msg and k not in self.refcount]
+            released = [k for kind, k in batch if kind == _RELEASE and k not in self.refcount]
             for k in released:
                 self.futures.pop(k, None)
         bs = self.scheduler_comm
         if bs is None or self.status != "running":
+            _wake(waiters)
             return
         release_now = set(released)
         pending: list[Key] = []
@@ -569,8 +614,8 @@ class Client:
             pending.clear()
 
         try:
-            for is_msg, item in items:
-                if is_msg:
+            for kind, item in batch:
+                if kind == _MESSAGE:
                     flush()
                     bs.send(item)
                 elif item in release_now:
@@ -579,6 +624,7 @@ class Client:
             flush()
         except CommClosedError:
             pass
+        _wake(waiters)
 
     # -- submitting work ------------------------------------------------------------------
     def _send_graph(
@@ -593,86 +639,125 @@ class Client:
     ) -> list[Future]:
         """Ship a graph of GraphNodes; return futures for ``keys``.
 
-        Callable from any thread.  Futures are made first (so no report from
-        the scheduler can arrive before they exist), then the graph goes out
-        in chunks of ``distributed.client.graph-chunk-size`` tasks, each
-        serialised in the calling thread and sent as soon as it is ready: the
-        scheduler starts on the first chunk while later ones are still being
-        prepared, and never ingests the whole graph in one go.  Every chunk
-        but the last asks the scheduler to hold its tasks until the graph is
-        complete.
+        Callable from any thread.  The graph goes out in parts of
+        ``distributed.client.graph-chunk-size`` tasks, every task after its
+        dependencies; see :meth:`_send_plan`.
         """
         keys = list(keys)
+        chunk_size = _graph_chunk_size()
+        order = dependencies_first(tasks, priorities) if len(tasks) > chunk_size else list(tasks)
+        plan = GraphPlan(
+            self.id,
+            order,
+            tasks.__getitem__,
+            keys,
+            chunk_size=chunk_size,
+            priorities=priorities,
+            annotations=annotations,
+            global_annotations=global_annotations,
+            user_priority=user_priority,
+        )
+        return self._send_plan(plan, keys)
+
+    def _send_plan(self, plan: GraphPlan, keys: list[Key]) -> list[Future]:
+        """Make futures for ``keys``, then send the graph of ``plan``.
+
+        Futures come first, so that no report from the scheduler can arrive
+        before they exist.  The first part is serialised in the calling
+        thread (an unpicklable function raises here) and queued; later parts
+        are serialised by a background thread and sent as each is ready, so
+        the call returns while the scheduler already works on the first part.
+        Nothing posted after the graph overtakes any of its parts.
+        """
         if self.status not in ("running", "connecting"):
             raise RuntimeError(f"Client is not running (status: {self.status})")
         futures = self._make_futures(keys)
-        chunk_size = max(int(dask.config.get("distributed.client.graph-chunk-size", 5000)), 1)
-        ordered = _dependencies_first(tasks, priorities) if len(tasks) > chunk_size else list(tasks)
-        wanted = set(keys)
-        graph_id = uuid.uuid4().hex if len(ordered) > chunk_size else None
-        chunks = [ordered[i : i + chunk_size] for i in range(0, len(ordered), chunk_size)] or [[]]
-        sent_keys: set[Key] = set()
-        for i, chunk in enumerate(chunks):
-            final = i == len(chunks) - 1
-            specs = self._task_specs({k: tasks[k] for k in chunk}, priorities, annotations)
-            chunk_keys = [k for k in chunk if k in wanted]
-            if final:
-                chunk_keys.extend(k for k in keys if k not in sent_keys and k not in specs)
-            sent_keys.update(chunk_keys)
-            msg: dict[str, Any] = {
-                "op": "update-graph",
-                "client": self.id,
-                "tasks": specs,
-                "keys": chunk_keys,
-                "priority": user_priority,
-                "stimulus_id": f"update-graph-{time.time()}",
-            }
-            if graph_id is not None:
-                msg["graph"] = graph_id
-                msg["final"] = final
-            if global_annotations:
-                msg["annotations"] = dict(global_annotations)
-            # Not waited on: the outbox keeps the chunks, and releases made
-            # after them, in order.
-            self._post(True, msg)
+        first = plan.message(0)
+        if len(plan) == 1:
+            self._post(_MESSAGE, first)
+            return futures
+        parts = PendingParts()
+        with self._ref_lock:
+            self._outbox.append((_MESSAGE, first))
+            self._outbox.append((_PARTS, parts))
+            self._graph_parts = [p for p in self._graph_parts if not p.done]
+            self._graph_parts.append(parts)
+            self._parts_made += 1
+        self._kick_outbox()
+        start_background_parts(plan, parts, self._ref_lock, self._kick_outbox, self._fail_unsent)
         return futures
+
+    async def _graphs_sent(self) -> None:
+        """Return once the scheduler has every graph part queued so far.
+
+        Requests go on their own connections; waiting here keeps one made
+        after ``map`` returns (a cancel, say) from reaching the scheduler
+        before the graph's later parts.  Costs nothing unless a graph was
+        sent in parts since the last such wait.
+        """
+        with self._ref_lock:
+            made = self._parts_made
+            if made == self._parts_confirmed:
+                return
+            waiter: asyncio.Future[None] | None = None
+            if any(kind == _PARTS for kind, _ in self._outbox):
+                waiter = asyncio.get_running_loop().create_future()
+                self._parts_waiters.append(waiter)
+        if waiter is not None:
+            self._kick_outbox()
+            await waiter
+        # Every part is on the stream; a barrier behind them comes back once
+        # the scheduler has handled them.
+        bs = self.scheduler_comm
+        if bs is None or self.status != "running":
+            return
+        n = next(self._barrier_ids)
+        reached: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._barriers[n] = reached
+        try:
+            bs.send({"op": "stream-barrier", "client": self.id, "id": n})
+        except CommClosedError:
+            self._barriers.pop(n, None)
+            return
+        await reached
+        with self._ref_lock:
+            self._parts_confirmed = max(self._parts_confirmed, made)
+
+    def _wake_barriers(self) -> None:
+        barriers, self._barriers = self._barriers, {}
+        _wake(list(barriers.values()))
+
+    def _fail_unsent(self, keys: list[Key], exc: BaseException) -> None:
+        """Futures of a graph's parts that could not be serialised hold the error."""
+        error = error_message(exc)
+
+        def fail() -> None:
+            for k in keys:
+                fs = self.futures.get(k)
+                if fs is not None and not fs.done():
+                    fs.set_error(error, error.get("traceback"))
+
+        self._call_in_loop(fail)
 
     def _make_futures(self, keys: list[Key]) -> list[Future]:
-        futures = [Future(k, self) for k in keys]
-        for f in futures:
-            fs = f._fs
-            if fs.status in ("cancelled", "lost"):
-                self._call_in_loop(fs.reset)
+        """One future per key, counted in one go under the lock."""
+        held = Future._held
+        futures: list[Future] = []
+        stale: list[FutureState] = []
+        with self._ref_lock:
+            states = self.futures
+            refcount = self.refcount
+            for k in keys:
+                fs = states.get(k)
+                if fs is None:
+                    fs = states[k] = FutureState(k)
+                elif fs.status in ("cancelled", "lost"):
+                    stale.append(fs)
+                refcount[k] += 1
+                futures.append(held(k, self, fs))
+        for fs in stale:
+            self._call_in_loop(fs.reset)
         return futures
-
-    @staticmethod
-    def _task_specs(
-        tasks: Mapping[Key, GraphNode],
-        priorities: Mapping[Key, int] | None,
-        annotations: Mapping[str, Mapping[Key, Any]] | None,
-    ) -> dict[Key, dict[str, Any]]:
-        """One message entry per task, its run_spec serialised now.
-
-        Serialising here, not when the stream writes, means an object that
-        cannot be pickled raises in the caller instead of breaking the stream.
-        """
-        per_key: dict[Key, dict[str, Any]] = defaultdict(dict)
-        for name, values in (annotations or {}).items():
-            for k, v in values.items():
-                per_key[k][name] = v
-        specs: dict[Key, dict[str, Any]] = {}
-        functions: FunctionCache = {}
-        for key, node in tasks.items():
-            spec: dict[str, Any] = {
-                "run_spec": serialize_task(node, functions),
-                "dependencies": list(node.dependencies),
-                "order": priorities.get(key, 0) if priorities else 0,
-            }
-            ann = per_key.get(key)
-            if ann:
-                spec["annotations"] = ann
-            specs[key] = spec
-        return specs
 
     def _send_to_scheduler(self, msg: dict[str, Any]) -> None:
         bs = self.scheduler_comm
@@ -757,15 +842,27 @@ class Client:
             ftoken = tokenize(func, kwargs)
             keys = [f"{prefix}-{tokenize(ftoken, *args)}" for args in zip(*seqs)]
         else:
+            # One random token per call and a counter: as unique as a token
+            # per task, at a fraction of the cost for a long map.
             prefix = key or name
-            keys = [f"{prefix}-{uuid.uuid4()}" for _ in range(n)]
-        tasks: dict[Key, GraphNode] = {}
-        for k, args in zip(keys, zip(*seqs)):
-            if k not in tasks:
-                tasks[k] = _make_task(k, func, args, kwargs)
-        ann = _annotations(workers, resources, retries, allow_other_workers)
-        order = {k: i for i, k in enumerate(tasks)}
-        return self._send_graph(tasks, keys, priorities=order, global_annotations=ann, user_priority=priority)
+            token = uuid.uuid4().hex
+            keys = [f"{prefix}-{token}-{i}" for i in range(n)]
+        args_of = dict(zip(keys, zip(*seqs)))
+
+        def node(k: Key) -> GraphNode:
+            return _make_task(k, func, args_of[k], kwargs)
+
+        plan = GraphPlan(
+            self.id,
+            list(args_of),
+            node,
+            keys,
+            chunk_size=_graph_chunk_size(),
+            all_wanted=True,
+            global_annotations=_annotations(workers, resources, retries, allow_other_workers),
+            user_priority=priority,
+        )
+        return self._send_plan(plan, keys)
 
     def _run_on_loop(self, fn: Callable[[], T]) -> T:
         if self._in_loop_thread() or self.loop.is_closed():
@@ -1017,6 +1114,7 @@ class Client:
 
     async def _scheduler_call(self, msg: Mapping[str, Any]) -> Any:
         assert self._address is not None
+        await self._graphs_sent()
         return await self.pool.call(self._address, msg)
 
     def gather(self, futures: Any, errors: str = "raise", direct: bool | None = None, asynchronous: bool | None = None) -> Any:
@@ -1266,44 +1364,26 @@ class _SchedulerHandle:
         return await self._client._scheduler_call({"op": op, **fields})
 
 
-def _dependencies_first(tasks: Mapping[Key, GraphNode], priorities: Mapping[Key, int] | None) -> list[Key]:
-    """The graph's keys in an order where every task comes after its dependencies."""
-    order = sorted(tasks, key=lambda k: (priorities or {}).get(k, 0))
-    seen: set[Key] = set()
-    for k in order:
-        for dep in tasks[k].dependencies:
-            if dep in tasks and dep not in seen:
-                return _toposort(tasks)
-        seen.add(k)
-    return order
-
-
-def _toposort(tasks: Mapping[Key, GraphNode]) -> list[Key]:
-    result: list[Key] = []
-    done: set[Key] = set()
-    for root in tasks:
-        if root in done:
-            continue
-        stack: list[tuple[Key, bool]] = [(root, False)]
-        while stack:
-            k, expanded = stack.pop()
-            if k in done:
-                continue
-            if expanded:
-                done.add(k)
-                result.append(k)
-                continue
-            stack.append((k, True))
-            for dep in tasks[k].dependencies:
-                if dep in tasks and dep not in done:
-                    stack.append((dep, False))
-    return result
-
-
 def _make_task(key: Key, func: Callable[..., Any], args: Iterable[Any], kwargs: Mapping[str, Any]) -> Task:
     """A Task whose futures, also inside lists and dicts, are dependencies."""
     kw: dict[str, Any] = {k: parse_input(v) for k, v in kwargs.items()}
     return Task(key, func, *(parse_input(a) for a in args), **kw)
+
+
+#: Kinds of outbox entries: a message, a key release, a graph's later parts.
+_MESSAGE: Final = 0
+_RELEASE: Final = 1
+_PARTS: Final = 2
+
+
+def _wake(waiters: list[asyncio.Future[None]]) -> None:
+    for w in waiters:
+        if not w.done():
+            w.set_result(None)
+
+
+def _graph_chunk_size() -> int:
+    return max(int(dask.config.get("distributed.client.graph-chunk-size", 5000)), 1)
 
 
 def _send_safely(bs: BatchedSend, msg: dict[str, Any]) -> None:

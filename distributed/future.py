@@ -122,6 +122,16 @@ class Future(TaskRef):
         if client is not None:
             self.bind_client(client, state, inform=inform)
 
+    @classmethod
+    def _held(cls, key: Key, client: Client, state: FutureState) -> Future:
+        """A future of ``client`` whose reference the client has already counted."""
+        f = cls.__new__(cls)
+        f.key = key
+        f._client = client
+        f._state = state
+        f._bound = True
+        return f
+
     def bind_client(self, client: Client, state: FutureState | None = None, inform: bool = True) -> None:
         """Attach to ``client`` (keeping the key wanted while we live)."""
         self._client = client

@@ -54,11 +54,14 @@ from distributed.protocol.serialize import as_serialized
 from distributed.scheduler_requests import ClusterRequests
 from distributed.scheduler_state import (
     ALL_TASK_STATES,
+    EMPTY,
     ClientState,
     TaskGroup,
     TaskPrefix,
     TaskState,
     WorkerState,
+    drop,
+    grown,
 )
 
 logger = logging.getLogger(__name__)
@@ -254,6 +257,7 @@ class Scheduler(Server):
             "client-releases-keys": StreamRoute(m.ClientKeys, self._stream_client_releases_keys),
             "heartbeat-client": StreamRoute(m.ClientHeartbeat, lambda msg: None),
             "close-client": StreamRoute(m.CloseClient, lambda msg: None),
+            "stream-barrier": StreamRoute(m.StreamBarrier, self._stream_barrier),
         }
         super().__init__(handlers, stream_handlers)
         from distributed.lock import LockExtension
@@ -489,11 +493,11 @@ class Scheduler(Server):
         ts.state = "waiting"
         erred: TaskState | None = None
         for dts in ts.dependencies:
-            dts.waiters.add(ts)
+            dts.waiters = grown(dts.waiters, ts)
             state = dts.state
             if state == "memory":
                 continue
-            ts.waiting_on.add(dts)
+            ts.waiting_on = grown(ts.waiting_on, dts)
             if state == "released":
                 out.recs.setdefault(dts, "waiting")
             elif state == "erred":
@@ -556,7 +560,7 @@ class Scheduler(Server):
     def _add_to_processing(self, ts: TaskState, ws: WorkerState, out: Out) -> None:
         ts.state = "processing"
         ts.processing_on = ws
-        ts.waiting_on.clear()
+        ts.waiting_on = EMPTY
         duration = self.get_task_duration(ts)
         ws.processing[ts] = duration
         ws.occupancy += duration
@@ -709,11 +713,11 @@ class Scheduler(Server):
     def _notify_in_memory(self, ts: TaskState, out: Out) -> None:
         recs = out.recs
         for dts in ts.dependents:
-            dts.waiting_on.discard(ts)
+            drop(dts.waiting_on, ts)
             if dts.state == "waiting" and not dts.waiting_on:
                 recs[dts] = "processing"
         for dts in ts.dependencies:
-            dts.waiters.discard(ts)
+            drop(dts.waiters, ts)
             if not dts.waiters and not dts.who_wants and dts.state == "memory":
                 recs[dts] = "released"
         if ts.who_wants:
@@ -730,7 +734,7 @@ class Scheduler(Server):
         ts.nbytes = nbytes
         ts.type = type_
         ts.exception_blame = None
-        ts.who_has.add(ws)
+        ts.who_has = grown(ts.who_has, ws)
         ws.has_what[ts] = None
         ws.nbytes += nbytes
         ts.group.nbytes_total += nbytes
@@ -745,7 +749,7 @@ class Scheduler(Server):
 
     def _release_dependencies(self, ts: TaskState, out: Out) -> None:
         for dts in ts.dependencies:
-            dts.waiters.discard(ts)
+            drop(dts.waiters, ts)
             if not dts.waiters and not dts.who_wants and dts.state in ("memory", "erred", "waiting", "queued", "no-worker", "processing"):
                 out.recs.setdefault(dts, "released")
 
@@ -755,7 +759,7 @@ class Scheduler(Server):
         elif ts.state == "queued":
             self.n_queued -= 1  # its heap entry is skipped when popped
         ts.state = "released"
-        ts.waiting_on.clear()
+        ts.waiting_on = EMPTY
         if not (ts.who_wants or ts.waiters):
             self._release_dependencies(ts, out)
         self._after_release(ts, out)
@@ -765,7 +769,7 @@ class Scheduler(Server):
         if ws is not None and ws.address in self.workers:
             out.free[ws.address].append(ts.key)
         ts.state = "released"
-        ts.waiting_on.clear()
+        ts.waiting_on = EMPTY
         if not (ts.who_wants or ts.waiters):
             self._release_dependencies(ts, out)
         self._after_release(ts, out)
@@ -776,11 +780,11 @@ class Scheduler(Server):
             ws.nbytes -= max(ts.nbytes, 0)
             if ws.address in self.workers:
                 out.free[ws.address].append(ts.key)
-        ts.who_has.clear()
+        ts.who_has = EMPTY
         ts.state = "released"
         for dts in ts.dependents:
             if dts.state in ("waiting", "queued", "no-worker"):
-                dts.waiting_on.add(ts)
+                dts.waiting_on = grown(dts.waiting_on, ts)
                 if dts.state != "waiting":
                     out.recs[dts] = "waiting"
             elif dts.state == "processing":
@@ -805,8 +809,8 @@ class Scheduler(Server):
             return
         ts.state = "forgotten"
         for dts in ts.dependencies:
-            dts.dependents.discard(ts)
-            dts.waiters.discard(ts)
+            drop(dts.dependents, ts)
+            drop(dts.waiters, ts)
             if not dts.who_wants and not dts.dependents:
                 if dts.state == "released":
                     out.recs.setdefault(dts, "forgotten")
@@ -814,7 +818,7 @@ class Scheduler(Server):
                     out.recs.setdefault(dts, "released")
             elif not dts.waiters and not dts.who_wants and dts.state == "memory":
                 out.recs.setdefault(dts, "released")
-        ts.dependencies.clear()
+        ts.dependencies = EMPTY
         del self.tasks[ts.key]
 
     def _set_error(self, ts: TaskState, exception: Payload, traceback: Any, text: str) -> None:
@@ -825,14 +829,14 @@ class Scheduler(Server):
 
     def _mark_erred(self, ts: TaskState, out: Out) -> None:
         ts.state = "erred"
-        ts.waiting_on.clear()
+        ts.waiting_on = EMPTY
         blame = ts.exception_blame or ts
         for dts in ts.dependents:
             if dts.state in ("waiting", "queued", "no-worker", "released", "processing"):
                 dts.exception_blame = blame
                 out.recs[dts] = "erred"
         for dts in ts.dependencies:
-            dts.waiters.discard(ts)
+            drop(dts.waiters, ts)
             if not dts.waiters and not dts.who_wants and dts.state == "memory":
                 out.recs.setdefault(dts, "released")
         if ts.who_wants and blame.exception is not None:
@@ -949,8 +953,8 @@ class Scheduler(Server):
                     continue
                 if dts is ts:
                     continue
-                ts.dependencies.add(dts)
-                dts.dependents.add(ts)
+                ts.dependencies = grown(ts.dependencies, dts)
+                dts.dependents = grown(dts.dependents, ts)
             if ts.has_lost_dependencies:
                 lost.append(ts)
         # Propagate lost dependencies to dependents in this graph.
@@ -968,7 +972,7 @@ class Scheduler(Server):
             for key in tasks:
                 hts = self.tasks.get(key)
                 if hts is not None and not hts.has_lost_dependencies:
-                    hts.who_wants.add(holder)
+                    hts.who_wants = grown(hts.who_wants, holder)
                     holder.wants_what.add(hts)
         wanted: list[TaskState] = []
         for key in keys:
@@ -976,12 +980,12 @@ class Scheduler(Server):
             if ts is None:
                 out.clients[client].append({"op": "cancelled-keys", "keys": [key], "reason": "lost dependencies"})
                 continue
-            ts.who_wants.add(cs)
+            ts.who_wants = grown(ts.who_wants, cs)
             cs.wants_what.add(ts)
             wanted.append(ts)
         for ts in wanted:
             if ts.has_lost_dependencies:
-                ts.who_wants.discard(cs)
+                drop(ts.who_wants, cs)
                 cs.wants_what.discard(ts)
                 out.clients[client].append({"op": "cancelled-keys", "keys": [ts.key], "reason": "lost dependencies"})
             elif ts.state == "memory":
@@ -1033,14 +1037,14 @@ class Scheduler(Server):
             if not ts.has_lost_dependencies:
                 continue
             for dts in ts.dependencies:
-                dts.dependents.discard(ts)
+                drop(dts.dependents, ts)
                 if dts.state == "released" and not dts.dependents and not dts.who_wants and not dts.has_lost_dependencies:
                     recs[dts] = "forgotten"
             for cs in ts.who_wants:
                 cs.wants_what.discard(ts)
-            ts.who_wants.clear()
-            ts.dependencies.clear()
-            ts.dependents.clear()
+            ts.who_wants = EMPTY
+            ts.dependencies = EMPTY
+            ts.dependents = EMPTY
             ts.group.states["released"] -= 1
             ts.group.states["forgotten"] += 1
             ts.state = "forgotten"
@@ -1097,7 +1101,7 @@ class Scheduler(Server):
                 return out
             if ts is not None and ts.state == "memory" and ws not in ts.who_has:
                 # Computed twice (e.g. after a reschedule): keep the replica.
-                ts.who_has.add(ws)
+                ts.who_has = grown(ts.who_has, ws)
                 ws.has_what[ts] = None
                 ws.nbytes += max(nbytes, 0)
             elif ts is None or ts.state not in ("memory",):
@@ -1166,7 +1170,7 @@ class Scheduler(Server):
         for key in keys:
             ts = self.tasks.get(key)
             if ts is not None and ts.state == "memory":
-                ts.who_has.add(ws)
+                ts.who_has = grown(ts.who_has, ws)
                 ws.has_what[ts] = None
                 ws.nbytes += (nbytes or {}).get(key, ts.nbytes)
             else:
@@ -1212,7 +1216,7 @@ class Scheduler(Server):
         lost: list[TaskState] = []
         for ts in list(ws.has_what):
             if len(ts.who_has) > 1 or ts.state != "memory":
-                ts.who_has.discard(ws)
+                drop(ts.who_has, ws)
                 del ws.has_what[ts]
                 continue
             # Held only here: released (which clears who_has) before its
@@ -1242,7 +1246,7 @@ class Scheduler(Server):
                 ts = self.tasks.get(key)
                 if ts is None or cs not in ts.who_wants:
                     continue
-                ts.who_wants.discard(cs)
+                drop(ts.who_wants, cs)
                 cs.wants_what.discard(ts)
                 if not ts.who_wants:
                     if ts.state == "released":
@@ -1263,7 +1267,7 @@ class Scheduler(Server):
             if ts is None:
                 out.clients[client].append({"op": "cancelled-keys", "keys": [key], "reason": "unknown key"})
                 continue
-            ts.who_wants.add(cs)
+            ts.who_wants = grown(ts.who_wants, cs)
             cs.wants_what.add(ts)
             if ts.state == "memory":
                 out.clients[client].append({"op": "key-in-memory", "key": key, "workers": [w.address for w in ts.who_has], "type": ts.type})
@@ -1302,7 +1306,7 @@ class Scheduler(Server):
             for cs in list(ts.who_wants):
                 out.clients[cs.client_key].append({"op": "cancelled-keys", "keys": [ts.key], "reason": reason})
                 cs.wants_what.discard(ts)
-            ts.who_wants.clear()
+            ts.who_wants = EMPTY
         # Recommendations pop last-in first: dependents (later priority) go
         # first, so a dependency is not kept alive by a dependent being cancelled.
         for ts in sorted(seen, key=_priority_key):
@@ -1338,10 +1342,10 @@ class Scheduler(Server):
             ts.type = types.get(key)
             for ws in holders:
                 if ws not in ts.who_has:
-                    ts.who_has.add(ws)
+                    ts.who_has = grown(ts.who_has, ws)
                     ws.has_what[ts] = None
                     ws.nbytes += ts.nbytes
-            ts.who_wants.add(cs)
+            ts.who_wants = grown(ts.who_wants, cs)
             cs.wants_what.add(ts)
             ts.priority = ts.priority or (0, self.generation, 0)
             self._notify_in_memory(ts, out)
@@ -1541,7 +1545,7 @@ class Scheduler(Server):
             ts = self.tasks.get(key)
             if ts is not None and ts.state == "memory":
                 if ws not in ts.who_has:
-                    ts.who_has.add(ws)
+                    ts.who_has = grown(ts.who_has, ws)
                     ws.has_what[ts] = None
                     ws.nbytes += max(ts.nbytes, 0)
             else:
@@ -1555,7 +1559,7 @@ class Scheduler(Server):
             ts = self.tasks.get(key)
             if ts is None or ws not in ts.who_has:
                 continue
-            ts.who_has.discard(ws)
+            drop(ts.who_has, ws)
             del ws.has_what[ts]
             ws.nbytes -= max(ts.nbytes, 0)
             if not ts.who_has:
@@ -1573,7 +1577,7 @@ class Scheduler(Server):
             for addr in addrs:
                 holder = self.workers.get(addr)
                 if holder is not None and holder in dts.who_has:
-                    dts.who_has.discard(holder)
+                    drop(dts.who_has, holder)
                     holder.has_what.pop(dts, None)
                     holder.nbytes -= max(dts.nbytes, 0)
             if not dts.who_has and dts.state == "memory":
@@ -1619,6 +1623,11 @@ class Scheduler(Server):
 
     def _stream_client_releases_keys(self, msg: m.ClientKeys) -> None:
         self.send_all(self.client_releases_keys(msg["client"], msg["keys"], f"client-releases-keys-{time.time()}"))
+
+    def _stream_barrier(self, msg: m.StreamBarrier) -> None:
+        out = Out()
+        out.clients[msg["client"]].append({"op": "stream-barrier", "id": msg["id"]})
+        self.send_all(out)
 
     # -- request handlers ------------------------------------------------------
     def handle_heartbeat_worker(self, comm: Comm, msg: m.HeartbeatWorker) -> dict[str, Any]:

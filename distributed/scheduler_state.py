@@ -13,17 +13,27 @@ invariants (checked in validation mode):
 * ``ts.waiting_on`` holds the dependencies of a waiting task not yet in memory.
 * ``dts.waiters`` holds the dependents that still need ``dts``.
 * ``cs in ts.who_wants`` iff ``ts in cs.wants_what``.
+
+A task's relations (``dependencies`` ... ``who_has``) start as the shared
+:data:`EMPTY` frozenset and become a set at their first member: most tasks of
+a large map never have dependencies or waiters, and six empty sets would be
+over half of what the scheduler keeps per task.  They are typed read-only;
+change them with :func:`grown` and :func:`drop`, or assign :data:`EMPTY`.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
-from typing import Any, Final
+from collections.abc import Set as AbstractSet
+from typing import Any, Final, TypeVar
 
 from distributed.protocol.messages import Key, Payload
 
 __all__ = [
+    "EMPTY",
+    "grown",
+    "drop",
     "TaskState",
     "WorkerState",
     "ClientState",
@@ -37,6 +47,28 @@ ALL_TASK_STATES: Final = frozenset(
 )
 
 _task_counter = itertools.count()
+
+T = TypeVar("T")
+
+#: An empty relation; shared, never mutated.
+EMPTY: Final[frozenset[Any]] = frozenset()
+
+
+def grown(relation: AbstractSet[T], item: T) -> set[T]:
+    """``relation`` with ``item`` added: in place if it is a set already.
+
+    Use as ``ts.waiters = grown(ts.waiters, dts)``.
+    """
+    if type(relation) is set:
+        relation.add(item)
+        return relation
+    return {*relation, item}
+
+
+def drop(relation: AbstractSet[T], item: T) -> None:
+    """Remove ``item`` from ``relation`` if it is there."""
+    if type(relation) is set:
+        relation.discard(item)
 
 
 class TaskPrefix:
@@ -129,12 +161,12 @@ class TaskState:
         self.run_spec = run_spec
         self.priority: tuple[Any, ...] = ()
         self.state = "released"
-        self.dependencies: set[TaskState] = set()
-        self.dependents: set[TaskState] = set()
-        self.waiting_on: set[TaskState] = set()
-        self.waiters: set[TaskState] = set()
-        self.who_wants: set[ClientState] = set()
-        self.who_has: set[WorkerState] = set()
+        self.dependencies: AbstractSet[TaskState] = EMPTY
+        self.dependents: AbstractSet[TaskState] = EMPTY
+        self.waiting_on: AbstractSet[TaskState] = EMPTY
+        self.waiters: AbstractSet[TaskState] = EMPTY
+        self.who_wants: AbstractSet[ClientState] = EMPTY
+        self.who_has: AbstractSet[WorkerState] = EMPTY
         self.processing_on: WorkerState | None = None
         self.nbytes = -1
         self.type: str | None = None

@@ -166,6 +166,14 @@ class CloseClient(TypedDict):
     client: NotRequired[str]
 
 
+class StreamBarrier(TypedDict):
+    """Echoed back to the client once the scheduler has handled everything sent before it."""
+
+    op: Literal["stream-barrier"]
+    client: str
+    id: int
+
+
 # -- scheduler -> client (stream) ----------------------------------------------
 class KeyInMemory(TypedDict):
     op: Literal["key-in-memory"]
@@ -180,6 +188,11 @@ class ClientTaskErred(TypedDict):
     exception: Payload
     traceback: Any
     text: str
+
+
+class StreamBarrierReached(TypedDict):
+    op: Literal["stream-barrier"]
+    id: int
 
 
 class CancelledKeys(TypedDict):

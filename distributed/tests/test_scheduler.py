@@ -110,10 +110,12 @@ async def test_validation_catches_broken_invariants(c: Client, s: Scheduler, a: 
     await x
     ts = s.tasks[x.key]
     ws = next(iter(ts.who_has))
-    ts.who_has.clear()  # break an invariant on purpose
+    saved = ts.who_has
+    ts.who_has = set()  # break an invariant on purpose
     with pytest.raises(AssertionError, match="memory without who_has"):
         s.validate_state()
-    ts.who_has.add(ws)
+    ts.who_has = saved
+    assert ws in saved
     s.validate_state()
 
 

@@ -1,0 +1,155 @@
+"""Large graphs sent in parts, later parts serialised in the background."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from dask._task_spec import GraphNode, Task
+
+from distributed import Client, wait
+from distributed.graph_parts import GraphPlan, dependencies_first
+from distributed.protocol.messages import Key
+from distributed.scheduler import Scheduler
+from distributed.utils_test import async_poll_for, gen_cluster, inc, slowinc
+from distributed.worker import Worker
+
+_release_pickling = threading.Event()
+
+
+class _WaitsToPickle:
+    """Pickles to its value, but only once :data:`_release_pickling` is set."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __reduce__(self) -> Any:
+        if not _release_pickling.wait(timeout=30):
+            raise RuntimeError("never released")
+        return (int, (self.value,))
+
+
+def _plan(n: int, chunk_size: int, all_wanted: bool, wanted: list[str] | None = None) -> GraphPlan:
+    keys: list[Key] = [f"t-{i}" for i in range(n)]
+    tasks: dict[Key, GraphNode] = {k: Task(k, inc, i) for i, k in enumerate(keys)}
+    return GraphPlan("c", keys, tasks.__getitem__, list(wanted) if wanted is not None else keys, chunk_size=chunk_size, all_wanted=all_wanted)
+
+
+def test_small_graph_is_one_message_without_hold() -> None:
+    plan = _plan(10, chunk_size=10, all_wanted=False, wanted=["t-9", "held-elsewhere"])
+    assert len(plan) == 1
+    msg = plan.message(0)
+    assert "graph" not in msg and "final" not in msg
+    assert list(msg["tasks"]) == [f"t-{i}" for i in range(10)]
+    assert msg["keys"] == ["t-9", "held-elsewhere"]
+    assert [spec["order"] for spec in msg["tasks"].values()] == list(range(10))
+
+
+def test_large_graph_parts_held_until_final() -> None:
+    plan = _plan(2_000, chunk_size=1_000, all_wanted=False, wanted=["t-1999", "held-elsewhere"])
+    # A short first part, then full ones.
+    assert [len(c) for c in plan.chunks] == [500, 1_000, 500]
+    msgs = [plan.message(i) for i in range(len(plan))]
+    assert {m["graph"] for m in msgs} == {plan.graph_id}
+    assert [m["final"] for m in msgs] == [False, False, True]
+    assert [m["keys"] for m in msgs] == [[], [], ["t-1999", "held-elsewhere"]]
+    orders = [spec["order"] for m in msgs for spec in m["tasks"].values()]
+    assert orders == list(range(2_000))
+    end = plan.abandon_message()
+    assert end is not None and end["final"] and end["graph"] == plan.graph_id and not end["tasks"]
+    assert plan.wanted_in(1) == ["t-1999"]
+
+
+def test_map_parts_are_not_held() -> None:
+    plan = _plan(2_000, chunk_size=1_000, all_wanted=True)
+    assert len(plan) == 3
+    msgs = [plan.message(i) for i in range(len(plan))]
+    assert all("graph" not in m for m in msgs)
+    assert [len(m["keys"]) for m in msgs] == [500, 1_000, 500]
+    assert plan.abandon_message() is None
+    assert len(plan.wanted_in(2)) == 500
+
+
+def test_dependencies_first_orders_a_reversed_chain() -> None:
+    from dask._task_spec import TaskRef
+
+    tasks: dict[Key, GraphNode] = {"c": Task("c", inc, TaskRef("b")), "b": Task("b", inc, TaskRef("a")), "a": Task("a", inc, 1)}
+    assert dependencies_first(tasks, {"c": 0, "b": 1, "a": 2}) == ["a", "b", "c"]
+
+
+@gen_cluster(client=True, config={"distributed.client.graph-chunk-size": 100})
+async def test_map_in_parts_computes_everything(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    futures = c.map(inc, range(1_050), pure=False)
+    # Submitted right after map returns: goes out after every part.
+    total = c.submit(sum, futures)
+    assert await total == sum(range(1, 1_051))
+    assert len({f.key for f in futures}) == 1_050
+    assert set(s.clients) == {c.id}
+    del futures, total
+    await async_poll_for(lambda: not s.tasks, 10)
+
+
+@gen_cluster(client=True, config={"distributed.client.graph-chunk-size": 100})
+async def test_map_dropped_at_once_leaves_nothing(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    futures = c.map(inc, range(1_000), pure=False)
+    del futures
+    # Releases wait behind the parts: no task is left wanted by nobody.
+    await async_poll_for(lambda: not s.tasks and not c.futures, 10)
+    assert await c.submit(inc, 1) == 2
+
+
+@gen_cluster(client=True, config={"distributed.client.graph-chunk-size": 100})
+async def test_cancel_right_after_map(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    futures = c.map(slowinc, range(1_000), delay=0.05, pure=False)
+    await c.cancel(futures)
+    # The later parts reached the scheduler before the cancel did.
+    assert all(f.status == "cancelled" for f in futures[500:])
+    await async_poll_for(lambda: not s.tasks, 10)
+
+
+@gen_cluster(client=True, config={"distributed.client.graph-chunk-size": 100})
+async def test_map_returns_before_later_parts_are_serialised(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    _release_pickling.clear()
+    args: list[Any] = list(range(400))
+    args[300] = _WaitsToPickle(300)
+    # Would deadlock if the part holding args[300] were pickled in this thread.
+    futures = c.map(inc, args, pure=False)
+    assert await futures[0] == 1
+    assert not futures[-1].done()
+    _release_pickling.set()
+    assert await c.gather(futures) == list(range(1, 401))
+
+
+@gen_cluster(client=True, config={"distributed.client.graph-chunk-size": 100})
+async def test_unpicklable_argument_in_a_later_part(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    args: list[Any] = list(range(400))
+    args[250] = threading.Lock()
+    futures = c.map(inc, args, pure=False)
+    await wait(futures)
+    # Parts before the bad one ran; the bad part and those after it hold the error.
+    assert await c.gather(futures[:200]) == list(range(1, 201))
+    with pytest.raises(Exception, match="lock"):
+        await futures[250]
+    assert all(f.status == "error" for f in futures[200:])
+    assert await c.submit(inc, 41) == 42
+    del futures
+    await async_poll_for(lambda: not s.tasks, 10)
+
+
+@gen_cluster(client=True, config={"distributed.client.graph-chunk-size": 7})
+async def test_collection_in_parts_with_unpicklable_leaf(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    from dask.delayed import delayed
+
+    x = delayed(inc)(0)
+    for _ in range(30):
+        x = delayed(inc)(x)
+    # The last task of a chain comes in the last part.
+    last = delayed(lambda lock, x: x)(threading.Lock(), x)
+    future = c.compute(last)
+    with pytest.raises(Exception, match="lock"):
+        await future
+    # The scheduler held the parts it got, then let them go.
+    del future
+    await async_poll_for(lambda: not s.tasks and set(s.clients) == {c.id}, 10)
+    assert await c.submit(inc, 1) == 2
