@@ -14,6 +14,10 @@ Invariants
 * :func:`loads` with ``deserialize=False`` never unpickles anything: serialised
   values come back as :class:`Serialized`.  Comms always read this way; code
   that wants an object calls :func:`~distributed.protocol.serialize.unwrap`.
+* With ``deserialize=False`` a small object carried inside frame 0 is not even
+  unpacked: it stays the bytes it came as (``Serialized.packed``) and is
+  written back out unchanged; malformed bytes surface as a
+  ``SerializationError`` when something deserialises them.
 """
 
 from __future__ import annotations
@@ -64,6 +68,8 @@ def dumps(msg: Any, *, strict: bool = False) -> list[Frame]:
 
     def default(obj: Any) -> msgpack.ExtType:
         if isinstance(obj, Serialized):
+            if obj.packed is not None:
+                return msgpack.ExtType(EXT_INLINE, obj.packed)
             header, sub = obj.header, obj.frames
         elif isinstance(obj, Serialize):
             header, sub = serialize(obj.data)
@@ -112,16 +118,15 @@ def loads(frames: Sequence[Frame], *, deserialize: bool = True) -> Any:
 
     def ext_hook(code: int, data: bytes) -> Any:
         if code == EXT_INLINE:
+            if not deserialize:
+                return Serialized.from_packed(data)
             try:
                 header, sub = msgpack.unpackb(data, use_list=False, strict_map_key=False)
             except Exception as e:
                 raise ProtocolError(f"Malformed inline serialized object: {e!r}") from e
             if not isinstance(header, dict) or not isinstance(sub, tuple) or not all(isinstance(f, bytes) for f in sub):
                 raise ProtocolError("Malformed inline serialized object")
-            inline = Serialized(header, sub)
-            if deserialize:
-                return deserialize_object(inline.header, inline.frames)
-            return inline
+            return deserialize_object(header, list(sub))
         if code != EXT_SERIALIZED:
             raise ProtocolError(f"Unknown msgpack extension {code}")
         try:

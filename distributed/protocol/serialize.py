@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final, Union
 
 import cloudpickle
+import msgpack
 
 logger = logging.getLogger(__name__)
 
@@ -91,13 +92,64 @@ class Serialized:
 
     The scheduler forwards these untouched; only workers and clients turn them
     back into objects with :func:`deserialize`.
+
+    A small object that arrived inside a message (see
+    :mod:`distributed.protocol.framing`) is kept as it came, one msgpack blob
+    of ``(header, frames)`` in :attr:`packed`, and unpacked only when its
+    header or frames are read.  The scheduler never reads them: it keeps one
+    bytes object per task instead of a dict, a list and two bytes objects,
+    and sends the blob on unchanged.
     """
 
-    __slots__ = ("header", "frames")
+    __slots__ = ("_header", "_frames", "packed")
 
     def __init__(self, header: dict[str, Any], frames: Sequence[Frame]) -> None:
-        self.header = header
-        self.frames = list(frames)
+        self._header: dict[str, Any] | None = header
+        self._frames: list[Frame] | None = list(frames)
+        #: msgpack of ``(header, frames)`` as received, or None.
+        self.packed: bytes | None = None
+
+    @classmethod
+    def from_packed(cls, packed: bytes) -> Serialized:
+        """Wrap msgpack of ``(header, frames)``, unpacked on first use.
+
+        Malformed bytes do not raise here or when read: they read as the
+        header ``{"s": "malformed"}``, which :func:`deserialize` rejects.
+        """
+        self = cls.__new__(cls)
+        self._header = None
+        self._frames = None
+        self.packed = packed
+        return self
+
+    def _unpack(self) -> tuple[dict[str, Any], list[Frame]]:
+        header: Any
+        sub: Any
+        try:
+            header, sub = msgpack.unpackb(self.packed, use_list=False, strict_map_key=False)
+            if not isinstance(header, dict) or not isinstance(sub, tuple) or not all(isinstance(f, bytes) for f in sub):
+                raise ValueError("not a (header, frames) pair")
+        except Exception as e:
+            header, sub = {"s": "malformed", "error": repr(e)}, ()
+        self._header = header
+        self._frames = frames = list(sub)
+        return header, frames
+
+    @property
+    def header(self) -> dict[str, Any]:
+        """The header: which serialiser, and its options."""
+        header = self._header
+        if header is None:
+            header = self._unpack()[0]
+        return header
+
+    @property
+    def frames(self) -> list[Frame]:
+        """The frames."""
+        frames = self._frames
+        if frames is None:
+            frames = self._unpack()[1]
+        return frames
 
     @property
     def nbytes(self) -> int:
@@ -351,6 +403,8 @@ def deserialize(header: dict[str, Any], frames: Sequence[Frame]) -> Any:
         For an unknown serialiser or frames that do not unpickle.
     """
     kind = header.get("s")
+    if kind == "malformed":
+        raise SerializationError(f"Malformed serialized object: {header.get('error')}")
     if kind not in ("pickle", "task", "task-split"):
         raise SerializationError(f"Unknown serializer {kind!r}")
     if not frames:

@@ -658,3 +658,35 @@ def test_schema_serialized_fields() -> None:
 def test_schema_rejects_unsupported_types() -> None:
     with pytest.raises(TypeError, match="Cannot check"):
         checker(Callable[[int], int])
+
+
+# -- small objects kept packed -------------------------------------------------
+
+
+def test_inline_object_stays_packed_and_is_forwarded_unchanged() -> None:
+    frames = dumps({"op": "x", "spec": to_serialize(Point(1, 2))})
+    assert len(frames) == 1  # small: carried inside frame 0
+    msg = loads(frames, deserialize=False)
+    ser = msg["spec"]
+    assert isinstance(ser, Serialized) and ser.packed is not None
+    # Forwarding it writes the same bytes, without unpacking.
+    again = dumps({"op": "x", "spec": ser})
+    assert bytes(again[0]) == bytes(frames[0])
+    assert ser._header is None
+    assert unwrap(ser) == Point(1, 2)
+    assert ser.header["s"] == "pickle"
+
+
+def test_malformed_inline_object_is_a_serialization_error() -> None:
+    from distributed.protocol.framing import EXT_INLINE
+
+    frame = msgpack.packb({"spec": msgpack.ExtType(EXT_INLINE, b"\xc1garbage")}, use_bin_type=True)
+    with pytest.raises(ProtocolError, match="Malformed inline"):
+        loads([frame], deserialize=True)
+    ser = loads([frame], deserialize=False)["spec"]
+    assert ser.header["s"] == "malformed" and ser.frames == []
+    with pytest.raises(SerializationError, match="Malformed serialized object"):
+        unwrap(ser)
+    wrong_shape = msgpack.packb({"spec": msgpack.ExtType(EXT_INLINE, msgpack.packb([1, 2]))}, use_bin_type=True)
+    with pytest.raises(SerializationError, match="Malformed"):
+        unwrap(loads([wrong_shape], deserialize=False)["spec"])

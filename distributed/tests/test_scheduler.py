@@ -43,6 +43,22 @@ async def test_malformed_stream_messages_are_dropped(c: Client, s: Scheduler, a:
     s.validate_state()
 
 
+@gen_cluster(client=True)
+async def test_malformed_run_spec_errs_its_task_only(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    from distributed import Future
+    from distributed.protocol.serialize import SerializationError, Serialized
+
+    assert c.scheduler_comm is not None
+    bad = Future("bad-spec", c)
+    # The scheduler forwards run specs unopened; the worker reports the task erred.
+    spec = {"run_spec": Serialized.from_packed(b"\xc1junk"), "dependencies": [], "order": 0}
+    c.scheduler_comm.send({"op": "update-graph", "client": c.id, "tasks": {"bad-spec": spec}, "keys": ["bad-spec"]})
+    with pytest.raises(SerializationError, match="Malformed serialized object"):
+        await bad
+    assert await c.submit(inc, 1) == 2
+    s.validate_state()
+
+
 @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)])
 async def test_root_tasks_are_queued(c: Client, s: Scheduler, a: Worker) -> None:
     futures = c.map(slowinc, range(20), delay=0.02)
