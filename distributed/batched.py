@@ -32,7 +32,7 @@ class BatchedSend:
         For logs.
     """
 
-    def __init__(self, interval: float = 0.002, name: str | None = None) -> None:
+    def __init__(self, interval: float = 0.00025, name: str | None = None) -> None:
         self.interval = interval
         self.name = name
         self.comm: Comm | None = None

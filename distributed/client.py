@@ -176,7 +176,18 @@ class Client:
         if address is not None and not isinstance(address, str):
             # A cluster object.
             self.cluster = address
-            address = getattr(address, "scheduler_address", None)
+            address = getattr(self.cluster, "scheduler_address", None)
+            cluster_loop = getattr(self.cluster, "loop", None)
+            if (
+                loop is None
+                and not asynchronous
+                and not getattr(self.cluster, "asynchronous", False)
+                and isinstance(cluster_loop, asyncio.AbstractEventLoop)
+                and cluster_loop.is_running()
+            ):
+                # Run on the cluster's loop: the client, the scheduler and
+                # in-process workers then talk without a thread hop per message.
+                loop = cluster_loop
         elif address is None:
             from_config = dask.config.get("scheduler-address", None)
             address = from_config
@@ -298,7 +309,7 @@ class Client:
             comm.abort()
             raise RuntimeError(f"Scheduler refused the client: {response!r}")
         self._comm = comm
-        bs = BatchedSend(interval=get_interval("distributed.client.batched-send-interval", 0.002), name="client->scheduler")
+        bs = BatchedSend(interval=get_interval("distributed.client.batched-send-interval", 0.00025), name="client->scheduler")
         bs.start(comm)
         self.scheduler_comm = bs
         self._stream_task = asyncio.get_running_loop().create_task(self._handle_report(comm), name="client-report")

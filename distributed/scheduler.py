@@ -1678,4 +1678,4 @@ def _priority_key(ts: TaskState) -> tuple[Any, ...]:
 
 
 def _interval(key: str) -> float:
-    return get_interval(key, 0.002)
+    return get_interval(key, 0.00025)

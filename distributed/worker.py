@@ -262,7 +262,7 @@ class Worker(Server):
             text = response.get("message") or response.get("text") if isinstance(response, dict) else response
             raise ValueError(f"Scheduler refused registration: {text}")
         self.batched_stream = BatchedSend(
-            interval=get_interval("distributed.worker.batched-send-interval", 0.002),
+            interval=get_interval("distributed.worker.batched-send-interval", 0.00025),
             name=f"{self.address}->scheduler",
         )
         self.batched_stream.start(comm)

@@ -14,6 +14,7 @@ import numpy as np
 import psutil
 import pytest
 
+import distributed.utils
 import distributed.worker
 from distributed.client import Client
 from distributed.core import Status
@@ -147,6 +148,29 @@ def test_inprocess_cluster(no_leaks: None) -> None:
     assert loop_thread is not None and not loop_thread.is_alive()
     assert cluster.scheduler is not None and cluster.scheduler.status == Status.closed
     cluster.close()  # closing twice is fine
+
+
+def test_client_shares_the_clusters_loop(no_leaks: None) -> None:
+    with LocalCluster(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None) as cluster:
+        with Client(cluster) as client:
+            # No loop thread of its own: messages to the scheduler and the
+            # in-process worker need no thread hop.
+            assert client.loop is cluster.loop
+            assert client._loop_runner.thread is None
+            assert client.submit(operator.add, 1, 2).result() == 3
+        # Closing the client leaves the cluster's loop running for the next one.
+        assert cluster.loop is not None and cluster.loop.is_running()
+        with Client(cluster) as again:
+            assert again.submit(operator.add, 2, 2).result() == 4
+        # A client given a loop keeps it.
+        other = distributed.utils.LoopRunner()
+        other.start()
+        try:
+            with Client(cluster, loop=other.loop) as own:
+                assert own.loop is other.loop
+                assert own.submit(operator.add, 3, 2).result() == 5
+        finally:
+            other.stop()
 
 
 def test_inprocess_cluster_over_tcp(no_leaks: None) -> None:
