@@ -81,22 +81,35 @@ def wait(fs: Any, timeout: Any = None, return_when: str = ALL_COMPLETED) -> Any:
     t = parse_timedelta(timeout) if timeout is not None else None
 
     async def _wait() -> DoneAndNotDoneFutures:
-        events = [f._fs.event().wait() for f in futures]
-        if not events:
-            return DoneAndNotDoneFutures(set(), set())
-        tasks = [asyncio.ensure_future(e) for e in events]
-        try:
-            if return_when == FIRST_COMPLETED:
-                done, pending = await asyncio.wait(tasks, timeout=t, return_when=asyncio.FIRST_COMPLETED)
-                if not done:
-                    raise TimeoutError(f"No future finished within {t} s")
-            else:
-                done, pending = await asyncio.wait(tasks, timeout=t)
-                if pending:
-                    raise TimeoutError(f"{len(pending)} futures did not finish within {t} s")
-        finally:
-            for task in tasks:
-                task.cancel()
+        # One countdown over the futures' done callbacks, not a task per future.
+        states = list({id(f._fs): f._fs for f in futures if not f._fs.done()}.values())
+        need = len(states) if return_when != FIRST_COMPLETED else min(1, len(states))
+        if need:
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            remaining = need
+
+            def one_done() -> None:
+                nonlocal remaining
+                remaining -= 1
+                if remaining <= 0 and not waiter.done():
+                    waiter.set_result(None)
+
+            for fs in states:
+                fs.callbacks.append(one_done)
+            try:
+                await asyncio.wait_for(waiter, t)
+            except asyncio.TimeoutError:
+                left = sum(not fs.done() for fs in states)
+                if return_when == FIRST_COMPLETED:
+                    raise TimeoutError(f"No future finished within {t} s") from None
+                raise TimeoutError(f"{left} futures did not finish within {t} s") from None
+            finally:
+                for fs in states:
+                    if not fs.done():
+                        try:
+                            fs.callbacks.remove(one_done)
+                        except ValueError:
+                            pass
         return DoneAndNotDoneFutures({f for f in futures if f.done()}, {f for f in futures if not f.done()})
 
     return client.sync(_wait)

@@ -1451,6 +1451,7 @@ class Scheduler(Server):
         return 0.5 if n <= 10 else 1 if n < 50 else 2 if n < 200 else 5
 
     async def _worker_stream(self, comm: Comm, address: str) -> None:
+        check = self.validate or not comm.same_process
         try:
             while True:
                 msgs = await comm.read()
@@ -1460,7 +1461,7 @@ class Scheduler(Server):
                 ws.last_seen = time.time()
                 self._current_worker = ws
                 try:
-                    self.dispatch_stream(msgs, address)
+                    self.dispatch_stream(msgs, address, check)
                 finally:
                     self._current_worker = None
         except (CommClosedError, asyncio.CancelledError):
@@ -1491,6 +1492,7 @@ class Scheduler(Server):
         self.client_comms[client] = bs
         if self.plugins:
             self._plugin_hook("add_client", self, client)
+        check = self.validate or not comm.same_process
         try:
             closing = False
             while not closing:
@@ -1502,7 +1504,7 @@ class Scheduler(Server):
                     if isinstance(item, dict) and item.get("op") == "close-client":
                         closing = True
                         break
-                    self.dispatch_stream((item,), client)
+                    self.dispatch_stream((item,), client, check)
                     if isinstance(item, dict) and item.get("op") in ("update-graph", "client-releases-keys"):
                         # Let workers' and other clients' messages in between parts of a graph.
                         await asyncio.sleep(0)

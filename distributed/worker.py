@@ -269,10 +269,11 @@ class Worker(Server):
         self._stream_task = self.spawn(self._read_scheduler_stream(comm), name="scheduler-stream")
 
     async def _read_scheduler_stream(self, comm: Comm) -> None:
+        check = self.validate or not comm.same_process
         try:
             while True:
                 msgs = await comm.read()
-                self.dispatch_stream(msgs, "scheduler")
+                self.dispatch_stream(msgs, "scheduler", check)
         except (CommClosedError, asyncio.CancelledError):
             pass
         except Exception:

@@ -41,6 +41,10 @@ class Comm(ABC):
     """A bidirectional message channel to one peer."""
 
     name: str | None = None
+    #: Whether the peer is in this process: its messages were made by this
+    #: package's own code, not decoded from bytes, so servers may skip
+    #: checking them against their schemas (outside validation mode).
+    same_process: bool = False
 
     @property
     @abstractmethod

@@ -40,6 +40,8 @@ def new_inproc_address() -> str:
 class InprocComm(Comm):
     """One end of an in-process channel."""
 
+    same_process = True
+
     def __init__(self, local: str, peer: str, loop: asyncio.AbstractEventLoop) -> None:
         self._local = local
         self._peer = peer

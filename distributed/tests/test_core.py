@@ -609,3 +609,17 @@ def test_takes_comm_and_dispatch_stream(scheme: str) -> None:
                 await comm.close()
 
     run(main)
+
+
+def test_stream_messages_from_this_process_may_skip_the_schema_check() -> None:
+    from distributed.comm.inproc import InprocComm
+    from distributed.comm.tcp import TCPComm
+
+    assert InprocComm.same_process and not TCPComm.same_process
+    server = MyServer()
+    bad: Any = {"op": "value", "value": "not an int"}
+    server.dispatch_stream([bad], "test")
+    assert server.values == []  # checked: dropped
+    server.dispatch_stream([bad], "test", check=False)
+    handled: list[Any] = list(server.values)
+    assert handled == ["not an int"]  # trusted: handled as it is
