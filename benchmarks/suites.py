@@ -35,6 +35,7 @@ QUICK: list[Case] = [
 FULL: list[Case] = [
     case("map_noop", 300, n=10_000, processes=False),
     case("map_noop", 300, n=10_000, processes=True),
+    case("map_noop", 300, n=10_000, processes=True, queuing=False),
     case("map_noop", 600, n=50_000, processes=False),
     case("map_noop", 600, n=50_000, processes=True),
     case("submit_chain", 300, n=2000),

@@ -111,11 +111,17 @@ def _noop_graph(n: int) -> tuple[dict[Any, Any], list[Any]]:
 
 # -- map_noop -------------------------------------------------------------------------
 def map_noop(p: Params, repeat: int) -> list[Metric]:
-    """``client.map`` of ``n`` no-op tasks, then ``wait``."""
+    """``client.map`` of ``n`` no-op tasks, then ``wait``.
+
+    ``queuing=False`` turns the scheduler's root-task queuing off
+    (``distributed.scheduler.worker-saturation: inf``), as both projects
+    spell it.
+    """
     from distributed import wait
 
     n = int(p["n"])
-    with local_cluster(bool(p.get("processes", False))) as client:
+    settings = {} if p.get("queuing", True) else {"distributed.scheduler.worker-saturation": float("inf")}
+    with dask.config.set(settings), local_cluster(bool(p.get("processes", False))) as client:
 
         def run() -> object:
             futures = client.map(tasks.noop, range(n), pure=False)
@@ -284,9 +290,17 @@ def transfer(p: Params, repeat: int) -> list[Metric]:
         dsk = {"src": (tasks.make_array, nbytes), "dst": (tasks.array_nbytes, "src")}
         return local_get(s)(dsk, "dst")
 
+    copies: list[float] = []
+    for _ in range(max(repeat, 3)):
+        t0 = time.perf_counter()
+        copy = data.copy()
+        copies.append(time.perf_counter() - t0)
+        del copy
+
     size = data.nbytes / 1e6
     return [
         metric("worker_to_worker", "MB/s", [size / v for v in w2w], higher_is_better=True, note="dependency fetched by another worker process"),
+        metric("local_copy", "MB/s", [size / v for v in copies], higher_is_better=True, note="the same bytes copied to new memory in one process"),
         metric("scatter", "MB/s", [size / v for v in scatter], higher_is_better=True),
         metric("gather", "MB/s", [size / v for v in gather], higher_is_better=True),
         metric("make_then_move_wall", "s", graph, floors(local, repeat), note="make on worker A, consume on worker B; locally nothing moves"),
