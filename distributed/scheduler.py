@@ -16,7 +16,9 @@ the recommendations still to apply and the messages to send.
 each allowed ``(start, finish)`` pair has one method in a table, and any other
 pair goes through ``released``.  Only then does the I/O shell send the
 messages, batched per worker and per client.  Tests drive the same methods
-without any socket.
+without any socket.  The shell (registration, the streams and their message
+handlers) is :mod:`distributed.scheduler_streams`; requests that only read
+state or run a user's function are :mod:`distributed.scheduler_requests`.
 
 The run specification of a task is kept as the serialised bytes the client
 sent: the scheduler never unpickles user code unless a user asks it to
@@ -43,15 +45,15 @@ import dask.config
 from dask.utils import key_split, parse_timedelta
 
 from distributed.batched import BatchedSend
-from distributed.config import get_interval
-from distributed.comm import Comm, CommClosedError
-from distributed.core import Route, Server, Status, StreamRoute, error_message
+from distributed.comm import CommClosedError
+from distributed.core import Route, Server
 from distributed.diagnostics.plugin import SchedulerPlugin
 from distributed.exceptions import KilledWorker, LostDataError
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key, Payload
 from distributed.protocol.serialize import as_serialized
 from distributed.scheduler_requests import ClusterRequests
+from distributed.scheduler_streams import SchedulerStreams
 from distributed.scheduler_state import (
     ALL_TASK_STATES,
     EMPTY,
@@ -216,11 +218,9 @@ class Scheduler(Server):
         }
 
         self.requests = ClusterRequests(self)
+        self.streams = SchedulerStreams(self)
         handlers: dict[str, Route[Any]] = {
-            "register-client": Route(m.RegisterClient, self.handle_register_client, takes_comm=True),
-            "register-worker": Route(m.RegisterWorker, self.handle_register_worker, takes_comm=True),
-            "heartbeat_worker": Route(m.HeartbeatWorker, self.handle_heartbeat_worker),
-            "unregister": Route(m.UnregisterWorker, self.handle_unregister),
+            **self.streams.routes(),
             "identity": Route(m.Empty, self.requests.handle_identity),
             "scheduler_info": Route(m.Empty, self.requests.handle_identity),
             "who_has": Route(m.OptionalKeysRequest, self.requests.handle_who_has),
@@ -228,9 +228,6 @@ class Scheduler(Server):
             "nthreads": Route(m.WorkersRequest, self.requests.handle_nthreads),
             "processing": Route(m.WorkersRequest, self.requests.handle_processing),
             "nbytes": Route(m.OptionalKeysRequest, self.requests.handle_nbytes),
-            "update-data": Route(m.UpdateData, self.handle_update_data),
-            "cancel-keys": Route(m.CancelKeys, self.handle_cancel_keys),
-            "retry": Route(m.RetryKeys, self.handle_retry),
             "run_function": Route(m.RunFunction, self.requests.handle_run_function),
             "broadcast": Route(m.RunFunction, self.requests.handle_broadcast),
             "story": Route(m.StoryRequest, self.requests.handle_story),
@@ -241,30 +238,11 @@ class Scheduler(Server):
             "task_states": Route(m.OptionalKeysRequest, self.requests.handle_task_states),
             "terminate": Route(m.Empty, self.requests.handle_terminate),
         }
-        stream_handlers: dict[str, StreamRoute[Any]] = {
-            # from workers
-            "task-finished": StreamRoute(m.TaskFinished, self._stream_task_finished),
-            "task-erred": StreamRoute(m.WorkerTaskErred, self._stream_task_erred),
-            "add-keys": StreamRoute(m.AddKeys, self._stream_add_keys),
-            "release-worker-data": StreamRoute(m.ReleaseWorkerData, self._stream_release_worker_data),
-            "missing-data": StreamRoute(m.MissingData, self._stream_missing_data),
-            "reschedule": StreamRoute(m.Reschedule, self._stream_reschedule),
-            "long-running": StreamRoute(m.LongRunning, self._stream_long_running),
-            "keep-alive": StreamRoute(m.KeepAlive, lambda msg: None),
-            # from clients
-            "update-graph": StreamRoute(m.UpdateGraph, self._stream_update_graph),
-            "client-desires-keys": StreamRoute(m.ClientKeys, self._stream_client_desires_keys),
-            "client-releases-keys": StreamRoute(m.ClientKeys, self._stream_client_releases_keys),
-            "heartbeat-client": StreamRoute(m.ClientHeartbeat, lambda msg: None),
-            "close-client": StreamRoute(m.CloseClient, lambda msg: None),
-            "stream-barrier": StreamRoute(m.StreamBarrier, self._stream_barrier),
-        }
+        stream_handlers = self.streams.stream_routes()
         super().__init__(handlers, stream_handlers)
         from distributed.lock import LockExtension
 
         self.extensions["locks"] = LockExtension(self)
-        # The worker that sent the stream message being handled.
-        self._current_worker: WorkerState | None = None
 
     def _blocked_handlers(self) -> list[str]:
         return list(dask.config.get("distributed.scheduler.blocked-handlers", []))
@@ -1351,6 +1329,107 @@ class Scheduler(Server):
             self._notify_in_memory(ts, out)
         return self.transitions({}, stimulus_id, out)
 
+    def add_keys(self, address: str, keys: Sequence[Key]) -> Out:
+        """A worker says it holds ``keys`` (after fetching them, say)."""
+        out = Out()
+        ws = self.workers.get(address)
+        if ws is None:
+            return out
+        for key in keys:
+            ts = self.tasks.get(key)
+            if ts is not None and ts.state == "memory":
+                if ws not in ts.who_has:
+                    ts.who_has = grown(ts.who_has, ws)
+                    ws.has_what[ts] = None
+                    ws.nbytes += max(ts.nbytes, 0)
+            else:
+                out.free[address].append(key)
+        return out
+
+    def release_worker_data(self, address: str, keys: Sequence[Key], stimulus_id: str) -> Out:
+        """A worker dropped its copies of ``keys``."""
+        ws = self.workers.get(address)
+        recs: dict[TaskState, str] = {}
+        if ws is None:
+            return Out()
+        for key in keys:
+            ts = self.tasks.get(key)
+            if ts is None or ws not in ts.who_has:
+                continue
+            drop(ts.who_has, ws)
+            del ws.has_what[ts]
+            ws.nbytes -= max(ts.nbytes, 0)
+            if not ts.who_has:
+                recs[ts] = "released"
+        return self.transitions(recs, stimulus_id)
+
+    def missing_data(self, address: str, key: Key, run_id: int, missing: Mapping[Key, Sequence[str]], stimulus_id: str) -> Out:
+        """A worker could not fetch dependencies of ``key`` from where we said they were."""
+        recs: dict[TaskState, str] = {}
+        ts = self.tasks.get(key)
+        if ts is not None and self._runs_on(ts, address, run_id):
+            # First in, so popped last: the lost dependencies are released
+            # before ``ts`` looks for a worker again.
+            recs[ts] = "released"
+        for dep_key, addrs in missing.items():
+            dts = self.tasks.get(dep_key)
+            if dts is None:
+                continue
+            for addr in addrs:
+                holder = self.workers.get(addr)
+                if holder is not None and holder in dts.who_has:
+                    drop(dts.who_has, holder)
+                    holder.has_what.pop(dts, None)
+                    holder.nbytes -= max(dts.nbytes, 0)
+            if not dts.who_has and dts.state == "memory":
+                recs[dts] = "released"
+        return self.transitions(recs, stimulus_id)
+
+    def reschedule(self, address: str, key: Key, run_id: int, stimulus_id: str) -> Out:
+        """A task asked to be run again, maybe elsewhere."""
+        ts = self.tasks.get(key)
+        if ts is None or not self._runs_on(ts, address, run_id):
+            return Out()
+        return self.transitions({ts: "released"}, stimulus_id)
+
+    def long_running(self, address: str, key: Key, run_id: int) -> Out:
+        """A task seceded from its worker's thread pool: its slot is free."""
+        out = Out()
+        ws = self.workers.get(address)
+        ts = self.tasks.get(key)
+        if ws is None or ts is None or ts.processing_on is not ws or ts.run_id != run_id:
+            return out
+        ws.long_running.add(ts)
+        if self.n_queued:
+            self._fill_from_queue(ws, out)
+        return out
+
+    def retry(self, keys: Sequence[Key], stimulus_id: str) -> tuple[list[Key], Out]:
+        """Rerun erred ``keys``: release the tasks whose own failure they inherit.
+
+        Returns those tasks' keys and what to send.
+        """
+        roots: set[TaskState] = set()
+        stack = [self.tasks[k] for k in keys if k in self.tasks]
+        while stack:
+            ts = stack.pop()
+            if ts.state != "erred":
+                continue
+            blame = ts.exception_blame
+            if blame is ts or blame is None:
+                roots.add(ts)
+            else:
+                stack.append(blame)
+        out = self.transitions({ts: "released" for ts in roots}, stimulus_id)
+        for ts in list(self.tasks.values()):
+            if ts.state == "released" and (ts.who_wants or ts.waiters):
+                out.recs[ts] = "waiting"
+        return [ts.key for ts in roots], self.transitions({}, stimulus_id, out)
+
+    def _runs_on(self, ts: TaskState, address: str, run_id: int) -> bool:
+        ws = ts.processing_on
+        return ts.state == "processing" and ws is not None and ws.address == address and ts.run_id == run_id
+
     # ======================================================================
     # Validation
     # ======================================================================
@@ -1408,276 +1487,5 @@ class Scheduler(Server):
         assert self.n_queued == sum(1 for ts in self.tasks.values() if ts.state == "queued"), "queued count"
         assert self.unrunnable == {ts for ts in self.tasks.values() if ts.state == "no-worker"}, "unrunnable set"
 
-    # ======================================================================
-    # I/O: streams from workers and clients
-    # ======================================================================
-    async def handle_register_worker(self, comm: Comm, msg: m.RegisterWorker) -> None:
-        address = msg["address"]
-        try:
-            out = self.add_worker_state(
-                address,
-                msg["nthreads"],
-                name=msg.get("name"),
-                memory_limit=msg.get("memory_limit", 0),
-                pid=msg.get("pid", 0),
-                nanny=msg.get("nanny"),
-                resources=msg.get("resources"),
-                keys=msg.get("keys", ()),
-                nbytes=msg.get("nbytes"),
-                stimulus_id=f"register-worker-{time.time()}",
-            )
-        except ValueError as e:
-            await comm.write({"status": "error", "message": str(e), **error_message(e)})
-            comm.abort()
-            return
-        ws = self.workers[address]
-        ws.local_directory = msg.get("local_directory", "")
-        ws.versions = dict(msg.get("versions") or {})
-        try:
-            await comm.write({"status": "OK", "time": time.time(), "heartbeat-interval": self._heartbeat_interval()})
-        except CommClosedError:
-            self.send_all(self.remove_worker_state(address, stimulus_id="register-failed"))
-            return
-        bs = BatchedSend(interval=_interval("distributed.worker.batched-send-interval"), name=f"scheduler->{address}")
-        bs.start(comm)
-        self.stream_comms[address] = bs
-        self.send_all(out)
-        self.log_event(["all", address], {"action": "add-worker"})
-        logger.info("Register worker %s", address)
-        await self._worker_stream(comm, address)
-
-    def _heartbeat_interval(self) -> float:
-        n = len(self.workers)
-        return 0.5 if n <= 10 else 1 if n < 50 else 2 if n < 200 else 5
-
-    async def _worker_stream(self, comm: Comm, address: str) -> None:
-        check = self.validate or not comm.same_process
-        try:
-            while True:
-                msgs = await comm.read()
-                ws = self.workers.get(address)
-                if ws is None:
-                    break
-                ws.last_seen = time.time()
-                self._current_worker = ws
-                try:
-                    self.dispatch_stream(msgs, address, check)
-                finally:
-                    self._current_worker = None
-        except (CommClosedError, asyncio.CancelledError):
-            pass
-        except Exception:
-            logger.exception("Error on the stream from worker %s", address)
-        finally:
-            if address in self.workers and self.status not in (Status.closing, Status.closed):
-                logger.info("Remove worker %s (stream closed)", address)
-                self.send_all(self.remove_worker_state(address, stimulus_id=f"worker-stream-closed-{time.time()}"))
-                self.log_event(["all", address], {"action": "remove-worker"})
-            if not comm.closed():
-                comm.abort()
-
-    async def handle_register_client(self, comm: Comm, msg: m.RegisterClient) -> None:
-        client = msg["client"]
-        cs = self.clients.get(client)
-        if cs is None:
-            cs = self.clients[client] = ClientState(client)
-        cs.versions = dict(msg.get("versions") or {})
-        cs.last_seen = time.time()
-        try:
-            await comm.write({"status": "OK", "time": time.time(), "address": self.address, "id": self.id})
-        except CommClosedError:
-            return
-        bs = BatchedSend(interval=_interval("distributed.client.batched-send-interval"), name=f"scheduler->{client}")
-        bs.start(comm)
-        self.client_comms[client] = bs
-        if self.plugins:
-            self._plugin_hook("add_client", self, client)
-        check = self.validate or not comm.same_process
-        try:
-            closing = False
-            while not closing:
-                msgs = await comm.read()
-                cs.last_seen = time.time()
-                if not isinstance(msgs, (list, tuple)):
-                    msgs = (msgs,)
-                for item in msgs:
-                    if isinstance(item, dict) and item.get("op") == "close-client":
-                        closing = True
-                        break
-                    self.dispatch_stream((item,), client, check)
-                    if isinstance(item, dict) and item.get("op") in ("update-graph", "client-releases-keys"):
-                        # Let workers' and other clients' messages in between parts of a graph.
-                        await asyncio.sleep(0)
-        except (CommClosedError, asyncio.CancelledError):
-            pass
-        except Exception:
-            logger.exception("Error on the stream from client %s", client)
-        finally:
-            if self.client_comms.get(client) is bs:
-                del self.client_comms[client]
-                if self.status not in (Status.closing, Status.closed):
-                    self.send_all(self.remove_client_state(client, stimulus_id=f"remove-client-{time.time()}"))
-            await bs.close(timeout=1)
-
-    # -- stream handlers ---------------------------------------------------------
-    def _sender(self) -> WorkerState:
-        ws = self._current_worker
-        if ws is None:
-            raise RuntimeError("Worker stream message outside a worker stream")
-        return ws
-
-    def _stream_task_finished(self, msg: m.TaskFinished) -> None:
-        ws = self._sender()
-        out = self.task_finished(
-            msg["key"], ws.address, msg["run_id"], msg["nbytes"], msg["type"], msg["stop"] - msg["start"], f"task-finished-{msg['stop']}"
-        )
-        self.send_all(out)
-
-    def _stream_task_erred(self, msg: m.WorkerTaskErred) -> None:
-        ws = self._sender()
-        out = self.task_erred(
-            msg["key"], ws.address, msg["run_id"], msg["exception"], msg["traceback"], msg["text"], f"task-erred-{time.time()}"
-        )
-        self.send_all(out)
-
-    def _stream_add_keys(self, msg: m.AddKeys) -> None:
-        ws = self._sender()
-        out = Out()
-        for key in msg["keys"]:
-            ts = self.tasks.get(key)
-            if ts is not None and ts.state == "memory":
-                if ws not in ts.who_has:
-                    ts.who_has = grown(ts.who_has, ws)
-                    ws.has_what[ts] = None
-                    ws.nbytes += max(ts.nbytes, 0)
-            else:
-                out.free[ws.address].append(key)
-        self.send_all(out)
-
-    def _stream_release_worker_data(self, msg: m.ReleaseWorkerData) -> None:
-        ws = self._sender()
-        recs: dict[TaskState, str] = {}
-        for key in msg["keys"]:
-            ts = self.tasks.get(key)
-            if ts is None or ws not in ts.who_has:
-                continue
-            drop(ts.who_has, ws)
-            del ws.has_what[ts]
-            ws.nbytes -= max(ts.nbytes, 0)
-            if not ts.who_has:
-                recs[ts] = "released"
-        self.send_all(self.transitions(recs, f"release-worker-data-{time.time()}"))
-
-    def _stream_missing_data(self, msg: m.MissingData) -> None:
-        ws = self._sender()
-        stimulus_id = f"missing-data-{time.time()}"
-        recs: dict[TaskState, str] = {}
-        for key, addrs in msg["missing"].items():
-            dts = self.tasks.get(key)
-            if dts is None:
-                continue
-            for addr in addrs:
-                holder = self.workers.get(addr)
-                if holder is not None and holder in dts.who_has:
-                    drop(dts.who_has, holder)
-                    holder.has_what.pop(dts, None)
-                    holder.nbytes -= max(dts.nbytes, 0)
-            if not dts.who_has and dts.state == "memory":
-                recs[dts] = "released"
-        ts = self.tasks.get(msg["key"])
-        if ts is not None and ts.state == "processing" and ts.processing_on is ws and ts.run_id == msg["run_id"]:
-            recs[ts] = "released"
-        self.send_all(self.transitions(recs, stimulus_id))
-
-    def _stream_reschedule(self, msg: m.Reschedule) -> None:
-        ws = self._sender()
-        ts = self.tasks.get(msg["key"])
-        if ts is None or ts.state != "processing" or ts.processing_on is not ws or ts.run_id != msg["run_id"]:
-            return
-        self.send_all(self.transitions({ts: "released"}, f"reschedule-{time.time()}"))
-
-    def _stream_long_running(self, msg: m.LongRunning) -> None:
-        ws = self._sender()
-        ts = self.tasks.get(msg["key"])
-        if ts is None or ts.processing_on is not ws or ts.run_id != msg["run_id"]:
-            return
-        ws.long_running.add(ts)
-        out = Out()
-        if self.n_queued:
-            self._fill_from_queue(ws, out)
-        self.send_all(out)
-
-    def _stream_update_graph(self, msg: m.UpdateGraph) -> None:
-        out = self.update_graph(
-            msg["client"],
-            msg["tasks"],
-            msg["keys"],
-            user_priority=msg.get("priority", 0),
-            annotations=msg.get("annotations"),
-            stimulus_id=msg.get("stimulus_id"),
-            graph=msg.get("graph"),
-            final=msg.get("final", True),
-        )
-        self.send_all(out)
-
-    def _stream_client_desires_keys(self, msg: m.ClientKeys) -> None:
-        self.send_all(self.client_desires_keys(msg["client"], msg["keys"], f"client-desires-keys-{time.time()}"))
-
-    def _stream_client_releases_keys(self, msg: m.ClientKeys) -> None:
-        self.send_all(self.client_releases_keys(msg["client"], msg["keys"], f"client-releases-keys-{time.time()}"))
-
-    def _stream_barrier(self, msg: m.StreamBarrier) -> None:
-        out = Out()
-        out.clients[msg["client"]].append({"op": "stream-barrier", "id": msg["id"]})
-        self.send_all(out)
-
-    # -- request handlers ------------------------------------------------------
-    def handle_heartbeat_worker(self, comm: Comm, msg: m.HeartbeatWorker) -> dict[str, Any]:
-        ws = self.workers.get(msg["address"])
-        if ws is None:
-            return {"status": "missing"}
-        ws.last_seen = time.time()
-        ws.metrics = dict(msg.get("metrics") or {})
-        ws.executing_count = msg.get("executing", 0)
-        return {"status": "OK", "time": time.time(), "heartbeat-interval": self._heartbeat_interval()}
-
-    def handle_unregister(self, comm: Comm, msg: m.UnregisterWorker) -> str:
-        self.send_all(self.remove_worker_state(msg["address"], stimulus_id=f"unregister-{time.time()}", safe=True))
-        return "OK"
-
-    def handle_update_data(self, comm: Comm, msg: m.UpdateData) -> str:
-        out = self.update_data_state(msg["client"], msg["who_has"], msg["nbytes"], msg.get("types", {}), f"update-data-{time.time()}")
-        self.send_all(out)
-        return "OK"
-
-    def handle_cancel_keys(self, comm: Comm, msg: m.CancelKeys) -> str:
-        out = self.cancel_keys(msg["client"], msg["keys"], msg.get("reason", "cancelled by a client"), f"cancel-{time.time()}")
-        self.send_all(out)
-        return "OK"
-
-    def handle_retry(self, comm: Comm, msg: m.RetryKeys) -> list[Key]:
-        stimulus_id = f"retry-{time.time()}"
-        roots: set[TaskState] = set()
-        stack = [self.tasks[k] for k in msg["keys"] if k in self.tasks]
-        while stack:
-            ts = stack.pop()
-            if ts.state != "erred":
-                continue
-            blame = ts.exception_blame
-            if blame is ts or blame is None:
-                roots.add(ts)
-            else:
-                stack.append(blame)
-        out = self.transitions({ts: "released" for ts in roots}, stimulus_id)
-        for ts in list(self.tasks.values()):
-            if ts.state == "released" and (ts.who_wants or ts.waiters):
-                out.recs[ts] = "waiting"
-        self.send_all(self.transitions({}, stimulus_id, out))
-        return [ts.key for ts in roots]
-
 def _priority_key(ts: TaskState) -> tuple[Any, ...]:
     return ts.priority
-
-
-def _interval(key: str) -> float:
-    return get_interval(key, 0.00025)

@@ -823,3 +823,40 @@ def test_task_groups_count_states() -> None:
     assert s.task_prefixes[tg.prefix.name] is tg.prefix
     assert tg.prefix.duration_average == pytest.approx(2.0)
     assert tg.duration == pytest.approx(6.0)
+
+
+# -- messages from workers about their data -------------------------------------------
+def test_worker_data_messages_are_stimuli() -> None:
+    s = new_scheduler()
+    check(s, s.add_worker_state(A, 1))
+    check(s, s.add_worker_state(B, 1))
+    tasks: dict[Key, m.TaskSpec] = {"a": spec(order=0), "b": spec(["a"], order=1)}
+    out = check(s, s.update_graph("client-1", tasks, ["b"]))
+    holder, _ = compute_of(out, "a")
+    other = B if holder == A else A
+    out = finish(s, "a")
+    runner, msg = compute_of(out, "b")
+    # Another worker fetched "a" and says so; an unknown key is freed on it.
+    out = check(s, s.add_keys(other, ["a", "no-such-key"]))
+    assert {w.address for w in s.tasks["a"].who_has} == {A, B}
+    assert freed(out) == {other: {"no-such-key"}}
+    # It drops its copy again: "a" stays in memory on the first worker.
+    check(s, s.release_worker_data(other, ["a"], "release"))
+    assert {w.address for w in s.tasks["a"].who_has} == {holder}
+    # The runner of "b" could not find "a" where we said: the only copy is
+    # gone, so "a" is recomputed and "b" waits for it.
+    out = check(s, s.missing_data(runner, "b", msg["run_id"], {"a": [holder]}, "missing"))
+    assert s.tasks["a"].state == "processing" and s.tasks["b"].state == "waiting"
+    assert computed_keys(out) == ["a"]
+    out = finish(s, "a")
+    runner, msg = compute_of(out, "b")
+    # A reschedule with a stale run_id is ignored; with the current one, "b" runs again.
+    assert not check(s, s.reschedule(runner, "b", msg["run_id"] - 1, "stale")).workers
+    assert s.tasks["b"].state == "processing"
+    out = check(s, s.reschedule(runner, "b", msg["run_id"], "reschedule"))
+    assert computed_keys(out) == ["b"]
+    finish(s, "b")
+    assert s.tasks["b"].state == "memory"
+    # Messages from a worker the scheduler does not know change nothing.
+    assert not check(s, s.add_keys(C, ["a"])).free
+    assert not check(s, s.release_worker_data(C, ["a"], "unknown")).recs

@@ -1,0 +1,296 @@
+"""The scheduler's I/O shell: registration, batched streams, and their handlers.
+
+Workers and clients register over a request and then keep that comm as a
+batched stream in both directions.  Everything here decodes a message, calls
+one stimulus method of :class:`~distributed.scheduler.Scheduler` (which
+changes state and returns an ``Out``), and sends what it returned; no task
+state changes here.  Keeping the shell apart is what lets tests drive the
+state machine without sockets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from distributed.batched import BatchedSend
+from distributed.comm import Comm, CommClosedError
+from distributed.config import get_interval
+from distributed.core import Route, Status, StreamRoute, error_message
+from distributed.protocol import messages as m
+from distributed.protocol.messages import Key
+from distributed.scheduler_state import ClientState, WorkerState
+
+if TYPE_CHECKING:
+    from distributed.scheduler import Scheduler
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["SchedulerStreams"]
+
+
+class SchedulerStreams:
+    """Registration of workers and clients, and the messages on their streams."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
+        #: The worker that sent the stream message being handled.
+        self._current_worker: WorkerState | None = None
+
+    def routes(self) -> dict[str, Route[Any]]:
+        """Request routes for registration and state-changing requests."""
+        return {
+            "register-client": Route(m.RegisterClient, self.handle_register_client, takes_comm=True),
+            "register-worker": Route(m.RegisterWorker, self.handle_register_worker, takes_comm=True),
+            "heartbeat_worker": Route(m.HeartbeatWorker, self.handle_heartbeat_worker),
+            "unregister": Route(m.UnregisterWorker, self.handle_unregister),
+            "update-data": Route(m.UpdateData, self.handle_update_data),
+            "cancel-keys": Route(m.CancelKeys, self.handle_cancel_keys),
+            "retry": Route(m.RetryKeys, self.handle_retry),
+        }
+
+    def stream_routes(self) -> dict[str, StreamRoute[Any]]:
+        """Handlers of messages on workers' and clients' streams."""
+        return {
+            # from workers
+            "task-finished": StreamRoute(m.TaskFinished, self._task_finished),
+            "task-erred": StreamRoute(m.WorkerTaskErred, self._task_erred),
+            "add-keys": StreamRoute(m.AddKeys, self._add_keys),
+            "release-worker-data": StreamRoute(m.ReleaseWorkerData, self._release_worker_data),
+            "missing-data": StreamRoute(m.MissingData, self._missing_data),
+            "reschedule": StreamRoute(m.Reschedule, self._reschedule),
+            "long-running": StreamRoute(m.LongRunning, self._long_running),
+            "keep-alive": StreamRoute(m.KeepAlive, lambda msg: None),
+            # from clients
+            "update-graph": StreamRoute(m.UpdateGraph, self._update_graph),
+            "client-desires-keys": StreamRoute(m.ClientKeys, self._client_desires_keys),
+            "client-releases-keys": StreamRoute(m.ClientKeys, self._client_releases_keys),
+            "heartbeat-client": StreamRoute(m.ClientHeartbeat, lambda msg: None),
+            "close-client": StreamRoute(m.CloseClient, lambda msg: None),
+            "stream-barrier": StreamRoute(m.StreamBarrier, self._stream_barrier),
+        }
+
+    # -- workers ---------------------------------------------------------------
+    async def handle_register_worker(self, comm: Comm, msg: m.RegisterWorker) -> None:
+        """Add a worker, answer it, then serve its stream until it closes."""
+        s = self.scheduler
+        address = msg["address"]
+        try:
+            out = s.add_worker_state(
+                address,
+                msg["nthreads"],
+                name=msg.get("name"),
+                memory_limit=msg.get("memory_limit", 0),
+                pid=msg.get("pid", 0),
+                nanny=msg.get("nanny"),
+                resources=msg.get("resources"),
+                keys=msg.get("keys", ()),
+                nbytes=msg.get("nbytes"),
+                stimulus_id=f"register-worker-{time.time()}",
+            )
+        except ValueError as e:
+            await comm.write({"status": "error", "message": str(e), **error_message(e)})
+            comm.abort()
+            return
+        ws = s.workers[address]
+        ws.local_directory = msg.get("local_directory", "")
+        ws.versions = dict(msg.get("versions") or {})
+        try:
+            await comm.write({"status": "OK", "time": time.time(), "heartbeat-interval": self._heartbeat_interval()})
+        except CommClosedError:
+            s.send_all(s.remove_worker_state(address, stimulus_id="register-failed"))
+            return
+        bs = BatchedSend(interval=stream_interval("distributed.worker.batched-send-interval"), name=f"scheduler->{address}")
+        bs.start(comm)
+        s.stream_comms[address] = bs
+        s.send_all(out)
+        s.log_event(["all", address], {"action": "add-worker"})
+        logger.info("Register worker %s", address)
+        await self._worker_stream(comm, address)
+
+    def _heartbeat_interval(self) -> float:
+        n = len(self.scheduler.workers)
+        return 0.5 if n <= 10 else 1 if n < 50 else 2 if n < 200 else 5
+
+    async def _worker_stream(self, comm: Comm, address: str) -> None:
+        s = self.scheduler
+        check = s.validate or not comm.same_process
+        try:
+            while True:
+                msgs = await comm.read()
+                ws = s.workers.get(address)
+                if ws is None:
+                    break
+                ws.last_seen = time.time()
+                self._current_worker = ws
+                try:
+                    s.dispatch_stream(msgs, address, check)
+                finally:
+                    self._current_worker = None
+        except (CommClosedError, asyncio.CancelledError):
+            pass
+        except Exception:
+            logger.exception("Error on the stream from worker %s", address)
+        finally:
+            if address in s.workers and s.status not in (Status.closing, Status.closed):
+                logger.info("Remove worker %s (stream closed)", address)
+                s.send_all(s.remove_worker_state(address, stimulus_id=f"worker-stream-closed-{time.time()}"))
+                s.log_event(["all", address], {"action": "remove-worker"})
+            if not comm.closed():
+                comm.abort()
+
+    def _sender(self) -> str:
+        ws = self._current_worker
+        if ws is None:
+            raise RuntimeError("Worker stream message outside a worker stream")
+        return ws.address
+
+    def _task_finished(self, msg: m.TaskFinished) -> None:
+        s = self.scheduler
+        duration = msg["stop"] - msg["start"]
+        s.send_all(s.task_finished(msg["key"], self._sender(), msg["run_id"], msg["nbytes"], msg["type"], duration, f"task-finished-{msg['stop']}"))
+
+    def _task_erred(self, msg: m.WorkerTaskErred) -> None:
+        s = self.scheduler
+        s.send_all(
+            s.task_erred(msg["key"], self._sender(), msg["run_id"], msg["exception"], msg["traceback"], msg["text"], f"task-erred-{time.time()}")
+        )
+
+    def _add_keys(self, msg: m.AddKeys) -> None:
+        s = self.scheduler
+        s.send_all(s.add_keys(self._sender(), msg["keys"]))
+
+    def _release_worker_data(self, msg: m.ReleaseWorkerData) -> None:
+        s = self.scheduler
+        s.send_all(s.release_worker_data(self._sender(), msg["keys"], f"release-worker-data-{time.time()}"))
+
+    def _missing_data(self, msg: m.MissingData) -> None:
+        s = self.scheduler
+        s.send_all(s.missing_data(self._sender(), msg["key"], msg["run_id"], msg["missing"], f"missing-data-{time.time()}"))
+
+    def _reschedule(self, msg: m.Reschedule) -> None:
+        s = self.scheduler
+        s.send_all(s.reschedule(self._sender(), msg["key"], msg["run_id"], f"reschedule-{time.time()}"))
+
+    def _long_running(self, msg: m.LongRunning) -> None:
+        s = self.scheduler
+        s.send_all(s.long_running(self._sender(), msg["key"], msg["run_id"]))
+
+    def handle_heartbeat_worker(self, comm: Comm, msg: m.HeartbeatWorker) -> dict[str, Any]:
+        """Note that a worker is alive, and tell it when to call again."""
+        ws = self.scheduler.workers.get(msg["address"])
+        if ws is None:
+            return {"status": "missing"}
+        ws.last_seen = time.time()
+        ws.metrics = dict(msg.get("metrics") or {})
+        ws.executing_count = msg.get("executing", 0)
+        return {"status": "OK", "time": time.time(), "heartbeat-interval": self._heartbeat_interval()}
+
+    def handle_unregister(self, comm: Comm, msg: m.UnregisterWorker) -> str:
+        """Remove a worker that is leaving."""
+        s = self.scheduler
+        s.send_all(s.remove_worker_state(msg["address"], stimulus_id=f"unregister-{time.time()}", safe=True))
+        return "OK"
+
+    # -- clients -------------------------------------------------------------------
+    async def handle_register_client(self, comm: Comm, msg: m.RegisterClient) -> None:
+        """Add a client, answer it, then serve its stream until it closes."""
+        s = self.scheduler
+        client = msg["client"]
+        cs = s.clients.get(client)
+        if cs is None:
+            cs = s.clients[client] = ClientState(client)
+        cs.versions = dict(msg.get("versions") or {})
+        cs.last_seen = time.time()
+        try:
+            await comm.write({"status": "OK", "time": time.time(), "address": s.address, "id": s.id})
+        except CommClosedError:
+            return
+        bs = BatchedSend(interval=stream_interval("distributed.client.batched-send-interval"), name=f"scheduler->{client}")
+        bs.start(comm)
+        s.client_comms[client] = bs
+        if s.plugins:
+            s._plugin_hook("add_client", s, client)
+        check = s.validate or not comm.same_process
+        try:
+            closing = False
+            while not closing:
+                msgs = await comm.read()
+                cs.last_seen = time.time()
+                if not isinstance(msgs, (list, tuple)):
+                    msgs = (msgs,)
+                for item in msgs:
+                    if isinstance(item, dict) and item.get("op") == "close-client":
+                        closing = True
+                        break
+                    s.dispatch_stream((item,), client, check)
+                    if isinstance(item, dict) and item.get("op") in ("update-graph", "client-releases-keys"):
+                        # Let workers' and other clients' messages in between parts of a graph.
+                        await asyncio.sleep(0)
+        except (CommClosedError, asyncio.CancelledError):
+            pass
+        except Exception:
+            logger.exception("Error on the stream from client %s", client)
+        finally:
+            if s.client_comms.get(client) is bs:
+                del s.client_comms[client]
+                if s.status not in (Status.closing, Status.closed):
+                    s.send_all(s.remove_client_state(client, stimulus_id=f"remove-client-{time.time()}"))
+            await bs.close(timeout=1)
+
+    def _update_graph(self, msg: m.UpdateGraph) -> None:
+        s = self.scheduler
+        out = s.update_graph(
+            msg["client"],
+            msg["tasks"],
+            msg["keys"],
+            user_priority=msg.get("priority", 0),
+            annotations=msg.get("annotations"),
+            stimulus_id=msg.get("stimulus_id"),
+            graph=msg.get("graph"),
+            final=msg.get("final", True),
+        )
+        s.send_all(out)
+
+    def _client_desires_keys(self, msg: m.ClientKeys) -> None:
+        s = self.scheduler
+        s.send_all(s.client_desires_keys(msg["client"], msg["keys"], f"client-desires-keys-{time.time()}"))
+
+    def _client_releases_keys(self, msg: m.ClientKeys) -> None:
+        s = self.scheduler
+        s.send_all(s.client_releases_keys(msg["client"], msg["keys"], f"client-releases-keys-{time.time()}"))
+
+    def _stream_barrier(self, msg: m.StreamBarrier) -> None:
+        # Everything the client sent before this is handled: say so.
+        cbs = self.scheduler.client_comms.get(msg["client"])
+        if cbs is not None:
+            try:
+                cbs.send({"op": "stream-barrier", "id": msg["id"]})
+            except CommClosedError:
+                pass
+
+    def handle_update_data(self, comm: Comm, msg: m.UpdateData) -> str:
+        """Record data a client scattered to workers."""
+        s = self.scheduler
+        s.send_all(s.update_data_state(msg["client"], msg["who_has"], msg["nbytes"], msg.get("types", {}), f"update-data-{time.time()}"))
+        return "OK"
+
+    def handle_cancel_keys(self, comm: Comm, msg: m.CancelKeys) -> str:
+        """Cancel a client's keys (and what depends on them)."""
+        s = self.scheduler
+        s.send_all(s.cancel_keys(msg["client"], msg["keys"], msg.get("reason", "cancelled by a client"), f"cancel-{time.time()}"))
+        return "OK"
+
+    def handle_retry(self, comm: Comm, msg: m.RetryKeys) -> list[Key]:
+        """Rerun erred keys; return the keys whose own failure is retried."""
+        s = self.scheduler
+        roots, out = s.retry(msg["keys"], f"retry-{time.time()}")
+        s.send_all(out)
+        return roots
+
+
+def stream_interval(key: str) -> float:
+    """The batching interval of a stream, from config."""
+    return get_interval(key, 0.00025)
