@@ -11,6 +11,7 @@ state machine without sockets.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -28,7 +29,38 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SchedulerStreams"]
+__all__ = ["SchedulerStreams", "LargeStateGC"]
+
+#: Tasks between two freezes of the garbage collector's view (see LargeStateGC).
+GC_FREEZE_STEP = 100_000
+
+
+class LargeStateGC:
+    """Keeps full garbage collections short while the scheduler holds many tasks.
+
+    A full collection visits every tracked object: with a million tasks that
+    is seconds with the event loop stopped.  Each time the number of tasks
+    has grown by :data:`GC_FREEZE_STEP` since the last time, the objects
+    alive now are moved out of the collector's view (``gc.freeze``), so a
+    full collection looks at what came since.  Frozen objects are still freed
+    as soon as nothing refers to them, and the scheduler breaks the reference
+    cycles between task records when it forgets them; once the state shrinks
+    below one step, everything goes back into view (``gc.unfreeze``).
+    """
+
+    def __init__(self, step: int = GC_FREEZE_STEP) -> None:
+        self.step = step
+        #: Number of tasks at the last freeze (0: nothing frozen by us).
+        self.frozen_at = 0
+
+    def tend(self, ntasks: int) -> None:
+        """Freeze or unfreeze for a state of ``ntasks`` tasks."""
+        if ntasks >= self.frozen_at + self.step:
+            gc.freeze()
+            self.frozen_at = ntasks
+        elif self.frozen_at and ntasks < self.step:
+            gc.unfreeze()
+            self.frozen_at = 0
 
 
 class SchedulerStreams:
@@ -38,6 +70,7 @@ class SchedulerStreams:
         self.scheduler = scheduler
         #: The worker that sent the stream message being handled.
         self._current_worker: WorkerState | None = None
+        self.gc = LargeStateGC()
 
     def routes(self) -> dict[str, Route[Any]]:
         """Request routes for registration and state-changing requests."""
@@ -253,6 +286,7 @@ class SchedulerStreams:
             final=msg.get("final", True),
         )
         s.send_all(out)
+        self.gc.tend(len(s.tasks))
 
     def _client_desires_keys(self, msg: m.ClientKeys) -> None:
         s = self.scheduler
@@ -261,6 +295,7 @@ class SchedulerStreams:
     def _client_releases_keys(self, msg: m.ClientKeys) -> None:
         s = self.scheduler
         s.send_all(s.client_releases_keys(msg["client"], msg["keys"], f"client-releases-keys-{time.time()}"))
+        self.gc.tend(len(s.tasks))
 
     def _stream_barrier(self, msg: m.StreamBarrier) -> None:
         # Everything the client sent before this is handled: say so.

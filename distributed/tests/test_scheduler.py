@@ -169,3 +169,25 @@ async def test_two_clients_share_keys(c: Client, s: Scheduler, a: Worker, b: Wor
         assert await y == 11
     await async_poll_for(lambda: not s.tasks, 5)
     await wait([])
+
+
+def test_large_state_gc_freezes_while_large_and_unfreezes_after() -> None:
+    import gc
+
+    from distributed.scheduler_streams import LargeStateGC
+
+    assert gc.get_freeze_count() == 0
+    policy = LargeStateGC(step=10)
+    try:
+        policy.tend(5)
+        assert gc.get_freeze_count() == 0 and policy.frozen_at == 0
+        policy.tend(10)
+        assert gc.get_freeze_count() > 0 and policy.frozen_at == 10
+        policy.tend(15)  # less than a step since the last freeze
+        assert policy.frozen_at == 10
+        policy.tend(25)
+        assert policy.frozen_at == 25
+        policy.tend(9)  # shrank below one step: back into view
+        assert gc.get_freeze_count() == 0 and policy.frozen_at == 0
+    finally:
+        gc.unfreeze()
