@@ -31,6 +31,9 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["SchedulerStreams", "LargeStateGC"]
 
+#: Messages of a worker's batch handled between two yields to the event loop.
+_BATCH_SLICE = 1000
+
 #: Tasks between two freezes of the garbage collector's view (see LargeStateGC).
 GC_FREEZE_STEP = 100_000
 
@@ -157,11 +160,16 @@ class SchedulerStreams:
                 if ws is None:
                     break
                 ws.last_seen = time.time()
-                self._current_worker = ws
-                try:
-                    s.dispatch_stream(msgs, address, check)
-                finally:
-                    self._current_worker = None
+                if not isinstance(msgs, (list, tuple)) or len(msgs) <= _BATCH_SLICE:
+                    self._dispatch_from(ws, msgs, check)
+                    continue
+                # A long batch (a worker that finished thousands of tasks
+                # while we were busy) is handled in slices, letting others in.
+                for i in range(0, len(msgs), _BATCH_SLICE):
+                    if address not in s.workers:
+                        break
+                    self._dispatch_from(ws, msgs[i : i + _BATCH_SLICE], check)
+                    await asyncio.sleep(0)
         except (CommClosedError, asyncio.CancelledError):
             pass
         except Exception:
@@ -173,6 +181,13 @@ class SchedulerStreams:
                 s.log_event(["all", address], {"action": "remove-worker"})
             if not comm.closed():
                 comm.abort()
+
+    def _dispatch_from(self, ws: WorkerState, msgs: Any, check: bool) -> None:
+        self._current_worker = ws
+        try:
+            self.scheduler.dispatch_stream(msgs, ws.address, check)
+        finally:
+            self._current_worker = None
 
     def _sender(self) -> str:
         ws = self._current_worker
