@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from benchmarks.report import table
@@ -10,22 +11,25 @@ from benchmarks.report import table
 DEFAULT_THRESHOLD = 0.5
 
 
-def failing_cases(baseline: dict[str, Any], results: dict[str, Any], threshold: float = DEFAULT_THRESHOLD) -> list[str]:
-    """Names of the cases with a gated ratio over its limit (or not measured)."""
-    current: dict[tuple[str, str], Any] = {}
-    for r in results["results"]:
-        for m in r.get("metrics", []):
-            current[(r["case"], m["metric"])] = m.get("ratio_threads")
-    bad: list[str] = []
+def _gated(baseline: dict[str, Any], results: dict[str, Any], threshold: float) -> Iterator[tuple[str, str, float, float | None, float]]:
+    """``(case, metric, baseline ratio, current ratio or None, limit)`` for every gated metric of the baseline."""
+    current = {(r["case"], m["metric"]): m.get("ratio_threads") for r in results["results"] for m in r.get("metrics", [])}
     for r in baseline["results"]:
         if r["status"] != "ok":
             continue
         for m in r["metrics"]:
             if not m.get("gate") or m.get("ratio_threads") is None:
                 continue
-            new = current.get((r["case"], m["metric"]))
-            if (new is None or new > float(m["ratio_threads"]) * (1 + threshold)) and r["case"] not in bad:
-                bad.append(r["case"])
+            old = float(m["ratio_threads"])
+            yield r["case"], m["metric"], old, current.get((r["case"], m["metric"])), old * (1 + threshold)
+
+
+def failing_cases(baseline: dict[str, Any], results: dict[str, Any], threshold: float = DEFAULT_THRESHOLD) -> list[str]:
+    """Names of the cases with a gated ratio over its limit (or not measured)."""
+    bad: list[str] = []
+    for case, _, _, new, limit in _gated(baseline, results, threshold):
+        if (new is None or new > limit) and case not in bad:
+            bad.append(case)
     return bad
 
 
@@ -64,33 +68,19 @@ def gate(baseline: dict[str, Any], results: dict[str, Any], threshold: float = D
     ``baseline ratio * (1 + threshold)``.  A case that errored or timed out in
     ``results`` but was measured in the baseline fails the gate too.
     """
-    current: dict[tuple[str, str], dict[str, Any]] = {}
-    status: dict[str, str] = {}
-    for r in results["results"]:
-        status[r["case"]] = r["status"]
-        for m in r.get("metrics", []):
-            current[(r["case"], m["metric"])] = m
+    status = {r["case"]: r["status"] for r in results["results"]}
     rows: list[list[Any]] = []
     failed = False
-    for r in baseline["results"]:
-        if r["status"] != "ok":
-            continue
-        for m in r["metrics"]:
-            if not m.get("gate") or m.get("ratio_threads") is None:
-                continue
-            old = float(m["ratio_threads"])
-            limit = old * (1 + threshold)
-            cur = current.get((r["case"], m["metric"]))
-            new = cur.get("ratio_threads") if cur else None
-            if new is None:
-                verdict = f"FAIL ({status.get(r['case'], 'missing')})"
-                failed = True
-            elif new > limit:
-                verdict = f"FAIL (+{(new / old - 1) * 100:.0f} %)"
-                failed = True
-            else:
-                verdict = f"ok ({(new / old - 1) * 100:+.0f} %)"
-            rows.append([r["case"], m["metric"], old, new, limit, verdict])
+    for case, metric, old, new, limit in _gated(baseline, results, threshold):
+        if new is None:
+            verdict = f"FAIL ({status.get(case, 'missing')})"
+            failed = True
+        elif new > limit:
+            verdict = f"FAIL (+{(new / old - 1) * 100:.0f} %)"
+            failed = True
+        else:
+            verdict = f"ok ({(new / old - 1) * 100:+.0f} %)"
+        rows.append([case, metric, old, new, limit, verdict])
     headers = ["case", "metric", "baseline x threads", "now x threads", "limit", "verdict"]
     summary = "PASSED" if not failed else "FAILED"
     text = "\n".join(

@@ -70,10 +70,7 @@ class BatchedSend:
         CommClosedError
             When the stream is closed.
         """
-        if self._closing or (self.comm is not None and self.comm.closed()):
-            raise CommClosedError(f"Batched stream {self.name} is closed")
-        self.buffer.extend(msgs)
-        self.message_count += len(msgs)
+        self._enqueue(msgs)
         self._urgent = True
         if self._wake is not None:
             self._wake.set()
@@ -90,12 +87,15 @@ class BatchedSend:
         CommClosedError
             When the stream is closed.
         """
+        self._enqueue(msgs)
+        if self._wake is not None and self._lazy_timer is None and self._loop is not None:
+            self._lazy_timer = self._loop.call_later(self.interval, self._lazy_wake)
+
+    def _enqueue(self, msgs: tuple[Any, ...]) -> None:
         if self._closing or (self.comm is not None and self.comm.closed()):
             raise CommClosedError(f"Batched stream {self.name} is closed")
         self.buffer.extend(msgs)
         self.message_count += len(msgs)
-        if self._wake is not None and self._lazy_timer is None and self._loop is not None:
-            self._lazy_timer = self._loop.call_later(self.interval, self._lazy_wake)
 
     def _lazy_wake(self) -> None:
         self._lazy_timer = None

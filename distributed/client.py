@@ -616,7 +616,7 @@ class Client:
             return
         release_now = set(released)
         pending: list[Key] = []
-        chunk = max(int(dask.config.get("distributed.client.graph-chunk-size", 5000)), 1)
+        chunk = _graph_chunk_size()
 
         def flush() -> None:
             # In parts, so that the scheduler can serve others in between.

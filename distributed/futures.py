@@ -172,13 +172,16 @@ class as_completed:
     def __iter__(self) -> as_completed:
         return self
 
-    def _take(self, future: Future) -> Any:
+    def _untrack(self, future: Future) -> None:
         with self.lock:
             n = self.futures.get(future, 0) - 1
             if n <= 0:
                 self.futures.pop(future, None)
             else:
                 self.futures[future] = n
+
+    def _take(self, future: Future) -> Any:
+        self._untrack(future)
         if self.with_results:
             try:
                 return future, future.result()
@@ -208,12 +211,7 @@ class as_completed:
         loop = asyncio.get_running_loop()
         future = await loop.run_in_executor(None, self.queue.get)
         if self.with_results:
-            with self.lock:
-                n = self.futures.get(future, 0) - 1
-                if n <= 0:
-                    self.futures.pop(future, None)
-                else:
-                    self.futures[future] = n
+            self._untrack(future)
             try:
                 return future, await future._result_coro()
             except Exception as e:
