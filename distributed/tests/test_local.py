@@ -20,7 +20,7 @@ from distributed.client import Client
 from distributed.core import Status
 from distributed.deploy import Cluster, LocalCluster, ServerProcess
 from distributed.deploy.local import split_cores
-from distributed.utils_test import poll_for
+from distributed.utils_test import async_poll_for, poll_for
 from distributed.worker import Worker
 
 
@@ -288,12 +288,11 @@ def test_async_cluster_and_client(no_leaks: None) -> None:
                 await cluster.scale(3)
                 assert len(cluster.workers) == 3
                 await cluster.wait_for_workers(3, timeout=10)
-                assert cluster.scheduler is not None
-                while cluster.scheduler.tasks:  # see wait_for_idle
-                    await asyncio.sleep(0.01)
+                scheduler = cluster.scheduler
+                assert scheduler is not None
+                await async_poll_for(lambda: not scheduler.tasks, 10)  # see wait_for_idle
                 task = cluster.scale(1)  # runs even when not awaited
-                while len(cluster.workers) != 1:
-                    await asyncio.sleep(0.01)
+                await async_poll_for(lambda: len(cluster.workers) == 1, 10)
                 await task
                 assert await client.submit(operator.add, 2, 3) == 5
         assert cluster.status == Status.closed
