@@ -139,9 +139,15 @@ class CliCluster:
         check_no_shadowing()
         self.scheduler = self._spawn(
             [
-                "-m", "distributed.cli.dask_scheduler",
-                "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
-                "--scheduler-file", str(self.scheduler_file),
+                "-m",
+                "distributed.cli.dask_scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--no-dashboard",
+                "--scheduler-file",
+                str(self.scheduler_file),
             ],
             "scheduler.log",
         )
@@ -160,9 +166,17 @@ class CliCluster:
         for i in range(self.nworkers):
             self._spawn(
                 [
-                    "-m", "distributed.cli.dask_worker", self.address,
-                    "--nthreads", str(self.nthreads), "--no-nanny", "--no-dashboard",
-                    "--host", "127.0.0.1", "--name", f"bench-{i}",
+                    "-m",
+                    "distributed.cli.dask_worker",
+                    self.address,
+                    "--nthreads",
+                    str(self.nthreads),
+                    "--no-nanny",
+                    "--no-dashboard",
+                    "--host",
+                    "127.0.0.1",
+                    "--name",
+                    f"bench-{i}",
                 ],
                 f"worker-{i}.log",
             )
@@ -194,7 +208,7 @@ class CliCluster:
         if self.client is not None:
             try:
                 self.client.close(timeout=10)
-            except Exception:  # noqa: BLE001 - closing is best effort
+            except Exception:
                 pass
             self.client = None
         # Workers first, then the scheduler: each by its own PID.
@@ -235,7 +249,17 @@ class StallProbe:
         d = Path(self._tmp.name)
         self.out, self.stop_file, self.ready = d / "samples.json", d / "stop", d / "ready"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks", "_probe", address, str(self.out), str(self.stop_file), str(self.ready), str(interval)],
+            [
+                sys.executable,
+                "-m",
+                "benchmarks",
+                "_probe",
+                address,
+                str(self.out),
+                str(self.stop_file),
+                str(self.ready),
+                str(interval),
+            ],
             env=child_env(),
             stdout=subprocess.DEVNULL,
             stderr=open(d / "probe.log", "wb"),  # noqa: SIM115 - closed with the directory

@@ -47,7 +47,7 @@ def package_versions() -> dict[str, Any]:
     for name in _PACKAGES:
         try:
             mod = importlib.import_module(name)
-        except Exception as e:  # noqa: BLE001 - record any import failure
+        except Exception as e:
             out[name] = f"unavailable: {type(e).__name__}"
             continue
         out[name] = str(getattr(mod, "__version__", "unknown"))
@@ -55,7 +55,7 @@ def package_versions() -> dict[str, Any]:
         import distributed
 
         out["distributed_origin"] = _origin(getattr(distributed, "__file__", "") or "")
-    except Exception:  # noqa: BLE001
+    except Exception:
         out["distributed_origin"] = "unavailable"
     return out
 

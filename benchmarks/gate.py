@@ -11,9 +11,13 @@ from benchmarks.report import table
 DEFAULT_THRESHOLD = 0.5
 
 
-def _gated(baseline: dict[str, Any], results: dict[str, Any], threshold: float) -> Iterator[tuple[str, str, float, float | None, float]]:
+def _gated(
+    baseline: dict[str, Any], results: dict[str, Any], threshold: float
+) -> Iterator[tuple[str, str, float, float | None, float]]:
     """``(case, metric, baseline ratio, current ratio or None, limit)`` for every gated metric of the baseline."""
-    current = {(r["case"], m["metric"]): m.get("ratio_threads") for r in results["results"] for m in r.get("metrics", [])}
+    current = {
+        (r["case"], m["metric"]): m.get("ratio_threads") for r in results["results"] for m in r.get("metrics", [])
+    }
     for r in baseline["results"]:
         if r["status"] != "ok":
             continue
@@ -110,10 +114,13 @@ def merge_baseline(docs: list[dict[str, Any]]) -> dict[str, Any]:
                     if r2["case"] != r["case"] or r2["status"] != "ok":
                         continue
                     for m2 in r2["metrics"]:
-                        if m2["metric"] == m["metric"] and m2.get("ratio_threads") is not None:
-                            if m.get("ratio_threads") is None or m2["ratio_threads"] > m["ratio_threads"]:
-                                m.clear()
-                                m.update(copy.deepcopy(m2))
+                        if (
+                            m2["metric"] == m["metric"]
+                            and m2.get("ratio_threads") is not None
+                            and (m.get("ratio_threads") is None or m2["ratio_threads"] > m["ratio_threads"])
+                        ):
+                            m.clear()
+                            m.update(copy.deepcopy(m2))
         if r["status"] != "ok":
             for other in docs[1:]:
                 for r2 in other["results"]:

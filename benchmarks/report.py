@@ -56,7 +56,20 @@ def results_table(doc: dict[str, Any]) -> str:
         for m in r["metrics"]:
             th = m["floor"].get("threads", {}).get("min")
             sy = m["floor"].get("sync", {}).get("min")
-            rows.append([r["case"], m["metric"], m["unit"], m["median"], m["min"], m["max"], th, sy, m["ratio_threads"], m["ratio_sync"]])
+            rows.append(
+                [
+                    r["case"],
+                    m["metric"],
+                    m["unit"],
+                    m["median"],
+                    m["min"],
+                    m["max"],
+                    th,
+                    sy,
+                    m["ratio_threads"],
+                    m["ratio_sync"],
+                ]
+            )
     head = f"{label(doc)}, dask {doc.get('packages', {}).get('dask', '?')}, {doc.get('machine', {}).get('cpu_count', '?')} CPUs, suite {doc.get('suite')}"
     out = [head, "x threads / x sync: best distributed run / best local run of the same graph", table(headers, rows)]
     if "total_seconds" in doc:
@@ -86,13 +99,26 @@ def compare_table(a: dict[str, Any], b: dict[str, Any], markdown: bool = False) 
     for key in keys:
         ma, mb = ia.get(key), ib.get(key)
         if key[1] == "*":
-            rows.append([key[0], "(failed)", "", (ma or {}).get("status", "-"), (mb or {}).get("status", "-"), None, None, None])
+            rows.append(
+                [key[0], "(failed)", "", (ma or {}).get("status", "-"), (mb or {}).get("status", "-"), None, None, None]
+            )
             continue
         unit = (ma or mb or {}).get("unit", "")
         va = ma.get("median") if ma else None
         vb = mb.get("median") if mb else None
         ratio = vb / va if va and vb is not None else None
-        rows.append([key[0], key[1], unit, va, vb, ratio, ma.get("ratio_threads") if ma else None, mb.get("ratio_threads") if mb else None])
+        rows.append(
+            [
+                key[0],
+                key[1],
+                unit,
+                va,
+                vb,
+                ratio,
+                ma.get("ratio_threads") if ma else None,
+                mb.get("ratio_threads") if mb else None,
+            ]
+        )
     return "\n".join(
         [
             f"A: {label(a)}, suite {a.get('suite')}, {a.get('created')}",

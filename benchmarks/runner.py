@@ -67,7 +67,7 @@ def run_one_inline(workload: str, params: dict[str, Any], repeat: int) -> dict[s
     try:
         metrics = WORKLOADS[workload](params, repeat)
         status, error = "ok", None
-    except Exception:  # noqa: BLE001 - the record says what went wrong
+    except Exception:
         metrics, status, error = [], "error", traceback.format_exc()
     return {
         "status": status,
@@ -109,8 +109,16 @@ def run_case(c: Case, repeat: int | None, log: Any = sys.stderr) -> dict[str, An
         result_file = Path(d) / "result.json"
         stderr_file = Path(d) / "stderr.txt"
         cmd = [
-            sys.executable, "-m", "benchmarks", "_one", c["workload"], json.dumps(c["params"]),
-            "--repeat", str(reps), "--result-file", str(result_file),
+            sys.executable,
+            "-m",
+            "benchmarks",
+            "_one",
+            c["workload"],
+            json.dumps(c["params"]),
+            "--repeat",
+            str(reps),
+            "--result-file",
+            str(result_file),
         ]
         with open(stderr_file, "wb") as err:
             proc = subprocess.Popen(
@@ -156,7 +164,7 @@ def run_suite(cases: list[Case], suite: str, repeat: int | None, argv: list[str]
     doc: dict[str, Any] = {
         "schema": SCHEMA_VERSION,
         "suite": suite,
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command": "python -m benchmarks " + " ".join(argv),
         **env,
         "results": [],

@@ -49,12 +49,19 @@ def metric(
     note: str = "",
 ) -> Metric:
     return Metric(
-        metric=name, unit=unit, values=list(values), floor=dict(floor or {}), gate=gate,
-        higher_is_better=higher_is_better, note=note,
+        metric=name,
+        unit=unit,
+        values=list(values),
+        floor=dict(floor or {}),
+        gate=gate,
+        higher_is_better=higher_is_better,
+        note=note,
     )
 
 
-def timed(fn: Callable[[], object], repeat: int, warmup: int = 1, between: Callable[[], None] | None = None) -> list[float]:
+def timed(
+    fn: Callable[[], object], repeat: int, warmup: int = 1, between: Callable[[], None] | None = None
+) -> list[float]:
     """Wall seconds of ``fn()`` over ``repeat`` runs after ``warmup`` untimed ones.
 
     Whatever ``fn`` returns is kept alive until its clock stops, then dropped,
@@ -88,14 +95,16 @@ def local_get(scheduler: str) -> Callable[[dict[Any, Any], Any], Any]:
 MIN_FLOOR_REPEATS = 5
 
 
-def floors(run: Callable[[str], object], repeat: int, warmup: int = 1, at_least: int = MIN_FLOOR_REPEATS) -> dict[str, list[float]]:
+def floors(
+    run: Callable[[str], object], repeat: int, warmup: int = 1, at_least: int = MIN_FLOOR_REPEATS
+) -> dict[str, list[float]]:
     """Time ``run(scheduler)`` on the ``threads`` and ``sync`` schedulers."""
     n = max(repeat, at_least)
     return {s: timed(lambda s=s: run(s), n, warmup) for s in ("threads", "sync")}  # type: ignore[misc]
 
 
 #: ``dask.compute`` (dask's stubs leave it untyped).
-_dask_compute: Callable[..., tuple[Any, ...]] = getattr(dask, "compute")
+_dask_compute: Callable[..., tuple[Any, ...]] = getattr(dask, "compute")  # noqa: B009 (dask does not export it to mypy)
 
 
 def compute_local(coll: Any, scheduler: str) -> Any:
@@ -200,7 +209,7 @@ def array_sum(p: Params, repeat: int) -> list[Metric]:
 
 # -- delayed_tree ---------------------------------------------------------------------
 def _tree(depth: int) -> Any:
-    delayed: Callable[..., Any] = getattr(dask, "delayed")
+    delayed: Callable[..., Any] = getattr(dask, "delayed")  # noqa: B009 (dask does not export it to mypy)
     level = [delayed(tasks.inc)(i) for i in range(2**depth)]
     while len(level) > 1:
         level = [delayed(tasks.add)(level[i], level[i + 1]) for i in range(0, len(level), 2)]
@@ -226,7 +235,7 @@ def dataframe_shuffle(p: Params, repeat: int) -> list[Metric]:
     meta = pd.DataFrame({"k": pd.Series([], dtype="i8"), "v": pd.Series([], dtype="f8")})
 
     def build() -> Any:
-        from_map: Callable[..., Any] = getattr(dd, "from_map")
+        from_map: Callable[..., Any] = dd.from_map
         df = from_map(tasks.make_partition, range(nparts), rows=rows, meta=meta, enforce_metadata=False)
         shuffled = df.shuffle("k", shuffle_method="tasks")
         return shuffled.map_partitions(tasks.partition_rows, meta=(None, "i8")).sum()
@@ -299,11 +308,29 @@ def transfer(p: Params, repeat: int) -> list[Metric]:
 
     size = data.nbytes / 1e6
     return [
-        metric("worker_to_worker", "MB/s", [size / v for v in w2w], higher_is_better=True, note="dependency fetched by another worker process"),
-        metric("local_copy", "MB/s", [size / v for v in copies], higher_is_better=True, note="the same bytes copied to new memory in one process"),
+        metric(
+            "worker_to_worker",
+            "MB/s",
+            [size / v for v in w2w],
+            higher_is_better=True,
+            note="dependency fetched by another worker process",
+        ),
+        metric(
+            "local_copy",
+            "MB/s",
+            [size / v for v in copies],
+            higher_is_better=True,
+            note="the same bytes copied to new memory in one process",
+        ),
         metric("scatter", "MB/s", [size / v for v in scatter], higher_is_better=True),
         metric("gather", "MB/s", [size / v for v in gather], higher_is_better=True),
-        metric("make_then_move_wall", "s", graph, floors(local, repeat), note="make on worker A, consume on worker B; locally nothing moves"),
+        metric(
+            "make_then_move_wall",
+            "s",
+            graph,
+            floors(local, repeat),
+            note="make on worker A, consume on worker B; locally nothing moves",
+        ),
     ]
 
 
@@ -445,7 +472,11 @@ def scheduler_cpu_per_task(p: Params, repeat: int) -> list[Metric]:
     fl = {s: local_cpu(s) for s in ("threads", "sync")}
     return [
         metric(
-            "cpu_per_task", "s", values, fl, gate=True,
+            "cpu_per_task",
+            "s",
+            values,
+            fl,
+            gate=True,
             note="scheduler process CPU / tasks (includes a few run_on_scheduler polls); floor: whole-process CPU / tasks",
         )
     ]

@@ -6,16 +6,26 @@ probes for it on every ``compute`` and catches only that.
 
 from __future__ import annotations
 
-from distributed import config  # noqa: F401  (registers config defaults)
-from distributed import lock  # noqa: F401  (dask reads distributed.lock.Lock)
-from distributed.client import Client, Future, default_client, get_task_metadata
+from distributed import (
+    config,  # noqa: F401  (registers config defaults)
+    lock,  # noqa: F401  (dask reads distributed.lock.Lock)
+)
+from distributed.client import (
+    Client,
+    Future,
+    as_completed,
+    default_client,
+    fire_and_forget,
+    futures_of,
+    get_task_metadata,
+    wait,
+)
 from distributed.core import Status, rpc
 from distributed.deploy import LocalCluster
 from distributed.diagnostics.plugin import NannyPlugin, SchedulerPlugin, WorkerPlugin
-from distributed.futures import as_completed, fire_and_forget, futures_of, wait
 from distributed.exceptions import CancelledError, KilledWorker, Reschedule, TimeoutError
-from distributed.scheduler import Scheduler
 from distributed.lock import Lock
+from distributed.scheduler import Scheduler
 from distributed.utils import sync
 from distributed.worker import Worker, get_client, get_worker, rejoin, secede
 

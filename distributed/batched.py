@@ -158,7 +158,7 @@ class BatchedSend:
         if self._task is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(self._task), timeout)
-            except (asyncio.TimeoutError, CommClosedError):
+            except (TimeoutError, CommClosedError):
                 pass
             except asyncio.CancelledError:
                 self.abort()

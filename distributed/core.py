@@ -48,16 +48,16 @@ from distributed.utils import format_exception_text, get_traceback
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "Status",
-    "Server",
-    "Route",
-    "StreamRoute",
     "ConnectionPool",
-    "rpc",
+    "RemoteError",
+    "Route",
+    "Server",
+    "Status",
+    "StreamRoute",
     "error_message",
     "raise_remote_error",
+    "rpc",
     "send_recv",
-    "RemoteError",
 ]
 
 M = TypeVar("M", bound=Mapping[str, Any])
@@ -380,8 +380,13 @@ class Server:
                 except (CommClosedError, ProtocolError):
                     return
                 if not isinstance(msg, dict) or not isinstance(msg.get("op"), str):
-                    await self._reply(comm, True, error_message(ValueError(
-                        f"A request must be a mapping with a string 'op', got {type(msg).__name__}")))
+                    await self._reply(
+                        comm,
+                        True,
+                        error_message(
+                            ValueError(f"A request must be a mapping with a string 'op', got {type(msg).__name__}")
+                        ),
+                    )
                     continue
                 op = msg["op"]
                 reply = msg.get("reply", True) is not False
@@ -545,7 +550,7 @@ class ConnectionPool:
         return comm
 
     def _collect_idle(self) -> None:
-        for addr, comms in list(self.available.items()):
+        for _addr, comms in list(self.available.items()):
             for comm in comms:
                 comm.abort()
                 self._free_slot()

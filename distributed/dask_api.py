@@ -17,12 +17,12 @@ import dask.core
 from distributed.protocol.messages import Key
 
 __all__ = [
-    "flatten_keys",
-    "is_dask_collection",
-    "get_annotations",
     "dask_version",
     "finalize_compute",
+    "flatten_keys",
+    "get_annotations",
     "graph_expr",
+    "is_dask_collection",
 ]
 
 

@@ -9,12 +9,12 @@ from distributed.comm.core import CommClosedError
 
 __all__ = [
     "CancelledError",
+    "CommClosedError",
     "FutureCancelledError",
     "KilledWorker",
-    "CommClosedError",
-    "TimeoutError",
     "LostDataError",
     "Reschedule",
+    "TimeoutError",
 ]
 
 CancelledError = asyncio.CancelledError

@@ -73,7 +73,7 @@ class LockExtension:
         try:
             await asyncio.wait_for(asyncio.shield(fut), timeout)
             return True
-        except asyncio.TimeoutError:
+        except TimeoutError:
             if fut.done():
                 return True
             self.waiters[name].remove(entry)
@@ -114,7 +114,9 @@ class Lock:
     ...     ...  # only one holder at a time, cluster-wide
     """
 
-    def __init__(self, name: str | None = None, client: Client | None = None, scheduler_rpc: Any = None, loop: Any = None) -> None:
+    def __init__(
+        self, name: str | None = None, client: Client | None = None, scheduler_rpc: Any = None, loop: Any = None
+    ) -> None:
         self.name = name or f"lock-{uuid.uuid4().hex}"
         self.id = uuid.uuid4().hex
         self._client = client
@@ -137,7 +139,9 @@ class Lock:
         client = self.client
 
         async def run() -> bool:
-            result = await client._scheduler_call({"op": "lock_acquire", "name": self.name, "id": self.id, "timeout": t})
+            result = await client._scheduler_call(
+                {"op": "lock_acquire", "name": self.name, "id": self.id, "timeout": t}
+            )
             self._held = bool(result)
             return self._held
 

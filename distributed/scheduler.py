@@ -53,7 +53,6 @@ from distributed.protocol import messages as m
 from distributed.protocol.messages import Key, Payload
 from distributed.protocol.serialize import as_serialized
 from distributed.scheduler_requests import ClusterRequests
-from distributed.scheduler_streams import SchedulerStreams
 from distributed.scheduler_state import (
     ALL_TASK_STATES,
     EMPTY,
@@ -65,10 +64,11 @@ from distributed.scheduler_state import (
     drop,
     grown,
 )
+from distributed.scheduler_streams import SchedulerStreams
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Scheduler", "TaskState", "WorkerState", "ClientState", "TaskGroup", "TaskPrefix", "Out"]
+__all__ = ["ClientState", "Out", "Scheduler", "TaskGroup", "TaskPrefix", "TaskState", "WorkerState"]
 
 Msg = dict[str, Any]
 
@@ -159,11 +159,16 @@ class Scheduler(Server):
         idle = idle_timeout if idle_timeout is not None else dask.config.get("distributed.scheduler.idle-timeout")
         self.idle_timeout: float | None = parse_timedelta(idle) if idle else None
         self.bandwidth = float(dask.utils.parse_bytes(str(dask.config.get("distributed.scheduler.bandwidth"))))
-        self.unknown_duration = float(parse_timedelta(dask.config.get("distributed.scheduler.unknown-task-duration")) or 0.5)
+        self.unknown_duration = float(
+            parse_timedelta(dask.config.get("distributed.scheduler.unknown-task-duration")) or 0.5
+        )
         self.default_durations: dict[str, float] = {
-            k: float(parse_timedelta(v) or 0) for k, v in dask.config.get("distributed.scheduler.default-task-durations", {}).items()
+            k: float(parse_timedelta(v) or 0)
+            for k, v in dask.config.get("distributed.scheduler.default-task-durations", {}).items()
         }
-        self.root_latency_budget = float(parse_timedelta(dask.config.get("distributed.scheduler.root-task-latency-budget", "5ms")) or 0.0)
+        self.root_latency_budget = float(
+            parse_timedelta(dask.config.get("distributed.scheduler.root-task-latency-budget", "5ms")) or 0.0
+        )
         sat = dask.config.get("distributed.scheduler.worker-saturation")
         self.worker_saturation = float(sat) if sat not in (None, "inf") else math.inf
         if not self.worker_saturation > 0:
@@ -290,7 +295,7 @@ class Scheduler(Server):
                 await plugin.before_close()
             except Exception:
                 logger.exception("Plugin before_close failed")
-        for addr, bs in list(self.stream_comms.items()):
+        for _addr, bs in list(self.stream_comms.items()):
             try:
                 bs.send({"op": "close-worker", "reason": "scheduler-close"})
             except CommClosedError:
@@ -677,7 +682,10 @@ class Scheduler(Server):
             ok = {
                 ws
                 for ws in self.workers.values()
-                if all(ws.resources.get(r, 0.0) - ws.used_resources.get(r, 0.0) >= amount for r, amount in ts.resource_restrictions.items())
+                if all(
+                    ws.resources.get(r, 0.0) - ws.used_resources.get(r, 0.0) >= amount
+                    for r, amount in ts.resource_restrictions.items()
+                )
             }
             result = ok if result is None else result & ok
         if result is not None and not result and ts.loose_restrictions:
@@ -728,7 +736,11 @@ class Scheduler(Server):
     def _release_dependencies(self, ts: TaskState, out: Out) -> None:
         for dts in ts.dependencies:
             drop(dts.waiters, ts)
-            if not dts.waiters and not dts.who_wants and dts.state in ("memory", "erred", "waiting", "queued", "no-worker", "processing"):
+            if (
+                not dts.waiters
+                and not dts.who_wants
+                and dts.state in ("memory", "erred", "waiting", "queued", "no-worker", "processing")
+            ):
                 out.recs.setdefault(dts, "released")
 
     def _waiting_to_released(self, ts: TaskState, out: Out) -> None:
@@ -967,7 +979,9 @@ class Scheduler(Server):
                 cs.wants_what.discard(ts)
                 out.clients[client].append({"op": "cancelled-keys", "keys": [ts.key], "reason": "lost dependencies"})
             elif ts.state == "memory":
-                out.clients[client].append({"op": "key-in-memory", "key": ts.key, "workers": [w.address for w in ts.who_has], "type": ts.type})
+                out.clients[client].append(
+                    {"op": "key-in-memory", "key": ts.key, "workers": [w.address for w in ts.who_has], "type": ts.type}
+                )
             elif ts.state == "erred":
                 self._report_erred(ts, cs, out)
         recs: dict[TaskState, str] = {}
@@ -1016,7 +1030,12 @@ class Scheduler(Server):
                 continue
             for dts in ts.dependencies:
                 drop(dts.dependents, ts)
-                if dts.state == "released" and not dts.dependents and not dts.who_wants and not dts.has_lost_dependencies:
+                if (
+                    dts.state == "released"
+                    and not dts.dependents
+                    and not dts.who_wants
+                    and not dts.has_lost_dependencies
+                ):
                     recs[dts] = "forgotten"
             for cs in ts.who_wants:
                 cs.wants_what.discard(ts)
@@ -1033,11 +1052,19 @@ class Scheduler(Server):
         blame = ts.exception_blame or ts
         if blame.exception is not None:
             out.clients[cs.client_key].append(
-                {"op": "task-erred", "key": ts.key, "exception": blame.exception, "traceback": blame.traceback, "text": blame.exception_text}
+                {
+                    "op": "task-erred",
+                    "key": ts.key,
+                    "exception": blame.exception,
+                    "traceback": blame.traceback,
+                    "text": blame.exception_text,
+                }
             )
 
     def _apply_annotations(self, ts: TaskState, ann: Mapping[str, Any]) -> None:
-        ts.annotations = {k: v for k, v in ann.items() if isinstance(v, (str, int, float, bool, tuple, list, dict, type(None)))}
+        ts.annotations = {
+            k: v for k, v in ann.items() if isinstance(v, (str, int, float, bool, tuple, list, dict, type(None)))
+        }
         retries = ann.get("retries")
         if isinstance(retries, int) and not isinstance(retries, bool):
             ts.retries = retries
@@ -1049,9 +1076,7 @@ class Scheduler(Server):
             addrs: set[str] = set()
             for w in workers:
                 w = str(w) if not isinstance(w, str) else w
-                if "://" in w:
-                    addrs.add(w)
-                elif w in self.aliases or any(ws.name == w for ws in self.workers.values()):
+                if "://" in w or w in self.aliases or any(ws.name == w for ws in self.workers.values()):
                     addrs.add(w)
                 elif ":" in w:
                     addrs.add(f"tcp://{w}")
@@ -1066,7 +1091,9 @@ class Scheduler(Server):
         if ann.get("allow_other_workers"):
             ts.loose_restrictions = True
 
-    def task_finished(self, key: Key, worker: str, run_id: int, nbytes: int, type_: str | None, duration: float, stimulus_id: str) -> Out:
+    def task_finished(
+        self, key: Key, worker: str, run_id: int, nbytes: int, type_: str | None, duration: float, stimulus_id: str
+    ) -> Out:
         """A worker finished ``key`` and holds its result."""
         out = Out()
         ts = self.tasks.get(key)
@@ -1095,7 +1122,16 @@ class Scheduler(Server):
         ts.group.states["memory"] += 1
         self.transition_log.append((key, "processing", "memory", stimulus_id, time.time()))
         if self.plugins:
-            self._plugin_hook("transition", key, "processing", "memory", stimulus_id=stimulus_id, worker=worker, nbytes=nbytes, type=type_)
+            self._plugin_hook(
+                "transition",
+                key,
+                "processing",
+                "memory",
+                stimulus_id=stimulus_id,
+                worker=worker,
+                nbytes=nbytes,
+                type=type_,
+            )
         if self.validate:
             self.validate_task(ts)
         return self.transitions({}, stimulus_id, out)
@@ -1139,7 +1175,9 @@ class Scheduler(Server):
             raise ValueError(f"Worker {address} is already registered")
         if name is not None and name in self.aliases and self.aliases[name] != address:
             raise ValueError(f"A worker named {name!r} already exists")
-        ws = WorkerState(address, nthreads, name=name, memory_limit=memory_limit, pid=pid, nanny=nanny, resources=resources)
+        ws = WorkerState(
+            address, nthreads, name=name, memory_limit=memory_limit, pid=pid, nanny=nanny, resources=resources
+        )
         ws.last_seen = time.time()
         self.workers[address] = ws
         self.aliases[ws.name] = address
@@ -1248,7 +1286,9 @@ class Scheduler(Server):
             ts.who_wants = grown(ts.who_wants, cs)
             cs.wants_what.add(ts)
             if ts.state == "memory":
-                out.clients[client].append({"op": "key-in-memory", "key": key, "workers": [w.address for w in ts.who_has], "type": ts.type})
+                out.clients[client].append(
+                    {"op": "key-in-memory", "key": key, "workers": [w.address for w in ts.who_has], "type": ts.type}
+                )
             elif ts.state == "erred":
                 self._report_erred(ts, cs, out)
             elif ts.state == "released":
@@ -1293,7 +1333,12 @@ class Scheduler(Server):
         return self.transitions(recs, stimulus_id, out)
 
     def update_data_state(
-        self, client: str, who_has: Mapping[Key, Sequence[str]], nbytes: Mapping[Key, int], types: Mapping[Key, str], stimulus_id: str
+        self,
+        client: str,
+        who_has: Mapping[Key, Sequence[str]],
+        nbytes: Mapping[Key, int],
+        types: Mapping[Key, str],
+        stimulus_id: str,
     ) -> Out:
         """Data was scattered to workers: record it in memory, wanted by ``client``."""
         out = Out()
@@ -1363,7 +1408,9 @@ class Scheduler(Server):
                 recs[ts] = "released"
         return self.transitions(recs, stimulus_id)
 
-    def missing_data(self, address: str, key: Key, run_id: int, missing: Mapping[Key, Sequence[str]], stimulus_id: str) -> Out:
+    def missing_data(
+        self, address: str, key: Key, run_id: int, missing: Mapping[Key, Sequence[str]], stimulus_id: str
+    ) -> Out:
         """A worker could not fetch dependencies of ``key`` from where we said they were."""
         recs: dict[TaskState, str] = {}
         ts = self.tasks.get(key)
@@ -1486,6 +1533,7 @@ class Scheduler(Server):
         assert self.total_nthreads == sum(ws.nthreads for ws in self.workers.values())
         assert self.n_queued == sum(1 for ts in self.tasks.values() if ts.state == "queued"), "queued count"
         assert self.unrunnable == {ts for ts in self.tasks.values() if ts.state == "no-worker"}, "unrunnable set"
+
 
 def _priority_key(ts: TaskState) -> tuple[Any, ...]:
     return ts.priority

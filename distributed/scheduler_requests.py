@@ -45,7 +45,9 @@ class ClusterRequests:
         keys = msg.get("keys")
         if keys is None:
             return {k: [ws.address for ws in ts.who_has] for k, ts in self.scheduler.tasks.items()}
-        return {k: [ws.address for ws in self.scheduler.tasks[k].who_has] if k in self.scheduler.tasks else [] for k in keys}
+        return {
+            k: [ws.address for ws in self.scheduler.tasks[k].who_has] if k in self.scheduler.tasks else [] for k in keys
+        }
 
     def select_workers(self, workers: Sequence[str] | None) -> list[WorkerState]:
         if workers is None:
@@ -100,7 +102,9 @@ class ClusterRequests:
     async def handle_broadcast(self, comm: Comm, msg: m.RunFunction) -> dict[str, Any]:
         """Run a function on workers; the payload goes through unopened."""
         workers = msg.get("workers")
-        targets = [ws.address for ws in self.select_workers(workers)] if workers is not None else list(self.scheduler.workers)
+        targets = (
+            [ws.address for ws in self.select_workers(workers)] if workers is not None else list(self.scheduler.workers)
+        )
         request = {k: v for k, v in msg.items() if k not in ("op", "workers", "reply")}
         request["op"] = "run"
 
@@ -124,7 +128,9 @@ class ClusterRequests:
         for ws in targets:
             retired[ws.address] = ws.identity()
             bs = self.scheduler.stream_comms.get(ws.address)
-            self.scheduler.send_all(self.scheduler.remove_worker_state(ws.address, stimulus_id=f"retire-{time.time()}", safe=True))
+            self.scheduler.send_all(
+                self.scheduler.remove_worker_state(ws.address, stimulus_id=f"retire-{time.time()}", safe=True)
+            )
             if bs is not None and msg.get("close_workers", True):
                 try:
                     bs.send({"op": "close-worker", "reason": "retired"})

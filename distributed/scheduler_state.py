@@ -31,15 +31,15 @@ from typing import Any, Final, TypeVar
 from distributed.protocol.messages import Key, Payload
 
 __all__ = [
+    "ALL_TASK_STATES",
     "EMPTY",
-    "grown",
-    "drop",
+    "ClientState",
+    "TaskGroup",
+    "TaskPrefix",
     "TaskState",
     "WorkerState",
-    "ClientState",
-    "TaskPrefix",
-    "TaskGroup",
-    "ALL_TASK_STATES",
+    "drop",
+    "grown",
 ]
 
 ALL_TASK_STATES: Final = frozenset(

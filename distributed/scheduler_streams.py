@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SchedulerStreams", "LargeStateGC"]
+__all__ = ["LargeStateGC", "SchedulerStreams"]
 
 #: Messages of a worker's batch handled between two yields to the event loop.
 _BATCH_SLICE = 1000
@@ -138,7 +138,9 @@ class SchedulerStreams:
         except CommClosedError:
             s.send_all(s.remove_worker_state(address, stimulus_id="register-failed"))
             return
-        bs = BatchedSend(interval=stream_interval("distributed.worker.batched-send-interval"), name=f"scheduler->{address}")
+        bs = BatchedSend(
+            interval=stream_interval("distributed.worker.batched-send-interval"), name=f"scheduler->{address}"
+        )
         bs.start(comm)
         s.stream_comms[address] = bs
         s.send_all(out)
@@ -198,12 +200,30 @@ class SchedulerStreams:
     def _task_finished(self, msg: m.TaskFinished) -> None:
         s = self.scheduler
         duration = msg["stop"] - msg["start"]
-        s.send_all(s.task_finished(msg["key"], self._sender(), msg["run_id"], msg["nbytes"], msg["type"], duration, f"task-finished-{msg['stop']}"))
+        s.send_all(
+            s.task_finished(
+                msg["key"],
+                self._sender(),
+                msg["run_id"],
+                msg["nbytes"],
+                msg["type"],
+                duration,
+                f"task-finished-{msg['stop']}",
+            )
+        )
 
     def _task_erred(self, msg: m.WorkerTaskErred) -> None:
         s = self.scheduler
         s.send_all(
-            s.task_erred(msg["key"], self._sender(), msg["run_id"], msg["exception"], msg["traceback"], msg["text"], f"task-erred-{time.time()}")
+            s.task_erred(
+                msg["key"],
+                self._sender(),
+                msg["run_id"],
+                msg["exception"],
+                msg["traceback"],
+                msg["text"],
+                f"task-erred-{time.time()}",
+            )
         )
 
     def _add_keys(self, msg: m.AddKeys) -> None:
@@ -216,7 +236,9 @@ class SchedulerStreams:
 
     def _missing_data(self, msg: m.MissingData) -> None:
         s = self.scheduler
-        s.send_all(s.missing_data(self._sender(), msg["key"], msg["run_id"], msg["missing"], f"missing-data-{time.time()}"))
+        s.send_all(
+            s.missing_data(self._sender(), msg["key"], msg["run_id"], msg["missing"], f"missing-data-{time.time()}")
+        )
 
     def _reschedule(self, msg: m.Reschedule) -> None:
         s = self.scheduler
@@ -256,7 +278,9 @@ class SchedulerStreams:
             await comm.write({"status": "OK", "time": time.time(), "address": s.address, "id": s.id})
         except CommClosedError:
             return
-        bs = BatchedSend(interval=stream_interval("distributed.client.batched-send-interval"), name=f"scheduler->{client}")
+        bs = BatchedSend(
+            interval=stream_interval("distributed.client.batched-send-interval"), name=f"scheduler->{client}"
+        )
         bs.start(comm)
         s.client_comms[client] = bs
         if s.plugins:
@@ -324,13 +348,21 @@ class SchedulerStreams:
     def handle_update_data(self, comm: Comm, msg: m.UpdateData) -> str:
         """Record data a client scattered to workers."""
         s = self.scheduler
-        s.send_all(s.update_data_state(msg["client"], msg["who_has"], msg["nbytes"], msg.get("types", {}), f"update-data-{time.time()}"))
+        s.send_all(
+            s.update_data_state(
+                msg["client"], msg["who_has"], msg["nbytes"], msg.get("types", {}), f"update-data-{time.time()}"
+            )
+        )
         return "OK"
 
     def handle_cancel_keys(self, comm: Comm, msg: m.CancelKeys) -> str:
         """Cancel a client's keys (and what depends on them)."""
         s = self.scheduler
-        s.send_all(s.cancel_keys(msg["client"], msg["keys"], msg.get("reason", "cancelled by a client"), f"cancel-{time.time()}"))
+        s.send_all(
+            s.cancel_keys(
+                msg["client"], msg["keys"], msg.get("reason", "cancelled by a client"), f"cancel-{time.time()}"
+            )
+        )
         return "OK"
 
     def handle_retry(self, comm: Comm, msg: m.RetryKeys) -> list[Key]:

@@ -42,7 +42,9 @@ class ThreadPool:
             raise ValueError("A thread pool needs at least one thread")
         self.max_workers = max_workers
         self.name = name
-        self._work: queue.SimpleQueue[tuple[concurrent.futures.Future[Any] | None, Callable[..., Any], tuple[Any, ...], dict[str, Any]] | None] = queue.SimpleQueue()
+        self._work: queue.SimpleQueue[
+            tuple[concurrent.futures.Future[Any] | None, Callable[..., Any], tuple[Any, ...], dict[str, Any]] | None
+        ] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._threads: set[threading.Thread] = set()
         self._seceded: set[threading.Thread] = set()

@@ -24,20 +24,20 @@ from dask.utils import format_bytes, funcname, key_split, parse_bytes, parse_tim
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "iscoroutinefunction",
-    "sync",
     "LoopRunner",
+    "TimeoutError",
+    "format_bytes",
+    "funcname",
+    "get_asyncio_loop",
     "get_traceback",
     "import_term",
+    "iscoroutinefunction",
     "key_split",
-    "funcname",
-    "format_bytes",
     "parse_bytes",
     "parse_timedelta",
-    "TimeoutError",
-    "wait_for",
+    "sync",
     "thread_state",
-    "get_asyncio_loop",
+    "wait_for",
 ]
 
 T = TypeVar("T")
@@ -64,7 +64,7 @@ def iscoroutinefunction(f: object) -> bool:
         if wrapped is None or wrapped is f:
             break
         f = wrapped
-    call = getattr(type(f), "__call__", None) if not inspect.isroutine(f) else None
+    call = getattr(type(f), "__call__", None) if not inspect.isroutine(f) else None  # noqa: B004 (need the method, not callable())
     return call is not None and inspect.iscoroutinefunction(call)
 
 

@@ -31,7 +31,8 @@ import dask.config
 import psutil
 import pytest
 
-from distributed.client import Client, _global_clients
+from distributed.client import Client
+from distributed.client.client import _global_clients
 from distributed.scheduler import Scheduler
 from distributed.utils import LoopRunner, sync
 from distributed.worker import Worker
@@ -39,32 +40,32 @@ from distributed.worker import Worker
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "gen_test",
-    "gen_cluster",
-    "cluster",
+    "a",
+    "async_poll_for",
+    "b",
+    "c",
+    "check_process_leak",
+    "check_thread_leak",
     "cleanup",
+    "client",
+    "cluster",
+    "cluster_fixture",
+    "config_for_cluster_tests",
+    "dec",
+    "div",
+    "gen_cluster",
+    "gen_test",
+    "inc",
     "loop",
     "loop_in_thread",
-    "cluster_fixture",
-    "s",
-    "a",
-    "b",
-    "client",
-    "c",
-    "varying",
-    "popen",
-    "inc",
-    "dec",
-    "slowinc",
-    "slowadd",
-    "div",
-    "throws",
-    "config_for_cluster_tests",
-    "wait_for",
-    "async_poll_for",
     "poll_for",
-    "check_thread_leak",
-    "check_process_leak",
+    "popen",
+    "s",
+    "slowadd",
+    "slowinc",
+    "throws",
+    "varying",
+    "wait_for",
 ]
 
 T = TypeVar("T")
@@ -154,7 +155,7 @@ async def wait_for(aw: Coroutine[Any, Any, T], timeout: float) -> T:
     """``asyncio.wait_for`` with a clear failure message."""
     try:
         return await asyncio.wait_for(aw, timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         pytest.fail(f"timed out after {timeout} s")
 
 
@@ -265,7 +266,9 @@ def config_for_cluster_tests(**extra: Any) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def clean(threads: bool = True, processes: bool = True, sockets: bool = True, instances: bool = True, **kwargs: Any) -> Iterator[None]:
+def clean(
+    threads: bool = True, processes: bool = True, sockets: bool = True, instances: bool = True, **kwargs: Any
+) -> Iterator[None]:
     """Validation on, and leak checks around the block."""
     with contextlib.ExitStack() as stack:
         if processes:
@@ -311,7 +314,9 @@ def _strip_signature(func: Callable[..., Any], n: int) -> inspect.Signature:
 
 
 # -- gen_test ---------------------------------------------------------------------------------
-def gen_test(timeout: float = _TEST_TIMEOUT, clean_kwargs: dict[str, Any] | None = None) -> Callable[[Callable[..., Coroutine[Any, Any, Any]]], Callable[..., Any]]:
+def gen_test(
+    timeout: float = _TEST_TIMEOUT, clean_kwargs: dict[str, Any] | None = None
+) -> Callable[[Callable[..., Coroutine[Any, Any, Any]]], Callable[..., Any]]:
     """Run an ``async def`` test in a fresh event loop, with leak checks.
 
     Examples
@@ -465,7 +470,13 @@ def cluster(
     try:
         saddr = sched.start_sync(timeout=30)
         for i in range(nworkers):
-            wkw = {"scheduler_ip": saddr, "nthreads": 1, "name": f"worker-{i}", "host": "127.0.0.1", **(worker_kwargs or {})}
+            wkw = {
+                "scheduler_ip": saddr,
+                "nthreads": 1,
+                "name": f"worker-{i}",
+                "host": "127.0.0.1",
+                **(worker_kwargs or {}),
+            }
             w = ServerProcess("worker", wkw, config=child_config, name=f"worker-{i}")
             workers.append(w)
             w.start_sync(timeout=30)
@@ -500,7 +511,9 @@ def _scheduler_rpc(addr: str) -> Any:
 
 
 @contextlib.contextmanager
-def popen(args: Sequence[str], capture_output: bool = False, terminate_timeout: float = 10, **kwargs: Any) -> Iterator[subprocess.Popen[bytes]]:
+def popen(
+    args: Sequence[str], capture_output: bool = False, terminate_timeout: float = 10, **kwargs: Any
+) -> Iterator[subprocess.Popen[bytes]]:
     """Run a command for the duration of the block; terminate it afterwards."""
     out = subprocess.PIPE if capture_output else None
     proc = subprocess.Popen(list(args), stdout=out, stderr=subprocess.STDOUT if capture_output else None, **kwargs)
@@ -583,4 +596,3 @@ def client(loop: Any, cluster_fixture: tuple[dict[str, Any], list[dict[str, Any]
 
 
 c = client
-

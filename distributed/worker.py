@@ -22,17 +22,17 @@ from typing import TYPE_CHECKING, Any
 import dask
 import dask.config
 from dask.sizeof import sizeof
-from distributed.protocol.messages import Key
 from dask.utils import parse_bytes, parse_timedelta, typename
 
 from distributed.batched import BatchedSend
-from distributed.config import get_interval
-from distributed.dask_api import dask_version
 from distributed.comm import Comm, CommClosedError, connect
+from distributed.config import get_interval
 from distributed.core import Route, Server, Status, StreamRoute, error_message
+from distributed.dask_api import dask_version
 from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.exceptions import Reschedule
 from distributed.protocol import messages as m
+from distributed.protocol.messages import Key
 from distributed.protocol.serialize import Serialize, unwrap
 from distributed.threadpool import ThreadPool, current_pool
 from distributed.utils import thread_state
@@ -60,7 +60,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Worker", "get_worker", "get_client", "secede", "rejoin", "parse_memory_limit"]
+__all__ = ["Worker", "get_client", "get_worker", "parse_memory_limit", "rejoin", "secede"]
 
 
 def parse_memory_limit(memory_limit: str | float | None, nthreads: int, total_cores: int | None = None) -> int:
@@ -163,7 +163,11 @@ class Worker(Server):
         self.local_directory = local_directory or os.path.join(
             os.environ.get("TMPDIR", "/tmp"), f"dask-scratch-space-{uuid.uuid4().hex[:8]}"
         )
-        hb = heartbeat_interval if heartbeat_interval is not None else dask.config.get("distributed.worker.heartbeat-interval", "1s")
+        hb = (
+            heartbeat_interval
+            if heartbeat_interval is not None
+            else dask.config.get("distributed.worker.heartbeat-interval", "1s")
+        )
         self.heartbeat_interval = float(parse_timedelta(hb) or 1.0)
         self.nanny = nanny
         self.death_timeout = parse_timedelta(death_timeout) if death_timeout is not None else None
@@ -230,11 +234,15 @@ class Worker(Server):
         logger.info("Worker %s at %s, %d threads", self.name, self.address, self.nthreads)
 
     async def _register_with_scheduler(self) -> None:
-        timeout = self.death_timeout or float(parse_timedelta(dask.config.get("distributed.comm.timeouts.connect")) or 30)
+        timeout = self.death_timeout or float(
+            parse_timedelta(dask.config.get("distributed.comm.timeouts.connect")) or 30
+        )
         deadline = time.monotonic() + timeout
         while True:
             try:
-                comm = await connect(self.scheduler_addr, timeout=max(deadline - time.monotonic(), 0.1), name="worker->scheduler")
+                comm = await connect(
+                    self.scheduler_addr, timeout=max(deadline - time.monotonic(), 0.1), name="worker->scheduler"
+                )
                 break
             except OSError:
                 if time.monotonic() > deadline:
@@ -291,10 +299,21 @@ class Worker(Server):
             import psutil
 
             proc = psutil.Process()
-            metrics = {"memory": proc.memory_info().rss, "cpu": 0.0, "executing": len(state.executing), "in_memory": len(self.data)}
+            metrics = {
+                "memory": proc.memory_info().rss,
+                "cpu": 0.0,
+                "executing": len(state.executing),
+                "in_memory": len(self.data),
+            }
             await self.rpc.call(
                 self.scheduler_addr,
-                {"op": "heartbeat_worker", "address": self.address, "now": time.time(), "metrics": metrics, "executing": len(state.executing)},
+                {
+                    "op": "heartbeat_worker",
+                    "address": self.address,
+                    "now": time.time(),
+                    "metrics": metrics,
+                    "executing": len(state.executing),
+                },
             )
         except (OSError, CommClosedError):
             logger.debug("Heartbeat to the scheduler failed", exc_info=True)
@@ -407,7 +426,9 @@ class Worker(Server):
         )
 
     def _stream_free_keys(self, msg: m.FreeKeys) -> None:
-        self.handle_stimulus(FreeKeysEvent(stimulus_id=msg.get("stimulus_id", f"free-keys-{time.time()}"), keys=tuple(msg["keys"])))
+        self.handle_stimulus(
+            FreeKeysEvent(stimulus_id=msg.get("stimulus_id", f"free-keys-{time.time()}"), keys=tuple(msg["keys"]))
+        )
 
     def _stream_close_worker(self, msg: m.CloseWorker) -> None:
         logger.info("Scheduler asked worker %s to close: %s", self.address, msg.get("reason", ""))
@@ -453,7 +474,14 @@ class Worker(Server):
             nbytes, type_name = sizeof(value), typename(type(value))
             stop = time.time()
             ev = ExecuteSuccess(
-                stimulus_id=f"task-finished-{stop}", key=key, run_id=run_id, value=value, nbytes=nbytes, type=type_name, start=start, stop=stop
+                stimulus_id=f"task-finished-{stop}",
+                key=key,
+                run_id=run_id,
+                value=value,
+                nbytes=nbytes,
+                type=type_name,
+                start=start,
+                stop=stop,
             )
         except Reschedule:
             ev = RescheduleEvent(stimulus_id=f"reschedule-{time.time()}", key=key, run_id=run_id)
@@ -516,7 +544,14 @@ class Worker(Server):
                 )
             stop = time.time()
             ev = ExecuteSuccess(
-                stimulus_id=f"task-finished-{stop}", key=key, run_id=run_id, value=value, nbytes=nbytes, type=type_name, start=start, stop=stop
+                stimulus_id=f"task-finished-{stop}",
+                key=key,
+                run_id=run_id,
+                value=value,
+                nbytes=nbytes,
+                type=type_name,
+                start=start,
+                stop=stop,
             )
         except Reschedule:
             ev = RescheduleEvent(stimulus_id=f"reschedule-{time.time()}", key=key, run_id=run_id)
@@ -599,7 +634,9 @@ class Worker(Server):
             from distributed.client import Client
 
             assert self.loop is not None
-            self._client = Client(self.scheduler_addr, loop=self.loop, set_as_default=False, _in_worker=True, timeout=timeout)
+            self._client = Client(
+                self.scheduler_addr, loop=self.loop, set_as_default=False, _in_worker=True, timeout=timeout
+            )
         return self._client
 
     @property
@@ -686,7 +723,9 @@ class _TaskContext:
             setattr(thread_state, k, v)
 
 
-def _run_in_thread(worker: Worker, node: Any, args: dict[Key, Any], key: Key, loop: asyncio.AbstractEventLoop) -> tuple[Any, int, str]:
+def _run_in_thread(
+    worker: Worker, node: Any, args: dict[Key, Any], key: Key, loop: asyncio.AbstractEventLoop
+) -> tuple[Any, int, str]:
     with _TaskContext(worker, key):
         value = node(args)
         return value, sizeof(value), typename(type(value))
@@ -722,14 +761,16 @@ def get_client(address: str | None = None, timeout: float | str | None = None, r
     worker = getattr(thread_state, "worker", None)
     if isinstance(worker, Worker):
         return worker._get_client(timeout=parse_timedelta(timeout) if timeout is not None else None)
-    from distributed.client import Client, _get_default_client
+    from distributed.client.client import Client, _get_default_client
 
     client = _get_default_client()
     if client is not None and (address is None or client.scheduler_address == address):
         return client
     if address is not None:
         return Client(address, timeout=timeout)
-    raise ValueError("No clients found\nStart a client and point it to the scheduler address\n  from distributed import Client\n  client = Client('ip-addr-of-scheduler:8786')\n")
+    raise ValueError(
+        "No clients found\nStart a client and point it to the scheduler address\n  from distributed import Client\n  client = Client('ip-addr-of-scheduler:8786')\n"
+    )
 
 
 def secede() -> None:
@@ -745,6 +786,3 @@ def secede() -> None:
 def rejoin() -> None:
     """Counterpart of :func:`secede`; the seceded thread simply ends with its task."""
     return None
-
-
-

@@ -33,27 +33,39 @@ from distributed.protocol.messages import Key, Payload
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "WorkerTask",
-    "WorkerStateMachine",
-    "StateMachineEvent",
     "ComputeTaskEvent",
-    "FreeKeysEvent",
-    "ExecuteSuccess",
-    "ExecuteFailure",
+    "Execute",
     "ExecuteAbandoned",
+    "ExecuteFailure",
+    "ExecuteSuccess",
+    "FreeKeysEvent",
+    "GatherDep",
+    "GatherDepFailure",
+    "GatherDepSuccess",
+    "Instruction",
     "RescheduleEvent",
     "SecedeEvent",
-    "GatherDepSuccess",
-    "GatherDepFailure",
-    "UpdateDataEvent",
-    "Instruction",
-    "Execute",
-    "GatherDep",
     "SendMessage",
+    "StateMachineEvent",
+    "UpdateDataEvent",
+    "WorkerStateMachine",
+    "WorkerTask",
 ]
 
 WORKER_TASK_STATES: Final = frozenset(
-    {"waiting", "ready", "executing", "long-running", "memory", "error", "fetch", "flight", "cancelled", "released", "forgotten"}
+    {
+        "waiting",
+        "ready",
+        "executing",
+        "long-running",
+        "memory",
+        "error",
+        "fetch",
+        "flight",
+        "cancelled",
+        "released",
+        "forgotten",
+    }
 )
 
 
@@ -442,7 +454,11 @@ class WorkerStateMachine:
             ts.run_id = ev.run_id
             ts.computed = True
             ts.run_spec = ev.run_spec
-            self._set_state(ts, "executing" if ts in self.executing else ("long-running" if ts in self.long_running else "flight"), sid)
+            self._set_state(
+                ts,
+                "executing" if ts in self.executing else ("long-running" if ts in self.long_running else "flight"),
+                sid,
+            )
             if ts.state == "flight":
                 ts.computed = False
             return
@@ -608,7 +624,9 @@ class WorkerStateMachine:
                 continue
             if ts.state == "cancelled":
                 continue
-            if ts.dependents and any(d.state in ("waiting", "ready", "executing", "long-running") for d in ts.dependents):
+            if ts.dependents and any(
+                d.state in ("waiting", "ready", "executing", "long-running") for d in ts.dependents
+            ):
                 # Still an input of a task that runs here: keep the data,
                 # but it is no longer ours to report.
                 ts.computed = False
@@ -675,7 +693,9 @@ class WorkerStateMachine:
         for dep in list(ts.dependents):
             if dep.state in ("waiting", "ready"):
                 instructions.append(
-                    SendMessage({"op": "missing-data", "key": dep.key, "run_id": dep.run_id, "missing": {ts.key: tried}})
+                    SendMessage(
+                        {"op": "missing-data", "key": dep.key, "run_id": dep.run_id, "missing": {ts.key: tried}}
+                    )
                 )
                 for d in dep.dependencies:
                     d.dependents.discard(dep)

@@ -52,7 +52,9 @@ def drive(tasks: Any, root: str) -> tuple[int, float]:
     before = s.transition_counter
     t0 = time.perf_counter()
     out = s.update_graph("client-bench", tasks, [root], stimulus_id="bench-graph")
-    todo: deque[tuple[str, dict[str, Any]]] = deque((a, m) for a, msgs in out.workers.items() for m in msgs if m["op"] == "compute-task")
+    todo: deque[tuple[str, dict[str, Any]]] = deque(
+        (a, m) for a, msgs in out.workers.items() for m in msgs if m["op"] == "compute-task"
+    )
     finished = 0
     while todo:
         addr, msg = todo.popleft()

@@ -22,9 +22,11 @@ from distributed.cli.utils import (
     ShutdownSignal,
     get_ip_interface,
     host_in_address,
-    pid_file as write_pid_file,
     run_unless_signalled,
     setup_logging,
+)
+from distributed.cli.utils import (
+    pid_file as write_pid_file,
 )
 
 __all__ = ["main"]
@@ -50,9 +52,13 @@ def _version() -> str:
     show_default=True,
     help="Address for the HTTP endpoints (/health, /info, /metrics)",
 )
-@click.option("--dashboard/--no-dashboard", "dashboard", default=True, show_default=True, help="Serve the HTTP endpoints")
+@click.option(
+    "--dashboard/--no-dashboard", "dashboard", default=True, show_default=True, help="Serve the HTTP endpoints"
+)
 @click.option("--jupyter/--no-jupyter", "jupyter", default=False, help="Accepted for compatibility; ignored")
-@click.option("--scheduler-file", type=str, default=None, help="File to write the scheduler's address and identity to (JSON)")
+@click.option(
+    "--scheduler-file", type=str, default=None, help="File to write the scheduler's address and identity to (JSON)"
+)
 @click.option("--pid-file", type=str, default=None, help="File to write the process PID to")
 @click.option(
     "--idle-timeout",
@@ -108,7 +114,6 @@ def main(
     with write_pid_file(pid_file):
         code = asyncio.run(_run(kwargs))
     sys.exit(code)
-
 
 
 async def _run(kwargs: dict[str, Any]) -> int:

@@ -31,10 +31,12 @@ from distributed.cli.utils import (
     ShutdownSignal,
     get_ip_interface,
     parse_resources,
-    pid_file as write_pid_file,
     run_unless_signalled,
     setup_logging,
     wait_for_scheduler_file,
+)
+from distributed.cli.utils import (
+    pid_file as write_pid_file,
 )
 
 __all__ = ["main", "nworkers_nthreads", "parse_port_range"]
@@ -136,23 +138,51 @@ def parse_port_range(text: str | None, count: int) -> list[int]:
     show_default=True,
     help="Bytes of memory per worker: 'auto', a size like '4GiB', a fraction of RAM like 0.5, or 0 for no limit",
 )
-@click.option("--host", type=str, default=None, help="Host or IP to listen on (default: chosen from the scheduler's address)")
+@click.option(
+    "--host", type=str, default=None, help="Host or IP to listen on (default: chosen from the scheduler's address)"
+)
 @click.option("--interface", type=str, default=None, help="Network interface to listen on, like 'eth0'")
-@click.option("--protocol", type=str, default=None, help="Protocol to listen with, like 'tcp' (default: the scheduler's)")
-@click.option("--worker-port", type=str, default=None, help="Port (or range 'start:end' with --nworkers > 1) to listen on")
+@click.option(
+    "--protocol", type=str, default=None, help="Protocol to listen with, like 'tcp' (default: the scheduler's)"
+)
+@click.option(
+    "--worker-port", type=str, default=None, help="Port (or range 'start:end' with --nworkers > 1) to listen on"
+)
 @click.option("--nanny-port", type=str, default=None, help="Accepted for compatibility; there is no nanny yet")
 @click.option("--listen-address", type=str, default=None, help="Address to listen on, like tcp://0.0.0.0:9000")
-@click.option("--contact-address", type=str, default=None, help="Address to advertise to the scheduler, like tcp://1.2.3.4:9000")
-@click.option("--nanny/--no-nanny", "nanny", default=True, help="Run workers under a nanny (not available yet: same as --no-nanny)")
+@click.option(
+    "--contact-address", type=str, default=None, help="Address to advertise to the scheduler, like tcp://1.2.3.4:9000"
+)
+@click.option(
+    "--nanny/--no-nanny",
+    "nanny",
+    default=True,
+    help="Run workers under a nanny (not available yet: same as --no-nanny)",
+)
 @click.option("--resources", type=str, default=None, help="Abstract resources, like 'GPU=2 MEM=10e9'")
-@click.option("--death-timeout", type=DurationType(), default=None, help="Give up if the scheduler cannot be reached for this long")
+@click.option(
+    "--death-timeout",
+    type=DurationType(),
+    default=None,
+    help="Give up if the scheduler cannot be reached for this long",
+)
 @click.option("--local-directory", type=str, default=None, help="Directory for scratch files")
-@click.option("--dashboard-address", type=str, default=":0", show_default=True, help="Address for the worker's HTTP endpoints")
-@click.option("--dashboard/--no-dashboard", "dashboard", default=True, help="Serve the worker's HTTP endpoints (if it has any)")
+@click.option(
+    "--dashboard-address", type=str, default=":0", show_default=True, help="Address for the worker's HTTP endpoints"
+)
+@click.option(
+    "--dashboard/--no-dashboard", "dashboard", default=True, help="Serve the worker's HTTP endpoints (if it has any)"
+)
 @click.option("--pid-file", type=str, default=None, help="File to write the process PID to")
-@click.option("--lifetime", type=DurationType(), default=None, help="Close after this long (accepted, not supported yet)")
-@click.option("--lifetime-stagger", type=DurationType(), default=None, help="Accepted with --lifetime; not supported yet")
-@click.option("--lifetime-restart/--no-lifetime-restart", "lifetime_restart", default=False, help="Accepted; not supported yet")
+@click.option(
+    "--lifetime", type=DurationType(), default=None, help="Close after this long (accepted, not supported yet)"
+)
+@click.option(
+    "--lifetime-stagger", type=DurationType(), default=None, help="Accepted with --lifetime; not supported yet"
+)
+@click.option(
+    "--lifetime-restart/--no-lifetime-restart", "lifetime_restart", default=False, help="Accepted; not supported yet"
+)
 @click.option("--preload", type=str, multiple=True, help="Module to preload (accepted, not supported yet)")
 @click.option("--preload-nanny", type=str, multiple=True, help="Accepted for compatibility; ignored")
 @click.version_option(version=_version(), prog_name="dask worker")
@@ -266,7 +296,9 @@ async def _run(
     if not address:
         assert scheduler_file is not None
         logger.info("Waiting for the scheduler's address in %s", scheduler_file)
-        timeout = death_timeout or float(parse_timedelta(dask.config.get("distributed.comm.timeouts.connect", "30s")) or 30)
+        timeout = death_timeout or float(
+            parse_timedelta(dask.config.get("distributed.comm.timeouts.connect", "30s")) or 30
+        )
         try:
             address = await run_unless_signalled(wait_for_scheduler_file(scheduler_file, timeout), shutdown)
         except TimeoutError as e:

@@ -24,10 +24,10 @@ __all__ = [
     "Listener",
     "connect",
     "listen",
-    "parse_address",
-    "unparse_address",
-    "parse_host_port",
     "normalize_address",
+    "parse_address",
+    "parse_host_port",
+    "unparse_address",
 ]
 
 CommHandler = Callable[["Comm"], Coroutine[Any, Any, None]]

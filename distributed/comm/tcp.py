@@ -36,7 +36,7 @@ from distributed.protocol.serialize import Frame
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TCPComm", "TCPListener", "tcp_connect", "get_ip"]
+__all__ = ["TCPComm", "TCPListener", "get_ip", "tcp_connect"]
 
 _U64: Final = struct.Struct("<Q")
 SCRATCH_SIZE: Final = 256 * 1024
@@ -203,9 +203,7 @@ class _FrameProtocol(asyncio.BufferedProtocol):
                 lengths = struct.unpack_from(f"<{self._nframes}Q", buf, self._start)
                 for length in lengths:
                     if length > self.max_frame_size:
-                        raise ProtocolError(
-                            f"Frame of {length} bytes exceeds the limit of {self.max_frame_size}"
-                        )
+                        raise ProtocolError(f"Frame of {length} bytes exceeds the limit of {self.max_frame_size}")
                 self._start += need
                 self._lengths = lengths
                 continue
@@ -379,7 +377,7 @@ async def tcp_connect(loc: str, timeout: float) -> TCPComm:
                 timeout=max(deadline - time.monotonic(), 0.001),
             )
             break
-        except (OSError, asyncio.TimeoutError) as e:
+        except (TimeoutError, OSError) as e:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise OSError(f"Timed out trying to connect to tcp://{loc} after {timeout} s: {e!r}") from e

@@ -194,7 +194,9 @@ class LocalCluster(Cluster):
         name: str | None = None,
         **worker_kwargs: Any,
     ) -> None:
-        super().__init__(asynchronous=asynchronous, loop=loop, name=name, scheduler_sync_interval=scheduler_sync_interval)
+        super().__init__(
+            asynchronous=asynchronous, loop=loop, name=name, scheduler_sync_interval=scheduler_sync_interval
+        )
         if threads_per_worker is None:
             threads_per_worker = nthreads
         elif nthreads is not None and nthreads != threads_per_worker:
@@ -298,7 +300,9 @@ class LocalCluster(Cluster):
 
     async def _start_cluster(self) -> None:
         self._silence()
-        scheduler = Scheduler(host=self.host, port=self.scheduler_port, protocol=self.protocol, **self._scheduler_kwargs)
+        scheduler = Scheduler(
+            host=self.host, port=self.scheduler_port, protocol=self.protocol, **self._scheduler_kwargs
+        )
         for op in self._blocked_handlers:
             scheduler.handlers.pop(op, None)
         self.scheduler = scheduler

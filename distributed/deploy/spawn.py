@@ -161,7 +161,16 @@ class ServerProcess:
         process: multiprocessing.process.BaseProcess = ctx.Process(  # type: ignore[attr-defined]
             target=_child_main,
             name=self.name,
-            args=(self.kind, self.kwargs, self.env, self.config, self.server_class, self.log_level, writer, os.getpid()),
+            args=(
+                self.kind,
+                self.kwargs,
+                self.env,
+                self.config,
+                self.server_class,
+                self.log_level,
+                writer,
+                os.getpid(),
+            ),
         )
         process.daemon = bool(dask.config.get("distributed.worker.daemon", True))
         process.start()

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
     from distributed.worker import Worker
 
-__all__ = ["SchedulerPlugin", "WorkerPlugin", "NannyPlugin"]
+__all__ = ["NannyPlugin", "SchedulerPlugin", "WorkerPlugin"]
 
 
 class SchedulerPlugin:

@@ -36,7 +36,14 @@ from tornado.log import access_log
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
 
-__all__ = ["HTTPServerHandle", "bind_sockets", "json_safe", "parse_http_address", "prometheus_metrics", "start_http_server"]
+__all__ = [
+    "HTTPServerHandle",
+    "bind_sockets",
+    "json_safe",
+    "parse_http_address",
+    "prometheus_metrics",
+    "start_http_server",
+]
 
 DEFAULT_HTTP_PORT = 8787
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from distributed.protocol.framing import ProtocolError, dumps, loads
 from distributed.protocol.serialize import (
-    Serialize,
     SerializationError,
+    Serialize,
     Serialized,
     deserialize,
     serialize,

@@ -33,13 +33,15 @@ from distributed.protocol.serialize import (
     SerializationError,
     Serialize,
     Serialized,
-    deserialize as deserialize_object,
     serialize,
+)
+from distributed.protocol.serialize import (
+    deserialize as deserialize_object,
 )
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["dumps", "loads", "ProtocolError"]
+__all__ = ["ProtocolError", "dumps", "loads"]
 
 EXT_SERIALIZED: Final = 1
 EXT_INLINE: Final = 2
@@ -82,13 +84,12 @@ def dumps(msg: Any, *, strict: bool = False) -> list[Frame]:
             size += f.nbytes if isinstance(f, memoryview) else len(f)
         if size < INLINE_LIMIT:
             return msgpack.ExtType(
-                EXT_INLINE, msgpack.packb((header, [bytes(f) if isinstance(f, memoryview) else f for f in sub]), use_bin_type=True)
+                EXT_INLINE,
+                msgpack.packb((header, [bytes(f) if isinstance(f, memoryview) else f for f in sub]), use_bin_type=True),
             )
         start = len(frames)
         frames.extend(sub)
-        return msgpack.ExtType(
-            EXT_SERIALIZED, msgpack.packb((start, len(sub), header), use_bin_type=True)
-        )
+        return msgpack.ExtType(EXT_SERIALIZED, msgpack.packb((start, len(sub), header), use_bin_type=True))
 
     frames[0] = msgpack.packb(msg, default=default, use_bin_type=True)
     return frames
@@ -148,9 +149,7 @@ def loads(frames: Sequence[Frame], *, deserialize: bool = True) -> Any:
         return s
 
     try:
-        return msgpack.unpackb(
-            frames[0], use_list=False, strict_map_key=False, ext_hook=ext_hook
-        )
+        return msgpack.unpackb(frames[0], use_list=False, strict_map_key=False, ext_hook=ext_hook)
     except (ProtocolError, SerializationError):
         # SerializationError comes only from deserialising a well-framed
         # object; anything else (e.g. TypeError for a map used as a map key)

@@ -12,14 +12,14 @@ travel as :data:`Payload`: serialised frames the scheduler never opens.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, NotRequired, TypedDict, Union
+from typing import Any, Literal, NotRequired, TypedDict
 
 from distributed.protocol.serialize import Serialize, Serialized
 
 #: A dask key: ``str``, ``int``, ``float`` or a tuple of keys.
-Key = Union[str, int, float, tuple[Any, ...]]
+Key = str | int | float | tuple[Any, ...]
 #: A user object in serialised form (``Serialize`` when sent in process).
-Payload = Union[Serialized, Serialize]
+Payload = Serialized | Serialize
 
 
 # -- shared ---------------------------------------------------------------------

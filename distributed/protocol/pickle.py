@@ -10,7 +10,7 @@ from distributed.protocol.serialize import Frame, pickle_dumps, pickle_loads
 
 HIGHEST_PROTOCOL = _stdlib_pickle.HIGHEST_PROTOCOL
 
-__all__ = ["dumps", "loads", "HIGHEST_PROTOCOL"]
+__all__ = ["HIGHEST_PROTOCOL", "dumps", "loads"]
 
 
 def dumps(

@@ -20,7 +20,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 from distributed.protocol.serialize import Serialize, Serialized
 
-__all__ = ["checker", "check", "MessageError"]
+__all__ = ["MessageError", "check", "checker"]
 
 Check = Callable[[Any], "str | None"]
 

@@ -31,7 +31,7 @@ import types
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Any, Final, Union
+from typing import Any, Final
 
 import cloudpickle
 import msgpack
@@ -39,22 +39,22 @@ import msgpack
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "Frame",
+    "SerializationError",
     "Serialize",
     "Serialized",
-    "Frame",
-    "serialize",
     "deserialize",
+    "nbytes_of_frames",
     "pickle_dumps",
     "pickle_loads",
+    "serialize",
+    "serialize_task",
     "to_serialize",
     "unwrap",
-    "nbytes_of_frames",
-    "serialize_task",
-    "SerializationError",
 ]
 
 #: A frame is any contiguous bytes-like object.
-Frame = Union[bytes, bytearray, memoryview]
+Frame = bytes | bytearray | memoryview
 
 HIGHEST_PROTOCOL: Final = 5
 
@@ -228,9 +228,7 @@ def pickle_dumps(
             pickler.dump(obj)
             payload = f.getvalue()
         except Exception as e:
-            raise SerializationError(
-                f"Could not serialize object of type {type(obj).__name__}: {e!r}"
-            ) from e
+            raise SerializationError(f"Could not serialize object of type {type(obj).__name__}: {e!r}") from e
     if buffer_callback is not None:
         for b in buffers:
             buffer_callback(b)

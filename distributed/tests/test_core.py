@@ -218,17 +218,16 @@ def test_pool_call(scheme: str) -> None:
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_remote_exception_keeps_type_message_and_traceback(scheme: str) -> None:
     async def main() -> None:
-        async with MyServer(listen_address(scheme)) as server:
-            async with rpc(server.address, timeout=5) as r:
-                with pytest.raises(CustomError, match="boom 42") as info:
-                    await r.call("fail", kind="custom")
-                assert type(info.value) is CustomError
-                tb_text = "".join(traceback.format_tb(info.value.__traceback__))
-                assert "remote_failing_handler" in tb_text
-                with pytest.raises(KeyError, match="nope"):
-                    await r.call("fail", kind="nope")
-                # still serving on the same comm
-                assert await r.call("add", x=1, y=1) == 2
+        async with MyServer(listen_address(scheme)) as server, rpc(server.address, timeout=5) as r:
+            with pytest.raises(CustomError, match="boom 42") as info:
+                await r.call("fail", kind="custom")
+            assert type(info.value) is CustomError
+            tb_text = "".join(traceback.format_tb(info.value.__traceback__))
+            assert "remote_failing_handler" in tb_text
+            with pytest.raises(KeyError, match="nope"):
+                await r.call("fail", kind="nope")
+            # still serving on the same comm
+            assert await r.call("add", x=1, y=1) == 2
 
     run(main)
 
@@ -236,11 +235,10 @@ def test_remote_exception_keeps_type_message_and_traceback(scheme: str) -> None:
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_unknown_op(scheme: str) -> None:
     async def main() -> None:
-        async with MyServer(listen_address(scheme)) as server:
-            async with rpc(server.address, timeout=5) as r:
-                with pytest.raises(ValueError, match="no-such-op"):
-                    await r.call("no-such-op", x=1)
-                assert await r.call("add", x=2, y=2) == 4
+        async with MyServer(listen_address(scheme)) as server, rpc(server.address, timeout=5) as r:
+            with pytest.raises(ValueError, match="no-such-op"):
+                await r.call("no-such-op", x=1)
+            assert await r.call("add", x=2, y=2) == 4
 
     run(main)
 
@@ -290,20 +288,21 @@ def test_non_mapping_request(scheme: str) -> None:
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
-@pytest.mark.parametrize("kind, cls_name", [("unpicklable", "UnpicklableError"), ("reconstruct", "BadReconstructError")])
+@pytest.mark.parametrize(
+    "kind, cls_name", [("unpicklable", "UnpicklableError"), ("reconstruct", "BadReconstructError")]
+)
 def test_exception_that_cannot_travel(scheme: str, kind: str, cls_name: str) -> None:
     async def main() -> None:
-        async with MyServer(listen_address(scheme)) as server:
-            async with rpc(server.address, timeout=5) as r:
-                with pytest.raises(RuntimeError) as info:
-                    await r.call("fail", kind=kind)
-                assert type(info.value) is RuntimeError
-                assert cls_name in str(info.value)
-                if kind == "unpicklable":
-                    assert "cannot travel" in str(info.value)
-                else:
-                    assert "a/b" in str(info.value)
-                assert await r.call("add", x=1, y=1) == 2
+        async with MyServer(listen_address(scheme)) as server, rpc(server.address, timeout=5) as r:
+            with pytest.raises(RuntimeError) as info:
+                await r.call("fail", kind=kind)
+            assert type(info.value) is RuntimeError
+            assert cls_name in str(info.value)
+            if kind == "unpicklable":
+                assert "cannot travel" in str(info.value)
+            else:
+                assert "a/b" in str(info.value)
+            assert await r.call("add", x=1, y=1) == 2
 
     run(main)
 
@@ -350,7 +349,7 @@ def test_pool_reuses_comms(scheme: str) -> None:
         async with MyServer(listen_address(scheme)) as server:
             pool = ConnectionPool(limit=5, timeout=5)
             try:
-                for i in range(10):
+                for _i in range(10):
                     await pool.call(server.address, {"op": "peer"})
                     assert pool.open == 1
                 assert len(set(server.peers)) == 1
@@ -598,9 +597,7 @@ def test_takes_comm_and_dispatch_stream(scheme: str) -> None:
                 await comm.write({"op": "stream", "reply": False})
                 await comm.write([{"op": "value", "value": 1}, {"op": "value", "value": 2}])
                 # Malformed and unknown messages are dropped; the rest of the batch runs.
-                await comm.write(
-                    [{"op": "value", "value": "x"}, {"op": "nope"}, "junk", {"op": "value", "value": 3}]
-                )
+                await comm.write([{"op": "value", "value": "x"}, {"op": "nope"}, "junk", {"op": "value", "value": 3}])
                 await comm.write({"op": "value", "value": 4})
                 await comm.write("not a batch")
                 await comm.write([{"op": "value", "value": 5}])

@@ -9,7 +9,7 @@ import pytest
 from dask._task_spec import GraphNode, Task
 
 from distributed import Client, wait
-from distributed.graph_parts import GraphPlan, dependencies_first
+from distributed.client.graph_parts import GraphPlan, dependencies_first
 from distributed.protocol.messages import Key
 from distributed.scheduler import Scheduler
 from distributed.utils_test import async_poll_for, gen_cluster, inc, slowinc
@@ -33,7 +33,14 @@ class _WaitsToPickle:
 def _plan(n: int, chunk_size: int, all_wanted: bool, wanted: list[str] | None = None) -> GraphPlan:
     keys: list[Key] = [f"t-{i}" for i in range(n)]
     tasks: dict[Key, GraphNode] = {k: Task(k, inc, i) for i, k in enumerate(keys)}
-    return GraphPlan("c", keys, tasks.__getitem__, list(wanted) if wanted is not None else keys, chunk_size=chunk_size, all_wanted=all_wanted)
+    return GraphPlan(
+        "c",
+        keys,
+        tasks.__getitem__,
+        list(wanted) if wanted is not None else keys,
+        chunk_size=chunk_size,
+        all_wanted=all_wanted,
+    )
 
 
 def test_small_graph_is_one_message_without_hold() -> None:
@@ -74,7 +81,11 @@ def test_map_parts_are_not_held() -> None:
 def test_dependencies_first_orders_a_reversed_chain() -> None:
     from dask._task_spec import TaskRef
 
-    tasks: dict[Key, GraphNode] = {"c": Task("c", inc, TaskRef("b")), "b": Task("b", inc, TaskRef("a")), "a": Task("a", inc, 1)}
+    tasks: dict[Key, GraphNode] = {
+        "c": Task("c", inc, TaskRef("b")),
+        "b": Task("b", inc, TaskRef("a")),
+        "a": Task("a", inc, 1),
+    }
     assert dependencies_first(tasks, {"c": 0, "b": 1, "a": 2}) == ["a", "b", "c"]
 
 

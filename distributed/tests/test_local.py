@@ -96,7 +96,17 @@ def compute_checks(client: Client) -> None:
 # -- sizing -------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "cores, expected",
-    [(1, (1, 1)), (2, (2, 1)), (4, (4, 1)), (6, (3, 2)), (7, (7, 1)), (8, (4, 2)), (12, (4, 3)), (16, (4, 4)), (64, (8, 8))],
+    [
+        (1, (1, 1)),
+        (2, (2, 1)),
+        (4, (4, 1)),
+        (6, (3, 2)),
+        (7, (7, 1)),
+        (8, (4, 2)),
+        (12, (4, 3)),
+        (16, (4, 4)),
+        (64, (8, 8)),
+    ],
 )
 def test_split_cores(cores: int, expected: tuple[int, int]) -> None:
     assert split_cores(cores) == expected
@@ -241,7 +251,9 @@ def test_worker_class(no_leaks: None) -> None:
     with LocalCluster(n_workers=1, worker_class=MyWorker, dashboard_address=None) as cluster:
         assert cluster.processes is False  # a given worker class runs in process by default
         assert all(type(w) is MyWorker for w in cluster.workers.values())
-    with LocalCluster(n_workers=1, processes=False, worker_class="distributed.Worker", dashboard_address=None) as cluster:
+    with LocalCluster(
+        n_workers=1, processes=False, worker_class="distributed.Worker", dashboard_address=None
+    ) as cluster:
         assert all(type(w) is distributed.worker.Worker for w in cluster.workers.values())
     with pytest.raises(ImportError, match="distributed.Nanny"):
         LocalCluster(n_workers=1, worker_class="distributed.Nanny", dashboard_address=None)
@@ -354,7 +366,11 @@ def test_process_cluster(no_leaks: None) -> None:
         assert len(pids) == 2 and pids <= {p.pid for p in live_children()}
         with Client(cluster) as client:
             compute_checks(client)
-            worker_pids = set(client.gather([client.submit(__import__("os").getpid, pure=False, workers=[h.address]) for h in handles]))
+            worker_pids = set(
+                client.gather(
+                    [client.submit(__import__("os").getpid, pure=False, workers=[h.address]) for h in handles]
+                )
+            )
             assert worker_pids == pids
         cluster.close()
         assert all(isinstance(h, ServerProcess) and h.exitcode == 0 for h in handles)

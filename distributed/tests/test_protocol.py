@@ -329,9 +329,7 @@ def test_loads_rejects_empty_and_bad_markers() -> None:
     unknown_ext = msgpack.packb({"x": msgpack.ExtType(42, b"")}, use_bin_type=True)
     with pytest.raises(ProtocolError, match="Unknown msgpack extension"):
         loads([unknown_ext])
-    outside = msgpack.packb(
-        {"x": msgpack.ExtType(1, msgpack.packb((1, 5, {"s": "pickle"})))}, use_bin_type=True
-    )
+    outside = msgpack.packb({"x": msgpack.ExtType(1, msgpack.packb((1, 5, {"s": "pickle"})))}, use_bin_type=True)
     with pytest.raises(ProtocolError, match="outside"):
         loads([outside, b"a"], deserialize=False)
     zero_start = msgpack.packb({"x": msgpack.ExtType(1, msgpack.packb((0, 1, {})))}, use_bin_type=True)
@@ -449,7 +447,7 @@ async def _wait_dropped(reader: asyncio.StreamReader, timeout: float = 5.0) -> N
             data = await asyncio.wait_for(reader.read(65536), remaining)
         except (ConnectionResetError, BrokenPipeError):
             return
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise AssertionError("server did not drop the connection") from None
         if not data:
             return

@@ -72,9 +72,7 @@ def test_no_setup_py_extensions_or_cython_sources_at_root() -> None:
         for word in FORBIDDEN_CONFIG_WORDS:
             assert word not in text, f"setup.py mentions {word!r}"
     cython_files = sorted(
-        path.name
-        for path in REPO_ROOT.iterdir()
-        if path.is_file() and path.suffix in (".pyx", ".pxd")
+        path.name for path in REPO_ROOT.iterdir() if path.is_file() and path.suffix in (".pyx", ".pxd")
     )
     assert cython_files == []
 
@@ -122,9 +120,7 @@ def test_setup_cfg_is_tool_configuration_only() -> None:
 
 def _copy_source_tree(dest: Path) -> None:
     """Copy only what the build needs, so stale build/ dirs cannot leak in."""
-    ignore = shutil.ignore_patterns(
-        "__pycache__", "*.pyc", ".mypy_cache", ".pytest_cache", "*.egg-info"
-    )
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".mypy_cache", ".pytest_cache", "*.egg-info")
     for name in ("pyproject.toml", "setup.cfg", "README.rst", "MANIFEST.in"):
         src = REPO_ROOT / name
         if src.is_file():
@@ -163,8 +159,7 @@ def test_wheel_is_pure_python(tmp_path: Path) -> None:
         timeout=120,
     )
     assert proc.returncode == 0, (
-        f"wheel build failed ({proc.returncode})\n"
-        f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+        f"wheel build failed ({proc.returncode})\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     )
 
     wheels = sorted(outdir.glob("*.whl"))
@@ -237,24 +232,15 @@ def test_async_methods_are_coroutine_functions(class_name: str) -> None:
     assert inspect.isclass(cls)
 
     methods = _async_methods(cls)
-    assert len(methods) > 3, (
-        f"expected several async def methods on {class_name}, found "
-        f"{sorted(methods)}"
-    )
+    assert len(methods) > 3, f"expected several async def methods on {class_name}, found {sorted(methods)}"
 
-    not_inspect = sorted(
-        name for name, m in methods.items() if not inspect.iscoroutinefunction(m)
-    )
+    not_inspect = sorted(name for name, m in methods.items() if not inspect.iscoroutinefunction(m))
     assert not_inspect == [], (
-        f"{class_name} methods written with async def but not recognised by "
-        f"inspect.iscoroutinefunction: {not_inspect}"
+        f"{class_name} methods written with async def but not recognised by inspect.iscoroutinefunction: {not_inspect}"
     )
-    not_asyncio = sorted(
-        name for name, m in methods.items() if not _asyncio_iscoroutinefunction(m)
-    )
+    not_asyncio = sorted(name for name, m in methods.items() if not _asyncio_iscoroutinefunction(m))
     assert not_asyncio == [], (
-        f"{class_name} methods written with async def but not recognised by "
-        f"asyncio.iscoroutinefunction: {not_asyncio}"
+        f"{class_name} methods written with async def but not recognised by asyncio.iscoroutinefunction: {not_asyncio}"
     )
 
 

@@ -81,7 +81,12 @@ def computed_keys(out: Out, worker: str | None = None) -> list[Key]:
 
 def compute_of(out: Out, key: Key) -> tuple[str, Msg]:
     """The one worker asked to compute ``key``, and the message."""
-    found = [(addr, msg) for addr, msgs in out.workers.items() for msg in msgs if msg["op"] == "compute-task" and msg["key"] == key]
+    found = [
+        (addr, msg)
+        for addr, msgs in out.workers.items()
+        for msg in msgs
+        if msg["op"] == "compute-task" and msg["key"] == key
+    ]
     assert len(found) == 1, found
     return found[0]
 
@@ -222,7 +227,9 @@ def test_worker_choice_prefers_holder_of_large_dependency(big_on: str) -> None:
     check(s, s.add_worker_state(A, 1))
     check(s, s.add_worker_state(B, 1))
     small_on = B if big_on == A else A
-    check(s, s.update_data_state("c1", {"big": [big_on], "small": [small_on]}, {"big": 10**9, "small": 10}, {}, "scatter"))
+    check(
+        s, s.update_data_state("c1", {"big": [big_on], "small": [small_on]}, {"big": 10**9, "small": 10}, {}, "scatter")
+    )
     out = check(s, s.update_graph("c1", {"z": spec(["big", "small"])}, ["z"]))
     addr, msg = compute_of(out, "z")
     assert addr == big_on
@@ -564,7 +571,11 @@ def test_safe_removal_does_not_count_as_suspicious() -> None:
 def test_unknown_dependency_cancels_with_lost_dependencies() -> None:
     s = new_scheduler()
     check(s, s.add_worker_state(A, 1))
-    tasks: dict[Key, m.TaskSpec] = {"ok": spec(order=0), "x": spec(["ok", "never-seen"], order=1), "y": spec(["x"], order=2)}
+    tasks: dict[Key, m.TaskSpec] = {
+        "ok": spec(order=0),
+        "x": spec(["ok", "never-seen"], order=1),
+        "y": spec(["x"], order=2),
+    }
     out = check(s, s.update_graph("c1", tasks, ["y"]))
     cancelled = client_ops(out, "c1", "cancelled-keys")
     assert [list(msg["keys"]) for msg in cancelled] == [["y"]]

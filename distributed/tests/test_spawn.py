@@ -60,16 +60,24 @@ def procs() -> Iterator[list[ServerProcess]]:
 
 
 def start_scheduler(procs: list[ServerProcess]) -> ServerProcess:
-    s = ServerProcess("scheduler", {"host": "127.0.0.1", "dashboard": False}, name="test-scheduler",
-                      config={"distributed.scheduler.validate": True})
+    s = ServerProcess(
+        "scheduler",
+        {"host": "127.0.0.1", "dashboard": False},
+        name="test-scheduler",
+        config={"distributed.scheduler.validate": True},
+    )
     procs.append(s)
     s.start_sync(timeout=60)
     return s
 
 
 def start_worker(procs: list[ServerProcess], addr: str, **kwargs: object) -> ServerProcess:
-    w = ServerProcess("worker", {"scheduler_ip": addr, "nthreads": 1, "host": "127.0.0.1", **kwargs},
-                      name="test-worker", config={"distributed.worker.validate": True})
+    w = ServerProcess(
+        "worker",
+        {"scheduler_ip": addr, "nthreads": 1, "host": "127.0.0.1", **kwargs},
+        name="test-worker",
+        config={"distributed.worker.validate": True},
+    )
     procs.append(w)
     w.start_sync(timeout=60)
     return w
@@ -173,8 +181,11 @@ def test_start_twice_refused(procs: list[ServerProcess]) -> None:
 
 def test_env_reaches_child(procs: list[ServerProcess]) -> None:
     s = start_scheduler(procs)
-    w = ServerProcess("worker", {"scheduler_ip": s.address, "nthreads": 1, "host": "127.0.0.1"},
-                      env={"DISTRIBUTED_TEST_MARKER": "hello"})
+    w = ServerProcess(
+        "worker",
+        {"scheduler_ip": s.address, "nthreads": 1, "host": "127.0.0.1"},
+        env={"DISTRIBUTED_TEST_MARKER": "hello"},
+    )
     procs.append(w)
     w.start_sync(timeout=60)
     with Client(s.address, set_as_default=False) as c:

@@ -56,11 +56,22 @@ def cli_cluster(tmp_path: Path) -> Iterator[str]:
     procs: list[subprocess.Popen[bytes]] = []
     try:
         scheduler = subprocess.Popen(
-            [*_command("dask-scheduler", "distributed.cli.dask_scheduler"), "--host", "127.0.0.1", "--port", "0",
-             "--no-dashboard", "--scheduler-file", str(sched_file)],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                *_command("dask-scheduler", "distributed.cli.dask_scheduler"),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--no-dashboard",
+                "--scheduler-file",
+                str(sched_file),
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         procs.append(scheduler)
+
         def started() -> bool:
             assert scheduler.poll() is None, "dask-scheduler exited early"
             try:
@@ -74,7 +85,9 @@ def cli_cluster(tmp_path: Path) -> Iterator[str]:
             procs.append(
                 subprocess.Popen(
                     [*_command("dask-worker", "distributed.cli.dask_worker"), address, "--nthreads", "2", "--no-nanny"],
-                    env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
                 )
             )
         yield address

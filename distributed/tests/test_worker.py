@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
-from dask.delayed import delayed
 import numpy as np
 import pytest
+from dask.delayed import delayed
 
-from distributed import Client, get_client, get_worker, secede, rejoin
+from distributed import Client, get_client, get_worker, rejoin, secede
 from distributed.scheduler import Scheduler
 from distributed.utils_test import async_poll_for, gen_cluster, inc
 from distributed.worker import Worker

@@ -166,7 +166,16 @@ def test_execute_failure_sends_task_erred() -> None:
     h.compute("x", run_id=3)
     exc = Serialized({"s": "pickle"}, [b"exception"])
     instructions = h.handle(
-        ExecuteFailure(stimulus_id="fail", key="x", run_id=3, exception=exc, traceback=None, text="ValueError: no", start=1.0, stop=1.5)
+        ExecuteFailure(
+            stimulus_id="fail",
+            key="x",
+            run_id=3,
+            exception=exc,
+            traceback=None,
+            text="ValueError: no",
+            start=1.0,
+            stop=1.5,
+        )
     )
     [msg] = messages(instructions)
     assert msg["op"] == "task-erred"
@@ -334,7 +343,9 @@ def test_gather_failure_with_no_holder_left_sends_missing_data() -> None:
 
 def test_gather_failure_forgets_the_peer_for_other_keys() -> None:
     h = Harness(fetch_concurrency=1)
-    instructions = h.handle(h.compute_event("x", who_has={"a": [PEER1]}), h.compute_event("y", who_has={"b": [PEER2, PEER1]}))
+    instructions = h.handle(
+        h.compute_event("x", who_has={"a": [PEER1]}), h.compute_event("y", who_has={"b": [PEER2, PEER1]})
+    )
     # One peer at a time; PEER1 gets both keys.
     [g] = gathers(instructions)
     assert g.worker == PEER1
@@ -440,7 +451,9 @@ def test_dependent_of_cancelled_task_does_not_hang() -> None:
     instructions = h.compute("y", who_has={"x": [PEER1]}, run_id=2)
     instructions += h.success("x", value=1, run_id=1)
     # Either the finished value is kept, or x is fetched from PEER1: y must make progress.
-    progressed = executes(instructions) == ["y"] or any(g.worker == PEER1 and "x" in g.keys for g in gathers(instructions))
+    progressed = executes(instructions) == ["y"] or any(
+        g.worker == PEER1 and "x" in g.keys for g in gathers(instructions)
+    )
     assert progressed, (instructions, h.ws.tasks)
 
 

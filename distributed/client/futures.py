@@ -12,12 +12,12 @@ from typing import Any, NamedTuple
 from dask._task_spec import DataNode, Task
 from dask.utils import parse_timedelta
 
-from distributed.client import ALL_COMPLETED, FIRST_COMPLETED, Client, _collect_futures, default_client
-from distributed.future import Future
+from distributed.client.client import ALL_COMPLETED, FIRST_COMPLETED, Client, _collect_futures, default_client
+from distributed.client.future import Future
 from distributed.dask_api import is_dask_collection
 from distributed.protocol.messages import Key
 
-__all__ = ["wait", "as_completed", "futures_of", "fire_and_forget", "DoneAndNotDoneFutures"]
+__all__ = ["DoneAndNotDoneFutures", "as_completed", "fire_and_forget", "futures_of", "wait"]
 
 
 class DoneAndNotDoneFutures(NamedTuple):
@@ -98,7 +98,7 @@ def wait(fs: Any, timeout: Any = None, return_when: str = ALL_COMPLETED) -> Any:
                 fs.callbacks.append(one_done)
             try:
                 await asyncio.wait_for(waiter, t)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 left = sum(not fs.done() for fs in states)
                 if return_when == FIRST_COMPLETED:
                     raise TimeoutError(f"No future finished within {t} s") from None
@@ -128,7 +128,15 @@ class as_completed:
         With ``with_results``, raise a future's exception instead of yielding it.
     """
 
-    def __init__(self, futures: Iterable[Future] | None = None, loop: Any = None, with_results: bool = False, raise_errors: bool = True, *, timeout: Any = None) -> None:
+    def __init__(
+        self,
+        futures: Iterable[Future] | None = None,
+        loop: Any = None,
+        with_results: bool = False,
+        raise_errors: bool = True,
+        *,
+        timeout: Any = None,
+    ) -> None:
         import queue
 
         self.queue: queue.SimpleQueue[Future] = queue.SimpleQueue()
@@ -254,6 +262,6 @@ def fire_and_forget(obj: Any) -> None:
     """Run futures to completion even after every reference to them is dropped."""
     flat: list[Future] = []
     _collect_futures(obj, flat)
-    for f in futures_of(obj) if not flat else flat:
+    for f in flat if flat else futures_of(obj):
         client = f.client
         client._send_to_scheduler({"op": "client-desires-keys", "client": "fire-and-forget", "keys": [f.key]})

@@ -37,12 +37,20 @@ from dask.typing import NoDefault, no_default
 from dask.utils import funcname, parse_timedelta, typename
 
 from distributed.batched import BatchedSend
-from distributed.config import get_interval
-from distributed.future import Future, FutureState
-from distributed.graph_parts import GraphPlan, PendingParts, dependencies_first, start_background_parts
-from distributed.dask_api import expr_keys, finalize_compute, flatten_keys, get_annotations, graph_expr, is_dask_collection, is_low_level_expr
+from distributed.client.future import Future, FutureState
+from distributed.client.graph_parts import GraphPlan, PendingParts, dependencies_first, start_background_parts
 from distributed.comm import Comm, CommClosedError, connect
+from distributed.config import get_interval
 from distributed.core import ConnectionPool, error_message, rebuild_exception
+from distributed.dask_api import (
+    expr_keys,
+    finalize_compute,
+    flatten_keys,
+    get_annotations,
+    graph_expr,
+    is_dask_collection,
+    is_low_level_expr,
+)
 from distributed.exceptions import FutureCancelledError, LostDataError
 from distributed.protocol.messages import Key
 from distributed.protocol.serialize import Serialize, unwrap
@@ -54,12 +62,12 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "ALL_COMPLETED",
+    "FIRST_COMPLETED",
     "Client",
     "Future",
     "default_client",
     "get_task_metadata",
-    "FIRST_COMPLETED",
-    "ALL_COMPLETED",
 ]
 
 T = TypeVar("T")
@@ -140,7 +148,7 @@ class Client:
         self,
         address: Any = None,
         loop: Any = None,
-        timeout: float | str | None | NoDefault = no_default,
+        timeout: float | str | NoDefault | None = no_default,
         set_as_default: bool = True,
         scheduler_file: str | None = None,
         security: Any = None,
@@ -309,7 +317,9 @@ class Client:
             comm.abort()
             raise RuntimeError(f"Scheduler refused the client: {response!r}")
         self._comm = comm
-        bs = BatchedSend(interval=get_interval("distributed.client.batched-send-interval", 0.00025), name="client->scheduler")
+        bs = BatchedSend(
+            interval=get_interval("distributed.client.batched-send-interval", 0.00025), name="client->scheduler"
+        )
         bs.start(comm)
         self.scheduler_comm = bs
         self._stream_task = asyncio.get_running_loop().create_task(self._handle_report(comm), name="client-report")
@@ -371,7 +381,14 @@ class Client:
         except RuntimeError:
             return False
 
-    def sync(self, func: Callable[..., Awaitable[T]], *args: Any, asynchronous: bool | None = None, callback_timeout: Any = None, **kwargs: Any) -> Any:
+    def sync(
+        self,
+        func: Callable[..., Awaitable[T]],
+        *args: Any,
+        asynchronous: bool | None = None,
+        callback_timeout: Any = None,
+        **kwargs: Any,
+    ) -> Any:
         """Run ``func`` on the client's loop: await it, or return an awaitable when asynchronous."""
         asynchronous = self.asynchronous if asynchronous is None else asynchronous
         if asynchronous or self._in_loop_thread():
@@ -435,7 +452,7 @@ class Client:
         if self.asynchronous:
             return self._close()
         try:
-            if not self.loop.is_closed() and self._loop_runner.is_started or self._loop_runner.thread is None:
+            if (not self.loop.is_closed() and self._loop_runner.is_started) or self._loop_runner.thread is None:
                 self.sync(self._close)
         except Exception:
             logger.debug("Error while closing the client", exc_info=True)
@@ -817,7 +834,9 @@ class Client:
             return Future(key, self)
         task = _make_task(key, func, args, kwargs)
         ann = _annotations(workers, resources, retries, allow_other_workers)
-        return self._send_graph({key: task}, [key], priorities={key: 0}, global_annotations=ann, user_priority=priority)[0]
+        return self._send_graph(
+            {key: task}, [key], priorities={key: 0}, global_annotations=ann, user_priority=priority
+        )[0]
 
     def map(
         self,
@@ -921,11 +940,15 @@ class Client:
 
             graph = cull_graph(graph, keys)
         priorities = dask.order.order(graph) if graph else {}
-        ann = _annotations(opts.get("workers"), opts.get("resources"), opts.get("retries"), opts.get("allow_other_workers", False))
+        ann = _annotations(
+            opts.get("workers"), opts.get("resources"), opts.get("retries"), opts.get("allow_other_workers", False)
+        )
         return self._send_graph(
             graph,
             keys,
-            priorities={k: int(v) if isinstance(v, int) else int(getattr(v, "priority", 0)) for k, v in priorities.items()},
+            priorities={
+                k: int(v) if isinstance(v, int) else int(getattr(v, "priority", 0)) for k, v in priorities.items()
+            },
             annotations=annotations,
             global_annotations=ann,
             user_priority=int(opts.get("priority", 0) or 0),
@@ -956,7 +979,13 @@ class Client:
             expr = collections_to_expr(colls, optimize_graph)
             expr = finalize_compute(expr).optimize()
             keys = flatten_keys(expr_keys(expr))
-            opts = {"workers": workers, "resources": resources, "retries": retries, "allow_other_workers": allow_other_workers, "priority": priority}
+            opts = {
+                "workers": workers,
+                "resources": resources,
+                "retries": retries,
+                "allow_other_workers": allow_other_workers,
+                "priority": priority,
+            }
             futures = self._submit_expr(expr, keys, opts)
             for i, f in zip(dask_idx, futures):
                 results[i] = f
@@ -991,7 +1020,13 @@ class Client:
             if len(per_coll_keys) != len(colls):
                 per_coll_keys = [flatten_keys(c.__dask_keys__()) for c in colls]
             all_keys = [k for ks in per_coll_keys for k in ks]
-            opts = {"workers": workers, "resources": resources, "retries": retries, "allow_other_workers": allow_other_workers, "priority": priority}
+            opts = {
+                "workers": workers,
+                "resources": resources,
+                "retries": retries,
+                "allow_other_workers": allow_other_workers,
+                "priority": priority,
+            }
             futures = self._submit_expr(expr, all_keys, opts)
             by_key = dict(zip(all_keys, futures))
             for i, c, ks in zip(dask_idx, colls, per_coll_keys):
@@ -1022,7 +1057,13 @@ class Client:
         flat = flatten_keys(keys) if isinstance(keys, list) else [keys]
         for k in flat:
             validate_key(k)
-        opts = {"workers": workers, "resources": resources, "retries": retries, "allow_other_workers": bool(allow_other_workers), "priority": priority}
+        opts = {
+            "workers": workers,
+            "resources": resources,
+            "retries": retries,
+            "allow_other_workers": bool(allow_other_workers),
+            "priority": priority,
+        }
         futures = self._submit_expr(expr, flat, opts, cull=is_low_level_expr(expr))
         by_key = dict(zip(flat, futures))
         packed = _pack_keys(keys, by_key)
@@ -1047,7 +1088,9 @@ class Client:
             return LostDataError(f"Data for {fs.key!r} was lost")
         return None
 
-    async def _gather(self, futures: Any, errors: str = "raise", direct: bool | None = None, local_worker: Any = None) -> Any:
+    async def _gather(
+        self, futures: Any, errors: str = "raise", direct: bool | None = None, local_worker: Any = None
+    ) -> Any:
         flat: list[Future] = []
         _collect_futures(futures, flat)
         for f in flat:
@@ -1084,8 +1127,10 @@ class Client:
                     by_worker[workers[(attempts - 1) % len(workers)]].append(k)
                 else:
                     unknown.append(k)
-            results = await asyncio.gather(*(self._get_data(w, ks) for w, ks in by_worker.items()), return_exceptions=True)
-            for (w, ks), res in zip(by_worker.items(), results):
+            results = await asyncio.gather(
+                *(self._get_data(w, ks) for w, ks in by_worker.items()), return_exceptions=True
+            )
+            for (w, _ks), res in zip(by_worker.items(), results):
                 if isinstance(res, (OSError, CommClosedError)):
                     logger.debug("Gather from %s failed: %r", w, res)
                     continue
@@ -1128,7 +1173,9 @@ class Client:
         await self._graphs_sent()
         return await self.pool.call(self._address, msg)
 
-    def gather(self, futures: Any, errors: str = "raise", direct: bool | None = None, asynchronous: bool | None = None) -> Any:
+    def gather(
+        self, futures: Any, errors: str = "raise", direct: bool | None = None, asynchronous: bool | None = None
+    ) -> Any:
         """The results of futures, in the same structure (lists, dicts, ...).
 
         ``errors="raise"`` re-raises the first error; ``"skip"`` leaves erred
@@ -1143,8 +1190,10 @@ class Client:
         return self.sync(self._gather, futures, errors=errors, asynchronous=asynchronous)
 
     # -- scatter --------------------------------------------------------------------------------
-    async def _scatter(self, data: Any, workers: Any = None, broadcast: bool = False, hash: bool = True, timeout: Any = None) -> Any:
-        if isinstance(data, type(iter([]))) or isinstance(data, Iterator):
+    async def _scatter(
+        self, data: Any, workers: Any = None, broadcast: bool = False, hash: bool = True, timeout: Any = None
+    ) -> Any:
+        if isinstance(data, (type(iter([])), Iterator)):
             data = list(data)
         single = False
         order: list[Key]
@@ -1180,7 +1229,9 @@ class Client:
         else:
             for i, (k, v) in enumerate(items.items()):
                 assignment[addrs[i % len(addrs)]][k] = Serialize(v)
-        replies = await asyncio.gather(*(self.pool.call(a, {"op": "update_data", "data": d}) for a, d in assignment.items()))
+        replies = await asyncio.gather(
+            *(self.pool.call(a, {"op": "update_data", "data": d}) for a, d in assignment.items())
+        )
         who_has: defaultdict[Key, list[str]] = defaultdict(list)
         nbytes: dict[Key, int] = {}
         types: dict[Key, str] = {}
@@ -1190,11 +1241,13 @@ class Client:
                 nbytes[k] = reply["nbytes"].get(k, 0)
                 types[k] = reply["types"].get(k, "")
         futures = {k: Future(k, self) for k in items}
-        for k, f in futures.items():
+        for f in futures.values():
             fs = f._fs
             if fs.status != "finished":
                 fs.reset()
-        await self._scheduler_call({"op": "update-data", "client": self.id, "who_has": dict(who_has), "nbytes": nbytes, "types": types})
+        await self._scheduler_call(
+            {"op": "update-data", "client": self.id, "who_has": dict(who_has), "nbytes": nbytes, "types": types}
+        )
         for k, f in futures.items():
             if f._fs.status == "pending":
                 f._fs.finish(who_has[k], types.get(k))
@@ -1205,9 +1258,20 @@ class Client:
         result = [futures[k] for k in order]
         return tuple(result) if isinstance(data, tuple) else result
 
-    def scatter(self, data: Any, workers: Any = None, broadcast: bool = False, direct: bool | None = None, hash: bool = True, timeout: Any = no_default, asynchronous: bool | None = None) -> Any:
+    def scatter(
+        self,
+        data: Any,
+        workers: Any = None,
+        broadcast: bool = False,
+        direct: bool | None = None,
+        hash: bool = True,
+        timeout: Any = no_default,
+        asynchronous: bool | None = None,
+    ) -> Any:
         """Move data to workers; return futures in the same structure."""
-        return self.sync(self._scatter, data, workers=workers, broadcast=broadcast, hash=hash, asynchronous=asynchronous)
+        return self.sync(
+            self._scatter, data, workers=workers, broadcast=broadcast, hash=hash, asynchronous=asynchronous
+        )
 
     # -- cancel, retry ------------------------------------------------------------------------
     async def _cancel(self, futures: Any, reason: str | None = None, force: bool = False) -> None:
@@ -1216,13 +1280,28 @@ class Client:
         keys = list({f.key for f in flat})
         if not keys:
             return
-        await self._scheduler_call({"op": "cancel-keys", "client": self.id, "keys": keys, "force": force, "reason": reason or "cancelled by a client"})
+        await self._scheduler_call(
+            {
+                "op": "cancel-keys",
+                "client": self.id,
+                "keys": keys,
+                "force": force,
+                "reason": reason or "cancelled by a client",
+            }
+        )
         for k in keys:
             fs = self.futures.get(k)
             if fs is not None and not fs.done():
                 fs.cancel(reason)
 
-    def cancel(self, futures: Any, asynchronous: bool | None = None, force: bool = False, reason: str | None = None, msg: str | None = None) -> Any:
+    def cancel(
+        self,
+        futures: Any,
+        asynchronous: bool | None = None,
+        force: bool = False,
+        reason: str | None = None,
+        msg: str | None = None,
+    ) -> Any:
         """Cancel the tasks of these futures (and what depends on them)."""
         return self.sync(self._cancel, futures, reason=reason or msg, force=force, asynchronous=asynchronous)
 
@@ -1240,9 +1319,25 @@ class Client:
         return self.sync(self._retry, futures, asynchronous=asynchronous)
 
     # -- running functions ----------------------------------------------------------------
-    async def _run(self, function: Callable[..., Any], *args: Any, workers: Any = None, wait: bool = True, nanny: bool = False, on_error: str = "raise", **kwargs: Any) -> Any:
+    async def _run(
+        self,
+        function: Callable[..., Any],
+        *args: Any,
+        workers: Any = None,
+        wait: bool = True,
+        nanny: bool = False,
+        on_error: str = "raise",
+        **kwargs: Any,
+    ) -> Any:
         response = await self._scheduler_call(
-            {"op": "broadcast", "function": Serialize(function), "args": Serialize(args), "kwargs": Serialize(kwargs), "workers": _as_worker_list(workers), "wait": wait}
+            {
+                "op": "broadcast",
+                "function": Serialize(function),
+                "args": Serialize(args),
+                "kwargs": Serialize(kwargs),
+                "workers": _as_worker_list(workers),
+                "wait": wait,
+            }
         )
         results: dict[str, Any] = {}
         for addr, resp in response.items():
@@ -1256,16 +1351,35 @@ class Client:
                     results[addr] = exc
         return results if wait else None
 
-    def run(self, function: Callable[..., Any], *args: Any, workers: Any = None, wait: bool = True, nanny: bool = False, on_error: str = "raise", **kwargs: Any) -> Any:
+    def run(
+        self,
+        function: Callable[..., Any],
+        *args: Any,
+        workers: Any = None,
+        wait: bool = True,
+        nanny: bool = False,
+        on_error: str = "raise",
+        **kwargs: Any,
+    ) -> Any:
         """Run ``function(*args, **kwargs)`` on every worker (or some); return ``{address: result}``.
 
         A ``dask_worker`` keyword argument, if the function takes one, receives the worker.
         """
-        return self.sync(self._run, function, *args, workers=workers, wait=wait, nanny=nanny, on_error=on_error, **kwargs)
+        return self.sync(
+            self._run, function, *args, workers=workers, wait=wait, nanny=nanny, on_error=on_error, **kwargs
+        )
 
-    async def _run_on_scheduler(self, function: Callable[..., Any], *args: Any, wait: bool = True, **kwargs: Any) -> Any:
+    async def _run_on_scheduler(
+        self, function: Callable[..., Any], *args: Any, wait: bool = True, **kwargs: Any
+    ) -> Any:
         result = await self._scheduler_call(
-            {"op": "run_function", "function": Serialize(function), "args": Serialize(args), "kwargs": Serialize(kwargs), "wait": wait}
+            {
+                "op": "run_function",
+                "function": Serialize(function),
+                "args": Serialize(args),
+                "kwargs": Serialize(kwargs),
+                "wait": wait,
+            }
         )
         return unwrap(result)
 
@@ -1280,7 +1394,15 @@ class Client:
 
         name = name or getattr(plugin, "name", None) or f"{type(plugin).__name__}-{uuid.uuid4()}"
         if isinstance(plugin, SchedulerPlugin):
-            return self.sync(self._scheduler_call, {"op": "register_scheduler_plugin", "plugin": Serialize(plugin), "name": name, "idempotent": bool(idempotent)})
+            return self.sync(
+                self._scheduler_call,
+                {
+                    "op": "register_scheduler_plugin",
+                    "plugin": Serialize(plugin),
+                    "name": name,
+                    "idempotent": bool(idempotent),
+                },
+            )
         if isinstance(plugin, WorkerPlugin):
 
             async def add(dask_worker: Any, plugin: Any = plugin, name: str = name) -> None:
@@ -1344,11 +1466,14 @@ class Client:
 
     def retire_workers(self, workers: Any = None, close_workers: bool = True, **kwargs: Any) -> Any:
         """Remove workers from the cluster (their tasks move elsewhere)."""
-        return self.sync(self._scheduler_call, {"op": "retire_workers", "workers": _as_worker_list(workers), "close_workers": close_workers})
+        return self.sync(
+            self._scheduler_call,
+            {"op": "retire_workers", "workers": _as_worker_list(workers), "close_workers": close_workers},
+        )
 
     def futures_of(self, collection: Any) -> list[Future]:
         """The futures held in a collection."""
-        from distributed.futures import futures_of
+        from distributed.client.futures import futures_of
 
         return futures_of(collection, client=self)
 
@@ -1476,12 +1601,3 @@ def _close_global_clients() -> None:
                 c.close()
         except Exception:
             pass
-
-
-def __getattr__(name: str) -> Any:
-    # Waiting on many futures lives in distributed.futures; old imports from here still work.
-    if name in ("wait", "as_completed", "futures_of", "fire_and_forget", "DoneAndNotDoneFutures"):
-        from distributed import futures
-
-        return getattr(futures, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -19,7 +19,7 @@ from dask.utils import parse_timedelta
 from distributed.protocol.messages import Key
 
 if TYPE_CHECKING:
-    from distributed.client import Client
+    from distributed.client.client import Client
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +109,9 @@ class Future(TaskRef):
 
     __slots__ = ("_client", "_state", "_bound", "__weakref__")
 
-    def __init__(self, key: Key, client: Client | None = None, state: FutureState | None = None, inform: bool = True) -> None:
+    def __init__(
+        self, key: Key, client: Client | None = None, state: FutureState | None = None, inform: bool = True
+    ) -> None:
         super().__init__(key)
         self._client: Client | None = None
         self._state: FutureState | None = None
@@ -146,7 +148,7 @@ class Future(TaskRef):
     def client(self) -> Client:
         """The client this future belongs to."""
         if self._client is None:
-            from distributed.client import default_client
+            from distributed.client.client import default_client
 
             self.bind_client(default_client())
         assert self._client is not None
@@ -200,7 +202,7 @@ class Future(TaskRef):
         t = parse_timedelta(timeout) if timeout is not None else None
         try:
             await asyncio.wait_for(self._fs.event().wait(), t)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise TimeoutError(f"Future {self.key!r} did not finish within {t} s") from None
         result = await client._gather([self], errors="raise")
         return result[0]
