@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from distributed import (
     config,  # noqa: F401  (registers config defaults)
-    lock,  # noqa: F401  (dask reads distributed.lock.Lock)
+    lock,  # noqa: F401  (dask and users import distributed.lock.Lock)
 )
 from distributed.client import (
     Client,
@@ -20,11 +20,11 @@ from distributed.client import (
     get_task_metadata,
     wait,
 )
+from distributed.coordination import Lock
 from distributed.core import Status, rpc
 from distributed.deploy import LocalCluster
 from distributed.diagnostics.plugin import NannyPlugin, SchedulerPlugin, WorkerPlugin
 from distributed.exceptions import CancelledError, KilledWorker, Reschedule, TimeoutError
-from distributed.lock import Lock
 from distributed.scheduler import Scheduler
 from distributed.utils import sync
 from distributed.worker import Worker, get_client, get_worker, rejoin, secede

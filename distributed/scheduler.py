@@ -52,6 +52,7 @@ from distributed.exceptions import KilledWorker, LostDataError
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key, Payload
 from distributed.protocol.serialize import as_serialized
+from distributed.scheduler_extensions import ExtensionFactory, make_extensions
 from distributed.scheduler_requests import ClusterRequests
 from distributed.scheduler_state import (
     ALL_TASK_STATES,
@@ -108,6 +109,10 @@ class Scheduler(Server):
         :class:`KilledWorker`.
     worker_ttl
         Remove a worker not heard from for this long.
+    extensions
+        Extension classes by name, each called with the scheduler while it is
+        constructed (default:
+        :data:`distributed.scheduler_extensions.DEFAULT_EXTENSIONS`).
 
     Examples
     --------
@@ -137,7 +142,7 @@ class Scheduler(Server):
         contact_address: str | None = None,
         security: Any = None,
         services: Any = None,
-        extensions: Any = None,
+        extensions: Mapping[str, ExtensionFactory] | None = None,
         jupyter: bool = False,
         **kwargs: Any,
     ) -> None:
@@ -245,9 +250,7 @@ class Scheduler(Server):
         }
         stream_handlers = self.streams.stream_routes()
         super().__init__(handlers, stream_handlers)
-        from distributed.lock import LockExtension
-
-        self.extensions["locks"] = LockExtension(self)
+        make_extensions(self, extensions, self._blocked_handlers())
 
     def _blocked_handlers(self) -> list[str]:
         return list(dask.config.get("distributed.scheduler.blocked-handlers", []))

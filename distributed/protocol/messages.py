@@ -347,3 +347,29 @@ class WorkerUpdateData(TypedDict):
 class WorkerClose(TypedDict):
     op: Literal["close"]
     reason: NotRequired[str]
+
+
+# -- coordination (user-side primitives -> their scheduler extensions) ----------
+#: The name of a coordination primitive: any msgpack-able key; lists arrive
+#: as tuples over TCP, so extensions normalise them (see ``coordination``).
+PrimitiveName = str | int | float | bytes | Sequence[Any]
+
+
+class LockAcquire(TypedDict):
+    """Wait until the lock ``name`` is free (at most ``timeout`` seconds), then hold it as ``id``."""
+
+    op: Literal["lock_acquire"]
+    name: PrimitiveName
+    id: str
+    timeout: NotRequired[float | None]
+
+
+class LockRelease(TypedDict):
+    op: Literal["lock_release"]
+    name: PrimitiveName
+    id: str
+
+
+class LockLocked(TypedDict):
+    op: Literal["lock_locked"]
+    name: PrimitiveName

@@ -1,0 +1,28 @@
+"""Coordination primitives: objects that tasks and clients share through the scheduler.
+
+Layout
+------
+Each primitive has two halves in two modules:
+
+* the user-side class, which users make anywhere (in a client, inside a task)
+  and which talks to the scheduler through a client: :mod:`.lock` holds
+  :class:`Lock`;
+* the scheduler-side extension that keeps the primitive's state and answers
+  its requests: :mod:`.lock_extension` holds :class:`LockExtension`.
+
+Their wire messages are declared in the "coordination" section of
+:mod:`distributed.protocol.messages`, and the extensions are registered with
+every scheduler by :data:`distributed.scheduler_extensions.DEFAULT_EXTENSIONS`.
+Names of primitives are any msgpack-able key (see :mod:`.names`).
+
+Queue, Variable, Event, Semaphore, MultiLock and Pub/Sub come the same way: a
+``queue.py`` next to a ``queue_extension.py``, messages in the same section,
+one entry in ``DEFAULT_EXTENSIONS``.
+"""
+
+from __future__ import annotations
+
+from distributed.coordination.lock import Lock
+from distributed.coordination.lock_extension import LockExtension
+
+__all__ = ["Lock", "LockExtension"]

@@ -1,0 +1,166 @@
+"""``distributed.Lock``: a lock shared by every client and task of a cluster.
+
+dask uses it through ``get_scheduler_lock`` (for example to write one HDF5
+file from many tasks), so a ``Lock()`` is constructible with no client at all,
+binds to one lazily (the worker's client inside a task, else the default
+client), and pickles by name.
+
+Each successful acquisition takes a fresh lease id, so one ``Lock`` object
+shared by threads excludes them from each other as it excludes other objects
+of the same name; the leases this object holds are released first in, first
+out.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections import deque
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from dask.utils import parse_timedelta
+
+from distributed.coordination.names import check_name
+from distributed.protocol import messages as m
+
+if TYPE_CHECKING:
+    from distributed.client import Client
+
+__all__ = ["Lock"]
+
+
+class Lock:
+    """A lock shared by every client and task of a cluster.
+
+    Parameters
+    ----------
+    name
+        Locks with the same name are the same lock: a string, bytes, a number,
+        or a list or tuple of those (default: a new random name).
+    client
+        The client to use (default: the worker's client inside a task, else
+        the default client, found when first used).
+    scheduler_rpc, loop
+        Accepted for signature compatibility; only None is supported.
+
+    Examples
+    --------
+    >>> lock = Lock("x")  # doctest: +SKIP
+    >>> with lock:  # doctest: +SKIP
+    ...     ...  # only one holder at a time, cluster-wide
+    >>> lock.acquire(timeout="200ms")  # doctest: +SKIP
+    True
+    """
+
+    def __init__(
+        self, name: Any = None, client: Client | None = None, scheduler_rpc: Any = None, loop: Any = None
+    ) -> None:
+        if scheduler_rpc is not None:
+            raise NotImplementedError("Lock(scheduler_rpc=...) is not supported yet: give client= instead")
+        if loop is not None:
+            raise NotImplementedError("Lock(loop=...) is not supported yet: the lock uses its client's loop")
+        self.name: Any = check_name(name) if name is not None else f"lock-{uuid.uuid4().hex}"
+        self._client = client
+        self._leases: deque[str] = deque()
+        self._leases_lock = threading.Lock()
+
+    @property
+    def client(self) -> Client:
+        """The client this lock talks through."""
+        if self._client is None:
+            from distributed.worker import get_client
+
+            self._client = get_client()
+        return self._client
+
+    @property
+    def id(self) -> str | None:
+        """The lease id this object holds the lock by (None when it holds none)."""
+        with self._leases_lock:
+            return self._leases[0] if self._leases else None
+
+    def acquire(self, blocking: bool = True, timeout: float | str | timedelta | None = None) -> Any:
+        """Acquire the lock.
+
+        Parameters
+        ----------
+        blocking
+            False: do not wait at all if someone else holds the lock.
+        timeout
+            Longest wait in the scheduler (seconds, or a string such as
+            ``"200ms"``, or a ``timedelta``); None waits for as long as it takes.
+            Forbidden together with ``blocking=False``.
+
+        Returns
+        -------
+        bool
+            Whether the lock was acquired (an awaitable of it with an
+            asynchronous client).
+
+        Raises
+        ------
+        ValueError
+            For ``blocking=False`` with a ``timeout``.
+        """
+        t = parse_timedelta(timeout) if timeout is not None else None
+        if not blocking:
+            if t is not None:
+                raise ValueError("can't specify a timeout for a non-blocking call")
+            t = 0.0
+        return self.client.sync(self._acquire, t)
+
+    async def _acquire(self, timeout: float | None) -> bool:
+        lease = uuid.uuid4().hex
+        msg = m.LockAcquire(op="lock_acquire", name=self.name, id=lease, timeout=timeout)
+        acquired = bool(await self.client.scheduler.call(**msg))
+        if acquired:
+            with self._leases_lock:
+                self._leases.append(lease)
+        return acquired
+
+    def release(self) -> Any:
+        """Release the lock (an awaitable with an asynchronous client).
+
+        Raises
+        ------
+        RuntimeError
+            When this object does not hold the lock.
+        """
+        with self._leases_lock:
+            if not self._leases:
+                raise RuntimeError(f"Released too often: {self!r} is not held")
+            lease = self._leases.popleft()
+        return self.client.sync(self._release, lease)
+
+    async def _release(self, lease: str) -> None:
+        msg = m.LockRelease(op="lock_release", name=self.name, id=lease)
+        await self.client.scheduler.call(**msg)
+
+    def locked(self) -> Any:
+        """Whether anyone holds the lock (an awaitable with an asynchronous client)."""
+        return self.client.sync(self._locked)
+
+    async def _locked(self) -> bool:
+        msg = m.LockLocked(op="lock_locked", name=self.name)
+        return bool(await self.client.scheduler.call(**msg))
+
+    def __enter__(self) -> Lock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    async def __aenter__(self) -> Lock:
+        await self.acquire()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.release()
+
+    def __reduce__(self) -> tuple[type[Lock], tuple[Any]]:
+        return (Lock, (self.name,))
+
+    def __repr__(self) -> str:
+        return f"<Lock: {self.name}>"
