@@ -60,6 +60,7 @@ __all__ = [
     "loop_in_thread",
     "poll_for",
     "popen",
+    "run_async",
     "s",
     "slowadd",
     "slowinc",
@@ -142,7 +143,7 @@ def poll_for(predicate: Callable[[], bool], timeout: float = 20, period: float =
         time.sleep(period)
 
 
-async def async_poll_for(predicate: Callable[[], bool], timeout: float, period: float = 0.01) -> None:
+async def async_poll_for(predicate: Callable[[], bool], timeout: float = 20, period: float = 0.01) -> None:
     """Async :func:`poll_for`."""
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -288,15 +289,33 @@ def _close_stale_clients() -> None:
             client.close()
 
 
-def _run_async(coro_fn: Callable[[], Coroutine[Any, Any, T]], timeout: float) -> T:
-    """Run a coroutine in a fresh event loop with a deadline."""
+def run_async(
+    make: Callable[[], Coroutine[Any, Any, T]], timeout: float = _TEST_TIMEOUT, check_loop_errors: bool = True
+) -> T:
+    """Run the coroutine ``make()`` in a fresh event loop, with a deadline; return its result.
+
+    Tasks still pending at the end are cancelled and awaited, so nothing
+    outlives the loop.  With ``check_loop_errors`` the test fails on any error
+    the loop reports to its exception handler (a task exception nobody
+    retrieved, a callback that raised), which would otherwise only be logged.
+
+    Examples
+    --------
+    >>> async def f():
+    ...     return 1
+    >>> run_async(f)
+    1
+    """
+    errors: list[dict[str, Any]] = []
 
     async def main() -> T:
-        return await asyncio.wait_for(coro_fn(), timeout)
+        if check_loop_errors:
+            asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: errors.append(ctx))
+        return await asyncio.wait_for(make(), timeout)
 
     loop = asyncio.new_event_loop()
     try:
-        return loop.run_until_complete(main())
+        result = loop.run_until_complete(main())
     finally:
         pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
         for t in pending:
@@ -305,19 +324,47 @@ def _run_async(coro_fn: Callable[[], Coroutine[Any, Any, T]], timeout: float) ->
             loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
+    if errors:
+        pytest.fail(f"The event loop reported errors: {errors}")
+    return result
 
 
 def _strip_signature(func: Callable[..., Any], n: int) -> inspect.Signature:
+    """``func``'s signature without the ``n`` arguments the harness passes.
+
+    The harness passes them positionally: the first ``n`` positional
+    parameters, or a ``*workers`` catch-all.  What remains (parameters after
+    them, keyword-only ones after ``*workers``) is for pytest to fill from
+    fixtures and ``parametrize``.
+    """
     sig = inspect.signature(func)
-    params = list(sig.parameters.values())[n:]
-    return sig.replace(parameters=params)
+    kept: list[inspect.Parameter] = []
+    dropped = 0
+    for p in sig.parameters.values():
+        if p.kind is inspect.Parameter.VAR_POSITIONAL:
+            dropped = n  # ``*workers`` takes whatever the named ones left
+            continue
+        if dropped < n and p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD):
+            dropped += 1
+            continue
+        kept.append(p)
+    return sig.replace(parameters=kept)
 
 
 # -- gen_test ---------------------------------------------------------------------------------
 def gen_test(
-    timeout: float = _TEST_TIMEOUT, clean_kwargs: dict[str, Any] | None = None
+    timeout: float = _TEST_TIMEOUT, clean_kwargs: dict[str, Any] | None = None, config: dict[str, Any] | None = None
 ) -> Callable[[Callable[..., Coroutine[Any, Any, Any]]], Callable[..., Any]]:
     """Run an ``async def`` test in a fresh event loop, with leak checks.
+
+    Parameters
+    ----------
+    timeout
+        Fail the test after this many seconds.
+    clean_kwargs
+        Which leak checks to run (see ``clean``).
+    config
+        dask config set for the duration of the test (``dask.config.set``).
 
     Examples
     --------
@@ -334,8 +381,8 @@ def gen_test(
 
         @functools.wraps(func)
         def test_func(*args: Any, **kwargs: Any) -> Any:
-            with clean(**(clean_kwargs or {})):
-                return _run_async(lambda: func(*args, **kwargs), timeout)
+            with clean(**(clean_kwargs or {})), dask.config.set(config or {}):
+                return run_async(lambda: func(*args, **kwargs), timeout, check_loop_errors=False)
 
         test_func.__signature__ = inspect.signature(func)  # type: ignore[attr-defined]  # pytest reads it
         del test_func.__wrapped__  # keep pytest from seeing a coroutine function
@@ -370,12 +417,18 @@ def gen_cluster(
     all in this process on real TCP sockets.  Afterwards the scheduler's and
     workers' state is validated, and everything is closed and checked for leaks.
 
+    Further parameters of the test, after the workers (or keyword-only after
+    ``*workers``), are filled by pytest: fixtures and ``pytest.mark.parametrize``.
+    ``config`` is dask config set for the duration of the test.
+
     Examples
     --------
     >>> @gen_cluster(client=True)
     ... async def test_add(c, s, a, b):
     ...     assert await c.submit(operator.add, 1, 2) == 3
     """
+    if security is not None:
+        raise NotImplementedError("gen_cluster(security=...) is not supported yet")
     if nthreads is None:
         nthreads = [("127.0.0.1", 1), ("127.0.0.1", 2)]
     scheduler_kwargs = dict(scheduler_kwargs or {})
@@ -428,7 +481,7 @@ def gen_cluster(
                             data.clear()
 
             with clean(**(clean_kwargs or {})), dask.config.set(config or {}):
-                return _run_async(run, timeout)
+                return run_async(run, timeout, check_loop_errors=False)
 
         test_func.__signature__ = _strip_signature(func, n_fixed)  # type: ignore[attr-defined]  # pytest reads it
         del test_func.__wrapped__  # keep pytest from seeing a coroutine function

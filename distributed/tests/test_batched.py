@@ -3,39 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 from distributed.batched import BatchedSend
 from distributed.comm import Comm, CommClosedError, connect, listen
-
-T = TypeVar("T")
+from distributed.utils_test import async_poll_for, run_async
 
 SCHEMES = ["tcp", "inproc"]
-
-
-def run(make: Callable[[], Coroutine[Any, Any, T]], timeout: float = 30.0) -> T:
-    """Run a coroutine in a fresh loop; fail on errors the loop reports."""
-    errors: list[dict[str, Any]] = []
-
-    async def main() -> T:
-        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: errors.append(ctx))
-        return await asyncio.wait_for(make(), timeout)
-
-    result = asyncio.run(main())
-    assert not errors, errors
-    return result
-
-
-async def wait_until(pred: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.002)
 
 
 @asynccontextmanager
@@ -91,17 +69,17 @@ def test_delivers_all_messages_in_order_in_lists(scheme: str) -> None:
                 bs.send({"op": "x", "i": i, "key": ("k", i)})
                 if i % 7 == 0:
                     await asyncio.sleep(0)
-            await wait_until(lambda: len(recv.messages) >= n)
+            await async_poll_for(lambda: len(recv.messages) >= n)
             assert [m["i"] for m in recv.messages] == list(range(n))
             assert all(tuple(m["key"]) == ("k", m["i"]) for m in recv.messages)
             assert all(isinstance(b, (list, tuple)) and b for b in recv.batches)
             assert bs.message_count == n
-            await wait_until(lambda: bs.batch_count == len(recv.batches))
+            await async_poll_for(lambda: bs.batch_count == len(recv.batches))
             if scheme == "tcp":
                 assert bs.byte_count > 0
             await bs.close()
 
-    run(main)
+    run_async(main)
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
@@ -116,12 +94,12 @@ def test_coalesces_tight_loop(scheme: str) -> None:
                 bs.send(i)
                 if i % 10 == 0:
                     await asyncio.sleep(0)  # let the writer run as often as it wants
-            await wait_until(lambda: len(recv.messages) >= n)
+            await async_poll_for(lambda: len(recv.messages) >= n)
             assert recv.messages == list(range(n))
             assert len(recv.batches) <= n // 20, len(recv.batches)
             await bs.close()
 
-    run(main)
+    run_async(main)
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
@@ -133,7 +111,7 @@ def test_first_message_after_quiet_spell_goes_out_at_once(scheme: str) -> None:
             bs = BatchedSend(interval=10)
             bs.start(client)
             bs.send("first")
-            await wait_until(lambda: recv.messages == ["first"], timeout=5)
+            await async_poll_for(lambda: recv.messages == ["first"], timeout=5)
             bs.send("second")
             for _ in range(20):
                 await asyncio.sleep(0)
@@ -141,10 +119,10 @@ def test_first_message_after_quiet_spell_goes_out_at_once(scheme: str) -> None:
             assert recv.messages == ["first"]
             assert bs.batch_count == 1
             await asyncio.wait_for(bs.close(), 5)
-            await wait_until(lambda: recv.closed)
+            await async_poll_for(lambda: recv.closed)
             assert recv.messages == ["first", "second"]
 
-    run(main)
+    run_async(main)
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
@@ -163,7 +141,7 @@ def test_close_flushes(scheme: str) -> None:
             assert recv.closed
             assert recv.messages == list(range(300))
 
-    run(main)
+    run_async(main)
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
@@ -180,7 +158,7 @@ def test_send_after_close_raises(scheme: str) -> None:
             with pytest.raises(CommClosedError):
                 await asyncio.wait_for(server.read(), 5)
 
-    run(main)
+    run_async(main)
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
@@ -193,12 +171,12 @@ def test_send_after_peer_closed_raises(scheme: str) -> None:
             # Reading tells the client end that the peer is gone.
             with pytest.raises(CommClosedError):
                 await asyncio.wait_for(client.read(), 5)
-            await wait_until(bs.closed)
+            await async_poll_for(bs.closed)
             with pytest.raises(CommClosedError):
                 bs.send("late")
             bs.abort()
 
-    run(main)
+    run_async(main)
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
@@ -210,11 +188,11 @@ def test_messages_sent_before_start_are_delivered(scheme: str) -> None:
             bs.send("a", "b")
             bs.send("c")
             bs.start(client)
-            await wait_until(lambda: len(recv.messages) >= 3)
+            await async_poll_for(lambda: len(recv.messages) >= 3)
             assert recv.messages == ["a", "b", "c"]
             await bs.close()
 
-    run(main)
+    run_async(main)
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
@@ -225,7 +203,7 @@ def test_abort_drops_queue_and_closes(scheme: str) -> None:
             bs = BatchedSend(interval=10)
             bs.start(client)
             bs.send("first")
-            await wait_until(lambda: recv.messages == ["first"])
+            await async_poll_for(lambda: recv.messages == ["first"])
             bs.send("dropped")
             bs.abort()
             assert bs.closed() and client.closed()
@@ -234,7 +212,7 @@ def test_abort_drops_queue_and_closes(scheme: str) -> None:
             with pytest.raises(CommClosedError):
                 bs.send("x")
 
-    run(main)
+    run_async(main)
 
 
 def test_close_without_start() -> None:
@@ -246,4 +224,4 @@ def test_close_without_start() -> None:
         with pytest.raises(CommClosedError):
             bs.send(2)
 
-    run(main)
+    run_async(main)

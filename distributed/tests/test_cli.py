@@ -92,8 +92,12 @@ def procs(tmp_path: Path) -> Iterator[Callable[..., Proc]]:
             p.kill()
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str, proc: Proc | None = None) -> Any:
-    """Poll ``predicate`` until it returns something truthy, or fail after ``timeout``."""
+def poll_with_proc(predicate: Callable[[], Any], timeout: float, what: str, proc: Proc | None = None) -> Any:
+    """Poll ``predicate`` until it returns something truthy (returned), or fail after ``timeout``.
+
+    Unlike ``utils_test.poll_for`` it fails at once, with the process's stderr,
+    when ``proc`` exits first.
+    """
     deadline = time.monotonic() + timeout
     delay = 0.01
     while True:
@@ -123,7 +127,7 @@ def start_scheduler(procs: Callable[..., Proc], tmp_path: Path, *extra: str) -> 
     if "--dashboard-address" not in extra:
         args.append("--no-dashboard")
     proc = procs(args + list(extra), name="scheduler")
-    info = wait_until(lambda: read_scheduler_file(sched_file), 30, "the scheduler file", proc)
+    info = poll_with_proc(lambda: read_scheduler_file(sched_file), 30, "the scheduler file", proc)
     return proc, str(info["address"]), info
 
 
@@ -134,14 +138,14 @@ def n_workers(address: str) -> int:
         return len(c.scheduler_info()["workers"])
 
 
-def run(args: list[str], timeout: float = 30) -> subprocess.CompletedProcess[str]:
+def run_cli(args: list[str], timeout: float = 30) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=_env(), cwd=REPO_ROOT)
 
 
 # -- option parsing, no servers ------------------------------------------------------
 @pytest.mark.parametrize("cmd", [SCHEDULER, WORKER])
 def test_help(cmd: list[str]) -> None:
-    r = run([*cmd, "--help"])
+    r = run_cli([*cmd, "--help"])
     assert r.returncode == 0, r.stderr
     assert "--scheduler-file" in r.stdout
     assert "--pid-file" in r.stdout
@@ -151,7 +155,7 @@ def test_help(cmd: list[str]) -> None:
 def test_version(cmd: list[str]) -> None:
     from distributed import __version__
 
-    r = run([*cmd, "--version"])
+    r = run_cli([*cmd, "--version"])
     assert r.returncode == 0, r.stderr
     assert __version__ in r.stdout
 
@@ -172,14 +176,14 @@ def test_version(cmd: list[str]) -> None:
     ],
 )
 def test_bad_option(args: list[str], needle: str) -> None:
-    r = run(args)
+    r = run_cli(args)
     assert r.returncode != 0
     assert "Error" in r.stderr
     assert needle in r.stderr
 
 
 def test_worker_needs_an_address() -> None:
-    r = run([*WORKER, "--nthreads", "1"])
+    r = run_cli([*WORKER, "--nthreads", "1"])
     assert r.returncode != 0
     assert "SCHEDULER" in r.stderr or "--scheduler-file" in r.stderr
 
@@ -187,7 +191,7 @@ def test_worker_needs_an_address() -> None:
 @pytest.mark.parametrize("command, option", [("scheduler", "--dashboard-address"), ("worker", "--nthreads")])
 def test_dask_cli_entry_points(command: str, option: str) -> None:
     # The `dask` command finds ours through the `dask_cli` entry-point group.
-    r = run([sys.executable, "-m", "dask", command, "--help"])
+    r = run_cli([sys.executable, "-m", "dask", command, "--help"])
     assert r.returncode == 0, r.stderr
     assert option in r.stdout
 
@@ -257,13 +261,13 @@ def test_scheduler_and_workers(procs: Callable[..., Proc], tmp_path: Path) -> No
     w1 = procs([*WORKER, "--scheduler-file", str(sched_file), "--nthreads", "1", "--no-nanny"], name="worker-file")
     w2 = procs([*WORKER, address, "--nthreads", "1", "--no-nanny", "--name", "by-address"], name="worker-addr")
     with Client(address, timeout=30) as client:
-        wait_until(lambda: len(client.scheduler_info()["workers"]) == 2, 60, "two workers", w1)
+        poll_with_proc(lambda: len(client.scheduler_info()["workers"]) == 2, 60, "two workers", w1)
         assert client.submit(operator.add, 1, 2).result(timeout=30) == 3
         names = {w["name"] for w in client.scheduler_info()["workers"].values()}
         assert "by-address" in names
 
         assert w1.signal_and_wait(signal.SIGTERM) == 0, w1.stderr()
-        wait_until(lambda: len(client.scheduler_info()["workers"]) == 1, 30, "worker removal")
+        poll_with_proc(lambda: len(client.scheduler_info()["workers"]) == 1, 30, "worker removal")
         assert w2.signal_and_wait(signal.SIGTERM) == 0, w2.stderr()
 
     assert sched.signal_and_wait(signal.SIGTERM) == 0, sched.stderr()
@@ -277,7 +281,7 @@ def test_scheduler_and_workers(procs: Callable[..., Proc], tmp_path: Path) -> No
 def test_sigint(procs: Callable[..., Proc], tmp_path: Path) -> None:
     sched, address, _ = start_scheduler(procs, tmp_path)
     worker = procs([*WORKER, address, "--nthreads", "1", "--no-nanny"], name="worker")
-    wait_until(lambda: n_workers(address) == 1, 60, "the worker", worker)
+    poll_with_proc(lambda: n_workers(address) == 1, 60, "the worker", worker)
     assert worker.signal_and_wait(signal.SIGINT) == 0, worker.stderr()
     assert sched.signal_and_wait(signal.SIGINT) == 0, sched.stderr()
     for p in (worker, sched):
@@ -300,7 +304,7 @@ def test_nworkers_in_one_process(procs: Callable[..., Proc], tmp_path: Path) -> 
             ws: dict[str, Any] = client.scheduler_info()["workers"]
             return ws if len(ws) == 2 else None
 
-        workers = wait_until(two_workers, 60, "two workers", worker)
+        workers = poll_with_proc(two_workers, 60, "two workers", worker)
         assert sorted(w["name"] for w in workers.values()) == ["w-0", "w-1"]
         assert {w["nthreads"] for w in workers.values()} == {1}
         assert all(w["resources"] == {"GPU": 2.0, "MEM": 10e9} for w in workers.values())
@@ -316,7 +320,7 @@ def test_nworkers_in_one_process(procs: Callable[..., Proc], tmp_path: Path) -> 
 def test_worker_exits_when_scheduler_goes_away(procs: Callable[..., Proc], tmp_path: Path) -> None:
     sched, address, _ = start_scheduler(procs, tmp_path)
     worker = procs([*WORKER, address, "--nthreads", "1", "--no-nanny"], name="worker")
-    wait_until(lambda: n_workers(address) == 1, 60, "the worker", worker)
+    poll_with_proc(lambda: n_workers(address) == 1, 60, "the worker", worker)
     assert sched.signal_and_wait(signal.SIGTERM) == 0, sched.stderr()
     worker.wait(timeout=EXIT_TIMEOUT)
 
@@ -325,7 +329,7 @@ def test_worker_exits_when_scheduler_goes_away(procs: Callable[..., Proc], tmp_p
 def test_worker_exits_when_scheduler_is_killed(procs: Callable[..., Proc], tmp_path: Path) -> None:
     sched, address, _ = start_scheduler(procs, tmp_path)
     worker = procs([*WORKER, address, "--nthreads", "1", "--no-nanny"], name="worker")
-    wait_until(lambda: n_workers(address) == 1, 60, "the worker", worker)
+    poll_with_proc(lambda: n_workers(address) == 1, 60, "the worker", worker)
     sched.kill()
     worker.wait(timeout=30)
 
@@ -335,7 +339,7 @@ def test_worker_waits_for_scheduler_file(procs: Callable[..., Proc], tmp_path: P
     sched_file = tmp_path / "scheduler.json"
     worker = procs([*WORKER, "--scheduler-file", str(sched_file), "--nthreads", "1"], name="worker")
     sched, address, _ = start_scheduler(procs, tmp_path)
-    wait_until(lambda: n_workers(address) == 1, 60, "the worker", worker)
+    poll_with_proc(lambda: n_workers(address) == 1, 60, "the worker", worker)
     assert worker.signal_and_wait(signal.SIGTERM) == 0, worker.stderr()
     assert sched.signal_and_wait(signal.SIGTERM) == 0, sched.stderr()
 
@@ -352,7 +356,7 @@ def test_worker_gives_up_on_missing_scheduler_file(procs: Callable[..., Proc], t
 def test_sigterm_while_waiting_for_scheduler_file(procs: Callable[..., Proc], tmp_path: Path) -> None:
     worker = procs([*WORKER, "--scheduler-file", str(tmp_path / "later.json")], name="worker")
     # Logged once the signal handlers are in place.
-    wait_until(lambda: "Waiting for the scheduler's address" in worker.stderr(), 30, "the worker to wait", worker)
+    poll_with_proc(lambda: "Waiting for the scheduler's address" in worker.stderr(), 30, "the worker to wait", worker)
     assert worker.signal_and_wait(signal.SIGTERM) == 0, worker.stderr()
 
 
@@ -410,5 +414,5 @@ def test_scheduler_dashboard(procs: Callable[..., Proc], tmp_path: Path) -> None
 @pytest.mark.timeout(60)
 def test_scheduler_preload_is_accepted_with_a_warning(procs: Callable[..., Proc], tmp_path: Path) -> None:
     sched, _, _ = start_scheduler(procs, tmp_path, "--preload", "some_module", "--jupyter")
-    wait_until(lambda: "--preload is not supported" in sched.stderr(), 10, "the warning", sched)
+    poll_with_proc(lambda: "--preload is not supported" in sched.stderr(), 10, "the warning", sched)
     assert sched.signal_and_wait(signal.SIGTERM) == 0, sched.stderr()

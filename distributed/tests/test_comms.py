@@ -9,9 +9,9 @@ import struct
 import threading
 import time
 import tracemalloc
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, TypeVar
+from typing import Any
 
 import dask.config
 import numpy as np
@@ -30,33 +30,12 @@ from distributed.comm import (
 )
 from distributed.protocol import Serialize, Serialized, to_serialize, unwrap
 from distributed.utils import LoopRunner
-
-T = TypeVar("T")
+from distributed.utils_test import async_poll_for, run_async
 
 SCHEMES = ["tcp", "inproc"]
 
 
 # -- helpers -----------------------------------------------------------------
-
-
-def run(make: Callable[[], Coroutine[Any, Any, T]], timeout: float = 30.0) -> T:
-    """Run a coroutine in a fresh loop; fail on errors the loop reports."""
-    errors: list[dict[str, Any]] = []
-
-    async def main() -> T:
-        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: errors.append(ctx))
-        return await asyncio.wait_for(make(), timeout)
-
-    result = asyncio.run(main())
-    assert not errors, errors
-    return result
-
-
-async def wait_until(pred: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.002)
 
 
 def listen_address(scheme: str) -> str:
@@ -148,7 +127,7 @@ def test_unknown_scheme() -> None:
         with pytest.raises(ValueError, match="Unknown comm scheme"):
             listen("udp://127.0.0.1:1", handler)
 
-    run(main)
+    run_async(main)
 
 
 # -- conformance ---------------------------------------------------------------
@@ -169,7 +148,7 @@ def test_round_trip(scheme: str) -> None:
             assert await asyncio.wait_for(client.read(), 5) == {"status": "OK", "result": 42}
             assert not client.closed() and not server.closed()
 
-    run(main)
+    run_async(main)
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
@@ -190,7 +169,7 @@ def test_addresses(scheme: str) -> None:
             client.abort()
             assert "closed" in repr(client)
 
-    run(main)
+    run_async(main)
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
@@ -207,7 +186,7 @@ def test_many_messages_in_order(scheme: str) -> None:
                 await client.write({"i": i, "pad": "x" * (i % 50)})
             assert await asyncio.wait_for(task, 10) == list(range(n))
 
-    run(main)
+    run_async(main)
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
@@ -237,7 +216,7 @@ def test_concurrent_writers(scheme: str) -> None:
             await asyncio.gather(*tasks)
             assert seen == {w: list(range(per_writer)) for w in range(writers)}
 
-    run(main)
+    run_async(main)
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
@@ -254,13 +233,13 @@ def test_close_wakes_pending_read(scheme: str, closer: str) -> None:
                 await client.close()
             with pytest.raises(CommClosedError):
                 await asyncio.wait_for(pending, 5)
-            await wait_until(client.closed)
+            await async_poll_for(client.closed)
             with pytest.raises(CommClosedError):
                 await client.write({"x": 1})
             with pytest.raises(CommClosedError):
                 await client.read()
 
-    run(main)
+    run_async(main)
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
@@ -275,7 +254,7 @@ def test_messages_before_close_are_delivered(scheme: str) -> None:
             with pytest.raises(CommClosedError):
                 await asyncio.wait_for(server.read(), 5)
 
-    run(main)
+    run_async(main)
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
@@ -292,11 +271,11 @@ def test_write_after_close(scheme: str) -> None:
             # The other end learns about it and refuses writes too.
             with pytest.raises(CommClosedError):
                 await asyncio.wait_for(server.read(), 5)
-            await wait_until(server.closed)
+            await async_poll_for(server.closed)
             with pytest.raises(CommClosedError):
                 await server.write({"x": 1})
 
-    run(main)
+    run_async(main)
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
@@ -321,7 +300,7 @@ def test_large_numpy_payload(scheme: str) -> None:
             await server.write({"ok": True})
             assert await asyncio.wait_for(client.read(), 5) == {"ok": True}
 
-    run(main)
+    run_async(main)
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
@@ -341,7 +320,7 @@ def test_many_comms_to_one_listener(scheme: str) -> None:
                 for c in clients:
                     c.abort()
 
-    run(main)
+    run_async(main)
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
@@ -353,7 +332,7 @@ def test_stopped_listener_refuses(scheme: str) -> None:
             with pytest.raises(OSError):
                 await connect(addr, timeout=0.3)
 
-    run(main)
+    run_async(main)
 
 
 # -- TCP specifics -------------------------------------------------------------
@@ -369,7 +348,7 @@ def test_tcp_connect_to_closed_port_times_out() -> None:
             elapsed = time.monotonic() - start
         assert elapsed < timeout + 1.0
 
-    run(main)
+    run_async(main)
 
 
 def test_tcp_connect_retries_until_listener_appears() -> None:
@@ -396,7 +375,7 @@ def test_tcp_connect_retries_until_listener_appears() -> None:
         finally:
             listener.stop()
 
-    run(main)
+    run_async(main)
 
 
 async def _expect_dropped(reader: asyncio.StreamReader, timeout: float = 5.0) -> None:
@@ -441,7 +420,7 @@ def test_tcp_oversized_frame_disconnects_without_allocating(limit: str | None, a
                 assert await asyncio.wait_for(server2.read(), 5) == {"after": True, "blob": b"y" * 100_000}
                 comm.abort()
 
-    run(main)
+    run_async(main)
 
 
 def test_tcp_too_many_frames_disconnects() -> None:
@@ -457,7 +436,7 @@ def test_tcp_too_many_frames_disconnects() -> None:
                 await _expect_dropped(reader)
                 writer.close()
 
-    run(main)
+    run_async(main)
 
 
 def test_tcp_message_with_many_frames() -> None:
@@ -473,7 +452,7 @@ def test_tcp_message_with_many_frames() -> None:
             await client.write({"after": 1})
             assert await asyncio.wait_for(server.read(), 5) == {"after": 1}
 
-    run(main)
+    run_async(main)
 
 
 def test_tcp_mixed_frame_sizes_stream() -> None:
@@ -494,7 +473,7 @@ def test_tcp_mixed_frame_sizes_stream() -> None:
                 assert payload_of(got["b"]) == bytes([i % 256]) * s
             await sender
 
-    run(main)
+    run_async(main)
 
 
 # -- in process, across threads ------------------------------------------------
@@ -541,7 +520,7 @@ def test_inproc_across_event_loops_in_two_threads() -> None:
             finally:
                 await comm.close()
 
-        run(client)
+        run_async(client)
         assert set(handled_on) == {server_thread}
         assert threading.get_ident() != server_thread
     finally:
@@ -584,7 +563,7 @@ def test_inproc_peer_in_other_thread_closes() -> None:
             with pytest.raises(CommClosedError):
                 await comm.write("again")
 
-        run(client)
+        run_async(client)
 
         async def stop() -> None:
             for listener in listeners:
@@ -600,7 +579,7 @@ def test_inproc_no_listener() -> None:
         with pytest.raises(OSError, match="No in-process listener"):
             await connect("inproc://nobody-here", timeout=0.1)
 
-    run(main)
+    run_async(main)
 
 
 def test_inproc_address_in_use() -> None:
@@ -619,4 +598,4 @@ def test_inproc_address_in_use() -> None:
         await again.start()
         again.stop()
 
-    run(main)
+    run_async(main)

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 import traceback
-from collections.abc import Callable, Coroutine
-from typing import Any, Literal, NotRequired, TypedDict, TypeVar
+from typing import Any, Literal, NotRequired, TypedDict
 
 import pytest
 
@@ -24,30 +22,9 @@ from distributed.core import (
     rpc,
     send_recv,
 )
-
-T = TypeVar("T")
+from distributed.utils_test import async_poll_for, run_async
 
 SCHEMES = ["tcp", "inproc"]
-
-
-def run(make: Callable[[], Coroutine[Any, Any, T]], timeout: float = 30.0) -> T:
-    """Run a coroutine in a fresh loop; fail on errors the loop reports."""
-    errors: list[dict[str, Any]] = []
-
-    async def main() -> T:
-        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: errors.append(ctx))
-        return await asyncio.wait_for(make(), timeout)
-
-    result = asyncio.run(main())
-    assert not errors, errors
-    return result
-
-
-async def wait_until(pred: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.002)
 
 
 def status_of(server: Server) -> Status:
@@ -191,7 +168,7 @@ def test_rpc_sync_and_async_handlers(scheme: str) -> None:
                 assert await r.call("add", x=-5, y=5) == 0
             assert server.adds == 2
 
-    run(main)
+    run_async(main)
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
@@ -212,7 +189,7 @@ def test_pool_call(scheme: str) -> None:
             with pytest.raises(CommClosedError):
                 await pool.call(server.address, {"op": "add", "x": 1, "y": 1})
 
-    run(main)
+    run_async(main)
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
@@ -229,7 +206,7 @@ def test_remote_exception_keeps_type_message_and_traceback(scheme: str) -> None:
             # still serving on the same comm
             assert await r.call("add", x=1, y=1) == 2
 
-    run(main)
+    run_async(main)
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
@@ -240,7 +217,7 @@ def test_unknown_op(scheme: str) -> None:
                 await r.call("no-such-op", x=1)
             assert await r.call("add", x=2, y=2) == 4
 
-    run(main)
+    run_async(main)
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
@@ -265,7 +242,7 @@ def test_malformed_message_names_field(scheme: str) -> None:
                 assert await r.call("add", x=2, y=3) == 5
             assert server.adds == 4
 
-    run(main)
+    run_async(main)
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
@@ -284,7 +261,7 @@ def test_non_mapping_request(scheme: str) -> None:
             finally:
                 await comm.close()
 
-    run(main)
+    run_async(main)
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
@@ -304,7 +281,7 @@ def test_exception_that_cannot_travel(scheme: str, kind: str, cls_name: str) -> 
                 assert "a/b" in str(info.value)
             assert await r.call("add", x=1, y=1) == 2
 
-    run(main)
+    run_async(main)
 
 
 def test_error_message_and_rebuild() -> None:
@@ -337,7 +314,7 @@ def test_no_reply_requests(scheme: str) -> None:
             finally:
                 await comm.close()
 
-    run(main)
+    run_async(main)
 
 
 # -- the pool ----------------------------------------------------------------------
@@ -362,7 +339,7 @@ def test_pool_reuses_comms(scheme: str) -> None:
             finally:
                 await pool.close()
 
-    run(main)
+    run_async(main)
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
@@ -372,7 +349,7 @@ def test_pool_respects_limit(scheme: str) -> None:
             pool = ConnectionPool(limit=2, timeout=5)
             try:
                 calls = [asyncio.create_task(pool.call(server.address, {"op": "hold"})) for _ in range(6)]
-                await wait_until(lambda: server.active == 2)
+                await async_poll_for(lambda: server.active == 2)
                 assert pool.open == 2
                 server.gate.set()
                 results = await asyncio.wait_for(asyncio.gather(*calls), 10)
@@ -382,7 +359,7 @@ def test_pool_respects_limit(scheme: str) -> None:
             finally:
                 await pool.close()
 
-    run(main)
+    run_async(main)
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
@@ -398,7 +375,7 @@ def test_pool_limit_shared_between_addresses(scheme: str) -> None:
             finally:
                 await pool.close()
 
-    run(main)
+    run_async(main)
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
@@ -414,7 +391,7 @@ def test_pool_replaces_comms_closed_while_idle(scheme: str) -> None:
             finally:
                 await pool.close()
 
-    run(main)
+    run_async(main)
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
@@ -424,7 +401,7 @@ def test_pool_comm_broken_mid_call_is_not_reused(scheme: str) -> None:
             pool = ConnectionPool(limit=1, timeout=5)
             try:
                 call = asyncio.create_task(pool.call(server.address, {"op": "hold"}))
-                await wait_until(lambda: server.active == 1)
+                await async_poll_for(lambda: server.active == 1)
                 (comm,) = pool.occupied[server.address]
                 comm.abort()
                 with pytest.raises(CommClosedError):
@@ -436,7 +413,7 @@ def test_pool_comm_broken_mid_call_is_not_reused(scheme: str) -> None:
             finally:
                 await pool.close()
 
-    run(main)
+    run_async(main)
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
@@ -445,7 +422,7 @@ def test_pool_close_wakes_waiters(scheme: str) -> None:
         async with MyServer(listen_address(scheme)) as server:
             pool = ConnectionPool(limit=1, timeout=5)
             busy = asyncio.create_task(pool.call(server.address, {"op": "hold"}))
-            await wait_until(lambda: server.active == 1)
+            await async_poll_for(lambda: server.active == 1)
             waiting = asyncio.create_task(pool.call(server.address, {"op": "add", "x": 1, "y": 1}))
             await asyncio.sleep(0)
             assert not waiting.done()
@@ -455,7 +432,7 @@ def test_pool_close_wakes_waiters(scheme: str) -> None:
                     await asyncio.wait_for(task, 5)
             assert pool.open == 0
 
-    run(main)
+    run_async(main)
 
 
 def test_pool_connect_failure_frees_its_slot() -> None:
@@ -470,7 +447,7 @@ def test_pool_connect_failure_frees_its_slot() -> None:
         finally:
             await pool.close()
 
-    run(main)
+    run_async(main)
 
 
 # -- life cycle --------------------------------------------------------------------
@@ -496,7 +473,7 @@ def test_close_cancels_background_tasks() -> None:
 
         background = server.spawn(forever(), name="forever")
         periodic = server.periodic(0.001, tick, name="ticker")
-        await wait_until(lambda: ticks >= 3)
+        await async_poll_for(lambda: ticks >= 3)
         assert not background.done() and not periodic.done()
         await server.close()
         assert server.status == Status.closed
@@ -508,7 +485,7 @@ def test_close_cancels_background_tasks() -> None:
         with pytest.raises(RuntimeError, match="closed"):
             await server.start()
 
-    run(main)
+    run_async(main)
 
 
 def test_periodic_survives_failing_callback() -> None:
@@ -523,10 +500,10 @@ def test_periodic_survives_failing_callback() -> None:
                     raise CustomError("transient")
 
             task = server.periodic(0.001, flaky)
-            await wait_until(lambda: calls >= 4)
+            await async_poll_for(lambda: calls >= 4)
             assert not task.done()
 
-    run(main)
+    run_async(main)
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
@@ -546,7 +523,7 @@ def test_async_with_server(scheme: str) -> None:
             await connect(address, timeout=0.2)
         await server.finished()
 
-    run(main)
+    run_async(main)
 
 
 def test_server_await_and_addresses() -> None:
@@ -565,7 +542,7 @@ def test_server_await_and_addresses() -> None:
             assert await r.call("add", x=1, y=1) == 2
         await server.close()
 
-    run(main)
+    run_async(main)
 
 
 def test_failed_start_closes() -> None:
@@ -582,7 +559,7 @@ def test_failed_start_closes() -> None:
         assert server.status == Status.closed
         assert not server._background
 
-    run(main)
+    run_async(main)
 
 
 # -- streams -------------------------------------------------------------------------
@@ -601,11 +578,11 @@ def test_takes_comm_and_dispatch_stream(scheme: str) -> None:
                 await comm.write({"op": "value", "value": 4})
                 await comm.write("not a batch")
                 await comm.write([{"op": "value", "value": 5}])
-                await wait_until(lambda: server.values == [1, 2, 3, 4, 5])
+                await async_poll_for(lambda: server.values == [1, 2, 3, 4, 5])
             finally:
                 await comm.close()
 
-    run(main)
+    run_async(main)
 
 
 def test_stream_messages_from_this_process_may_skip_the_schema_check() -> None:

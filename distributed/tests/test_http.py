@@ -7,7 +7,6 @@ import json
 import math
 import operator
 import socket
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -15,13 +14,7 @@ from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPResponse
 
 from distributed import Client, Scheduler, Worker
 from distributed.http.server import json_safe, parse_http_address, start_http_server
-
-
-def run(coro_fn: Callable[[], Awaitable[None]]) -> None:
-    async def main() -> None:
-        await asyncio.wait_for(coro_fn(), timeout=45)
-
-    asyncio.run(main())
+from distributed.utils_test import run_async
 
 
 async def fetch(port: int, path: str, **kwargs: Any) -> HTTPResponse:
@@ -71,7 +64,7 @@ def test_health_info_metrics() -> None:
             assert metrics["dask_scheduler_clients"] == 0
             assert metrics['dask_scheduler_tasks{state="memory"}'] == 0
 
-    run(body)
+    run_async(body, timeout=45)
 
 
 def test_metrics_follow_the_cluster() -> None:
@@ -95,7 +88,7 @@ def test_metrics_follow_the_cluster() -> None:
                     status = (await fetch(port, "/status")).body.decode()
                     assert "Workers: 2" in status
 
-    run(body)
+    run_async(body, timeout=45)
 
 
 def test_root_redirects_and_unknown_paths_404() -> None:
@@ -110,7 +103,7 @@ def test_root_redirects_and_unknown_paths_404() -> None:
                 await fetch(port, "/no-such-page")
             assert exc.value.code == 404
 
-    run(body)
+    run_async(body, timeout=45)
 
 
 def test_dashboard_port_taken_scheduler_carries_on() -> None:
@@ -123,7 +116,7 @@ def test_dashboard_port_taken_scheduler_carries_on() -> None:
                 assert s.http_server is None
                 assert s.identity()["services"] == {}
 
-    run(body)
+    run_async(body, timeout=45)
 
 
 def test_no_dashboard() -> None:
@@ -131,7 +124,7 @@ def test_no_dashboard() -> None:
         async with Scheduler(host="127.0.0.1", port=0, dashboard=False) as s:
             assert s.http_server is None
 
-    run(body)
+    run_async(body, timeout=45)
 
 
 def test_stop_closes_the_port() -> None:
@@ -145,7 +138,7 @@ def test_stop_closes_the_port() -> None:
             with pytest.raises(ConnectionRefusedError):
                 await asyncio.open_connection("127.0.0.1", handle.port)
 
-    run(body)
+    run_async(body, timeout=45)
 
 
 def test_scheduler_close_stops_http() -> None:
@@ -158,7 +151,7 @@ def test_scheduler_close_stops_http() -> None:
         with pytest.raises(ConnectionRefusedError):
             await asyncio.open_connection("127.0.0.1", port)
 
-    run(body)
+    run_async(body, timeout=45)
 
 
 @pytest.mark.parametrize(

@@ -13,8 +13,8 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import Any, Literal, NotRequired, TypedDict, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal, NotRequired, TypedDict
 
 import msgpack
 import numpy as np
@@ -37,24 +37,9 @@ from distributed.protocol import (
 )
 from distributed.protocol import pickle as dpickle
 from distributed.protocol.schema import MessageError, check, checker
-
-T = TypeVar("T")
-
+from distributed.utils_test import run_async
 
 # -- helpers -----------------------------------------------------------------
-
-
-def run(make: Callable[[], Coroutine[Any, Any, T]], timeout: float = 30.0) -> T:
-    """Run a coroutine in a fresh loop; fail on errors the loop reports."""
-    errors: list[dict[str, Any]] = []
-
-    async def main() -> T:
-        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: errors.append(ctx))
-        return await asyncio.wait_for(make(), timeout)
-
-    result = asyncio.run(main())
-    assert not errors, errors
-    return result
 
 
 def is_frame(f: object) -> bool:
@@ -509,7 +494,7 @@ def test_fuzz_raw_bytes_to_tcp_server() -> None:
                 await asyncio.sleep(0.005)
             assert server.status.name == "running"
 
-    run(main)
+    run_async(main)
 
 
 def test_write_to_closed_comm_after_garbage() -> None:
@@ -542,7 +527,7 @@ def test_write_to_closed_comm_after_garbage() -> None:
         finally:
             listener.stop()
 
-    run(main)
+    run_async(main)
 
 
 # -- schemas -------------------------------------------------------------------

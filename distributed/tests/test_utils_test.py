@@ -1,0 +1,118 @@
+"""The test harness itself: gen_test, gen_cluster, run_async."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from pathlib import Path
+from typing import Any
+
+import dask
+import pytest
+
+from distributed import Client, Scheduler, Worker
+from distributed.utils_test import async_poll_for, gen_cluster, gen_test, run_async
+
+
+# -- parametrize and fixtures after the harness's own arguments ----------------------------------
+@pytest.mark.parametrize("x", [1, 2])
+@gen_cluster(client=True)
+async def test_parametrize_outside(c: Client, s: Scheduler, a: Worker, b: Worker, x: int) -> None:
+    assert x in (1, 2)
+    assert await c.submit(lambda v: v + 1, x) == x + 1
+
+
+@gen_cluster(client=True)
+@pytest.mark.parametrize("x", ["p", "q"])
+async def test_parametrize_inside(c: Client, s: Scheduler, a: Worker, b: Worker, x: str) -> None:
+    assert x in ("p", "q")
+
+
+@pytest.mark.parametrize("x", [10, 20])
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 3)
+async def test_parametrize_after_star_workers(c: Client, s: Scheduler, *workers: Worker, x: int) -> None:
+    assert len(workers) == 3 and all(isinstance(w, Worker) for w in workers)
+    assert x in (10, 20)
+
+
+@pytest.mark.parametrize("x", [3])
+@gen_cluster(nthreads=[("127.0.0.1", 1)])
+async def test_fixture_and_parametrize_without_client(s: Scheduler, a: Worker, tmp_path: Path, x: int) -> None:
+    assert tmp_path.is_dir()
+    assert x == 3
+
+
+def test_signature_pytest_sees() -> None:
+    async def f(c: Any, s: Any, *workers: Any, x: int, y: int = 0) -> None:
+        pass
+
+    async def g(s: Any, a: Any, b: Any, tmp_path: Path, x: int) -> None:
+        pass
+
+    assert list(inspect.signature(gen_cluster(client=True)(f)).parameters) == ["x", "y"]
+    assert list(inspect.signature(gen_cluster()(g)).parameters) == ["tmp_path", "x"]
+
+
+# -- config= ------------------------------------------------------------------------------------
+@gen_test(config={"distributed.scheduler.allowed-failures": 11, "harness-test.value": "v"})
+async def test_gen_test_config() -> None:
+    assert dask.config.get("harness-test.value") == "v"
+    async with Scheduler(host="127.0.0.1", dashboard=False) as s:
+        assert s.allowed_failures == 11
+
+
+def test_gen_test_config_is_undone() -> None:
+    @gen_test(config={"harness-test.value": "inside"})
+    async def inner() -> str:
+        return str(dask.config.get("harness-test.value"))
+
+    assert inner() == "inside"
+    assert dask.config.get("harness-test.value", None) is None
+
+
+@gen_cluster(client=True, config={"distributed.scheduler.allowed-failures": 9})
+async def test_gen_cluster_config(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    assert s.allowed_failures == 9
+
+
+def test_gen_cluster_refuses_security() -> None:
+    with pytest.raises(NotImplementedError, match="security"):
+        gen_cluster(security=object())
+
+
+# -- run_async ------------------------------------------------------------------------------------
+def test_run_async_returns_and_cleans_up() -> None:
+    started: list[asyncio.Task[Any]] = []
+
+    async def main() -> int:
+        started.append(asyncio.create_task(asyncio.sleep(60)))
+        return 7
+
+    assert run_async(main) == 7
+    assert started[0].cancelled()
+
+
+def test_run_async_fails_on_errors_the_loop_reports() -> None:
+    def boom() -> None:
+        raise RuntimeError("in a callback")
+
+    async def main() -> None:
+        asyncio.get_running_loop().call_soon(boom)
+        await asyncio.sleep(0.01)
+
+    with pytest.raises(pytest.fail.Exception, match="in a callback"):
+        run_async(main)
+    run_async(main, check_loop_errors=False)
+
+
+def test_run_async_deadline() -> None:
+    with pytest.raises(TimeoutError):
+        run_async(lambda: asyncio.sleep(10), timeout=0.05)
+
+
+def test_async_poll_for_fails_after_deadline() -> None:
+    async def main() -> None:
+        await async_poll_for(lambda: False, timeout=0.05)
+
+    with pytest.raises(pytest.fail.Exception, match="0.05"):
+        run_async(main)
