@@ -19,6 +19,7 @@ import logging
 import socket
 import struct
 import time
+from collections.abc import Callable
 from typing import Any, Final
 
 import dask.config
@@ -386,6 +387,29 @@ async def tcp_connect(loc: str, timeout: float) -> TCPComm:
     return TCPComm(protocol, _sockname(transport, "sockname"), _sockname(transport, "peername"))
 
 
+async def _serve_all_interfaces(
+    loop: asyncio.AbstractEventLoop, factory: Callable[[], _FrameProtocol], port: int, backlog: int
+) -> asyncio.base_events.Server:
+    """Listen on every interface, IPv4 and IPv6, on one port.
+
+    Left to itself, ``create_server(None, 0)`` binds one socket per address
+    family, each on a random port of its own, and the address advertised can
+    only name one of them: clients of the other family are refused.  One
+    dual-stack socket answers both families on one port; where the system has
+    none, listen on IPv4 only.
+    """
+    if socket.has_dualstack_ipv6():
+        sock = socket.create_server(
+            ("::", port), family=socket.AF_INET6, backlog=backlog, reuse_port=False, dualstack_ipv6=True
+        )
+        try:
+            return await loop.create_server(factory, sock=sock, backlog=backlog)
+        except BaseException:
+            sock.close()
+            raise
+    return await loop.create_server(factory, "0.0.0.0", port, backlog=backlog, reuse_address=True)
+
+
 class TCPListener(Listener):
     """Listens for TCP connections."""
 
@@ -407,9 +431,10 @@ class TCPListener(Listener):
             p.on_connection = self._on_connection
             return p
 
-        self.server = await loop.create_server(
-            factory, self.host or None, self.port, backlog=backlog, reuse_address=True
-        )
+        if self.host in ("", "::"):
+            self.server = await _serve_all_interfaces(loop, factory, self.port, backlog)
+        else:
+            self.server = await loop.create_server(factory, self.host, self.port, backlog=backlog, reuse_address=True)
         self.port = self.server.sockets[0].getsockname()[1]
 
     def _on_connection(self, protocol: _FrameProtocol) -> None:
@@ -428,7 +453,10 @@ class TCPListener(Listener):
 
     @property
     def listen_address(self) -> str:
-        return f"tcp://{self.host or '0.0.0.0'}:{self.port}"
+        host = self.host or "0.0.0.0"
+        if ":" in host:
+            host = f"[{host}]"
+        return f"tcp://{host}:{self.port}"
 
     @property
     def contact_address(self) -> str:

@@ -28,6 +28,7 @@ from distributed.comm import (
     parse_host_port,
     unparse_address,
 )
+from distributed.comm.tcp import TCPListener
 from distributed.protocol import Serialize, Serialized, to_serialize, unwrap
 from distributed.utils import LoopRunner
 from distributed.utils_test import async_poll_for, run_async
@@ -597,5 +598,48 @@ def test_inproc_address_in_use() -> None:
         again = listen("inproc://taken-address", handler)
         await again.start()
         again.stop()
+
+    run_async(main)
+
+
+# -- listening on every interface --------------------------------------------------------------
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as sock:
+            sock.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("host", ["", "[::]"])
+def test_listening_on_all_interfaces_uses_one_port(host: str) -> None:
+    """Every socket of the listener has one port, and both families reach it at the advertised port."""
+
+    async def main() -> None:
+        async def handler(comm: Comm) -> None:
+            msg = await comm.read()
+            await comm.write(msg)
+            await comm.close()
+
+        listener = listen(f"tcp://{host}:0", handler)
+        await listener.start()
+        try:
+            assert isinstance(listener, TCPListener) and listener.server is not None
+            ports = {sock.getsockname()[1] for sock in listener.server.sockets}
+            assert ports == {listener.port}, ports
+            assert listener.contact_address.endswith(f":{listener.port}")
+            targets = [listener.contact_address, f"tcp://127.0.0.1:{listener.port}"]
+            if socket.has_dualstack_ipv6() and _ipv6_loopback():
+                targets.append(f"tcp://[::1]:{listener.port}")
+            for addr in targets:
+                comm = await connect(addr, timeout=2)
+                try:
+                    await comm.write({"to": addr})
+                    assert await comm.read() == {"to": addr}
+                finally:
+                    comm.abort()
+        finally:
+            listener.stop()
 
     run_async(main)

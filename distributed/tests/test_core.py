@@ -597,3 +597,21 @@ def test_stream_messages_from_this_process_may_skip_the_schema_check() -> None:
     server.dispatch_stream([bad], "test", check=False)
     handled: list[Any] = list(server.values)
     assert handled == ["not an int"]  # trusted: handled as it is
+
+
+def test_scheduler_without_host_listens_on_one_port_and_advertises_it() -> None:
+    """A Scheduler with no host listens on all interfaces on one port; its address answers."""
+    from distributed.comm.tcp import TCPListener
+    from distributed.scheduler import Scheduler
+
+    async def main() -> None:
+        async with Scheduler(dashboard=False) as s:
+            (listener,) = s.listeners
+            assert isinstance(listener, TCPListener) and listener.server is not None
+            assert {sock.getsockname()[1] for sock in listener.server.sockets} == {s.port}
+            async with rpc(s.address, timeout=2) as r:
+                assert (await r.call("identity"))["id"] == s.id
+            async with rpc(f"tcp://127.0.0.1:{s.port}", timeout=2) as r:
+                assert (await r.call("identity"))["id"] == s.id
+
+    run_async(main)
