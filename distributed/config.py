@@ -20,19 +20,11 @@ _here = os.path.dirname(os.path.abspath(__file__))
 _defaults_path = os.path.join(_here, "distributed.yaml")
 
 #: Old flat keys renamed into the ``distributed.*`` tree, as users of older
-#: releases still write them.
+#: releases still write them (only for keys this package reads).
 deprecations: dict[str, str] = {
     "allowed-failures": "distributed.scheduler.allowed-failures",
     "bandwidth": "distributed.scheduler.bandwidth",
-    "default-data-size": "distributed.scheduler.default-data-size",
-    "work-stealing": "distributed.scheduler.work-stealing",
     "worker-ttl": "distributed.scheduler.worker-ttl",
-    "worker-memory-target": "distributed.worker.memory.target",
-    "worker-memory-spill": "distributed.worker.memory.spill",
-    "worker-memory-pause": "distributed.worker.memory.pause",
-    "worker-memory-terminate": "distributed.worker.memory.terminate",
-    "tick-time": "distributed.admin.tick.interval",
-    "tick-maximum-delay": "distributed.admin.tick.limit",
 }
 
 

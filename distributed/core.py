@@ -19,6 +19,11 @@ messages (see :mod:`distributed.batched`), dispatched through
 
 Every background coroutine of a server is started with :meth:`Server.spawn`
 and cancelled and awaited by :meth:`Server.close`, so nothing outlives it.
+
+While it runs, a server keeps the last ``distributed.admin.log-length`` log
+records of its own modules (``distributed.scheduler*`` for a scheduler,
+``distributed.worker*`` for a worker) in :attr:`Server.logs`, and answers
+``get_logs`` with them, as dask.distributed's servers do.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import logging
 import sys
 import types
 import weakref
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -40,6 +45,7 @@ import tblib
 
 from distributed.comm import Comm, CommClosedError, connect, listen, normalize_address
 from distributed.comm.core import Listener
+from distributed.protocol import messages as m
 from distributed.protocol.framing import ProtocolError
 from distributed.protocol.schema import Check, checker
 from distributed.protocol.serialize import Serialized, as_serialized, unwrap
@@ -49,6 +55,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "ConnectionPool",
+    "LogBuffer",
     "RemoteError",
     "Route",
     "Server",
@@ -199,6 +206,59 @@ async def send_recv(comm: Comm, msg: Mapping[str, Any]) -> Any:
     raise ProtocolError(f"Malformed reply status {status!r}")
 
 
+class LogBuffer(logging.Handler):
+    """Keeps the last ``n`` log records whose logger name starts with ``prefix``.
+
+    Attached to the ``distributed`` logger, it sees what that logger's
+    children emit at their effective level; nothing is formatted until asked.
+
+    Parameters
+    ----------
+    prefix
+        Logger names to keep, e.g. ``"distributed.scheduler"`` (which also
+        covers ``distributed.scheduler_streams``).
+    n
+        Most records kept (default ``distributed.admin.log-length``).
+    """
+
+    def __init__(self, prefix: str, n: int | None = None) -> None:
+        super().__init__()
+        if n is None:
+            n = int(dask.config.get("distributed.admin.log-length"))
+        self.prefix = prefix
+        self.records: deque[logging.LogRecord] = deque(maxlen=n)
+        self._formatter = logging.Formatter("%(asctime)s - %(name)s - %(levelname)s - %(message)s")
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.name.startswith(self.prefix):
+            self.records.append(record)
+
+    def get(self, n: int | None = None, timestamps: bool = False) -> list[tuple[Any, ...]]:
+        """The last ``n`` records (all when None), oldest first, as ``(level, text)``.
+
+        With ``timestamps``, ``(level, text, created)``.
+        """
+        records = list(self.records)
+        if n is not None:
+            records = records[-n:] if n > 0 else []
+        out: list[tuple[Any, ...]] = []
+        for r in records:
+            try:
+                text = self._formatter.format(r)
+            except Exception:  # a record whose arguments do not fit its message
+                text = f"{r.name} - {r.levelname} - {r.msg!r} {r.args!r}"
+            out.append((r.levelname, text, r.created) if timestamps else (r.levelname, text))
+        return out
+
+    def attach(self) -> None:
+        """Start keeping records."""
+        logging.getLogger("distributed").addHandler(self)
+
+    def detach(self) -> None:
+        """Stop keeping records (those kept stay readable)."""
+        logging.getLogger("distributed").removeHandler(self)
+
+
 class Server:
     """A message server: listens, checks messages, dispatches them to handlers.
 
@@ -220,6 +280,9 @@ class Server:
         timeout: float | None = None,
     ) -> None:
         self.handlers: dict[str, Route[Any]] = dict(handlers or {})
+        self.handlers.setdefault("get_logs", Route(m.GetLogs, self.handle_get_logs))
+        #: This server's recent log records (kept while it runs).
+        self.logs = LogBuffer(type(self).__module__)
         self.stream_handlers: dict[str, StreamRoute[Any]] = dict(stream_handlers or {})
         self.listeners: list[Listener] = []
         self.status = Status.init
@@ -251,6 +314,7 @@ class Server:
             self.loop = asyncio.get_running_loop()
             self._finished = asyncio.Event()
             self.status = Status.starting
+            self.logs.attach()
             try:
                 await self.start_unsafe()
             except BaseException:
@@ -297,9 +361,18 @@ class Server:
         for comm in list(self._comms):
             comm.abort()
         await self.rpc.close()
+        self.logs.detach()
         self.status = Status.closed
         if self._finished is not None:
             self._finished.set()
+
+    def get_logs(self, n: int | None = None, timestamps: bool = False) -> list[tuple[Any, ...]]:
+        """This server's recent log records as ``(level, text)`` (see :class:`LogBuffer`)."""
+        return self.logs.get(n, timestamps)
+
+    def handle_get_logs(self, comm: Comm, msg: m.GetLogs) -> list[tuple[Any, ...]]:
+        """Answer ``get_logs``."""
+        return self.get_logs(msg.get("n"), bool(msg.get("timestamps", False)))
 
     async def finished(self) -> None:
         """Wait until the server is closed."""

@@ -258,7 +258,6 @@ def config_for_cluster_tests(**extra: Any) -> Iterator[None]:
         {
             "distributed.scheduler.validate": True,
             "distributed.worker.validate": True,
-            "distributed.admin.tick.limit": "10s",
             "distributed.comm.timeouts.connect": "10s",
             **extra,
         }

@@ -55,7 +55,7 @@ def _version() -> str:
 @click.option(
     "--dashboard/--no-dashboard", "dashboard", default=True, show_default=True, help="Serve the HTTP endpoints"
 )
-@click.option("--jupyter/--no-jupyter", "jupyter", default=False, help="Accepted for compatibility; ignored")
+@click.option("--jupyter/--no-jupyter", "jupyter", default=False, help="Not supported yet: --jupyter is refused")
 @click.option(
     "--scheduler-file", type=str, default=None, help="File to write the scheduler's address and identity to (JSON)"
 )
@@ -66,7 +66,7 @@ def _version() -> str:
     default=None,
     help="Close the scheduler after this long without work (e.g. '1 hour')",
 )
-@click.option("--preload", type=str, multiple=True, help="Module to preload (accepted, not supported yet)")
+@click.option("--preload", type=str, multiple=True, help="Not supported yet: refused when given")
 @click.argument("preload_argv", nargs=-1, type=click.UNPROCESSED)
 @click.version_option(version=_version(), prog_name="dask scheduler")
 def main(
@@ -93,11 +93,11 @@ def main(
             host = get_ip_interface(interface)
         except ValueError as e:
             raise click.BadParameter(str(e), param_hint="'--interface'") from None
-    setup_logging()
     if preload or preload_argv:
-        logger.warning("--preload is not supported yet; ignoring %s", list(preload) + list(preload_argv))
+        raise click.UsageError(f"--preload is not supported yet (got {list(preload) + list(preload_argv)})")
     if jupyter:
-        logger.warning("--jupyter is not supported; ignoring it")
+        raise click.UsageError("--jupyter is not supported yet")
+    setup_logging()
     if dashboard and host and dashboard_address.startswith(":"):
         # Serve HTTP where the scheduler listens rather than on every interface.
         dashboard_address = host_in_address(host) + dashboard_address

@@ -30,7 +30,8 @@ from typing import Any, Protocol, Self, TypeVar
 import dask.config
 from dask.utils import format_bytes, parse_timedelta
 
-from distributed.core import ConnectionPool, Status
+from distributed.core import ConnectionPool, LogBuffer, Status
+from distributed.protocol import messages as m
 from distributed.utils import LoopRunner, sync
 
 logger = logging.getLogger(__name__)
@@ -87,6 +88,8 @@ class Cluster:
         self._closing: asyncio.Future[None] | None = None
         self._loop_runner: LoopRunner | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: The cluster's own recent log records (``distributed.deploy``), kept while it runs.
+        self._logs = LogBuffer("distributed.deploy")
         if asynchronous:
             try:
                 self._loop = asyncio.get_running_loop()
@@ -158,6 +161,7 @@ class Cluster:
 
     async def _start(self) -> None:
         self.status = Status.starting
+        self._logs.attach()
         self._pool = ConnectionPool(limit=16)
         await self._start_cluster()
         await self._refresh_scheduler_info()
@@ -239,6 +243,7 @@ class Cluster:
                 await self._pool.close()
             if self.scheduler_info:
                 self.scheduler_info = {**self.scheduler_info, "workers": {}, "n_workers": 0, "total_threads": 0}
+            self._logs.detach()
             self.status = Status.closed
 
     # -- the scheduler ------------------------------------------------------------------
@@ -259,7 +264,7 @@ class Cluster:
     async def _refresh_scheduler_info(self) -> None:
         if self._pool is None or self._scheduler_address is None:
             return
-        info = await self._pool.call(self._scheduler_address, {"op": "identity"})
+        info = await self._pool.call(self._scheduler_address, m.Empty(op="identity"))
         if isinstance(info, dict):
             self.scheduler_info = info
 
@@ -326,9 +331,48 @@ class Cluster:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.1)
 
-    def get_logs(self) -> dict[str, Any]:
-        """Logs are not collected; an empty mapping."""
-        return {}
+    def get_logs(self, cluster: bool = True, scheduler: bool = True, workers: bool | list[str] = True) -> Any:
+        """Recent log records of the cluster, its scheduler and its workers.
+
+        Each server keeps its last ``distributed.admin.log-length`` records
+        at the level its loggers let through (see :class:`~distributed.core.LogBuffer`).
+
+        Parameters
+        ----------
+        cluster
+            Include the cluster's own records (``distributed.deploy``) under ``"Cluster"``.
+        scheduler
+            Include the scheduler's under ``"Scheduler"``.
+        workers
+            Include every worker's (True), or those at the given addresses,
+            each under its address.
+
+        Returns
+        -------
+        dict[str, str]
+            One text per source, a record per line; an awaitable of it when
+            the cluster is asynchronous.
+        """
+        return self.sync(self._get_logs, cluster, scheduler, workers)
+
+    async def _get_logs(self, cluster: bool, scheduler: bool, workers: bool | list[str]) -> dict[str, str]:
+        out: dict[str, str] = {}
+        if cluster:
+            out["Cluster"] = _as_text(self._logs.get())
+        if self._pool is None or self._scheduler_address is None:
+            return out
+        msg = m.GetLogs(op="get_logs")
+        if scheduler:
+            out["Scheduler"] = _as_text(await self._pool.call(self._scheduler_address, msg))
+        if workers:
+            if workers is True:
+                await self._refresh_scheduler_info()
+                addresses = list(self.scheduler_info.get("workers", {}))
+            else:
+                addresses = list(workers)
+            replies = await asyncio.gather(*(self._pool.call(a, msg) for a in addresses))
+            out.update({a: _as_text(r) for a, r in zip(addresses, replies)})
+        return out
 
     # -- display ------------------------------------------------------------------------
     def __repr__(self) -> str:
@@ -341,3 +385,8 @@ class Cluster:
             f"{type(self).__name__}({self.name!r}, {addr!r}, workers={len(workers)}, "
             f"threads={threads}, memory={format_bytes(memory)}, status={self.status.name})"
         )
+
+
+def _as_text(records: Any) -> str:
+    """``[(level, text), ...]`` as one record per line."""
+    return "\n".join(str(r[1]) if isinstance(r, (list, tuple)) and len(r) > 1 else str(r) for r in records or ())

@@ -45,6 +45,7 @@ import psutil
 from distributed.core import Status
 from distributed.deploy.cluster import Cluster, WorkerHandle
 from distributed.deploy.spawn import ServerProcess, config_snapshot
+from distributed.protocol import messages as m
 from distributed.scheduler import Scheduler
 from distributed.utils import import_term
 from distributed.worker import Worker
@@ -99,6 +100,17 @@ def _interface_address(interface: str) -> str:
     raise ValueError(f"Network interface {interface!r} has no IPv4 address")
 
 
+def _refuse_unsupported(**params: Any) -> None:
+    """Raise for a parameter given a value this cluster cannot honour yet."""
+    for name, value in params.items():
+        if value is None or (name != "start" and not value):
+            continue
+        if name == "start":
+            # As dask.distributed: the cluster always starts (await it when asynchronous).
+            raise ValueError("LocalCluster(start=...) is not supported: a LocalCluster always starts")
+        raise NotImplementedError(f"LocalCluster({name}=...) is not supported yet")
+
+
 class LocalCluster(Cluster):
     """A scheduler and workers on this machine.
 
@@ -114,6 +126,8 @@ class LocalCluster(Cluster):
         given, in which case workers run in this process.
     loop
         A loop running in another thread to use (synchronous clusters only).
+    start
+        Not supported, as in dask.distributed: only None (the cluster always starts).
     host, ip
         Where the scheduler and workers listen (default 127.0.0.1).
     scheduler_port
@@ -124,16 +138,16 @@ class LocalCluster(Cluster):
     dashboard_address
         Where the scheduler serves its dashboard; None means no dashboard.
     worker_dashboard_address
-        Where workers serve theirs (None: no worker dashboards).
+        Not supported yet: only None (workers serve no dashboard).
     diagnostics_port
         Deprecated alias of ``dashboard_address``.
     services, worker_services, service_kwargs
-        Extra services for the scheduler / workers.
+        Not supported yet: only None or empty.
     asynchronous
         Run on the caller's loop: ``await LocalCluster(asynchronous=True)`` or
         ``async with LocalCluster(asynchronous=True) as cluster``.
     security
-        Passed to the scheduler and workers.
+        Not supported yet: only None (comms are plain TCP, so anything else is refused).
     protocol
         ``"tcp"`` or ``"inproc"``; default ``"inproc"`` without processes
         (and without a fixed ``scheduler_port``), ``"tcp"`` otherwise.
@@ -194,6 +208,14 @@ class LocalCluster(Cluster):
         name: str | None = None,
         **worker_kwargs: Any,
     ) -> None:
+        _refuse_unsupported(
+            start=start,
+            security=security,
+            services=services,
+            worker_services=worker_services,
+            service_kwargs=service_kwargs,
+            worker_dashboard_address=worker_dashboard_address,
+        )
         super().__init__(
             asynchronous=asynchronous, loop=loop, name=name, scheduler_sync_interval=scheduler_sync_interval
         )
@@ -253,23 +275,9 @@ class LocalCluster(Cluster):
             "dashboard": dashboard_address is not None,
             "dashboard_address": dashboard_address,
         }
-        if services:
-            self._scheduler_kwargs["services"] = services
-        if security is not None:
-            self._scheduler_kwargs["security"] = security
         self._scheduler_kwargs.update(scheduler_kwargs or {})
         self._blocked_handlers = list(blocked_handlers or ())
-
         self._worker_kwargs = dict(worker_kwargs)
-        if security is not None:
-            self._worker_kwargs["security"] = security
-        if worker_dashboard_address is not None:
-            self._worker_kwargs.setdefault("dashboard", True)
-            self._worker_kwargs.setdefault("dashboard_address", worker_dashboard_address)
-        if worker_services:
-            self._worker_kwargs.setdefault("services", worker_services)
-        if service_kwargs:
-            self._worker_kwargs.setdefault("service_kwargs", service_kwargs)
 
         self.silence_logs = silence_logs
         self._old_log_level: int | None = None
@@ -382,7 +390,9 @@ class LocalCluster(Cluster):
                     try:
                         await self._pool.call(
                             self.scheduler_address,
-                            {"op": "retire_workers", "workers": [h.address for h in handles], "close_workers": True},
+                            m.RetireWorkers(
+                                op="retire_workers", workers=[h.address for h in handles], close_workers=True
+                            ),
                         )
                     except Exception:
                         logger.debug("Retiring workers failed; closing them anyway", exc_info=True)

@@ -373,3 +373,12 @@ class LockRelease(TypedDict):
 class LockLocked(TypedDict):
     op: Literal["lock_locked"]
     name: PrimitiveName
+
+
+# -- logs (clusters and clients -> any server) ------------------------------------
+class GetLogs(TypedDict):
+    """Ask a server for the log records it kept (the last ``n``; all when None)."""
+
+    op: Literal["get_logs"]
+    n: NotRequired[int | None]
+    timestamps: NotRequired[bool]

@@ -416,3 +416,71 @@ def test_client_without_address_starts_local_cluster(no_leaks: None) -> None:
         client.close()
     assert cluster.status == Status.closed
     assert all(isinstance(h, ServerProcess) and h.exitcode == 0 for h in handles)
+
+
+# -- logs -----------------------------------------------------------------------------------------
+def test_get_logs_inprocess(no_leaks: None) -> None:
+    async def main() -> None:
+        async with LocalCluster(
+            n_workers=2, processes=False, dashboard_address=None, asynchronous=True, silence_logs=False
+        ) as cluster:
+            assert cluster.scheduler is not None
+            workers = list(cluster.scheduler.workers)
+            logging.getLogger("distributed.scheduler").warning("scheduler-marker %d", 1)
+            logging.getLogger("distributed.worker").warning("worker-marker")
+            logging.getLogger("distributed.deploy.local").warning("cluster-marker")
+            logs = await cluster.get_logs()
+            assert set(logs) == {"Cluster", "Scheduler", *workers}
+            assert "scheduler-marker 1" in logs["Scheduler"] and "WARNING" in logs["Scheduler"]
+            assert "worker-marker" not in logs["Scheduler"]
+            assert all("worker-marker" in logs[w] for w in workers)
+            assert "cluster-marker" in logs["Cluster"]
+            some = await cluster.get_logs(cluster=False, scheduler=False, workers=workers[:1])
+            assert set(some) == {workers[0]}
+            assert cluster.scheduler.get_logs(n=1, timestamps=True)[0][:2] == (
+                "WARNING",
+                cluster.scheduler.get_logs(n=1)[0][1],
+            )
+        # Closed servers stop collecting.
+        logging.getLogger("distributed.scheduler").warning("after-close")
+        assert "after-close" not in str(cluster.scheduler.get_logs())
+
+    asyncio.run(main())
+
+
+def test_get_logs_are_bounded(no_leaks: None) -> None:
+    with dask.config.set({"distributed.admin.log-length": 3}):
+        with LocalCluster(n_workers=0, processes=False, dashboard_address=None, silence_logs=False) as cluster:
+            for i in range(10):
+                logging.getLogger("distributed.scheduler").warning("record-%d", i)
+            text = cluster.get_logs(cluster=False, workers=False)["Scheduler"]
+    assert [line.rsplit(" - ", 1)[1] for line in text.splitlines()] == ["record-7", "record-8", "record-9"]
+
+
+@pytest.mark.timeout(120)
+def test_get_logs_of_worker_processes(no_leaks: None) -> None:
+    with LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=None) as cluster:
+        (address,) = (h.address for h in cluster.workers.values())
+        logs = cluster.get_logs()
+        assert set(logs) == {"Cluster", "Scheduler", address}
+        assert all(isinstance(text, str) for text in logs.values())
+
+
+# -- parameters that cannot be honoured yet are refused by name ------------------------------------
+@pytest.mark.parametrize(
+    "kwargs, error",
+    [
+        ({"security": object()}, NotImplementedError),
+        ({"services": {"x": object}}, NotImplementedError),
+        ({"worker_services": {"x": object}}, NotImplementedError),
+        ({"service_kwargs": {"x": {}}}, NotImplementedError),
+        ({"worker_dashboard_address": ":0"}, NotImplementedError),
+        ({"start": True}, ValueError),
+    ],
+)
+def test_local_cluster_refuses_what_it_cannot_honour(
+    no_leaks: None, kwargs: dict[str, object], error: type[Exception]
+) -> None:
+    (name,) = kwargs
+    with pytest.raises(error, match=rf"LocalCluster\({name}="):
+        LocalCluster(processes=False, n_workers=0, dashboard_address=None, **kwargs)  # type: ignore[arg-type]
