@@ -419,6 +419,9 @@ def gen_cluster(
     Further parameters of the test, after the workers (or keyword-only after
     ``*workers``), are filled by pytest: fixtures and ``pytest.mark.parametrize``.
     ``config`` is dask config set for the duration of the test.
+    ``active_rpc_timeout``, ``allow_unclosed`` and ``cluster_dump_directory``
+    are accepted as dask's harness has them and have no effect here (leak
+    checks stay on); ``security`` is refused.
 
     Examples
     --------
@@ -511,8 +514,12 @@ def cluster(
     """A scheduler and ``nworkers`` workers, each in a child process.
 
     Yields ``({"address": scheduler_address}, [{"address": ..., "proc": weakref}, ...])``
-    once every worker has registered.
+    once every worker has registered.  ``active_rpc_timeout`` and
+    ``should_check_state`` are accepted as dask's harness has them and have
+    no effect here; ``nanny=True`` is refused (there is no Nanny yet).
     """
+    if nanny:
+        raise NotImplementedError("cluster(nanny=True) is not supported yet")
     from distributed.deploy.spawn import ServerProcess
 
     child_config = {"distributed.scheduler.validate": True, "distributed.worker.validate": True, **(config or {})}
