@@ -399,14 +399,19 @@ async def _serve_all_interfaces(
     none, listen on IPv4 only.
     """
     if socket.has_dualstack_ipv6():
-        sock = socket.create_server(
-            ("::", port), family=socket.AF_INET6, backlog=backlog, reuse_port=False, dualstack_ipv6=True
-        )
         try:
-            return await loop.create_server(factory, sock=sock, backlog=backlog)
-        except BaseException:
-            sock.close()
-            raise
+            sock = socket.create_server(
+                ("::", port), family=socket.AF_INET6, backlog=backlog, reuse_port=False, dualstack_ipv6=True
+            )
+        except OSError:
+            # IPv6 switched off at run time: IPv4 only (a port in use fails there too).
+            logger.debug("No dual-stack socket on port %d; listening on IPv4 only", port, exc_info=True)
+        else:
+            try:
+                return await loop.create_server(factory, sock=sock, backlog=backlog)
+            except BaseException:
+                sock.close()
+                raise
     return await loop.create_server(factory, "0.0.0.0", port, backlog=backlog, reuse_address=True)
 
 

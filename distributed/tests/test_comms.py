@@ -643,3 +643,32 @@ def test_listening_on_all_interfaces_uses_one_port(host: str) -> None:
             listener.stop()
 
     run_async(main)
+
+
+def test_listening_on_all_interfaces_without_ipv6(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where no dual-stack socket can be made, the listener falls back to IPv4 on one port."""
+
+    def no_ipv6(*args: Any, **kwargs: Any) -> socket.socket:
+        raise OSError("IPv6 is off")
+
+    monkeypatch.setattr(socket, "create_server", no_ipv6)
+
+    async def main() -> None:
+        async def handler(comm: Comm) -> None:
+            await comm.write(await comm.read())
+
+        listener = listen("tcp://:0", handler)
+        await listener.start()
+        try:
+            assert isinstance(listener, TCPListener) and listener.server is not None
+            assert [sock.getsockname()[:2] for sock in listener.server.sockets] == [("0.0.0.0", listener.port)]
+            comm = await connect(listener.contact_address, timeout=2)
+            try:
+                await comm.write("ping")
+                assert await comm.read() == "ping"
+            finally:
+                comm.abort()
+        finally:
+            listener.stop()
+
+    run_async(main)
