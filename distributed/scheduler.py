@@ -13,8 +13,14 @@ The state machine is plain methods without I/O.  A stimulus (a graph arrives,
 a task finished, a worker left) changes state and returns an :class:`Out`:
 the recommendations still to apply and the messages to send.
 :meth:`Scheduler.transitions` applies recommendations until none are left;
-each allowed ``(start, finish)`` pair has one method in a table, and any other
-pair goes through ``released``.  Only then does the I/O shell send the
+each allowed ``(start, finish)`` pair has one method in a table, and every
+change of ``TaskState.state`` happens inside one of them, so the transition
+counter, :meth:`Scheduler.story`, validation and the plugins' ``transition``
+hook see every change.  Any other pair goes through ``released`` (or raises
+:class:`InvalidTransition` in validation mode).  What a transition needs from
+its stimulus (the report of a finished task, where scattered data landed, the
+worker whose thread freed up for a queued task) travels on the stimulus's
+:class:`Out`.  Only then does the I/O shell send the
 messages, batched per worker and per client.  Tests drive the same methods
 without any socket.  The shell (registration, the streams and their message
 handlers) is :mod:`distributed.scheduler_streams`; requests that only read
@@ -60,6 +66,7 @@ from distributed.scheduler_state import (
     TaskGroup,
     TaskPrefix,
     TaskState,
+    TaskStateName,
     WorkerState,
     drop,
     grown,
@@ -68,24 +75,53 @@ from distributed.scheduler_streams import SchedulerStreams
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ClientState", "Out", "Scheduler", "TaskGroup", "TaskPrefix", "TaskState", "WorkerState"]
+__all__ = [
+    "ClientState",
+    "InvalidTransition",
+    "Out",
+    "Scheduler",
+    "TaskGroup",
+    "TaskPrefix",
+    "TaskState",
+    "TaskStateName",
+    "WorkerState",
+]
 
 Msg = dict[str, Any]
 
 #: States in which a task still needs its dependencies.
-_ACTIVE: Final = frozenset({"waiting", "queued", "no-worker", "processing"})
+_ACTIVE: Final[frozenset[TaskStateName]] = frozenset({"waiting", "queued", "no-worker", "processing"})
+
+#: Extra keyword arguments a transition passes to the plugins' ``transition`` hook.
+PluginKwargs = dict[str, Any] | None
+
+
+class InvalidTransition(RuntimeError):
+    """A transition the table does not allow (raised in validation mode)."""
 
 
 class Out:
-    """What a stimulus produced: recommendations and messages to send."""
+    """What a stimulus produced: recommendations and messages to send.
 
-    __slots__ = ("recs", "workers", "clients", "free")
+    It also carries what the transitions a stimulus asks for need to know
+    from it: ``finished`` (the report of the task going from processing to
+    memory), ``scattered`` (where scattered data landed, for released ->
+    memory) and ``opened`` (workers whose threads may have freed up: queued
+    tasks go there once the recommendations settle).
+    """
+
+    __slots__ = ("recs", "workers", "clients", "free", "opened", "target", "finished", "scattered")
 
     def __init__(self) -> None:
-        self.recs: dict[TaskState, str] = {}
+        self.recs: dict[TaskState, TaskStateName] = {}
         self.workers: defaultdict[str, list[Msg]] = defaultdict(list)
         self.clients: defaultdict[str, list[Msg]] = defaultdict(list)
         self.free: defaultdict[str, list[Key]] = defaultdict(list)
+        self.opened: list[WorkerState] = []
+        #: The worker a queued task was pulled for (set just before queued -> processing).
+        self.target: WorkerState | None = None
+        self.finished: tuple[int, str | None] | None = None
+        self.scattered: tuple[list[WorkerState], int, str | None] | None = None
 
 
 class Scheduler(Server):
@@ -191,7 +227,7 @@ class Scheduler(Server):
         self._run_ids = itertools.count(1)
         self.transition_counter = 0
         log_length = int(dask.config.get("distributed.scheduler.transition-log-length", 100000))
-        self.transition_log: deque[tuple[Key, str, str, str, float]] = deque(maxlen=log_length)
+        self.transition_log: deque[tuple[Key, TaskStateName, TaskStateName, str, float]] = deque(maxlen=log_length)
         self.events: defaultdict[str, deque[tuple[float, Any]]] = defaultdict(lambda: deque(maxlen=100000))
         self.plugins: dict[str, SchedulerPlugin] = {}
         self._initial_plugins = list(plugins)
@@ -203,19 +239,23 @@ class Scheduler(Server):
         self.extensions: dict[str, Any] = {}
         self.http_server: Any = None
 
-        self._transitions_table: dict[tuple[str, str], Callable[[TaskState, Out], None]] = {
+        self._transitions_table: dict[tuple[TaskStateName, TaskStateName], Callable[[TaskState, Out], PluginKwargs]] = {
             ("released", "waiting"): self._released_to_waiting,
+            ("released", "memory"): self._released_to_memory,
             ("released", "forgotten"): self._released_to_forgotten,
             ("released", "erred"): self._to_erred_by_blame,
             ("waiting", "processing"): self._waiting_to_processing,
             ("waiting", "released"): self._waiting_to_released,
             ("waiting", "erred"): self._to_erred_by_blame,
-            ("queued", "processing"): self._waiting_to_processing,
+            ("queued", "processing"): self._queued_to_processing,
+            ("queued", "waiting"): self._to_waiting_again,
             ("queued", "released"): self._waiting_to_released,
             ("queued", "erred"): self._to_erred_by_blame,
             ("no-worker", "processing"): self._waiting_to_processing,
+            ("no-worker", "waiting"): self._to_waiting_again,
             ("no-worker", "released"): self._waiting_to_released,
             ("no-worker", "erred"): self._to_erred_by_blame,
+            ("processing", "memory"): self._processing_to_memory,
             ("processing", "released"): self._processing_to_released,
             ("processing", "erred"): self._processing_to_erred_by_blame,
             ("memory", "released"): self._memory_to_released,
@@ -389,7 +429,7 @@ class Scheduler(Server):
             if self.plugins:
                 self._plugin_hook("log_event", t, msg)
 
-    def story(self, *keys_or_tasks: Any) -> list[tuple[Key, str, str, str, float]]:
+    def story(self, *keys_or_tasks: Any) -> list[tuple[Key, TaskStateName, TaskStateName, str, float]]:
         """The transitions of these keys: ``(key, start, finish, stimulus_id, time)``."""
         keys = {k.key if isinstance(k, TaskState) else k for k in keys_or_tasks}
         return [t for t in self.transition_log if t[0] in keys]
@@ -397,8 +437,16 @@ class Scheduler(Server):
     # ======================================================================
     # The transition engine
     # ======================================================================
-    def transitions(self, recommendations: dict[TaskState, str], stimulus_id: str, out: Out | None = None) -> Out:
+    def transitions(
+        self, recommendations: Mapping[TaskState, TaskStateName], stimulus_id: str, out: Out | None = None
+    ) -> Out:
         """Apply recommendations, and those they produce, until none are left.
+
+        The one entry point of the state machine: every change of a task's
+        state happens in a table method called from here, counted, logged
+        for :meth:`story`, shown to plugins and (in validation mode) checked.
+        Once no recommendation is left, queued root tasks go to the workers
+        in ``out.opened`` while they have free slots.
 
         Returns the messages to send (``out.workers``, ``out.clients``).
         """
@@ -406,33 +454,59 @@ class Scheduler(Server):
             out = Out()
         recs = out.recs
         recs.update(recommendations)
+        opened = out.opened
         table = self._transitions_table
         log = self.transition_log
         plugins = self.plugins
         validate = self.validate
         touched: list[TaskState] = []
-        while recs:
-            ts, finish = recs.popitem()
+        pull_ws: WorkerState | None = None
+        pull_room = 0
+        finish: TaskStateName
+        while True:
+            if recs:
+                ts, finish = recs.popitem()
+            elif pull_room > 0 and pull_ws is not None:
+                # A thread freed up: hand it the next queued root task.
+                qts = self._pop_queued()
+                if qts is None:
+                    pull_room = 0
+                    opened.clear()
+                    continue
+                pull_room -= 1
+                ts, finish = qts, "processing"
+                out.target = pull_ws
+            elif opened:
+                pull_ws = opened.pop()
+                pull_room = self._queue_room(pull_ws)
+                continue
+            else:
+                break
             start = ts.state
             if start == finish or start == "forgotten":
                 continue
             func = table.get((start, finish))
             if func is None:
-                if start == "released":
-                    raise RuntimeError(f"Impossible transition from {start} to {finish} for {ts.key!r}")
+                if validate or start == "released":
+                    raise InvalidTransition(f"Impossible transition from {start} to {finish} for {ts.key!r}")
                 # Go through released, then try again.
                 func = table[(start, "released")]
                 recs[ts] = finish
                 finish = "released"
-            func(ts, out)
-            self.transition_counter += 1
+            extra = func(ts, out)
             new = ts.state
+            if new == start:
+                continue  # nothing changed (e.g. still needed, so not forgotten)
+            self.transition_counter += 1
             group_states = ts.group.states
             group_states[start] -= 1
             group_states[new] += 1
             log.append((ts.key, start, new, stimulus_id, time.time()))
             if plugins:
-                self._plugin_hook("transition", ts.key, start, new, stimulus_id=stimulus_id)
+                if extra:
+                    self._plugin_hook("transition", ts.key, start, new, stimulus_id=stimulus_id, **extra)
+                else:
+                    self._plugin_hook("transition", ts.key, start, new, stimulus_id=stimulus_id)
             if validate:
                 touched.append(ts)
         for ts in touched:
@@ -540,6 +614,26 @@ class Scheduler(Server):
                 return
         self._add_to_processing(ts, ws, out)
 
+    def _queued_to_processing(self, ts: TaskState, out: Out) -> None:
+        ws = out.target
+        out.target = None
+        if ws is None:
+            # Recommended without a worker in mind: look for room anywhere.
+            self._waiting_to_processing(ts, out)
+            return
+        self.n_queued -= 1
+        self._add_to_processing(ts, ws, out)
+
+    def _to_waiting_again(self, ts: TaskState, out: Out) -> None:
+        """A queued or no-worker task whose dependency must be computed again."""
+        if ts.state == "no-worker":
+            self.unrunnable.discard(ts)
+        elif ts.state == "queued":
+            self.n_queued -= 1  # its heap entry is skipped when popped
+        ts.state = "waiting"
+        if not ts.waiting_on:
+            out.recs[ts] = "processing"
+
     def _add_to_processing(self, ts: TaskState, ws: WorkerState, out: Out) -> None:
         ts.state = "processing"
         ts.processing_on = ws
@@ -596,29 +690,30 @@ class Scheduler(Server):
         if ts.resource_restrictions:
             for r, amount in ts.resource_restrictions.items():
                 ws.used_resources[r] = ws.used_resources.get(r, 0.0) - amount
-        if self.n_queued and ws.address in self.workers and ws.status == "running":
-            self._fill_from_queue(ws, out)
+        if self.n_queued:
+            out.opened.append(ws)
         if ts.resource_restrictions and self.unrunnable:
             for uts in list(self.unrunnable):
                 if uts.resource_restrictions:
                     out.recs.setdefault(uts, "processing")
         return ws
 
-    def _fill_from_queue(self, ws: WorkerState, out: Out) -> None:
+    def _queue_room(self, ws: WorkerState) -> int:
+        """How many queued root tasks ``ws`` may take now."""
         queue = self.queued
-        room = self._slots(ws, queue[0][1].prefix.duration_average if queue else -1.0)
-        while room > 0 and queue:
+        if not self.n_queued or not queue or ws.status != "running" or ws.address not in self.workers:
+            return 0
+        return self._slots(ws, queue[0][1].prefix.duration_average)
+
+    def _pop_queued(self) -> TaskState | None:
+        """The most urgent queued task, off the queue (None if there is none)."""
+        queue = self.queued
+        while queue:
             _, qts = heapq.heappop(queue)
-            if qts.state != "queued":
-                continue  # released since it was queued
-            self.n_queued -= 1
-            qts.state = "processing"
-            self._add_to_processing(qts, ws, out)
-            # Log the queued -> processing move done outside the main loop.
-            qts.group.states["queued"] -= 1
-            qts.group.states["processing"] += 1
-            self.transition_log.append((qts.key, "queued", "processing", "queue-pull", time.time()))
-            room -= 1
+            if qts.state == "queued":
+                return qts
+            # Released (or pulled) since it was queued: a stale entry.
+        return None
 
     def decide_worker(self, ts: TaskState) -> WorkerState | None:
         """The worker where ``ts`` should start soonest, or None if none can run it.
@@ -714,8 +809,14 @@ class Scheduler(Server):
         elif not ts.waiters:
             recs[ts] = "released"
 
-    def _processing_to_memory(self, ts: TaskState, ws: WorkerState, nbytes: int, type_: str | None, out: Out) -> None:
-        self._exit_processing(ts, out)
+    def _processing_to_memory(self, ts: TaskState, out: Out) -> PluginKwargs:
+        finished = out.finished
+        if finished is None:
+            raise InvalidTransition(f"{ts.key!r} can go to memory only when its worker reports it finished")
+        out.finished = None
+        nbytes, type_ = finished
+        ws = self._exit_processing(ts, out)
+        assert ws is not None
         ts.state = "memory"
         ts.nbytes = nbytes
         ts.type = type_
@@ -725,6 +826,28 @@ class Scheduler(Server):
         ws.nbytes += nbytes
         ts.group.nbytes_total += nbytes
         self._notify_in_memory(ts, out)
+        if self.plugins:
+            return {"worker": ws.address, "nbytes": nbytes, "type": type_}
+        return None
+
+    def _released_to_memory(self, ts: TaskState, out: Out) -> PluginKwargs:
+        scattered = out.scattered
+        if scattered is None:
+            raise InvalidTransition(f"{ts.key!r} can go from released to memory only when it was scattered")
+        out.scattered = None
+        holders, nbytes, type_ = scattered
+        ts.state = "memory"
+        ts.nbytes = nbytes
+        ts.type = type_
+        for ws in holders:
+            ts.who_has = grown(ts.who_has, ws)
+            ws.has_what[ts] = None
+            ws.nbytes += nbytes
+        ts.priority = ts.priority or (0, self.generation, 0)
+        self._notify_in_memory(ts, out)
+        if self.plugins:
+            return {"workers": [ws.address for ws in holders], "nbytes": nbytes, "type": type_}
+        return None
 
     def _after_release(self, ts: TaskState, out: Out) -> None:
         """A released task that is still needed waits again; an unneeded one is forgotten."""
@@ -984,16 +1107,6 @@ class Scheduler(Server):
                 )
             elif ts.state == "erred":
                 self._report_erred(ts, cs, out)
-        recs: dict[TaskState, str] = {}
-        # Recommendations pop last-in first: insert the most urgent task last.
-        for ts in sorted(new, key=_priority_key, reverse=True):
-            if ts.has_lost_dependencies:
-                continue
-            if ts.state == "released":
-                recs[ts] = "waiting"
-        for ts in wanted:
-            if ts.state == "released" and not ts.has_lost_dependencies:
-                recs[ts] = "waiting"
         if self.plugins:
             ann_out: dict[str, dict[Key, Any]] = defaultdict(dict)
             for ts in new:
@@ -1010,7 +1123,15 @@ class Scheduler(Server):
                 stimulus_id=stimulus_id,
             )
         if lost:
-            self._drop_lost(new, recs)
+            self._drop_lost(lost_set, stimulus_id, out)
+        recs: dict[TaskState, TaskStateName] = {}
+        # Recommendations pop last-in first: insert the most urgent task last.
+        for ts in sorted(new, key=_priority_key, reverse=True):
+            if ts.state == "released":
+                recs[ts] = "waiting"
+        for ts in wanted:
+            if ts.state == "released" and not ts.has_lost_dependencies:
+                recs[ts] = "waiting"
         self.transitions(recs, stimulus_id, out)
         if holder is not None and final:
             # The whole graph is here: stop holding its parts.
@@ -1023,30 +1144,21 @@ class Scheduler(Server):
                 out.clients[c].extend(msgs)
         return out
 
-    def _drop_lost(self, new: list[TaskState], recs: dict[TaskState, str]) -> None:
-        """Remove new tasks that cannot run because a dependency is unknown."""
-        for ts in new:
-            if not ts.has_lost_dependencies:
-                continue
-            for dts in ts.dependencies:
-                drop(dts.dependents, ts)
-                if (
-                    dts.state == "released"
-                    and not dts.dependents
-                    and not dts.who_wants
-                    and not dts.has_lost_dependencies
-                ):
-                    recs[dts] = "forgotten"
+    def _drop_lost(self, lost: set[TaskState], stimulus_id: str, out: Out) -> None:
+        """Forget new tasks that cannot run because a dependency is unknown.
+
+        Every dependent of a lost task is lost too: forgetting the lost
+        tasks no other lost task depends on forgets the rest in turn, and
+        with them the dependencies nothing else needs.
+        """
+        recs: dict[TaskState, TaskStateName] = {}
+        for ts in lost:
             for cs in ts.who_wants:
                 cs.wants_what.discard(ts)
             ts.who_wants = EMPTY
-            ts.dependencies = EMPTY
-            ts.dependents = EMPTY
-            ts.group.states["released"] -= 1
-            ts.group.states["forgotten"] += 1
-            ts.state = "forgotten"
-            self.tasks.pop(ts.key, None)
-            recs.pop(ts, None)
+            if not ts.dependents:
+                recs[ts] = "forgotten"
+        self.transitions(recs, stimulus_id, out)
 
     def _report_erred(self, ts: TaskState, cs: ClientState, out: Out) -> None:
         blame = ts.exception_blame or ts
@@ -1117,24 +1229,8 @@ class Scheduler(Server):
             ts.group.duration += duration
         if type_:
             ts.group.types.add(type_)
-        self._processing_to_memory(ts, ws, nbytes, type_, out)
-        ts.group.states["processing"] -= 1
-        ts.group.states["memory"] += 1
-        self.transition_log.append((key, "processing", "memory", stimulus_id, time.time()))
-        if self.plugins:
-            self._plugin_hook(
-                "transition",
-                key,
-                "processing",
-                "memory",
-                stimulus_id=stimulus_id,
-                worker=worker,
-                nbytes=nbytes,
-                type=type_,
-            )
-        if self.validate:
-            self.validate_task(ts)
-        return self.transitions({}, stimulus_id, out)
+        out.finished = (nbytes, type_)
+        return self.transitions({ts: "memory"}, stimulus_id, out)
 
     def task_erred(
         self, key: Key, worker: str, run_id: int, exception: Payload, traceback: Any, text: str, stimulus_id: str
@@ -1191,10 +1287,9 @@ class Scheduler(Server):
                 ws.nbytes += (nbytes or {}).get(key, ts.nbytes)
             else:
                 out.free[address].append(key)
-        recs: dict[TaskState, str] = {ts: "processing" for ts in self.unrunnable if self._can_run_on(ts, ws)}
+        recs: dict[TaskState, TaskStateName] = {ts: "processing" for ts in self.unrunnable if self._can_run_on(ts, ws)}
+        out.opened.append(ws)
         self.transitions(recs, stimulus_id, out)
-        if self.n_queued:
-            self._fill_from_queue(ws, out)
         if self.plugins:
             self._plugin_hook("add_worker", self, address)
         if self._worker_wait is not None:
@@ -1215,16 +1310,12 @@ class Scheduler(Server):
         self.total_nthreads -= ws.nthreads
         if self.aliases.get(ws.name) == address:
             del self.aliases[ws.name]
-        recs: dict[TaskState, str] = {}
+        recs: dict[TaskState, TaskStateName] = {}
         for ts in list(ws.processing):
             if not safe:
                 ts.suspicious += 1
             if ts.suspicious > self.allowed_failures:
                 exc = KilledWorker(ts.key, address, self.allowed_failures)
-                self._exit_processing(ts, out)
-                ts.group.states["processing"] -= 1
-                ts.state = "released"
-                ts.group.states["released"] += 1
                 self._set_error(ts, as_serialized(exc), None, str(exc))
                 recs[ts] = "erred"
             else:
@@ -1256,7 +1347,7 @@ class Scheduler(Server):
     def client_releases_keys(self, client: str, keys: Iterable[Key], stimulus_id: str) -> Out:
         """A client no longer wants ``keys``."""
         cs = self.clients.get(client)
-        recs: dict[TaskState, str] = {}
+        recs: dict[TaskState, TaskStateName] = {}
         if cs is not None:
             for key in keys:
                 ts = self.tasks.get(key)
@@ -1277,7 +1368,7 @@ class Scheduler(Server):
         cs = self.clients.get(client)
         if cs is None:
             cs = self.clients[client] = ClientState(client)
-        recs: dict[TaskState, str] = {}
+        recs: dict[TaskState, TaskStateName] = {}
         for key in keys:
             ts = self.tasks.get(key)
             if ts is None:
@@ -1319,7 +1410,7 @@ class Scheduler(Server):
             for dts in ts.dependents:
                 if dts.state not in ("memory", "erred"):
                     stack.append(dts)
-        recs: dict[TaskState, str] = {}
+        recs: dict[TaskState, TaskStateName] = {}
         for ts in seen:
             for cs in list(ts.who_wants):
                 out.clients[cs.client_key].append({"op": "cancelled-keys", "keys": [ts.key], "reason": reason})
@@ -1352,27 +1443,29 @@ class Scheduler(Server):
             ts = self.tasks.get(key)
             if ts is None:
                 ts = self.new_task(key, None)
-            elif ts.state != "memory":
+            elif ts.state == "memory":
+                # More replicas of data already in memory.
+                for ws in holders:
+                    if ws not in ts.who_has:
+                        ts.who_has = grown(ts.who_has, ws)
+                        ws.has_what[ts] = None
+                        ws.nbytes += max(ts.nbytes, 0)
+                if cs not in ts.who_wants:
+                    ts.who_wants = grown(ts.who_wants, cs)
+                    cs.wants_what.add(ts)
+                    out.clients[client].append(
+                        {"op": "key-in-memory", "key": key, "workers": [w.address for w in ts.who_has], "type": ts.type}
+                    )
+                continue
+            elif ts.state != "released":
                 self.transitions({ts: "released"}, stimulus_id, out)
-                if ts.state != "released":
-                    continue
-            if ts.state == "released":
-                ts.group.states["released"] -= 1
-                ts.group.states["memory"] += 1
-                self.transition_log.append((key, "released", "memory", stimulus_id, time.time()))
-            ts.state = "memory"
-            ts.nbytes = nbytes.get(key, 0)
-            ts.type = types.get(key)
-            for ws in holders:
-                if ws not in ts.who_has:
-                    ts.who_has = grown(ts.who_has, ws)
-                    ws.has_what[ts] = None
-                    ws.nbytes += ts.nbytes
+                if _state(ts) != "released":
+                    continue  # wanted by others, so it runs again instead
             ts.who_wants = grown(ts.who_wants, cs)
             cs.wants_what.add(ts)
-            ts.priority = ts.priority or (0, self.generation, 0)
-            self._notify_in_memory(ts, out)
-        return self.transitions({}, stimulus_id, out)
+            out.scattered = (holders, nbytes.get(key, 0), types.get(key))
+            self.transitions({ts: "memory"}, stimulus_id, out)
+        return out
 
     def add_keys(self, address: str, keys: Sequence[Key]) -> Out:
         """A worker says it holds ``keys`` (after fetching them, say)."""
@@ -1394,7 +1487,7 @@ class Scheduler(Server):
     def release_worker_data(self, address: str, keys: Sequence[Key], stimulus_id: str) -> Out:
         """A worker dropped its copies of ``keys``."""
         ws = self.workers.get(address)
-        recs: dict[TaskState, str] = {}
+        recs: dict[TaskState, TaskStateName] = {}
         if ws is None:
             return Out()
         for key in keys:
@@ -1412,7 +1505,7 @@ class Scheduler(Server):
         self, address: str, key: Key, run_id: int, missing: Mapping[Key, Sequence[str]], stimulus_id: str
     ) -> Out:
         """A worker could not fetch dependencies of ``key`` from where we said they were."""
-        recs: dict[TaskState, str] = {}
+        recs: dict[TaskState, TaskStateName] = {}
         ts = self.tasks.get(key)
         if ts is not None and self._runs_on(ts, address, run_id):
             # First in, so popped last: the lost dependencies are released
@@ -1439,7 +1532,7 @@ class Scheduler(Server):
             return Out()
         return self.transitions({ts: "released"}, stimulus_id)
 
-    def long_running(self, address: str, key: Key, run_id: int) -> Out:
+    def long_running(self, address: str, key: Key, run_id: int, stimulus_id: str) -> Out:
         """A task seceded from its worker's thread pool: its slot is free."""
         out = Out()
         ws = self.workers.get(address)
@@ -1447,9 +1540,8 @@ class Scheduler(Server):
         if ws is None or ts is None or ts.processing_on is not ws or ts.run_id != run_id:
             return out
         ws.long_running.add(ts)
-        if self.n_queued:
-            self._fill_from_queue(ws, out)
-        return out
+        out.opened.append(ws)
+        return self.transitions({}, stimulus_id, out)
 
     def retry(self, keys: Sequence[Key], stimulus_id: str) -> tuple[list[Key], Out]:
         """Rerun erred ``keys``: release the tasks whose own failure they inherit.
@@ -1537,3 +1629,8 @@ class Scheduler(Server):
 
 def _priority_key(ts: TaskState) -> tuple[Any, ...]:
     return ts.priority
+
+
+def _state(ts: TaskState) -> TaskStateName:
+    # Read after a transition: a plain ``ts.state`` would keep the narrowed type from before it.
+    return ts.state

@@ -246,7 +246,7 @@ class SchedulerStreams:
 
     def _long_running(self, msg: m.LongRunning) -> None:
         s = self.scheduler
-        s.send_all(s.long_running(self._sender(), msg["key"], msg["run_id"]))
+        s.send_all(s.long_running(self._sender(), msg["key"], msg["run_id"], f"long-running-{time.time()}"))
 
     def handle_heartbeat_worker(self, comm: Comm, msg: m.HeartbeatWorker) -> dict[str, Any]:
         """Note that a worker is alive, and tell it when to call again."""
