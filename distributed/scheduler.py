@@ -120,7 +120,7 @@ class Out:
         self.opened: list[WorkerState] = []
         #: The worker a queued task was pulled for (set just before queued -> processing).
         self.target: WorkerState | None = None
-        self.finished: tuple[int, str | None] | None = None
+        self.finished: m.TaskFinished | None = None
         self.scattered: tuple[list[WorkerState], int, str | None] | None = None
 
 
@@ -814,7 +814,8 @@ class Scheduler(Server):
         if finished is None:
             raise InvalidTransition(f"{ts.key!r} can go to memory only when its worker reports it finished")
         out.finished = None
-        nbytes, type_ = finished
+        nbytes = finished["nbytes"]
+        type_ = finished["type"]
         ws = self._exit_processing(ts, out)
         assert ws is not None
         ts.state = "memory"
@@ -1203,16 +1204,20 @@ class Scheduler(Server):
         if ann.get("allow_other_workers"):
             ts.loose_restrictions = True
 
-    def task_finished(
-        self, key: Key, worker: str, run_id: int, nbytes: int, type_: str | None, duration: float, stimulus_id: str
-    ) -> Out:
-        """A worker finished ``key`` and holds its result."""
+    def task_finished(self, worker: str, msg: m.TaskFinished, stimulus_id: str) -> Out:
+        """``worker`` finished a task and holds its result.
+
+        ``msg`` is the worker's report as it arrived (already checked against
+        its declaration): passing it through costs nothing per task, where
+        copying it into an event object would.
+        """
         out = Out()
+        key = msg["key"]
         ts = self.tasks.get(key)
         ws = self.workers.get(worker)
         if ws is None:
             return out
-        if ts is None or ts.state != "processing" or ts.processing_on is not ws or ts.run_id != run_id:
+        if ts is None or ts.state != "processing" or ts.processing_on is not ws or ts.run_id != msg["run_id"]:
             if ts is not None and ts.state == "processing" and ts.processing_on is ws:
                 # An older run finished on the worker now running a newer one: ignore it.
                 return out
@@ -1220,32 +1225,38 @@ class Scheduler(Server):
                 # Computed twice (e.g. after a reschedule): keep the replica.
                 ts.who_has = grown(ts.who_has, ws)
                 ws.has_what[ts] = None
-                ws.nbytes += max(nbytes, 0)
+                ws.nbytes += max(msg["nbytes"], 0)
             elif ts is None or ts.state not in ("memory",):
                 out.free[worker].append(key)
             return out
+        duration = msg["stop"] - msg["start"]
         if duration >= 0:
             ts.prefix.add_duration(duration)
             ts.group.duration += duration
+        type_ = msg["type"]
         if type_:
             ts.group.types.add(type_)
-        out.finished = (nbytes, type_)
+        out.finished = msg
         return self.transitions({ts: "memory"}, stimulus_id, out)
 
-    def task_erred(
-        self, key: Key, worker: str, run_id: int, exception: Payload, traceback: Any, text: str, stimulus_id: str
-    ) -> Out:
-        """A task raised on its worker."""
+    def task_erred(self, worker: str, msg: m.WorkerTaskErred, stimulus_id: str) -> Out:
+        """A task raised on ``worker`` (``msg`` is the worker's report)."""
         out = Out()
-        ts = self.tasks.get(key)
+        ts = self.tasks.get(msg["key"])
         ws = self.workers.get(worker)
-        if ts is None or ws is None or ts.state != "processing" or ts.processing_on is not ws or ts.run_id != run_id:
+        if (
+            ts is None
+            or ws is None
+            or ts.state != "processing"
+            or ts.processing_on is not ws
+            or ts.run_id != msg["run_id"]
+        ):
             return out
         if ts.retries > 0:
             # Released, it is wanted still, so it waits and runs again.
             ts.retries -= 1
             return self.transitions({ts: "released"}, stimulus_id, out)
-        self._set_error(ts, exception, traceback, text)
+        self._set_error(ts, msg["exception"], msg["traceback"], msg["text"])
         if ts.erred_on is None:
             ts.erred_on = set()
         ts.erred_on.add(worker)
@@ -1397,11 +1408,12 @@ class Scheduler(Server):
             self._plugin_hook("remove_client", self, client)
         return out
 
-    def cancel_keys(self, client: str, keys: Iterable[Key], reason: str, stimulus_id: str) -> Out:
-        """Cancel ``keys`` and what depends on them, for every client that wanted them."""
+    def cancel_keys(self, msg: m.CancelKeys, stimulus_id: str) -> Out:
+        """Cancel ``msg["keys"]`` and what depends on them, for every client that wanted them."""
         out = Out()
+        reason = msg.get("reason", "cancelled by a client")
         seen: set[TaskState] = set()
-        stack = [self.tasks[k] for k in keys if k in self.tasks]
+        stack = [self.tasks[k] for k in msg["keys"] if k in self.tasks]
         while stack:
             ts = stack.pop()
             if ts in seen:
@@ -1423,16 +1435,13 @@ class Scheduler(Server):
                 recs[ts] = "released" if ts.state != "released" else "forgotten"
         return self.transitions(recs, stimulus_id, out)
 
-    def update_data_state(
-        self,
-        client: str,
-        who_has: Mapping[Key, Sequence[str]],
-        nbytes: Mapping[Key, int],
-        types: Mapping[Key, str],
-        stimulus_id: str,
-    ) -> Out:
-        """Data was scattered to workers: record it in memory, wanted by ``client``."""
+    def update_data_state(self, msg: m.UpdateData, stimulus_id: str) -> Out:
+        """Data was scattered to workers: record it in memory, wanted by ``msg["client"]``."""
         out = Out()
+        client = msg["client"]
+        who_has = msg["who_has"]
+        nbytes = msg["nbytes"]
+        types = msg.get("types", {})
         cs = self.clients.get(client)
         if cs is None:
             cs = self.clients[client] = ClientState(client)
@@ -1501,13 +1510,12 @@ class Scheduler(Server):
                 recs[ts] = "released"
         return self.transitions(recs, stimulus_id)
 
-    def missing_data(
-        self, address: str, key: Key, run_id: int, missing: Mapping[Key, Sequence[str]], stimulus_id: str
-    ) -> Out:
-        """A worker could not fetch dependencies of ``key`` from where we said they were."""
+    def missing_data(self, address: str, msg: m.MissingData, stimulus_id: str) -> Out:
+        """A worker could not fetch dependencies of ``msg["key"]`` from where we said they were."""
         recs: dict[TaskState, TaskStateName] = {}
-        ts = self.tasks.get(key)
-        if ts is not None and self._runs_on(ts, address, run_id):
+        missing = msg["missing"]
+        ts = self.tasks.get(msg["key"])
+        if ts is not None and self._runs_on(ts, address, msg["run_id"]):
             # First in, so popped last: the lost dependencies are released
             # before ``ts`` looks for a worker again.
             recs[ts] = "released"
@@ -1525,19 +1533,19 @@ class Scheduler(Server):
                 recs[dts] = "released"
         return self.transitions(recs, stimulus_id)
 
-    def reschedule(self, address: str, key: Key, run_id: int, stimulus_id: str) -> Out:
+    def reschedule(self, address: str, msg: m.Reschedule, stimulus_id: str) -> Out:
         """A task asked to be run again, maybe elsewhere."""
-        ts = self.tasks.get(key)
-        if ts is None or not self._runs_on(ts, address, run_id):
+        ts = self.tasks.get(msg["key"])
+        if ts is None or not self._runs_on(ts, address, msg["run_id"]):
             return Out()
         return self.transitions({ts: "released"}, stimulus_id)
 
-    def long_running(self, address: str, key: Key, run_id: int, stimulus_id: str) -> Out:
+    def long_running(self, address: str, msg: m.LongRunning, stimulus_id: str) -> Out:
         """A task seceded from its worker's thread pool: its slot is free."""
         out = Out()
         ws = self.workers.get(address)
-        ts = self.tasks.get(key)
-        if ws is None or ts is None or ts.processing_on is not ws or ts.run_id != run_id:
+        ts = self.tasks.get(msg["key"])
+        if ws is None or ts is None or ts.processing_on is not ws or ts.run_id != msg["run_id"]:
             return out
         ws.long_running.add(ts)
         out.opened.append(ws)

@@ -23,6 +23,7 @@ from distributed.protocol import Serialized, unwrap
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.scheduler import InvalidTransition, Out, Scheduler
+from distributed.tests.test_scheduler_state import done, scattered
 from distributed.utils_test import async_poll_for, gen_cluster, slowinc
 from distributed.worker import Worker
 
@@ -80,7 +81,7 @@ def run_all(s: Scheduler, out: Out) -> None:
     todo = compute_tasks(out)
     while todo:
         addr, key, run_id = todo.pop(0)
-        out = s.task_finished(key, addr, run_id, 8, "int", 0.01, f"finished-{key}")
+        out = s.task_finished(addr, done(key, run_id, 8, "int", 0.01), f"finished-{key}")
         s.validate_state()
         todo.extend(compute_tasks(out))
 
@@ -124,7 +125,7 @@ def test_lost_worker_reruns_through_the_table() -> None:
     tasks: dict[Key, m.TaskSpec] = {"a": spec(), "b": spec(["a"], 1), "c": spec(["b"], 2)}
     out = s.update_graph("c1", tasks, ["c"], stimulus_id="graph")
     [(addr, key, run_id)] = compute_tasks(out)
-    out = s.task_finished(key, addr, run_id, 8, "int", 0.01, "finished-a")
+    out = s.task_finished(addr, done(key, run_id, 8, "int", 0.01), "finished-a")
     [(addr_b, key_b, _)] = compute_tasks(out)
     assert key_b == "b"
     # The worker holding "a" and running "b" leaves: both go back and run again.
@@ -163,7 +164,7 @@ def test_killed_worker_goes_through_the_table(allowed_failures: int) -> None:
 def test_scattered_data_goes_to_memory_through_the_table() -> None:
     s, rec = new_scheduler()
     s.add_worker_state(A, 1)
-    out = s.update_data_state("c1", {"x": [A]}, {"x": 10}, {"x": "int"}, "scatter")
+    out = s.update_data_state(scattered("c1", {"x": [A]}, {"x": 10}, {"x": "int"}), "scatter")
     assert s.tasks["x"].state == "memory"
     assert rec.seen["x"] == [("released", "memory")]
     assert [msg["op"] for msg in out.clients["c1"]] == ["key-in-memory"]
@@ -207,7 +208,7 @@ def test_illegal_transition_goes_through_released_outside_validation() -> None:
     s.add_worker_state(A, 1)
     out = s.update_graph("c1", {"x": spec()}, ["x"], stimulus_id="graph")
     [(addr, key, run_id)] = compute_tasks(out)
-    s.task_finished(key, addr, run_id, 8, "int", 0.01, "done")
+    s.task_finished(addr, done(key, run_id, 8, "int", 0.01), "done")
     # memory -> waiting is not in the table: it goes memory -> released -> waiting -> processing.
     out = s.transitions({s.tasks["x"]: "waiting"}, "again")
     assert [(start, finish) for _, start, finish, sid, _ in s.story("x") if sid == "again"] == [
