@@ -87,8 +87,6 @@ __all__ = [
     "WorkerState",
 ]
 
-Msg = dict[str, Any]
-
 #: States in which a task still needs its dependencies.
 _ACTIVE: Final[frozenset[TaskStateName]] = frozenset({"waiting", "queued", "no-worker", "processing"})
 
@@ -114,8 +112,8 @@ class Out:
 
     def __init__(self) -> None:
         self.recs: dict[TaskState, TaskStateName] = {}
-        self.workers: defaultdict[str, list[Msg]] = defaultdict(list)
-        self.clients: defaultdict[str, list[Msg]] = defaultdict(list)
+        self.workers: defaultdict[str, list[m.SchedulerToWorker]] = defaultdict(list)
+        self.clients: defaultdict[str, list[m.SchedulerToClient]] = defaultdict(list)
         self.free: defaultdict[str, list[Key]] = defaultdict(list)
         self.opened: list[WorkerState] = []
         #: The worker a queued task was pulled for (set just before queued -> processing).
@@ -337,7 +335,7 @@ class Scheduler(Server):
                 logger.exception("Plugin before_close failed")
         for _addr, bs in list(self.stream_comms.items()):
             try:
-                bs.send({"op": "close-worker", "reason": "scheduler-close"})
+                bs.send(m.CloseWorker(op="close-worker", reason="scheduler-close"))
             except CommClosedError:
                 pass
         for bs in list(self.stream_comms.values()) + list(self.client_comms.values()):
@@ -527,14 +525,14 @@ class Scheduler(Server):
             if bs is not None and keys:
                 # After this stimulus's compute-tasks, and without hurrying them.
                 try:
-                    bs.send_lazy({"op": "free-keys", "keys": keys})
+                    bs.send_lazy(m.FreeKeys(op="free-keys", keys=keys))
                 except CommClosedError:
                     pass
-        for client, msgs in out.clients.items():
+        for client, client_msgs in out.clients.items():
             cbs = self.client_comms.get(client)
             if cbs is not None:
                 try:
-                    cbs.send(*msgs)
+                    cbs.send(*client_msgs)
                 except CommClosedError:
                     logger.debug("Client %s stream closed", client)
 
@@ -655,16 +653,16 @@ class Scheduler(Server):
         for dts in ts.dependencies:
             who_has[dts.key] = [w.address for w in dts.who_has]
             nbytes[dts.key] = dts.nbytes
-        msg: Msg = {
-            "op": "compute-task",
-            "key": ts.key,
-            "run_id": ts.run_id,
-            "run_spec": ts.run_spec,
-            "priority": ts.priority,
-            "who_has": who_has,
-            "nbytes": nbytes,
-            "duration": duration,
-        }
+        msg = m.ComputeTask(
+            op="compute-task",
+            key=ts.key,
+            run_id=ts.run_id,
+            run_spec=ts.run_spec,
+            priority=ts.priority,
+            who_has=who_has,
+            nbytes=nbytes,
+            duration=duration,
+        )
         if ts.resource_restrictions:
             msg["resources"] = ts.resource_restrictions
         if ts.annotations:
@@ -803,7 +801,7 @@ class Scheduler(Server):
                 recs[dts] = "released"
         if ts.who_wants:
             workers = [ws.address for ws in ts.who_has]
-            msg = {"op": "key-in-memory", "key": ts.key, "workers": workers, "type": ts.type}
+            msg = m.KeyInMemory(op="key-in-memory", key=ts.key, workers=workers, type=ts.type)
             for cs in ts.who_wants:
                 out.clients[cs.client_key].append(msg)
         elif not ts.waiters:
@@ -954,13 +952,13 @@ class Scheduler(Server):
             if not dts.waiters and not dts.who_wants and dts.state == "memory":
                 out.recs.setdefault(dts, "released")
         if ts.who_wants and blame.exception is not None:
-            msg = {
-                "op": "task-erred",
-                "key": ts.key,
-                "exception": blame.exception,
-                "traceback": blame.traceback,
-                "text": blame.exception_text,
-            }
+            msg = m.ClientTaskErred(
+                op="task-erred",
+                key=ts.key,
+                exception=blame.exception,
+                traceback=blame.traceback,
+                text=blame.exception_text,
+            )
             for cs in ts.who_wants:
                 out.clients[cs.client_key].append(msg)
 
@@ -1092,7 +1090,7 @@ class Scheduler(Server):
         for key in keys:
             ts = self.tasks.get(key)
             if ts is None:
-                out.clients[client].append({"op": "cancelled-keys", "keys": [key], "reason": "lost dependencies"})
+                out.clients[client].append(m.CancelledKeys(op="cancelled-keys", keys=[key], reason="lost dependencies"))
                 continue
             ts.who_wants = grown(ts.who_wants, cs)
             cs.wants_what.add(ts)
@@ -1101,11 +1099,11 @@ class Scheduler(Server):
             if ts.has_lost_dependencies:
                 drop(ts.who_wants, cs)
                 cs.wants_what.discard(ts)
-                out.clients[client].append({"op": "cancelled-keys", "keys": [ts.key], "reason": "lost dependencies"})
-            elif ts.state == "memory":
                 out.clients[client].append(
-                    {"op": "key-in-memory", "key": ts.key, "workers": [w.address for w in ts.who_has], "type": ts.type}
+                    m.CancelledKeys(op="cancelled-keys", keys=[ts.key], reason="lost dependencies")
                 )
+            elif ts.state == "memory":
+                out.clients[client].append(self._key_in_memory(ts))
             elif ts.state == "erred":
                 self._report_erred(ts, cs, out)
         if self.plugins:
@@ -1141,8 +1139,8 @@ class Scheduler(Server):
                 out.free[addr].extend(keys_)
             for addr, msgs in out2.workers.items():
                 out.workers[addr].extend(msgs)
-            for c, msgs in out2.clients.items():
-                out.clients[c].extend(msgs)
+            for c, client_msgs in out2.clients.items():
+                out.clients[c].extend(client_msgs)
         return out
 
     def _drop_lost(self, lost: set[TaskState], stimulus_id: str, out: Out) -> None:
@@ -1161,17 +1159,21 @@ class Scheduler(Server):
                 recs[ts] = "forgotten"
         self.transitions(recs, stimulus_id, out)
 
+    @staticmethod
+    def _key_in_memory(ts: TaskState) -> m.KeyInMemory:
+        return m.KeyInMemory(op="key-in-memory", key=ts.key, workers=[ws.address for ws in ts.who_has], type=ts.type)
+
     def _report_erred(self, ts: TaskState, cs: ClientState, out: Out) -> None:
         blame = ts.exception_blame or ts
         if blame.exception is not None:
             out.clients[cs.client_key].append(
-                {
-                    "op": "task-erred",
-                    "key": ts.key,
-                    "exception": blame.exception,
-                    "traceback": blame.traceback,
-                    "text": blame.exception_text,
-                }
+                m.ClientTaskErred(
+                    op="task-erred",
+                    key=ts.key,
+                    exception=blame.exception,
+                    traceback=blame.traceback,
+                    text=blame.exception_text,
+                )
             )
 
     def _apply_annotations(self, ts: TaskState, ann: Mapping[str, Any]) -> None:
@@ -1342,7 +1344,7 @@ class Scheduler(Server):
             lost.append(ts)
             if ts.run_spec is None:
                 for cs in ts.who_wants:
-                    out.clients[cs.client_key].append({"op": "lost-data", "key": ts.key})
+                    out.clients[cs.client_key].append(m.LostData(op="lost-data", key=ts.key))
         ws.nbytes = 0
         # Recommendations pop last-in first: lost data goes before the reruns,
         # and dependencies (earlier priority) before their dependents.
@@ -1383,14 +1385,12 @@ class Scheduler(Server):
         for key in keys:
             ts = self.tasks.get(key)
             if ts is None:
-                out.clients[client].append({"op": "cancelled-keys", "keys": [key], "reason": "unknown key"})
+                out.clients[client].append(m.CancelledKeys(op="cancelled-keys", keys=[key], reason="unknown key"))
                 continue
             ts.who_wants = grown(ts.who_wants, cs)
             cs.wants_what.add(ts)
             if ts.state == "memory":
-                out.clients[client].append(
-                    {"op": "key-in-memory", "key": key, "workers": [w.address for w in ts.who_has], "type": ts.type}
-                )
+                out.clients[client].append(self._key_in_memory(ts))
             elif ts.state == "erred":
                 self._report_erred(ts, cs, out)
             elif ts.state == "released":
@@ -1425,7 +1425,7 @@ class Scheduler(Server):
         recs: dict[TaskState, TaskStateName] = {}
         for ts in seen:
             for cs in list(ts.who_wants):
-                out.clients[cs.client_key].append({"op": "cancelled-keys", "keys": [ts.key], "reason": reason})
+                out.clients[cs.client_key].append(m.CancelledKeys(op="cancelled-keys", keys=[ts.key], reason=reason))
                 cs.wants_what.discard(ts)
             ts.who_wants = EMPTY
         # Recommendations pop last-in first: dependents (later priority) go
@@ -1462,9 +1462,7 @@ class Scheduler(Server):
                 if cs not in ts.who_wants:
                     ts.who_wants = grown(ts.who_wants, cs)
                     cs.wants_what.add(ts)
-                    out.clients[client].append(
-                        {"op": "key-in-memory", "key": key, "workers": [w.address for w in ts.who_has], "type": ts.type}
-                    )
+                    out.clients[client].append(self._key_in_memory(ts))
                 continue
             elif ts.state != "released":
                 self.transitions({ts: "released"}, stimulus_id, out)

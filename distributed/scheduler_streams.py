@@ -318,7 +318,7 @@ class SchedulerStreams:
         cbs = self.scheduler.client_comms.get(msg["client"])
         if cbs is not None:
             try:
-                cbs.send({"op": "stream-barrier", "id": msg["id"]})
+                cbs.send(m.StreamBarrierReached(op="stream-barrier", id=msg["id"]))
             except CommClosedError:
                 pass
 

@@ -191,3 +191,19 @@ def test_large_state_gc_freezes_while_large_and_unfreezes_after() -> None:
         assert gc.get_freeze_count() == 0 and policy.frozen_at == 0
     finally:
         gc.unfreeze()
+
+
+def test_scheduler_builds_declared_messages() -> None:
+    """No ``{"op": ...}`` literal in the scheduler's modules: each message is built as its declared type."""
+    import ast
+    import inspect
+
+    import distributed.scheduler as sched_mod
+    import distributed.scheduler_requests as requests_mod
+    import distributed.scheduler_streams as streams_mod
+
+    for mod in (sched_mod, streams_mod, requests_mod):
+        for node in ast.walk(ast.parse(inspect.getsource(mod))):
+            if isinstance(node, ast.Dict):
+                keys = [k.value for k in node.keys if isinstance(k, ast.Constant)]
+                assert "op" not in keys, (mod.__name__, node.lineno)

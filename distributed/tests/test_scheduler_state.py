@@ -65,9 +65,9 @@ def check(s: Scheduler, out: Out) -> Out:
     return out
 
 
-def computes(out: Out, worker: str | None = None) -> list[Msg]:
+def computes(out: Out, worker: str | None = None) -> list[m.ComputeTask]:
     """The compute-task messages of ``out`` (to one worker, or to any)."""
-    result: list[Msg] = []
+    result: list[m.ComputeTask] = []
     for addr, msgs in out.workers.items():
         if worker is not None and addr != worker:
             continue
@@ -79,7 +79,7 @@ def computed_keys(out: Out, worker: str | None = None) -> list[Key]:
     return [msg["key"] for msg in computes(out, worker)]
 
 
-def compute_of(out: Out, key: Key) -> tuple[str, Msg]:
+def compute_of(out: Out, key: Key) -> tuple[str, m.ComputeTask]:
     """The one worker asked to compute ``key``, and the message."""
     found = [
         (addr, msg)
@@ -96,7 +96,8 @@ def freed(out: Out) -> dict[str, set[Key]]:
 
 
 def client_ops(out: Out, client: str, op: str) -> list[Msg]:
-    return [msg for msg in out.clients.get(client, []) if msg["op"] == op]
+    """The messages of one op to ``client`` (as plain dicts, to read any field)."""
+    return [cast(Msg, msg) for msg in out.clients.get(client, []) if msg["op"] == op]
 
 
 def done(key: Key, run_id: int, nbytes: int = 100, type_: str = "int", duration: float = 0.1) -> m.TaskFinished:
