@@ -72,6 +72,7 @@ from distributed.scheduler_state import (
     grown,
 )
 from distributed.scheduler_streams import SchedulerStreams
+from distributed.utils import get_ip_interface
 
 logger = logging.getLogger(__name__)
 
@@ -129,6 +130,9 @@ class Scheduler(Server):
     ----------
     host, port
         Where to listen (``host=None`` listens on all interfaces).
+    interface
+        Listen on the IPv4 address of this network interface (``"eth0"``);
+        not together with ``host``.
     protocol
         ``"tcp"`` (default) or ``"inproc"``.
     validate
@@ -142,6 +146,13 @@ class Scheduler(Server):
         :class:`KilledWorker`.
     worker_ttl
         Remove a worker not heard from for this long.
+    security, services, http_prefix, jupyter
+        Only their defaults are supported yet (no TLS, no extra services, HTTP
+        routes at ``/``, no Jupyter server): any other value raises
+        ``NotImplementedError`` naming the parameter.
+    loop
+        Ignored, as in ``dask.distributed``: the scheduler runs on the event
+        loop that starts it.
 
     Examples
     --------
@@ -173,8 +184,12 @@ class Scheduler(Server):
         services: Any = None,
         extensions: Any = None,
         jupyter: bool = False,
-        **kwargs: Any,
     ) -> None:
+        _refuse_unsupported(security=security, services=services, http_prefix=http_prefix, jupyter=jupyter)
+        if interface is not None:
+            if host is not None:
+                raise ValueError("Scheduler(host=..., interface=...): give one or the other")
+            host = get_ip_interface(interface)
         self.id = f"Scheduler-{uuid.uuid4()}"
         self._host = host
         self._port = port
@@ -1631,6 +1646,21 @@ class Scheduler(Server):
         assert self.total_nthreads == sum(ws.nthreads for ws in self.workers.values())
         assert self.n_queued == sum(1 for ts in self.tasks.values() if ts.state == "queued"), "queued count"
         assert self.unrunnable == {ts for ts in self.tasks.values() if ts.state == "no-worker"}, "unrunnable set"
+
+
+def _refuse_unsupported(*, security: Any, services: Any, http_prefix: str | None, jupyter: bool) -> None:
+    """Raise for parameters whose non-default values this scheduler cannot honour yet."""
+    if security is not None:
+        # Listening in clear text when TLS was asked for would be worse than failing.
+        raise NotImplementedError("Scheduler(security=...) is not supported yet (TLS is not implemented)")
+    if services:
+        raise NotImplementedError("Scheduler(services=...) is not supported yet")
+    if http_prefix not in (None, "", "/"):
+        raise NotImplementedError(
+            f"Scheduler(http_prefix={http_prefix!r}) is not supported yet: routes are served at /"
+        )
+    if jupyter:
+        raise NotImplementedError("Scheduler(jupyter=True) is not supported")
 
 
 def _priority_key(ts: TaskState) -> tuple[Any, ...]:
