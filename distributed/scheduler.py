@@ -780,7 +780,7 @@ class Scheduler(Server):
         if ts.worker_restrictions or ts.host_restrictions:
             allowed: set[WorkerState] = set()
             for w in ts.worker_restrictions or ():
-                ws = self.workers.get(w) or self._worker_by_name(w)
+                ws = (self.workers.get(w) if isinstance(w, str) else None) or self._worker_by_name(w)
                 if ws is not None:
                     allowed.add(ws)
             for h in ts.host_restrictions or ():
@@ -802,7 +802,15 @@ class Scheduler(Server):
 
     def _worker_by_name(self, name: Any) -> WorkerState | None:
         addr = self.aliases.get(name)
-        return self.workers.get(addr) if addr is not None else None
+        if addr is not None:
+            return self.workers.get(addr)
+        if isinstance(name, str):
+            # A name that is not a string may arrive as one (``workers=["0"]``
+            # for the worker LocalCluster names 0).
+            for ws in self.workers.values():
+                if not isinstance(ws.name, str) and str(ws.name) == name:
+                    return ws
+        return None
 
     def _notify_in_memory(self, ts: TaskState, out: Out) -> None:
         recs = out.recs
@@ -902,6 +910,10 @@ class Scheduler(Server):
         self._after_release(ts, out)
 
     def _memory_to_released(self, ts: TaskState, out: Out) -> None:
+        # A key still wanted leaves memory only when its data was lost: its
+        # clients wait again (it is recomputed, or errs if it cannot be).
+        for cs in ts.who_wants:
+            out.clients[cs.client_key].append(m.LostData(op="lost-data", key=ts.key))
         for ws in ts.who_has:
             del ws.has_what[ts]
             ws.nbytes -= max(ts.nbytes, 0)
@@ -1203,9 +1215,11 @@ class Scheduler(Server):
             if isinstance(workers, (str, int)):
                 workers = [workers]
             hosts: set[str] = set()
-            addrs: set[str] = set()
+            addrs: set[Any] = set()
             for w in workers:
-                w = str(w) if not isinstance(w, str) else w
+                if not isinstance(w, str):
+                    addrs.add(w)  # a worker name that is not a string, e.g. 0
+                    continue
                 if "://" in w or w in self.aliases or any(ws.name == w for ws in self.workers.values()):
                     addrs.add(w)
                 elif ":" in w:
@@ -1357,9 +1371,6 @@ class Scheduler(Server):
             # Held only here: released (which clears who_has) before its
             # dependents move, so none of them starts with no holder to fetch from.
             lost.append(ts)
-            if ts.run_spec is None:
-                for cs in ts.who_wants:
-                    out.clients[cs.client_key].append(m.LostData(op="lost-data", key=ts.key))
         ws.nbytes = 0
         # Recommendations pop last-in first: lost data goes before the reruns,
         # and dependencies (earlier priority) before their dependents.
@@ -1374,21 +1385,26 @@ class Scheduler(Server):
 
     def client_releases_keys(self, client: str, keys: Iterable[Key], stimulus_id: str) -> Out:
         """A client no longer wants ``keys``."""
+        out = Out()
         cs = self.clients.get(client)
-        recs: dict[TaskState, TaskStateName] = {}
         if cs is not None:
-            for key in keys:
-                ts = self.tasks.get(key)
-                if ts is None or cs not in ts.who_wants:
-                    continue
-                drop(ts.who_wants, cs)
-                cs.wants_what.discard(ts)
-                if not ts.who_wants:
-                    if ts.state == "released":
-                        recs[ts] = "forgotten"
-                    elif not ts.waiters:
-                        recs[ts] = "released"
-        return self.transitions(recs, stimulus_id)
+            self._release_for(cs, keys, stimulus_id, out)
+        return out
+
+    def _release_for(self, cs: ClientState, keys: Iterable[Key], stimulus_id: str, out: Out) -> None:
+        recs: dict[TaskState, TaskStateName] = {}
+        for key in keys:
+            ts = self.tasks.get(key)
+            if ts is None or cs not in ts.who_wants:
+                continue
+            drop(ts.who_wants, cs)
+            cs.wants_what.discard(ts)
+            if not ts.who_wants:
+                if ts.state == "released":
+                    recs[ts] = "forgotten"
+                elif not ts.waiters:
+                    recs[ts] = "released"
+        self.transitions(recs, stimulus_id, out)
 
     def client_desires_keys(self, client: str, keys: Iterable[Key], stimulus_id: str) -> Out:
         """A client wants ``keys`` (already known to the scheduler)."""
@@ -1413,41 +1429,73 @@ class Scheduler(Server):
         return self.transitions(recs, stimulus_id, out)
 
     def remove_client_state(self, client: str, stimulus_id: str) -> Out:
-        """A client left: release everything it wanted."""
-        cs = self.clients.get(client)
-        if cs is None:
-            return Out()
-        out = self.client_releases_keys(client, [ts.key for ts in cs.wants_what], stimulus_id)
-        del self.clients[client]
-        if self.plugins:
-            self._plugin_hook("remove_client", self, client)
+        """A client left: release everything it wanted.
+
+        That includes what the stand-ins holding the parts of its graphs
+        still in flight (``<client>/graph-<id>``) wanted: no final part
+        will ever come to release them.
+        """
+        out = Out()
+        prefix = f"{client}/graph-"
+        for name in [client, *(c for c in self.clients if c.startswith(prefix))]:
+            cs = self.clients.get(name)
+            if cs is None:
+                continue
+            self._release_for(cs, [ts.key for ts in cs.wants_what], stimulus_id, out)
+            del self.clients[name]
+            if self.plugins and name == client:
+                self._plugin_hook("remove_client", self, client)
         return out
 
     def cancel_keys(self, msg: m.CancelKeys, stimulus_id: str) -> Out:
-        """Cancel ``msg["keys"]`` and what depends on them, for every client that wanted them."""
+        """A client cancels ``msg["keys"]``.
+
+        A key only the cancelling client wants (or nobody) is cancelled,
+        with what depends on it and is not computed yet, for every client
+        that wanted any of them.  A key another client wants too stays: only
+        the cancelling client's interest goes.  With ``force`` the keys are
+        cancelled for every client regardless (``Client.cancel(force=True)``).
+        """
         out = Out()
         reason = msg.get("reason", "cancelled by a client")
+        force = msg.get("force", False)
+        cs = self.clients.get(msg["client"])
+        mine: list[TaskState] = []
         seen: set[TaskState] = set()
         stack = [self.tasks[k] for k in msg["keys"] if k in self.tasks]
         while stack:
             ts = stack.pop()
             if ts in seen:
                 continue
+            if not force and any(other is not cs for other in ts.who_wants):
+                # Others want it: only the cancelling client lets go.
+                if cs is not None and cs in ts.who_wants:
+                    mine.append(ts)
+                continue
             seen.add(ts)
             for dts in ts.dependents:
                 if dts.state not in ("memory", "erred"):
                     stack.append(dts)
+        if mine and cs is not None:
+            for ts in mine:
+                out.clients[cs.client_key].append(m.CancelledKeys(op="cancelled-keys", keys=[ts.key], reason=reason))
+            self._release_for(cs, [ts.key for ts in mine], stimulus_id, out)
         recs: dict[TaskState, TaskStateName] = {}
         for ts in seen:
-            for cs in list(ts.who_wants):
-                out.clients[cs.client_key].append(m.CancelledKeys(op="cancelled-keys", keys=[ts.key], reason=reason))
-                cs.wants_what.discard(ts)
+            for wcs in list(ts.who_wants):
+                out.clients[wcs.client_key].append(m.CancelledKeys(op="cancelled-keys", keys=[ts.key], reason=reason))
+                wcs.wants_what.discard(ts)
             ts.who_wants = EMPTY
+        # A cancelled task still needed by one that stays (another client
+        # wants it) keeps running; look at dependents before dependencies.
+        releasing: set[TaskState] = set()
+        for ts in sorted(seen, key=_priority_key, reverse=True):
+            if ts.state != "forgotten" and not ts.waiters - releasing:
+                releasing.add(ts)
         # Recommendations pop last-in first: dependents (later priority) go
         # first, so a dependency is not kept alive by a dependent being cancelled.
-        for ts in sorted(seen, key=_priority_key):
-            if ts.state != "forgotten" and not ts.waiters - seen:
-                recs[ts] = "released" if ts.state != "released" else "forgotten"
+        for ts in sorted(releasing, key=_priority_key):
+            recs[ts] = "released" if ts.state != "released" else "forgotten"
         return self.transitions(recs, stimulus_id, out)
 
     def update_data_state(self, msg: m.UpdateData, stimulus_id: str) -> Out:

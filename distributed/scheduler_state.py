@@ -183,7 +183,8 @@ class TaskState:
         self.group = group
         self.prefix = group.prefix
         self.annotations: dict[str, Any] = {}
-        self.worker_restrictions: set[str] | None = None
+        #: Worker addresses, or names (of any type: LocalCluster names workers 0, 1, ...).
+        self.worker_restrictions: set[Any] | None = None
         self.host_restrictions: set[str] | None = None
         self.resource_restrictions: dict[str, float] | None = None
         self.loose_restrictions = False

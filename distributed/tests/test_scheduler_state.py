@@ -636,13 +636,13 @@ def test_lost_dependencies_leave_the_rest_of_the_graph_running() -> None:
 
 
 # -- cancellation ------------------------------------------------------------------------------
-def test_cancel_keys_cancels_dependents_for_every_client() -> None:
+def test_forced_cancel_cancels_dependents_for_every_client() -> None:
     s = new_scheduler()
     check(s, s.add_worker_state(A, 1))
     check(s, s.update_graph("c1", {"a": spec(order=0), "b": spec(["a"], order=1)}, ["a", "b"]))
     check(s, s.update_graph("c2", {"a": spec(order=0), "b": spec(["a"], order=1), "c": spec(["b"], order=2)}, ["c"]))
     assert s.tasks["a"].state == "processing"
-    out = check(s, s.cancel_keys(cancel("c1", ["a"], "cancelled by a client"), "cancel"))
+    out = check(s, s.cancel_keys(cancel("c1", ["a"], "cancelled by a client", force=True), "cancel"))
     c1 = {k for msg in client_ops(out, "c1", "cancelled-keys") for k in msg["keys"]}
     c2 = {k for msg in client_ops(out, "c2", "cancelled-keys") for k in msg["keys"]}
     assert c1 == {"a", "b"}
@@ -654,6 +654,42 @@ def test_cancel_keys_cancels_dependents_for_every_client() -> None:
     assert s.tasks == {}
     assert not s.workers[A].processing
     assert not s.clients["c1"].wants_what and not s.clients["c2"].wants_what
+
+
+def test_cancel_without_force_keeps_what_another_client_wants() -> None:
+    s = new_scheduler()
+    check(s, s.add_worker_state(A, 1))
+    check(s, s.update_graph("c1", {"a": spec(order=0), "b": spec(["a"], order=1)}, ["a", "b"]))
+    check(s, s.update_graph("c2", {"a": spec(order=0), "b": spec(["a"], order=1), "c": spec(["b"], order=2)}, ["c"]))
+    out = check(s, s.cancel_keys(cancel("c1", ["a"], "cancelled by a client"), "cancel"))
+    # c1's futures of a and b are cancelled; c2's c, which needs them, is not.
+    assert {k for msg in client_ops(out, "c1", "cancelled-keys") for k in msg["keys"]} == {"a", "b"}
+    assert not client_ops(out, "c2", "cancelled-keys")
+    assert not freed(out), "a is still needed by c"
+    assert s.tasks["a"].state == "processing"
+    assert not s.clients["c1"].wants_what
+    out = finish(s, "a")
+    out = finish(s, "b")
+    out = finish(s, "c")
+    assert [msg["key"] for msg in client_ops(out, "c2", "key-in-memory")] == ["c"]
+    assert not client_ops(out, "c1", "key-in-memory")
+
+
+def test_cancel_without_force_of_a_shared_key_drops_only_that_client() -> None:
+    s = new_scheduler()
+    check(s, s.add_worker_state(A, 1))
+    check(s, s.update_graph("c1", {"x": spec()}, ["x"]))
+    check(s, s.update_graph("c2", {"x": spec()}, ["x"]))
+    out = check(s, s.cancel_keys(cancel("c1", ["x"], "cancel"), "cancel"))
+    assert [list(msg["keys"]) for msg in client_ops(out, "c1", "cancelled-keys")] == [["x"]]
+    assert not client_ops(out, "c2", "cancelled-keys")
+    assert {cs.client_key for cs in s.tasks["x"].who_wants} == {"c2"}
+    out = finish(s, "x")
+    assert [msg["key"] for msg in client_ops(out, "c2", "key-in-memory")] == ["x"]
+    # With force, it is cancelled for every client.
+    out = check(s, s.cancel_keys(cancel("c1", ["x"], "cancel", force=True), "cancel-force"))
+    assert [list(msg["keys"]) for msg in client_ops(out, "c2", "cancelled-keys")] == [["x"]]
+    assert "x" not in s.tasks
 
 
 def test_cancel_keeps_computed_dependents_and_unrelated_keys() -> None:
