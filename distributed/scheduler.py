@@ -13,8 +13,14 @@ The state machine is plain methods without I/O.  A stimulus (a graph arrives,
 a task finished, a worker left) changes state and returns an :class:`Out`:
 the recommendations still to apply and the messages to send.
 :meth:`Scheduler.transitions` applies recommendations until none are left;
-each allowed ``(start, finish)`` pair has one method in a table, and any other
-pair goes through ``released``.  Only then does the I/O shell send the
+each allowed ``(start, finish)`` pair has one method in a table, and every
+change of ``TaskState.state`` happens inside one of them, so the transition
+counter, :meth:`Scheduler.story`, validation and the plugins' ``transition``
+hook see every change.  Any other pair goes through ``released`` (or raises
+:class:`InvalidTransition` in validation mode).  What a transition needs from
+its stimulus (the report of a finished task, where scattered data landed, the
+worker whose thread freed up for a queued task) travels on the stimulus's
+:class:`Out`.  Only then does the I/O shell send the
 messages, batched per worker and per client.  Tests drive the same methods
 without any socket.  The shell (registration, the streams and their message
 handlers) is :mod:`distributed.scheduler_streams`; requests that only read
@@ -61,32 +67,61 @@ from distributed.scheduler_state import (
     TaskGroup,
     TaskPrefix,
     TaskState,
+    TaskStateName,
     WorkerState,
     drop,
     grown,
 )
 from distributed.scheduler_streams import SchedulerStreams
+from distributed.utils import get_ip_interface
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ClientState", "Out", "Scheduler", "TaskGroup", "TaskPrefix", "TaskState", "WorkerState"]
-
-Msg = dict[str, Any]
+__all__ = [
+    "ClientState",
+    "InvalidTransition",
+    "Out",
+    "Scheduler",
+    "TaskGroup",
+    "TaskPrefix",
+    "TaskState",
+    "TaskStateName",
+    "WorkerState",
+]
 
 #: States in which a task still needs its dependencies.
-_ACTIVE: Final = frozenset({"waiting", "queued", "no-worker", "processing"})
+_ACTIVE: Final[frozenset[TaskStateName]] = frozenset({"waiting", "queued", "no-worker", "processing"})
+
+#: Extra keyword arguments a transition passes to the plugins' ``transition`` hook.
+PluginKwargs = dict[str, Any] | None
+
+
+class InvalidTransition(RuntimeError):
+    """A transition the table does not allow (raised in validation mode)."""
 
 
 class Out:
-    """What a stimulus produced: recommendations and messages to send."""
+    """What a stimulus produced: recommendations and messages to send.
 
-    __slots__ = ("recs", "workers", "clients", "free")
+    It also carries what the transitions a stimulus asks for need to know
+    from it: ``finished`` (the report of the task going from processing to
+    memory), ``scattered`` (where scattered data landed, for released ->
+    memory) and ``opened`` (workers whose threads may have freed up: queued
+    tasks go there once the recommendations settle).
+    """
+
+    __slots__ = ("recs", "workers", "clients", "free", "opened", "target", "finished", "scattered")
 
     def __init__(self) -> None:
-        self.recs: dict[TaskState, str] = {}
-        self.workers: defaultdict[str, list[Msg]] = defaultdict(list)
-        self.clients: defaultdict[str, list[Msg]] = defaultdict(list)
+        self.recs: dict[TaskState, TaskStateName] = {}
+        self.workers: defaultdict[str, list[m.SchedulerToWorker]] = defaultdict(list)
+        self.clients: defaultdict[str, list[m.SchedulerToClient]] = defaultdict(list)
         self.free: defaultdict[str, list[Key]] = defaultdict(list)
+        self.opened: list[WorkerState] = []
+        #: The worker a queued task was pulled for (set just before queued -> processing).
+        self.target: WorkerState | None = None
+        self.finished: m.TaskFinished | None = None
+        self.scattered: tuple[list[WorkerState], int, str | None] | None = None
 
 
 class Scheduler(Server):
@@ -96,6 +131,9 @@ class Scheduler(Server):
     ----------
     host, port
         Where to listen (``host=None`` listens on all interfaces).
+    interface
+        Listen on the IPv4 address of this network interface (``"eth0"``);
+        not together with ``host``.
     protocol
         ``"tcp"`` (default) or ``"inproc"``.
     validate
@@ -113,6 +151,13 @@ class Scheduler(Server):
         Extension classes by name, each called with the scheduler while it is
         constructed (default:
         :data:`distributed.scheduler_extensions.DEFAULT_EXTENSIONS`).
+    security, services, http_prefix, jupyter
+        Only their defaults are supported yet (no TLS, no extra services, HTTP
+        routes at ``/``, no Jupyter server): any other value raises
+        ``NotImplementedError`` naming the parameter.
+    loop
+        Ignored, as in ``dask.distributed``: the scheduler runs on the event
+        loop that starts it.
 
     Examples
     --------
@@ -144,8 +189,12 @@ class Scheduler(Server):
         services: Any = None,
         extensions: Mapping[str, ExtensionFactory] | None = None,
         jupyter: bool = False,
-        **kwargs: Any,
     ) -> None:
+        _refuse_unsupported(security=security, services=services, http_prefix=http_prefix, jupyter=jupyter)
+        if interface is not None:
+            if host is not None:
+                raise ValueError("Scheduler(host=..., interface=...): give one or the other")
+            host = get_ip_interface(interface)
         self.id = f"Scheduler-{uuid.uuid4()}"
         self._host = host
         self._port = port
@@ -196,7 +245,7 @@ class Scheduler(Server):
         self._run_ids = itertools.count(1)
         self.transition_counter = 0
         log_length = int(dask.config.get("distributed.scheduler.transition-log-length", 100000))
-        self.transition_log: deque[tuple[Key, str, str, str, float]] = deque(maxlen=log_length)
+        self.transition_log: deque[tuple[Key, TaskStateName, TaskStateName, str, float]] = deque(maxlen=log_length)
         self.events: defaultdict[str, deque[tuple[float, Any]]] = defaultdict(lambda: deque(maxlen=100000))
         self.plugins: dict[str, SchedulerPlugin] = {}
         self._initial_plugins = list(plugins)
@@ -208,19 +257,23 @@ class Scheduler(Server):
         self.extensions: dict[str, Any] = {}
         self.http_server: Any = None
 
-        self._transitions_table: dict[tuple[str, str], Callable[[TaskState, Out], None]] = {
+        self._transitions_table: dict[tuple[TaskStateName, TaskStateName], Callable[[TaskState, Out], PluginKwargs]] = {
             ("released", "waiting"): self._released_to_waiting,
+            ("released", "memory"): self._released_to_memory,
             ("released", "forgotten"): self._released_to_forgotten,
             ("released", "erred"): self._to_erred_by_blame,
             ("waiting", "processing"): self._waiting_to_processing,
             ("waiting", "released"): self._waiting_to_released,
             ("waiting", "erred"): self._to_erred_by_blame,
-            ("queued", "processing"): self._waiting_to_processing,
+            ("queued", "processing"): self._queued_to_processing,
+            ("queued", "waiting"): self._to_waiting_again,
             ("queued", "released"): self._waiting_to_released,
             ("queued", "erred"): self._to_erred_by_blame,
             ("no-worker", "processing"): self._waiting_to_processing,
+            ("no-worker", "waiting"): self._to_waiting_again,
             ("no-worker", "released"): self._waiting_to_released,
             ("no-worker", "erred"): self._to_erred_by_blame,
+            ("processing", "memory"): self._processing_to_memory,
             ("processing", "released"): self._processing_to_released,
             ("processing", "erred"): self._processing_to_erred_by_blame,
             ("memory", "released"): self._memory_to_released,
@@ -300,7 +353,7 @@ class Scheduler(Server):
                 logger.exception("Plugin before_close failed")
         for _addr, bs in list(self.stream_comms.items()):
             try:
-                bs.send({"op": "close-worker", "reason": "scheduler-close"})
+                bs.send(m.CloseWorker(op="close-worker", reason="scheduler-close"))
             except CommClosedError:
                 pass
         for bs in list(self.stream_comms.values()) + list(self.client_comms.values()):
@@ -392,7 +445,7 @@ class Scheduler(Server):
             if self.plugins:
                 self._plugin_hook("log_event", t, msg)
 
-    def story(self, *keys_or_tasks: Any) -> list[tuple[Key, str, str, str, float]]:
+    def story(self, *keys_or_tasks: Any) -> list[tuple[Key, TaskStateName, TaskStateName, str, float]]:
         """The transitions of these keys: ``(key, start, finish, stimulus_id, time)``."""
         keys = {k.key if isinstance(k, TaskState) else k for k in keys_or_tasks}
         return [t for t in self.transition_log if t[0] in keys]
@@ -400,8 +453,16 @@ class Scheduler(Server):
     # ======================================================================
     # The transition engine
     # ======================================================================
-    def transitions(self, recommendations: dict[TaskState, str], stimulus_id: str, out: Out | None = None) -> Out:
+    def transitions(
+        self, recommendations: Mapping[TaskState, TaskStateName], stimulus_id: str, out: Out | None = None
+    ) -> Out:
         """Apply recommendations, and those they produce, until none are left.
+
+        The one entry point of the state machine: every change of a task's
+        state happens in a table method called from here, counted, logged
+        for :meth:`story`, shown to plugins and (in validation mode) checked.
+        Once no recommendation is left, queued root tasks go to the workers
+        in ``out.opened`` while they have free slots.
 
         Returns the messages to send (``out.workers``, ``out.clients``).
         """
@@ -409,33 +470,59 @@ class Scheduler(Server):
             out = Out()
         recs = out.recs
         recs.update(recommendations)
+        opened = out.opened
         table = self._transitions_table
         log = self.transition_log
         plugins = self.plugins
         validate = self.validate
         touched: list[TaskState] = []
-        while recs:
-            ts, finish = recs.popitem()
+        pull_ws: WorkerState | None = None
+        pull_room = 0
+        finish: TaskStateName
+        while True:
+            if recs:
+                ts, finish = recs.popitem()
+            elif pull_room > 0 and pull_ws is not None:
+                # A thread freed up: hand it the next queued root task.
+                qts = self._pop_queued()
+                if qts is None:
+                    pull_room = 0
+                    opened.clear()
+                    continue
+                pull_room -= 1
+                ts, finish = qts, "processing"
+                out.target = pull_ws
+            elif opened:
+                pull_ws = opened.pop()
+                pull_room = self._queue_room(pull_ws)
+                continue
+            else:
+                break
             start = ts.state
             if start == finish or start == "forgotten":
                 continue
             func = table.get((start, finish))
             if func is None:
-                if start == "released":
-                    raise RuntimeError(f"Impossible transition from {start} to {finish} for {ts.key!r}")
+                if validate or start == "released":
+                    raise InvalidTransition(f"Impossible transition from {start} to {finish} for {ts.key!r}")
                 # Go through released, then try again.
                 func = table[(start, "released")]
                 recs[ts] = finish
                 finish = "released"
-            func(ts, out)
-            self.transition_counter += 1
+            extra = func(ts, out)
             new = ts.state
+            if new == start:
+                continue  # nothing changed (e.g. still needed, so not forgotten)
+            self.transition_counter += 1
             group_states = ts.group.states
             group_states[start] -= 1
             group_states[new] += 1
             log.append((ts.key, start, new, stimulus_id, time.time()))
             if plugins:
-                self._plugin_hook("transition", ts.key, start, new, stimulus_id=stimulus_id)
+                if extra:
+                    self._plugin_hook("transition", ts.key, start, new, stimulus_id=stimulus_id, **extra)
+                else:
+                    self._plugin_hook("transition", ts.key, start, new, stimulus_id=stimulus_id)
             if validate:
                 touched.append(ts)
         for ts in touched:
@@ -456,14 +543,14 @@ class Scheduler(Server):
             if bs is not None and keys:
                 # After this stimulus's compute-tasks, and without hurrying them.
                 try:
-                    bs.send_lazy({"op": "free-keys", "keys": keys})
+                    bs.send_lazy(m.FreeKeys(op="free-keys", keys=keys))
                 except CommClosedError:
                     pass
-        for client, msgs in out.clients.items():
+        for client, client_msgs in out.clients.items():
             cbs = self.client_comms.get(client)
             if cbs is not None:
                 try:
-                    cbs.send(*msgs)
+                    cbs.send(*client_msgs)
                 except CommClosedError:
                     logger.debug("Client %s stream closed", client)
 
@@ -543,6 +630,26 @@ class Scheduler(Server):
                 return
         self._add_to_processing(ts, ws, out)
 
+    def _queued_to_processing(self, ts: TaskState, out: Out) -> None:
+        ws = out.target
+        out.target = None
+        if ws is None:
+            # Recommended without a worker in mind: look for room anywhere.
+            self._waiting_to_processing(ts, out)
+            return
+        self.n_queued -= 1
+        self._add_to_processing(ts, ws, out)
+
+    def _to_waiting_again(self, ts: TaskState, out: Out) -> None:
+        """A queued or no-worker task whose dependency must be computed again."""
+        if ts.state == "no-worker":
+            self.unrunnable.discard(ts)
+        elif ts.state == "queued":
+            self.n_queued -= 1  # its heap entry is skipped when popped
+        ts.state = "waiting"
+        if not ts.waiting_on:
+            out.recs[ts] = "processing"
+
     def _add_to_processing(self, ts: TaskState, ws: WorkerState, out: Out) -> None:
         ts.state = "processing"
         ts.processing_on = ws
@@ -564,16 +671,16 @@ class Scheduler(Server):
         for dts in ts.dependencies:
             who_has[dts.key] = [w.address for w in dts.who_has]
             nbytes[dts.key] = dts.nbytes
-        msg: Msg = {
-            "op": "compute-task",
-            "key": ts.key,
-            "run_id": ts.run_id,
-            "run_spec": ts.run_spec,
-            "priority": ts.priority,
-            "who_has": who_has,
-            "nbytes": nbytes,
-            "duration": duration,
-        }
+        msg = m.ComputeTask(
+            op="compute-task",
+            key=ts.key,
+            run_id=ts.run_id,
+            run_spec=ts.run_spec,
+            priority=ts.priority,
+            who_has=who_has,
+            nbytes=nbytes,
+            duration=duration,
+        )
         if ts.resource_restrictions:
             msg["resources"] = ts.resource_restrictions
         if ts.annotations:
@@ -599,29 +706,30 @@ class Scheduler(Server):
         if ts.resource_restrictions:
             for r, amount in ts.resource_restrictions.items():
                 ws.used_resources[r] = ws.used_resources.get(r, 0.0) - amount
-        if self.n_queued and ws.address in self.workers and ws.status == "running":
-            self._fill_from_queue(ws, out)
+        if self.n_queued:
+            out.opened.append(ws)
         if ts.resource_restrictions and self.unrunnable:
             for uts in list(self.unrunnable):
                 if uts.resource_restrictions:
                     out.recs.setdefault(uts, "processing")
         return ws
 
-    def _fill_from_queue(self, ws: WorkerState, out: Out) -> None:
+    def _queue_room(self, ws: WorkerState) -> int:
+        """How many queued root tasks ``ws`` may take now."""
         queue = self.queued
-        room = self._slots(ws, queue[0][1].prefix.duration_average if queue else -1.0)
-        while room > 0 and queue:
+        if not self.n_queued or not queue or ws.status != "running" or ws.address not in self.workers:
+            return 0
+        return self._slots(ws, queue[0][1].prefix.duration_average)
+
+    def _pop_queued(self) -> TaskState | None:
+        """The most urgent queued task, off the queue (None if there is none)."""
+        queue = self.queued
+        while queue:
             _, qts = heapq.heappop(queue)
-            if qts.state != "queued":
-                continue  # released since it was queued
-            self.n_queued -= 1
-            qts.state = "processing"
-            self._add_to_processing(qts, ws, out)
-            # Log the queued -> processing move done outside the main loop.
-            qts.group.states["queued"] -= 1
-            qts.group.states["processing"] += 1
-            self.transition_log.append((qts.key, "queued", "processing", "queue-pull", time.time()))
-            room -= 1
+            if qts.state == "queued":
+                return qts
+            # Released (or pulled) since it was queued: a stale entry.
+        return None
 
     def decide_worker(self, ts: TaskState) -> WorkerState | None:
         """The worker where ``ts`` should start soonest, or None if none can run it.
@@ -675,7 +783,7 @@ class Scheduler(Server):
         if ts.worker_restrictions or ts.host_restrictions:
             allowed: set[WorkerState] = set()
             for w in ts.worker_restrictions or ():
-                ws = self.workers.get(w) or self._worker_by_name(w)
+                ws = (self.workers.get(w) if isinstance(w, str) else None) or self._worker_by_name(w)
                 if ws is not None:
                     allowed.add(ws)
             for h in ts.host_restrictions or ():
@@ -697,7 +805,15 @@ class Scheduler(Server):
 
     def _worker_by_name(self, name: Any) -> WorkerState | None:
         addr = self.aliases.get(name)
-        return self.workers.get(addr) if addr is not None else None
+        if addr is not None:
+            return self.workers.get(addr)
+        if isinstance(name, str):
+            # A name that is not a string may arrive as one (``workers=["0"]``
+            # for the worker LocalCluster names 0).
+            for ws in self.workers.values():
+                if not isinstance(ws.name, str) and str(ws.name) == name:
+                    return ws
+        return None
 
     def _notify_in_memory(self, ts: TaskState, out: Out) -> None:
         recs = out.recs
@@ -711,14 +827,21 @@ class Scheduler(Server):
                 recs[dts] = "released"
         if ts.who_wants:
             workers = [ws.address for ws in ts.who_has]
-            msg = {"op": "key-in-memory", "key": ts.key, "workers": workers, "type": ts.type}
+            msg = m.KeyInMemory(op="key-in-memory", key=ts.key, workers=workers, type=ts.type)
             for cs in ts.who_wants:
                 out.clients[cs.client_key].append(msg)
         elif not ts.waiters:
             recs[ts] = "released"
 
-    def _processing_to_memory(self, ts: TaskState, ws: WorkerState, nbytes: int, type_: str | None, out: Out) -> None:
-        self._exit_processing(ts, out)
+    def _processing_to_memory(self, ts: TaskState, out: Out) -> PluginKwargs:
+        finished = out.finished
+        if finished is None:
+            raise InvalidTransition(f"{ts.key!r} can go to memory only when its worker reports it finished")
+        out.finished = None
+        nbytes = finished["nbytes"]
+        type_ = finished["type"]
+        ws = self._exit_processing(ts, out)
+        assert ws is not None
         ts.state = "memory"
         ts.nbytes = nbytes
         ts.type = type_
@@ -728,6 +851,28 @@ class Scheduler(Server):
         ws.nbytes += nbytes
         ts.group.nbytes_total += nbytes
         self._notify_in_memory(ts, out)
+        if self.plugins:
+            return {"worker": ws.address, "nbytes": nbytes, "type": type_}
+        return None
+
+    def _released_to_memory(self, ts: TaskState, out: Out) -> PluginKwargs:
+        scattered = out.scattered
+        if scattered is None:
+            raise InvalidTransition(f"{ts.key!r} can go from released to memory only when it was scattered")
+        out.scattered = None
+        holders, nbytes, type_ = scattered
+        ts.state = "memory"
+        ts.nbytes = nbytes
+        ts.type = type_
+        for ws in holders:
+            ts.who_has = grown(ts.who_has, ws)
+            ws.has_what[ts] = None
+            ws.nbytes += nbytes
+        ts.priority = ts.priority or (0, self.generation, 0)
+        self._notify_in_memory(ts, out)
+        if self.plugins:
+            return {"workers": [ws.address for ws in holders], "nbytes": nbytes, "type": type_}
+        return None
 
     def _after_release(self, ts: TaskState, out: Out) -> None:
         """A released task that is still needed waits again; an unneeded one is forgotten."""
@@ -768,6 +913,10 @@ class Scheduler(Server):
         self._after_release(ts, out)
 
     def _memory_to_released(self, ts: TaskState, out: Out) -> None:
+        # A key still wanted leaves memory only when its data was lost: its
+        # clients wait again (it is recomputed, or errs if it cannot be).
+        for cs in ts.who_wants:
+            out.clients[cs.client_key].append(m.LostData(op="lost-data", key=ts.key))
         for ws in ts.who_has:
             del ws.has_what[ts]
             ws.nbytes -= max(ts.nbytes, 0)
@@ -833,13 +982,13 @@ class Scheduler(Server):
             if not dts.waiters and not dts.who_wants and dts.state == "memory":
                 out.recs.setdefault(dts, "released")
         if ts.who_wants and blame.exception is not None:
-            msg = {
-                "op": "task-erred",
-                "key": ts.key,
-                "exception": blame.exception,
-                "traceback": blame.traceback,
-                "text": blame.exception_text,
-            }
+            msg = m.ClientTaskErred(
+                op="task-erred",
+                key=ts.key,
+                exception=blame.exception,
+                traceback=blame.traceback,
+                text=blame.exception_text,
+            )
             for cs in ts.who_wants:
                 out.clients[cs.client_key].append(msg)
 
@@ -971,7 +1120,7 @@ class Scheduler(Server):
         for key in keys:
             ts = self.tasks.get(key)
             if ts is None:
-                out.clients[client].append({"op": "cancelled-keys", "keys": [key], "reason": "lost dependencies"})
+                out.clients[client].append(m.CancelledKeys(op="cancelled-keys", keys=[key], reason="lost dependencies"))
                 continue
             ts.who_wants = grown(ts.who_wants, cs)
             cs.wants_what.add(ts)
@@ -980,23 +1129,13 @@ class Scheduler(Server):
             if ts.has_lost_dependencies:
                 drop(ts.who_wants, cs)
                 cs.wants_what.discard(ts)
-                out.clients[client].append({"op": "cancelled-keys", "keys": [ts.key], "reason": "lost dependencies"})
-            elif ts.state == "memory":
                 out.clients[client].append(
-                    {"op": "key-in-memory", "key": ts.key, "workers": [w.address for w in ts.who_has], "type": ts.type}
+                    m.CancelledKeys(op="cancelled-keys", keys=[ts.key], reason="lost dependencies")
                 )
+            elif ts.state == "memory":
+                out.clients[client].append(self._key_in_memory(ts))
             elif ts.state == "erred":
                 self._report_erred(ts, cs, out)
-        recs: dict[TaskState, str] = {}
-        # Recommendations pop last-in first: insert the most urgent task last.
-        for ts in sorted(new, key=_priority_key, reverse=True):
-            if ts.has_lost_dependencies:
-                continue
-            if ts.state == "released":
-                recs[ts] = "waiting"
-        for ts in wanted:
-            if ts.state == "released" and not ts.has_lost_dependencies:
-                recs[ts] = "waiting"
         if self.plugins:
             ann_out: dict[str, dict[Key, Any]] = defaultdict(dict)
             for ts in new:
@@ -1013,7 +1152,15 @@ class Scheduler(Server):
                 stimulus_id=stimulus_id,
             )
         if lost:
-            self._drop_lost(new, recs)
+            self._drop_lost(lost_set, stimulus_id, out)
+        recs: dict[TaskState, TaskStateName] = {}
+        # Recommendations pop last-in first: insert the most urgent task last.
+        for ts in sorted(new, key=_priority_key, reverse=True):
+            if ts.state == "released":
+                recs[ts] = "waiting"
+        for ts in wanted:
+            if ts.state == "released" and not ts.has_lost_dependencies:
+                recs[ts] = "waiting"
         self.transitions(recs, stimulus_id, out)
         if holder is not None and final:
             # The whole graph is here: stop holding its parts.
@@ -1022,46 +1169,41 @@ class Scheduler(Server):
                 out.free[addr].extend(keys_)
             for addr, msgs in out2.workers.items():
                 out.workers[addr].extend(msgs)
-            for c, msgs in out2.clients.items():
-                out.clients[c].extend(msgs)
+            for c, client_msgs in out2.clients.items():
+                out.clients[c].extend(client_msgs)
         return out
 
-    def _drop_lost(self, new: list[TaskState], recs: dict[TaskState, str]) -> None:
-        """Remove new tasks that cannot run because a dependency is unknown."""
-        for ts in new:
-            if not ts.has_lost_dependencies:
-                continue
-            for dts in ts.dependencies:
-                drop(dts.dependents, ts)
-                if (
-                    dts.state == "released"
-                    and not dts.dependents
-                    and not dts.who_wants
-                    and not dts.has_lost_dependencies
-                ):
-                    recs[dts] = "forgotten"
+    def _drop_lost(self, lost: set[TaskState], stimulus_id: str, out: Out) -> None:
+        """Forget new tasks that cannot run because a dependency is unknown.
+
+        Every dependent of a lost task is lost too: forgetting the lost
+        tasks no other lost task depends on forgets the rest in turn, and
+        with them the dependencies nothing else needs.
+        """
+        recs: dict[TaskState, TaskStateName] = {}
+        for ts in lost:
             for cs in ts.who_wants:
                 cs.wants_what.discard(ts)
             ts.who_wants = EMPTY
-            ts.dependencies = EMPTY
-            ts.dependents = EMPTY
-            ts.group.states["released"] -= 1
-            ts.group.states["forgotten"] += 1
-            ts.state = "forgotten"
-            self.tasks.pop(ts.key, None)
-            recs.pop(ts, None)
+            if not ts.dependents:
+                recs[ts] = "forgotten"
+        self.transitions(recs, stimulus_id, out)
+
+    @staticmethod
+    def _key_in_memory(ts: TaskState) -> m.KeyInMemory:
+        return m.KeyInMemory(op="key-in-memory", key=ts.key, workers=[ws.address for ws in ts.who_has], type=ts.type)
 
     def _report_erred(self, ts: TaskState, cs: ClientState, out: Out) -> None:
         blame = ts.exception_blame or ts
         if blame.exception is not None:
             out.clients[cs.client_key].append(
-                {
-                    "op": "task-erred",
-                    "key": ts.key,
-                    "exception": blame.exception,
-                    "traceback": blame.traceback,
-                    "text": blame.exception_text,
-                }
+                m.ClientTaskErred(
+                    op="task-erred",
+                    key=ts.key,
+                    exception=blame.exception,
+                    traceback=blame.traceback,
+                    text=blame.exception_text,
+                )
             )
 
     def _apply_annotations(self, ts: TaskState, ann: Mapping[str, Any]) -> None:
@@ -1076,9 +1218,11 @@ class Scheduler(Server):
             if isinstance(workers, (str, int)):
                 workers = [workers]
             hosts: set[str] = set()
-            addrs: set[str] = set()
+            addrs: set[Any] = set()
             for w in workers:
-                w = str(w) if not isinstance(w, str) else w
+                if not isinstance(w, str):
+                    addrs.add(w)  # a worker name that is not a string, e.g. 0
+                    continue
                 if "://" in w or w in self.aliases or any(ws.name == w for ws in self.workers.values()):
                     addrs.add(w)
                 elif ":" in w:
@@ -1094,16 +1238,20 @@ class Scheduler(Server):
         if ann.get("allow_other_workers"):
             ts.loose_restrictions = True
 
-    def task_finished(
-        self, key: Key, worker: str, run_id: int, nbytes: int, type_: str | None, duration: float, stimulus_id: str
-    ) -> Out:
-        """A worker finished ``key`` and holds its result."""
+    def task_finished(self, worker: str, msg: m.TaskFinished, stimulus_id: str) -> Out:
+        """``worker`` finished a task and holds its result.
+
+        ``msg`` is the worker's report as it arrived (already checked against
+        its declaration): passing it through costs nothing per task, where
+        copying it into an event object would.
+        """
         out = Out()
+        key = msg["key"]
         ts = self.tasks.get(key)
         ws = self.workers.get(worker)
         if ws is None:
             return out
-        if ts is None or ts.state != "processing" or ts.processing_on is not ws or ts.run_id != run_id:
+        if ts is None or ts.state != "processing" or ts.processing_on is not ws or ts.run_id != msg["run_id"]:
             if ts is not None and ts.state == "processing" and ts.processing_on is ws:
                 # An older run finished on the worker now running a newer one: ignore it.
                 return out
@@ -1111,48 +1259,38 @@ class Scheduler(Server):
                 # Computed twice (e.g. after a reschedule): keep the replica.
                 ts.who_has = grown(ts.who_has, ws)
                 ws.has_what[ts] = None
-                ws.nbytes += max(nbytes, 0)
+                ws.nbytes += max(msg["nbytes"], 0)
             elif ts is None or ts.state not in ("memory",):
                 out.free[worker].append(key)
             return out
+        duration = msg["stop"] - msg["start"]
         if duration >= 0:
             ts.prefix.add_duration(duration)
             ts.group.duration += duration
+        type_ = msg["type"]
         if type_:
             ts.group.types.add(type_)
-        self._processing_to_memory(ts, ws, nbytes, type_, out)
-        ts.group.states["processing"] -= 1
-        ts.group.states["memory"] += 1
-        self.transition_log.append((key, "processing", "memory", stimulus_id, time.time()))
-        if self.plugins:
-            self._plugin_hook(
-                "transition",
-                key,
-                "processing",
-                "memory",
-                stimulus_id=stimulus_id,
-                worker=worker,
-                nbytes=nbytes,
-                type=type_,
-            )
-        if self.validate:
-            self.validate_task(ts)
-        return self.transitions({}, stimulus_id, out)
+        out.finished = msg
+        return self.transitions({ts: "memory"}, stimulus_id, out)
 
-    def task_erred(
-        self, key: Key, worker: str, run_id: int, exception: Payload, traceback: Any, text: str, stimulus_id: str
-    ) -> Out:
-        """A task raised on its worker."""
+    def task_erred(self, worker: str, msg: m.WorkerTaskErred, stimulus_id: str) -> Out:
+        """A task raised on ``worker`` (``msg`` is the worker's report)."""
         out = Out()
-        ts = self.tasks.get(key)
+        ts = self.tasks.get(msg["key"])
         ws = self.workers.get(worker)
-        if ts is None or ws is None or ts.state != "processing" or ts.processing_on is not ws or ts.run_id != run_id:
+        if (
+            ts is None
+            or ws is None
+            or ts.state != "processing"
+            or ts.processing_on is not ws
+            or ts.run_id != msg["run_id"]
+        ):
             return out
         if ts.retries > 0:
             # Released, it is wanted still, so it waits and runs again.
             ts.retries -= 1
             return self.transitions({ts: "released"}, stimulus_id, out)
-        self._set_error(ts, exception, traceback, text)
+        self._set_error(ts, msg["exception"], msg["traceback"], msg["text"])
         if ts.erred_on is None:
             ts.erred_on = set()
         ts.erred_on.add(worker)
@@ -1194,10 +1332,9 @@ class Scheduler(Server):
                 ws.nbytes += (nbytes or {}).get(key, ts.nbytes)
             else:
                 out.free[address].append(key)
-        recs: dict[TaskState, str] = {ts: "processing" for ts in self.unrunnable if self._can_run_on(ts, ws)}
+        recs: dict[TaskState, TaskStateName] = {ts: "processing" for ts in self.unrunnable if self._can_run_on(ts, ws)}
+        out.opened.append(ws)
         self.transitions(recs, stimulus_id, out)
-        if self.n_queued:
-            self._fill_from_queue(ws, out)
         if self.plugins:
             self._plugin_hook("add_worker", self, address)
         if self._worker_wait is not None:
@@ -1218,16 +1355,12 @@ class Scheduler(Server):
         self.total_nthreads -= ws.nthreads
         if self.aliases.get(ws.name) == address:
             del self.aliases[ws.name]
-        recs: dict[TaskState, str] = {}
+        recs: dict[TaskState, TaskStateName] = {}
         for ts in list(ws.processing):
             if not safe:
                 ts.suspicious += 1
             if ts.suspicious > self.allowed_failures:
                 exc = KilledWorker(ts.key, address, self.allowed_failures)
-                self._exit_processing(ts, out)
-                ts.group.states["processing"] -= 1
-                ts.state = "released"
-                ts.group.states["released"] += 1
                 self._set_error(ts, as_serialized(exc), None, str(exc))
                 recs[ts] = "erred"
             else:
@@ -1241,9 +1374,6 @@ class Scheduler(Server):
             # Held only here: released (which clears who_has) before its
             # dependents move, so none of them starts with no holder to fetch from.
             lost.append(ts)
-            if ts.run_spec is None:
-                for cs in ts.who_wants:
-                    out.clients[cs.client_key].append({"op": "lost-data", "key": ts.key})
         ws.nbytes = 0
         # Recommendations pop last-in first: lost data goes before the reruns,
         # and dependencies (earlier priority) before their dependents.
@@ -1258,21 +1388,26 @@ class Scheduler(Server):
 
     def client_releases_keys(self, client: str, keys: Iterable[Key], stimulus_id: str) -> Out:
         """A client no longer wants ``keys``."""
+        out = Out()
         cs = self.clients.get(client)
-        recs: dict[TaskState, str] = {}
         if cs is not None:
-            for key in keys:
-                ts = self.tasks.get(key)
-                if ts is None or cs not in ts.who_wants:
-                    continue
-                drop(ts.who_wants, cs)
-                cs.wants_what.discard(ts)
-                if not ts.who_wants:
-                    if ts.state == "released":
-                        recs[ts] = "forgotten"
-                    elif not ts.waiters:
-                        recs[ts] = "released"
-        return self.transitions(recs, stimulus_id)
+            self._release_for(cs, keys, stimulus_id, out)
+        return out
+
+    def _release_for(self, cs: ClientState, keys: Iterable[Key], stimulus_id: str, out: Out) -> None:
+        recs: dict[TaskState, TaskStateName] = {}
+        for key in keys:
+            ts = self.tasks.get(key)
+            if ts is None or cs not in ts.who_wants:
+                continue
+            drop(ts.who_wants, cs)
+            cs.wants_what.discard(ts)
+            if not ts.who_wants:
+                if ts.state == "released":
+                    recs[ts] = "forgotten"
+                elif not ts.waiters:
+                    recs[ts] = "released"
+        self.transitions(recs, stimulus_id, out)
 
     def client_desires_keys(self, client: str, keys: Iterable[Key], stimulus_id: str) -> Out:
         """A client wants ``keys`` (already known to the scheduler)."""
@@ -1280,18 +1415,16 @@ class Scheduler(Server):
         cs = self.clients.get(client)
         if cs is None:
             cs = self.clients[client] = ClientState(client)
-        recs: dict[TaskState, str] = {}
+        recs: dict[TaskState, TaskStateName] = {}
         for key in keys:
             ts = self.tasks.get(key)
             if ts is None:
-                out.clients[client].append({"op": "cancelled-keys", "keys": [key], "reason": "unknown key"})
+                out.clients[client].append(m.CancelledKeys(op="cancelled-keys", keys=[key], reason="unknown key"))
                 continue
             ts.who_wants = grown(ts.who_wants, cs)
             cs.wants_what.add(ts)
             if ts.state == "memory":
-                out.clients[client].append(
-                    {"op": "key-in-memory", "key": key, "workers": [w.address for w in ts.who_has], "type": ts.type}
-                )
+                out.clients[client].append(self._key_in_memory(ts))
             elif ts.state == "erred":
                 self._report_erred(ts, cs, out)
             elif ts.state == "released":
@@ -1299,52 +1432,82 @@ class Scheduler(Server):
         return self.transitions(recs, stimulus_id, out)
 
     def remove_client_state(self, client: str, stimulus_id: str) -> Out:
-        """A client left: release everything it wanted."""
-        cs = self.clients.get(client)
-        if cs is None:
-            return Out()
-        out = self.client_releases_keys(client, [ts.key for ts in cs.wants_what], stimulus_id)
-        del self.clients[client]
-        if self.plugins:
-            self._plugin_hook("remove_client", self, client)
+        """A client left: release everything it wanted.
+
+        That includes what the stand-ins holding the parts of its graphs
+        still in flight (``<client>/graph-<id>``) wanted: no final part
+        will ever come to release them.
+        """
+        out = Out()
+        prefix = f"{client}/graph-"
+        for name in [client, *(c for c in self.clients if c.startswith(prefix))]:
+            cs = self.clients.get(name)
+            if cs is None:
+                continue
+            self._release_for(cs, [ts.key for ts in cs.wants_what], stimulus_id, out)
+            del self.clients[name]
+            if self.plugins and name == client:
+                self._plugin_hook("remove_client", self, client)
         return out
 
-    def cancel_keys(self, client: str, keys: Iterable[Key], reason: str, stimulus_id: str) -> Out:
-        """Cancel ``keys`` and what depends on them, for every client that wanted them."""
+    def cancel_keys(self, msg: m.CancelKeys, stimulus_id: str) -> Out:
+        """A client cancels ``msg["keys"]``.
+
+        A key only the cancelling client wants (or nobody) is cancelled,
+        with what depends on it and is not computed yet, for every client
+        that wanted any of them.  A key another client wants too stays: only
+        the cancelling client's interest goes.  With ``force`` the keys are
+        cancelled for every client regardless (``Client.cancel(force=True)``).
+        """
         out = Out()
+        reason = msg.get("reason", "cancelled by a client")
+        force = msg.get("force", False)
+        cs = self.clients.get(msg["client"])
+        mine: list[TaskState] = []
         seen: set[TaskState] = set()
-        stack = [self.tasks[k] for k in keys if k in self.tasks]
+        stack = [self.tasks[k] for k in msg["keys"] if k in self.tasks]
         while stack:
             ts = stack.pop()
             if ts in seen:
+                continue
+            if not force and any(other is not cs for other in ts.who_wants):
+                # Others want it: only the cancelling client lets go.
+                if cs is not None and cs in ts.who_wants:
+                    mine.append(ts)
                 continue
             seen.add(ts)
             for dts in ts.dependents:
                 if dts.state not in ("memory", "erred"):
                     stack.append(dts)
-        recs: dict[TaskState, str] = {}
+        if mine and cs is not None:
+            for ts in mine:
+                out.clients[cs.client_key].append(m.CancelledKeys(op="cancelled-keys", keys=[ts.key], reason=reason))
+            self._release_for(cs, [ts.key for ts in mine], stimulus_id, out)
+        recs: dict[TaskState, TaskStateName] = {}
         for ts in seen:
-            for cs in list(ts.who_wants):
-                out.clients[cs.client_key].append({"op": "cancelled-keys", "keys": [ts.key], "reason": reason})
-                cs.wants_what.discard(ts)
+            for wcs in list(ts.who_wants):
+                out.clients[wcs.client_key].append(m.CancelledKeys(op="cancelled-keys", keys=[ts.key], reason=reason))
+                wcs.wants_what.discard(ts)
             ts.who_wants = EMPTY
+        # A cancelled task still needed by one that stays (another client
+        # wants it) keeps running; look at dependents before dependencies.
+        releasing: set[TaskState] = set()
+        for ts in sorted(seen, key=_priority_key, reverse=True):
+            if ts.state != "forgotten" and not ts.waiters - releasing:
+                releasing.add(ts)
         # Recommendations pop last-in first: dependents (later priority) go
         # first, so a dependency is not kept alive by a dependent being cancelled.
-        for ts in sorted(seen, key=_priority_key):
-            if ts.state != "forgotten" and not ts.waiters - seen:
-                recs[ts] = "released" if ts.state != "released" else "forgotten"
+        for ts in sorted(releasing, key=_priority_key):
+            recs[ts] = "released" if ts.state != "released" else "forgotten"
         return self.transitions(recs, stimulus_id, out)
 
-    def update_data_state(
-        self,
-        client: str,
-        who_has: Mapping[Key, Sequence[str]],
-        nbytes: Mapping[Key, int],
-        types: Mapping[Key, str],
-        stimulus_id: str,
-    ) -> Out:
-        """Data was scattered to workers: record it in memory, wanted by ``client``."""
+    def update_data_state(self, msg: m.UpdateData, stimulus_id: str) -> Out:
+        """Data was scattered to workers: record it in memory, wanted by ``msg["client"]``."""
         out = Out()
+        client = msg["client"]
+        who_has = msg["who_has"]
+        nbytes = msg["nbytes"]
+        types = msg.get("types", {})
         cs = self.clients.get(client)
         if cs is None:
             cs = self.clients[client] = ClientState(client)
@@ -1355,27 +1518,27 @@ class Scheduler(Server):
             ts = self.tasks.get(key)
             if ts is None:
                 ts = self.new_task(key, None)
-            elif ts.state != "memory":
+            elif ts.state == "memory":
+                # More replicas of data already in memory.
+                for ws in holders:
+                    if ws not in ts.who_has:
+                        ts.who_has = grown(ts.who_has, ws)
+                        ws.has_what[ts] = None
+                        ws.nbytes += max(ts.nbytes, 0)
+                if cs not in ts.who_wants:
+                    ts.who_wants = grown(ts.who_wants, cs)
+                    cs.wants_what.add(ts)
+                    out.clients[client].append(self._key_in_memory(ts))
+                continue
+            elif ts.state != "released":
                 self.transitions({ts: "released"}, stimulus_id, out)
-                if ts.state != "released":
-                    continue
-            if ts.state == "released":
-                ts.group.states["released"] -= 1
-                ts.group.states["memory"] += 1
-                self.transition_log.append((key, "released", "memory", stimulus_id, time.time()))
-            ts.state = "memory"
-            ts.nbytes = nbytes.get(key, 0)
-            ts.type = types.get(key)
-            for ws in holders:
-                if ws not in ts.who_has:
-                    ts.who_has = grown(ts.who_has, ws)
-                    ws.has_what[ts] = None
-                    ws.nbytes += ts.nbytes
+                if _state(ts) != "released":
+                    continue  # wanted by others, so it runs again instead
             ts.who_wants = grown(ts.who_wants, cs)
             cs.wants_what.add(ts)
-            ts.priority = ts.priority or (0, self.generation, 0)
-            self._notify_in_memory(ts, out)
-        return self.transitions({}, stimulus_id, out)
+            out.scattered = (holders, nbytes.get(key, 0), types.get(key))
+            self.transitions({ts: "memory"}, stimulus_id, out)
+        return out
 
     def add_keys(self, address: str, keys: Sequence[Key]) -> Out:
         """A worker says it holds ``keys`` (after fetching them, say)."""
@@ -1397,7 +1560,7 @@ class Scheduler(Server):
     def release_worker_data(self, address: str, keys: Sequence[Key], stimulus_id: str) -> Out:
         """A worker dropped its copies of ``keys``."""
         ws = self.workers.get(address)
-        recs: dict[TaskState, str] = {}
+        recs: dict[TaskState, TaskStateName] = {}
         if ws is None:
             return Out()
         for key in keys:
@@ -1411,13 +1574,12 @@ class Scheduler(Server):
                 recs[ts] = "released"
         return self.transitions(recs, stimulus_id)
 
-    def missing_data(
-        self, address: str, key: Key, run_id: int, missing: Mapping[Key, Sequence[str]], stimulus_id: str
-    ) -> Out:
-        """A worker could not fetch dependencies of ``key`` from where we said they were."""
-        recs: dict[TaskState, str] = {}
-        ts = self.tasks.get(key)
-        if ts is not None and self._runs_on(ts, address, run_id):
+    def missing_data(self, address: str, msg: m.MissingData, stimulus_id: str) -> Out:
+        """A worker could not fetch dependencies of ``msg["key"]`` from where we said they were."""
+        recs: dict[TaskState, TaskStateName] = {}
+        missing = msg["missing"]
+        ts = self.tasks.get(msg["key"])
+        if ts is not None and self._runs_on(ts, address, msg["run_id"]):
             # First in, so popped last: the lost dependencies are released
             # before ``ts`` looks for a worker again.
             recs[ts] = "released"
@@ -1435,24 +1597,23 @@ class Scheduler(Server):
                 recs[dts] = "released"
         return self.transitions(recs, stimulus_id)
 
-    def reschedule(self, address: str, key: Key, run_id: int, stimulus_id: str) -> Out:
+    def reschedule(self, address: str, msg: m.Reschedule, stimulus_id: str) -> Out:
         """A task asked to be run again, maybe elsewhere."""
-        ts = self.tasks.get(key)
-        if ts is None or not self._runs_on(ts, address, run_id):
+        ts = self.tasks.get(msg["key"])
+        if ts is None or not self._runs_on(ts, address, msg["run_id"]):
             return Out()
         return self.transitions({ts: "released"}, stimulus_id)
 
-    def long_running(self, address: str, key: Key, run_id: int) -> Out:
+    def long_running(self, address: str, msg: m.LongRunning, stimulus_id: str) -> Out:
         """A task seceded from its worker's thread pool: its slot is free."""
         out = Out()
         ws = self.workers.get(address)
-        ts = self.tasks.get(key)
-        if ws is None or ts is None or ts.processing_on is not ws or ts.run_id != run_id:
+        ts = self.tasks.get(msg["key"])
+        if ws is None or ts is None or ts.processing_on is not ws or ts.run_id != msg["run_id"]:
             return out
         ws.long_running.add(ts)
-        if self.n_queued:
-            self._fill_from_queue(ws, out)
-        return out
+        out.opened.append(ws)
+        return self.transitions({}, stimulus_id, out)
 
     def retry(self, keys: Sequence[Key], stimulus_id: str) -> tuple[list[Key], Out]:
         """Rerun erred ``keys``: release the tasks whose own failure they inherit.
@@ -1538,5 +1699,25 @@ class Scheduler(Server):
         assert self.unrunnable == {ts for ts in self.tasks.values() if ts.state == "no-worker"}, "unrunnable set"
 
 
+def _refuse_unsupported(*, security: Any, services: Any, http_prefix: str | None, jupyter: bool) -> None:
+    """Raise for parameters whose non-default values this scheduler cannot honour yet."""
+    if security is not None:
+        # Listening in clear text when TLS was asked for would be worse than failing.
+        raise NotImplementedError("Scheduler(security=...) is not supported yet (TLS is not implemented)")
+    if services:
+        raise NotImplementedError("Scheduler(services=...) is not supported yet")
+    if http_prefix not in (None, "", "/"):
+        raise NotImplementedError(
+            f"Scheduler(http_prefix={http_prefix!r}) is not supported yet: routes are served at /"
+        )
+    if jupyter:
+        raise NotImplementedError("Scheduler(jupyter=True) is not supported")
+
+
 def _priority_key(ts: TaskState) -> tuple[Any, ...]:
     return ts.priority
+
+
+def _state(ts: TaskState) -> TaskStateName:
+    # Read after a transition: a plain ``ts.state`` would keep the narrowed type from before it.
+    return ts.state

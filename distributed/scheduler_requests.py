@@ -105,8 +105,10 @@ class ClusterRequests:
         targets = (
             [ws.address for ws in self.select_workers(workers)] if workers is not None else list(self.scheduler.workers)
         )
-        request = {k: v for k, v in msg.items() if k not in ("op", "workers", "reply")}
-        request["op"] = "run"
+        request = m.RunFunction(op="run", function=msg["function"])
+        for field in ("args", "kwargs", "wait", "nanny"):
+            if field in msg:
+                request[field] = msg[field]
 
         async def one(addr: str) -> tuple[str, Any]:
             try:
@@ -133,7 +135,7 @@ class ClusterRequests:
             )
             if bs is not None and msg.get("close_workers", True):
                 try:
-                    bs.send({"op": "close-worker", "reason": "retired"})
+                    bs.send(m.CloseWorker(op="close-worker", reason="retired"))
                 except CommClosedError:
                     pass
         return retired

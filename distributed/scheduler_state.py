@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Literal, TypeVar, get_args
 
 from distributed.protocol.messages import Key, Payload
 
@@ -37,14 +37,16 @@ __all__ = [
     "TaskGroup",
     "TaskPrefix",
     "TaskState",
+    "TaskStateName",
     "WorkerState",
     "drop",
     "grown",
 ]
 
-ALL_TASK_STATES: Final = frozenset(
-    {"released", "waiting", "no-worker", "queued", "processing", "memory", "erred", "forgotten"}
-)
+#: The states of a scheduler task; a misspelt state is a type error.
+TaskStateName = Literal["released", "waiting", "no-worker", "queued", "processing", "memory", "erred", "forgotten"]
+
+ALL_TASK_STATES: Final[frozenset[TaskStateName]] = frozenset(get_args(TaskStateName))
 
 _task_counter = itertools.count()
 
@@ -102,7 +104,7 @@ class TaskGroup:
     def __init__(self, name: str, prefix: TaskPrefix) -> None:
         self.name = name
         self.prefix = prefix
-        self.states: dict[str, int] = dict.fromkeys(ALL_TASK_STATES, 0)
+        self.states: dict[TaskStateName, int] = dict.fromkeys(ALL_TASK_STATES, 0)
         self.nbytes_total = 0
         self.duration = 0.0
         self.types: set[str] = set()
@@ -160,7 +162,7 @@ class TaskState:
         #: The serialised task; opaque to the scheduler.  None for scattered data.
         self.run_spec = run_spec
         self.priority: tuple[Any, ...] = ()
-        self.state = "released"
+        self.state: TaskStateName = "released"
         self.dependencies: AbstractSet[TaskState] = EMPTY
         self.dependents: AbstractSet[TaskState] = EMPTY
         self.waiting_on: AbstractSet[TaskState] = EMPTY
@@ -181,7 +183,8 @@ class TaskState:
         self.group = group
         self.prefix = group.prefix
         self.annotations: dict[str, Any] = {}
-        self.worker_restrictions: set[str] | None = None
+        #: Worker addresses, or names (of any type: LocalCluster names workers 0, 1, ...).
+        self.worker_restrictions: set[Any] | None = None
         self.host_restrictions: set[str] | None = None
         self.resource_restrictions: dict[str, float] | None = None
         self.loose_restrictions = False

@@ -199,32 +199,11 @@ class SchedulerStreams:
 
     def _task_finished(self, msg: m.TaskFinished) -> None:
         s = self.scheduler
-        duration = msg["stop"] - msg["start"]
-        s.send_all(
-            s.task_finished(
-                msg["key"],
-                self._sender(),
-                msg["run_id"],
-                msg["nbytes"],
-                msg["type"],
-                duration,
-                f"task-finished-{msg['stop']}",
-            )
-        )
+        s.send_all(s.task_finished(self._sender(), msg, f"task-finished-{msg['stop']}"))
 
     def _task_erred(self, msg: m.WorkerTaskErred) -> None:
         s = self.scheduler
-        s.send_all(
-            s.task_erred(
-                msg["key"],
-                self._sender(),
-                msg["run_id"],
-                msg["exception"],
-                msg["traceback"],
-                msg["text"],
-                f"task-erred-{time.time()}",
-            )
-        )
+        s.send_all(s.task_erred(self._sender(), msg, f"task-erred-{time.time()}"))
 
     def _add_keys(self, msg: m.AddKeys) -> None:
         s = self.scheduler
@@ -236,17 +215,15 @@ class SchedulerStreams:
 
     def _missing_data(self, msg: m.MissingData) -> None:
         s = self.scheduler
-        s.send_all(
-            s.missing_data(self._sender(), msg["key"], msg["run_id"], msg["missing"], f"missing-data-{time.time()}")
-        )
+        s.send_all(s.missing_data(self._sender(), msg, f"missing-data-{time.time()}"))
 
     def _reschedule(self, msg: m.Reschedule) -> None:
         s = self.scheduler
-        s.send_all(s.reschedule(self._sender(), msg["key"], msg["run_id"], f"reschedule-{time.time()}"))
+        s.send_all(s.reschedule(self._sender(), msg, f"reschedule-{time.time()}"))
 
     def _long_running(self, msg: m.LongRunning) -> None:
         s = self.scheduler
-        s.send_all(s.long_running(self._sender(), msg["key"], msg["run_id"]))
+        s.send_all(s.long_running(self._sender(), msg, f"long-running-{time.time()}"))
 
     def handle_heartbeat_worker(self, comm: Comm, msg: m.HeartbeatWorker) -> dict[str, Any]:
         """Note that a worker is alive, and tell it when to call again."""
@@ -341,28 +318,20 @@ class SchedulerStreams:
         cbs = self.scheduler.client_comms.get(msg["client"])
         if cbs is not None:
             try:
-                cbs.send({"op": "stream-barrier", "id": msg["id"]})
+                cbs.send(m.StreamBarrierReached(op="stream-barrier", id=msg["id"]))
             except CommClosedError:
                 pass
 
     def handle_update_data(self, comm: Comm, msg: m.UpdateData) -> str:
         """Record data a client scattered to workers."""
         s = self.scheduler
-        s.send_all(
-            s.update_data_state(
-                msg["client"], msg["who_has"], msg["nbytes"], msg.get("types", {}), f"update-data-{time.time()}"
-            )
-        )
+        s.send_all(s.update_data_state(msg, f"update-data-{time.time()}"))
         return "OK"
 
     def handle_cancel_keys(self, comm: Comm, msg: m.CancelKeys) -> str:
         """Cancel a client's keys (and what depends on them)."""
         s = self.scheduler
-        s.send_all(
-            s.cancel_keys(
-                msg["client"], msg["keys"], msg.get("reason", "cancelled by a client"), f"cancel-{time.time()}"
-            )
-        )
+        s.send_all(s.cancel_keys(msg, f"cancel-{time.time()}"))
         return "OK"
 
     def handle_retry(self, comm: Comm, msg: m.RetryKeys) -> list[Key]:

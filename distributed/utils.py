@@ -13,6 +13,7 @@ import functools
 import inspect
 import logging
 import os
+import socket
 import threading
 import types
 from collections.abc import Awaitable, Callable
@@ -29,6 +30,7 @@ __all__ = [
     "format_bytes",
     "funcname",
     "get_asyncio_loop",
+    "get_ip_interface",
     "get_traceback",
     "import_term",
     "iscoroutinefunction",
@@ -258,3 +260,22 @@ async def wait_for(aw: Awaitable[T], timeout: float | None) -> T:
     if timeout is None:
         return await aw
     return await asyncio.wait_for(aw, timeout)
+
+
+def get_ip_interface(ifname: str) -> str:
+    """The IPv4 address of network interface ``ifname`` (e.g. ``"eth0"``).
+
+    Raises
+    ------
+    ValueError
+        When there is no such interface or it has no IPv4 address.
+    """
+    import psutil
+
+    addrs = psutil.net_if_addrs()
+    if ifname not in addrs:
+        raise ValueError(f"No network interface {ifname!r}; available: {', '.join(sorted(addrs))}")
+    for snic in addrs[ifname]:
+        if snic.family == socket.AF_INET:
+            return str(snic.address)
+    raise ValueError(f"Network interface {ifname!r} has no IPv4 address")

@@ -25,7 +25,7 @@ def is_this_project() -> bool:
         params = inspect.signature(sched.task_finished).parameters
     except (AttributeError, TypeError, ValueError):
         return False
-    return list(params)[:8] == ["self", "key", "worker", "run_id", "nbytes", "type_", "duration", "stimulus_id"]
+    return list(params)[:4] == ["self", "worker", "msg", "stimulus_id"]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -21,7 +21,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import sys
 import time
 from collections.abc import Coroutine, Iterator
@@ -30,6 +29,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 import dask.config
 from dask.utils import parse_bytes, parse_timedelta
+
+from distributed.utils import get_ip_interface
 
 __all__ = [
     "DEFAULT_LOG_FORMAT",
@@ -217,25 +218,6 @@ def parse_resources(text: str | None) -> dict[str, float]:
         except ValueError:
             raise ValueError(f"Resource {name!r} needs a number, got {value!r}") from None
     return out
-
-
-def get_ip_interface(ifname: str) -> str:
-    """The IPv4 address of network interface ``ifname`` (e.g. ``"eth0"``).
-
-    Raises
-    ------
-    ValueError
-        When there is no such interface or it has no IPv4 address.
-    """
-    import psutil
-
-    addrs = psutil.net_if_addrs()
-    if ifname not in addrs:
-        raise ValueError(f"No network interface {ifname!r}; available: {', '.join(sorted(addrs))}")
-    for snic in addrs[ifname]:
-        if snic.family == socket.AF_INET:
-            return str(snic.address)
-    raise ValueError(f"Network interface {ifname!r} has no IPv4 address")
 
 
 def host_in_address(host: str) -> str:

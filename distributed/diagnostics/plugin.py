@@ -58,10 +58,21 @@ class SchedulerPlugin:
         """Run once for each graph a client submits."""
 
     def restart(self, scheduler: Scheduler) -> None:
-        """Run when the scheduler restarts its workers."""
+        """Run when the scheduler restarts its workers.
+
+        This scheduler cannot restart its workers yet (it has no ``restart``
+        request, so ``Client.restart`` is not available): the hook is never
+        called until that exists.
+        """
 
     def transition(self, key: Any, start: str, finish: str, *args: Any, stimulus_id: str, **kwargs: Any) -> None:
-        """Run after each task transition."""
+        """Run after each change of a task's state, with the stimulus that caused it.
+
+        Every change goes through the scheduler's transition table, so the
+        calls match ``Scheduler.story(key)`` step for step.  A task going to
+        memory also passes ``nbytes`` and ``type``, with ``worker`` (computed)
+        or ``workers`` (scattered).
+        """
 
     def add_worker(self, scheduler: Scheduler, worker: str) -> None:
         """Run when a worker joins."""

@@ -150,7 +150,7 @@ def prometheus_metrics(scheduler: Scheduler) -> str:
     n_clients = sum(1 for c in scheduler.clients if c not in _PSEUDO_CLIENTS)
     gauge("workers", "Number of workers connected.", [("", len(scheduler.workers))])
     gauge("clients", "Number of clients connected.", [("", n_clients)])
-    counts = Counter(ts.state for ts in scheduler.tasks.values())
+    counts = Counter[str](ts.state for ts in scheduler.tasks.values())
     states = list(TASK_STATES) + sorted(s for s in counts if s not in TASK_STATES)
     gauge(
         "tasks",

@@ -202,12 +202,20 @@ class CancelledKeys(TypedDict):
 
 
 class LostData(TypedDict):
+    """A key the client wants left memory with its last holder.
+
+    If the key has a run_spec it is recomputed: the client waits for it
+    again (a ``key-in-memory`` or ``task-erred`` follows).  Data without one
+    (scattered) cannot come back: a ``task-erred`` with ``LostDataError``
+    follows.
+    """
+
     op: Literal["lost-data"]
     key: Key
 
 
-class StreamClosed(TypedDict):
-    op: Literal["stream-closed"]
+#: Every message the scheduler sends on a client's stream.
+SchedulerToClient = KeyInMemory | ClientTaskErred | StreamBarrierReached | CancelledKeys | LostData
 
 
 # -- worker -> scheduler (requests) --------------------------------------------
@@ -327,6 +335,10 @@ class FreeKeys(TypedDict):
 class CloseWorker(TypedDict):
     op: Literal["close-worker"]
     reason: NotRequired[str]
+
+
+#: Every message the scheduler sends on a worker's stream.
+SchedulerToWorker = ComputeTask | FreeKeys | CloseWorker
 
 
 # -- worker requests (from peers, clients, the scheduler) -----------------------

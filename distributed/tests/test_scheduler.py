@@ -12,7 +12,7 @@ from distributed import Client, SchedulerPlugin, wait
 from distributed.comm import connect
 from distributed.core import send_recv
 from distributed.scheduler import Scheduler
-from distributed.utils_test import async_poll_for, gen_cluster, inc, slowinc
+from distributed.utils_test import async_poll_for, gen_cluster, gen_test, inc, slowinc
 from distributed.worker import Worker
 
 
@@ -191,3 +191,83 @@ def test_large_state_gc_freezes_while_large_and_unfreezes_after() -> None:
         assert gc.get_freeze_count() == 0 and policy.frozen_at == 0
     finally:
         gc.unfreeze()
+
+
+def test_scheduler_builds_declared_messages() -> None:
+    """No ``{"op": ...}`` literal in the scheduler's modules: each message is built as its declared type."""
+    import ast
+    import inspect
+
+    import distributed.scheduler as sched_mod
+    import distributed.scheduler_requests as requests_mod
+    import distributed.scheduler_streams as streams_mod
+
+    for mod in (sched_mod, streams_mod, requests_mod):
+        for node in ast.walk(ast.parse(inspect.getsource(mod))):
+            if isinstance(node, ast.Dict):
+                keys = [k.value for k in node.keys if isinstance(k, ast.Constant)]
+                assert "op" not in keys, (mod.__name__, node.lineno)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"security": object()}, "security"),
+        ({"services": {"bokeh": (object, 0)}}, "services"),
+        ({"http_prefix": "/dask"}, "http_prefix"),
+        ({"jupyter": True}, "jupyter"),
+    ],
+)
+def test_unsupported_parameters_are_refused_by_name(kwargs: dict[str, Any], name: str) -> None:
+    with pytest.raises(NotImplementedError, match=rf"Scheduler\({name}="):
+        Scheduler(**kwargs)
+
+
+def test_default_parameters_are_accepted() -> None:
+    Scheduler(security=None, services={}, http_prefix="/", jupyter=False)
+    Scheduler(services=None, http_prefix=None)
+
+
+def test_unknown_keyword_raises_type_error() -> None:
+    with pytest.raises(TypeError, match="no_such_option"):
+        Scheduler(no_such_option=1)  # type: ignore[call-arg]  # the point of the test
+
+
+def _loopback_interface() -> str:
+    import socket
+
+    import psutil
+
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and a.address == "127.0.0.1" for a in addrs):
+            return name
+    pytest.skip("no interface with 127.0.0.1")
+
+
+@gen_test()
+async def test_interface_listens_on_that_interface() -> None:
+    async with Scheduler(interface=_loopback_interface(), dashboard=False) as s:
+        assert s.address.startswith("tcp://127.0.0.1:")
+        comm = await connect(s.address)
+        try:
+            assert await send_recv(comm, {"op": "who_has", "keys": []}) == {}
+        finally:
+            comm.abort()
+
+
+def test_interface_errors() -> None:
+    with pytest.raises(ValueError, match="No network interface 'no-such-if0'"):
+        Scheduler(interface="no-such-if0")
+    with pytest.raises(ValueError, match="host=..., interface=..."):
+        Scheduler(host="127.0.0.1", interface=_loopback_interface())
+
+
+def test_no_restart_request_so_plugin_restart_hook_is_not_missed() -> None:
+    """SchedulerPlugin.restart is documented as never called because nothing restarts workers.
+
+    When a restart request is added, it must call the plugins' ``restart`` hook
+    (and this test must change).
+    """
+    s = Scheduler()
+    assert not [op for op in s.handlers if "restart" in op]
+    assert "never called" in " ".join((SchedulerPlugin.restart.__doc__ or "").split())

@@ -65,9 +65,9 @@ def check(s: Scheduler, out: Out) -> Out:
     return out
 
 
-def computes(out: Out, worker: str | None = None) -> list[Msg]:
+def computes(out: Out, worker: str | None = None) -> list[m.ComputeTask]:
     """The compute-task messages of ``out`` (to one worker, or to any)."""
-    result: list[Msg] = []
+    result: list[m.ComputeTask] = []
     for addr, msgs in out.workers.items():
         if worker is not None and addr != worker:
             continue
@@ -79,7 +79,7 @@ def computed_keys(out: Out, worker: str | None = None) -> list[Key]:
     return [msg["key"] for msg in computes(out, worker)]
 
 
-def compute_of(out: Out, key: Key) -> tuple[str, Msg]:
+def compute_of(out: Out, key: Key) -> tuple[str, m.ComputeTask]:
     """The one worker asked to compute ``key``, and the message."""
     found = [
         (addr, msg)
@@ -96,7 +96,39 @@ def freed(out: Out) -> dict[str, set[Key]]:
 
 
 def client_ops(out: Out, client: str, op: str) -> list[Msg]:
-    return [msg for msg in out.clients.get(client, []) if msg["op"] == op]
+    """The messages of one op to ``client`` (as plain dicts, to read any field)."""
+    return [cast(Msg, msg) for msg in out.clients.get(client, []) if msg["op"] == op]
+
+
+def done(key: Key, run_id: int, nbytes: int = 100, type_: str = "int", duration: float = 0.1) -> m.TaskFinished:
+    """A worker's task-finished report."""
+    return m.TaskFinished(
+        op="task-finished", key=key, run_id=run_id, nbytes=nbytes, type=type_, start=1000.0, stop=1000.0 + duration
+    )
+
+
+def report_erred(key: Key, run_id: int, exception: Any, traceback: Any, text: str) -> m.WorkerTaskErred:
+    """A worker's task-erred report."""
+    return m.WorkerTaskErred(
+        op="task-erred", key=key, run_id=run_id, exception=exception, traceback=traceback, text=text
+    )
+
+
+def scattered(
+    client: str, who_has: Mapping[Key, Sequence[str]], nbytes: Mapping[Key, int], types: Mapping[Key, str]
+) -> m.UpdateData:
+    """A client's update-data after scattering."""
+    return m.UpdateData(op="update-data", client=client, who_has=who_has, nbytes=nbytes, types=types)
+
+
+def cancel(client: str, keys: Sequence[Key], reason: str, force: bool = False) -> m.CancelKeys:
+    """A client's cancel-keys request."""
+    return m.CancelKeys(op="cancel-keys", client=client, keys=keys, reason=reason, force=force)
+
+
+def state(s: Scheduler, key: Key) -> str:
+    """The state of ``key`` now (a function, so that mypy does not narrow it across steps)."""
+    return s.tasks[key].state
 
 
 def finish(s: Scheduler, key: Key, nbytes: int = 100, type_: str = "int", duration: float = 0.1) -> Out:
@@ -104,7 +136,9 @@ def finish(s: Scheduler, key: Key, nbytes: int = 100, type_: str = "int", durati
     ts = s.tasks[key]
     assert ts.state == "processing", ts
     assert ts.processing_on is not None
-    return check(s, s.task_finished(key, ts.processing_on.address, ts.run_id, nbytes, type_, duration, f"finish-{key}"))
+    return check(
+        s, s.task_finished(ts.processing_on.address, done(key, ts.run_id, nbytes, type_, duration), f"finish-{key}")
+    )
 
 
 @pytest.fixture
@@ -156,7 +190,7 @@ def test_chain_runs_in_order_and_is_forgotten_after_release() -> None:
     assert msg["who_has"] == {"b": [A]}
     # a is no longer needed by anything: released and freed on its worker.
     assert freed(out) == {A: {"a"}}
-    assert s.tasks["a"].state == "released"
+    assert state(s, "a") == "released"
     assert not s.workers[A].has_what.keys() - {s.tasks["b"]}
 
     out = finish(s, "c", type_="str")
@@ -165,7 +199,7 @@ def test_chain_runs_in_order_and_is_forgotten_after_release() -> None:
     assert kim["key"] == "c"
     assert list(kim["workers"]) == [A]
     assert kim["type"] == "str"
-    assert s.tasks["c"].state == "memory"
+    assert state(s, "c") == "memory"
     assert [ts.key for ts in s.workers[A].has_what] == ["c"]
 
     out = check(s, s.client_releases_keys("client-1", ["c"], "release"))
@@ -190,7 +224,7 @@ def test_story_records_stimulus_ids() -> None:
     check(s, s.add_worker_state(A, 1))
     check(s, s.update_graph("c1", {"x": spec()}, ["x"], stimulus_id="graph-1"))
     ts = s.tasks["x"]
-    check(s, s.task_finished("x", A, ts.run_id, 8, "int", 0.1, "done-1"))
+    check(s, s.task_finished(A, done("x", ts.run_id, 8, "int", 0.1), "done-1"))
     story = s.story("x")
     assert [(key, start, finish, sid) for key, start, finish, sid, _ in story] == [
         ("x", "released", "waiting", "graph-1"),
@@ -214,7 +248,7 @@ def test_scheduler_never_unpickles_run_spec_or_error() -> None:
     assert s.tasks["x"].run_spec is rs
     exc = Serialized({"s": "pickle"}, [b"not a pickled exception"])
     ts = s.tasks["x"]
-    out = check(s, s.task_erred("x", A, ts.run_id, exc, None, "boom", "err"))
+    out = check(s, s.task_erred(A, report_erred("x", ts.run_id, exc, None, "boom"), "err"))
     [msg] = client_ops(out, "c1", "task-erred")
     assert msg["exception"] is exc
     assert msg["text"] == "boom"
@@ -228,7 +262,10 @@ def test_worker_choice_prefers_holder_of_large_dependency(big_on: str) -> None:
     check(s, s.add_worker_state(B, 1))
     small_on = B if big_on == A else A
     check(
-        s, s.update_data_state("c1", {"big": [big_on], "small": [small_on]}, {"big": 10**9, "small": 10}, {}, "scatter")
+        s,
+        s.update_data_state(
+            scattered("c1", {"big": [big_on], "small": [small_on]}, {"big": 10**9, "small": 10}, {}), "scatter"
+        ),
     )
     out = check(s, s.update_graph("c1", {"z": spec(["big", "small"])}, ["z"]))
     addr, msg = compute_of(out, "z")
@@ -350,7 +387,7 @@ def test_task_erred_reports_payload_and_blames_dependents() -> None:
     ts = s.tasks["a"]
     exc = Serialized({"s": "pickle"}, [b"exception frames"])
     tb = Serialized({"s": "pickle"}, [b"traceback frames"])
-    out = check(s, s.task_erred("a", A, ts.run_id, exc, tb, "ZeroDivisionError: boom", "err-a"))
+    out = check(s, s.task_erred(A, report_erred("a", ts.run_id, exc, tb, "ZeroDivisionError: boom"), "err-a"))
     assert not computes(out)
     assert {k: s.tasks[k].state for k in "abc"} == {"a": "erred", "b": "erred", "c": "erred"}
     assert s.tasks["b"].exception_blame is ts
@@ -381,7 +418,7 @@ def test_erred_dependency_releases_sibling_data() -> None:
     out = finish(s, "ok")
     assert s.tasks["ok"].state == "memory"
     ts = s.tasks["bad"]
-    out = check(s, s.task_erred("bad", A, ts.run_id, opaque_spec(), None, "err", "err-bad"))
+    out = check(s, s.task_erred(A, report_erred("bad", ts.run_id, opaque_spec(), None, "err"), "err-bad"))
     assert s.tasks["z"].state == "erred"
     # Nothing can use "ok" any more.
     assert s.tasks["ok"].state != "memory"
@@ -394,7 +431,7 @@ def test_retries_rerun_once_then_err() -> None:
     check(s, s.update_graph("c1", {"x": spec(annotations={"retries": 1})}, ["x"]))
     assert s.tasks["x"].retries == 1
     run_ids = [s.tasks["x"].run_id]
-    out = check(s, s.task_erred("x", A, run_ids[0], opaque_spec(), None, "first", "err-1"))
+    out = check(s, s.task_erred(A, report_erred("x", run_ids[0], opaque_spec(), None, "first"), "err-1"))
     assert not client_ops(out, "c1", "task-erred")
     ts = s.tasks["x"]
     assert ts.state == "processing"
@@ -404,12 +441,12 @@ def test_retries_rerun_once_then_err() -> None:
     assert msgs, "the task must be sent again"
     assert msgs[-1]["run_id"] == ts.run_id
     # A stale report of the failed run changes nothing.
-    check(s, s.task_erred("x", A, run_ids[0], opaque_spec(), None, "stale", "err-stale"))
+    check(s, s.task_erred(A, report_erred("x", run_ids[0], opaque_spec(), None, "stale"), "err-stale"))
     assert s.tasks["x"].state == "processing"
 
     exc = opaque_spec()
-    out = check(s, s.task_erred("x", A, ts.run_id, exc, None, "second", "err-2"))
-    assert s.tasks["x"].state == "erred"
+    out = check(s, s.task_erred(A, report_erred("x", ts.run_id, exc, None, "second"), "err-2"))
+    assert state(s, "x") == "erred"
     [msg] = client_ops(out, "c1", "task-erred")
     assert msg["exception"] is exc
     assert msg["text"] == "second"
@@ -446,7 +483,7 @@ def test_retry_is_sent_once_and_not_freed_after_it() -> None:
     s.stream_comms[A] = cast(BatchedSend, stream)
     check(s, s.update_graph("c1", {"x": spec(annotations={"retries": 1})}, ["x"]))
     first = s.tasks["x"].run_id
-    out = check(s, s.task_erred("x", A, first, opaque_spec(), None, "first", "err-1"))
+    out = check(s, s.task_erred(A, report_erred("x", first, opaque_spec(), None, "first"), "err-1"))
     s.send_all(out)
     assert len([msg for msg in stream.sent if msg["op"] == "compute-task"]) == 1, stream.sent
     assert _worker_keeps_running(stream.sent, "x"), stream.sent
@@ -468,7 +505,7 @@ def test_removed_worker_tasks_are_rescheduled() -> None:
     assert msg["run_id"] != old_run
     assert s.tasks["x"].suspicious == 1
     # The removed worker's late report is ignored.
-    check(s, s.task_finished("x", A, old_run, 8, "int", 0.1, "late"))
+    check(s, s.task_finished(A, done("x", old_run, 8, "int", 0.1), "late"))
     assert s.tasks["x"].state == "processing"
     out = finish(s, "x")
     assert [msg["key"] for msg in client_ops(out, "c1", "key-in-memory")] == ["x"]
@@ -512,7 +549,7 @@ def test_removed_replica_keeps_key_in_memory() -> None:
     s = new_scheduler()
     check(s, s.add_worker_state(A, 1))
     check(s, s.add_worker_state(B, 1))
-    check(s, s.update_data_state("c1", {"x": [A, B]}, {"x": 10}, {"x": "int"}, "scatter"))
+    check(s, s.update_data_state(scattered("c1", {"x": [A, B]}, {"x": 10}, {"x": "int"}), "scatter"))
     out = check(s, s.remove_worker_state(A, stimulus_id="remove-a"))
     assert not computes(out)
     assert not out.clients
@@ -523,7 +560,7 @@ def test_removed_replica_keeps_key_in_memory() -> None:
 def test_lost_scattered_data_is_reported_to_the_client() -> None:
     s = new_scheduler()
     check(s, s.add_worker_state(A, 1))
-    check(s, s.update_data_state("c1", {"x": [A]}, {"x": 10}, {"x": "int"}, "scatter"))
+    check(s, s.update_data_state(scattered("c1", {"x": [A]}, {"x": 10}, {"x": "int"}), "scatter"))
     out = check(s, s.remove_worker_state(A, stimulus_id="remove-a"))
     assert [msg["key"] for msg in client_ops(out, "c1", "lost-data")] == ["x"]
     assert not computes(out)
@@ -599,13 +636,13 @@ def test_lost_dependencies_leave_the_rest_of_the_graph_running() -> None:
 
 
 # -- cancellation ------------------------------------------------------------------------------
-def test_cancel_keys_cancels_dependents_for_every_client() -> None:
+def test_forced_cancel_cancels_dependents_for_every_client() -> None:
     s = new_scheduler()
     check(s, s.add_worker_state(A, 1))
     check(s, s.update_graph("c1", {"a": spec(order=0), "b": spec(["a"], order=1)}, ["a", "b"]))
     check(s, s.update_graph("c2", {"a": spec(order=0), "b": spec(["a"], order=1), "c": spec(["b"], order=2)}, ["c"]))
     assert s.tasks["a"].state == "processing"
-    out = check(s, s.cancel_keys("c1", ["a"], "cancelled by a client", "cancel"))
+    out = check(s, s.cancel_keys(cancel("c1", ["a"], "cancelled by a client", force=True), "cancel"))
     c1 = {k for msg in client_ops(out, "c1", "cancelled-keys") for k in msg["keys"]}
     c2 = {k for msg in client_ops(out, "c2", "cancelled-keys") for k in msg["keys"]}
     assert c1 == {"a", "b"}
@@ -619,6 +656,42 @@ def test_cancel_keys_cancels_dependents_for_every_client() -> None:
     assert not s.clients["c1"].wants_what and not s.clients["c2"].wants_what
 
 
+def test_cancel_without_force_keeps_what_another_client_wants() -> None:
+    s = new_scheduler()
+    check(s, s.add_worker_state(A, 1))
+    check(s, s.update_graph("c1", {"a": spec(order=0), "b": spec(["a"], order=1)}, ["a", "b"]))
+    check(s, s.update_graph("c2", {"a": spec(order=0), "b": spec(["a"], order=1), "c": spec(["b"], order=2)}, ["c"]))
+    out = check(s, s.cancel_keys(cancel("c1", ["a"], "cancelled by a client"), "cancel"))
+    # c1's futures of a and b are cancelled; c2's c, which needs them, is not.
+    assert {k for msg in client_ops(out, "c1", "cancelled-keys") for k in msg["keys"]} == {"a", "b"}
+    assert not client_ops(out, "c2", "cancelled-keys")
+    assert not freed(out), "a is still needed by c"
+    assert s.tasks["a"].state == "processing"
+    assert not s.clients["c1"].wants_what
+    out = finish(s, "a")
+    out = finish(s, "b")
+    out = finish(s, "c")
+    assert [msg["key"] for msg in client_ops(out, "c2", "key-in-memory")] == ["c"]
+    assert not client_ops(out, "c1", "key-in-memory")
+
+
+def test_cancel_without_force_of_a_shared_key_drops_only_that_client() -> None:
+    s = new_scheduler()
+    check(s, s.add_worker_state(A, 1))
+    check(s, s.update_graph("c1", {"x": spec()}, ["x"]))
+    check(s, s.update_graph("c2", {"x": spec()}, ["x"]))
+    out = check(s, s.cancel_keys(cancel("c1", ["x"], "cancel"), "cancel"))
+    assert [list(msg["keys"]) for msg in client_ops(out, "c1", "cancelled-keys")] == [["x"]]
+    assert not client_ops(out, "c2", "cancelled-keys")
+    assert {cs.client_key for cs in s.tasks["x"].who_wants} == {"c2"}
+    out = finish(s, "x")
+    assert [msg["key"] for msg in client_ops(out, "c2", "key-in-memory")] == ["x"]
+    # With force, it is cancelled for every client.
+    out = check(s, s.cancel_keys(cancel("c1", ["x"], "cancel", force=True), "cancel-force"))
+    assert [list(msg["keys"]) for msg in client_ops(out, "c2", "cancelled-keys")] == [["x"]]
+    assert "x" not in s.tasks
+
+
 def test_cancel_keeps_computed_dependents_and_unrelated_keys() -> None:
     s = new_scheduler()
     check(s, s.add_worker_state(A, 2))
@@ -626,7 +699,7 @@ def test_cancel_keeps_computed_dependents_and_unrelated_keys() -> None:
     check(s, s.update_graph("c1", tasks, ["a", "b", "other"]))
     finish(s, "a")
     finish(s, "b")
-    out = check(s, s.cancel_keys("c1", ["a"], "cancel", "cancel"))
+    out = check(s, s.cancel_keys(cancel("c1", ["a"], "cancel"), "cancel"))
     # b is already computed: it stays; other is unrelated.
     assert {k for msg in client_ops(out, "c1", "cancelled-keys") for k in msg["keys"]} == {"a"}
     assert s.tasks["b"].state == "memory"
@@ -640,7 +713,7 @@ def test_update_data_state_marks_keys_in_memory() -> None:
     s = new_scheduler()
     check(s, s.add_worker_state(A, 1))
     check(s, s.add_worker_state(B, 1))
-    out = check(s, s.update_data_state("c1", {"x": [B]}, {"x": 123}, {"x": "numpy.ndarray"}, "scatter"))
+    out = check(s, s.update_data_state(scattered("c1", {"x": [B]}, {"x": 123}, {"x": "numpy.ndarray"}), "scatter"))
     ts = s.tasks["x"]
     assert ts.state == "memory"
     assert ts.run_spec is None
@@ -724,16 +797,16 @@ def test_task_finished_from_another_worker_changes_nothing() -> None:
     assert on is not None
     other = B if on.address == A else A
     before = _snapshot(s)
-    out = check(s, s.task_finished("x", other, ts.run_id, 8, "int", 0.1, "stale"))
+    out = check(s, s.task_finished(other, done("x", ts.run_id, 8, "int", 0.1), "stale"))
     assert _snapshot(s) == before
     assert not out.clients
     assert not computes(out)
     assert on.address not in out.free
     assert not s.workers[other].has_what
     # Unknown workers and unknown keys are ignored too.
-    out = check(s, s.task_finished("x", "tcp://10.9.9.9:1", ts.run_id, 8, "int", 0.1, "unknown-worker"))
+    out = check(s, s.task_finished("tcp://10.9.9.9:1", done("x", ts.run_id, 8, "int", 0.1), "unknown-worker"))
     assert _snapshot(s) == before and not out.workers and not out.clients
-    check(s, s.task_finished("nope", on.address, 1, 8, "int", 0.1, "unknown-key"))
+    check(s, s.task_finished(on.address, done("nope", 1, 8, "int", 0.1), "unknown-key"))
     assert _snapshot(s) == before
 
 
@@ -743,7 +816,7 @@ def test_task_finished_with_stale_run_id_changes_nothing() -> None:
     check(s, s.update_graph("c1", {"x": spec()}, ["x"]))
     ts = s.tasks["x"]
     before = _snapshot(s)
-    out = check(s, s.task_finished("x", A, ts.run_id - 1, 8, "int", 0.1, "stale"))
+    out = check(s, s.task_finished(A, done("x", ts.run_id - 1, 8, "int", 0.1), "stale"))
     assert _snapshot(s) == before
     assert not out.clients
     # The worker is still (legitimately) running x: it must not be told to drop it.
@@ -757,7 +830,7 @@ def test_task_finished_with_stale_run_id_keeps_state() -> None:
     check(s, s.update_graph("c1", {"x": spec()}, ["x"]))
     ts = s.tasks["x"]
     before = _snapshot(s)
-    out = check(s, s.task_finished("x", A, ts.run_id + 5, 8, "int", 0.1, "stale"))
+    out = check(s, s.task_finished(A, done("x", ts.run_id + 5, 8, "int", 0.1), "stale"))
     assert _snapshot(s) == before
     assert not out.clients
     assert not computes(out)
@@ -775,7 +848,7 @@ def test_task_erred_stale_changes_nothing() -> None:
     other = B if on.address == A else A
     before = _snapshot(s)
     for addr, run_id in [(other, ts.run_id), (on.address, ts.run_id + 1)]:
-        out = check(s, s.task_erred("x", addr, run_id, opaque_spec(), None, "stale", "stale"))
+        out = check(s, s.task_erred(addr, report_erred("x", run_id, opaque_spec(), None, "stale"), "stale"))
         assert _snapshot(s) == before
         assert not out.clients and not out.workers and not out.free
 
@@ -791,7 +864,7 @@ def test_duplicate_finish_after_memory_adds_replica() -> None:
     other = B if on.address == A else A
     run_id = ts.run_id
     finish(s, "x")
-    out = check(s, s.task_finished("x", other, run_id, 8, "int", 0.1, "duplicate"))
+    out = check(s, s.task_finished(other, done("x", run_id, 8, "int", 0.1), "duplicate"))
     assert ts.state == "memory"
     assert {ws.address for ws in ts.who_has} == {A, B}
     assert not out.clients
@@ -856,18 +929,25 @@ def test_worker_data_messages_are_stimuli() -> None:
     assert {w.address for w in s.tasks["a"].who_has} == {holder}
     # The runner of "b" could not find "a" where we said: the only copy is
     # gone, so "a" is recomputed and "b" waits for it.
-    out = check(s, s.missing_data(runner, "b", msg["run_id"], {"a": [holder]}, "missing"))
+    out = check(
+        s,
+        s.missing_data(
+            runner, m.MissingData(op="missing-data", key="b", run_id=msg["run_id"], missing={"a": [holder]}), "missing"
+        ),
+    )
     assert s.tasks["a"].state == "processing" and s.tasks["b"].state == "waiting"
     assert computed_keys(out) == ["a"]
     out = finish(s, "a")
     runner, msg = compute_of(out, "b")
     # A reschedule with a stale run_id is ignored; with the current one, "b" runs again.
-    assert not check(s, s.reschedule(runner, "b", msg["run_id"] - 1, "stale")).workers
-    assert s.tasks["b"].state == "processing"
-    out = check(s, s.reschedule(runner, "b", msg["run_id"], "reschedule"))
+    assert not check(
+        s, s.reschedule(runner, m.Reschedule(op="reschedule", key="b", run_id=msg["run_id"] - 1), "stale")
+    ).workers
+    assert state(s, "b") == "processing"
+    out = check(s, s.reschedule(runner, m.Reschedule(op="reschedule", key="b", run_id=msg["run_id"]), "reschedule"))
     assert computed_keys(out) == ["b"]
     finish(s, "b")
-    assert s.tasks["b"].state == "memory"
+    assert state(s, "b") == "memory"
     # Messages from a worker the scheduler does not know change nothing.
     assert not check(s, s.add_keys(C, ["a"])).free
     assert not check(s, s.release_worker_data(C, ["a"], "unknown")).recs
