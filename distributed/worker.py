@@ -51,6 +51,7 @@ from distributed.worker_state import (
     SecedeEvent,
     SendMessage,
     StateMachineEvent,
+    TaskStateName,
     UpdateDataEvent,
     WorkerStateMachine,
 )
@@ -225,6 +226,7 @@ class Worker(Server):
             transfer_limit=int(parse_bytes(str(dask.config.get("distributed.worker.transfer.message-bytes-limit")))),
             fetch_concurrency=int(dask.config.get("distributed.worker.connections.outgoing")),
         )
+        self._update_transition_hook()
         if self.name is None:
             self.name = self.address
         for plugin in self._initial_plugins:
@@ -373,9 +375,32 @@ class Worker(Server):
             if inspect.isawaitable(result):
                 await result
         self.plugins[name] = plugin
+        self._update_transition_hook()
         result = plugin.setup(self)
         if inspect.isawaitable(result):
             await result
+
+    async def remove_plugin(self, name: str) -> None:
+        """Detach the plugin registered as ``name`` and run its ``teardown``."""
+        plugin = self.plugins.pop(name)
+        self._update_transition_hook()
+        result = plugin.teardown(self)
+        if inspect.isawaitable(result):
+            await result
+
+    def _update_transition_hook(self) -> None:
+        """Call plugins' ``transition`` only while a plugin defines one (the per-task path stays lean)."""
+        if self.state is None:
+            return
+        watching = any(type(p).transition is not WorkerPlugin.transition for p in self.plugins.values())
+        self.state.transition_hook = self._plugins_transition if watching else None
+
+    def _plugins_transition(self, key: Key, start: TaskStateName, finish: TaskStateName, stimulus_id: str) -> None:
+        for name, plugin in list(self.plugins.items()):
+            try:
+                plugin.transition(key, start, finish, stimulus_id=stimulus_id)
+            except Exception:
+                logger.exception("Plugin %s failed in transition %s -> %s of %r", name, start, finish, key)
 
     # -- the state machine's shell ----------------------------------------------------
     def handle_stimulus(self, *events: StateMachineEvent) -> None:

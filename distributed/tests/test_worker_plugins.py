@@ -1,0 +1,133 @@
+"""Worker plugins: set up on every worker, told of every transition."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from distributed import Client, WorkerPlugin
+from distributed.protocol.serialize import Serialized
+from distributed.scheduler import Scheduler
+from distributed.utils_test import gen_cluster, inc
+from distributed.worker import Worker
+from distributed.worker_state import (
+    ComputeTaskEvent,
+    ExecuteSuccess,
+    InvalidTransition,
+    WorkerStateMachine,
+)
+
+
+class RecordTransitions(WorkerPlugin):
+    """Keeps every ``transition`` call it gets."""
+
+    name = "record-transitions"
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[Any, str, str]] = []
+        self.stimuli: list[str] = []
+
+    def setup(self, worker: Worker) -> None:
+        self.worker = worker
+
+    def transition(self, key: Any, start: str, finish: str, **kwargs: Any) -> None:
+        self.seen.append((key, start, finish))
+        self.stimuli.append(kwargs["stimulus_id"])
+
+
+def pairs(story: list[tuple[Any, ...]], keys: set[Any]) -> list[tuple[Any, str, str]]:
+    return [(e[0], e[1], e[2]) for e in story if e[0] in keys]
+
+
+@gen_cluster(client=True)
+async def test_plugin_sees_every_transition_of_a_graph_with_a_fetched_dependency(
+    c: Client, s: Scheduler, a: Worker, b: Worker
+) -> None:
+    await c.register_plugin(RecordTransitions())
+    x = c.submit(inc, 1, key="x", workers=[a.address])
+    y = c.submit(inc, x, key="y", workers=[b.address])
+    assert await y == 3
+    on_b = b.plugins["record-transitions"]
+    assert isinstance(on_b, RecordTransitions)
+    keys = {"x", "y"}
+    assert pairs(b.story("x", "y"), keys) == [t for t in on_b.seen if t[0] in keys]
+    # x was fetched from a, y computed here.
+    assert ("x", "fetch", "flight") in on_b.seen
+    assert ("x", "flight", "memory") in on_b.seen
+    assert [t for t in on_b.seen if t[0] == "y"] == [
+        ("y", "released", "waiting"),
+        ("y", "waiting", "ready"),
+        ("y", "ready", "executing"),
+        ("y", "executing", "memory"),
+    ]
+    on_a = a.plugins["record-transitions"]
+    assert isinstance(on_a, RecordTransitions)
+    assert pairs(a.story("x"), {"x"}) == [t for t in on_a.seen if t[0] == "x"]
+    assert all(sid for sid in on_b.stimuli)
+
+
+@gen_cluster(client=True, nthreads=[])
+async def test_plugin_given_to_worker_constructor_sees_transitions(c: Client, s: Scheduler) -> None:
+    plugin = RecordTransitions()
+    async with Worker(s.address, nthreads=1, plugins=[plugin], validate=True) as w:
+        assert await c.submit(inc, 1, key="k") == 2
+        assert [t for t in plugin.seen if t[0] == "k"] == [
+            ("k", "released", "ready"),
+            ("k", "ready", "executing"),
+            ("k", "executing", "memory"),
+        ]
+        assert plugin.seen == pairs(w.story("k"), {"k"})
+
+
+class Broken(WorkerPlugin):
+    name = "broken"
+
+    def transition(self, key: Any, start: str, finish: str, **kwargs: Any) -> None:
+        raise ZeroDivisionError("plugin bug")
+
+
+@gen_cluster(client=True)
+async def test_failing_plugin_transition_does_not_stop_tasks(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    await c.register_plugin(Broken())
+    assert await c.submit(inc, 1) == 2
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)])
+async def test_removed_plugin_is_no_longer_called(c: Client, s: Scheduler, a: Worker) -> None:
+    plugin = RecordTransitions()
+    await a.add_plugin(plugin)
+    await c.submit(inc, 1, key="one")
+    n = len(plugin.seen)
+    assert n > 0
+    await a.remove_plugin("record-transitions")
+    assert a.state is not None and a.state.transition_hook is None
+    await c.submit(inc, 2, key="two")
+    assert len(plugin.seen) == n
+
+
+def test_invalid_transition_raises_in_validation_mode() -> None:
+    ws = WorkerStateMachine("tcp://10.0.0.1:1", 1, validate=True)
+    ws.handle_stimulus(
+        ComputeTaskEvent(
+            stimulus_id="compute",
+            key="x",
+            run_id=1,
+            run_spec=Serialized({"s": "pickle"}, [b"opaque"]),
+            priority=(0,),
+            who_has={},
+            nbytes={},
+        )
+    )
+    ts = ws.tasks["x"]
+    assert ts.state == "executing"
+    with pytest.raises(InvalidTransition, match="executing -> fetch"):
+        ws.transitions({ts: "fetch"}, stimulus_id="bad")
+    assert ts.state == "executing"
+    ws.handle_stimulus(
+        ExecuteSuccess(stimulus_id="done", key="x", run_id=1, value=1, nbytes=28, type="int", start=0.0, stop=1.0)
+    )
+    assert str(ts.state) == "memory"  # str(): mypy narrowed the state at the assert above
+    with pytest.raises(InvalidTransition, match="memory -> executing"):
+        ws.transitions({ts: "executing"}, stimulus_id="bad")
+    ws.validate_state()
