@@ -251,20 +251,20 @@ class Worker(Server):
                     raise
                 await asyncio.sleep(0.1)
         await comm.write(
-            {
-                "op": "register-worker",
-                "address": self.address,
-                "nthreads": self.nthreads,
-                "name": self.name,
-                "memory_limit": self.memory_limit,
-                "pid": os.getpid(),
-                "resources": self.resources,
-                "nanny": self.nanny,
-                "keys": list(self.data),
-                "nbytes": {k: sizeof(v) for k, v in self.data.items()},
-                "local_directory": self.local_directory,
-                "versions": {"python": sys.version.split()[0], "dask": dask_version()},
-            }
+            m.RegisterWorker(
+                op="register-worker",
+                address=self.address,
+                nthreads=self.nthreads,
+                name=self.name,
+                memory_limit=self.memory_limit,
+                pid=os.getpid(),
+                resources=self.resources,
+                nanny=self.nanny,
+                keys=list(self.data),
+                nbytes={k: sizeof(v) for k, v in self.data.items()},
+                local_directory=self.local_directory,
+                versions={"python": sys.version.split()[0], "dask": dask_version()},
+            )
         )
         response = await comm.read()
         if not isinstance(response, dict) or response.get("status") != "OK":
@@ -301,21 +301,21 @@ class Worker(Server):
             import psutil
 
             proc = psutil.Process()
-            metrics = {
-                "memory": proc.memory_info().rss,
-                "cpu": 0.0,
-                "executing": len(state.executing),
-                "in_memory": len(self.data),
-            }
+            metrics = m.WorkerMetrics(
+                memory=proc.memory_info().rss,
+                cpu=0.0,
+                executing=len(state.executing),
+                in_memory=len(self.data),
+            )
             await self.rpc.call(
                 self.scheduler_addr,
-                {
-                    "op": "heartbeat_worker",
-                    "address": self.address,
-                    "now": time.time(),
-                    "metrics": metrics,
-                    "executing": len(state.executing),
-                },
+                m.HeartbeatWorker(
+                    op="heartbeat_worker",
+                    address=self.address,
+                    now=time.time(),
+                    metrics=metrics,
+                    executing=len(state.executing),
+                ),
             )
         except (OSError, CommClosedError):
             logger.debug("Heartbeat to the scheduler failed", exc_info=True)
@@ -412,7 +412,7 @@ class Worker(Server):
         self._carry_out(instructions)
 
     def _carry_out(self, instructions: list[Instruction]) -> None:
-        to_scheduler: list[dict[str, Any]] = []
+        to_scheduler: list[m.WorkerStreamMessage] = []
         for inst in instructions:
             if isinstance(inst, SendMessage):
                 to_scheduler.append(inst.msg)
@@ -422,7 +422,7 @@ class Worker(Server):
                 self._start_task(self.gather_dep(inst.worker, inst.keys), f"gather-{inst.worker}")
         if to_scheduler and self.batched_stream is not None:
             try:
-                if all(m["op"] in _LAZY_OPS for m in to_scheduler):
+                if all(msg["op"] in _LAZY_OPS for msg in to_scheduler):
                     self.batched_stream.send_lazy(*to_scheduler)
                 else:
                     self.batched_stream.send(*to_scheduler)
@@ -590,7 +590,7 @@ class Worker(Server):
         """Fetch ``keys`` from a peer and hand them to the state machine."""
         self.incoming_transfer_count += 1
         try:
-            response = await self.rpc.call(worker, {"op": "get_data", "keys": list(keys), "who": self.address})
+            response = await self.rpc.call(worker, m.GetData(op="get_data", keys=list(keys), who=self.address))
             if not isinstance(response, dict):
                 raise TypeError(f"Malformed get_data reply from {worker}")
             raw = response.get("data", {})

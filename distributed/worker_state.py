@@ -25,9 +25,10 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final, Literal, get_args
 
+from distributed.protocol import messages as m
 from distributed.protocol.messages import Key, Payload
 
 logger = logging.getLogger(__name__)
@@ -270,7 +271,7 @@ class GatherDep(Instruction):
 class SendMessage(Instruction):
     """Send ``msg`` to the scheduler on the batched stream."""
 
-    msg: dict[str, Any] = field(default_factory=dict)
+    msg: m.WorkerStreamMessage
 
 
 class WorkerStateMachine:
@@ -442,7 +443,7 @@ class WorkerStateMachine:
         self.executing.discard(ts)
         self.long_running.add(ts)
         ts.state = "long-running"
-        instructions.append(SendMessage({"op": "long-running", "key": ts.key, "run_id": ts.run_id}))
+        instructions.append(SendMessage(m.LongRunning(op="long-running", key=ts.key, run_id=ts.run_id)))
         return None
 
     def _to_memory(self, ts: WorkerTask, stimulus_id: str, instructions: list[Instruction]) -> Recs | None:
@@ -594,16 +595,16 @@ class WorkerStateMachine:
     def _needed_here(self, ts: WorkerTask) -> bool:
         return any(ts in d.waiting_for_data for d in ts.dependents)
 
-    def _finished_msg(self, ts: WorkerTask, start: float, stop: float) -> dict[str, Any]:
-        return {
-            "op": "task-finished",
-            "key": ts.key,
-            "run_id": ts.run_id,
-            "nbytes": ts.nbytes,
-            "type": ts.type or "",
-            "start": start,
-            "stop": stop,
-        }
+    def _finished_msg(self, ts: WorkerTask, start: float, stop: float) -> m.TaskFinished:
+        return m.TaskFinished(
+            op="task-finished",
+            key=ts.key,
+            run_id=ts.run_id,
+            nbytes=ts.nbytes,
+            type=ts.type or "",
+            start=start,
+            stop=stop,
+        )
 
     def _release_resources(self, ts: WorkerTask) -> None:
         if ts.resources:
@@ -689,7 +690,7 @@ class WorkerStateMachine:
                 ts.type = ev.type
                 self._put_data(ts, ev.value, ev.nbytes)
                 self._transition(ts, "memory", ev.stimulus_id, instructions)
-                instructions.append(SendMessage({"op": "add-keys", "keys": [ts.key], "nbytes": {ts.key: ev.nbytes}}))
+                instructions.append(SendMessage(m.AddKeys(op="add-keys", keys=[ts.key], nbytes={ts.key: ev.nbytes})))
             else:
                 self._transition(ts, "forgotten", ev.stimulus_id, instructions)
             return
@@ -717,16 +718,16 @@ class WorkerStateMachine:
         self._transition(ts, "error", ev.stimulus_id, instructions)
         instructions.append(
             SendMessage(
-                {
-                    "op": "task-erred",
-                    "key": ts.key,
-                    "run_id": ts.run_id,
-                    "exception": ev.exception,
-                    "traceback": ev.traceback,
-                    "text": ev.text,
-                    "start": ev.start,
-                    "stop": ev.stop,
-                }
+                m.WorkerTaskErred(
+                    op="task-erred",
+                    key=ts.key,
+                    run_id=ts.run_id,
+                    exception=ev.exception,
+                    traceback=ev.traceback,
+                    text=ev.text,
+                    start=ev.start,
+                    stop=ev.stop,
+                )
             )
         )
 
@@ -747,7 +748,7 @@ class WorkerStateMachine:
         self.long_running.discard(ts)
         self._release_resources(ts)
         if ts.state in ("executing", "long-running"):
-            instructions.append(SendMessage({"op": "reschedule", "key": ts.key, "run_id": ts.run_id}))
+            instructions.append(SendMessage(m.Reschedule(op="reschedule", key=ts.key, run_id=ts.run_id)))
         self._transition(ts, "forgotten", ev.stimulus_id, instructions)
 
     def _handle_secede(self, ev: SecedeEvent, instructions: list[Instruction]) -> None:
@@ -807,7 +808,7 @@ class WorkerStateMachine:
             else:
                 self._fetch_failed(ts, ev.worker, sid, instructions)
         if added:
-            instructions.append(SendMessage({"op": "add-keys", "keys": added, "nbytes": nbytes}))
+            instructions.append(SendMessage(m.AddKeys(op="add-keys", keys=added, nbytes=nbytes)))
 
     def _handle_gather_failure(self, ev: GatherDepFailure, instructions: list[Instruction]) -> None:
         asked = self.in_flight_workers.pop(ev.worker, set())
@@ -835,7 +836,7 @@ class WorkerStateMachine:
             if dep.state in ("waiting", "ready"):
                 instructions.append(
                     SendMessage(
-                        {"op": "missing-data", "key": dep.key, "run_id": dep.run_id, "missing": {ts.key: tried}}
+                        m.MissingData(op="missing-data", key=dep.key, run_id=dep.run_id, missing={ts.key: tried})
                     )
                 )
                 for d in dep.dependencies:

@@ -230,7 +230,7 @@ class HeartbeatWorker(TypedDict):
     op: Literal["heartbeat_worker"]
     address: str
     now: float
-    metrics: NotRequired[Mapping[str, Any]]
+    metrics: NotRequired[WorkerMetrics | Mapping[str, Any]]
     executing: NotRequired[int]
 
 
@@ -238,6 +238,15 @@ class UnregisterWorker(TypedDict):
     op: Literal["unregister"]
     address: str
     reason: NotRequired[str]
+
+
+class WorkerMetrics(TypedDict):
+    """What a worker reports in its heartbeat."""
+
+    memory: int
+    cpu: float
+    executing: int
+    in_memory: int
 
 
 # -- worker -> scheduler (stream) ----------------------------------------------
@@ -302,6 +311,12 @@ class LongRunning(TypedDict):
 
 class KeepAlive(TypedDict):
     op: Literal["keep-alive"]
+
+
+#: What a worker's state machine sends the scheduler on its stream.
+WorkerStreamMessage = (
+    TaskFinished | WorkerTaskErred | AddKeys | ReleaseWorkerData | MissingData | Reschedule | LongRunning
+)
 
 
 # -- scheduler -> worker (stream) ----------------------------------------------

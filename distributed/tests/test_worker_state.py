@@ -123,7 +123,8 @@ def gathers(instructions: list[Instruction]) -> list[GatherDep]:
     return [i for i in instructions if isinstance(i, GatherDep)]
 
 
-def messages(instructions: list[Instruction], op: str | None = None) -> list[dict[str, Any]]:
+def messages(instructions: list[Instruction], op: str | None = None) -> list[Any]:
+    # Any: tests read fields of whichever message type they expect.
     return [i.msg for i in instructions if isinstance(i, SendMessage) and (op is None or i.msg["op"] == op)]
 
 
