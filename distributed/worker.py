@@ -12,7 +12,10 @@ import asyncio
 import inspect
 import logging
 import os
+import random
+import shutil
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -21,22 +24,27 @@ from typing import TYPE_CHECKING, Any
 
 import dask
 import dask.config
+import psutil
 from dask.sizeof import sizeof
 from dask.utils import parse_bytes, parse_timedelta, typename
 
 from distributed.batched import BatchedSend
+from distributed.cli.utils import get_ip_interface
 from distributed.comm import Comm, CommClosedError, connect
 from distributed.config import get_interval
 from distributed.core import Route, Server, Status, StreamRoute, error_message
 from distributed.dask_api import dask_version
 from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.exceptions import Reschedule
+from distributed.http.server import HTTPServerHandle
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.protocol.serialize import Serialize, unwrap
 from distributed.threadpool import ThreadPool, current_pool
 from distributed.utils import thread_state
+from distributed.worker_options import check_unsupported_worker_kwargs
 from distributed.worker_state import (
+    AcquireReplicasEvent,
     ComputeTaskEvent,
     Execute,
     ExecuteAbandoned,
@@ -134,11 +142,25 @@ class Worker(Server):
         loop: Any = None,
         interface: str | None = None,
         security: Any = None,
-        lifetime: Any = None,
-        dashboard: bool = False,
+        lifetime: float | str | None = None,
+        lifetime_stagger: float | str | None = None,
+        lifetime_restart: bool = False,
+        dashboard: bool | None = None,
         dashboard_address: str | None = None,
+        silence_logs: int | bool | None = None,
         **kwargs: Any,
     ) -> None:
+        check_unsupported_worker_kwargs(kwargs)
+        if security is not None:
+            raise NotImplementedError("Worker(security=...) is not supported yet: TLS is not implemented")
+        if lifetime_restart:
+            raise NotImplementedError("Worker(lifetime_restart=True) is not supported yet: it needs a nanny")
+        if interface is not None:
+            if host is not None:
+                raise ValueError("Worker: give host= or interface=, not both")
+            host = get_ip_interface(interface)
+        if silence_logs:
+            logging.getLogger("distributed").setLevel(logging.ERROR if silence_logs is True else int(silence_logs))
         if scheduler_file is not None and scheduler_ip is None:
             import json
 
@@ -161,9 +183,19 @@ class Worker(Server):
         self._contact_address = contact_address
         self.resources: dict[str, float] = dict(resources or dask.config.get("distributed.worker.resources", {}) or {})
         self.validate = bool(dask.config.get("distributed.worker.validate", False) if validate is None else validate)
-        self.local_directory = local_directory or os.path.join(
-            os.environ.get("TMPDIR", "/tmp"), f"dask-scratch-space-{uuid.uuid4().hex[:8]}"
-        )
+        self.id = f"Worker-{uuid.uuid4()}"
+        # Each worker gets a directory of its own under the base (as dask.distributed's do),
+        # so workers given the same local_directory never share scratch files.
+        base = local_directory or dask.config.get("temporary-directory", None) or tempfile.gettempdir()
+        self.local_directory = os.path.join(base, "dask-scratch-space", f"worker-{self.id[len('Worker-') :]}")
+        self.lifetime = parse_timedelta(lifetime) if lifetime is not None else None
+        if self.lifetime is not None and lifetime_stagger is not None:
+            stagger = float(parse_timedelta(lifetime_stagger) or 0)
+            self.lifetime = max(self.lifetime + (random.random() * 2 - 1) * stagger, 0.0)
+        self.dashboard_address = dashboard_address
+        self._serve_http = bool(dashboard) if dashboard is not None else dashboard_address is not None
+        self.http_server: HTTPServerHandle | None = None
+        self._process: psutil.Process | None = None
         hb = (
             heartbeat_interval
             if heartbeat_interval is not None
@@ -172,7 +204,6 @@ class Worker(Server):
         self.heartbeat_interval = float(parse_timedelta(hb) or 1.0)
         self.nanny = nanny
         self.death_timeout = parse_timedelta(death_timeout) if death_timeout is not None else None
-        self.id = f"Worker-{uuid.uuid4()}"
         self.data: MutableMapping[Key, Any] = data if data is not None else {}
         self.state: WorkerStateMachine | None = None
         self.executor = ThreadPool(self.nthreads, name="Dask-Worker-Threads")
@@ -194,6 +225,7 @@ class Worker(Server):
             "identity": Route(m.Empty, self.handle_identity),
             "close": Route(m.WorkerClose, self.handle_close),
             "keys": Route(m.Empty, lambda comm, msg: list(self.data)),
+            "acquire-replicas": Route(m.AcquireReplicas, self.handle_acquire_replicas),
         }
         stream_handlers: dict[str, StreamRoute[Any]] = {
             "compute-task": StreamRoute(m.ComputeTask, self._stream_compute_task),
@@ -217,6 +249,13 @@ class Worker(Server):
         await self.listen(addr)
         if self._contact_address:
             self._address = self._contact_address
+        os.makedirs(self.local_directory, exist_ok=True)
+        self._process = psutil.Process()
+        self._process.cpu_percent()  # the first call only starts the measurement
+        if self._serve_http:
+            from distributed.worker_http import start_worker_http_server
+
+            self.http_server = await start_worker_http_server(self, self.dashboard_address or ":0")
         self.state = WorkerStateMachine(
             self.address,
             self.nthreads,
@@ -233,6 +272,8 @@ class Worker(Server):
             await self.add_plugin(plugin)
         await self._register_with_scheduler()
         self.periodic(self.heartbeat_interval, self.heartbeat, name="heartbeat")
+        if self.lifetime is not None:
+            self.spawn(self._close_after_lifetime(self.lifetime), name="lifetime")
         logger.info("Worker %s at %s, %d threads", self.name, self.address, self.nthreads)
 
     async def _register_with_scheduler(self) -> None:
@@ -298,15 +339,7 @@ class Worker(Server):
         if state is None:
             return
         try:
-            import psutil
-
-            proc = psutil.Process()
-            metrics = m.WorkerMetrics(
-                memory=proc.memory_info().rss,
-                cpu=0.0,
-                executing=len(state.executing),
-                in_memory=len(self.data),
-            )
+            metrics = self.get_metrics()
             await self.rpc.call(
                 self.scheduler_addr,
                 m.HeartbeatWorker(
@@ -319,6 +352,22 @@ class Worker(Server):
             )
         except (OSError, CommClosedError):
             logger.debug("Heartbeat to the scheduler failed", exc_info=True)
+
+    def get_metrics(self) -> m.WorkerMetrics:
+        """What the heartbeat reports: memory (RSS), CPU percent since the last call, task counts."""
+        proc = self._process or psutil.Process()
+        state = self.state
+        return m.WorkerMetrics(
+            memory=proc.memory_info().rss,
+            cpu=proc.cpu_percent(),
+            executing=len(state.executing) if state is not None else 0,
+            in_memory=len(self.data),
+        )
+
+    async def _close_after_lifetime(self, lifetime: float) -> None:
+        await asyncio.sleep(lifetime)
+        logger.info("Worker %s reached its lifetime of %.1f s; closing gracefully", self.address, lifetime)
+        self.spawn(self.close_gracefully(reason="worker-lifetime"), name="lifetime-close")
 
     async def _close(self) -> None:
         for name, plugin in list(self.plugins.items()):
@@ -337,17 +386,96 @@ class Worker(Server):
             await self.batched_stream.close(timeout=1)
         for t in list(self._running_tasks):
             t.cancel()
+        if self.http_server is not None:
+            await self.http_server.close()
         await super()._close()
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self.executor.shutdown, True, 3)
+        shutil.rmtree(self.local_directory, ignore_errors=True)
 
     async def close(self, timeout: float | None = None, reason: str = "worker-close", **kwargs: Any) -> None:
         """Close the worker (running tasks finish in their threads)."""
         await super().close()
 
-    async def close_gracefully(self, reason: str = "worker-close-gracefully") -> None:
-        """Close, letting the scheduler move our data elsewhere first."""
+    async def close_gracefully(self, restart: bool | None = None, reason: str = "worker-close-gracefully") -> None:
+        """Hand the data only this worker holds to other workers, leave the scheduler, then close.
+
+        Keys held nowhere else are fetched by the other workers (each told which
+        keys to take from here) and the scheduler records their copies before
+        this worker unregisters, so no result is lost or recomputed.  When no other
+        worker exists, or the copies do not arrive within the connect timeout, the
+        worker closes anyway and the scheduler recomputes what it can.
+
+        Raises
+        ------
+        NotImplementedError
+            For ``restart=True``, which needs a nanny.
+        """
+        if restart:
+            raise NotImplementedError("Worker.close_gracefully(restart=True) is not supported yet: it needs a nanny")
+        if self.status in (Status.closing, Status.closed, Status.closing_gracefully):
+            await self.finished()
+            return
+        self.status = Status.closing_gracefully
+        logger.info("Closing worker %s gracefully: %s", self.address, reason)
+        try:
+            await self._hand_off_data()
+            await self.rpc.call(
+                self.scheduler_addr, m.UnregisterWorker(op="unregister", address=self.address, reason=reason)
+            )
+        except (OSError, CommClosedError):
+            logger.warning("Could not hand off data of %s before closing", self.address, exc_info=True)
         await self.close(reason=reason)
+
+    async def _hand_off_data(self) -> None:
+        """Have other workers fetch the keys held only here; wait until the scheduler knows."""
+        state = self.state
+        if state is None:
+            return
+        keys = [ts.key for ts in state.tasks.values() if ts.state == "memory"]
+        if not keys:
+            return
+        sched = self.scheduler_addr
+        who_has = await self.rpc.call(sched, m.OptionalKeysRequest(op="who_has", keys=keys))
+        only_here = [k for k in keys if list(who_has.get(k) or ()) == [self.address]]
+        if not only_here:
+            return
+        nthreads = await self.rpc.call(sched, m.WorkersRequest(op="nthreads", workers=None))
+        peers = sorted(a for a in nthreads if a != self.address)
+        if not peers:
+            logger.warning("No other worker to hand %d keys to; they will be recomputed", len(only_here))
+            return
+        # Spread the keys over the peers, largest first onto the least loaded.
+        load = dict.fromkeys(peers, 0)
+        plan: dict[str, dict[Key, int]] = {p: {} for p in peers}
+        for key in sorted(only_here, key=lambda k: -state.tasks[k].nbytes):
+            peer = min(peers, key=load.__getitem__)
+            n = state.tasks[key].nbytes
+            plan[peer][key] = n
+            load[peer] += max(n, 1)
+
+        async def ask(peer: str, nbytes: dict[Key, int]) -> None:
+            try:
+                await self.rpc.call(
+                    peer,
+                    m.AcquireReplicas(
+                        op="acquire-replicas", who_has={k: [self.address] for k in nbytes}, nbytes=nbytes
+                    ),
+                )
+            except (OSError, CommClosedError):
+                logger.info("Peer %s could not take data from %s", peer, self.address)
+
+        await asyncio.gather(*(ask(p, n) for p, n in plan.items() if n))
+        timeout = float(parse_timedelta(dask.config.get("distributed.comm.timeouts.connect")) or 30)
+        deadline = time.monotonic() + timeout
+        pending = list(only_here)
+        while pending and time.monotonic() < deadline:
+            who_has = await self.rpc.call(sched, m.OptionalKeysRequest(op="who_has", keys=pending))
+            pending = [k for k in pending if not set(who_has.get(k) or ()) - {self.address}]
+            if pending:
+                await asyncio.sleep(0.02)
+        if pending:
+            logger.warning("%d keys of %s found no other holder in time", len(pending), self.address)
 
     def identity(self) -> dict[str, Any]:
         """A summary of this worker."""
@@ -626,6 +754,15 @@ class Worker(Server):
         self.handle_stimulus(UpdateDataEvent(stimulus_id=f"update-data-{time.time()}", data=data, nbytes=nbytes))
         return {"nbytes": nbytes, "types": {k: typename(type(v)) for k, v in data.items()}}
 
+    def handle_acquire_replicas(self, comm: Comm, msg: m.AcquireReplicas) -> str:
+        """Fetch copies of keys from the peers named (a retiring worker hands its data off)."""
+        self.handle_stimulus(
+            AcquireReplicasEvent(
+                stimulus_id=f"acquire-replicas-{time.time()}", who_has=msg["who_has"], nbytes=msg["nbytes"]
+            )
+        )
+        return "OK"
+
     async def handle_run(self, comm: Comm, msg: m.RunFunction) -> Any:
         func = unwrap(msg["function"])
         args = unwrap(msg.get("args")) or ()
@@ -809,5 +946,11 @@ def secede() -> None:
 
 
 def rejoin() -> None:
-    """Counterpart of :func:`secede`; the seceded thread simply ends with its task."""
-    return None
+    """Have a task that called :func:`secede` take a thread of the worker's pool again.
+
+    Blocks until a slot frees: the next pool thread to finish its task leaves the
+    pool to make room.  A no-op outside a seceded task.
+    """
+    pool = current_pool()
+    if pool is not None:
+        pool.rejoin_current_thread()

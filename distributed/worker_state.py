@@ -34,6 +34,7 @@ from distributed.protocol.messages import Key, Payload
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "AcquireReplicasEvent",
     "ComputeTaskEvent",
     "Execute",
     "ExecuteAbandoned",
@@ -234,6 +235,14 @@ class GatherDepFailure(StateMachineEvent):
 
     worker: str
     keys: tuple[Key, ...]
+
+
+@dataclass(frozen=True)
+class AcquireReplicasEvent(StateMachineEvent):
+    """Fetch copies of keys from the peers named, to hold them here."""
+
+    who_has: Mapping[Key, Iterable[str]]
+    nbytes: Mapping[Key, int]
 
 
 @dataclass(frozen=True)
@@ -847,6 +856,19 @@ class WorkerStateMachine:
         recs[ts] = "released" if ts.dependents else "forgotten"
         self._transitions(recs, stimulus_id, instructions)
 
+    def _handle_acquire_replicas(self, ev: AcquireReplicasEvent, instructions: list[Instruction]) -> None:
+        recs: Recs = {}
+        for key, holders in ev.who_has.items():
+            ts = self._ensure_task(key)
+            peers = {h for h in holders if h != self.address}
+            if ts.state == "released" or ts.state == "error":
+                ts.who_has = peers
+                ts.nbytes = ev.nbytes.get(key, 0)
+                recs[ts] = "fetch"
+            elif ts.state == "fetch":
+                ts.who_has.update(peers)
+        self._transitions(recs, ev.stimulus_id, instructions)
+
     def _handle_update_data(self, ev: UpdateDataEvent, instructions: list[Instruction]) -> None:
         for key, value in ev.data.items():
             ts = self._ensure_task(key)
@@ -949,4 +971,5 @@ _HANDLERS: dict[type, Any] = {
     GatherDepSuccess: WorkerStateMachine._handle_gather_success,
     GatherDepFailure: WorkerStateMachine._handle_gather_failure,
     UpdateDataEvent: WorkerStateMachine._handle_update_data,
+    AcquireReplicasEvent: WorkerStateMachine._handle_acquire_replicas,
 }

@@ -362,3 +362,12 @@ class WorkerUpdateData(TypedDict):
 class WorkerClose(TypedDict):
     op: Literal["close"]
     reason: NotRequired[str]
+
+
+# -- worker -> worker -----------------------------------------------------------
+class AcquireReplicas(TypedDict):
+    """Fetch copies of these keys from the workers named (sent by a worker that retires)."""
+
+    op: Literal["acquire-replicas"]
+    who_has: Mapping[Key, Sequence[str]]
+    nbytes: Mapping[Key, int]
