@@ -38,6 +38,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.exceptions import Reschedule
 from distributed.http.server import HTTPServerHandle
 from distributed.protocol import messages as m
+from distributed.protocol.framing import ProtocolError
 from distributed.protocol.messages import Key
 from distributed.protocol.serialize import Serialize, unwrap
 from distributed.threadpool import ThreadPool, current_pool
@@ -560,7 +561,13 @@ class Worker(Server):
     def _start_task(self, coro: Any, name: str) -> None:
         task = asyncio.get_running_loop().create_task(coro, name=name)
         self._running_tasks.add(task)
-        task.add_done_callback(self._running_tasks.discard)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._running_tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # A bug in the worker itself: say so loudly rather than leave the task stuck in silence.
+            logger.error("Worker %s: %s failed", self.address, task.get_name(), exc_info=task.exception())
 
     def _stream_compute_task(self, msg: m.ComputeTask) -> None:
         self.handle_stimulus(
@@ -715,23 +722,38 @@ class Worker(Server):
         self.handle_stimulus(ev)
 
     async def gather_dep(self, worker: str, keys: tuple[Key, ...]) -> None:
-        """Fetch ``keys`` from a peer and hand them to the state machine."""
+        """Fetch ``keys`` from a peer and hand them to the state machine.
+
+        A peer that cannot be reached is a plain failure (other holders are
+        tried, then the scheduler is told).  A reply that cannot be used - data
+        that does not deserialise, a malformed reply, an error raised by the peer -
+        carries its exception, so the tasks that needed the data err with it
+        rather than waiting forever.
+        """
         self.incoming_transfer_count += 1
+        ev: StateMachineEvent
         try:
             response = await self.rpc.call(worker, m.GetData(op="get_data", keys=list(keys), who=self.address))
-            if not isinstance(response, dict):
-                raise TypeError(f"Malformed get_data reply from {worker}")
-            raw = response.get("data", {})
-            data = {k: unwrap(v) for k, v in raw.items()}
-            nbytes = dict(response.get("nbytes", {}))
-            ev: StateMachineEvent = GatherDepSuccess(
+            data, nbytes = _read_get_data_reply(worker, response)
+            ev = GatherDepSuccess(
                 stimulus_id=f"gather-dep-success-{time.time()}", worker=worker, keys=keys, data=data, nbytes=nbytes
             )
         except asyncio.CancelledError:
             raise
-        except Exception as e:
+        except (OSError, CommClosedError) as e:
             logger.info("Could not fetch %d keys from %s: %r", len(keys), worker, e)
             ev = GatherDepFailure(stimulus_id=f"gather-dep-failure-{time.time()}", worker=worker, keys=keys)
+        except Exception as e:
+            logger.warning("Fetching %d keys from %s failed: %r", len(keys), worker, e)
+            err = error_message(e, e.__traceback__)
+            ev = GatherDepFailure(
+                stimulus_id=f"gather-dep-failure-{time.time()}",
+                worker=worker,
+                keys=keys,
+                exception=err["exception"],
+                traceback=err["traceback"],
+                text=err["text"],
+            )
         self.handle_stimulus(ev)
 
     # -- request handlers ---------------------------------------------------------------
@@ -824,6 +846,23 @@ class Worker(Server):
 
 #: Messages to the scheduler that nothing waits on.
 _LAZY_OPS = frozenset({"add-keys", "release-worker-data"})
+
+
+def _read_get_data_reply(worker: str, response: Any) -> tuple[dict[Key, Any], dict[Key, int]]:
+    """The values and sizes in a peer's ``get_data`` reply.
+
+    Raises
+    ------
+    ProtocolError
+        When the reply does not have the shape :meth:`Worker.handle_get_data` gives.
+    """
+    if not isinstance(response, dict):
+        raise ProtocolError(f"Malformed get_data reply from {worker}: {type(response).__name__}, not a dict")
+    raw = response.get("data")
+    nbytes = response.get("nbytes", {})
+    if not isinstance(raw, Mapping) or not isinstance(nbytes, Mapping):
+        raise ProtocolError(f"Malformed get_data reply from {worker}: no mapping of data and nbytes")
+    return {k: unwrap(v) for k, v in raw.items()}, {k: int(n) for k, n in nbytes.items()}
 
 
 def _host_for(scheduler_addr: str) -> str:

@@ -231,10 +231,20 @@ class GatherDepSuccess(StateMachineEvent):
 
 @dataclass(frozen=True)
 class GatherDepFailure(StateMachineEvent):
-    """A fetch from ``worker`` failed (the peer is unreachable or broken)."""
+    """A fetch from ``worker`` failed.
+
+    Without ``exception`` the peer could not be reached: it is dropped as a holder
+    of every key.  With one, the peer answered but its reply was unusable (the
+    data did not deserialise, the reply was malformed, the peer raised): other
+    holders are tried, and when none is left the tasks here that needed the data
+    err with that exception, so the failure reaches whoever waits on them.
+    """
 
     worker: str
     keys: tuple[Key, ...]
+    exception: Payload | None = None
+    traceback: Any = None
+    text: str = ""
 
 
 @dataclass(frozen=True)
@@ -472,7 +482,7 @@ class WorkerStateMachine:
         return recs
 
     def _to_error(self, ts: WorkerTask, stimulus_id: str, instructions: list[Instruction]) -> Recs | None:
-        # executing | long-running -> error
+        # executing | long-running -> error: it raised; waiting | ready -> error: an input could not be had.
         ts.state = "error"
         return None
 
@@ -821,12 +831,45 @@ class WorkerStateMachine:
 
     def _handle_gather_failure(self, ev: GatherDepFailure, instructions: list[Instruction]) -> None:
         asked = self.in_flight_workers.pop(ev.worker, set())
-        for ts in self.tasks.values():
-            ts.who_has.discard(ev.worker)
+        if ev.exception is None:
+            for ts in self.tasks.values():
+                ts.who_has.discard(ev.worker)
         for ts in asked:
             ts.coming_from = None
-            if ts.state == "flight" or ts.state == "cancelled":
+            if ts.state != "flight" and ts.state != "cancelled":
+                continue
+            if ev.exception is not None and ts.state == "flight" and not ts.who_has - {ev.worker}:
+                self._fetch_broken(ts, ev, instructions)
+            else:
                 self._fetch_failed(ts, ev.worker, ev.stimulus_id, instructions)
+
+    def _fetch_broken(self, ts: WorkerTask, ev: GatherDepFailure, instructions: list[Instruction]) -> None:
+        """The last holder of ``ts`` gave an unusable reply: the tasks here that need it err."""
+        assert ev.exception is not None
+        ts.who_has.discard(ev.worker)
+        ts.tried.add(ev.worker)
+        recs: Recs = {}
+        for dep in list(ts.dependents):
+            if dep.state in ("waiting", "ready"):
+                instructions.append(
+                    SendMessage(
+                        m.WorkerTaskErred(
+                            op="task-erred",
+                            key=dep.key,
+                            run_id=dep.run_id,
+                            exception=ev.exception,
+                            traceback=ev.traceback,
+                            text=ev.text,
+                        )
+                    )
+                )
+                for d in dep.dependencies:
+                    d.dependents.discard(dep)
+                dep.dependencies.clear()
+                dep.waiting_for_data.clear()
+                recs[dep] = "error"
+        recs[ts] = "released" if ts.dependents else "forgotten"
+        self._transitions(recs, ev.stimulus_id, instructions)
 
     def _fetch_failed(self, ts: WorkerTask, worker: str, stimulus_id: str, instructions: list[Instruction]) -> None:
         ts.who_has.discard(worker)
@@ -935,6 +978,8 @@ _TRANSITION_PAIRS: dict[tuple[TaskStateName, TaskStateName], Transition] = {
     ("executing", "long-running"): _W._executing_to_long_running,
     ("executing", "error"): _W._to_error,
     ("long-running", "error"): _W._to_error,
+    ("waiting", "error"): _W._to_error,
+    ("ready", "error"): _W._to_error,
     ("executing", "cancelled"): _W._to_cancelled,
     ("long-running", "cancelled"): _W._to_cancelled,
     ("flight", "cancelled"): _W._to_cancelled,
