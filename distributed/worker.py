@@ -227,6 +227,8 @@ class Worker(Server):
             "close": Route(m.WorkerClose, self.handle_close),
             "keys": Route(m.Empty, lambda comm, msg: list(self.data)),
             "acquire-replicas": Route(m.AcquireReplicas, self.handle_acquire_replicas),
+            "plugin-add": Route(m.PluginAdd, self.handle_plugin_add),
+            "plugin-remove": Route(m.PluginRemove, self.handle_plugin_remove),
         }
         stream_handlers: dict[str, StreamRoute[Any]] = {
             "compute-task": StreamRoute(m.ComputeTask, self._stream_compute_task),
@@ -313,6 +315,12 @@ class Worker(Server):
             comm.abort()
             text = response.get("message") or response.get("text") if isinstance(response, dict) else response
             raise ValueError(f"Scheduler refused registration: {text}")
+        # Plugins registered on the scheduler before we joined; set up before any task arrives.
+        for name, payload in dict(response.get("worker-plugins") or {}).items():
+            try:
+                await self.add_plugin(unwrap(payload), name=name)
+            except Exception:
+                logger.exception("Worker plugin %s failed to set up on %s", name, self.address)
         self.batched_stream = BatchedSend(
             interval=get_interval("distributed.worker.batched-send-interval", 0.00025),
             name=f"{self.address}->scheduler",
@@ -775,6 +783,17 @@ class Worker(Server):
         nbytes = {k: sizeof(v) for k, v in data.items()}
         self.handle_stimulus(UpdateDataEvent(stimulus_id=f"update-data-{time.time()}", data=data, nbytes=nbytes))
         return {"nbytes": nbytes, "types": {k: typename(type(v)) for k, v in data.items()}}
+
+    async def handle_plugin_add(self, comm: Comm, msg: m.PluginAdd) -> str:
+        """Set up a plugin the scheduler sends (registered by a client)."""
+        await self.add_plugin(unwrap(msg["plugin"]), name=msg["name"])
+        return "OK"
+
+    async def handle_plugin_remove(self, comm: Comm, msg: m.PluginRemove) -> str:
+        """Tear down a plugin the scheduler no longer keeps."""
+        if msg["name"] in self.plugins:
+            await self.remove_plugin(msg["name"])
+        return "OK"
 
     def handle_acquire_replicas(self, comm: Comm, msg: m.AcquireReplicas) -> str:
         """Fetch copies of keys from the peers named (a retiring worker hands its data off)."""

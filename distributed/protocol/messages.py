@@ -371,3 +371,33 @@ class AcquireReplicas(TypedDict):
     op: Literal["acquire-replicas"]
     who_has: Mapping[Key, Sequence[str]]
     nbytes: Mapping[Key, int]
+
+
+# -- worker plugins: client -> scheduler (requests), scheduler -> worker (requests) -------------
+class RegisterWorkerPlugin(TypedDict):
+    """Set a plugin up on every worker, now and on each worker that joins later."""
+
+    op: Literal["register_worker_plugin"]
+    plugin: Payload
+    name: str
+    idempotent: NotRequired[bool]
+
+
+class UnregisterWorkerPlugin(TypedDict):
+    op: Literal["unregister_worker_plugin"]
+    name: str
+
+
+class PluginAdd(TypedDict):
+    """Scheduler -> worker: set this plugin up."""
+
+    op: Literal["plugin-add"]
+    plugin: Payload
+    name: str
+
+
+class PluginRemove(TypedDict):
+    """Scheduler -> worker: tear this plugin down."""
+
+    op: Literal["plugin-remove"]
+    name: str

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from distributed import Client, WorkerPlugin
-from distributed.protocol.serialize import Serialized
+from distributed.protocol import messages as m
+from distributed.protocol.serialize import Serialize, Serialized
 from distributed.scheduler import Scheduler
 from distributed.utils_test import gen_cluster, inc
 from distributed.worker import Worker
@@ -131,3 +132,86 @@ def test_invalid_transition_raises_in_validation_mode() -> None:
     with pytest.raises(InvalidTransition, match="memory -> executing"):
         ws.transitions({ts: "executing"}, stimulus_id="bad")
     ws.validate_state()
+
+
+# -- plugins kept by the scheduler for workers that join later -----------------------------------
+class SetupRecorder(WorkerPlugin):
+    """Notes which worker set it up (each worker unpickles its own copy)."""
+
+    def __init__(self) -> None:
+        self.set_up_on: str | None = None
+        self.torn_down = False
+
+    def setup(self, worker: Worker) -> None:
+        self.set_up_on = worker.address
+
+    def teardown(self, worker: Worker) -> None:
+        self.torn_down = True
+
+
+async def register_worker_plugin(s: Scheduler, plugin: WorkerPlugin, name: str, idempotent: bool = False) -> Any:
+    """What a client sends to register a worker plugin."""
+    msg = m.RegisterWorkerPlugin(op="register_worker_plugin", plugin=Serialize(plugin), name=name)
+    if idempotent:
+        msg["idempotent"] = True
+    return await s.rpc.call(s.address, msg)
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)])
+async def test_worker_plugin_registered_before_a_worker_joins_is_set_up_there(
+    c: Client, s: Scheduler, a: Worker
+) -> None:
+    replies = await register_worker_plugin(s, SetupRecorder(), "recorder")
+    assert replies == {a.address: {"status": "OK"}}
+    on_a = a.plugins["recorder"]
+    assert isinstance(on_a, SetupRecorder) and on_a.set_up_on == a.address
+
+    async with Worker(s.address, nthreads=1, validate=True) as late:
+        on_late = late.plugins.get("recorder")
+        assert isinstance(on_late, SetupRecorder)
+        assert on_late.set_up_on == late.address
+    assert on_late.torn_down
+
+
+@gen_cluster(client=True, nthreads=[])
+async def test_late_worker_plugin_sees_the_transitions_of_its_first_task(c: Client, s: Scheduler) -> None:
+    await register_worker_plugin(s, RecordTransitions(), "record-transitions")
+    async with Worker(s.address, nthreads=1, validate=True) as w:
+        assert await c.submit(inc, 1, key="first") == 2
+        plugin = w.plugins["record-transitions"]
+        assert isinstance(plugin, RecordTransitions)
+        assert ("first", "executing", "memory") in plugin.seen
+
+
+@gen_cluster(nthreads=[("127.0.0.1", 1)])
+async def test_idempotent_worker_plugin_keeps_the_first(s: Scheduler, a: Worker) -> None:
+    await register_worker_plugin(s, SetupRecorder(), "once")
+    first = a.plugins["once"]
+    assert await register_worker_plugin(s, SetupRecorder(), "once", idempotent=True) == {}
+    assert a.plugins["once"] is first
+    await register_worker_plugin(s, SetupRecorder(), "once")
+    assert a.plugins["once"] is not first
+    assert isinstance(first, SetupRecorder) and first.torn_down
+
+
+@gen_cluster(nthreads=[("127.0.0.1", 1)])
+async def test_unregistered_worker_plugin_is_torn_down_and_not_given_to_new_workers(s: Scheduler, a: Worker) -> None:
+    await register_worker_plugin(s, SetupRecorder(), "gone")
+    plugin = a.plugins["gone"]
+    await s.rpc.call(s.address, m.UnregisterWorkerPlugin(op="unregister_worker_plugin", name="gone"))
+    assert "gone" not in a.plugins
+    assert isinstance(plugin, SetupRecorder) and plugin.torn_down
+    async with Worker(s.address, nthreads=1) as late:
+        assert "gone" not in late.plugins
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="Client.register_plugin still sets worker plugins up with run() on the current workers; "
+    "it must send register_worker_plugin to the scheduler (then drop this marker)",
+)
+@gen_cluster(client=True, nthreads=[])
+async def test_client_register_plugin_reaches_workers_that_join_later(c: Client, s: Scheduler) -> None:
+    await c.register_plugin(SetupRecorder(), name="via-client")
+    async with Worker(s.address, nthreads=1) as late:
+        assert "via-client" in late.plugins
