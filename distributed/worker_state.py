@@ -408,40 +408,42 @@ class WorkerStateMachine:
 
     def _transitions(self, recs: Recs, stimulus_id: str, instructions: list[Instruction]) -> None:
         """Apply recommendations, and those they produce, until none are left."""
+        apply = self._apply
         while recs:
             ts, finish = recs.popitem()
             if ts.state == finish or ts.state == "forgotten":
                 continue
-            more = self._apply(ts, finish, stimulus_id, instructions)
+            more = apply(ts, finish, stimulus_id, instructions)
             if more:
                 recs.update(more)
 
     def _apply(
         self, ts: WorkerTask, finish: TaskStateName, stimulus_id: str, instructions: list[Instruction]
     ) -> Recs | None:
+        """The one place a transition happens: look it up in the table, run it, record it."""
         start = ts.state
         func = _TRANSITIONS[start].get(finish)
         if func is None:
             raise InvalidTransition(ts.key, start, finish, stimulus_id)
         recs = func(self, ts, stimulus_id, instructions)
-        new = ts.state
         self.transition_counter += 1
-        self.log.append((ts.key, start, new, stimulus_id, time.time()))
-        hook = self.transition_hook
-        if hook is not None:
-            hook(ts.key, start, new, stimulus_id)
+        self.log.append((ts.key, start, ts.state, stimulus_id, time.time()))
+        if self.transition_hook is not None:
+            self.transition_hook(ts.key, start, ts.state, stimulus_id)
         return recs
 
     # -- the transition methods -----------------------------------------------------
     def _to_waiting(self, ts: WorkerTask, stimulus_id: str, instructions: list[Instruction]) -> Recs | None:
         # released | error | fetch -> waiting: a task to compute here, its inputs on the way.
-        self.to_fetch.pop(ts, None)
+        if ts.state == "fetch":
+            del self.to_fetch[ts]
         ts.state = "waiting"
         return None
 
     def _to_ready(self, ts: WorkerTask, stimulus_id: str, instructions: list[Instruction]) -> Recs | None:
         # released | error | fetch | waiting -> ready: every input is here.
-        self.to_fetch.pop(ts, None)
+        if ts.state == "fetch":
+            del self.to_fetch[ts]
         ts.state = "ready"
         self._ready_counter += 1
         heapq.heappush(self.ready, (ts.priority, self._ready_counter, ts))
@@ -468,7 +470,8 @@ class WorkerStateMachine:
     def _to_memory(self, ts: WorkerTask, stimulus_id: str, instructions: list[Instruction]) -> Recs | None:
         # The value was stored by the handler (it carries it); account for it and
         # release the tasks here that waited on it.
-        self.to_fetch.pop(ts, None)
+        if ts.state == "fetch":
+            del self.to_fetch[ts]
         self.nbytes_in_memory += ts.nbytes
         ts.state = "memory"
         recs: Recs | None = None
@@ -574,10 +577,10 @@ class WorkerStateMachine:
             ts = item[2]
             if ts.state != "ready":
                 continue
-            if not self._can_run(ts):
+            if ts.resources and not self._can_run(ts):
                 skipped.append(item)
                 continue
-            self._transition(ts, "executing", "ensure-computing", instructions)
+            self._apply(ts, "executing", "ensure-computing", instructions)  # recommends nothing
         for item in skipped:
             heapq.heappush(ready, item)
 
@@ -672,7 +675,7 @@ class WorkerStateMachine:
         ts.annotations = dict(ev.annotations) if ev.annotations else None
         ts.waiting_for_data.clear()
         recs: Recs = {}
-        for dep_key, holders in ev.who_has.items():
+        for dep_key, holders in ev.who_has.items() if ev.who_has else ():
             dts = self._ensure_task(dep_key)
             ts.dependencies.add(dts)
             dts.dependents.add(ts)
@@ -690,8 +693,12 @@ class WorkerStateMachine:
                 dts.who_has.update(h for h in holders if h != self.address)
                 if not dts.computed:
                     recs[dts] = "flight"
-        recs[ts] = "waiting" if ts.waiting_for_data else "ready"
-        self._transitions(recs, sid, instructions)
+        if recs:
+            recs[ts] = "waiting" if ts.waiting_for_data else "ready"
+            self._transitions(recs, sid, instructions)
+        else:
+            # Neither recommends anything further.
+            self._apply(ts, "waiting" if ts.waiting_for_data else "ready", sid, instructions)
 
     def _handle_execute_success(self, ev: ExecuteSuccess, instructions: list[Instruction]) -> None:
         ts = self.tasks.get(ev.key)
@@ -716,8 +723,11 @@ class WorkerStateMachine:
         if state != "executing" and state != "long-running":
             return
         ts.type = ev.type
-        self._put_data(ts, ev.value, ev.nbytes)
-        self._transition(ts, "memory", ev.stimulus_id, instructions)
+        self.data[ts.key] = ev.value
+        ts.nbytes = ev.nbytes
+        recs = self._apply(ts, "memory", ev.stimulus_id, instructions)
+        if recs:
+            self._transitions(recs, ev.stimulus_id, instructions)
         instructions.append(SendMessage(self._finished_msg(ts, ev.start, ev.stop)))
 
     def _handle_execute_failure(self, ev: ExecuteFailure, instructions: list[Instruction]) -> None:
