@@ -8,6 +8,12 @@ which changes state and returns *instructions* (:class:`Execute`,
 :class:`GatherDep`, :class:`SendMessage`) for the shell to carry out.  Nothing
 here touches a socket or a thread, so tests drive it directly.
 
+Event handlers never set a task's state: they recommend one, and the
+transition engine applies the method :data:`TRANSITION_TABLE` names for the
+``(start, finish)`` pair (a pair not in the table raises
+:class:`InvalidTransition`), logs the change and calls the transition hook
+(``WorkerPlugin.transition``).
+
 A task the scheduler asked us to compute goes
 
     waiting (for dependencies) -> ready -> executing -> memory | error
@@ -26,6 +32,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Final, Literal, get_args
 
 from distributed.protocol import messages as m
@@ -34,6 +41,7 @@ from distributed.protocol.messages import Key, Payload
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "TRANSITION_TABLE",
     "AcquireReplicasEvent",
     "ComputeTaskEvent",
     "Execute",
@@ -1007,6 +1015,9 @@ for _s in WORKER_TASK_STATES - {"memory", "forgotten"}:
 # Freed, rescheduled, or given back to the scheduler: from any state.
 for _s in WORKER_TASK_STATES - {"forgotten"}:
     _TRANSITION_PAIRS[(_s, "forgotten")] = _W._to_forgotten
+
+#: Every allowed ``(start, finish)`` pair of a worker task and the method that makes it (read only).
+TRANSITION_TABLE: Mapping[tuple[TaskStateName, TaskStateName], Transition] = MappingProxyType(_TRANSITION_PAIRS)
 
 #: The same table keyed by start, then finish (two lookups, no tuple per transition).
 _TRANSITIONS: dict[str, dict[str, Transition]] = {s: {} for s in WORKER_TASK_STATES}

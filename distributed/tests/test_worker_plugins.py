@@ -215,3 +215,22 @@ async def test_client_register_plugin_reaches_workers_that_join_later(c: Client,
     await c.register_plugin(SetupRecorder(), name="via-client")
     async with Worker(s.address, nthreads=1) as late:
         assert "via-client" in late.plugins
+
+
+def test_task_state_is_only_set_inside_the_transition_table_methods() -> None:
+    import ast
+    import inspect
+
+    from distributed import worker_state
+
+    table_methods = {f.__name__ for f in worker_state.TRANSITION_TABLE.values()}
+    tree = ast.parse(inspect.getsource(worker_state))
+    setters: set[str] = set()
+    for func in ast.walk(tree):
+        if isinstance(func, ast.FunctionDef):
+            for node in ast.walk(func):
+                targets = node.targets if isinstance(node, ast.Assign) else []
+                if any(isinstance(t, ast.Attribute) and t.attr == "state" for t in targets):
+                    setters.add(func.name)
+    setters.discard("__init__")  # a new WorkerTask starts released
+    assert setters and setters <= table_methods, setters - table_methods
