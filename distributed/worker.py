@@ -218,6 +218,8 @@ class Worker(Server):
         self._results_lock = threading.Lock()
         self._results_wake_pending = False
         self.outgoing_transfer_count = 0
+        self._close_timeout = 30.0
+        self._close_executor_wait = True
         self.incoming_transfer_count = 0
         handlers: dict[str, Route[Any]] = {
             "get_data": Route(m.GetData, self.handle_get_data),
@@ -399,11 +401,30 @@ class Worker(Server):
             await self.http_server.close()
         await super()._close()
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, self.executor.shutdown, True, 3)
+        await loop.run_in_executor(None, self.executor.shutdown, self._close_executor_wait, self._close_timeout)
         shutil.rmtree(self.local_directory, ignore_errors=True)
 
-    async def close(self, timeout: float | None = None, reason: str = "worker-close", **kwargs: Any) -> None:
-        """Close the worker (running tasks finish in their threads)."""
+    async def close(
+        self, timeout: float = 30, executor_wait: bool = True, nanny: bool = True, reason: str = "worker-close"
+    ) -> None:
+        """Close the worker.
+
+        Parameters
+        ----------
+        timeout
+            Longest wait, in seconds, for the threads to finish the tasks they run.
+        executor_wait
+            Wait for running tasks to end (else leave their threads to finish alone).
+        nanny
+            Whether a nanny should close too; there is no nanny in this package,
+            so either value closes just the worker.
+        reason
+            Why, for the logs.
+        """
+        if self.status not in (Status.closing, Status.closed):
+            logger.info("Closing worker %s: %s", self._address or self.name, reason)
+        self._close_timeout = timeout
+        self._close_executor_wait = executor_wait
         await super().close()
 
     async def close_gracefully(self, restart: bool | None = None, reason: str = "worker-close-gracefully") -> None:

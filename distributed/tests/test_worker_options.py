@@ -197,3 +197,25 @@ async def test_workers_get_their_own_local_directory(s: Scheduler, tmp_path: Pat
         d1 = w1.local_directory
     assert not os.path.exists(d1)
     assert not os.path.exists(w2.local_directory)
+
+
+def slow_identity(x: Any, delay: float) -> Any:
+    time.sleep(delay)
+    return x
+
+
+@gen_cluster(client=True, nthreads=[])
+async def test_close_without_executor_wait_does_not_wait_for_running_tasks(c: Client, s: Scheduler) -> None:
+    w = await Worker(s.address, nthreads=1)
+    fut = c.submit(slow_identity, 1, 2.0)
+    await async_poll_for(lambda: bool(w.state and w.state.executing), 5)
+    start = time.monotonic()
+    await w.close(executor_wait=False)
+    assert time.monotonic() - start < 1.5
+    del fut
+
+
+def test_close_refuses_unknown_keywords() -> None:
+    w = Worker("tcp://127.0.0.1:1", nthreads=1)
+    with pytest.raises(TypeError):
+        asyncio.run(w.close(nonsense=True))  # type: ignore[call-arg]  # the point of the test
