@@ -149,7 +149,7 @@ def parse_port_range(text: str | None, count: int) -> list[int]:
 @click.option(
     "--worker-port", type=str, default=None, help="Port (or range 'start:end' with --nworkers > 1) to listen on"
 )
-@click.option("--nanny-port", type=str, default=None, help="Accepted for compatibility; there is no nanny yet")
+@click.option("--nanny-port", type=str, default=None, help="Nanny port (not supported yet: refused)")
 @click.option("--listen-address", type=str, default=None, help="Address to listen on, like tcp://0.0.0.0:9000")
 @click.option(
     "--contact-address", type=str, default=None, help="Address to advertise to the scheduler, like tcp://1.2.3.4:9000"
@@ -193,7 +193,7 @@ def parse_port_range(text: str | None, count: int) -> list[int]:
     help="Restart after --lifetime (needs a nanny: not supported yet, refused)",
 )
 @click.option("--preload", type=str, multiple=True, help="Module to preload (not supported yet, refused)")
-@click.option("--preload-nanny", type=str, multiple=True, help="Accepted for compatibility; ignored")
+@click.option("--preload-nanny", type=str, multiple=True, help="Module the nanny preloads (not supported yet: refused)")
 @click.version_option(version=_version(), prog_name="dask worker")
 def main(
     scheduler: str | None,
@@ -253,6 +253,8 @@ def main(
             host = get_ip_interface(interface)
         except ValueError as e:
             raise click.BadParameter(str(e), param_hint="'--interface'") from None
+    if nanny_port or preload_nanny:
+        raise click.UsageError("--nanny-port and --preload-nanny are not supported yet: there is no nanny")
     if preload or preload_argv:
         raise click.UsageError(f"--preload is not supported yet (asked for {list(preload) + list(preload_argv)})")
     if lifetime_restart:
@@ -270,8 +272,6 @@ def main(
     setup_logging()
     if nanny:
         logger.info("There is no nanny yet: running the workers in this process (as with --no-nanny)")
-    if nanny_port or preload_nanny:
-        logger.info("--nanny-port and --preload-nanny are ignored: there is no nanny yet")
     if n > 1:
         logger.info("Starting %d workers in this process (one event loop; a nanny would give each its own process)", n)
 

@@ -172,6 +172,7 @@ def test_version(cmd: list[str]) -> None:
         ([*WORKER, "tcp://127.0.0.1:1", "--dashboard-address", "127.0.0.1:port"], "--dashboard-address"),
         ([*WORKER, "tcp://127.0.0.1:1", "--nworkers", "2", "--dashboard-address", ":8799"], "--dashboard-address"),
         ([*WORKER, "tcp://127.0.0.1:1", "--preload", "some_module"], "--preload"),
+        ([*WORKER, "tcp://127.0.0.1:1", "--nanny-port", "9000"], "--nanny-port"),
         ([*WORKER, "tcp://127.0.0.1:1", "--lifetime", "1s", "--lifetime-restart"], "--lifetime-restart"),
     ],
 )
