@@ -40,6 +40,7 @@ from distributed.http.server import HTTPServerHandle
 from distributed.protocol import messages as m
 from distributed.protocol.framing import ProtocolError
 from distributed.protocol.messages import Key
+from distributed.protocol.schema import checker
 from distributed.protocol.serialize import Serialize, unwrap
 from distributed.threadpool import ThreadPool, current_pool
 from distributed.utils import thread_state
@@ -786,7 +787,7 @@ class Worker(Server):
         self.handle_stimulus(ev)
 
     # -- request handlers ---------------------------------------------------------------
-    def handle_get_data(self, comm: Comm, msg: m.GetData) -> dict[str, Any]:
+    def handle_get_data(self, comm: Comm, msg: m.GetData) -> m.GetDataReply:
         self.outgoing_transfer_count += 1
         data: dict[Key, Any] = {}
         nbytes: dict[Key, int] = {}
@@ -797,13 +798,13 @@ class Worker(Server):
                 ts = state.tasks.get(key) if state is not None else None
                 if ts is not None:
                     nbytes[key] = ts.nbytes
-        return {"status": "OK", "data": data, "nbytes": nbytes}
+        return m.GetDataReply(status="OK", data=data, nbytes=nbytes)
 
-    def handle_update_data(self, comm: Comm, msg: m.WorkerUpdateData) -> dict[str, Any]:
+    def handle_update_data(self, comm: Comm, msg: m.WorkerUpdateData) -> m.UpdateDataReply:
         data = {k: unwrap(v) for k, v in msg["data"].items()}
         nbytes = {k: sizeof(v) for k, v in data.items()}
         self.handle_stimulus(UpdateDataEvent(stimulus_id=f"update-data-{time.time()}", data=data, nbytes=nbytes))
-        return {"nbytes": nbytes, "types": {k: typename(type(v)) for k, v in data.items()}}
+        return m.UpdateDataReply(nbytes=nbytes, types={k: typename(type(v)) for k, v in data.items()})
 
     async def handle_plugin_add(self, comm: Comm, msg: m.PluginAdd) -> str:
         """Set up a plugin the scheduler sends (registered by a client)."""
@@ -896,13 +897,14 @@ def _read_get_data_reply(worker: str, response: Any) -> tuple[dict[Key, Any], di
     ProtocolError
         When the reply does not have the shape :meth:`Worker.handle_get_data` gives.
     """
-    if not isinstance(response, dict):
-        raise ProtocolError(f"Malformed get_data reply from {worker}: {type(response).__name__}, not a dict")
-    raw = response.get("data")
-    nbytes = response.get("nbytes", {})
-    if not isinstance(raw, Mapping) or not isinstance(nbytes, Mapping):
-        raise ProtocolError(f"Malformed get_data reply from {worker}: no mapping of data and nbytes")
-    return {k: unwrap(v) for k, v in raw.items()}, {k: int(n) for k, n in nbytes.items()}
+    problem = _check_get_data_reply(response)
+    if problem is not None:
+        raise ProtocolError(f"Malformed get_data reply from {worker}: {problem}")
+    reply: m.GetDataReply = response
+    return {k: unwrap(v) for k, v in reply["data"].items()}, dict(reply["nbytes"])
+
+
+_check_get_data_reply = checker(m.GetDataReply)
 
 
 def _host_for(scheduler_addr: str) -> str:

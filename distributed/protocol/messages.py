@@ -364,7 +364,22 @@ class WorkerClose(TypedDict):
     reason: NotRequired[str]
 
 
-# -- worker -> worker -----------------------------------------------------------
+# -- worker -> worker (and replies of worker requests) ----------------------------
+class GetDataReply(TypedDict):
+    """A worker's answer to ``get_data``: the values it holds of the keys asked for."""
+
+    status: Literal["OK"]
+    data: Mapping[Key, Payload]
+    nbytes: Mapping[Key, int]
+
+
+class UpdateDataReply(TypedDict):
+    """A worker's answer to ``update_data``: sizes and type names of what it stored."""
+
+    nbytes: Mapping[Key, int]
+    types: Mapping[Key, str]
+
+
 class AcquireReplicas(TypedDict):
     """Fetch copies of these keys from the workers named (sent by a worker that retires)."""
 
