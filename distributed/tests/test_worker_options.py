@@ -96,7 +96,7 @@ def test_close_gracefully_restart_is_refused() -> None:
 
 @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)])
 async def test_lifetime_closes_the_worker_gracefully(c: Client, s: Scheduler, a: Worker) -> None:
-    w = await Worker(s.address, nthreads=1, lifetime="300ms", lifetime_stagger="50ms")
+    w = await Worker(s.address, nthreads=1, lifetime="1s", lifetime_stagger="100ms")
     [x] = await c.scatter(["moved"], workers=[w.address])
     await asyncio.wait_for(w.finished(), 10)
     assert x.key in a.data
