@@ -44,6 +44,7 @@ from distributed.protocol.schema import checker
 from distributed.protocol.serialize import Serialize, unwrap
 from distributed.threadpool import ThreadPool, current_pool
 from distributed.utils import thread_state
+from distributed.worker_memory import WorkerMemoryMonitor
 from distributed.worker_options import check_unsupported_worker_kwargs
 from distributed.worker_state import (
     AcquireReplicasEvent,
@@ -198,6 +199,7 @@ class Worker(Server):
         self._serve_http = bool(dashboard) if dashboard is not None else dashboard_address is not None
         self.http_server: HTTPServerHandle | None = None
         self._process: psutil.Process | None = None
+        self.memory_monitor = WorkerMemoryMonitor(self)
         hb = (
             heartbeat_interval
             if heartbeat_interval is not None
@@ -278,6 +280,9 @@ class Worker(Server):
             await self.add_plugin(plugin)
         await self._register_with_scheduler()
         self.periodic(self.heartbeat_interval, self.heartbeat, name="heartbeat")
+        if self.memory_limit:
+            interval = float(parse_timedelta(dask.config.get("distributed.worker.memory.monitor-interval")) or 0.1)
+            self.periodic(interval, self.memory_monitor.check, name="memory-monitor")
         if self.lifetime is not None:
             self.spawn(self._close_after_lifetime(self.lifetime), name="lifetime")
         logger.info("Worker %s at %s, %d threads", self.name, self.address, self.nthreads)

@@ -362,6 +362,8 @@ class WorkerStateMachine:
         self.executed_count = 0
         self.nbytes_in_memory = 0
         self.transition_counter = 0
+        #: While set, no task starts (the worker is over its memory limit); running ones finish.
+        self.paused = False
         #: Called as ``hook(key, start, finish, stimulus_id)`` after every transition
         #: (the worker sets it while plugins are registered).
         self.transition_hook: TransitionHook | None = None
@@ -578,6 +580,8 @@ class WorkerStateMachine:
         return all(self.available_resources.get(r, 0.0) >= amount for r, amount in ts.resources.items())
 
     def _ensure_computing(self, instructions: list[Instruction]) -> None:
+        if self.paused:
+            return
         ready = self.ready
         skipped: list[tuple[tuple[Any, ...], int, WorkerTask]] = []
         while ready and len(self.executing) < self.nthreads:

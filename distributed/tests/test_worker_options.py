@@ -219,3 +219,22 @@ def test_close_refuses_unknown_keywords() -> None:
     w = Worker("tcp://127.0.0.1:1", nthreads=1)
     with pytest.raises(TypeError):
         asyncio.run(w.close(nonsense=True))  # type: ignore[call-arg]  # the point of the test
+
+
+@gen_cluster(client=True, nthreads=[], config={"distributed.worker.memory.monitor-interval": "10ms"})
+async def test_worker_over_its_memory_limit_pauses_and_resumes(c: Client, s: Scheduler) -> None:
+    async with Worker(s.address, nthreads=1, memory_limit=1, validate=True) as w:
+        await async_poll_for(lambda: w.status.name == "paused", 5)
+        fut = c.submit(inc, 1, key="held-back")
+        await async_poll_for(lambda: "held-back" in w.tasks, 5)
+        assert w.tasks["held-back"].state == "ready"
+        w.memory_limit = 10**15  # plenty: the monitor resumes the worker
+        assert await asyncio.wait_for(fut, 5) == 2
+        assert w.status.name == "running"
+
+
+@gen_cluster(client=True, nthreads=[], config={"distributed.worker.memory.pause": False})
+async def test_memory_pause_can_be_turned_off(c: Client, s: Scheduler) -> None:
+    async with Worker(s.address, nthreads=1, memory_limit=1) as w:
+        assert await asyncio.wait_for(c.submit(inc, 1), 5) == 2
+        assert w.status.name == "running"
