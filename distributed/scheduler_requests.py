@@ -32,6 +32,9 @@ class ClusterRequests:
 
     def __init__(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
+        #: Worker plugins by name, as registered (serialised; the scheduler never opens them).
+        #: Each worker that joins sets them up (see the register-worker reply).
+        self.worker_plugins: dict[str, m.Payload] = {}
 
     def handle_terminate(self, comm: Comm, msg: m.Empty) -> str:
         """Close the scheduler (its workers close when their streams end)."""
@@ -155,6 +158,35 @@ class ClusterRequests:
     def handle_unregister_plugin(self, comm: Comm, msg: m.UnregisterPlugin) -> str:
         self.scheduler.remove_plugin(msg["name"])
         return "OK"
+
+    async def handle_register_worker_plugin(self, comm: Comm, msg: m.RegisterWorkerPlugin) -> dict[str, Any]:
+        """Keep a worker plugin for workers that join later, and set it up on the current ones.
+
+        Returns each current worker's reply (``{"status": "OK"}`` or the error its
+        ``setup`` raised).  With ``idempotent``, a name already registered is left as it is.
+        """
+        name = msg["name"]
+        if msg.get("idempotent", False) and name in self.worker_plugins:
+            return {}
+        self.worker_plugins[name] = msg["plugin"]
+        return await self._on_workers(m.PluginAdd(op="plugin-add", plugin=msg["plugin"], name=name))
+
+    async def handle_unregister_worker_plugin(self, comm: Comm, msg: m.UnregisterWorkerPlugin) -> dict[str, Any]:
+        """Forget a worker plugin and tear it down on the current workers."""
+        name = msg["name"]
+        if self.worker_plugins.pop(name, None) is None:
+            raise ValueError(f"No worker plugin named {name!r}")
+        return await self._on_workers(m.PluginRemove(op="plugin-remove", name=name))
+
+    async def _on_workers(self, request: m.PluginAdd | m.PluginRemove) -> dict[str, Any]:
+        async def one(addr: str) -> tuple[str, Any]:
+            try:
+                await self.scheduler.rpc.call(addr, request)
+                return addr, {"status": "OK"}
+            except Exception as e:
+                return addr, error_message(e)
+
+        return dict(await asyncio.gather(*(one(a) for a in list(self.scheduler.workers))))
 
 
 def _accepts(func: Any, name: str) -> bool:

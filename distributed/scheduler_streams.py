@@ -80,6 +80,12 @@ class SchedulerStreams:
         return {
             "register-client": Route(m.RegisterClient, self.handle_register_client, takes_comm=True),
             "register-worker": Route(m.RegisterWorker, self.handle_register_worker, takes_comm=True),
+            "register_worker_plugin": Route(
+                m.RegisterWorkerPlugin, self.scheduler.requests.handle_register_worker_plugin
+            ),
+            "unregister_worker_plugin": Route(
+                m.UnregisterWorkerPlugin, self.scheduler.requests.handle_unregister_worker_plugin
+            ),
             "heartbeat_worker": Route(m.HeartbeatWorker, self.handle_heartbeat_worker),
             "unregister": Route(m.UnregisterWorker, self.handle_unregister),
             "update-data": Route(m.UpdateData, self.handle_update_data),
@@ -134,7 +140,15 @@ class SchedulerStreams:
         ws.local_directory = msg.get("local_directory", "")
         ws.versions = dict(msg.get("versions") or {})
         try:
-            await comm.write({"status": "OK", "time": time.time(), "heartbeat-interval": self._heartbeat_interval()})
+            await comm.write(
+                {
+                    "status": "OK",
+                    "time": time.time(),
+                    "heartbeat-interval": self._heartbeat_interval(),
+                    # Plugins registered before this worker joined: it sets them up now.
+                    "worker-plugins": dict(s.requests.worker_plugins),
+                }
+            )
         except CommClosedError:
             s.send_all(s.remove_worker_state(address, stimulus_id="register-failed"))
             return

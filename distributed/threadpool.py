@@ -3,7 +3,8 @@
 A task that waits on other tasks (``get_client().gather`` inside a task) should
 not hold one of its worker's threads: it calls :func:`distributed.secede`, the
 pool starts a replacement thread, and the seceded thread ends when its task
-returns.
+returns.  :func:`distributed.rejoin` takes a seceded thread back: it waits
+until a pool thread finishes its task and hands over its slot.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _local = threading.local()
+#: Queued by a rejoining thread: the pool thread that draws it gives its slot up.
+_YIELD_SLOT: Any = ("yield-slot",)
 _names = itertools.count()
 
 
@@ -48,6 +51,8 @@ class ThreadPool:
         self._lock = threading.Lock()
         self._threads: set[threading.Thread] = set()
         self._seceded: set[threading.Thread] = set()
+        #: Seceded threads waiting for a slot, each woken by the thread that gives its slot up.
+        self._rejoining: list[tuple[threading.Thread, threading.Event]] = []
         self._shutdown = False
 
     def submit(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> concurrent.futures.Future[T]:
@@ -83,6 +88,10 @@ class ThreadPool:
                 item = self._work.get()
                 if item is None:
                     return
+                if item is _YIELD_SLOT:
+                    if self._give_slot_to_rejoiner(me):
+                        return
+                    continue
                 future, fn, args, kwargs = item
                 if future is None:
                     try:
@@ -118,11 +127,54 @@ class ThreadPool:
                 self._threads.add(t)
                 t.start()
 
+    def rejoin_current_thread(self) -> None:
+        """Let a seceded thread take a slot in the pool again; block until one is free.
+
+        The next pool thread to finish its task (or an idle one) leaves the pool and
+        wakes this one, which then stays in the pool after its task, as any pool thread.
+        """
+        me = threading.current_thread()
+        with self._lock:
+            if me not in self._seceded:
+                return
+            if len(self._threads) < self.max_workers or self._shutdown:
+                self._seceded.discard(me)
+                self._threads.add(me)
+                _local.seceded = False
+                return
+            event = threading.Event()
+            self._rejoining.append((me, event))
+        # Queued behind the work already waiting: the thread that takes it leaves the pool.
+        self._work.put(_YIELD_SLOT)
+        event.wait()
+        _local.seceded = False
+
+    def _give_slot_to_rejoiner(self, me: threading.Thread) -> bool:
+        """Called by a pool thread that drew the yield marker: leave the pool if someone waits."""
+        with self._lock:
+            if not self._rejoining:
+                return False
+            thread, event = self._rejoining.pop(0)
+            self._threads.discard(me)
+            self._seceded.discard(thread)
+            self._threads.add(thread)
+        event.set()
+        return True
+
+    @property
+    def waiting_to_rejoin(self) -> int:
+        """Seceded threads blocked in :meth:`rejoin_current_thread`."""
+        with self._lock:
+            return len(self._rejoining)
+
     def shutdown(self, wait: bool = True, timeout: float = 10) -> None:
         """Stop accepting work; let threads finish their current task and end."""
         self._shutdown = True
         with self._lock:
             threads = list(self._threads | self._seceded)
+            rejoining, self._rejoining = self._rejoining, []
+        for _, event in rejoining:
+            event.set()
         for _ in threads:
             self._work.put(None)
         if wait:

@@ -12,7 +12,10 @@ import asyncio
 import inspect
 import logging
 import os
+import random
+import shutil
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -21,22 +24,30 @@ from typing import TYPE_CHECKING, Any
 
 import dask
 import dask.config
+import psutil
 from dask.sizeof import sizeof
 from dask.utils import parse_bytes, parse_timedelta, typename
 
 from distributed.batched import BatchedSend
+from distributed.cli.utils import get_ip_interface
 from distributed.comm import Comm, CommClosedError, connect
 from distributed.config import get_interval
 from distributed.core import Route, Server, Status, StreamRoute, error_message
 from distributed.dask_api import dask_version
 from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.exceptions import Reschedule
+from distributed.http.server import HTTPServerHandle
 from distributed.protocol import messages as m
+from distributed.protocol.framing import ProtocolError
 from distributed.protocol.messages import Key
+from distributed.protocol.schema import checker
 from distributed.protocol.serialize import Serialize, unwrap
 from distributed.threadpool import ThreadPool, current_pool
 from distributed.utils import thread_state
+from distributed.worker_memory import WorkerMemoryMonitor
+from distributed.worker_options import check_unsupported_worker_kwargs
 from distributed.worker_state import (
+    AcquireReplicasEvent,
     ComputeTaskEvent,
     Execute,
     ExecuteAbandoned,
@@ -51,6 +62,7 @@ from distributed.worker_state import (
     SecedeEvent,
     SendMessage,
     StateMachineEvent,
+    TaskStateName,
     UpdateDataEvent,
     WorkerStateMachine,
 )
@@ -133,11 +145,25 @@ class Worker(Server):
         loop: Any = None,
         interface: str | None = None,
         security: Any = None,
-        lifetime: Any = None,
-        dashboard: bool = False,
+        lifetime: float | str | None = None,
+        lifetime_stagger: float | str | None = None,
+        lifetime_restart: bool = False,
+        dashboard: bool | None = None,
         dashboard_address: str | None = None,
+        silence_logs: int | bool | None = None,
         **kwargs: Any,
     ) -> None:
+        check_unsupported_worker_kwargs(kwargs)
+        if security is not None:
+            raise NotImplementedError("Worker(security=...) is not supported yet: TLS is not implemented")
+        if lifetime_restart:
+            raise NotImplementedError("Worker(lifetime_restart=True) is not supported yet: it needs a nanny")
+        if interface is not None:
+            if host is not None:
+                raise ValueError("Worker: give host= or interface=, not both")
+            host = get_ip_interface(interface)
+        if silence_logs:
+            logging.getLogger("distributed").setLevel(logging.ERROR if silence_logs is True else int(silence_logs))
         if scheduler_file is not None and scheduler_ip is None:
             import json
 
@@ -160,9 +186,20 @@ class Worker(Server):
         self._contact_address = contact_address
         self.resources: dict[str, float] = dict(resources or dask.config.get("distributed.worker.resources", {}) or {})
         self.validate = bool(dask.config.get("distributed.worker.validate", False) if validate is None else validate)
-        self.local_directory = local_directory or os.path.join(
-            os.environ.get("TMPDIR", "/tmp"), f"dask-scratch-space-{uuid.uuid4().hex[:8]}"
-        )
+        self.id = f"Worker-{uuid.uuid4()}"
+        # Each worker gets a directory of its own under the base (as dask.distributed's do),
+        # so workers given the same local_directory never share scratch files.
+        base = local_directory or dask.config.get("temporary-directory", None) or tempfile.gettempdir()
+        self.local_directory = os.path.join(base, "dask-scratch-space", f"worker-{self.id[len('Worker-') :]}")
+        self.lifetime = parse_timedelta(lifetime) if lifetime is not None else None
+        if self.lifetime is not None and lifetime_stagger is not None:
+            stagger = float(parse_timedelta(lifetime_stagger) or 0)
+            self.lifetime = max(self.lifetime + (random.random() * 2 - 1) * stagger, 0.0)
+        self.dashboard_address = dashboard_address
+        self._serve_http = bool(dashboard) if dashboard is not None else dashboard_address is not None
+        self.http_server: HTTPServerHandle | None = None
+        self._process: psutil.Process | None = None
+        self.memory_monitor = WorkerMemoryMonitor(self)
         hb = (
             heartbeat_interval
             if heartbeat_interval is not None
@@ -171,7 +208,6 @@ class Worker(Server):
         self.heartbeat_interval = float(parse_timedelta(hb) or 1.0)
         self.nanny = nanny
         self.death_timeout = parse_timedelta(death_timeout) if death_timeout is not None else None
-        self.id = f"Worker-{uuid.uuid4()}"
         self.data: MutableMapping[Key, Any] = data if data is not None else {}
         self.state: WorkerStateMachine | None = None
         self.executor = ThreadPool(self.nthreads, name="Dask-Worker-Threads")
@@ -185,6 +221,8 @@ class Worker(Server):
         self._results_lock = threading.Lock()
         self._results_wake_pending = False
         self.outgoing_transfer_count = 0
+        self._close_timeout = 30.0
+        self._close_executor_wait = True
         self.incoming_transfer_count = 0
         handlers: dict[str, Route[Any]] = {
             "get_data": Route(m.GetData, self.handle_get_data),
@@ -193,6 +231,9 @@ class Worker(Server):
             "identity": Route(m.Empty, self.handle_identity),
             "close": Route(m.WorkerClose, self.handle_close),
             "keys": Route(m.Empty, lambda comm, msg: list(self.data)),
+            "acquire-replicas": Route(m.AcquireReplicas, self.handle_acquire_replicas),
+            "plugin-add": Route(m.PluginAdd, self.handle_plugin_add),
+            "plugin-remove": Route(m.PluginRemove, self.handle_plugin_remove),
         }
         stream_handlers: dict[str, StreamRoute[Any]] = {
             "compute-task": StreamRoute(m.ComputeTask, self._stream_compute_task),
@@ -216,6 +257,13 @@ class Worker(Server):
         await self.listen(addr)
         if self._contact_address:
             self._address = self._contact_address
+        os.makedirs(self.local_directory, exist_ok=True)
+        self._process = psutil.Process()
+        self._process.cpu_percent()  # the first call only starts the measurement
+        if self._serve_http:
+            from distributed.worker_http import start_worker_http_server
+
+            self.http_server = await start_worker_http_server(self, self.dashboard_address or ":0")
         self.state = WorkerStateMachine(
             self.address,
             self.nthreads,
@@ -225,12 +273,18 @@ class Worker(Server):
             transfer_limit=int(parse_bytes(str(dask.config.get("distributed.worker.transfer.message-bytes-limit")))),
             fetch_concurrency=int(dask.config.get("distributed.worker.connections.outgoing")),
         )
+        self._update_transition_hook()
         if self.name is None:
             self.name = self.address
         for plugin in self._initial_plugins:
             await self.add_plugin(plugin)
         await self._register_with_scheduler()
         self.periodic(self.heartbeat_interval, self.heartbeat, name="heartbeat")
+        if self.memory_limit:
+            interval = float(parse_timedelta(dask.config.get("distributed.worker.memory.monitor-interval")) or 0.1)
+            self.periodic(interval, self.memory_monitor.check, name="memory-monitor")
+        if self.lifetime is not None:
+            self.spawn(self._close_after_lifetime(self.lifetime), name="lifetime")
         logger.info("Worker %s at %s, %d threads", self.name, self.address, self.nthreads)
 
     async def _register_with_scheduler(self) -> None:
@@ -249,26 +303,32 @@ class Worker(Server):
                     raise
                 await asyncio.sleep(0.1)
         await comm.write(
-            {
-                "op": "register-worker",
-                "address": self.address,
-                "nthreads": self.nthreads,
-                "name": self.name,
-                "memory_limit": self.memory_limit,
-                "pid": os.getpid(),
-                "resources": self.resources,
-                "nanny": self.nanny,
-                "keys": list(self.data),
-                "nbytes": {k: sizeof(v) for k, v in self.data.items()},
-                "local_directory": self.local_directory,
-                "versions": {"python": sys.version.split()[0], "dask": dask_version()},
-            }
+            m.RegisterWorker(
+                op="register-worker",
+                address=self.address,
+                nthreads=self.nthreads,
+                name=self.name,
+                memory_limit=self.memory_limit,
+                pid=os.getpid(),
+                resources=self.resources,
+                nanny=self.nanny,
+                keys=list(self.data),
+                nbytes={k: sizeof(v) for k, v in self.data.items()},
+                local_directory=self.local_directory,
+                versions={"python": sys.version.split()[0], "dask": dask_version()},
+            )
         )
         response = await comm.read()
         if not isinstance(response, dict) or response.get("status") != "OK":
             comm.abort()
             text = response.get("message") or response.get("text") if isinstance(response, dict) else response
             raise ValueError(f"Scheduler refused registration: {text}")
+        # Plugins registered on the scheduler before we joined; set up before any task arrives.
+        for name, payload in dict(response.get("worker-plugins") or {}).items():
+            try:
+                await self.add_plugin(unwrap(payload), name=name)
+            except Exception:
+                logger.exception("Worker plugin %s failed to set up on %s", name, self.address)
         self.batched_stream = BatchedSend(
             interval=get_interval("distributed.worker.batched-send-interval", 0.00025),
             name=f"{self.address}->scheduler",
@@ -296,27 +356,35 @@ class Worker(Server):
         if state is None:
             return
         try:
-            import psutil
-
-            proc = psutil.Process()
-            metrics = {
-                "memory": proc.memory_info().rss,
-                "cpu": 0.0,
-                "executing": len(state.executing),
-                "in_memory": len(self.data),
-            }
+            metrics = self.get_metrics()
             await self.rpc.call(
                 self.scheduler_addr,
-                {
-                    "op": "heartbeat_worker",
-                    "address": self.address,
-                    "now": time.time(),
-                    "metrics": metrics,
-                    "executing": len(state.executing),
-                },
+                m.HeartbeatWorker(
+                    op="heartbeat_worker",
+                    address=self.address,
+                    now=time.time(),
+                    metrics=metrics,
+                    executing=len(state.executing),
+                ),
             )
         except (OSError, CommClosedError):
             logger.debug("Heartbeat to the scheduler failed", exc_info=True)
+
+    def get_metrics(self) -> m.WorkerMetrics:
+        """What the heartbeat reports: memory (RSS), CPU percent since the last call, task counts."""
+        proc = self._process or psutil.Process()
+        state = self.state
+        return m.WorkerMetrics(
+            memory=proc.memory_info().rss,
+            cpu=proc.cpu_percent(),
+            executing=len(state.executing) if state is not None else 0,
+            in_memory=len(self.data),
+        )
+
+    async def _close_after_lifetime(self, lifetime: float) -> None:
+        await asyncio.sleep(lifetime)
+        logger.info("Worker %s reached its lifetime of %.1f s; closing gracefully", self.address, lifetime)
+        self.spawn(self.close_gracefully(reason="worker-lifetime"), name="lifetime-close")
 
     async def _close(self) -> None:
         for name, plugin in list(self.plugins.items()):
@@ -335,17 +403,115 @@ class Worker(Server):
             await self.batched_stream.close(timeout=1)
         for t in list(self._running_tasks):
             t.cancel()
+        if self.http_server is not None:
+            await self.http_server.close()
         await super()._close()
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, self.executor.shutdown, True, 3)
+        await loop.run_in_executor(None, self.executor.shutdown, self._close_executor_wait, self._close_timeout)
+        shutil.rmtree(self.local_directory, ignore_errors=True)
 
-    async def close(self, timeout: float | None = None, reason: str = "worker-close", **kwargs: Any) -> None:
-        """Close the worker (running tasks finish in their threads)."""
+    async def close(
+        self, timeout: float = 30, executor_wait: bool = True, nanny: bool = True, reason: str = "worker-close"
+    ) -> None:
+        """Close the worker.
+
+        Parameters
+        ----------
+        timeout
+            Longest wait, in seconds, for the threads to finish the tasks they run.
+        executor_wait
+            Wait for running tasks to end (else leave their threads to finish alone).
+        nanny
+            Whether a nanny should close too; there is no nanny in this package,
+            so either value closes just the worker.
+        reason
+            Why, for the logs.
+        """
+        if self.status not in (Status.closing, Status.closed):
+            logger.info("Closing worker %s: %s", self._address or self.name, reason)
+        self._close_timeout = timeout
+        self._close_executor_wait = executor_wait
         await super().close()
 
-    async def close_gracefully(self, reason: str = "worker-close-gracefully") -> None:
-        """Close, letting the scheduler move our data elsewhere first."""
+    async def close_gracefully(self, restart: bool | None = None, reason: str = "worker-close-gracefully") -> None:
+        """Hand the data only this worker holds to other workers, leave the scheduler, then close.
+
+        Keys held nowhere else are fetched by the other workers (each told which
+        keys to take from here) and the scheduler records their copies before
+        this worker unregisters, so no result is lost or recomputed.  When no other
+        worker exists, or the copies do not arrive within the connect timeout, the
+        worker closes anyway and the scheduler recomputes what it can.
+
+        Raises
+        ------
+        NotImplementedError
+            For ``restart=True``, which needs a nanny.
+        """
+        if restart:
+            raise NotImplementedError("Worker.close_gracefully(restart=True) is not supported yet: it needs a nanny")
+        if self.status in (Status.closing, Status.closed, Status.closing_gracefully):
+            await self.finished()
+            return
+        self.status = Status.closing_gracefully
+        logger.info("Closing worker %s gracefully: %s", self.address, reason)
+        try:
+            await self._hand_off_data()
+            await self.rpc.call(
+                self.scheduler_addr, m.UnregisterWorker(op="unregister", address=self.address, reason=reason)
+            )
+        except (OSError, CommClosedError):
+            logger.warning("Could not hand off data of %s before closing", self.address, exc_info=True)
         await self.close(reason=reason)
+
+    async def _hand_off_data(self) -> None:
+        """Have other workers fetch the keys held only here; wait until the scheduler knows."""
+        state = self.state
+        if state is None:
+            return
+        keys = [ts.key for ts in state.tasks.values() if ts.state == "memory"]
+        if not keys:
+            return
+        sched = self.scheduler_addr
+        who_has = await self.rpc.call(sched, m.OptionalKeysRequest(op="who_has", keys=keys))
+        only_here = [k for k in keys if list(who_has.get(k) or ()) == [self.address]]
+        if not only_here:
+            return
+        nthreads = await self.rpc.call(sched, m.WorkersRequest(op="nthreads", workers=None))
+        peers = sorted(a for a in nthreads if a != self.address)
+        if not peers:
+            logger.warning("No other worker to hand %d keys to; they will be recomputed", len(only_here))
+            return
+        # Spread the keys over the peers, largest first onto the least loaded.
+        load = dict.fromkeys(peers, 0)
+        plan: dict[str, dict[Key, int]] = {p: {} for p in peers}
+        for key in sorted(only_here, key=lambda k: -state.tasks[k].nbytes):
+            peer = min(peers, key=load.__getitem__)
+            n = state.tasks[key].nbytes
+            plan[peer][key] = n
+            load[peer] += max(n, 1)
+
+        async def ask(peer: str, nbytes: dict[Key, int]) -> None:
+            try:
+                await self.rpc.call(
+                    peer,
+                    m.AcquireReplicas(
+                        op="acquire-replicas", who_has={k: [self.address] for k in nbytes}, nbytes=nbytes
+                    ),
+                )
+            except (OSError, CommClosedError):
+                logger.info("Peer %s could not take data from %s", peer, self.address)
+
+        await asyncio.gather(*(ask(p, n) for p, n in plan.items() if n))
+        timeout = float(parse_timedelta(dask.config.get("distributed.comm.timeouts.connect")) or 30)
+        deadline = time.monotonic() + timeout
+        pending = list(only_here)
+        while pending and time.monotonic() < deadline:
+            who_has = await self.rpc.call(sched, m.OptionalKeysRequest(op="who_has", keys=pending))
+            pending = [k for k in pending if not set(who_has.get(k) or ()) - {self.address}]
+            if pending:
+                await asyncio.sleep(0.02)
+        if pending:
+            logger.warning("%d keys of %s found no other holder in time", len(pending), self.address)
 
     def identity(self) -> dict[str, Any]:
         """A summary of this worker."""
@@ -373,9 +539,32 @@ class Worker(Server):
             if inspect.isawaitable(result):
                 await result
         self.plugins[name] = plugin
+        self._update_transition_hook()
         result = plugin.setup(self)
         if inspect.isawaitable(result):
             await result
+
+    async def remove_plugin(self, name: str) -> None:
+        """Detach the plugin registered as ``name`` and run its ``teardown``."""
+        plugin = self.plugins.pop(name)
+        self._update_transition_hook()
+        result = plugin.teardown(self)
+        if inspect.isawaitable(result):
+            await result
+
+    def _update_transition_hook(self) -> None:
+        """Call plugins' ``transition`` only while a plugin defines one (the per-task path stays lean)."""
+        if self.state is None:
+            return
+        watching = any(type(p).transition is not WorkerPlugin.transition for p in self.plugins.values())
+        self.state.transition_hook = self._plugins_transition if watching else None
+
+    def _plugins_transition(self, key: Key, start: TaskStateName, finish: TaskStateName, stimulus_id: str) -> None:
+        for name, plugin in list(self.plugins.items()):
+            try:
+                plugin.transition(key, start, finish, stimulus_id=stimulus_id)
+            except Exception:
+                logger.exception("Plugin %s failed in transition %s -> %s of %r", name, start, finish, key)
 
     # -- the state machine's shell ----------------------------------------------------
     def handle_stimulus(self, *events: StateMachineEvent) -> None:
@@ -387,7 +576,7 @@ class Worker(Server):
         self._carry_out(instructions)
 
     def _carry_out(self, instructions: list[Instruction]) -> None:
-        to_scheduler: list[dict[str, Any]] = []
+        to_scheduler: list[m.WorkerStreamMessage] = []
         for inst in instructions:
             if isinstance(inst, SendMessage):
                 to_scheduler.append(inst.msg)
@@ -397,7 +586,7 @@ class Worker(Server):
                 self._start_task(self.gather_dep(inst.worker, inst.keys), f"gather-{inst.worker}")
         if to_scheduler and self.batched_stream is not None:
             try:
-                if all(m["op"] in _LAZY_OPS for m in to_scheduler):
+                if all(msg["op"] in _LAZY_OPS for msg in to_scheduler):
                     self.batched_stream.send_lazy(*to_scheduler)
                 else:
                     self.batched_stream.send(*to_scheduler)
@@ -407,7 +596,13 @@ class Worker(Server):
     def _start_task(self, coro: Any, name: str) -> None:
         task = asyncio.get_running_loop().create_task(coro, name=name)
         self._running_tasks.add(task)
-        task.add_done_callback(self._running_tasks.discard)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._running_tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # A bug in the worker itself: say so loudly rather than leave the task stuck in silence.
+            logger.error("Worker %s: %s failed", self.address, task.get_name(), exc_info=task.exception())
 
     def _stream_compute_task(self, msg: m.ComputeTask) -> None:
         self.handle_stimulus(
@@ -562,27 +757,42 @@ class Worker(Server):
         self.handle_stimulus(ev)
 
     async def gather_dep(self, worker: str, keys: tuple[Key, ...]) -> None:
-        """Fetch ``keys`` from a peer and hand them to the state machine."""
+        """Fetch ``keys`` from a peer and hand them to the state machine.
+
+        A peer that cannot be reached is a plain failure (other holders are
+        tried, then the scheduler is told).  A reply that cannot be used - data
+        that does not deserialise, a malformed reply, an error raised by the peer -
+        carries its exception, so the tasks that needed the data err with it
+        rather than waiting forever.
+        """
         self.incoming_transfer_count += 1
+        ev: StateMachineEvent
         try:
-            response = await self.rpc.call(worker, {"op": "get_data", "keys": list(keys), "who": self.address})
-            if not isinstance(response, dict):
-                raise TypeError(f"Malformed get_data reply from {worker}")
-            raw = response.get("data", {})
-            data = {k: unwrap(v) for k, v in raw.items()}
-            nbytes = dict(response.get("nbytes", {}))
-            ev: StateMachineEvent = GatherDepSuccess(
+            response = await self.rpc.call(worker, m.GetData(op="get_data", keys=list(keys), who=self.address))
+            data, nbytes = _read_get_data_reply(worker, response)
+            ev = GatherDepSuccess(
                 stimulus_id=f"gather-dep-success-{time.time()}", worker=worker, keys=keys, data=data, nbytes=nbytes
             )
         except asyncio.CancelledError:
             raise
-        except Exception as e:
+        except (OSError, CommClosedError) as e:
             logger.info("Could not fetch %d keys from %s: %r", len(keys), worker, e)
             ev = GatherDepFailure(stimulus_id=f"gather-dep-failure-{time.time()}", worker=worker, keys=keys)
+        except Exception as e:
+            logger.warning("Fetching %d keys from %s failed: %r", len(keys), worker, e)
+            err = error_message(e, e.__traceback__)
+            ev = GatherDepFailure(
+                stimulus_id=f"gather-dep-failure-{time.time()}",
+                worker=worker,
+                keys=keys,
+                exception=err["exception"],
+                traceback=err["traceback"],
+                text=err["text"],
+            )
         self.handle_stimulus(ev)
 
     # -- request handlers ---------------------------------------------------------------
-    def handle_get_data(self, comm: Comm, msg: m.GetData) -> dict[str, Any]:
+    def handle_get_data(self, comm: Comm, msg: m.GetData) -> m.GetDataReply:
         self.outgoing_transfer_count += 1
         data: dict[Key, Any] = {}
         nbytes: dict[Key, int] = {}
@@ -593,13 +803,33 @@ class Worker(Server):
                 ts = state.tasks.get(key) if state is not None else None
                 if ts is not None:
                     nbytes[key] = ts.nbytes
-        return {"status": "OK", "data": data, "nbytes": nbytes}
+        return m.GetDataReply(status="OK", data=data, nbytes=nbytes)
 
-    def handle_update_data(self, comm: Comm, msg: m.WorkerUpdateData) -> dict[str, Any]:
+    def handle_update_data(self, comm: Comm, msg: m.WorkerUpdateData) -> m.UpdateDataReply:
         data = {k: unwrap(v) for k, v in msg["data"].items()}
         nbytes = {k: sizeof(v) for k, v in data.items()}
         self.handle_stimulus(UpdateDataEvent(stimulus_id=f"update-data-{time.time()}", data=data, nbytes=nbytes))
-        return {"nbytes": nbytes, "types": {k: typename(type(v)) for k, v in data.items()}}
+        return m.UpdateDataReply(nbytes=nbytes, types={k: typename(type(v)) for k, v in data.items()})
+
+    async def handle_plugin_add(self, comm: Comm, msg: m.PluginAdd) -> str:
+        """Set up a plugin the scheduler sends (registered by a client)."""
+        await self.add_plugin(unwrap(msg["plugin"]), name=msg["name"])
+        return "OK"
+
+    async def handle_plugin_remove(self, comm: Comm, msg: m.PluginRemove) -> str:
+        """Tear down a plugin the scheduler no longer keeps."""
+        if msg["name"] in self.plugins:
+            await self.remove_plugin(msg["name"])
+        return "OK"
+
+    def handle_acquire_replicas(self, comm: Comm, msg: m.AcquireReplicas) -> str:
+        """Fetch copies of keys from the peers named (a retiring worker hands its data off)."""
+        self.handle_stimulus(
+            AcquireReplicasEvent(
+                stimulus_id=f"acquire-replicas-{time.time()}", who_has=msg["who_has"], nbytes=msg["nbytes"]
+            )
+        )
+        return "OK"
 
     async def handle_run(self, comm: Comm, msg: m.RunFunction) -> Any:
         func = unwrap(msg["function"])
@@ -662,6 +892,24 @@ class Worker(Server):
 
 #: Messages to the scheduler that nothing waits on.
 _LAZY_OPS = frozenset({"add-keys", "release-worker-data"})
+
+
+def _read_get_data_reply(worker: str, response: Any) -> tuple[dict[Key, Any], dict[Key, int]]:
+    """The values and sizes in a peer's ``get_data`` reply.
+
+    Raises
+    ------
+    ProtocolError
+        When the reply does not have the shape :meth:`Worker.handle_get_data` gives.
+    """
+    problem = _check_get_data_reply(response)
+    if problem is not None:
+        raise ProtocolError(f"Malformed get_data reply from {worker}: {problem}")
+    reply: m.GetDataReply = response
+    return {k: unwrap(v) for k, v in reply["data"].items()}, dict(reply["nbytes"])
+
+
+_check_get_data_reply = checker(m.GetDataReply)
 
 
 def _host_for(scheduler_addr: str) -> str:
@@ -784,5 +1032,11 @@ def secede() -> None:
 
 
 def rejoin() -> None:
-    """Counterpart of :func:`secede`; the seceded thread simply ends with its task."""
-    return None
+    """Have a task that called :func:`secede` take a thread of the worker's pool again.
+
+    Blocks until a slot frees: the next pool thread to finish its task leaves the
+    pool to make room.  A no-op outside a seceded task.
+    """
+    pool = current_pool()
+    if pool is not None:
+        pool.rejoin_current_thread()

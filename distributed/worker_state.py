@@ -8,6 +8,12 @@ which changes state and returns *instructions* (:class:`Execute`,
 :class:`GatherDep`, :class:`SendMessage`) for the shell to carry out.  Nothing
 here touches a socket or a thread, so tests drive it directly.
 
+Event handlers never set a task's state: they recommend one, and the
+transition engine applies the method :data:`TRANSITION_TABLE` names for the
+``(start, finish)`` pair (a pair not in the table raises
+:class:`InvalidTransition`), logs the change and calls the transition hook
+(``WorkerPlugin.transition``).
+
 A task the scheduler asked us to compute goes
 
     waiting (for dependencies) -> ready -> executing -> memory | error
@@ -24,15 +30,19 @@ import heapq
 import logging
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping, MutableMapping
-from dataclasses import dataclass, field
-from typing import Any, Final
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Final, Literal, get_args
 
+from distributed.protocol import messages as m
 from distributed.protocol.messages import Key, Payload
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "TRANSITION_TABLE",
+    "AcquireReplicasEvent",
     "ComputeTaskEvent",
     "Execute",
     "ExecuteAbandoned",
@@ -43,30 +53,43 @@ __all__ = [
     "GatherDepFailure",
     "GatherDepSuccess",
     "Instruction",
+    "InvalidTransition",
     "RescheduleEvent",
     "SecedeEvent",
     "SendMessage",
     "StateMachineEvent",
+    "TaskStateName",
     "UpdateDataEvent",
     "WorkerStateMachine",
     "WorkerTask",
 ]
 
-WORKER_TASK_STATES: Final = frozenset(
-    {
-        "waiting",
-        "ready",
-        "executing",
-        "long-running",
-        "memory",
-        "error",
-        "fetch",
-        "flight",
-        "cancelled",
-        "released",
-        "forgotten",
-    }
-)
+#: The states of a task on a worker (mypy rejects a misspelt one).
+TaskStateName = Literal[
+    "waiting",
+    "ready",
+    "executing",
+    "long-running",
+    "memory",
+    "error",
+    "fetch",
+    "flight",
+    "cancelled",
+    "released",
+    "forgotten",
+]
+WORKER_TASK_STATES: Final[frozenset[TaskStateName]] = frozenset(get_args(TaskStateName))
+
+
+class InvalidTransition(RuntimeError):
+    """A change of a task's state that the transition table does not allow."""
+
+    def __init__(self, key: Key, start: str, finish: str, stimulus_id: str) -> None:
+        super().__init__(f"Invalid transition of {key!r}: {start} -> {finish} (stimulus {stimulus_id})")
+        self.key = key
+        self.start = start
+        self.finish = finish
+        self.stimulus_id = stimulus_id
 
 
 class WorkerTask:
@@ -94,7 +117,7 @@ class WorkerTask:
 
     def __init__(self, key: Key) -> None:
         self.key: Key = key
-        self.state = "released"
+        self.state: TaskStateName = "released"
         self.run_spec: Payload | None = None
         self.run_id = -1
         self.priority: tuple[Any, ...] = ()
@@ -118,6 +141,12 @@ class WorkerTask:
 
     def __lt__(self, other: WorkerTask) -> bool:
         return self.priority < other.priority
+
+
+#: Where tasks should go next, as the transition methods and handlers see it.
+Recs = dict["WorkerTask", TaskStateName]
+#: ``hook(key, start, finish, stimulus_id)``, called after each transition.
+TransitionHook = Callable[[Key, TaskStateName, TaskStateName, str], None]
 
 
 # -- events -------------------------------------------------------------------
@@ -210,10 +239,28 @@ class GatherDepSuccess(StateMachineEvent):
 
 @dataclass(frozen=True)
 class GatherDepFailure(StateMachineEvent):
-    """A fetch from ``worker`` failed (the peer is unreachable or broken)."""
+    """A fetch from ``worker`` failed.
+
+    Without ``exception`` the peer could not be reached: it is dropped as a holder
+    of every key.  With one, the peer answered but its reply was unusable (the
+    data did not deserialise, the reply was malformed, the peer raised): other
+    holders are tried, and when none is left the tasks here that needed the data
+    err with that exception, so the failure reaches whoever waits on them.
+    """
 
     worker: str
     keys: tuple[Key, ...]
+    exception: Payload | None = None
+    traceback: Any = None
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class AcquireReplicasEvent(StateMachineEvent):
+    """Fetch copies of keys from the peers named, to hold them here."""
+
+    who_has: Mapping[Key, Iterable[str]]
+    nbytes: Mapping[Key, int]
 
 
 @dataclass(frozen=True)
@@ -251,11 +298,18 @@ class GatherDep(Instruction):
 class SendMessage(Instruction):
     """Send ``msg`` to the scheduler on the batched stream."""
 
-    msg: dict[str, Any] = field(default_factory=dict)
+    msg: m.WorkerStreamMessage
 
 
 class WorkerStateMachine:
     """All task state of one worker.
+
+    Every change of a task's state goes through one table of
+    ``(start, finish) -> method`` (:data:`_TRANSITIONS`).  Event handlers only
+    decide where tasks should go (*recommendations*); :meth:`_transitions`
+    applies them, and those the methods return in turn, until none are left.
+    Each method sets ``ts.state`` and does the bookkeeping of that change; the
+    engine logs it (:meth:`story`) and calls :attr:`transition_hook`.
 
     Parameters
     ----------
@@ -268,7 +322,8 @@ class WorkerStateMachine:
     resources
         Abstract resources this worker offers.
     validate
-        Check invariants after every event.
+        Check invariants after every event, and raise :class:`InvalidTransition`
+        for a pair the table does not allow.
     transfer_limit
         Most bytes to ask a peer for in one fetch.
     fetch_concurrency
@@ -306,13 +361,18 @@ class WorkerStateMachine:
         self.log: deque[tuple[Key, str, str, str, float]] = deque(maxlen=log_length)
         self.executed_count = 0
         self.nbytes_in_memory = 0
-        self._log_count = 0
+        self.transition_counter = 0
+        #: While set, no task starts (the worker is over its memory limit); running ones finish.
+        self.paused = False
+        #: Called as ``hook(key, start, finish, stimulus_id)`` after every transition
+        #: (the worker sets it while plugins are registered).
+        self.transition_hook: TransitionHook | None = None
 
     # -- entry point ------------------------------------------------------------
     def handle_stimulus(self, *events: StateMachineEvent) -> list[Instruction]:
         """Apply events and return what the shell must do."""
         instructions: list[Instruction] = []
-        log_start = self._log_count
+        log_start = self.transition_counter
         for ev in events:
             handler = _HANDLERS.get(type(ev))
             if handler is None:
@@ -322,7 +382,7 @@ class WorkerStateMachine:
         self._ensure_communicating(instructions)
         if self.validate:
             # Check what this event touched (the whole state is checked at the end of tests).
-            n = self._log_count - log_start
+            n = self.transition_counter - log_start
             recent = list(self.log)[-n:] if 0 < n <= len(self.log) else list(self.log)
             for key in {e[0] for e in recent}:
                 ts = self.tasks.get(key)
@@ -331,38 +391,188 @@ class WorkerStateMachine:
             assert len(self.executing) <= self.nthreads, "more tasks executing than threads"
         return instructions
 
+    def transitions(self, recommendations: Mapping[WorkerTask, TaskStateName], stimulus_id: str) -> list[Instruction]:
+        """Move tasks to the states recommended, through the transition table.
+
+        Raises :class:`InvalidTransition` for a pair the table does not allow.
+        Events (:meth:`handle_stimulus`) are the normal way in; this is for tests
+        and tools that steer one task.
+        """
+        instructions: list[Instruction] = []
+        self._transitions(dict(recommendations), stimulus_id, instructions)
+        return instructions
+
     def story(self, *keys: Key) -> list[tuple[Key, str, str, str, float]]:
         """Transitions of these keys: ``(key, start, finish, stimulus_id, time)``."""
         wanted = set(keys)
         return [e for e in self.log if e[0] in wanted]
 
-    # -- helpers ----------------------------------------------------------------
-    def _set_state(self, ts: WorkerTask, state: str, stimulus_id: str) -> None:
-        self._log_count += 1
-        self.log.append((ts.key, ts.state, state, stimulus_id, time.time()))
-        ts.state = state
+    # -- the transition engine ----------------------------------------------------
+    def _transition(
+        self, ts: WorkerTask, finish: TaskStateName, stimulus_id: str, instructions: list[Instruction]
+    ) -> None:
+        """Move ``ts`` to ``finish``, then apply whatever that recommends."""
+        recs = self._apply(ts, finish, stimulus_id, instructions)
+        if recs:
+            self._transitions(recs, stimulus_id, instructions)
 
+    def _transitions(self, recs: Recs, stimulus_id: str, instructions: list[Instruction]) -> None:
+        """Apply recommendations, and those they produce, until none are left."""
+        apply = self._apply
+        while recs:
+            ts, finish = recs.popitem()
+            if ts.state == finish or ts.state == "forgotten":
+                continue
+            more = apply(ts, finish, stimulus_id, instructions)
+            if more:
+                recs.update(more)
+
+    def _apply(
+        self, ts: WorkerTask, finish: TaskStateName, stimulus_id: str, instructions: list[Instruction]
+    ) -> Recs | None:
+        """The one place a transition happens: look it up in the table, run it, record it."""
+        start = ts.state
+        func = _TRANSITIONS[start].get(finish)
+        if func is None:
+            raise InvalidTransition(ts.key, start, finish, stimulus_id)
+        recs = func(self, ts, stimulus_id, instructions)
+        self.transition_counter += 1
+        self.log.append((ts.key, start, ts.state, stimulus_id, time.time()))
+        if self.transition_hook is not None:
+            self.transition_hook(ts.key, start, ts.state, stimulus_id)
+        return recs
+
+    # -- the transition methods -----------------------------------------------------
+    def _to_waiting(self, ts: WorkerTask, stimulus_id: str, instructions: list[Instruction]) -> Recs | None:
+        # released | error | fetch -> waiting: a task to compute here, its inputs on the way.
+        if ts.state == "fetch":
+            del self.to_fetch[ts]
+        ts.state = "waiting"
+        return None
+
+    def _to_ready(self, ts: WorkerTask, stimulus_id: str, instructions: list[Instruction]) -> Recs | None:
+        # released | error | fetch | waiting -> ready: every input is here.
+        if ts.state == "fetch":
+            del self.to_fetch[ts]
+        ts.state = "ready"
+        self._ready_counter += 1
+        heapq.heappush(self.ready, (ts.priority, self._ready_counter, ts))
+        return None
+
+    def _ready_to_executing(self, ts: WorkerTask, stimulus_id: str, instructions: list[Instruction]) -> Recs | None:
+        if ts.resources:
+            for r, amount in ts.resources.items():
+                self.available_resources[r] -= amount
+        ts.state = "executing"
+        self.executing.add(ts)
+        instructions.append(Execute(ts.key, ts.run_id))
+        return None
+
+    def _executing_to_long_running(
+        self, ts: WorkerTask, stimulus_id: str, instructions: list[Instruction]
+    ) -> Recs | None:
+        self.executing.discard(ts)
+        self.long_running.add(ts)
+        ts.state = "long-running"
+        instructions.append(SendMessage(m.LongRunning(op="long-running", key=ts.key, run_id=ts.run_id)))
+        return None
+
+    def _to_memory(self, ts: WorkerTask, stimulus_id: str, instructions: list[Instruction]) -> Recs | None:
+        # The value was stored by the handler (it carries it); account for it and
+        # release the tasks here that waited on it.
+        if ts.state == "fetch":
+            del self.to_fetch[ts]
+        self.nbytes_in_memory += ts.nbytes
+        ts.state = "memory"
+        recs: Recs | None = None
+        for dep in ts.dependents:
+            if ts in dep.waiting_for_data:
+                dep.waiting_for_data.discard(ts)
+                if not dep.waiting_for_data and dep.state == "waiting":
+                    if recs is None:
+                        recs = {}
+                    recs[dep] = "ready"
+        return recs
+
+    def _to_error(self, ts: WorkerTask, stimulus_id: str, instructions: list[Instruction]) -> Recs | None:
+        # executing | long-running -> error: it raised; waiting | ready -> error: an input could not be had.
+        ts.state = "error"
+        return None
+
+    def _to_fetch(self, ts: WorkerTask, stimulus_id: str, instructions: list[Instruction]) -> Recs | None:
+        # released | error -> fetch (a dependency held elsewhere), flight -> fetch (try
+        # another holder), cancelled -> fetch (our own run failed but a peer has it).
+        ts.computed = False if ts.state == "cancelled" else ts.computed
+        ts.coming_from = None
+        ts.state = "fetch"
+        self.to_fetch[ts] = None
+        return None
+
+    def _fetch_to_flight(self, ts: WorkerTask, stimulus_id: str, instructions: list[Instruction]) -> Recs | None:
+        # The peer (ts.coming_from) and the GatherDep are set by _ensure_communicating.
+        del self.to_fetch[ts]
+        ts.state = "flight"
+        return None
+
+    def _to_cancelled(self, ts: WorkerTask, stimulus_id: str, instructions: list[Instruction]) -> Recs | None:
+        # executing | long-running | flight -> cancelled: freed while its result is on the way.
+        ts.state = "cancelled"
+        return None
+
+    def _cancelled_to_executing(self, ts: WorkerTask, stimulus_id: str, instructions: list[Instruction]) -> Recs | None:
+        ts.state = "executing"
+        return None
+
+    def _cancelled_to_long_running(
+        self, ts: WorkerTask, stimulus_id: str, instructions: list[Instruction]
+    ) -> Recs | None:
+        ts.state = "long-running"
+        return None
+
+    def _cancelled_to_flight(self, ts: WorkerTask, stimulus_id: str, instructions: list[Instruction]) -> Recs | None:
+        ts.state = "flight"
+        return None
+
+    def _to_released(self, ts: WorkerTask, stimulus_id: str, instructions: list[Instruction]) -> Recs | None:
+        # flight -> released: nobody has it, but tasks here still name it as input.
+        # cancelled -> released: the fetch failed after we were asked to compute it: run it.
+        computed = ts.state == "cancelled" and ts.computed
+        ts.coming_from = None
+        ts.state = "released"
+        if computed:
+            return {ts: "waiting" if ts.waiting_for_data else "ready"}
+        return None
+
+    def _to_forgotten(self, ts: WorkerTask, stimulus_id: str, instructions: list[Instruction]) -> Recs | None:
+        """Drop ``ts`` entirely, and recommend the same for inputs nothing else needs."""
+        if ts.key in self.data:
+            del self.data[ts.key]
+            self.nbytes_in_memory -= ts.nbytes
+        self.to_fetch.pop(ts, None)
+        ts.state = "forgotten"
+        self.tasks.pop(ts.key, None)
+        recs: Recs | None = None
+        for dep in ts.dependencies:
+            dep.dependents.discard(ts)
+            if not dep.dependents and not dep.computed and dep.state in ("fetch", "flight", "released"):
+                if recs is None:
+                    recs = {}
+                recs[dep] = "cancelled" if dep.state == "flight" else "forgotten"
+        ts.dependencies.clear()
+        ts.waiting_for_data.clear()
+        return recs
+
+    # -- helpers ----------------------------------------------------------------
     def _ensure_task(self, key: Key) -> WorkerTask:
         ts = self.tasks.get(key)
         if ts is None:
             ts = self.tasks[key] = WorkerTask(key)
         return ts
 
-    def _push_ready(self, ts: WorkerTask, stimulus_id: str) -> None:
-        self._set_state(ts, "ready", stimulus_id)
-        self._ready_counter += 1
-        heapq.heappush(self.ready, (ts.priority, self._ready_counter, ts))
-
-    def _store(self, ts: WorkerTask, value: Any, nbytes: int, stimulus_id: str) -> None:
+    def _put_data(self, ts: WorkerTask, value: Any, nbytes: int) -> None:
+        """Store a value about to move ``ts`` to memory (the transition counts its bytes)."""
         self.data[ts.key] = value
         ts.nbytes = nbytes
-        self.nbytes_in_memory += nbytes
-        self._set_state(ts, "memory", stimulus_id)
-        for dep in ts.dependents:
-            if ts in dep.waiting_for_data:
-                dep.waiting_for_data.discard(ts)
-                if not dep.waiting_for_data and dep.state == "waiting":
-                    self._push_ready(dep, stimulus_id)
 
     def _can_run(self, ts: WorkerTask) -> bool:
         if not ts.resources:
@@ -370,6 +580,8 @@ class WorkerStateMachine:
         return all(self.available_resources.get(r, 0.0) >= amount for r, amount in ts.resources.items())
 
     def _ensure_computing(self, instructions: list[Instruction]) -> None:
+        if self.paused:
+            return
         ready = self.ready
         skipped: list[tuple[tuple[Any, ...], int, WorkerTask]] = []
         while ready and len(self.executing) < self.nthreads:
@@ -377,15 +589,10 @@ class WorkerStateMachine:
             ts = item[2]
             if ts.state != "ready":
                 continue
-            if not self._can_run(ts):
+            if ts.resources and not self._can_run(ts):
                 skipped.append(item)
                 continue
-            if ts.resources:
-                for r, amount in ts.resources.items():
-                    self.available_resources[r] -= amount
-            self._set_state(ts, "executing", "ensure-computing")
-            self.executing.add(ts)
-            instructions.append(Execute(ts.key, ts.run_id))
+            self._apply(ts, "executing", "ensure-computing", instructions)  # recommends nothing
         for item in skipped:
             heapq.heappush(ready, item)
 
@@ -413,64 +620,64 @@ class WorkerStateMachine:
             batches.setdefault(chosen, []).append(ts)
             sizes[chosen] = sizes.get(chosen, 0) + max(ts.nbytes, 0)
         for worker, tss in batches.items():
-            for ts in tss:
-                del self.to_fetch[ts]
-                ts.coming_from = worker
-                self._set_state(ts, "flight", "ensure-communicating")
             self.in_flight_workers[worker] = set(tss)
+            for ts in tss:
+                ts.coming_from = worker
+                self._transition(ts, "flight", "ensure-communicating", instructions)
             instructions.append(GatherDep(worker, tuple(ts.key for ts in tss), sizes[worker]))
 
-    def _forget(self, ts: WorkerTask, stimulus_id: str) -> None:
-        """Drop ``ts`` entirely, and dependencies nothing else needs."""
-        if ts.key in self.data:
-            del self.data[ts.key]
-            self.nbytes_in_memory -= ts.nbytes
-        self.to_fetch.pop(ts, None)
-        self._set_state(ts, "forgotten", stimulus_id)
-        self.tasks.pop(ts.key, None)
-        for dep in ts.dependencies:
-            dep.dependents.discard(ts)
-            if not dep.dependents and not dep.computed and dep.state in ("fetch", "flight", "released"):
-                if dep.state == "flight":
-                    self._set_state(dep, "cancelled", stimulus_id)
-                else:
-                    self._forget(dep, stimulus_id)
-        ts.dependencies.clear()
-        ts.waiting_for_data.clear()
+    def _needed_here(self, ts: WorkerTask) -> bool:
+        return any(ts in d.waiting_for_data for d in ts.dependents)
+
+    def _finished_msg(self, ts: WorkerTask, start: float, stop: float) -> m.TaskFinished:
+        return m.TaskFinished(
+            op="task-finished",
+            key=ts.key,
+            run_id=ts.run_id,
+            nbytes=ts.nbytes,
+            type=ts.type or "",
+            start=start,
+            stop=stop,
+        )
+
+    def _release_resources(self, ts: WorkerTask) -> None:
+        if ts.resources:
+            for r, amount in ts.resources.items():
+                self.available_resources[r] += amount
 
     # -- event handlers ---------------------------------------------------------
     def _handle_compute_task(self, ev: ComputeTaskEvent, instructions: list[Instruction]) -> None:
         ts = self._ensure_task(ev.key)
         sid = ev.stimulus_id
-        if ts.state == "memory":
+        state = ts.state
+        if state == "memory":
             ts.run_id = ev.run_id
             instructions.append(SendMessage(self._finished_msg(ts, 0.0, 0.0)))
             return
-        if ts.state in ("executing", "long-running", "ready", "waiting"):
+        if state in ("executing", "long-running", "ready", "waiting"):
             ts.run_id = ev.run_id
             return
-        if ts.state == "cancelled":
+        if state == "cancelled":
             # Freed, then asked for again while still running/arriving.
             ts.run_id = ev.run_id
-            ts.computed = True
             ts.run_spec = ev.run_spec
-            self._set_state(
-                ts,
-                "executing" if ts in self.executing else ("long-running" if ts in self.long_running else "flight"),
-                sid,
-            )
-            if ts.state == "flight":
-                ts.computed = False
-            return
-        if ts.state in ("fetch", "flight"):
-            # We were fetching it, but now compute it here instead.
-            self.to_fetch.pop(ts, None)
-            if ts.state == "flight":
-                self._set_state(ts, "cancelled", sid)
-                ts.run_id = ev.run_id
-                ts.run_spec = ev.run_spec
+            if ts in self.executing:
                 ts.computed = True
-                return
+                self._transition(ts, "executing", sid, instructions)
+            elif ts in self.long_running:
+                ts.computed = True
+                self._transition(ts, "long-running", sid, instructions)
+            else:
+                # Still arriving from a peer: that copy will do (or we run it if the fetch fails).
+                ts.computed = True
+            return
+        if state == "flight":
+            # We were fetching it, but now compute it here instead: keep the copy if it arrives.
+            ts.run_id = ev.run_id
+            ts.run_spec = ev.run_spec
+            ts.computed = True
+            self._transition(ts, "cancelled", sid, instructions)
+            return
         ts.computed = True
         ts.run_spec = ev.run_spec
         ts.run_id = ev.run_id
@@ -479,7 +686,8 @@ class WorkerStateMachine:
         ts.resources = dict(ev.resources) if ev.resources else None
         ts.annotations = dict(ev.annotations) if ev.annotations else None
         ts.waiting_for_data.clear()
-        for dep_key, holders in ev.who_has.items():
+        recs: Recs = {}
+        for dep_key, holders in ev.who_has.items() if ev.who_has else ():
             dts = self._ensure_task(dep_key)
             ts.dependencies.add(dts)
             dts.dependents.add(ts)
@@ -490,37 +698,19 @@ class WorkerStateMachine:
                 dts.who_has = {h for h in holders if h != self.address}
                 dts.nbytes = ev.nbytes.get(dep_key, 0)
                 dts.priority = ts.priority
-                self._set_state(dts, "fetch", sid)
-                self.to_fetch[dts] = None
+                recs[dts] = "fetch"
             elif dts.state == "fetch":
                 dts.who_has.update(h for h in holders if h != self.address)
             elif dts.state == "cancelled":
                 dts.who_has.update(h for h in holders if h != self.address)
                 if not dts.computed:
-                    self._set_state(dts, "flight", sid)
-        if ts.waiting_for_data:
-            self._set_state(ts, "waiting", sid)
+                    recs[dts] = "flight"
+        if recs:
+            recs[ts] = "waiting" if ts.waiting_for_data else "ready"
+            self._transitions(recs, sid, instructions)
         else:
-            self._push_ready(ts, sid)
-
-    def _needed_here(self, ts: WorkerTask) -> bool:
-        return any(ts in d.waiting_for_data for d in ts.dependents)
-
-    def _finished_msg(self, ts: WorkerTask, start: float, stop: float) -> dict[str, Any]:
-        return {
-            "op": "task-finished",
-            "key": ts.key,
-            "run_id": ts.run_id,
-            "nbytes": ts.nbytes,
-            "type": ts.type or "",
-            "start": start,
-            "stop": stop,
-        }
-
-    def _release_resources(self, ts: WorkerTask) -> None:
-        if ts.resources:
-            for r, amount in ts.resources.items():
-                self.available_resources[r] += amount
+            # Neither recommends anything further.
+            self._apply(ts, "waiting" if ts.waiting_for_data else "ready", sid, instructions)
 
     def _handle_execute_success(self, ev: ExecuteSuccess, instructions: list[Instruction]) -> None:
         ts = self.tasks.get(ev.key)
@@ -530,20 +720,26 @@ class WorkerStateMachine:
         self.long_running.discard(ts)
         self._release_resources(ts)
         self.executed_count += 1
-        if ts.state == "cancelled":
+        state = ts.state
+        if state == "cancelled":
             if self._needed_here(ts):
                 # Freed while running, but a task here now waits on it: keep it.
                 ts.computed = False
                 ts.type = ev.type
-                self._store(ts, ev.value, ev.nbytes, ev.stimulus_id)
-                instructions.append(SendMessage({"op": "add-keys", "keys": [ts.key], "nbytes": {ts.key: ev.nbytes}}))
+                self._put_data(ts, ev.value, ev.nbytes)
+                self._transition(ts, "memory", ev.stimulus_id, instructions)
+                instructions.append(SendMessage(m.AddKeys(op="add-keys", keys=[ts.key], nbytes={ts.key: ev.nbytes})))
             else:
-                self._forget(ts, ev.stimulus_id)
+                self._transition(ts, "forgotten", ev.stimulus_id, instructions)
             return
-        if ts.state not in ("executing", "long-running"):
+        if state != "executing" and state != "long-running":
             return
         ts.type = ev.type
-        self._store(ts, ev.value, ev.nbytes, ev.stimulus_id)
+        self.data[ts.key] = ev.value
+        ts.nbytes = ev.nbytes
+        recs = self._apply(ts, "memory", ev.stimulus_id, instructions)
+        if recs:
+            self._transitions(recs, ev.stimulus_id, instructions)
         instructions.append(SendMessage(self._finished_msg(ts, ev.start, ev.stop)))
 
     def _handle_execute_failure(self, ev: ExecuteFailure, instructions: list[Instruction]) -> None:
@@ -554,29 +750,25 @@ class WorkerStateMachine:
         self.long_running.discard(ts)
         self._release_resources(ts)
         if ts.state == "cancelled":
-            if self._needed_here(ts):
-                # A task here waits on it: fetch the copy a peer holds.
-                ts.computed = False
-                self._set_state(ts, "fetch", ev.stimulus_id)
-                self.to_fetch[ts] = None
-            else:
-                self._forget(ts, ev.stimulus_id)
+            # A task here waits on it: fetch the copy a peer holds.
+            finish: TaskStateName = "fetch" if self._needed_here(ts) else "forgotten"
+            self._transition(ts, finish, ev.stimulus_id, instructions)
             return
         if ts.state not in ("executing", "long-running"):
             return
-        self._set_state(ts, "error", ev.stimulus_id)
+        self._transition(ts, "error", ev.stimulus_id, instructions)
         instructions.append(
             SendMessage(
-                {
-                    "op": "task-erred",
-                    "key": ts.key,
-                    "run_id": ts.run_id,
-                    "exception": ev.exception,
-                    "traceback": ev.traceback,
-                    "text": ev.text,
-                    "start": ev.start,
-                    "stop": ev.stop,
-                }
+                m.WorkerTaskErred(
+                    op="task-erred",
+                    key=ts.key,
+                    run_id=ts.run_id,
+                    exception=ev.exception,
+                    traceback=ev.traceback,
+                    text=ev.text,
+                    start=ev.start,
+                    stop=ev.stop,
+                )
             )
         )
 
@@ -586,12 +778,8 @@ class WorkerStateMachine:
             return
         self.executing.discard(ts)
         self._release_resources(ts)
-        if self._needed_here(ts):
-            ts.computed = False
-            self._set_state(ts, "fetch", ev.stimulus_id)
-            self.to_fetch[ts] = None
-        else:
-            self._forget(ts, ev.stimulus_id)
+        finish: TaskStateName = "fetch" if self._needed_here(ts) else "forgotten"
+        self._transition(ts, finish, ev.stimulus_id, instructions)
 
     def _handle_reschedule(self, ev: RescheduleEvent, instructions: list[Instruction]) -> None:
         ts = self.tasks.get(ev.key)
@@ -601,17 +789,14 @@ class WorkerStateMachine:
         self.long_running.discard(ts)
         self._release_resources(ts)
         if ts.state in ("executing", "long-running"):
-            instructions.append(SendMessage({"op": "reschedule", "key": ts.key, "run_id": ts.run_id}))
-        self._forget(ts, ev.stimulus_id)
+            instructions.append(SendMessage(m.Reschedule(op="reschedule", key=ts.key, run_id=ts.run_id)))
+        self._transition(ts, "forgotten", ev.stimulus_id, instructions)
 
     def _handle_secede(self, ev: SecedeEvent, instructions: list[Instruction]) -> None:
         ts = self.tasks.get(ev.key)
         if ts is None or ts.state != "executing":
             return
-        self.executing.discard(ts)
-        self.long_running.add(ts)
-        self._set_state(ts, "long-running", ev.stimulus_id)
-        instructions.append(SendMessage({"op": "long-running", "key": ts.key, "run_id": ts.run_id}))
+        self._transition(ts, "long-running", ev.stimulus_id, instructions)
 
     def _handle_free_keys(self, ev: FreeKeysEvent, instructions: list[Instruction]) -> None:
         for key in ev.keys:
@@ -620,7 +805,7 @@ class WorkerStateMachine:
                 continue
             if ts.state in ("executing", "long-running", "flight"):
                 ts.computed = ts.computed and ts.state != "flight"
-                self._set_state(ts, "cancelled", ev.stimulus_id)
+                self._transition(ts, "cancelled", ev.stimulus_id, instructions)
                 continue
             if ts.state == "cancelled":
                 continue
@@ -635,87 +820,134 @@ class WorkerStateMachine:
                 dep.dependencies.discard(ts)
                 dep.waiting_for_data.discard(ts)
             ts.dependents.clear()
-            self._forget(ts, ev.stimulus_id)
+            self._transition(ts, "forgotten", ev.stimulus_id, instructions)
 
     def _handle_gather_success(self, ev: GatherDepSuccess, instructions: list[Instruction]) -> None:
         asked = self.in_flight_workers.pop(ev.worker, set())
         added: list[Key] = []
         nbytes: dict[Key, int] = {}
+        sid = ev.stimulus_id
         for ts in asked:
             ts.coming_from = None
+            state = ts.state
+            if state != "flight" and state != "cancelled":
+                continue  # put here meanwhile (update-data), or forgotten
             if ts.key in ev.data:
-                if ts.state == "flight":
+                if state == "flight":
                     n = ev.nbytes.get(ts.key, ts.nbytes)
-                    self._store(ts, ev.data[ts.key], n, ev.stimulus_id)
+                    self._put_data(ts, ev.data[ts.key], n)
+                    self._transition(ts, "memory", sid, instructions)
                     added.append(ts.key)
                     nbytes[ts.key] = n
-                elif ts.state == "cancelled":
-                    if ts.computed:
-                        # We were asked to compute it meanwhile; the fetched copy is as good.
-                        self._store(ts, ev.data[ts.key], ev.nbytes.get(ts.key, ts.nbytes), ev.stimulus_id)
-                        instructions.append(SendMessage(self._finished_msg(ts, 0.0, 0.0)))
-                    else:
-                        self._forget(ts, ev.stimulus_id)
+                elif ts.computed:
+                    # We were asked to compute it meanwhile; the fetched copy is as good.
+                    self._put_data(ts, ev.data[ts.key], ev.nbytes.get(ts.key, ts.nbytes))
+                    self._transition(ts, "memory", sid, instructions)
+                    instructions.append(SendMessage(self._finished_msg(ts, 0.0, 0.0)))
+                else:
+                    self._transition(ts, "forgotten", sid, instructions)
             else:
-                self._fetch_failed(ts, ev.worker, ev.stimulus_id, instructions)
+                self._fetch_failed(ts, ev.worker, sid, instructions)
         if added:
-            instructions.append(SendMessage({"op": "add-keys", "keys": added, "nbytes": nbytes}))
+            instructions.append(SendMessage(m.AddKeys(op="add-keys", keys=added, nbytes=nbytes)))
 
     def _handle_gather_failure(self, ev: GatherDepFailure, instructions: list[Instruction]) -> None:
         asked = self.in_flight_workers.pop(ev.worker, set())
-        for ts in self.tasks.values():
-            ts.who_has.discard(ev.worker)
+        if ev.exception is None:
+            for ts in self.tasks.values():
+                ts.who_has.discard(ev.worker)
         for ts in asked:
             ts.coming_from = None
-            self._fetch_failed(ts, ev.worker, ev.stimulus_id, instructions)
-
-    def _fetch_failed(self, ts: WorkerTask, worker: str, stimulus_id: str, instructions: list[Instruction]) -> None:
-        ts.who_has.discard(worker)
-        ts.tried.add(worker)
-        if ts.state == "cancelled":
-            if ts.computed:
-                # Asked to compute it here meanwhile: run it.
-                ts.computed = True
-                self._set_state(ts, "released", stimulus_id)
-                if ts.waiting_for_data:
-                    self._set_state(ts, "waiting", stimulus_id)
-                else:
-                    self._push_ready(ts, stimulus_id)
+            if ts.state != "flight" and ts.state != "cancelled":
+                continue
+            if ev.exception is not None and ts.state == "flight" and not ts.who_has - {ev.worker}:
+                self._fetch_broken(ts, ev, instructions)
             else:
-                self._forget(ts, stimulus_id)
-            return
-        if ts.who_has:
-            self._set_state(ts, "fetch", stimulus_id)
-            self.to_fetch[ts] = None
-            return
-        # Nobody we know has it: give the tasks that need it back to the scheduler.
-        tried = sorted(ts.tried)
+                self._fetch_failed(ts, ev.worker, ev.stimulus_id, instructions)
+
+    def _fetch_broken(self, ts: WorkerTask, ev: GatherDepFailure, instructions: list[Instruction]) -> None:
+        """The last holder of ``ts`` gave an unusable reply: the tasks here that need it err."""
+        assert ev.exception is not None
+        ts.who_has.discard(ev.worker)
+        ts.tried.add(ev.worker)
+        recs: Recs = {}
         for dep in list(ts.dependents):
             if dep.state in ("waiting", "ready"):
                 instructions.append(
                     SendMessage(
-                        {"op": "missing-data", "key": dep.key, "run_id": dep.run_id, "missing": {ts.key: tried}}
+                        m.WorkerTaskErred(
+                            op="task-erred",
+                            key=dep.key,
+                            run_id=dep.run_id,
+                            exception=ev.exception,
+                            traceback=ev.traceback,
+                            text=ev.text,
+                        )
                     )
                 )
                 for d in dep.dependencies:
                     d.dependents.discard(dep)
                 dep.dependencies.clear()
                 dep.waiting_for_data.clear()
-                self._forget(dep, stimulus_id)
-        if not ts.dependents:
-            self._forget(ts, stimulus_id)
-        else:
-            self._set_state(ts, "released", stimulus_id)
+                recs[dep] = "error"
+        recs[ts] = "released" if ts.dependents else "forgotten"
+        self._transitions(recs, ev.stimulus_id, instructions)
+
+    def _fetch_failed(self, ts: WorkerTask, worker: str, stimulus_id: str, instructions: list[Instruction]) -> None:
+        ts.who_has.discard(worker)
+        ts.tried.add(worker)
+        if ts.state == "cancelled":
+            # Asked to compute it here meanwhile: run it; else nobody wants it any more.
+            self._transition(ts, "released" if ts.computed else "forgotten", stimulus_id, instructions)
+            return
+        if ts.who_has:
+            self._transition(ts, "fetch", stimulus_id, instructions)
+            return
+        # Nobody we know has it: give the tasks that need it back to the scheduler.
+        tried = sorted(ts.tried)
+        recs: Recs = {}
+        for dep in list(ts.dependents):
+            if dep.state in ("waiting", "ready"):
+                instructions.append(
+                    SendMessage(
+                        m.MissingData(op="missing-data", key=dep.key, run_id=dep.run_id, missing={ts.key: tried})
+                    )
+                )
+                for d in dep.dependencies:
+                    d.dependents.discard(dep)
+                dep.dependencies.clear()
+                dep.waiting_for_data.clear()
+                recs[dep] = "forgotten"
+        recs[ts] = "released" if ts.dependents else "forgotten"
+        self._transitions(recs, stimulus_id, instructions)
+
+    def _handle_acquire_replicas(self, ev: AcquireReplicasEvent, instructions: list[Instruction]) -> None:
+        recs: Recs = {}
+        for key, holders in ev.who_has.items():
+            ts = self._ensure_task(key)
+            peers = {h for h in holders if h != self.address}
+            if ts.state == "released" or ts.state == "error":
+                ts.who_has = peers
+                ts.nbytes = ev.nbytes.get(key, 0)
+                recs[ts] = "fetch"
+            elif ts.state == "fetch":
+                ts.who_has.update(peers)
+        self._transitions(recs, ev.stimulus_id, instructions)
 
     def _handle_update_data(self, ev: UpdateDataEvent, instructions: list[Instruction]) -> None:
         for key, value in ev.data.items():
             ts = self._ensure_task(key)
+            ts.computed = True
+            n = ev.nbytes.get(key, 0)
+            if ts.state == "memory":
+                # A new value for data we hold: no change of state.
+                self.nbytes_in_memory += n - ts.nbytes
+                self._put_data(ts, value, n)
+                continue
             if ts.key in self.data:
                 self.nbytes_in_memory -= ts.nbytes
-                del self.data[ts.key]
-            self.to_fetch.pop(ts, None)
-            ts.computed = True
-            self._store(ts, value, ev.nbytes.get(key, 0), ev.stimulus_id)
+            self._put_data(ts, value, n)
+            self._transition(ts, "memory", ev.stimulus_id, instructions)
 
     # -- validation ---------------------------------------------------------------
     def validate_task(self, ts: WorkerTask) -> None:
@@ -749,6 +981,55 @@ class WorkerStateMachine:
         assert len(self.executing) <= self.nthreads, "more tasks executing than threads"
 
 
+Transition = Callable[[WorkerStateMachine, WorkerTask, str, list[Instruction]], "Recs | None"]
+
+_W = WorkerStateMachine
+#: Every allowed change of a worker task's state, and the method that makes it.
+_TRANSITION_PAIRS: dict[tuple[TaskStateName, TaskStateName], Transition] = {
+    ("released", "waiting"): _W._to_waiting,
+    ("released", "ready"): _W._to_ready,
+    ("released", "fetch"): _W._to_fetch,
+    ("error", "waiting"): _W._to_waiting,
+    ("error", "ready"): _W._to_ready,
+    ("error", "fetch"): _W._to_fetch,
+    ("fetch", "waiting"): _W._to_waiting,
+    ("fetch", "ready"): _W._to_ready,
+    ("fetch", "flight"): _W._fetch_to_flight,
+    ("waiting", "ready"): _W._to_ready,
+    ("ready", "executing"): _W._ready_to_executing,
+    ("executing", "long-running"): _W._executing_to_long_running,
+    ("executing", "error"): _W._to_error,
+    ("long-running", "error"): _W._to_error,
+    ("waiting", "error"): _W._to_error,
+    ("ready", "error"): _W._to_error,
+    ("executing", "cancelled"): _W._to_cancelled,
+    ("long-running", "cancelled"): _W._to_cancelled,
+    ("flight", "cancelled"): _W._to_cancelled,
+    ("flight", "fetch"): _W._to_fetch,
+    ("flight", "released"): _W._to_released,
+    ("cancelled", "executing"): _W._cancelled_to_executing,
+    ("cancelled", "long-running"): _W._cancelled_to_long_running,
+    ("cancelled", "flight"): _W._cancelled_to_flight,
+    ("cancelled", "fetch"): _W._to_fetch,
+    ("cancelled", "released"): _W._to_released,
+}
+# Data put here directly (scatter), computed, or fetched: from any live state.
+for _s in WORKER_TASK_STATES - {"memory", "forgotten"}:
+    _TRANSITION_PAIRS[(_s, "memory")] = _W._to_memory
+# Freed, rescheduled, or given back to the scheduler: from any state.
+for _s in WORKER_TASK_STATES - {"forgotten"}:
+    _TRANSITION_PAIRS[(_s, "forgotten")] = _W._to_forgotten
+
+#: Every allowed ``(start, finish)`` pair of a worker task and the method that makes it (read only).
+TRANSITION_TABLE: Mapping[tuple[TaskStateName, TaskStateName], Transition] = MappingProxyType(_TRANSITION_PAIRS)
+
+#: The same table keyed by start, then finish (two lookups, no tuple per transition).
+_TRANSITIONS: dict[str, dict[str, Transition]] = {s: {} for s in WORKER_TASK_STATES}
+for (_start, _finish), _func in _TRANSITION_PAIRS.items():
+    _TRANSITIONS[_start][_finish] = _func
+del _W
+
+
 _HANDLERS: dict[type, Any] = {
     ComputeTaskEvent: WorkerStateMachine._handle_compute_task,
     FreeKeysEvent: WorkerStateMachine._handle_free_keys,
@@ -760,4 +1041,5 @@ _HANDLERS: dict[type, Any] = {
     GatherDepSuccess: WorkerStateMachine._handle_gather_success,
     GatherDepFailure: WorkerStateMachine._handle_gather_failure,
     UpdateDataEvent: WorkerStateMachine._handle_update_data,
+    AcquireReplicasEvent: WorkerStateMachine._handle_acquire_replicas,
 }

@@ -38,6 +38,7 @@ from distributed.cli.utils import (
 from distributed.cli.utils import (
     pid_file as write_pid_file,
 )
+from distributed.http.server import parse_http_address
 
 __all__ = ["main", "nworkers_nthreads", "parse_port_range"]
 
@@ -148,7 +149,7 @@ def parse_port_range(text: str | None, count: int) -> list[int]:
 @click.option(
     "--worker-port", type=str, default=None, help="Port (or range 'start:end' with --nworkers > 1) to listen on"
 )
-@click.option("--nanny-port", type=str, default=None, help="Accepted for compatibility; there is no nanny yet")
+@click.option("--nanny-port", type=str, default=None, help="Nanny port (not supported yet: refused)")
 @click.option("--listen-address", type=str, default=None, help="Address to listen on, like tcp://0.0.0.0:9000")
 @click.option(
     "--contact-address", type=str, default=None, help="Address to advertise to the scheduler, like tcp://1.2.3.4:9000"
@@ -168,23 +169,31 @@ def parse_port_range(text: str | None, count: int) -> list[int]:
 )
 @click.option("--local-directory", type=str, default=None, help="Directory for scratch files")
 @click.option(
-    "--dashboard-address", type=str, default=":0", show_default=True, help="Address for the worker's HTTP endpoints"
+    "--dashboard-address",
+    type=str,
+    default=":0",
+    show_default=True,
+    help="Address of the worker's HTTP endpoints (/health, /info, /metrics)",
 )
-@click.option(
-    "--dashboard/--no-dashboard", "dashboard", default=True, help="Serve the worker's HTTP endpoints (if it has any)"
-)
+@click.option("--dashboard/--no-dashboard", "dashboard", default=True, help="Serve the worker's HTTP endpoints")
 @click.option("--pid-file", type=str, default=None, help="File to write the process PID to")
 @click.option(
-    "--lifetime", type=DurationType(), default=None, help="Close after this long (accepted, not supported yet)"
+    "--lifetime",
+    type=DurationType(),
+    default=None,
+    help="Close gracefully (handing data to other workers) after this long",
 )
 @click.option(
-    "--lifetime-stagger", type=DurationType(), default=None, help="Accepted with --lifetime; not supported yet"
+    "--lifetime-stagger", type=DurationType(), default=None, help="Random spread added to --lifetime (+/- this much)"
 )
 @click.option(
-    "--lifetime-restart/--no-lifetime-restart", "lifetime_restart", default=False, help="Accepted; not supported yet"
+    "--lifetime-restart/--no-lifetime-restart",
+    "lifetime_restart",
+    default=False,
+    help="Restart after --lifetime (needs a nanny: not supported yet, refused)",
 )
-@click.option("--preload", type=str, multiple=True, help="Module to preload (accepted, not supported yet)")
-@click.option("--preload-nanny", type=str, multiple=True, help="Accepted for compatibility; ignored")
+@click.option("--preload", type=str, multiple=True, help="Module to preload (not supported yet, refused)")
+@click.option("--preload-nanny", type=str, multiple=True, help="Module the nanny preloads (not supported yet: refused)")
 @click.version_option(version=_version(), prog_name="dask worker")
 def main(
     scheduler: str | None,
@@ -244,16 +253,25 @@ def main(
             host = get_ip_interface(interface)
         except ValueError as e:
             raise click.BadParameter(str(e), param_hint="'--interface'") from None
+    if nanny_port or preload_nanny:
+        raise click.UsageError("--nanny-port and --preload-nanny are not supported yet: there is no nanny")
+    if preload or preload_argv:
+        raise click.UsageError(f"--preload is not supported yet (asked for {list(preload) + list(preload_argv)})")
+    if lifetime_restart:
+        raise click.UsageError("--lifetime-restart is not supported yet: it needs a nanny")
+    if lifetime_stagger is not None and lifetime is None:
+        raise click.UsageError("--lifetime-stagger needs --lifetime")
+    if dashboard:
+        try:
+            _, dashboard_port = parse_http_address(dashboard_address, default_port=0)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="'--dashboard-address'") from None
+        if dashboard_port and n > 1:
+            raise click.UsageError("A fixed --dashboard-address port serves one worker: use port 0 with --nworkers > 1")
 
     setup_logging()
     if nanny:
         logger.info("There is no nanny yet: running the workers in this process (as with --no-nanny)")
-    if nanny_port or preload_nanny:
-        logger.info("--nanny-port and --preload-nanny are ignored: there is no nanny yet")
-    if preload or preload_argv:
-        logger.warning("--preload is not supported yet; ignoring %s", list(preload) + list(preload_argv))
-    if lifetime is not None or lifetime_stagger is not None or lifetime_restart:
-        logger.warning("--lifetime is not supported yet; the workers will run until stopped")
     if n > 1:
         logger.info("Starting %d workers in this process (one event loop; a nanny would give each its own process)", n)
 
@@ -273,6 +291,8 @@ def main(
             "local_directory": local_directory,
             "dashboard": dashboard,
             "dashboard_address": dashboard_address,
+            "lifetime": lifetime,
+            "lifetime_stagger": lifetime_stagger,
         }
         worker_kwargs.append(kw)
 
@@ -328,6 +348,9 @@ async def _run(
 
     for w in workers:
         logger.info("  Worker at:      %s (name %s, %d threads)", w.address, w.name, w.nthreads)
+        if w.http_server is not None:
+            host = w.http_server.host or "0.0.0.0"
+            logger.info("  dashboard at:   http://%s:%d/health", host, w.http_server.port)
 
     async def all_finished() -> None:
         await asyncio.gather(*(w.finished() for w in workers))

@@ -91,7 +91,16 @@ class SchedulerPlugin:
 
 
 class WorkerPlugin:
-    """Hooks called by a worker on its events."""
+    """Hooks called by a worker on its events.
+
+    Examples
+    --------
+    >>> class Transitions(WorkerPlugin):
+    ...     def setup(self, worker):
+    ...         self.seen = []
+    ...     def transition(self, key, start, finish, **kwargs):
+    ...         self.seen.append((key, start, finish))
+    """
 
     name: str | None = None
     idempotent: bool = False
@@ -103,7 +112,12 @@ class WorkerPlugin:
         """Run when the worker closes."""
 
     def transition(self, key: Any, start: str, finish: str, **kwargs: Any) -> None:
-        """Run after each task transition on the worker."""
+        """Run after each change of a task's state on the worker.
+
+        ``kwargs`` holds ``stimulus_id``, the cause of the change.  Called in the
+        worker's event loop for every task: keep it quick.  An exception is logged
+        and does not stop the worker.
+        """
 
 
 class NannyPlugin:

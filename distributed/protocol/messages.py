@@ -238,7 +238,7 @@ class HeartbeatWorker(TypedDict):
     op: Literal["heartbeat_worker"]
     address: str
     now: float
-    metrics: NotRequired[Mapping[str, Any]]
+    metrics: NotRequired[WorkerMetrics | Mapping[str, Any]]
     executing: NotRequired[int]
 
 
@@ -246,6 +246,15 @@ class UnregisterWorker(TypedDict):
     op: Literal["unregister"]
     address: str
     reason: NotRequired[str]
+
+
+class WorkerMetrics(TypedDict):
+    """What a worker reports in its heartbeat."""
+
+    memory: int
+    cpu: float
+    executing: int
+    in_memory: int
 
 
 # -- worker -> scheduler (stream) ----------------------------------------------
@@ -312,6 +321,12 @@ class KeepAlive(TypedDict):
     op: Literal["keep-alive"]
 
 
+#: What a worker's state machine sends the scheduler on its stream.
+WorkerStreamMessage = (
+    TaskFinished | WorkerTaskErred | AddKeys | ReleaseWorkerData | MissingData | Reschedule | LongRunning
+)
+
+
 # -- scheduler -> worker (stream) ----------------------------------------------
 class ComputeTask(TypedDict):
     op: Literal["compute-task"]
@@ -359,6 +374,60 @@ class WorkerUpdateData(TypedDict):
 class WorkerClose(TypedDict):
     op: Literal["close"]
     reason: NotRequired[str]
+
+
+# -- worker -> worker (and replies of worker requests) ----------------------------
+class GetDataReply(TypedDict):
+    """A worker's answer to ``get_data``: the values it holds of the keys asked for."""
+
+    status: Literal["OK"]
+    data: Mapping[Key, Payload]
+    nbytes: Mapping[Key, int]
+
+
+class UpdateDataReply(TypedDict):
+    """A worker's answer to ``update_data``: sizes and type names of what it stored."""
+
+    nbytes: Mapping[Key, int]
+    types: Mapping[Key, str]
+
+
+class AcquireReplicas(TypedDict):
+    """Fetch copies of these keys from the workers named (sent by a worker that retires)."""
+
+    op: Literal["acquire-replicas"]
+    who_has: Mapping[Key, Sequence[str]]
+    nbytes: Mapping[Key, int]
+
+
+# -- worker plugins: client -> scheduler (requests), scheduler -> worker (requests) -------------
+class RegisterWorkerPlugin(TypedDict):
+    """Set a plugin up on every worker, now and on each worker that joins later."""
+
+    op: Literal["register_worker_plugin"]
+    plugin: Payload
+    name: str
+    idempotent: NotRequired[bool]
+
+
+class UnregisterWorkerPlugin(TypedDict):
+    op: Literal["unregister_worker_plugin"]
+    name: str
+
+
+class PluginAdd(TypedDict):
+    """Scheduler -> worker: set this plugin up."""
+
+    op: Literal["plugin-add"]
+    plugin: Payload
+    name: str
+
+
+class PluginRemove(TypedDict):
+    """Scheduler -> worker: tear this plugin down."""
+
+    op: Literal["plugin-remove"]
+    name: str
 
 
 # -- coordination (user-side primitives -> their scheduler extensions) ----------

@@ -176,6 +176,11 @@ def test_version(cmd: list[str]) -> None:
         ([*WORKER, "tcp://127.0.0.1:1", "--nworkers", "0"], "--nworkers"),
         ([*WORKER, "tcp://127.0.0.1:1", "--nworkers", "2", "--worker-port", "9000"], "--worker-port"),
         ([*WORKER, "tcp://127.0.0.1:1", "--death-timeout", "never"], "never"),
+        ([*WORKER, "tcp://127.0.0.1:1", "--dashboard-address", "127.0.0.1:port"], "--dashboard-address"),
+        ([*WORKER, "tcp://127.0.0.1:1", "--nworkers", "2", "--dashboard-address", ":8799"], "--dashboard-address"),
+        ([*WORKER, "tcp://127.0.0.1:1", "--preload", "some_module"], "--preload"),
+        ([*WORKER, "tcp://127.0.0.1:1", "--nanny-port", "9000"], "--nanny-port"),
+        ([*WORKER, "tcp://127.0.0.1:1", "--lifetime", "1s", "--lifetime-restart"], "--lifetime-restart"),
     ],
 )
 def test_bad_option(args: list[str], needle: str) -> None:
@@ -411,4 +416,33 @@ def test_scheduler_dashboard(procs: Callable[..., Proc], tmp_path: Path) -> None
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/info", timeout=10) as r:
         assert json.loads(r.read())["address"] == address
     assert f"dashboard at:   http://127.0.0.1:{port}/status" in sched.stderr()
+    assert sched.signal_and_wait(signal.SIGTERM) == 0, sched.stderr()
+
+
+@pytest.mark.timeout(60)
+def test_worker_dashboard_address(procs: Callable[..., Proc], tmp_path: Path) -> None:
+    import re
+    import urllib.request
+
+    sched, address, _ = start_scheduler(procs, tmp_path)
+    worker = procs(
+        [*WORKER, address, "--nthreads", "1", "--no-nanny", "--dashboard-address", "127.0.0.1:0"], name="worker"
+    )
+    line = poll_with_proc(
+        lambda: re.search(r"dashboard at:   http://127\.0\.0\.1:(\d+)/health", worker.stderr()), 30, "the URL", worker
+    )
+    port = int(line.group(1))
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as r:
+        assert r.read() == b"ok"
+    assert worker.signal_and_wait(signal.SIGTERM) == 0, worker.stderr()
+    assert sched.signal_and_wait(signal.SIGTERM) == 0, sched.stderr()
+
+
+@pytest.mark.timeout(60)
+def test_worker_no_dashboard(procs: Callable[..., Proc], tmp_path: Path) -> None:
+    sched, address, _ = start_scheduler(procs, tmp_path)
+    worker = procs([*WORKER, address, "--nthreads", "1", "--no-nanny", "--no-dashboard"], name="worker")
+    poll_with_proc(lambda: "Worker at:" in worker.stderr(), 30, "the worker", worker)
+    assert "dashboard at:" not in worker.stderr()
+    assert worker.signal_and_wait(signal.SIGTERM) == 0, worker.stderr()
     assert sched.signal_and_wait(signal.SIGTERM) == 0, sched.stderr()

@@ -123,7 +123,8 @@ def gathers(instructions: list[Instruction]) -> list[GatherDep]:
     return [i for i in instructions if isinstance(i, GatherDep)]
 
 
-def messages(instructions: list[Instruction], op: str | None = None) -> list[dict[str, Any]]:
+def messages(instructions: list[Instruction], op: str | None = None) -> list[Any]:
+    # Any: tests read fields of whichever message type they expect.
     return [i.msg for i in instructions if isinstance(i, SendMessage) and (op is None or i.msg["op"] == op)]
 
 
@@ -504,3 +505,54 @@ def test_unknown_event_is_rejected() -> None:
     h = Harness()
     with pytest.raises(TypeError):
         h.ws.handle_stimulus(StateMachineEvent(stimulus_id="bare"))
+
+
+# -- unusable replies (the peer answered, but not with usable data) -----------------------------
+def broken_reply(h: Harness, worker: str, keys: Iterable[Key]) -> list[Instruction]:
+    return h.handle(
+        GatherDepFailure(
+            stimulus_id=h.sid("gather-broken"),
+            worker=worker,
+            keys=tuple(keys),
+            exception=Serialized({"s": "pickle"}, [b"the error"]),
+            traceback=None,
+            text="ValueError: cannot rebuild",
+        )
+    )
+
+
+def test_unusable_reply_from_the_last_holder_errs_the_dependents() -> None:
+    h = Harness()
+    h.compute("z", who_has={"a": [PEER1]}, run_id=11)
+    instructions = broken_reply(h, PEER1, ["a"])
+    [msg] = messages(instructions)
+    assert msg["op"] == "task-erred"
+    assert msg["key"] == "z"
+    assert msg["run_id"] == 11
+    assert msg["text"] == "ValueError: cannot rebuild"
+    assert h.state("z") == "error"
+    assert h.state("a") == "forgotten"
+    assert not gathers(instructions) and not executes(instructions)
+    assert ("z", "waiting", "error") in [e[:3] for e in h.ws.story("z")]
+
+
+def test_unusable_reply_tries_another_holder_first() -> None:
+    h = Harness()
+    [g] = gathers(h.compute("z", who_has={"a": [PEER1, PEER2]}))
+    other = PEER2 if g.worker == PEER1 else PEER1
+    instructions = broken_reply(h, g.worker, ["a"])
+    [g2] = gathers(instructions)
+    assert g2.worker == other
+    assert not messages(instructions)
+    assert executes(h.gathered(other, {"a": 1})) == ["z"]
+
+
+def test_unusable_reply_keeps_the_peer_as_holder_of_other_keys() -> None:
+    # The peer is alive; only what it sent for these keys was unusable.
+    h = Harness()
+    h.compute("z", who_has={"a": [PEER1], "b": [PEER1, PEER2]})
+    ws = h.ws
+    assert PEER1 in ws.tasks["b"].who_has or ws.tasks["b"].coming_from == PEER1
+    flying = {ts.key for ts in ws.in_flight_workers.get(PEER1, ())}
+    broken_reply(h, PEER1, sorted(flying, key=str))
+    assert h.state("z") == "error"

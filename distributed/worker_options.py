@@ -1,0 +1,69 @@
+"""Which :class:`~distributed.worker.Worker` keywords of dask.distributed are not honoured here.
+
+A keyword dask.distributed's Worker takes but this package does not implement
+is refused with an error naming it when given anything but its default, so a
+user never believes a setting took effect when it did not.  A keyword neither
+knows is a ``TypeError``, as for any function.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["check_unsupported_worker_kwargs"]
+
+#: dask.distributed Worker keywords not implemented yet, with the values that mean "not used".
+_NOT_SUPPORTED: dict[str, tuple[Any, ...]] = {
+    "preload": (None, (), []),
+    "preload_argv": (None, (), []),
+    "executor": (None,),
+    "extensions": (None, {}),
+    "metrics": (None, {}),
+    "startup_information": (None, {}),
+    "services": (None, {}),
+    "service_kwargs": (None, {}),
+    "http_prefix": ("/",),
+    "low_level_profiler": (None, False),
+    "profile_cycle_interval": (None,),
+    "transition_counter_max": (None, False),
+    "memory_target_fraction": (None,),
+    "memory_spill_fraction": (None,),
+    "memory_pause_fraction": (None,),
+    "max_spill": (None,),
+    "memory_monitor_interval": (None,),
+    "scheduler_sni": (None,),
+    "WorkerStateClass": (None,),
+    "connection_args": (None, {}),
+}
+
+
+def _is_default(value: Any, defaults: tuple[Any, ...]) -> bool:
+    return any(value is d or (type(value) is type(d) and value == d) for d in defaults)
+
+
+def check_unsupported_worker_kwargs(kwargs: Mapping[str, Any]) -> None:
+    """Refuse keywords the worker would otherwise ignore.
+
+    Raises
+    ------
+    NotImplementedError
+        For a dask.distributed keyword given a value other than its default.
+    ValueError
+        For ``reconnect=True``, which dask.distributed removed as well.
+    TypeError
+        For a keyword dask.distributed's Worker does not take either.
+    """
+    for name, value in kwargs.items():
+        if name == "reconnect":
+            if value:
+                raise ValueError(
+                    "Worker(reconnect=True) is not supported: a worker that loses its scheduler closes "
+                    "(restart it, or use a nanny once available)"
+                )
+            continue
+        defaults = _NOT_SUPPORTED.get(name)
+        if defaults is None:
+            raise TypeError(f"Worker() got an unexpected keyword argument {name!r}")
+        if not _is_default(value, defaults):
+            raise NotImplementedError(f"Worker({name}=...) is not supported yet")
