@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 from typing import Any
 
 from distributed.comm.core import CommClosedError
@@ -17,7 +18,9 @@ __all__ = [
     "TimeoutError",
 ]
 
-CancelledError = asyncio.CancelledError
+#: What a cancelled future raises: an ``Exception`` (``except Exception``
+#: catches it), unlike ``asyncio.CancelledError``, which cancels coroutines.
+CancelledError = concurrent.futures.CancelledError
 TimeoutError = asyncio.TimeoutError
 
 

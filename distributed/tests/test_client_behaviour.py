@@ -1,0 +1,52 @@
+"""Client behaviours users rely on, each pinned by a test that failed before its fix."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+
+import distributed
+from distributed import Client
+from distributed.exceptions import FutureCancelledError
+from distributed.scheduler import Scheduler
+from distributed.utils_test import gen_cluster
+from distributed.worker import Worker
+
+#: Tasks block on this (workers run in this process); tests set it when done.
+RELEASE = threading.Event()
+
+
+def block(x: Any = None) -> int:
+    RELEASE.wait(10)
+    return 1
+
+
+@pytest.fixture(autouse=True)
+def _release_blocked_tasks() -> Any:
+    RELEASE.clear()
+    yield
+    RELEASE.set()
+
+
+# -- cancelled futures raise an Exception -------------------------------------------------
+def test_cancelled_error_is_an_exception() -> None:
+    assert issubclass(distributed.CancelledError, Exception)
+    assert issubclass(FutureCancelledError, distributed.CancelledError)
+    assert not issubclass(FutureCancelledError, asyncio.CancelledError)
+
+
+@gen_cluster(client=True)
+async def test_cancelled_future_caught_by_except_exception(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    f = c.submit(block, pure=False)
+    await c.cancel(f)
+    caught: BaseException | None = None
+    try:
+        await f
+    except Exception as e:
+        caught = e
+    RELEASE.set()
+    assert isinstance(caught, distributed.CancelledError)
+    assert isinstance(caught, FutureCancelledError)
