@@ -176,6 +176,7 @@ class Client:
         self.cluster: Any = None
         self._own_cluster = False
         self._cluster_kwargs = kwargs
+        self._current_tokens: list[contextvars.Token[Client | None]] = []
         if scheduler_file is not None:
             import json
 
@@ -480,17 +481,33 @@ class Client:
         return self.sync(_shutdown)
 
     def __enter__(self) -> Client:
+        self._enter_current()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._exit_current()
         self.close()
 
     async def __aenter__(self) -> Client:
         await self._start_once()
+        self._enter_current()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        self._exit_current()
         await self._close()
+
+    def _enter_current(self) -> None:
+        """The client of a ``with`` block is the current one inside it."""
+        self._current_tokens.append(_current_client.set(self))
+
+    def _exit_current(self) -> None:
+        if self._current_tokens:
+            try:
+                _current_client.reset(self._current_tokens.pop())
+            except ValueError:
+                # Entered in another context (e.g. another task): nothing of ours to undo here.
+                pass
 
     def __del__(self) -> None:
         if getattr(self, "status", "closed") != "closed" and not self.asynchronous:

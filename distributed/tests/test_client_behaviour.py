@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import distributed
-from distributed import Client
+from distributed import Client, LocalCluster
 from distributed.exceptions import FutureCancelledError
 from distributed.scheduler import Scheduler
 from distributed.utils_test import gen_cluster
@@ -50,3 +50,20 @@ async def test_cancelled_future_caught_by_except_exception(c: Client, s: Schedul
     RELEASE.set()
     assert isinstance(caught, distributed.CancelledError)
     assert isinstance(caught, FutureCancelledError)
+
+
+# -- Client.current ----------------------------------------------------------------------
+def test_client_current_inside_with_block() -> None:
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
+        with Client(cluster) as client:
+            assert Client.current(allow_global=False) is client
+        with pytest.raises(ValueError):
+            Client.current(allow_global=False)
+
+
+@gen_cluster()
+async def test_client_current_inside_async_with_block(s: Scheduler, a: Worker, b: Worker) -> None:
+    async with Client(s.address, asynchronous=True) as client:
+        assert Client.current(allow_global=False) is client
+    with pytest.raises(ValueError):
+        Client.current(allow_global=False)
