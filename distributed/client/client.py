@@ -1292,9 +1292,10 @@ class Client:
 
     # -- cancel, retry ------------------------------------------------------------------------
     async def _cancel(self, futures: Any, reason: str | None = None, force: bool = False) -> None:
-        flat: list[Future] = []
-        _collect_futures(futures, flat)
-        keys = list({f.key for f in flat})
+        from distributed.client.futures import futures_of
+
+        # futures_of also finds the futures behind persisted collections.
+        keys = list({f.key for f in futures_of(futures)})
         if not keys:
             return
         await self._scheduler_call(

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 import distributed
-from distributed import Client, LocalCluster
+from distributed import Client, LocalCluster, futures_of
 from distributed.exceptions import FutureCancelledError
 from distributed.scheduler import Scheduler
-from distributed.utils_test import gen_cluster
+from distributed.utils_test import async_poll_for, gen_cluster
 from distributed.worker import Worker
 
 #: Tasks block on this (workers run in this process); tests set it when done.
@@ -67,3 +67,17 @@ async def test_client_current_inside_async_with_block(s: Scheduler, a: Worker, b
         assert Client.current(allow_global=False) is client
     with pytest.raises(ValueError):
         Client.current(allow_global=False)
+
+
+# -- cancel ------------------------------------------------------------------------------
+@gen_cluster(client=True)
+async def test_cancel_persisted_collection(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    da = pytest.importorskip("dask.array")
+    x = da.ones(10, chunks=2).map_blocks(block, dtype=float)
+    x = c.persist(x)
+    futures = futures_of(x)
+    assert len(futures) == 5
+    await c.cancel(x)
+    assert all(f.cancelled() for f in futures)
+    RELEASE.set()
+    await async_poll_for(lambda: not any(f.key in s.tasks for f in futures), timeout=5)
