@@ -43,6 +43,7 @@ from distributed.comm import Comm, CommClosedError, connect
 from distributed.config import get_interval
 from distributed.core import ConnectionPool, error_message, rebuild_exception
 from distributed.dask_api import (
+    as_delayed,
     expr_keys,
     finalize_compute,
     flatten_keys,
@@ -986,9 +987,18 @@ class Client:
         traverse: bool = True,
         **kwargs: Any,
     ) -> Any:
-        """Start computing collections; return futures (or results with ``sync=True``)."""
+        """Start computing collections; return futures (or results with ``sync=True``).
+
+        With ``traverse`` (the default), lists, tuples, sets, dicts and
+        iterators among ``collections`` are searched for collections too: each
+        becomes one future of the container with its collections computed.
+        """
+        if isinstance(collections, Iterator):
+            collections = list(collections)
         singleton = not isinstance(collections, (list, tuple, set))
         seq = [collections] if singleton else list(collections)
+        if traverse:
+            seq = [as_delayed(c) if isinstance(c, (list, tuple, set, frozenset, dict, Iterator)) else c for c in seq]
         dask_idx = [i for i, c in enumerate(seq) if is_dask_collection(c)]
         results: list[Any] = list(seq)
         if dask_idx:

@@ -49,10 +49,8 @@ def futures_of(o: Any, client: Client | None = None) -> list[Future]:
             if id(x) in seen:
                 continue
             seen.add(id(x))
-            try:
-                stack.extend(x.__dask_graph__().values())
-            except Exception:
-                pass
+            # A graph that cannot be built is the caller's error, not "no futures".
+            stack.extend(x.__dask_graph__().values())
     if client is not None:
         bad = [f for f in futures.values() if f._client is not None and f._client is not client]
         if bad:
@@ -71,11 +69,13 @@ def wait(fs: Any, timeout: Any = None, return_when: str = ALL_COMPLETED) -> Any:
         When not done within ``timeout``.
     """
     client = default_client()
-    if is_dask_collection(fs) or not isinstance(fs, (list, tuple, set, frozenset, Future)):
-        fs = futures_of(fs)
-    elif isinstance(fs, Future):
-        fs = [fs]
-    futures = list(fs)
+    if isinstance(fs, Future):
+        futures = [fs]
+    elif isinstance(fs, (list, tuple, set, frozenset)) and all(isinstance(f, Future) for f in fs):
+        futures = list(fs)
+    else:
+        # Persisted collections (also inside lists) stand for their futures.
+        futures = futures_of(fs)
     if futures:
         client = futures[0].client
     t = parse_timedelta(timeout) if timeout is not None else None

@@ -10,10 +10,10 @@ import dask.bag as db
 import pytest
 
 import distributed
-from distributed import Client, LocalCluster, futures_of
+from distributed import Client, LocalCluster, futures_of, wait
 from distributed.exceptions import FutureCancelledError
 from distributed.scheduler import Scheduler
-from distributed.utils_test import async_poll_for, gen_cluster
+from distributed.utils_test import async_poll_for, gen_cluster, inc
 from distributed.worker import Worker
 
 #: Tasks block on this (workers run in this process); tests set it when done.
@@ -81,3 +81,46 @@ async def test_cancel_persisted_collection(c: Client, s: Scheduler, a: Worker, b
     assert all(f.cancelled() for f in futures)
     RELEASE.set()
     await async_poll_for(lambda: not any(f.key in s.tasks for f in futures), timeout=5)
+
+
+# -- compute(traverse=), wait on collections ---------------------------------------------
+@gen_cluster(client=True)
+async def test_compute_traverses_containers(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    x = db.from_sequence([1, 2, 3], npartitions=2).map(inc)  # type: ignore[no-untyped-call]  # dask.bag is untyped
+    fx, fd, fl = c.compute([x, {"a": x, "b": 1}, [x, 2]])
+    assert await fx == [2, 3, 4]
+    assert await fd == {"a": [2, 3, 4], "b": 1}
+    assert await fl == [[2, 3, 4], 2]
+    # A plain container is passed through untouched without traverse.
+    assert c.compute([{"a": x}], traverse=False)[0]["a"] is x
+
+
+@gen_cluster(client=True)
+async def test_wait_on_persisted_collections(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    x = c.persist(db.from_sequence(range(4), npartitions=4).map(block))  # type: ignore[no-untyped-call]  # dask.bag is untyped
+    y = c.persist(db.from_sequence(range(4), npartitions=2).map(inc))  # type: ignore[no-untyped-call]  # dask.bag is untyped
+    with pytest.raises(TimeoutError):
+        await wait([x, y], timeout=0.2)
+    RELEASE.set()
+    await wait([x, y], timeout=5)
+    assert all(f.status == "finished" for f in futures_of([x, y]))
+
+
+class BrokenGraph:
+    """A collection (it has an expression) whose graph cannot be built."""
+
+    def __init__(self) -> None:
+        import dask.dataframe as dd
+        import pandas as pd
+
+        frame = dd.from_pandas(pd.DataFrame({"a": [1]}), npartitions=1)  # type: ignore[no-untyped-call]  # untyped
+        self.expr = frame.expr
+
+    def __dask_graph__(self) -> Any:
+        raise ValueError("no graph for you")
+
+
+@gen_cluster(client=True)
+async def test_wait_raises_when_graph_cannot_be_built(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    with pytest.raises(ValueError, match="no graph for you"):
+        await wait(BrokenGraph())
