@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any
 
 import dask.bag as db
 import pytest
 
 import distributed
-from distributed import Client, LocalCluster, futures_of, wait
+from distributed import Client, LocalCluster, as_completed, futures_of, wait
 from distributed.exceptions import FutureCancelledError
 from distributed.scheduler import Scheduler
 from distributed.utils_test import async_poll_for, gen_cluster, inc
@@ -124,3 +125,49 @@ class BrokenGraph:
 async def test_wait_raises_when_graph_cannot_be_built(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
     with pytest.raises(ValueError, match="no graph for you"):
         await wait(BrokenGraph())
+
+
+# -- as_completed ------------------------------------------------------------------------
+@gen_cluster(client=True)
+async def test_as_completed_clear_releases_futures(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    done = c.submit(inc, 1)
+    await done
+    ac = as_completed([done, c.submit(block, 1, pure=False), c.submit(block, 2, pure=False)])
+    keys = [f.key for f in ac.futures]
+    del done
+    ac.clear()
+    assert ac.is_empty()
+    await async_poll_for(lambda: not any(k in s.tasks for k in keys), timeout=5)
+    assert not c.refcount
+    RELEASE.set()
+
+
+@gen_cluster(client=True)
+async def test_as_completed_timeout(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    fast = c.submit(inc, 1)
+    await fast
+    ac = as_completed([fast, c.submit(block, pure=False)], timeout=0.5)
+    it = ac.__aiter__()
+    assert await it.__anext__() is fast
+    start = time.monotonic()
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(it.__anext__(), 5)
+    assert time.monotonic() - start < 2  # the as_completed timeout, not wait_for's
+    with pytest.raises(TimeoutError):
+        next(ac)
+    RELEASE.set()
+
+
+@gen_cluster(client=True)
+async def test_as_completed_with_results_yields_cancelled(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    f = c.submit(block, pure=False)
+    await c.cancel(f)
+    RELEASE.set()
+    for raise_errors in (True, False):
+        results = [pair async for pair in as_completed([f], with_results=True, raise_errors=raise_errors)]
+        assert len(results) == 1
+        future, error = results[0]
+        assert future is f
+        assert isinstance(error, distributed.CancelledError)
+        (future, error) = next(as_completed([f], with_results=True, raise_errors=raise_errors))
+        assert isinstance(error, distributed.CancelledError)
