@@ -41,7 +41,7 @@ from distributed.client.future import Future, FutureState
 from distributed.client.graph_parts import GraphPlan, PendingParts, dependencies_first, start_background_parts
 from distributed.comm import Comm, CommClosedError, connect
 from distributed.config import get_interval
-from distributed.core import ConnectionPool, error_message, rebuild_exception
+from distributed.core import ConnectionPool, error_message, rebuild_exception, send_recv
 from distributed.dask_api import (
     as_delayed,
     expr_keys,
@@ -1140,58 +1140,90 @@ class Client:
         return _substitute(futures, data)
 
     async def _fetch(self, keys: list[Key], states: Mapping[Key, FutureState]) -> dict[Key, Any]:
-        """Fetch values straight from the workers that hold them."""
+        """Fetch values straight from the workers that hold them.
+
+        A holder that cannot be reached is not tried again in this fetch: the
+        scheduler is asked who else holds the key.  When nobody does any more
+        (the holder died and the key is being recomputed), this waits for the
+        scheduler's next report on the key.  Callers bound the whole fetch
+        with their own deadline (``result(timeout=)``).
+        """
         data: dict[Key, Any] = {}
         missing = list(keys)
+        unreachable: set[str] = set()
         attempts = 0
+        stuck_since: float | None = None
+        delay = 0.02
         while missing:
             attempts += 1
             by_worker: defaultdict[str, list[Key]] = defaultdict(list)
-            unknown: list[Key] = []
             for k in missing:
-                workers = states[k].workers if k in states else []
-                if workers:
-                    by_worker[workers[(attempts - 1) % len(workers)]].append(k)
-                else:
-                    unknown.append(k)
+                holders = [w for w in states[k].workers if w not in unreachable]
+                if holders:
+                    by_worker[holders[(attempts - 1) % len(holders)]].append(k)
             results = await asyncio.gather(
                 *(self._get_data(w, ks) for w, ks in by_worker.items()), return_exceptions=True
             )
             for (w, _ks), res in zip(by_worker.items(), results):
-                if isinstance(res, (OSError, CommClosedError)):
+                if isinstance(res, (OSError, CommClosedError, TimeoutError)):
                     logger.debug("Gather from %s failed: %r", w, res)
+                    unreachable.add(w)
                     continue
                 if isinstance(res, BaseException):
                     # The worker answered with an error (e.g. the value does not serialise).
                     raise res
-                for k, v in res.items():
-                    data[k] = v
+                data.update(res)
             missing = [k for k in missing if k not in data]
             if not missing:
                 break
-            if attempts > 20:
-                raise RuntimeError(f"Could not gather {len(missing)} keys, e.g. {missing[:3]}")
+            stale = {k: list(states[k].workers) for k in missing}
             who_has = await self._scheduler_call({"op": "who_has", "keys": missing})
+            waited = False
             for k in missing:
-                fs = states.get(k)
-                if fs is None:
-                    continue
-                holders = list(who_has.get(k, ()))
-                if holders:
-                    fs.workers = holders
-                else:
-                    # Not in memory any more (lost, recomputing): wait for it again.
+                fs = states[k]
+                listed = list(who_has.get(k, ()))
+                if fs.status == "finished" and fs.workers != stale[k]:
+                    continue  # a fresh report came in meanwhile: use it
+                if any(w not in unreachable for w in listed):
+                    fs.workers = listed
+                elif not listed:
+                    # Not in memory any more (lost, recomputing): wait for the next report.
                     if fs.status == "finished":
                         fs.reset()
                     await fs.event().wait()
+                    waited = True
                     if fs.status != "finished":
                         exc = self._exception_of(fs)
                         assert exc is not None
                         raise exc
+                    unreachable.difference_update(fs.workers)
+            if waited:
+                stuck_since = None
+                continue
+            if all(not any(w not in unreachable for w in states[k].workers) for k in missing):
+                # Only unreachable holders are listed: the scheduler has not noticed yet.
+                now = time.monotonic()
+                if stuck_since is None:
+                    stuck_since = now
+                elif now - stuck_since > self._timeout:
+                    raise OSError(f"Could not reach any worker holding {len(missing)} keys, e.g. {missing[:3]}")
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.5)
         return data
 
     async def _get_data(self, worker: str, keys: list[Key]) -> dict[Key, Any]:
-        response = await self.pool.call(worker, {"op": "get_data", "keys": keys, "who": self.id})
+        # A holder that does not accept a connection at once is likely gone:
+        # fail over (ask the scheduler again) instead of retrying for the
+        # whole connect timeout.  The transfer itself is not limited here.
+        comm = await asyncio.wait_for(self.pool.connect(worker), min(_FETCH_CONNECT_TIMEOUT, self._timeout))
+        ok = False
+        try:
+            response = await send_recv(comm, {"op": "get_data", "keys": keys, "who": self.id})
+            ok = True
+        finally:
+            if not ok:
+                comm.abort()
+            self.pool.reuse(worker, comm)
         raw = response.get("data", {}) if isinstance(response, dict) else {}
         return {k: unwrap(v) for k, v in raw.items()}
 
@@ -1533,6 +1565,9 @@ def _make_task(key: Key, func: Callable[..., Any], args: Iterable[Any], kwargs: 
     kw: dict[str, Any] = {k: parse_input(v) for k, v in kwargs.items()}
     return Task(key, func, *(parse_input(a) for a in args), **kw)
 
+
+#: Seconds a fetch waits for a holder to accept a connection before asking the scheduler again.
+_FETCH_CONNECT_TIMEOUT: Final = 1.0
 
 #: Kinds of outbox entries: a message, a key release, a graph's later parts.
 _MESSAGE: Final = 0

@@ -198,13 +198,19 @@ class Future(TaskRef):
         return client.sync(self._result_coro, timeout)
 
     async def _result_coro(self, timeout: float | str | None = None) -> Any:
-        client = self.client
         t = parse_timedelta(timeout) if timeout is not None else None
+        # One deadline for waiting on the task and fetching its value.
+        deadline = asyncio.timeout(t)
         try:
-            await asyncio.wait_for(self._fs.event().wait(), t)
+            async with deadline:
+                return await self._result_now()
         except TimeoutError:
-            raise TimeoutError(f"Future {self.key!r} did not finish within {t} s") from None
-        result = await client._gather([self], errors="raise")
+            if deadline.expired():
+                raise TimeoutError(f"Future {self.key!r} did not finish within {t} s") from None
+            raise  # the task's own TimeoutError
+
+    async def _result_now(self) -> Any:
+        result = await self.client._gather([self], errors="raise")
         return result[0]
 
     def exception(self, timeout: float | str | None = None) -> Any:

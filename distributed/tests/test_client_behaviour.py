@@ -171,3 +171,35 @@ async def test_as_completed_with_results_yields_cancelled(c: Client, s: Schedule
         assert isinstance(error, distributed.CancelledError)
         (future, error) = next(as_completed([f], with_results=True, raise_errors=raise_errors))
         assert isinstance(error, distributed.CancelledError)
+
+
+# -- result(timeout=), lost holders ------------------------------------------------------
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1, {"resources": {"A": 1}}), ("127.0.0.1", 1)])
+async def test_result_after_only_holder_closes(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    """The holder closes; no other worker can recompute the key until one with the resource joins."""
+    x = c.submit(inc, 1, resources={"A": 1})
+    assert await x == 2
+    assert x.status == "finished"
+    await a.close()
+    start = time.monotonic()
+    # The fetch must fail over within about a second, and the deadline covers it.
+    with pytest.raises(TimeoutError):
+        await x.result(timeout=2)
+    assert time.monotonic() - start < 4
+    w = Worker(s.address, nthreads=1, resources={"A": 1}, name="late", host="127.0.0.1")
+    await w.start()
+    try:
+        assert await x.result(timeout=10) == 2
+        assert x.status == "finished"
+    finally:
+        await w.close()
+
+
+@gen_cluster(client=True)
+async def test_result_when_holder_closes_recomputes(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    x = c.submit(inc, 10, workers=[a.address], allow_other_workers=True)
+    assert await x == 11
+    await a.close()
+    start = time.monotonic()
+    assert await x.result(timeout=5) == 11
+    assert time.monotonic() - start < 4
