@@ -367,9 +367,11 @@ class Client:
                 if fs is not None:
                     fs.cancel(msg.get("reason"))
         elif op == "lost-data":
+            # The key left memory; the scheduler recomputes it (key-in-memory
+            # follows) or reports why it cannot (task-erred): wait again.
             fs = self.futures.get(msg["key"])
-            if fs is not None:
-                fs.lose()
+            if fs is not None and fs.status == "finished":
+                fs.reset()
         elif op == "stream-barrier":
             reached = self._barriers.pop(msg["id"], None)
             if reached is not None:

@@ -12,7 +12,7 @@ import pytest
 
 import distributed
 from distributed import Client, LocalCluster, as_completed, futures_of, wait
-from distributed.exceptions import FutureCancelledError
+from distributed.exceptions import FutureCancelledError, LostDataError
 from distributed.scheduler import Scheduler
 from distributed.utils_test import async_poll_for, gen_cluster, inc
 from distributed.worker import Worker
@@ -203,3 +203,33 @@ async def test_result_when_holder_closes_recomputes(c: Client, s: Scheduler, a: 
     start = time.monotonic()
     assert await x.result(timeout=5) == 11
     assert time.monotonic() - start < 4
+
+
+@gen_cluster(client=True)
+async def test_lost_data_makes_future_pending_again(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    """The scheduler's lost-data report sends the future back to waiting for the next report."""
+    x = c.submit(inc, 1)
+    assert await x == 2
+    # The report the scheduler sends when a key leaves memory (it then recomputes it).
+    c._handle_report_msg({"op": "lost-data", "key": x.key})
+    assert x.status == "pending"
+    assert not x.done()
+    start = time.monotonic()
+    with pytest.raises(TimeoutError):
+        await x.result(timeout=0.3)
+    assert time.monotonic() - start < 2
+    waiter = asyncio.ensure_future(x.result(timeout=5))
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    c._handle_report_msg(
+        {"op": "key-in-memory", "key": x.key, "workers": [ws.address for ws in s.tasks[x.key].who_has]}
+    )
+    assert await waiter == 2
+
+
+@gen_cluster(client=True)
+async def test_lost_scattered_data_raises_lost_data_error(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    [x] = await c.scatter([41], workers=[a.address])
+    await a.close()
+    with pytest.raises(LostDataError):
+        await x.result(timeout=3)
