@@ -1539,8 +1539,11 @@ class Client:
 
         return futures_of(collection, client=self)
 
-    def get_versions(self, check: bool = False, packages: Any = None) -> dict[str, Any]:
-        """Versions of the main packages here."""
+    def get_versions(self, check: bool = False, packages: Any = None) -> Any:
+        """Versions of the main packages here (an awaitable on an asynchronous client)."""
+        return self.sync(self._get_versions)
+
+    async def _get_versions(self) -> dict[str, Any]:
         import sys
 
         from distributed.dask_api import dask_version

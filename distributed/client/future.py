@@ -8,9 +8,11 @@ value), which the client updates from the scheduler's reports.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from dask._task_spec import TaskRef
@@ -228,8 +230,10 @@ class Future(TaskRef):
         return exc
 
     def traceback(self, timeout: float | str | None = None) -> Any:
-        """The traceback of the task's exception, or None."""
+        """The traceback of the task's exception, or None (an awaitable on an asynchronous client)."""
         exc = self.exception(timeout)
+        if inspect.isawaitable(exc):
+            return _traceback_of(exc)
         return exc.__traceback__ if isinstance(exc, BaseException) else None
 
     def cancel(self, reason: str | None = None, **kwargs: Any) -> Any:
@@ -290,6 +294,11 @@ class Future(TaskRef):
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, TaskRef) and other.key == self.key
+
+
+async def _traceback_of(exception: Awaitable[BaseException | None]) -> TracebackType | None:
+    exc = await exception
+    return exc.__traceback__ if exc is not None else None
 
 
 def _run_callback(fn: Callable[[Future], Any], future: Future) -> None:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 import time
+import types
 from typing import Any
 
 import dask.bag as db
@@ -233,3 +235,28 @@ async def test_lost_scattered_data_raises_lost_data_error(c: Client, s: Schedule
     await a.close()
     with pytest.raises(LostDataError):
         await x.result(timeout=3)
+
+
+# -- asynchronous clients return awaitables ----------------------------------------------
+def raise_with_cause(x: int) -> int:
+    empty: dict[str, int] = {}
+    try:
+        empty["missing"]
+    except KeyError as e:
+        raise ValueError("outer") from e
+    return x
+
+
+@gen_cluster(client=True)
+async def test_async_client_returns_awaitables(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    versions = c.get_versions()
+    assert inspect.isawaitable(versions)
+    assert "client" in await versions
+    f = c.submit(raise_with_cause, 1)
+    tb = f.traceback()
+    assert inspect.isawaitable(tb)
+    assert isinstance(await tb, types.TracebackType)
+    x = db.from_sequence([1, 2], npartitions=1).map(inc)  # type: ignore[no-untyped-call]  # dask.bag is untyped
+    computed = c.compute({"x": x})
+    assert inspect.isawaitable(computed)
+    assert await computed == {"x": [2, 3]}
