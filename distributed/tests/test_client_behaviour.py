@@ -260,3 +260,26 @@ async def test_async_client_returns_awaitables(c: Client, s: Scheduler, a: Worke
     computed = c.compute({"x": x})
     assert inspect.isawaitable(computed)
     assert await computed == {"x": [2, 3]}
+
+
+class TaskError(Exception):
+    """A user exception class, unknown to pickling helpers installed at import time."""
+
+
+def raise_task_error_with_cause(x: int) -> int:
+    try:
+        raise KeyError(x)
+    except KeyError as e:
+        raise TaskError("outer") from e
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the sender must call distributed.exceptions.keep_cause_chain(exc) before pickling a task's error",
+)
+@gen_cluster(client=True)
+async def test_task_exception_keeps_its_cause(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    f = c.submit(raise_task_error_with_cause, 1)
+    with pytest.raises(TaskError) as info:
+        await f
+    assert isinstance(info.value.__cause__, KeyError)
