@@ -1175,6 +1175,10 @@ class Client:
                     # The worker answered with an error (e.g. the value does not serialise).
                     raise res
                 data.update(res)
+                for k, v in res.items():
+                    fs = states.get(k)
+                    if fs is not None and not isinstance(fs.type, type):
+                        fs.type = type(v)
             missing = [k for k in missing if k not in data]
             if not missing:
                 break
@@ -1311,7 +1315,7 @@ class Client:
         )
         for k, f in futures.items():
             if f._fs.status == "pending":
-                f._fs.finish(who_has[k], types.get(k))
+                f._fs.finish(who_has[k], type(items[k]))
         if single:
             return futures[order[0]]
         if isinstance(data, dict):

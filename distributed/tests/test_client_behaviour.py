@@ -283,3 +283,38 @@ async def test_task_exception_keeps_its_cause(c: Client, s: Scheduler, a: Worker
     with pytest.raises(TaskError) as info:
         await f
     assert isinstance(info.value.__cause__, KeyError)
+
+
+# -- Future.type -------------------------------------------------------------------------
+class Local:
+    """A type the client has imported (this module)."""
+
+
+def make_local(x: int) -> Local:
+    return Local()
+
+
+@gen_cluster(client=True)
+async def test_future_type_is_the_type(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    np = pytest.importorskip("numpy")
+    x = c.submit(inc, 1)
+    y = c.submit(np.arange, 3)
+    z = c.submit(make_local, 1)
+    await wait([x, y, z])
+    assert x.type is int
+    assert y.type is np.ndarray
+    assert z.type is Local
+    assert "type: int" in repr(x)
+    [w] = await c.scatter([{1, 2}])
+    assert w.type is set
+
+
+@gen_cluster(client=True)
+async def test_future_type_known_after_fetch_when_not_importable(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    x = c.submit(inc, 1)
+    await x
+    # As if the worker's type lived in a module this process never imported.
+    x._fs.type = "not_imported_module.Thing"
+    assert x.type is None
+    assert await x == 2
+    assert x.type is int
