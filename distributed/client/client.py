@@ -1256,9 +1256,9 @@ class Client:
 
     # -- scatter --------------------------------------------------------------------------------
     async def _scatter(
-        self, data: Any, workers: Any = None, broadcast: bool = False, hash: bool = True, timeout: Any = None
+        self, data: Any, workers: Any = None, broadcast: bool | int = False, hash: bool = True, timeout: Any = None
     ) -> Any:
-        if isinstance(data, (type(iter([])), Iterator)):
+        if isinstance(data, (Iterator, range)):
             data = list(data)
         single = False
         order: list[Key]
@@ -1278,22 +1278,14 @@ class Client:
             key = f"{typename(type(data))}-{tokenize(data) if hash else uuid.uuid4()}"
             items = {key: data}
             order = [key]
-        nthreads: dict[str, int] = await self._scheduler_call({"op": "nthreads", "workers": _as_worker_list(workers)})
-        if not nthreads:
-            deadline = time.monotonic() + self._timeout
-            while not nthreads:
-                if time.monotonic() > deadline:
-                    raise TimeoutError("No valid workers found to scatter to")
-                await asyncio.sleep(0.05)
-                nthreads = await self._scheduler_call({"op": "nthreads", "workers": _as_worker_list(workers)})
-        addrs = sorted(nthreads)
+        addrs = await self._scatter_targets(workers)
         assignment: defaultdict[str, dict[Key, Any]] = defaultdict(dict)
-        if broadcast:
-            for a in addrs:
-                assignment[a] = {k: Serialize(v) for k, v in items.items()}
-        else:
-            for i, (k, v) in enumerate(items.items()):
-                assignment[addrs[i % len(addrs)]][k] = Serialize(v)
+        # broadcast=True: every worker; an int n: n workers per item; else one.
+        copies = len(addrs) if broadcast is True else max(min(int(broadcast), len(addrs)), 1)
+        for i, (k, v) in enumerate(items.items()):
+            ser = Serialize(v)
+            for j in range(copies):
+                assignment[addrs[(i + j) % len(addrs)]][k] = ser
         replies = await asyncio.gather(
             *(self.pool.call(a, {"op": "update_data", "data": d}) for a, d in assignment.items())
         )
@@ -1320,20 +1312,50 @@ class Client:
             return futures[order[0]]
         if isinstance(data, dict):
             return futures
-        result = [futures[k] for k in order]
-        return tuple(result) if isinstance(data, tuple) else result
+        return _same_container(type(data), [futures[k] for k in order])
+
+    async def _scatter_targets(self, workers: Any) -> list[str]:
+        """Addresses of the workers to scatter to: all, or those named (by address, name or host).
+
+        Waits (up to the connect timeout) until at least one such worker is connected.
+        """
+        wanted = None if workers is None else [workers] if isinstance(workers, (str, int)) else list(workers)
+        deadline = time.monotonic() + self._timeout
+        while True:
+            if wanted is None:
+                nthreads: dict[str, int] = await self._scheduler_call({"op": "nthreads"})
+                addrs = sorted(nthreads)
+            else:
+                info = await self._scheduler_call({"op": "identity"})
+                addrs = sorted(
+                    addr
+                    for addr, w in info.get("workers", {}).items()
+                    if any(x == addr or x == w.get("name") or x == w.get("host") for x in wanted)
+                )
+            if addrs:
+                return addrs
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"No valid workers found to scatter to (workers={workers!r})")
+            await asyncio.sleep(0.05)
 
     def scatter(
         self,
         data: Any,
         workers: Any = None,
-        broadcast: bool = False,
+        broadcast: bool | int = False,
         direct: bool | None = None,
         hash: bool = True,
         timeout: Any = no_default,
         asynchronous: bool | None = None,
     ) -> Any:
-        """Move data to workers; return futures in the same structure."""
+        """Move data to workers; return futures in the same structure.
+
+        A list, tuple, set or frozenset (or a subclass, a namedtuple) gives the
+        same container of futures, a dict a dict, an iterator or a ``range`` a
+        list; anything else is one object and gives one future.  ``broadcast``
+        sends each item to every worker (``True``) or to that many workers (an
+        int); ``workers`` limits the targets (addresses, names or hosts).
+        """
         return self.sync(
             self._scatter, data, workers=workers, broadcast=broadcast, hash=hash, asynchronous=asynchronous
         )
@@ -1651,6 +1673,21 @@ def _substitute(x: Any, data: Mapping[Key, Any], skip: Collection[Key] = ()) -> 
     if isinstance(x, dict):
         return {k: _substitute(v, data, skip) for k, v in x.items() if not (isinstance(v, Future) and v.key in skip)}
     return x
+
+
+def _same_container(kind: type, futures: list[Future]) -> Any:
+    """``futures`` in a container of type ``kind`` (a list, tuple, set, or a subclass; a namedtuple)."""
+    if issubclass(kind, tuple) and hasattr(kind, "_fields"):
+        namedtuple_type: Callable[..., Any] = kind
+        return namedtuple_type(*futures)
+    try:
+        return kind(futures)
+    except TypeError:
+        # A subclass whose constructor takes something else: its base type.
+        for base in (list, tuple, set, frozenset):
+            if issubclass(kind, base):
+                return base(futures)
+        raise
 
 
 def _pack_keys(keys: Any, by_key: Mapping[Key, Future]) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import inspect
 import threading
 import time
@@ -13,7 +14,7 @@ import dask.bag as db
 import pytest
 
 import distributed
-from distributed import Client, LocalCluster, as_completed, futures_of, wait
+from distributed import Client, Future, LocalCluster, as_completed, futures_of, wait
 from distributed.exceptions import FutureCancelledError, LostDataError
 from distributed.scheduler import Scheduler
 from distributed.utils_test import async_poll_for, gen_cluster, inc
@@ -318,3 +319,46 @@ async def test_future_type_known_after_fetch_when_not_importable(c: Client, s: S
     assert x.type is None
     assert await x == 2
     assert x.type is int
+
+
+# -- scatter -----------------------------------------------------------------------------
+Point = collections.namedtuple("Point", ["x", "y"])
+
+
+class MyList(list[int]):
+    pass
+
+
+@gen_cluster(client=True)
+async def test_scatter_keeps_container_types(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    fset = await c.scatter({1, 2})
+    assert isinstance(fset, set) and await c.gather(list(fset)) in ([1, 2], [2, 1])
+    ffrozen = await c.scatter(frozenset([3]))
+    assert isinstance(ffrozen, frozenset) and len(ffrozen) == 1
+    fpoint = await c.scatter(Point(4, 5))
+    assert isinstance(fpoint, Point) and await c.gather(list(fpoint)) == [4, 5]
+    fmine = await c.scatter(MyList([6, 7]))
+    assert type(fmine) is MyList and await c.gather(list(fmine)) == [6, 7]
+    frange = await c.scatter(range(3))
+    assert isinstance(frange, list) and await c.gather(frange) == [0, 1, 2]
+    ftuple = await c.scatter((8, 9))
+    assert isinstance(ftuple, tuple) and await c.gather(ftuple) == (8, 9)
+    fdict = await c.scatter({"a": 1})
+    assert isinstance(fdict, dict) and await fdict["a"] == 1
+    one = await c.scatter("just one")
+    assert isinstance(one, Future) and await one == "just one"
+
+
+@gen_cluster(
+    client=True,
+    nthreads=[("127.0.0.1", 1, {"name": "alice"}), ("127.0.0.1", 1), ("127.0.0.1", 1)],
+)
+async def test_scatter_broadcast_n_and_worker_names(c: Client, s: Scheduler, a: Worker, b: Worker, w: Worker) -> None:
+    f = await c.scatter(123, broadcast=2)
+    assert len(s.tasks[f.key].who_has) == 2
+    g = await c.scatter(456, broadcast=True)
+    assert len(s.tasks[g.key].who_has) == 3
+    h = await c.scatter(789, workers="alice")
+    assert {ws.address for ws in s.tasks[h.key].who_has} == {a.address}
+    i = await c.scatter([10], workers=[2])
+    assert {ws.address for ws in s.tasks[i[0].key].who_has} == {w.address}
