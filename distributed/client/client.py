@@ -326,6 +326,8 @@ class Client:
         self.scheduler_comm = bs
         self._stream_task = asyncio.get_running_loop().create_task(self._handle_report(comm), name="client-report")
         self.status = "running"
+        # Known from the start, e.g. for dashboard_link.
+        self._scheduler_identity = await self._scheduler_call({"op": "identity"})
         if self._outbox:
             self._drain_outbox()
         return self
@@ -566,13 +568,21 @@ class Client:
 
     @property
     def dashboard_link(self) -> str | None:
-        """Link to the dashboard, when the scheduler serves one."""
-        services = self._scheduler_identity.get("services", {})
-        port = services.get("dashboard")
-        if port and self.scheduler_address:
-            host = self.scheduler_address.split("://")[-1].rsplit(":", 1)[0]
-            return f"http://{host}:{port}/status"
-        return None
+        """Link to the scheduler's dashboard, or None when it serves none.
+
+        Formatted with the ``distributed.dashboard.link`` template (``scheme``,
+        ``host``, ``port`` and environment variables), the host being the
+        scheduler's (``127.0.0.1`` for an in-process scheduler).
+        """
+        link = getattr(self.cluster, "dashboard_link", None) if self.cluster is not None else None
+        if isinstance(link, str) and link:
+            return link
+        port = self._scheduler_identity.get("services", {}).get("dashboard")
+        if not port or not self.scheduler_address:
+            return None
+        scheme, _, rest = self.scheduler_address.partition("://")
+        host = rest.rsplit(":", 1)[0] if scheme != "inproc" and ":" in rest else ""
+        return _format_dashboard_link(host or "127.0.0.1", port)
 
     # -- reference counting -------------------------------------------------------------
     def _state_for(self, key: Key, inform: bool = True) -> FutureState:
@@ -1673,6 +1683,14 @@ def _substitute(x: Any, data: Mapping[Key, Any], skip: Collection[Key] = ()) -> 
     if isinstance(x, dict):
         return {k: _substitute(v, data, skip) for k, v in x.items() if not (isinstance(v, Future) and v.key in skip)}
     return x
+
+
+def _format_dashboard_link(host: str, port: int) -> str:
+    """The dashboard's address, from the ``distributed.dashboard.link`` template."""
+    import os
+
+    template = str(dask.config.get("distributed.dashboard.link", "{scheme}://{host}:{port}/status"))
+    return template.format(**{**os.environ, "scheme": "http", "host": host, "port": port})
 
 
 def _same_container(kind: type, futures: list[Future]) -> Any:

@@ -10,6 +10,7 @@ import time
 import types
 from typing import Any
 
+import dask
 import dask.bag as db
 import pytest
 
@@ -362,3 +363,22 @@ async def test_scatter_broadcast_n_and_worker_names(c: Client, s: Scheduler, a: 
     assert {ws.address for ws in s.tasks[h.key].who_has} == {a.address}
     i = await c.scatter([10], workers=[2])
     assert {ws.address for ws in s.tasks[i[0].key].who_has} == {w.address}
+
+
+# -- dashboard_link ----------------------------------------------------------------------
+def test_dashboard_link_from_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DASHBOARD_PREFIX", "lab")
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster:
+        port = cluster.scheduler_info["services"]["dashboard"]
+        with Client(cluster.scheduler_address) as client:
+            # Known at once, without scheduler_info(); an in-process scheduler is on this host.
+            assert client.dashboard_link == f"http://127.0.0.1:{port}/status"
+            with dask.config.set({"distributed.dashboard.link": "{scheme}://{host}:{port}/{DASHBOARD_PREFIX}/status"}):
+                assert client.dashboard_link == f"http://127.0.0.1:{port}/lab/status"
+        with Client(cluster) as client:
+            assert client.dashboard_link == cluster.dashboard_link == f"http://127.0.0.1:{port}/status"
+
+
+@gen_cluster(client=True)
+async def test_dashboard_link_none_without_dashboard(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    assert c.dashboard_link is None
