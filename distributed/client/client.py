@@ -469,21 +469,40 @@ class Client:
         return None
 
     def shutdown(self) -> Any:
-        """Close the scheduler and workers, then the client."""
+        """Close the scheduler and workers (or the cluster object), then the client.
 
-        async def _shutdown() -> None:
-            cluster = self.cluster
-            if cluster is not None:
-                if self._own_cluster or getattr(cluster, "asynchronous", False):
-                    await cluster.close()
-                else:
-                    # A synchronous cluster runs its own loop: close it from a thread.
-                    await asyncio.get_running_loop().run_in_executor(None, cluster.close)
-            else:
-                await self._scheduler_call({"op": "terminate"})
+        With a cluster object (or the LocalCluster the client started), the
+        cluster is closed; with only an address, the scheduler is told to
+        terminate, which also closes its workers.
+        """
+        cluster = self.cluster
+        if (
+            not self.asynchronous
+            and cluster is not None
+            and not self._own_cluster
+            and not getattr(cluster, "asynchronous", False)
+        ):
+            # A synchronous cluster runs its own loop (which this client may
+            # share): close the client, then the cluster from this thread.
+            self.close()
+            cluster.close()
+            return None
+        return self.sync(self._shutdown)
+
+    async def _shutdown(self) -> None:
+        cluster = self.cluster
+        if cluster is None:
+            await self._scheduler_call({"op": "terminate"})
             await self._close()
-
-        return self.sync(_shutdown)
+        elif self._own_cluster:
+            await self._close()  # closes the cluster it started
+        else:
+            await self._close()
+            if getattr(cluster, "asynchronous", False):
+                await cluster.close()
+            else:
+                # A synchronous cluster object under an asynchronous client.
+                await asyncio.get_running_loop().run_in_executor(None, cluster.close)
 
     def __enter__(self) -> Client:
         self._enter_current()

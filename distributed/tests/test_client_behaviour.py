@@ -15,10 +15,10 @@ import dask.bag as db
 import pytest
 
 import distributed
-from distributed import Client, Future, LocalCluster, as_completed, futures_of, wait
+from distributed import Client, Future, LocalCluster, Status, as_completed, futures_of, wait
 from distributed.exceptions import FutureCancelledError, LostDataError
 from distributed.scheduler import Scheduler
-from distributed.utils_test import async_poll_for, gen_cluster, inc
+from distributed.utils_test import async_poll_for, gen_cluster, gen_test, inc
 from distributed.worker import Worker
 
 #: Tasks block on this (workers run in this process); tests set it when done.
@@ -382,3 +382,40 @@ def test_dashboard_link_from_connection(monkeypatch: pytest.MonkeyPatch) -> None
 @gen_cluster(client=True)
 async def test_dashboard_link_none_without_dashboard(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
     assert c.dashboard_link is None
+
+
+# -- shutdown ----------------------------------------------------------------------------
+def test_shutdown_closes_cluster_object() -> None:
+    cluster = LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None)
+    try:
+        client = Client(cluster)
+        client.shutdown()
+        assert client.status == "closed"
+        assert cluster.status == Status.closed
+        assert cluster.scheduler is not None and cluster.scheduler.status == Status.closed
+    finally:
+        cluster.close()
+
+
+def test_shutdown_closes_own_cluster() -> None:
+    client = Client(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None)
+    cluster = client.cluster
+    client.shutdown()
+    assert client.status == "closed"
+    assert cluster.scheduler.status == Status.closed
+
+
+@gen_test()
+async def test_shutdown_terminates_scheduler_by_address() -> None:
+    s = Scheduler(host="127.0.0.1", port=0, dashboard=False)
+    await s.start()
+    w = Worker(s.address, nthreads=1, host="127.0.0.1")
+    await w.start()
+    try:
+        client = await Client(s.address, asynchronous=True)
+        await client.shutdown()
+        assert client.status == "closed"
+        await async_poll_for(lambda: s.status == Status.closed and w.status == Status.closed, timeout=10)
+    finally:
+        await w.close()
+        await s.close()
