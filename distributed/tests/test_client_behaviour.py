@@ -13,6 +13,7 @@ from typing import Any
 import dask
 import dask.bag as db
 import pytest
+from dask.base import tokenize
 
 import distributed
 from distributed import Client, Future, LocalCluster, Status, as_completed, futures_of, wait
@@ -419,3 +420,16 @@ async def test_shutdown_terminates_scheduler_by_address() -> None:
     finally:
         await w.close()
         await s.close()
+
+
+# -- tokenize ----------------------------------------------------------------------------
+@gen_cluster(client=True)
+async def test_tokenize_futures_by_key(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    x, y = c.submit(inc, 1), c.submit(inc, 2)
+    assert tokenize(x) != tokenize(y)
+    assert tokenize([x]) != tokenize([y])
+    assert tokenize(x) == tokenize(Future(x.key, c))
+    assert tokenize(x) != tokenize(x.key)
+    # Graphs that take different futures get different keys.
+    assert c.submit(inc, x).key != c.submit(inc, y).key
+    await wait([x, y])
