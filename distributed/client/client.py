@@ -53,6 +53,7 @@ from distributed.dask_api import (
     is_low_level_expr,
 )
 from distributed.exceptions import FutureCancelledError, LostDataError
+from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.protocol.serialize import Serialize, unwrap
 from distributed.utils import LoopRunner, sync, thread_state
@@ -327,7 +328,7 @@ class Client:
         self._stream_task = asyncio.get_running_loop().create_task(self._handle_report(comm), name="client-report")
         self.status = "running"
         # Known from the start, e.g. for dashboard_link.
-        self._scheduler_identity = await self._scheduler_call({"op": "identity"})
+        self._scheduler_identity = await self._scheduler_call(m.Empty(op="identity"))
         if self._outbox:
             self._drain_outbox()
         return self
@@ -799,6 +800,28 @@ class Client:
         await reached
         with self._ref_lock:
             self._parts_confirmed = max(self._parts_confirmed, made)
+
+    async def _stream_handled(self) -> None:
+        """Return once the scheduler has handled everything queued for the stream so far.
+
+        A request (on its own connection) made right after ``submit`` could
+        otherwise reach the scheduler before the graph: a cancel would find
+        no task and the graph would then run anyway.
+        """
+        await self._graphs_sent()
+        self._drain_outbox()
+        bs = self.scheduler_comm
+        if bs is None or self.status != "running":
+            return
+        n = next(self._barrier_ids)
+        reached: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._barriers[n] = reached
+        try:
+            bs.send(m.StreamBarrier(op="stream-barrier", client=self.id, id=n))
+        except CommClosedError:
+            self._barriers.pop(n, None)
+            return
+        await reached
 
     def _wake_barriers(self) -> None:
         barriers, self._barriers = self._barriers, {}
@@ -1352,10 +1375,10 @@ class Client:
         deadline = time.monotonic() + self._timeout
         while True:
             if wanted is None:
-                nthreads: dict[str, int] = await self._scheduler_call({"op": "nthreads"})
+                nthreads: dict[str, int] = await self._scheduler_call(m.WorkersRequest(op="nthreads"))
                 addrs = sorted(nthreads)
             else:
-                info = await self._scheduler_call({"op": "identity"})
+                info = await self._scheduler_call(m.Empty(op="identity"))
                 addrs = sorted(
                     addr
                     for addr, w in info.get("workers", {}).items()
@@ -1397,6 +1420,7 @@ class Client:
         keys = list({f.key for f in futures_of(futures)})
         if not keys:
             return
+        await self._stream_handled()
         await self._scheduler_call(
             {
                 "op": "cancel-keys",
@@ -1408,7 +1432,8 @@ class Client:
         )
         for k in keys:
             fs = self.futures.get(k)
-            if fs is not None and not fs.done():
+            if fs is not None and fs.status != "cancelled":
+                # Finished ones too: this client no longer has their values.
                 fs.cancel(reason)
 
     def cancel(

@@ -89,6 +89,15 @@ async def test_cancel_persisted_collection(c: Client, s: Scheduler, a: Worker, b
     await async_poll_for(lambda: not any(f.key in s.tasks for f in futures), timeout=5)
 
 
+@gen_cluster(client=True)
+async def test_cancel_right_after_submit(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    """The cancel reaches the scheduler after the graph it cancels, not before."""
+    futures = [c.submit(inc, i, pure=False) for i in range(5)]
+    await c.cancel(futures)
+    assert all(f.cancelled() for f in futures)
+    await async_poll_for(lambda: not any(f.key in s.tasks for f in futures), timeout=5)
+
+
 # -- compute(traverse=), wait on collections ---------------------------------------------
 @gen_cluster(client=True)
 async def test_compute_traverses_containers(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
