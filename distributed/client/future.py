@@ -84,9 +84,6 @@ class FutureState:
         self.reason = reason
         self._finish("cancelled")
 
-    def lose(self) -> None:
-        self._finish("lost")
-
     def reset(self) -> None:
         self.status = "pending"
         self.exception = None
