@@ -17,6 +17,7 @@ import dask.core
 from distributed.protocol.messages import Key
 
 __all__ = [
+    "as_delayed",
     "dask_version",
     "finalize_compute",
     "flatten_keys",
@@ -81,3 +82,10 @@ def is_low_level_expr(expr: Any) -> bool:
     from dask._expr import LLGExpr
 
     return isinstance(expr, LLGExpr)
+
+
+def as_delayed(obj: Any) -> Any:
+    """``dask.delayed(obj)``: a container whose collections compute along with it."""
+    from dask.delayed import delayed
+
+    return delayed(obj)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 from typing import Any
 
 from distributed.comm.core import CommClosedError
@@ -15,9 +16,12 @@ __all__ = [
     "LostDataError",
     "Reschedule",
     "TimeoutError",
+    "keep_cause_chain",
 ]
 
-CancelledError = asyncio.CancelledError
+#: What a cancelled future raises: an ``Exception`` (``except Exception``
+#: catches it), unlike ``asyncio.CancelledError``, which cancels coroutines.
+CancelledError = concurrent.futures.CancelledError
 TimeoutError = asyncio.TimeoutError
 
 
@@ -77,3 +81,22 @@ class LostDataError(Exception):
 
 class Reschedule(Exception):
     """Raise inside a task to have the scheduler run it again elsewhere."""
+
+
+def keep_cause_chain(exc: BaseException) -> BaseException:
+    """Have pickling of ``exc`` carry its ``__cause__``/``__context__`` chain.
+
+    Plain pickling of an exception keeps only its arguments and attributes;
+    this registers a reducer (tblib's) for the classes along ``exc``'s chain,
+    in this process, so that the re-raised exception on the other side
+    chains as the original did.  Call it before serialising a task's error.
+    Returns ``exc``.
+    """
+    import tblib.pickling_support
+
+    try:
+        tblib.pickling_support.install(exc)
+    except Exception:
+        # An exotic exception: it still travels, without its chain.
+        pass
+    return exc

@@ -41,8 +41,9 @@ from distributed.client.future import Future, FutureState
 from distributed.client.graph_parts import GraphPlan, PendingParts, dependencies_first, start_background_parts
 from distributed.comm import Comm, CommClosedError, connect
 from distributed.config import get_interval
-from distributed.core import ConnectionPool, error_message, rebuild_exception
+from distributed.core import ConnectionPool, error_message, rebuild_exception, send_recv
 from distributed.dask_api import (
+    as_delayed,
     expr_keys,
     finalize_compute,
     flatten_keys,
@@ -52,6 +53,7 @@ from distributed.dask_api import (
     is_low_level_expr,
 )
 from distributed.exceptions import FutureCancelledError, LostDataError
+from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.protocol.serialize import Serialize, unwrap
 from distributed.utils import LoopRunner, sync, thread_state
@@ -176,6 +178,7 @@ class Client:
         self.cluster: Any = None
         self._own_cluster = False
         self._cluster_kwargs = kwargs
+        self._current_tokens: list[contextvars.Token[Client | None]] = []
         if scheduler_file is not None:
             import json
 
@@ -324,6 +327,8 @@ class Client:
         self.scheduler_comm = bs
         self._stream_task = asyncio.get_running_loop().create_task(self._handle_report(comm), name="client-report")
         self.status = "running"
+        # Known from the start, e.g. for dashboard_link.
+        self._scheduler_identity = await self._scheduler_call(m.Empty(op="identity"))
         if self._outbox:
             self._drain_outbox()
         return self
@@ -365,9 +370,11 @@ class Client:
                 if fs is not None:
                     fs.cancel(msg.get("reason"))
         elif op == "lost-data":
+            # The key left memory; the scheduler recomputes it (key-in-memory
+            # follows) or reports why it cannot (task-erred): wait again.
             fs = self.futures.get(msg["key"])
-            if fs is not None:
-                fs.lose()
+            if fs is not None and fs.status == "finished":
+                fs.reset()
         elif op == "stream-barrier":
             reached = self._barriers.pop(msg["id"], None)
             if reached is not None:
@@ -463,34 +470,69 @@ class Client:
         return None
 
     def shutdown(self) -> Any:
-        """Close the scheduler and workers, then the client."""
+        """Close the scheduler and workers (or the cluster object), then the client.
 
-        async def _shutdown() -> None:
-            cluster = self.cluster
-            if cluster is not None:
-                if self._own_cluster or getattr(cluster, "asynchronous", False):
-                    await cluster.close()
-                else:
-                    # A synchronous cluster runs its own loop: close it from a thread.
-                    await asyncio.get_running_loop().run_in_executor(None, cluster.close)
-            else:
-                await self._scheduler_call({"op": "terminate"})
+        With a cluster object (or the LocalCluster the client started), the
+        cluster is closed; with only an address, the scheduler is told to
+        terminate, which also closes its workers.
+        """
+        cluster = self.cluster
+        if (
+            not self.asynchronous
+            and cluster is not None
+            and not self._own_cluster
+            and not getattr(cluster, "asynchronous", False)
+        ):
+            # A synchronous cluster runs its own loop (which this client may
+            # share): close the client, then the cluster from this thread.
+            self.close()
+            cluster.close()
+            return None
+        return self.sync(self._shutdown)
+
+    async def _shutdown(self) -> None:
+        cluster = self.cluster
+        if cluster is None:
+            await self._scheduler_call({"op": "terminate"})
             await self._close()
-
-        return self.sync(_shutdown)
+        elif self._own_cluster:
+            await self._close()  # closes the cluster it started
+        else:
+            await self._close()
+            if getattr(cluster, "asynchronous", False):
+                await cluster.close()
+            else:
+                # A synchronous cluster object under an asynchronous client.
+                await asyncio.get_running_loop().run_in_executor(None, cluster.close)
 
     def __enter__(self) -> Client:
+        self._enter_current()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._exit_current()
         self.close()
 
     async def __aenter__(self) -> Client:
         await self._start_once()
+        self._enter_current()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        self._exit_current()
         await self._close()
+
+    def _enter_current(self) -> None:
+        """The client of a ``with`` block is the current one inside it."""
+        self._current_tokens.append(_current_client.set(self))
+
+    def _exit_current(self) -> None:
+        if self._current_tokens:
+            try:
+                _current_client.reset(self._current_tokens.pop())
+            except ValueError:
+                # Entered in another context (e.g. another task): nothing of ours to undo here.
+                pass
 
     def __del__(self) -> None:
         if getattr(self, "status", "closed") != "closed" and not self.asynchronous:
@@ -546,13 +588,21 @@ class Client:
 
     @property
     def dashboard_link(self) -> str | None:
-        """Link to the dashboard, when the scheduler serves one."""
-        services = self._scheduler_identity.get("services", {})
-        port = services.get("dashboard")
-        if port and self.scheduler_address:
-            host = self.scheduler_address.split("://")[-1].rsplit(":", 1)[0]
-            return f"http://{host}:{port}/status"
-        return None
+        """Link to the scheduler's dashboard, or None when it serves none.
+
+        Formatted with the ``distributed.dashboard.link`` template (``scheme``,
+        ``host``, ``port`` and environment variables), the host being the
+        scheduler's (``127.0.0.1`` for an in-process scheduler).
+        """
+        link = getattr(self.cluster, "dashboard_link", None) if self.cluster is not None else None
+        if isinstance(link, str) and link:
+            return link
+        port = self._scheduler_identity.get("services", {}).get("dashboard")
+        if not port or not self.scheduler_address:
+            return None
+        scheme, _, rest = self.scheduler_address.partition("://")
+        host = rest.rsplit(":", 1)[0] if scheme != "inproc" and ":" in rest else ""
+        return _format_dashboard_link(host or "127.0.0.1", port)
 
     # -- reference counting -------------------------------------------------------------
     def _state_for(self, key: Key, inform: bool = True) -> FutureState:
@@ -750,6 +800,28 @@ class Client:
         await reached
         with self._ref_lock:
             self._parts_confirmed = max(self._parts_confirmed, made)
+
+    async def _stream_handled(self) -> None:
+        """Return once the scheduler has handled everything queued for the stream so far.
+
+        A request (on its own connection) made right after ``submit`` could
+        otherwise reach the scheduler before the graph: a cancel would find
+        no task and the graph would then run anyway.
+        """
+        await self._graphs_sent()
+        self._drain_outbox()
+        bs = self.scheduler_comm
+        if bs is None or self.status != "running":
+            return
+        n = next(self._barrier_ids)
+        reached: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._barriers[n] = reached
+        try:
+            bs.send(m.StreamBarrier(op="stream-barrier", client=self.id, id=n))
+        except CommClosedError:
+            self._barriers.pop(n, None)
+            return
+        await reached
 
     def _wake_barriers(self) -> None:
         barriers, self._barriers = self._barriers, {}
@@ -969,9 +1041,18 @@ class Client:
         traverse: bool = True,
         **kwargs: Any,
     ) -> Any:
-        """Start computing collections; return futures (or results with ``sync=True``)."""
+        """Start computing collections; return futures (or results with ``sync=True``).
+
+        With ``traverse`` (the default), lists, tuples, sets, dicts and
+        iterators among ``collections`` are searched for collections too: each
+        becomes one future of the container with its collections computed.
+        """
+        if isinstance(collections, Iterator):
+            collections = list(collections)
         singleton = not isinstance(collections, (list, tuple, set))
         seq = [collections] if singleton else list(collections)
+        if traverse:
+            seq = [as_delayed(c) if isinstance(c, (list, tuple, set, frozenset, dict, Iterator)) else c for c in seq]
         dask_idx = [i for i, c in enumerate(seq) if is_dask_collection(c)]
         results: list[Any] = list(seq)
         if dask_idx:
@@ -1113,58 +1194,94 @@ class Client:
         return _substitute(futures, data)
 
     async def _fetch(self, keys: list[Key], states: Mapping[Key, FutureState]) -> dict[Key, Any]:
-        """Fetch values straight from the workers that hold them."""
+        """Fetch values straight from the workers that hold them.
+
+        A holder that cannot be reached is not tried again in this fetch: the
+        scheduler is asked who else holds the key.  When nobody does any more
+        (the holder died and the key is being recomputed), this waits for the
+        scheduler's next report on the key.  Callers bound the whole fetch
+        with their own deadline (``result(timeout=)``).
+        """
         data: dict[Key, Any] = {}
         missing = list(keys)
+        unreachable: set[str] = set()
         attempts = 0
+        stuck_since: float | None = None
+        delay = 0.02
         while missing:
             attempts += 1
             by_worker: defaultdict[str, list[Key]] = defaultdict(list)
-            unknown: list[Key] = []
             for k in missing:
-                workers = states[k].workers if k in states else []
-                if workers:
-                    by_worker[workers[(attempts - 1) % len(workers)]].append(k)
-                else:
-                    unknown.append(k)
+                holders = [w for w in states[k].workers if w not in unreachable]
+                if holders:
+                    by_worker[holders[(attempts - 1) % len(holders)]].append(k)
             results = await asyncio.gather(
                 *(self._get_data(w, ks) for w, ks in by_worker.items()), return_exceptions=True
             )
             for (w, _ks), res in zip(by_worker.items(), results):
-                if isinstance(res, (OSError, CommClosedError)):
+                if isinstance(res, (OSError, CommClosedError, TimeoutError)):
                     logger.debug("Gather from %s failed: %r", w, res)
+                    unreachable.add(w)
                     continue
                 if isinstance(res, BaseException):
                     # The worker answered with an error (e.g. the value does not serialise).
                     raise res
+                data.update(res)
                 for k, v in res.items():
-                    data[k] = v
+                    fs = states.get(k)
+                    if fs is not None and not isinstance(fs.type, type):
+                        fs.type = type(v)
             missing = [k for k in missing if k not in data]
             if not missing:
                 break
-            if attempts > 20:
-                raise RuntimeError(f"Could not gather {len(missing)} keys, e.g. {missing[:3]}")
+            stale = {k: list(states[k].workers) for k in missing}
             who_has = await self._scheduler_call({"op": "who_has", "keys": missing})
+            waited = False
             for k in missing:
-                fs = states.get(k)
-                if fs is None:
-                    continue
-                holders = list(who_has.get(k, ()))
-                if holders:
-                    fs.workers = holders
-                else:
-                    # Not in memory any more (lost, recomputing): wait for it again.
+                fs = states[k]
+                listed = list(who_has.get(k, ()))
+                if fs.status == "finished" and fs.workers != stale[k]:
+                    continue  # a fresh report came in meanwhile: use it
+                if any(w not in unreachable for w in listed):
+                    fs.workers = listed
+                elif not listed:
+                    # Not in memory any more (lost, recomputing): wait for the next report.
                     if fs.status == "finished":
                         fs.reset()
                     await fs.event().wait()
+                    waited = True
                     if fs.status != "finished":
                         exc = self._exception_of(fs)
                         assert exc is not None
                         raise exc
+                    unreachable.difference_update(fs.workers)
+            if waited:
+                stuck_since = None
+                continue
+            if all(not any(w not in unreachable for w in states[k].workers) for k in missing):
+                # Only unreachable holders are listed: the scheduler has not noticed yet.
+                now = time.monotonic()
+                if stuck_since is None:
+                    stuck_since = now
+                elif now - stuck_since > self._timeout:
+                    raise OSError(f"Could not reach any worker holding {len(missing)} keys, e.g. {missing[:3]}")
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.5)
         return data
 
     async def _get_data(self, worker: str, keys: list[Key]) -> dict[Key, Any]:
-        response = await self.pool.call(worker, {"op": "get_data", "keys": keys, "who": self.id})
+        # A holder that does not accept a connection at once is likely gone:
+        # fail over (ask the scheduler again) instead of retrying for the
+        # whole connect timeout.  The transfer itself is not limited here.
+        comm = await asyncio.wait_for(self.pool.connect(worker), min(_FETCH_CONNECT_TIMEOUT, self._timeout))
+        ok = False
+        try:
+            response = await send_recv(comm, {"op": "get_data", "keys": keys, "who": self.id})
+            ok = True
+        finally:
+            if not ok:
+                comm.abort()
+            self.pool.reuse(worker, comm)
         raw = response.get("data", {}) if isinstance(response, dict) else {}
         return {k: unwrap(v) for k, v in raw.items()}
 
@@ -1191,9 +1308,9 @@ class Client:
 
     # -- scatter --------------------------------------------------------------------------------
     async def _scatter(
-        self, data: Any, workers: Any = None, broadcast: bool = False, hash: bool = True, timeout: Any = None
+        self, data: Any, workers: Any = None, broadcast: bool | int = False, hash: bool = True, timeout: Any = None
     ) -> Any:
-        if isinstance(data, (type(iter([])), Iterator)):
+        if isinstance(data, (Iterator, range)):
             data = list(data)
         single = False
         order: list[Key]
@@ -1213,22 +1330,14 @@ class Client:
             key = f"{typename(type(data))}-{tokenize(data) if hash else uuid.uuid4()}"
             items = {key: data}
             order = [key]
-        nthreads: dict[str, int] = await self._scheduler_call({"op": "nthreads", "workers": _as_worker_list(workers)})
-        if not nthreads:
-            deadline = time.monotonic() + self._timeout
-            while not nthreads:
-                if time.monotonic() > deadline:
-                    raise TimeoutError("No valid workers found to scatter to")
-                await asyncio.sleep(0.05)
-                nthreads = await self._scheduler_call({"op": "nthreads", "workers": _as_worker_list(workers)})
-        addrs = sorted(nthreads)
+        addrs = await self._scatter_targets(workers)
         assignment: defaultdict[str, dict[Key, Any]] = defaultdict(dict)
-        if broadcast:
-            for a in addrs:
-                assignment[a] = {k: Serialize(v) for k, v in items.items()}
-        else:
-            for i, (k, v) in enumerate(items.items()):
-                assignment[addrs[i % len(addrs)]][k] = Serialize(v)
+        # broadcast=True: every worker; an int n: n workers per item; else one.
+        copies = len(addrs) if broadcast is True else max(min(int(broadcast), len(addrs)), 1)
+        for i, (k, v) in enumerate(items.items()):
+            ser = Serialize(v)
+            for j in range(copies):
+                assignment[addrs[(i + j) % len(addrs)]][k] = ser
         replies = await asyncio.gather(
             *(self.pool.call(a, {"op": "update_data", "data": d}) for a, d in assignment.items())
         )
@@ -1250,36 +1359,68 @@ class Client:
         )
         for k, f in futures.items():
             if f._fs.status == "pending":
-                f._fs.finish(who_has[k], types.get(k))
+                f._fs.finish(who_has[k], type(items[k]))
         if single:
             return futures[order[0]]
         if isinstance(data, dict):
             return futures
-        result = [futures[k] for k in order]
-        return tuple(result) if isinstance(data, tuple) else result
+        return _same_container(type(data), [futures[k] for k in order])
+
+    async def _scatter_targets(self, workers: Any) -> list[str]:
+        """Addresses of the workers to scatter to: all, or those named (by address, name or host).
+
+        Waits (up to the connect timeout) until at least one such worker is connected.
+        """
+        wanted = None if workers is None else [workers] if isinstance(workers, (str, int)) else list(workers)
+        deadline = time.monotonic() + self._timeout
+        while True:
+            if wanted is None:
+                nthreads: dict[str, int] = await self._scheduler_call(m.WorkersRequest(op="nthreads"))
+                addrs = sorted(nthreads)
+            else:
+                info = await self._scheduler_call(m.Empty(op="identity"))
+                addrs = sorted(
+                    addr
+                    for addr, w in info.get("workers", {}).items()
+                    if any(x == addr or x == w.get("name") or x == w.get("host") for x in wanted)
+                )
+            if addrs:
+                return addrs
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"No valid workers found to scatter to (workers={workers!r})")
+            await asyncio.sleep(0.05)
 
     def scatter(
         self,
         data: Any,
         workers: Any = None,
-        broadcast: bool = False,
+        broadcast: bool | int = False,
         direct: bool | None = None,
         hash: bool = True,
         timeout: Any = no_default,
         asynchronous: bool | None = None,
     ) -> Any:
-        """Move data to workers; return futures in the same structure."""
+        """Move data to workers; return futures in the same structure.
+
+        A list, tuple, set or frozenset (or a subclass, a namedtuple) gives the
+        same container of futures, a dict a dict, an iterator or a ``range`` a
+        list; anything else is one object and gives one future.  ``broadcast``
+        sends each item to every worker (``True``) or to that many workers (an
+        int); ``workers`` limits the targets (addresses, names or hosts).
+        """
         return self.sync(
             self._scatter, data, workers=workers, broadcast=broadcast, hash=hash, asynchronous=asynchronous
         )
 
     # -- cancel, retry ------------------------------------------------------------------------
     async def _cancel(self, futures: Any, reason: str | None = None, force: bool = False) -> None:
-        flat: list[Future] = []
-        _collect_futures(futures, flat)
-        keys = list({f.key for f in flat})
+        from distributed.client.futures import futures_of
+
+        # futures_of also finds the futures behind persisted collections.
+        keys = list({f.key for f in futures_of(futures)})
         if not keys:
             return
+        await self._stream_handled()
         await self._scheduler_call(
             {
                 "op": "cancel-keys",
@@ -1291,7 +1432,8 @@ class Client:
         )
         for k in keys:
             fs = self.futures.get(k)
-            if fs is not None and not fs.done():
+            if fs is not None and fs.status != "cancelled":
+                # Finished ones too: this client no longer has their values.
                 fs.cancel(reason)
 
     def cancel(
@@ -1477,8 +1619,11 @@ class Client:
 
         return futures_of(collection, client=self)
 
-    def get_versions(self, check: bool = False, packages: Any = None) -> dict[str, Any]:
-        """Versions of the main packages here."""
+    def get_versions(self, check: bool = False, packages: Any = None) -> Any:
+        """Versions of the main packages here (an awaitable on an asynchronous client)."""
+        return self.sync(self._get_versions)
+
+    async def _get_versions(self) -> dict[str, Any]:
         import sys
 
         from distributed.dask_api import dask_version
@@ -1505,6 +1650,9 @@ def _make_task(key: Key, func: Callable[..., Any], args: Iterable[Any], kwargs: 
     kw: dict[str, Any] = {k: parse_input(v) for k, v in kwargs.items()}
     return Task(key, func, *(parse_input(a) for a in args), **kw)
 
+
+#: Seconds a fetch waits for a holder to accept a connection before asking the scheduler again.
+_FETCH_CONNECT_TIMEOUT: Final = 1.0
 
 #: Kinds of outbox entries: a message, a key release, a graph's later parts.
 _MESSAGE: Final = 0
@@ -1579,6 +1727,29 @@ def _substitute(x: Any, data: Mapping[Key, Any], skip: Collection[Key] = ()) -> 
     if isinstance(x, dict):
         return {k: _substitute(v, data, skip) for k, v in x.items() if not (isinstance(v, Future) and v.key in skip)}
     return x
+
+
+def _format_dashboard_link(host: str, port: int) -> str:
+    """The dashboard's address, from the ``distributed.dashboard.link`` template."""
+    import os
+
+    template = str(dask.config.get("distributed.dashboard.link", "{scheme}://{host}:{port}/status"))
+    return template.format(**{**os.environ, "scheme": "http", "host": host, "port": port})
+
+
+def _same_container(kind: type, futures: list[Future]) -> Any:
+    """``futures`` in a container of type ``kind`` (a list, tuple, set, or a subclass; a namedtuple)."""
+    if issubclass(kind, tuple) and hasattr(kind, "_fields"):
+        namedtuple_type: Callable[..., Any] = kind
+        return namedtuple_type(*futures)
+    try:
+        return kind(futures)
+    except TypeError:
+        # A subclass whose constructor takes something else: its base type.
+        for base in (list, tuple, set, frozenset):
+            if issubclass(kind, base):
+                return base(futures)
+        raise
 
 
 def _pack_keys(keys: Any, by_key: Mapping[Key, Future]) -> Any:

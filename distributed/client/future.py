@@ -8,13 +8,17 @@ value), which the client updates from the scheduler's reports.
 from __future__ import annotations
 
 import asyncio
+import builtins
+import inspect
 import logging
+import sys
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from dask._task_spec import TaskRef
-from dask.utils import parse_timedelta
+from dask.utils import parse_timedelta, typename
 
 from distributed.protocol.messages import Key
 
@@ -37,7 +41,8 @@ class FutureState:
         self.exception: Any = None
         self.traceback: Any = None
         self.workers: list[str] = []
-        self.type: str | None = None
+        #: The result's type once resolved, else the type's name the worker reported.
+        self.type: type | str | None = None
         self._event: asyncio.Event | None = None
         self.callbacks: list[Callable[[], None]] = []
         self.reason: str | None = None
@@ -64,9 +69,10 @@ class FutureState:
             except Exception:
                 logger.exception("Future callback failed")
 
-    def finish(self, workers: Iterable[str], type_: str | None) -> None:
+    def finish(self, workers: Iterable[str], type_: type | str | None) -> None:
         self.workers = list(workers)
-        self.type = type_
+        if type_ and not isinstance(self.type, type):
+            self.type = type_
         self._finish("finished")
 
     def set_error(self, exception: Any, traceback: Any) -> None:
@@ -77,9 +83,6 @@ class FutureState:
     def cancel(self, reason: str | None = None) -> None:
         self.reason = reason
         self._finish("cancelled")
-
-    def lose(self) -> None:
-        self._finish("lost")
 
     def reset(self) -> None:
         self.status = "pending"
@@ -172,9 +175,23 @@ class Future(TaskRef):
         return self._fs.status
 
     @property
-    def type(self) -> str | None:
-        """The type name of the result, once known."""
-        return self._fs.type
+    def type(self) -> type | None:
+        """The type of the result, once known (None before).
+
+        Workers report the type's name, never a pickled type: the scheduler
+        does not unpickle user code, and neither does this property.  The name
+        is looked up in the modules this process has already imported (so
+        builtins, numpy, pandas and the user's own modules resolve); a type
+        that cannot be found that way is known once the value was fetched.
+        """
+        fs = self._fs
+        t = fs.type
+        if t is None or isinstance(t, type):
+            return t
+        resolved = resolve_type(t)
+        if resolved is not None:
+            fs.type = resolved
+        return resolved
 
     def done(self) -> bool:
         """Whether the computation is complete (finished, erred or cancelled)."""
@@ -198,13 +215,19 @@ class Future(TaskRef):
         return client.sync(self._result_coro, timeout)
 
     async def _result_coro(self, timeout: float | str | None = None) -> Any:
-        client = self.client
         t = parse_timedelta(timeout) if timeout is not None else None
+        # One deadline for waiting on the task and fetching its value.
+        deadline = asyncio.timeout(t)
         try:
-            await asyncio.wait_for(self._fs.event().wait(), t)
+            async with deadline:
+                return await self._result_now()
         except TimeoutError:
-            raise TimeoutError(f"Future {self.key!r} did not finish within {t} s") from None
-        result = await client._gather([self], errors="raise")
+            if deadline.expired():
+                raise TimeoutError(f"Future {self.key!r} did not finish within {t} s") from None
+            raise  # the task's own TimeoutError
+
+    async def _result_now(self) -> Any:
+        result = await self.client._gather([self], errors="raise")
         return result[0]
 
     def exception(self, timeout: float | str | None = None) -> Any:
@@ -222,8 +245,10 @@ class Future(TaskRef):
         return exc
 
     def traceback(self, timeout: float | str | None = None) -> Any:
-        """The traceback of the task's exception, or None."""
+        """The traceback of the task's exception, or None (an awaitable on an asynchronous client)."""
         exc = self.exception(timeout)
+        if inspect.isawaitable(exc):
+            return _traceback_of(exc)
         return exc.__traceback__ if isinstance(exc, BaseException) else None
 
     def cancel(self, reason: str | None = None, **kwargs: Any) -> Any:
@@ -273,7 +298,8 @@ class Future(TaskRef):
 
     def __repr__(self) -> str:
         status = self._state.status if self._state is not None else "unbound"
-        t = f", type: {self._state.type}" if self._state is not None and self._state.type else ""
+        known = self._state.type if self._state is not None else None
+        t = f", type: {known if isinstance(known, str) else typename(known)}" if known else ""
         return f"<Future: {status}{t}, key: {self.key}>"
 
     def __str__(self) -> str:
@@ -284,6 +310,31 @@ class Future(TaskRef):
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, TaskRef) and other.key == self.key
+
+
+async def _traceback_of(exception: Awaitable[BaseException | None]) -> TracebackType | None:
+    exc = await exception
+    return exc.__traceback__ if exc is not None else None
+
+
+def resolve_type(name: str) -> type | None:
+    """The type called ``name`` (as ``dask.utils.typename`` writes it), from modules already imported."""
+    if "." not in name:
+        found = getattr(builtins, name, None)
+        return found if isinstance(found, type) else None
+    parts = name.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        module = sys.modules.get(".".join(parts[:i]))
+        if module is None:
+            continue
+        obj: Any = module
+        try:
+            for attr in parts[i:]:
+                obj = getattr(obj, attr)
+        except AttributeError:
+            continue
+        return obj if isinstance(obj, type) else None
+    return None
 
 
 def _run_callback(fn: Callable[[Future], Any], future: Future) -> None:

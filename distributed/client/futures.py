@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import queue
 import threading
+import time
+import weakref
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
@@ -15,6 +18,7 @@ from dask.utils import parse_timedelta
 from distributed.client.client import ALL_COMPLETED, FIRST_COMPLETED, Client, _collect_futures, default_client
 from distributed.client.future import Future
 from distributed.dask_api import is_dask_collection
+from distributed.exceptions import FutureCancelledError
 from distributed.protocol.messages import Key
 
 __all__ = ["DoneAndNotDoneFutures", "as_completed", "fire_and_forget", "futures_of", "wait"]
@@ -49,10 +53,8 @@ def futures_of(o: Any, client: Client | None = None) -> list[Future]:
             if id(x) in seen:
                 continue
             seen.add(id(x))
-            try:
-                stack.extend(x.__dask_graph__().values())
-            except Exception:
-                pass
+            # A graph that cannot be built is the caller's error, not "no futures".
+            stack.extend(x.__dask_graph__().values())
     if client is not None:
         bad = [f for f in futures.values() if f._client is not None and f._client is not client]
         if bad:
@@ -71,11 +73,13 @@ def wait(fs: Any, timeout: Any = None, return_when: str = ALL_COMPLETED) -> Any:
         When not done within ``timeout``.
     """
     client = default_client()
-    if is_dask_collection(fs) or not isinstance(fs, (list, tuple, set, frozenset, Future)):
-        fs = futures_of(fs)
-    elif isinstance(fs, Future):
-        fs = [fs]
-    futures = list(fs)
+    if isinstance(fs, Future):
+        futures = [fs]
+    elif isinstance(fs, (list, tuple, set, frozenset)) and all(isinstance(f, Future) for f in fs):
+        futures = list(fs)
+    else:
+        # Persisted collections (also inside lists) stand for their futures.
+        futures = futures_of(fs)
     if futures:
         client = futures[0].client
     t = parse_timedelta(timeout) if timeout is not None else None
@@ -126,6 +130,10 @@ class as_completed:
         Yield ``(future, result)`` pairs.
     raise_errors
         With ``with_results``, raise a future's exception instead of yielding it.
+        A cancelled future is yielded with its ``CancelledError`` either way.
+    timeout
+        Seconds from the call after which waiting for the next future raises
+        ``TimeoutError``.
     """
 
     def __init__(
@@ -137,14 +145,13 @@ class as_completed:
         *,
         timeout: Any = None,
     ) -> None:
-        import queue
-
         self.queue: queue.SimpleQueue[Future] = queue.SimpleQueue()
         self.futures: dict[Future, int] = {}
         self.lock = threading.Lock()
         self.with_results = with_results
         self.raise_errors = raise_errors
-        self.timeout = parse_timedelta(timeout) if timeout is not None else None
+        self.timeout: float | None = parse_timedelta(timeout) if timeout is not None else None
+        self._deadline: float | None = time.monotonic() + self.timeout if self.timeout is not None else None
         self._async_queue: asyncio.Queue[Future] | None = None
         for f in futures or ():
             self.add(f)
@@ -163,7 +170,14 @@ class as_completed:
         for f in futures:
             by_client[f.client].append(f)
         for client, fs in by_client.items():
-            client._call_in_loop(functools.partial(_notify_when_done, fs, self.queue.put))
+            client._call_in_loop(functools.partial(_notify_when_done, fs, self._ready))
+
+    def _ready(self, future: Future) -> None:
+        """A watched future is done: queue it, unless it was cleared meanwhile."""
+        with self.lock:
+            if future not in self.futures:
+                return
+        self.queue.put(future)
 
     def count(self) -> int:
         """Futures not yet yielded."""
@@ -191,6 +205,8 @@ class as_completed:
     def _take(self, future: Future) -> Any:
         self._untrack(future)
         if self.with_results:
+            if future.cancelled():
+                return future, FutureCancelledError(future.key, future._fs.reason)
             try:
                 return future, future.result()
             except Exception as e:
@@ -199,16 +215,23 @@ class as_completed:
                 return future, e
         return future
 
+    def _remaining(self) -> float | None:
+        """Seconds left before the timeout (None: no timeout)."""
+        if self._deadline is None:
+            return None
+        return max(self._deadline - time.monotonic(), 0.0)
+
+    def _get(self) -> Future:
+        """The next finished future (blocking), within the timeout."""
+        try:
+            return self.queue.get(timeout=self._remaining())
+        except queue.Empty:
+            raise TimeoutError(f"No future finished within {self.timeout} s") from None
+
     def __next__(self) -> Any:
         if self.is_empty():
             raise StopIteration
-        import queue
-
-        try:
-            future = self.queue.get(timeout=self.timeout)
-        except queue.Empty:
-            raise TimeoutError(f"No future finished within {self.timeout} s") from None
-        return self._take(future)
+        return self._take(self._get())
 
     def __aiter__(self) -> as_completed:
         return self
@@ -217,8 +240,10 @@ class as_completed:
         if self.is_empty():
             raise StopAsyncIteration
         loop = asyncio.get_running_loop()
-        future = await loop.run_in_executor(None, self.queue.get)
+        future = await loop.run_in_executor(None, self._get)
         if self.with_results:
+            if future.cancelled():
+                return self._take(future)
             self._untrack(future)
             try:
                 return future, await future._result_coro()
@@ -243,19 +268,34 @@ class as_completed:
             yield self.next_batch(block=True)
 
     def clear(self) -> None:
-        """Forget all futures."""
+        """Forget all futures (those finished but not yielded too), releasing them."""
         with self.lock:
             self.futures.clear()
+            while True:
+                try:
+                    self.queue.get_nowait()
+                except queue.Empty:
+                    break
 
 
 def _notify_when_done(futures: list[Future], put: Callable[[Future], Any]) -> None:
-    """On the client's loop: call ``put(future)`` as each future finishes."""
+    """On the client's loop: call ``put(future)`` as each future finishes.
+
+    The callback holds the future weakly: only the caller's own references
+    keep it (and its key) alive.
+    """
     for f in futures:
         fs = f._fs
         if fs.done():
             put(f)
         else:
-            fs.callbacks.append(functools.partial(put, f))
+            fs.callbacks.append(functools.partial(_put_if_alive, weakref.ref(f), put))
+
+
+def _put_if_alive(ref: weakref.ref[Future], put: Callable[[Future], Any]) -> None:
+    f = ref()
+    if f is not None:
+        put(f)
 
 
 def fire_and_forget(obj: Any) -> None:
