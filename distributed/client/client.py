@@ -24,7 +24,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
@@ -204,12 +204,16 @@ class Client:
         self.status = "newly-created"
         self.futures: dict[Key, FutureState] = {}
         self.refcount: defaultdict[Key, int] = defaultdict(int)
+        #: Guards ``futures`` and ``refcount``; never taken by a finaliser.
         self._ref_lock = threading.Lock()
         #: Graph messages and key releases, in the order they were made; the
         #: loop sends them in that order (a release never overtakes a graph
-        #: that depends on the key).
-        self._outbox: list[tuple[int, Any]] = []
+        #: that depends on the key).  Any thread appends, only the loop pops:
+        #: ``deque.append`` needs no lock, so a finaliser can post a release.
+        self._outbox: deque[tuple[int, Any]] = deque()
         self._outbox_scheduled = False
+        #: Graphs in the outbox whose later parts are still being made.
+        self._parts_in_outbox = 0
         #: Graphs whose later parts a background thread is still serialising.
         self._graph_parts: list[PendingParts] = []
         #: Calls to the scheduler waiting until every queued graph part is sent.
@@ -576,62 +580,70 @@ class Client:
             self.refcount[key] += 1
 
     def _dec_ref(self, key: Key) -> None:
-        with self._ref_lock:
-            n = self.refcount.get(key, 0) - 1
-            if n > 0:
-                self.refcount[key] = n
-                return
-            self.refcount.pop(key, None)
+        """Drop one reference to ``key``; safe in a finaliser.
+
+        A finaliser runs inside whatever the garbage collector interrupted,
+        maybe code holding ``_ref_lock``: so no lock here.  The release is
+        queued and the loop counts it down when it drains the outbox.
+        """
         self._post(_RELEASE, key)
 
     def _post(self, kind: int, item: Any) -> None:
         """Queue a message (:data:`_MESSAGE`) or a key release (:data:`_RELEASE`) for the scheduler, from any thread."""
-        with self._ref_lock:
-            self._outbox.append((kind, item))
+        self._outbox.append((kind, item))
         self._kick_outbox()
 
     def _kick_outbox(self) -> None:
-        """Have the loop send what the outbox holds (once, however often called)."""
-        with self._ref_lock:
-            if self._outbox_scheduled:
-                return
-            self._outbox_scheduled = True
-        if self.status in ("closing", "closed") or self.loop.is_closed():
+        """Have the loop send what the outbox holds (once, however often called); takes no lock."""
+        if self._outbox_scheduled:
+            return
+        self._outbox_scheduled = True
+        if self.status in ("closing", "closed"):
             return
         try:
-            self._call_in_loop(self._drain_outbox)
-        except RuntimeError:
+            self.loop.call_soon_threadsafe(self._drain_outbox)
+        except RuntimeError:  # the loop is closed
             pass
 
     def _drain_outbox(self) -> None:
         """Send the outbox in order, up to a graph whose later parts are not made yet."""
+        # Reset first: whatever is appended from now on is either taken
+        # below or has a drain of its own scheduled.
+        self._outbox_scheduled = False
+        bs = self.scheduler_comm
+        if bs is None or self.status != "running":
+            # Sent once connected (``_start`` drains); dropped when closed.
+            if self.status in ("closing", "closed"):
+                waiters, self._parts_waiters = self._parts_waiters, []
+                _wake(waiters)
+            return
+        outbox = self._outbox
+        batch: list[tuple[int, Any]] = []
         with self._ref_lock:
-            self._outbox_scheduled = False
-            items = self._outbox
-            batch: list[tuple[int, Any]] = []
-            rest = len(items)
-            for i, (kind, item) in enumerate(items):
+            while outbox:
+                kind, item = outbox[0]
                 if kind == _PARTS:
                     batch.extend((_MESSAGE, m) for m in item.ready)
                     item.ready.clear()
                     if not item.done:
-                        rest = i
                         break
+                    self._parts_in_outbox -= 1
+                elif kind == _RELEASE:
+                    # Count the reference down here, on the loop, not in the finaliser.
+                    refcount = self.refcount
+                    n = refcount.get(item, 0) - 1
+                    if n > 0:
+                        refcount[item] = n
+                    else:
+                        refcount.pop(item, None)
+                        self.futures.pop(item, None)
+                        batch.append((kind, item))
                 else:
                     batch.append((kind, item))
-            self._outbox = items[rest:]
-            waiters = self._parts_waiters if not self._outbox else []
+                outbox.popleft()
+            waiters = self._parts_waiters if not self._parts_in_outbox else []
             if waiters:
                 self._parts_waiters = []
-            # Keys wanted again since their release was queued stay.
-            released = [k for kind, k in batch if kind == _RELEASE and k not in self.refcount]
-            for k in released:
-                self.futures.pop(k, None)
-        bs = self.scheduler_comm
-        if bs is None or self.status != "running":
-            _wake(waiters)
-            return
-        release_now = set(released)
         pending: list[Key] = []
         chunk = _graph_chunk_size()
 
@@ -646,8 +658,7 @@ class Client:
                 if kind == _MESSAGE:
                     flush()
                     bs.send(item)
-                elif item in release_now:
-                    release_now.discard(item)
+                else:
                     pending.append(item)
             flush()
         except CommClosedError:
@@ -706,6 +717,7 @@ class Client:
             return futures
         parts = PendingParts()
         with self._ref_lock:
+            self._parts_in_outbox += 1
             self._outbox.append((_MESSAGE, first))
             self._outbox.append((_PARTS, parts))
             self._graph_parts = [p for p in self._graph_parts if not p.done]
@@ -728,7 +740,7 @@ class Client:
             if made == self._parts_confirmed:
                 return
             waiter: asyncio.Future[None] | None = None
-            if any(kind == _PARTS for kind, _ in self._outbox):
+            if self._parts_in_outbox:
                 waiter = asyncio.get_running_loop().create_future()
                 self._parts_waiters.append(waiter)
         if waiter is not None:
