@@ -20,13 +20,12 @@ import atexit
 import contextvars
 import itertools
 import logging
-import threading
 import time
 import uuid
 import weakref
-from collections import defaultdict, deque
+from collections import defaultdict
 from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import dask
 import dask.config
@@ -37,8 +36,10 @@ from dask.typing import NoDefault, no_default
 from dask.utils import funcname, parse_timedelta, typename
 
 from distributed.batched import BatchedSend
-from distributed.client.future import Future, FutureState
+from distributed.client.future import Future, FutureState, collect_futures
 from distributed.client.graph_parts import GraphPlan, PendingParts, dependencies_first, start_background_parts
+from distributed.client.outbox import Outbox, StreamMessage
+from distributed.client.registry import FutureRegistry
 from distributed.comm import Comm, CommClosedError, connect
 from distributed.config import get_interval
 from distributed.core import ConnectionPool, error_message, rebuild_exception
@@ -51,13 +52,10 @@ from distributed.dask_api import (
     is_dask_collection,
     is_low_level_expr,
 )
-from distributed.exceptions import FutureCancelledError, LostDataError
+from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.protocol.serialize import Serialize, unwrap
 from distributed.utils import LoopRunner, sync, thread_state
-
-if TYPE_CHECKING:
-    pass
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +65,9 @@ __all__ = [
     "Client",
     "Future",
     "default_client",
+    "get_default_client",
     "get_task_metadata",
+    "global_clients",
 ]
 
 T = TypeVar("T")
@@ -82,7 +82,13 @@ _current_client: contextvars.ContextVar[Client | None] = contextvars.ContextVar(
 _SHUFFLE_CONFIG = {"dataframe.shuffle.method": "tasks", "array.rechunk.method": "tasks"}
 
 
-def _get_default_client() -> Client | None:
+def global_clients() -> list[Client]:
+    """The clients registered as defaults (``set_as_default=True``), oldest first."""
+    return [c for _, c in sorted(_global_clients.items())]
+
+
+def get_default_client() -> Client | None:
+    """The client ``dask.compute`` would use now: the current one, else the newest default one; or None."""
     c = _current_client.get()
     if c is not None and c.status not in ("closed", "closing"):
         return c
@@ -101,7 +107,7 @@ def default_client(c: Client | None = None) -> Client:
     ValueError
         When there is none.
     """
-    c = c or _get_default_client()
+    c = c or get_default_client()
     if c is None:
         raise ValueError(
             "No clients found\nStart a client and point it to the scheduler address\n"
@@ -202,25 +208,15 @@ class Client:
         self._address: str | None = address
         self.scheduler_address: str | None = address
         self.status = "newly-created"
-        self.futures: dict[Key, FutureState] = {}
-        self.refcount: defaultdict[Key, int] = defaultdict(int)
-        #: Guards ``futures`` and ``refcount``; never taken by a finaliser.
-        self._ref_lock = threading.Lock()
-        #: Graph messages and key releases, in the order they were made; the
-        #: loop sends them in that order (a release never overtakes a graph
-        #: that depends on the key).  Any thread appends, only the loop pops:
-        #: ``deque.append`` needs no lock, so a finaliser can post a release.
-        self._outbox: deque[tuple[int, Any]] = deque()
+        #: Stream messages and key releases, in the order they were made.
+        self.outbox = Outbox(self.id, _graph_chunk_size())
+        #: The futures of this client and their reference counts.
+        self.registry = FutureRegistry(self, self.outbox, self._kick_outbox)
         self._outbox_scheduled = False
-        #: Graphs in the outbox whose later parts are still being made.
-        self._parts_in_outbox = 0
-        #: Graphs whose later parts a background thread is still serialising.
-        self._graph_parts: list[PendingParts] = []
         #: Calls to the scheduler waiting until every queued graph part is sent.
         self._parts_waiters: list[asyncio.Future[None]] = []
-        #: Graphs sent in parts so far, and how many of them the scheduler
-        #: is known to have received (a stream barrier came back after them).
-        self._parts_made = 0
+        #: How many graphs sent in parts the scheduler is known to have
+        #: received (a stream barrier came back after them).
         self._parts_confirmed = 0
         self._barrier_ids = itertools.count()
         self._barriers: dict[int, asyncio.Future[None]] = {}
@@ -328,7 +324,7 @@ class Client:
         self.scheduler_comm = bs
         self._stream_task = asyncio.get_running_loop().create_task(self._handle_report(comm), name="client-report")
         self.status = "running"
-        if self._outbox:
+        if len(self.outbox):
             self._drain_outbox()
         return self
 
@@ -379,11 +375,18 @@ class Client:
         else:
             logger.debug("Unknown message from the scheduler: %r", op)
 
+    @property
+    def futures(self) -> dict[Key, FutureState]:
+        """The state of each key this client holds futures of."""
+        return self.registry.states
+
+    @property
+    def refcount(self) -> dict[Key, int]:
+        """Live futures per key."""
+        return self.registry.counts
+
     def _in_loop_thread(self) -> bool:
-        try:
-            return asyncio.get_running_loop() is self.loop
-        except RuntimeError:
-            return False
+        return self.registry.on_loop()
 
     def sync(
         self,
@@ -403,28 +406,23 @@ class Client:
         return sync(self.loop, func, *args, callback_timeout=callback_timeout, **kwargs)
 
     def _call_in_loop(self, fn: Callable[[], None]) -> None:
-        if self._in_loop_thread():
-            fn()
-        elif not self.loop.is_closed():
-            self.loop.call_soon_threadsafe(fn)
+        self.registry.call_soon(fn)
 
     async def _close(self, fast: bool = False) -> None:
         if self.status == "closed" and self._comm is None:
             return
         self.status = "closing"
-        with self._ref_lock:
-            for parts in self._graph_parts:
-                parts.stop = True
-            self._graph_parts = []
-            waiters, self._parts_waiters = self._parts_waiters, []
+        self.outbox.stop_parts()
+        waiters, self._parts_waiters = self._parts_waiters, []
         _wake(waiters)
         self._wake_barriers()
         bs = self.scheduler_comm
         if bs is not None:
             try:
-                if self.refcount:
-                    bs.send({"op": "client-releases-keys", "client": self.id, "keys": list(self.refcount)})
-                bs.send({"op": "close-client", "client": self.id})
+                held = self.registry.held_keys()
+                if held:
+                    bs.send(m.ClientKeys(op="client-releases-keys", client=self.id, keys=held))
+                bs.send(m.CloseClient(op="close-client", client=self.id))
             except CommClosedError:
                 pass
             await bs.close(timeout=2)
@@ -558,39 +556,10 @@ class Client:
             return f"http://{host}:{port}/status"
         return None
 
-    # -- reference counting -------------------------------------------------------------
-    def _state_for(self, key: Key, inform: bool = True) -> FutureState:
-        with self._ref_lock:
-            fs = self.futures.get(key)
-            if fs is None:
-                fs = self.futures[key] = FutureState(key)
-            return fs
-
-    def _acquire(self, key: Key) -> FutureState:
-        """The shared state of ``key``, with one more reference (thread-safe)."""
-        with self._ref_lock:
-            fs = self.futures.get(key)
-            if fs is None:
-                fs = self.futures[key] = FutureState(key)
-            self.refcount[key] += 1
-            return fs
-
-    def _inc_ref(self, key: Key) -> None:
-        with self._ref_lock:
-            self.refcount[key] += 1
-
-    def _dec_ref(self, key: Key) -> None:
-        """Drop one reference to ``key``; safe in a finaliser.
-
-        A finaliser runs inside whatever the garbage collector interrupted,
-        maybe code holding ``_ref_lock``: so no lock here.  The release is
-        queued and the loop counts it down when it drains the outbox.
-        """
-        self._post(_RELEASE, key)
-
-    def _post(self, kind: int, item: Any) -> None:
-        """Queue a message (:data:`_MESSAGE`) or a key release (:data:`_RELEASE`) for the scheduler, from any thread."""
-        self._outbox.append((kind, item))
+    # -- the outbox ----------------------------------------------------------------------
+    def _post_message(self, msg: StreamMessage) -> None:
+        """Queue a stream message for the scheduler, in order with graphs and releases; from any thread."""
+        self.outbox.post(msg)
         self._kick_outbox()
 
     def _kick_outbox(self) -> None:
@@ -606,8 +575,8 @@ class Client:
             pass
 
     def _drain_outbox(self) -> None:
-        """Send the outbox in order, up to a graph whose later parts are not made yet."""
-        # Reset first: whatever is appended from now on is either taken
+        """Send what the outbox holds, up to a graph whose later parts are not made yet."""
+        # Reset first: whatever is posted from now on is either taken
         # below or has a drain of its own scheduled.
         self._outbox_scheduled = False
         bs = self.scheduler_comm
@@ -617,53 +586,18 @@ class Client:
                 waiters, self._parts_waiters = self._parts_waiters, []
                 _wake(waiters)
             return
-        outbox = self._outbox
-        batch: list[tuple[int, Any]] = []
-        with self._ref_lock:
-            while outbox:
-                kind, item = outbox[0]
-                if kind == _PARTS:
-                    batch.extend((_MESSAGE, m) for m in item.ready)
-                    item.ready.clear()
-                    if not item.done:
-                        break
-                    self._parts_in_outbox -= 1
-                elif kind == _RELEASE:
-                    # Count the reference down here, on the loop, not in the finaliser.
-                    refcount = self.refcount
-                    n = refcount.get(item, 0) - 1
-                    if n > 0:
-                        refcount[item] = n
-                    else:
-                        refcount.pop(item, None)
-                        self.futures.pop(item, None)
-                        batch.append((kind, item))
-                else:
-                    batch.append((kind, item))
-                outbox.popleft()
-            waiters = self._parts_waiters if not self._parts_in_outbox else []
-            if waiters:
-                self._parts_waiters = []
-        pending: list[Key] = []
-        chunk = _graph_chunk_size()
-
-        def flush() -> None:
-            # In parts, so that the scheduler can serve others in between.
-            for i in range(0, len(pending), chunk):
-                bs.send_lazy({"op": "client-releases-keys", "client": self.id, "keys": pending[i : i + chunk]})
-            pending.clear()
-
+        msgs = self.outbox.take(self.registry.settle)
         try:
-            for kind, item in batch:
-                if kind == _MESSAGE:
-                    flush()
-                    bs.send(item)
+            for msg in msgs:
+                if msg["op"] == "client-releases-keys":
+                    bs.send_lazy(msg)
                 else:
-                    pending.append(item)
-            flush()
+                    bs.send(msg)
         except CommClosedError:
             pass
-        _wake(waiters)
+        if self._parts_waiters and not self.outbox.parts_pending:
+            waiters, self._parts_waiters = self._parts_waiters, []
+            _wake(waiters)
 
     # -- submitting work ------------------------------------------------------------------
     def _send_graph(
@@ -710,21 +644,15 @@ class Client:
         """
         if self.status not in ("running", "connecting"):
             raise RuntimeError(f"Client is not running (status: {self.status})")
-        futures = self._make_futures(keys)
+        futures = self.registry.make_futures(keys)
         first = plan.message(0)
         if len(plan) == 1:
-            self._post(_MESSAGE, first)
+            self._post_message(first)
             return futures
         parts = PendingParts()
-        with self._ref_lock:
-            self._parts_in_outbox += 1
-            self._outbox.append((_MESSAGE, first))
-            self._outbox.append((_PARTS, parts))
-            self._graph_parts = [p for p in self._graph_parts if not p.done]
-            self._graph_parts.append(parts)
-            self._parts_made += 1
+        self.outbox.post_graph(first, parts)
         self._kick_outbox()
-        start_background_parts(plan, parts, self._ref_lock, self._kick_outbox, self._fail_unsent)
+        start_background_parts(plan, parts, self._kick_outbox, self._fail_unsent)
         return futures
 
     async def _graphs_sent(self) -> None:
@@ -735,14 +663,13 @@ class Client:
         before the graph's later parts.  Costs nothing unless a graph was
         sent in parts since the last such wait.
         """
-        with self._ref_lock:
-            made = self._parts_made
-            if made == self._parts_confirmed:
-                return
-            waiter: asyncio.Future[None] | None = None
-            if self._parts_in_outbox:
-                waiter = asyncio.get_running_loop().create_future()
-                self._parts_waiters.append(waiter)
+        made = self.outbox.parts_posted
+        if made == self._parts_confirmed:
+            return
+        waiter: asyncio.Future[None] | None = None
+        if self.outbox.parts_pending:
+            waiter = asyncio.get_running_loop().create_future()
+            self._parts_waiters.append(waiter)
         if waiter is not None:
             self._kick_outbox()
             await waiter
@@ -755,13 +682,12 @@ class Client:
         reached: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._barriers[n] = reached
         try:
-            bs.send({"op": "stream-barrier", "client": self.id, "id": n})
+            bs.send(m.StreamBarrier(op="stream-barrier", client=self.id, id=n))
         except CommClosedError:
             self._barriers.pop(n, None)
             return
         await reached
-        with self._ref_lock:
-            self._parts_confirmed = max(self._parts_confirmed, made)
+        self._parts_confirmed = max(self._parts_confirmed, made)
 
     def _wake_barriers(self) -> None:
         barriers, self._barriers = self._barriers, {}
@@ -778,35 +704,6 @@ class Client:
                     fs.set_error(error, error.get("traceback"))
 
         self._call_in_loop(fail)
-
-    def _make_futures(self, keys: list[Key]) -> list[Future]:
-        """One future per key, counted in one go under the lock."""
-        held = Future._held
-        futures: list[Future] = []
-        stale: list[FutureState] = []
-        with self._ref_lock:
-            states = self.futures
-            refcount = self.refcount
-            for k in keys:
-                fs = states.get(k)
-                if fs is None:
-                    fs = states[k] = FutureState(k)
-                elif fs.status in ("cancelled", "lost"):
-                    stale.append(fs)
-                refcount[k] += 1
-                futures.append(held(k, self, fs))
-        for fs in stale:
-            self._call_in_loop(fs.reset)
-        return futures
-
-    def _send_to_scheduler(self, msg: dict[str, Any]) -> None:
-        bs = self.scheduler_comm
-        if bs is None or self.status not in ("running", "connecting"):
-            raise RuntimeError(f"Client is not connected (status: {self.status})")
-        if self._in_loop_thread():
-            bs.send(msg)
-        else:
-            self.loop.call_soon_threadsafe(_send_safely, bs, msg)
 
     def submit(
         self,
@@ -840,9 +737,7 @@ class Client:
                 key = f"{funcname(func)}-{uuid.uuid4()}"
         else:
             validate_key(key)
-        with self._ref_lock:
-            existing = key in self.futures and self.futures[key].status in ("pending", "finished", "error")
-        if existing:
+        if self.registry.is_live(key):
             return Future(key, self)
         task = _make_task(key, func, args, kwargs)
         ann = _annotations(workers, resources, retries, allow_other_workers)
@@ -905,29 +800,6 @@ class Client:
             user_priority=priority,
         )
         return self._send_plan(plan, keys)
-
-    def _run_on_loop(self, fn: Callable[[], T]) -> T:
-        if self._in_loop_thread() or self.loop.is_closed():
-            return fn()
-        if self.status != "running":
-            raise RuntimeError(f"Client is not running (status: {self.status})")
-        result: list[Any] = []
-        done = threading.Event()
-
-        def run() -> None:
-            try:
-                result.append((True, fn()))
-            except BaseException as e:
-                result.append((False, e))
-            finally:
-                done.set()
-
-        self.loop.call_soon_threadsafe(run)
-        done.wait()
-        ok, value = result[0]
-        if not ok:
-            raise value
-        return value  # type: ignore[no-any-return]  # produced by fn
 
     # -- collections ----------------------------------------------------------------------
     def _materialize(self, expr: Any) -> tuple[dict[Key, GraphNode], dict[str, dict[Key, Any]]]:
@@ -1090,31 +962,21 @@ class Client:
             del futures, by_key, packed
 
     # -- gathering ------------------------------------------------------------------------------
-    def _exception_of(self, fs: FutureState) -> BaseException | None:
-        if fs.status == "error":
-            exc: BaseException = rebuild_exception(fs.exception)
-            return exc
-        if fs.status == "cancelled":
-            return FutureCancelledError(fs.key, fs.reason)
-        if fs.status == "lost":
-            return LostDataError(f"Data for {fs.key!r} was lost")
-        return None
-
     async def _gather(
         self, futures: Any, errors: str = "raise", direct: bool | None = None, local_worker: Any = None
     ) -> Any:
         flat: list[Future] = []
-        _collect_futures(futures, flat)
+        collect_futures(futures, flat)
         for f in flat:
             if f.client is not self:
                 raise ValueError("Futures from another client cannot be gathered here")
-        pending = {f.key: f._fs for f in flat}
+        pending = {f.key: f.state for f in flat}
         bad: set[Key] = set()
         for key, fs in pending.items():
             await fs.event().wait()
             if fs.status != "finished":
                 if errors == "raise":
-                    exc = self._exception_of(fs)
+                    exc = fs.error()
                     assert exc is not None
                     raise exc
                 bad.add(key)
@@ -1170,7 +1032,7 @@ class Client:
                         fs.reset()
                     await fs.event().wait()
                     if fs.status != "finished":
-                        exc = self._exception_of(fs)
+                        exc = fs.error()
                         assert exc is not None
                         raise exc
         return data
@@ -1254,15 +1116,15 @@ class Client:
                 types[k] = reply["types"].get(k, "")
         futures = {k: Future(k, self) for k in items}
         for f in futures.values():
-            fs = f._fs
+            fs = f.state
             if fs.status != "finished":
                 fs.reset()
         await self._scheduler_call(
             {"op": "update-data", "client": self.id, "who_has": dict(who_has), "nbytes": nbytes, "types": types}
         )
         for k, f in futures.items():
-            if f._fs.status == "pending":
-                f._fs.finish(who_has[k], types.get(k))
+            if f.state.status == "pending":
+                f.state.finish(who_has[k], types.get(k))
         if single:
             return futures[order[0]]
         if isinstance(data, dict):
@@ -1288,7 +1150,7 @@ class Client:
     # -- cancel, retry ------------------------------------------------------------------------
     async def _cancel(self, futures: Any, reason: str | None = None, force: bool = False) -> None:
         flat: list[Future] = []
-        _collect_futures(futures, flat)
+        collect_futures(futures, flat)
         keys = list({f.key for f in flat})
         if not keys:
             return
@@ -1319,12 +1181,12 @@ class Client:
 
     async def _retry(self, futures: Any) -> None:
         flat: list[Future] = []
-        _collect_futures(futures, flat)
+        collect_futures(futures, flat)
         for f in flat:
-            f._fs.reset()
+            f.state.reset()
         await self._scheduler_call({"op": "retry", "client": self.id, "keys": [f.key for f in flat]})
         # Dependents erred by blame are reset too: ask for them again.
-        self._send_to_scheduler({"op": "client-desires-keys", "client": self.id, "keys": [f.key for f in flat]})
+        self._post_message(m.ClientKeys(op="client-desires-keys", client=self.id, keys=[f.key for f in flat]))
 
     def retry(self, futures: Any, asynchronous: bool | None = None) -> Any:
         """Rerun erred futures."""
@@ -1446,7 +1308,7 @@ class Client:
         keys = None
         if futures is not None:
             flat: list[Future] = []
-            _collect_futures(futures, flat)
+            collect_futures(futures, flat)
             keys = [f.key for f in flat]
         return self.sync(self._scheduler_call, {"op": "who_has", "keys": keys})
 
@@ -1518,12 +1380,6 @@ def _make_task(key: Key, func: Callable[..., Any], args: Iterable[Any], kwargs: 
     return Task(key, func, *(parse_input(a) for a in args), **kw)
 
 
-#: Kinds of outbox entries: a message, a key release, a graph's later parts.
-_MESSAGE: Final = 0
-_RELEASE: Final = 1
-_PARTS: Final = 2
-
-
 def _wake(waiters: list[asyncio.Future[None]]) -> None:
     for w in waiters:
         if not w.done():
@@ -1532,13 +1388,6 @@ def _wake(waiters: list[asyncio.Future[None]]) -> None:
 
 def _graph_chunk_size() -> int:
     return max(int(dask.config.get("distributed.client.graph-chunk-size", 5000)), 1)
-
-
-def _send_safely(bs: BatchedSend, msg: dict[str, Any]) -> None:
-    try:
-        bs.send(msg)
-    except CommClosedError:
-        logger.debug("Scheduler stream closed; dropped %r", msg.get("op"))
 
 
 async def _noop() -> None:
@@ -1564,17 +1413,6 @@ def _annotations(workers: Any, resources: Any, retries: Any, allow_other_workers
     if allow_other_workers:
         ann["allow_other_workers"] = True
     return {k: v for k, v in ann.items() if not callable(v)}
-
-
-def _collect_futures(x: Any, out: list[Future]) -> None:
-    if isinstance(x, Future):
-        out.append(x)
-    elif isinstance(x, (list, tuple, set, frozenset)):
-        for v in x:
-            _collect_futures(v, out)
-    elif isinstance(x, dict):
-        for v in x.values():
-            _collect_futures(v, out)
 
 
 def _substitute(x: Any, data: Mapping[Key, Any], skip: Collection[Key] = ()) -> Any:
