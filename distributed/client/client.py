@@ -24,8 +24,8 @@ import time
 import uuid
 import weakref
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Mapping
-from typing import Any, Literal, TypeVar
+from collections.abc import Awaitable, Callable, Collection, Generator, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Generic, Literal, Self, TypeVar, overload
 
 import dask
 import dask.config
@@ -72,6 +72,16 @@ __all__ = [
 
 T = TypeVar("T")
 
+if TYPE_CHECKING:
+    from typing_extensions import TypeVar as TypeVarWithDefault
+
+    #: Whether a client is asynchronous, when known statically: ``Client()``
+    #: is a ``Client[Literal[False]]``, ``Client(asynchronous=True)`` a
+    #: ``Client[Literal[True]]``; a plain ``Client`` annotation leaves it open.
+    AsyncT = TypeVarWithDefault("AsyncT", bound=bool, default=bool, covariant=True)
+else:
+    AsyncT = TypeVar("AsyncT", bound=bool, covariant=True)
+
 FIRST_COMPLETED: Literal["FIRST_COMPLETED"] = "FIRST_COMPLETED"
 ALL_COMPLETED: Literal["ALL_COMPLETED"] = "ALL_COMPLETED"
 
@@ -116,7 +126,7 @@ def default_client(c: Client | None = None) -> Client:
     return c
 
 
-class Client:
+class Client(Generic[AsyncT]):
     """Connect to and submit computation to a cluster.
 
     Parameters
@@ -149,6 +159,71 @@ class Client:
     """
 
     _instances: weakref.WeakSet[Client] = weakref.WeakSet()
+
+    @overload
+    def __init__(
+        self: Client[Literal[False]],
+        address: Any = None,
+        loop: Any = None,
+        timeout: float | str | NoDefault | None = no_default,
+        set_as_default: bool = True,
+        scheduler_file: str | None = None,
+        security: Any = None,
+        asynchronous: Literal[False] = False,
+        name: str | None = None,
+        heartbeat_interval: Any = None,
+        serializers: Any = None,
+        deserializers: Any = None,
+        extensions: Any = None,
+        direct_to_workers: bool | None = None,
+        connection_limit: int = 512,
+        _in_worker: bool = False,
+        **kwargs: Any,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: Client[Literal[True]],
+        address: Any = None,
+        loop: Any = None,
+        timeout: float | str | NoDefault | None = no_default,
+        set_as_default: bool = True,
+        scheduler_file: str | None = None,
+        security: Any = None,
+        *,
+        asynchronous: Literal[True],
+        name: str | None = None,
+        heartbeat_interval: Any = None,
+        serializers: Any = None,
+        deserializers: Any = None,
+        extensions: Any = None,
+        direct_to_workers: bool | None = None,
+        connection_limit: int = 512,
+        _in_worker: bool = False,
+        **kwargs: Any,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: Client[bool],
+        address: Any = None,
+        loop: Any = None,
+        timeout: float | str | NoDefault | None = no_default,
+        set_as_default: bool = True,
+        scheduler_file: str | None = None,
+        security: Any = None,
+        *,
+        asynchronous: bool,
+        name: str | None = None,
+        heartbeat_interval: Any = None,
+        serializers: Any = None,
+        deserializers: Any = None,
+        extensions: Any = None,
+        direct_to_workers: bool | None = None,
+        connection_limit: int = 512,
+        _in_worker: bool = False,
+        **kwargs: Any,
+    ) -> None: ...
 
     def __init__(
         self,
@@ -278,10 +353,10 @@ class Client:
             if c is self:
                 del _global_clients[k]
 
-    def __await__(self) -> Any:
+    def __await__(self) -> Generator[Any, None, Self]:
         return self._start_once().__await__()
 
-    async def _start_once(self) -> Client:
+    async def _start_once(self) -> Self:
         if self.status == "running":
             return self
         if self._started is None:
@@ -395,7 +470,7 @@ class Client:
         asynchronous: bool | None = None,
         callback_timeout: Any = None,
         **kwargs: Any,
-    ) -> Any:
+    ) -> T | Awaitable[T]:
         """Run ``func`` on the client's loop: await it, or return an awaitable when asynchronous."""
         asynchronous = self.asynchronous if asynchronous is None else asynchronous
         if asynchronous or self._in_loop_thread():
@@ -444,14 +519,31 @@ class Client:
         self.status = "closed"
         self._restore_config()
 
-    def close(self, timeout: Any = no_default) -> Any:
+    @overload
+    def close(
+        self: Client[Literal[False]], timeout: Any = no_default, *, asynchronous: Literal[False] | None = None
+    ) -> None: ...
+
+    @overload
+    def close(
+        self: Client[Literal[True]], timeout: Any = no_default, *, asynchronous: Literal[True] | None = None
+    ) -> Awaitable[None]: ...
+
+    @overload
+    def close(self, timeout: Any = no_default, *, asynchronous: Literal[True]) -> Awaitable[None]: ...
+
+    @overload
+    def close(self, timeout: Any = no_default, *, asynchronous: bool | None = None) -> Awaitable[None] | None: ...
+
+    def close(self, timeout: Any = no_default, *, asynchronous: bool | None = None) -> Awaitable[None] | None:
         """Close the client (and the LocalCluster it started, if any)."""
+        asynchronous = self.asynchronous if asynchronous is None else asynchronous
         if self.status == "closed":
-            if self.asynchronous:
+            if asynchronous:
                 return _noop()
             self._loop_runner.stop()
             return None
-        if self.asynchronous:
+        if asynchronous:
             return self._close()
         try:
             if (not self.loop.is_closed() and self._loop_runner.is_started) or self._loop_runner.thread is None:
@@ -464,7 +556,19 @@ class Client:
             self._loop_runner.stop()
         return None
 
-    def shutdown(self) -> Any:
+    @overload
+    def shutdown(self: Client[Literal[False]], *, asynchronous: Literal[False] | None = None) -> None: ...
+
+    @overload
+    def shutdown(self: Client[Literal[True]], *, asynchronous: Literal[True] | None = None) -> Awaitable[None]: ...
+
+    @overload
+    def shutdown(self, *, asynchronous: Literal[True]) -> Awaitable[None]: ...
+
+    @overload
+    def shutdown(self, *, asynchronous: bool | None = None) -> Awaitable[None] | None: ...
+
+    def shutdown(self, *, asynchronous: bool | None = None) -> Awaitable[None] | None:
         """Close the scheduler and workers, then the client."""
 
         async def _shutdown() -> None:
@@ -479,15 +583,15 @@ class Client:
                 await self._scheduler_call({"op": "terminate"})
             await self._close()
 
-        return self.sync(_shutdown)
+        return self.sync(_shutdown, asynchronous=asynchronous)
 
-    def __enter__(self) -> Client:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    async def __aenter__(self) -> Client:
+    async def __aenter__(self) -> Self:
         await self._start_once()
         return self
 
@@ -1047,6 +1151,34 @@ class Client:
         await self._graphs_sent()
         return await self.pool.call(self._address, msg)
 
+    @overload
+    def gather(
+        self: Client[Literal[False]],
+        futures: Any,
+        errors: str = "raise",
+        direct: bool | None = None,
+        asynchronous: Literal[False] | None = None,
+    ) -> Any: ...
+
+    @overload
+    def gather(
+        self: Client[Literal[True]],
+        futures: Any,
+        errors: str = "raise",
+        direct: bool | None = None,
+        asynchronous: Literal[True] | None = None,
+    ) -> Awaitable[Any]: ...
+
+    @overload
+    def gather(
+        self, futures: Any, errors: str = "raise", direct: bool | None = None, *, asynchronous: Literal[True]
+    ) -> Awaitable[Any]: ...
+
+    @overload
+    def gather(
+        self, futures: Any, errors: str = "raise", direct: bool | None = None, asynchronous: bool | None = None
+    ) -> Any: ...
+
     def gather(
         self, futures: Any, errors: str = "raise", direct: bool | None = None, asynchronous: bool | None = None
     ) -> Any:
@@ -1132,6 +1264,55 @@ class Client:
         result = [futures[k] for k in order]
         return tuple(result) if isinstance(data, tuple) else result
 
+    @overload
+    def scatter(
+        self: Client[Literal[False]],
+        data: Any,
+        workers: Any = None,
+        broadcast: bool = False,
+        direct: bool | None = None,
+        hash: bool = True,
+        timeout: Any = no_default,
+        asynchronous: Literal[False] | None = None,
+    ) -> Any: ...
+
+    @overload
+    def scatter(
+        self: Client[Literal[True]],
+        data: Any,
+        workers: Any = None,
+        broadcast: bool = False,
+        direct: bool | None = None,
+        hash: bool = True,
+        timeout: Any = no_default,
+        asynchronous: Literal[True] | None = None,
+    ) -> Awaitable[Any]: ...
+
+    @overload
+    def scatter(
+        self,
+        data: Any,
+        workers: Any = None,
+        broadcast: bool = False,
+        direct: bool | None = None,
+        hash: bool = True,
+        timeout: Any = no_default,
+        *,
+        asynchronous: Literal[True],
+    ) -> Awaitable[Any]: ...
+
+    @overload
+    def scatter(
+        self,
+        data: Any,
+        workers: Any = None,
+        broadcast: bool = False,
+        direct: bool | None = None,
+        hash: bool = True,
+        timeout: Any = no_default,
+        asynchronous: bool | None = None,
+    ) -> Any: ...
+
     def scatter(
         self,
         data: Any,
@@ -1168,6 +1349,46 @@ class Client:
             if fs is not None and not fs.done():
                 fs.cancel(reason)
 
+    @overload
+    def cancel(
+        self: Client[Literal[False]],
+        futures: Any,
+        asynchronous: Literal[False] | None = None,
+        force: bool = False,
+        reason: str | None = None,
+        msg: str | None = None,
+    ) -> None: ...
+
+    @overload
+    def cancel(
+        self: Client[Literal[True]],
+        futures: Any,
+        asynchronous: Literal[True] | None = None,
+        force: bool = False,
+        reason: str | None = None,
+        msg: str | None = None,
+    ) -> Awaitable[None]: ...
+
+    @overload
+    def cancel(
+        self,
+        futures: Any,
+        asynchronous: Literal[True],
+        force: bool = False,
+        reason: str | None = None,
+        msg: str | None = None,
+    ) -> Awaitable[None]: ...
+
+    @overload
+    def cancel(
+        self,
+        futures: Any,
+        asynchronous: bool | None = None,
+        force: bool = False,
+        reason: str | None = None,
+        msg: str | None = None,
+    ) -> Awaitable[None] | None: ...
+
     def cancel(
         self,
         futures: Any,
@@ -1188,7 +1409,21 @@ class Client:
         # Dependents erred by blame are reset too: ask for them again.
         self._post_message(m.ClientKeys(op="client-desires-keys", client=self.id, keys=[f.key for f in flat]))
 
-    def retry(self, futures: Any, asynchronous: bool | None = None) -> Any:
+    @overload
+    def retry(self: Client[Literal[False]], futures: Any, asynchronous: Literal[False] | None = None) -> None: ...
+
+    @overload
+    def retry(
+        self: Client[Literal[True]], futures: Any, asynchronous: Literal[True] | None = None
+    ) -> Awaitable[None]: ...
+
+    @overload
+    def retry(self, futures: Any, asynchronous: Literal[True]) -> Awaitable[None]: ...
+
+    @overload
+    def retry(self, futures: Any, asynchronous: bool | None = None) -> Awaitable[None] | None: ...
+
+    def retry(self, futures: Any, asynchronous: bool | None = None) -> Awaitable[None] | None:
         """Rerun erred futures."""
         return self.sync(self._retry, futures, asynchronous=asynchronous)
 
@@ -1225,6 +1460,59 @@ class Client:
                     results[addr] = exc
         return results if wait else None
 
+    @overload
+    def run(
+        self: Client[Literal[False]],
+        function: Callable[..., Any],
+        *args: Any,
+        workers: Any = None,
+        wait: Literal[True] = True,
+        nanny: bool = False,
+        on_error: str = "raise",
+        asynchronous: Literal[False] | None = None,
+        **kwargs: Any,
+    ) -> dict[str, Any]: ...
+
+    @overload
+    def run(
+        self: Client[Literal[True]],
+        function: Callable[..., Any],
+        *args: Any,
+        workers: Any = None,
+        wait: Literal[True] = True,
+        nanny: bool = False,
+        on_error: str = "raise",
+        asynchronous: Literal[True] | None = None,
+        **kwargs: Any,
+    ) -> Awaitable[dict[str, Any]]: ...
+
+    @overload
+    def run(
+        self,
+        function: Callable[..., Any],
+        *args: Any,
+        workers: Any = None,
+        wait: Literal[True] = True,
+        nanny: bool = False,
+        on_error: str = "raise",
+        asynchronous: Literal[True],
+        **kwargs: Any,
+    ) -> Awaitable[dict[str, Any]]: ...
+
+    @overload
+    def run(
+        self,
+        function: Callable[..., Any],
+        *args: Any,
+        workers: Any = None,
+        wait: Literal[False],
+        nanny: bool = False,
+        on_error: str = "raise",
+        asynchronous: bool | None = None,
+        **kwargs: Any,
+    ) -> Awaitable[None] | None: ...
+
+    @overload
     def run(
         self,
         function: Callable[..., Any],
@@ -1233,14 +1521,35 @@ class Client:
         wait: bool = True,
         nanny: bool = False,
         on_error: str = "raise",
+        asynchronous: bool | None = None,
         **kwargs: Any,
-    ) -> Any:
+    ) -> dict[str, Any] | Awaitable[dict[str, Any] | None] | None: ...
+
+    def run(
+        self,
+        function: Callable[..., Any],
+        *args: Any,
+        workers: Any = None,
+        wait: bool = True,
+        nanny: bool = False,
+        on_error: str = "raise",
+        asynchronous: bool | None = None,
+        **kwargs: Any,
+    ) -> dict[str, Any] | Awaitable[dict[str, Any] | None] | None:
         """Run ``function(*args, **kwargs)`` on every worker (or some); return ``{address: result}``.
 
         A ``dask_worker`` keyword argument, if the function takes one, receives the worker.
         """
         return self.sync(
-            self._run, function, *args, workers=workers, wait=wait, nanny=nanny, on_error=on_error, **kwargs
+            self._run,
+            function,
+            *args,
+            workers=workers,
+            wait=wait,
+            nanny=nanny,
+            on_error=on_error,
+            asynchronous=asynchronous,
+            **kwargs,
         )
 
     async def _run_on_scheduler(
@@ -1257,12 +1566,79 @@ class Client:
         )
         return unwrap(result)
 
-    def run_on_scheduler(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    @overload
+    def run_on_scheduler(
+        self: Client[Literal[False]],
+        function: Callable[..., Any],
+        *args: Any,
+        asynchronous: Literal[False] | None = None,
+        **kwargs: Any,
+    ) -> Any: ...
+
+    @overload
+    def run_on_scheduler(
+        self: Client[Literal[True]],
+        function: Callable[..., Any],
+        *args: Any,
+        asynchronous: Literal[True] | None = None,
+        **kwargs: Any,
+    ) -> Awaitable[Any]: ...
+
+    @overload
+    def run_on_scheduler(
+        self, function: Callable[..., Any], *args: Any, asynchronous: Literal[True], **kwargs: Any
+    ) -> Awaitable[Any]: ...
+
+    @overload
+    def run_on_scheduler(
+        self, function: Callable[..., Any], *args: Any, asynchronous: bool | None = None, **kwargs: Any
+    ) -> Any: ...
+
+    def run_on_scheduler(
+        self, function: Callable[..., Any], *args: Any, asynchronous: bool | None = None, **kwargs: Any
+    ) -> Any:
         """Run ``function`` on the scheduler; a ``dask_scheduler`` argument receives it."""
-        return self.sync(self._run_on_scheduler, function, *args, **kwargs)
+        return self.sync(self._run_on_scheduler, function, *args, asynchronous=asynchronous, **kwargs)
 
     # -- plugins --------------------------------------------------------------------------
-    def register_plugin(self, plugin: Any, name: str | None = None, idempotent: bool | None = None) -> Any:
+    @overload
+    def register_plugin(
+        self: Client[Literal[False]],
+        plugin: Any,
+        name: str | None = None,
+        idempotent: bool | None = None,
+        *,
+        asynchronous: Literal[False] | None = None,
+    ) -> str | dict[str, Any] | None: ...
+
+    @overload
+    def register_plugin(
+        self: Client[Literal[True]],
+        plugin: Any,
+        name: str | None = None,
+        idempotent: bool | None = None,
+        *,
+        asynchronous: Literal[True] | None = None,
+    ) -> Awaitable[str | dict[str, Any] | None]: ...
+
+    @overload
+    def register_plugin(
+        self, plugin: Any, name: str | None = None, idempotent: bool | None = None, *, asynchronous: Literal[True]
+    ) -> Awaitable[str | dict[str, Any] | None]: ...
+
+    @overload
+    def register_plugin(
+        self, plugin: Any, name: str | None = None, idempotent: bool | None = None, *, asynchronous: bool | None = None
+    ) -> str | dict[str, Any] | Awaitable[str | dict[str, Any] | None] | None: ...
+
+    def register_plugin(
+        self,
+        plugin: Any,
+        name: str | None = None,
+        idempotent: bool | None = None,
+        *,
+        asynchronous: bool | None = None,
+    ) -> str | dict[str, Any] | Awaitable[str | dict[str, Any] | None] | None:
         """Register a scheduler or worker plugin."""
         from distributed.diagnostics.plugin import SchedulerPlugin, WorkerPlugin
 
@@ -1276,73 +1652,301 @@ class Client:
                     "name": name,
                     "idempotent": bool(idempotent),
                 },
+                asynchronous=asynchronous,
             )
         if isinstance(plugin, WorkerPlugin):
 
             async def add(dask_worker: Any, plugin: Any = plugin, name: str = name) -> None:
                 await dask_worker.add_plugin(plugin, name=name)
 
-            return self.run(add)
+            return self.run(add, asynchronous=asynchronous)
         raise TypeError(f"Unknown plugin type {type(plugin).__name__}")
 
-    def unregister_scheduler_plugin(self, name: str) -> Any:
+    @overload
+    def unregister_scheduler_plugin(
+        self: Client[Literal[False]], name: str, *, asynchronous: Literal[False] | None = None
+    ) -> str: ...
+
+    @overload
+    def unregister_scheduler_plugin(
+        self: Client[Literal[True]], name: str, *, asynchronous: Literal[True] | None = None
+    ) -> Awaitable[str]: ...
+
+    @overload
+    def unregister_scheduler_plugin(self, name: str, *, asynchronous: Literal[True]) -> Awaitable[str]: ...
+
+    @overload
+    def unregister_scheduler_plugin(self, name: str, *, asynchronous: bool | None = None) -> str | Awaitable[str]: ...
+
+    def unregister_scheduler_plugin(self, name: str, *, asynchronous: bool | None = None) -> str | Awaitable[str]:
         """Remove a scheduler plugin."""
-        return self.sync(self._scheduler_call, {"op": "unregister_scheduler_plugin", "name": name})
+        return self.sync(
+            self._scheduler_call, {"op": "unregister_scheduler_plugin", "name": name}, asynchronous=asynchronous
+        )
 
     # -- information ----------------------------------------------------------------------
-    def scheduler_info(self, **kwargs: Any) -> Any:
+    @overload
+    def scheduler_info(
+        self: Client[Literal[False]], n_workers: int = 5, *, asynchronous: Literal[False] | None = None
+    ) -> dict[str, Any]: ...
+
+    @overload
+    def scheduler_info(
+        self: Client[Literal[True]], n_workers: int = 5, *, asynchronous: Literal[True] | None = None
+    ) -> Awaitable[dict[str, Any]]: ...
+
+    @overload
+    def scheduler_info(self, n_workers: int = 5, *, asynchronous: Literal[True]) -> Awaitable[dict[str, Any]]: ...
+
+    @overload
+    def scheduler_info(
+        self, n_workers: int = 5, *, asynchronous: bool | None = None
+    ) -> dict[str, Any] | Awaitable[dict[str, Any]]: ...
+
+    def scheduler_info(
+        self, n_workers: int = 5, *, asynchronous: bool | None = None
+    ) -> dict[str, Any] | Awaitable[dict[str, Any]]:
         """The scheduler's identity and its workers."""
-        info = self.sync(self._scheduler_call, {"op": "identity"})
-        if not self.asynchronous:
+        info = self.sync(self._scheduler_call, {"op": "identity"}, asynchronous=asynchronous)
+        if isinstance(info, dict):
             self._scheduler_identity = info
         return info
 
-    def nthreads(self, workers: Any = None, **kwargs: Any) -> Any:
+    @overload
+    def nthreads(
+        self: Client[Literal[False]], workers: Any = None, *, asynchronous: Literal[False] | None = None
+    ) -> dict[str, int]: ...
+
+    @overload
+    def nthreads(
+        self: Client[Literal[True]], workers: Any = None, *, asynchronous: Literal[True] | None = None
+    ) -> Awaitable[dict[str, int]]: ...
+
+    @overload
+    def nthreads(self, workers: Any = None, *, asynchronous: Literal[True]) -> Awaitable[dict[str, int]]: ...
+
+    @overload
+    def nthreads(
+        self, workers: Any = None, *, asynchronous: bool | None = None
+    ) -> dict[str, int] | Awaitable[dict[str, int]]: ...
+
+    def nthreads(
+        self, workers: Any = None, *, asynchronous: bool | None = None
+    ) -> dict[str, int] | Awaitable[dict[str, int]]:
         """Threads per worker."""
-        return self.sync(self._scheduler_call, {"op": "nthreads", "workers": _as_worker_list(workers)})
+        return self.sync(
+            self._scheduler_call, {"op": "nthreads", "workers": _as_worker_list(workers)}, asynchronous=asynchronous
+        )
 
     ncores = nthreads
 
-    def who_has(self, futures: Any = None, **kwargs: Any) -> Any:
+    @overload
+    def who_has(
+        self: Client[Literal[False]], futures: Any = None, *, asynchronous: Literal[False] | None = None
+    ) -> dict[Key, list[str]]: ...
+
+    @overload
+    def who_has(
+        self: Client[Literal[True]], futures: Any = None, *, asynchronous: Literal[True] | None = None
+    ) -> Awaitable[dict[Key, list[str]]]: ...
+
+    @overload
+    def who_has(self, futures: Any = None, *, asynchronous: Literal[True]) -> Awaitable[dict[Key, list[str]]]: ...
+
+    @overload
+    def who_has(
+        self, futures: Any = None, *, asynchronous: bool | None = None
+    ) -> dict[Key, list[str]] | Awaitable[dict[Key, list[str]]]: ...
+
+    def who_has(
+        self, futures: Any = None, *, asynchronous: bool | None = None
+    ) -> dict[Key, list[str]] | Awaitable[dict[Key, list[str]]]:
         """Which workers hold each key."""
         keys = None
         if futures is not None:
             flat: list[Future] = []
             collect_futures(futures, flat)
             keys = [f.key for f in flat]
-        return self.sync(self._scheduler_call, {"op": "who_has", "keys": keys})
+        return self.sync(self._scheduler_call, {"op": "who_has", "keys": keys}, asynchronous=asynchronous)
 
-    def has_what(self, workers: Any = None, **kwargs: Any) -> Any:
+    @overload
+    def has_what(
+        self: Client[Literal[False]], workers: Any = None, *, asynchronous: Literal[False] | None = None
+    ) -> dict[str, list[Key]]: ...
+
+    @overload
+    def has_what(
+        self: Client[Literal[True]], workers: Any = None, *, asynchronous: Literal[True] | None = None
+    ) -> Awaitable[dict[str, list[Key]]]: ...
+
+    @overload
+    def has_what(self, workers: Any = None, *, asynchronous: Literal[True]) -> Awaitable[dict[str, list[Key]]]: ...
+
+    @overload
+    def has_what(
+        self, workers: Any = None, *, asynchronous: bool | None = None
+    ) -> dict[str, list[Key]] | Awaitable[dict[str, list[Key]]]: ...
+
+    def has_what(
+        self, workers: Any = None, *, asynchronous: bool | None = None
+    ) -> dict[str, list[Key]] | Awaitable[dict[str, list[Key]]]:
         """Which keys each worker holds."""
-        return self.sync(self._scheduler_call, {"op": "has_what", "workers": _as_worker_list(workers)})
+        return self.sync(
+            self._scheduler_call, {"op": "has_what", "workers": _as_worker_list(workers)}, asynchronous=asynchronous
+        )
 
-    def processing(self, workers: Any = None) -> Any:
+    @overload
+    def processing(
+        self: Client[Literal[False]], workers: Any = None, *, asynchronous: Literal[False] | None = None
+    ) -> dict[str, list[Key]]: ...
+
+    @overload
+    def processing(
+        self: Client[Literal[True]], workers: Any = None, *, asynchronous: Literal[True] | None = None
+    ) -> Awaitable[dict[str, list[Key]]]: ...
+
+    @overload
+    def processing(self, workers: Any = None, *, asynchronous: Literal[True]) -> Awaitable[dict[str, list[Key]]]: ...
+
+    @overload
+    def processing(
+        self, workers: Any = None, *, asynchronous: bool | None = None
+    ) -> dict[str, list[Key]] | Awaitable[dict[str, list[Key]]]: ...
+
+    def processing(
+        self, workers: Any = None, *, asynchronous: bool | None = None
+    ) -> dict[str, list[Key]] | Awaitable[dict[str, list[Key]]]:
         """Which keys each worker is running."""
-        return self.sync(self._scheduler_call, {"op": "processing", "workers": _as_worker_list(workers)})
+        return self.sync(
+            self._scheduler_call, {"op": "processing", "workers": _as_worker_list(workers)}, asynchronous=asynchronous
+        )
 
-    def nbytes(self, keys: Any = None, summary: bool = True, **kwargs: Any) -> Any:
+    @overload
+    def nbytes(
+        self: Client[Literal[False]],
+        keys: Any = None,
+        summary: bool = True,
+        *,
+        asynchronous: Literal[False] | None = None,
+    ) -> dict[Key, int] | dict[str, int]: ...
+
+    @overload
+    def nbytes(
+        self: Client[Literal[True]],
+        keys: Any = None,
+        summary: bool = True,
+        *,
+        asynchronous: Literal[True] | None = None,
+    ) -> Awaitable[dict[Key, int] | dict[str, int]]: ...
+
+    @overload
+    def nbytes(
+        self, keys: Any = None, summary: bool = True, *, asynchronous: Literal[True]
+    ) -> Awaitable[dict[Key, int] | dict[str, int]]: ...
+
+    @overload
+    def nbytes(
+        self, keys: Any = None, summary: bool = True, *, asynchronous: bool | None = None
+    ) -> dict[Key, int] | dict[str, int] | Awaitable[dict[Key, int] | dict[str, int]]: ...
+
+    def nbytes(
+        self, keys: Any = None, summary: bool = True, *, asynchronous: bool | None = None
+    ) -> dict[Key, int] | dict[str, int] | Awaitable[dict[Key, int] | dict[str, int]]:
         """Bytes held per key."""
-        return self.sync(self._scheduler_call, {"op": "nbytes", "keys": keys})
+        return self.sync(self._scheduler_call, {"op": "nbytes", "keys": keys}, asynchronous=asynchronous)
 
-    def story(self, *keys_or_stimuli: Any, **kwargs: Any) -> Any:
+    @overload
+    def story(
+        self: Client[Literal[False]], *keys_or_stimuli: Any, asynchronous: Literal[False] | None = None
+    ) -> list[tuple[Any, ...]]: ...
+
+    @overload
+    def story(
+        self: Client[Literal[True]], *keys_or_stimuli: Any, asynchronous: Literal[True] | None = None
+    ) -> Awaitable[list[tuple[Any, ...]]]: ...
+
+    @overload
+    def story(self, *keys_or_stimuli: Any, asynchronous: Literal[True]) -> Awaitable[list[tuple[Any, ...]]]: ...
+
+    @overload
+    def story(
+        self, *keys_or_stimuli: Any, asynchronous: bool | None = None
+    ) -> list[tuple[Any, ...]] | Awaitable[list[tuple[Any, ...]]]: ...
+
+    def story(
+        self, *keys_or_stimuli: Any, asynchronous: bool | None = None
+    ) -> list[tuple[Any, ...]] | Awaitable[list[tuple[Any, ...]]]:
         """The scheduler's transition log for these keys."""
         keys = [k.key if isinstance(k, TaskRef) else k for k in keys_or_stimuli]
-        return self.sync(self._scheduler_call, {"op": "story", "keys": keys})
+        return self.sync(self._scheduler_call, {"op": "story", "keys": keys}, asynchronous=asynchronous)
 
-    def wait_for_workers(self, n_workers: int, timeout: Any = None) -> Any:
+    @overload
+    def wait_for_workers(
+        self: Client[Literal[False]], n_workers: int, timeout: Any = None, *, asynchronous: Literal[False] | None = None
+    ) -> None: ...
+
+    @overload
+    def wait_for_workers(
+        self: Client[Literal[True]], n_workers: int, timeout: Any = None, *, asynchronous: Literal[True] | None = None
+    ) -> Awaitable[None]: ...
+
+    @overload
+    def wait_for_workers(
+        self, n_workers: int, timeout: Any = None, *, asynchronous: Literal[True]
+    ) -> Awaitable[None]: ...
+
+    @overload
+    def wait_for_workers(
+        self, n_workers: int, timeout: Any = None, *, asynchronous: bool | None = None
+    ) -> Awaitable[None] | None: ...
+
+    def wait_for_workers(
+        self, n_workers: int, timeout: Any = None, *, asynchronous: bool | None = None
+    ) -> Awaitable[None] | None:
         """Wait until ``n_workers`` workers are connected."""
         t = parse_timedelta(timeout) if timeout is not None else None
 
         async def waiter() -> None:
             await asyncio.wait_for(self._scheduler_call({"op": "wait_for_workers", "n_workers": n_workers}), t)
 
-        return self.sync(waiter)
+        return self.sync(waiter, asynchronous=asynchronous)
 
-    def retire_workers(self, workers: Any = None, close_workers: bool = True, **kwargs: Any) -> Any:
+    @overload
+    def retire_workers(
+        self: Client[Literal[False]],
+        workers: Any = None,
+        close_workers: bool = True,
+        *,
+        asynchronous: Literal[False] | None = None,
+    ) -> dict[str, Any]: ...
+
+    @overload
+    def retire_workers(
+        self: Client[Literal[True]],
+        workers: Any = None,
+        close_workers: bool = True,
+        *,
+        asynchronous: Literal[True] | None = None,
+    ) -> Awaitable[dict[str, Any]]: ...
+
+    @overload
+    def retire_workers(
+        self, workers: Any = None, close_workers: bool = True, *, asynchronous: Literal[True]
+    ) -> Awaitable[dict[str, Any]]: ...
+
+    @overload
+    def retire_workers(
+        self, workers: Any = None, close_workers: bool = True, *, asynchronous: bool | None = None
+    ) -> dict[str, Any] | Awaitable[dict[str, Any]]: ...
+
+    def retire_workers(
+        self, workers: Any = None, close_workers: bool = True, *, asynchronous: bool | None = None
+    ) -> dict[str, Any] | Awaitable[dict[str, Any]]:
         """Remove workers from the cluster (their tasks move elsewhere)."""
         return self.sync(
             self._scheduler_call,
             {"op": "retire_workers", "workers": _as_worker_list(workers), "close_workers": close_workers},
+            asynchronous=asynchronous,
         )
 
     def futures_of(self, collection: Any) -> list[Future]:
@@ -1351,13 +1955,46 @@ class Client:
 
         return futures_of(collection, client=self)
 
-    def get_versions(self, check: bool = False, packages: Any = None) -> dict[str, Any]:
+    @overload
+    def get_versions(
+        self: Client[Literal[False]],
+        check: bool = False,
+        packages: Any = None,
+        *,
+        asynchronous: Literal[False] | None = None,
+    ) -> dict[str, Any]: ...
+
+    @overload
+    def get_versions(
+        self: Client[Literal[True]],
+        check: bool = False,
+        packages: Any = None,
+        *,
+        asynchronous: Literal[True] | None = None,
+    ) -> Awaitable[dict[str, Any]]: ...
+
+    @overload
+    def get_versions(
+        self, check: bool = False, packages: Any = None, *, asynchronous: Literal[True]
+    ) -> Awaitable[dict[str, Any]]: ...
+
+    @overload
+    def get_versions(
+        self, check: bool = False, packages: Any = None, *, asynchronous: bool | None = None
+    ) -> dict[str, Any] | Awaitable[dict[str, Any]]: ...
+
+    def get_versions(
+        self, check: bool = False, packages: Any = None, *, asynchronous: bool | None = None
+    ) -> dict[str, Any] | Awaitable[dict[str, Any]]:
         """Versions of the main packages here."""
         import sys
 
         from distributed.dask_api import dask_version
 
-        return {"client": {"python": sys.version.split()[0], "dask": dask_version()}}
+        async def versions() -> dict[str, Any]:
+            return {"client": {"python": sys.version.split()[0], "dask": dask_version()}}
+
+        return self.sync(versions, asynchronous=asynchronous)
 
 
 class _SchedulerHandle:

@@ -237,8 +237,7 @@ class Future(TaskRef):
 
         if client.asynchronous and client.registry.on_loop():
             return get()
-        exc: BaseException | None = client.sync(get)
-        return exc
+        return client.sync(get)
 
     def traceback(self, timeout: float | str | None = None) -> Any:
         """The traceback of the task's exception, or None."""
