@@ -42,7 +42,7 @@ from distributed.client.outbox import Outbox, StreamMessage
 from distributed.client.registry import FutureRegistry
 from distributed.comm import Comm, CommClosedError, connect
 from distributed.config import get_interval
-from distributed.core import ConnectionPool, error_message, rebuild_exception
+from distributed.core import ConnectionPool, StreamRoute, error_message, rebuild_exception
 from distributed.dask_api import (
     expr_keys,
     finalize_compute,
@@ -295,6 +295,15 @@ class Client(Generic[AsyncT]):
         self._parts_confirmed = 0
         self._barrier_ids = itertools.count()
         self._barriers: dict[int, asyncio.Future[None]] = {}
+        #: What the scheduler may report on the stream, each checked against its declaration.
+        self._report_routes: dict[str, StreamRoute[Any]] = {
+            "key-in-memory": StreamRoute(m.KeyInMemory, self._on_key_in_memory),
+            "task-erred": StreamRoute(m.ClientTaskErred, self._on_task_erred),
+            "cancelled-keys": StreamRoute(m.CancelledKeys, self._on_cancelled_keys),
+            "lost-data": StreamRoute(m.LostData, self._on_lost_data),
+            "stream-barrier": StreamRoute(m.StreamBarrierReached, self._on_stream_barrier),
+            "stream-closed": StreamRoute(m.StreamClosed, self._on_stream_closed),
+        }
         self.scheduler_comm: BatchedSend | None = None
         self._comm: Comm | None = None
         self.pool = ConnectionPool(limit=connection_limit)
@@ -383,7 +392,7 @@ class Client(Generic[AsyncT]):
         self.scheduler_address = self._address
         comm = await connect(self._address, timeout=self._timeout, name="client->scheduler")
         try:
-            await comm.write({"op": "register-client", "client": self.id})
+            await comm.write(m.RegisterClient(op="register-client", client=self.id))
             response = await asyncio.wait_for(comm.read(), self._timeout)
         except BaseException:
             comm.abort()
@@ -404,16 +413,12 @@ class Client(Generic[AsyncT]):
         return self
 
     async def _handle_report(self, comm: Comm) -> None:
+        # Messages from this process were built as declared; others are checked.
+        check = not comm.same_process
         try:
             while True:
                 msgs = await comm.read()
-                if isinstance(msgs, dict):
-                    msgs = (msgs,)
-                for msg in msgs:
-                    try:
-                        self._handle_report_msg(msg)
-                    except Exception:
-                        logger.exception("Bad message from the scheduler: %r", msg)
+                self._handle_report_batch(msgs, check)
         except (CommClosedError, asyncio.CancelledError):
             pass
         if self.status not in ("closing", "closed"):
@@ -424,31 +429,58 @@ class Client(Generic[AsyncT]):
                 if not fs.done():
                     fs.cancel("scheduler-connection-lost")
 
-    def _handle_report_msg(self, msg: Mapping[str, Any]) -> None:
-        op = msg.get("op")
-        if op == "key-in-memory":
-            fs = self.futures.get(msg["key"])
+    def _handle_report_batch(self, msgs: Any, check: bool = True) -> None:
+        """Handle a batch of scheduler reports; a malformed or unknown message is logged and dropped."""
+        if isinstance(msgs, dict):
+            msgs = (msgs,)
+        if not isinstance(msgs, (list, tuple)):
+            logger.warning("Dropping a malformed batch from the scheduler: %s", type(msgs).__name__)
+            return
+        routes = self._report_routes
+        for msg in msgs:
+            op = msg.get("op") if isinstance(msg, dict) else None
+            route = routes.get(op) if isinstance(op, str) else None
+            if route is None:
+                logger.warning("Dropping an unknown message from the scheduler: %r", op)
+                continue
+            problem = route.check(msg) if check else None
+            if problem is not None:
+                logger.warning("Dropping a malformed %r message from the scheduler: %s", op, problem)
+                continue
+            try:
+                route.func(msg)
+            except Exception:
+                logger.exception("Handling a %r message from the scheduler failed", op)
+
+    def _on_key_in_memory(self, msg: m.KeyInMemory) -> None:
+        fs = self.futures.get(msg["key"])
+        if fs is not None:
+            fs.finish(msg["workers"], msg.get("type"))
+
+    def _on_task_erred(self, msg: m.ClientTaskErred) -> None:
+        fs = self.futures.get(msg["key"])
+        if fs is not None:
+            fs.set_error(msg, msg["traceback"])
+
+    def _on_cancelled_keys(self, msg: m.CancelledKeys) -> None:
+        reason = msg.get("reason")
+        for key in msg["keys"]:
+            fs = self.futures.get(key)
             if fs is not None:
-                fs.finish(msg.get("workers", ()), msg.get("type"))
-        elif op == "task-erred":
-            fs = self.futures.get(msg["key"])
-            if fs is not None:
-                fs.set_error(msg, msg.get("traceback"))
-        elif op == "cancelled-keys":
-            for key in msg["keys"]:
-                fs = self.futures.get(key)
-                if fs is not None:
-                    fs.cancel(msg.get("reason"))
-        elif op == "lost-data":
-            fs = self.futures.get(msg["key"])
-            if fs is not None:
-                fs.lose()
-        elif op == "stream-barrier":
-            reached = self._barriers.pop(msg["id"], None)
-            if reached is not None:
-                _wake([reached])
-        else:
-            logger.debug("Unknown message from the scheduler: %r", op)
+                fs.cancel(reason)
+
+    def _on_lost_data(self, msg: m.LostData) -> None:
+        fs = self.futures.get(msg["key"])
+        if fs is not None:
+            fs.lose()
+
+    def _on_stream_barrier(self, msg: m.StreamBarrierReached) -> None:
+        reached = self._barriers.pop(msg["id"], None)
+        if reached is not None:
+            _wake([reached])
+
+    def _on_stream_closed(self, msg: m.StreamClosed) -> None:
+        logger.info("The scheduler closed the stream")
 
     @property
     def futures(self) -> dict[Key, FutureState]:
@@ -580,7 +612,7 @@ class Client(Generic[AsyncT]):
                     # A synchronous cluster runs its own loop: close it from a thread.
                     await asyncio.get_running_loop().run_in_executor(None, cluster.close)
             else:
-                await self._scheduler_call({"op": "terminate"})
+                await self._request(m.Empty(op="terminate"))
             await self._close()
 
         return self.sync(_shutdown, asynchronous=asynchronous)
@@ -1122,7 +1154,7 @@ class Client(Generic[AsyncT]):
                 break
             if attempts > 20:
                 raise RuntimeError(f"Could not gather {len(missing)} keys, e.g. {missing[:3]}")
-            who_has = await self._scheduler_call({"op": "who_has", "keys": missing})
+            who_has = await self._request(m.OptionalKeysRequest(op="who_has", keys=missing))
             for k in missing:
                 fs = states.get(k)
                 if fs is None:
@@ -1142,14 +1174,19 @@ class Client(Generic[AsyncT]):
         return data
 
     async def _get_data(self, worker: str, keys: list[Key]) -> dict[Key, Any]:
-        response = await self.pool.call(worker, {"op": "get_data", "keys": keys, "who": self.id})
+        response = await self.pool.call(worker, m.GetData(op="get_data", keys=keys, who=self.id))
         raw = response.get("data", {}) if isinstance(response, dict) else {}
         return {k: unwrap(v) for k, v in raw.items()}
 
-    async def _scheduler_call(self, msg: Mapping[str, Any]) -> Any:
+    async def _request(self, msg: m.ClientRequest) -> Any:
+        """Send a request to the scheduler (after every graph part queued so far) and return its reply."""
         assert self._address is not None
         await self._graphs_sent()
         return await self.pool.call(self._address, msg)
+
+    async def _scheduler_call(self, msg: Mapping[str, Any]) -> Any:
+        """:meth:`_request` for messages not declared in ``protocol.messages`` yet (the lock's)."""
+        return await self._request(msg)  # type: ignore[arg-type]  # shape checked by the scheduler's route
 
     @overload
     def gather(
@@ -1219,14 +1256,16 @@ class Client(Generic[AsyncT]):
             key = f"{typename(type(data))}-{tokenize(data) if hash else uuid.uuid4()}"
             items = {key: data}
             order = [key]
-        nthreads: dict[str, int] = await self._scheduler_call({"op": "nthreads", "workers": _as_worker_list(workers)})
+        nthreads: dict[str, int] = await self._request(
+            m.WorkersRequest(op="nthreads", workers=_as_worker_list(workers))
+        )
         if not nthreads:
             deadline = time.monotonic() + self._timeout
             while not nthreads:
                 if time.monotonic() > deadline:
                     raise TimeoutError("No valid workers found to scatter to")
                 await asyncio.sleep(0.05)
-                nthreads = await self._scheduler_call({"op": "nthreads", "workers": _as_worker_list(workers)})
+                nthreads = await self._request(m.WorkersRequest(op="nthreads", workers=_as_worker_list(workers)))
         addrs = sorted(nthreads)
         assignment: defaultdict[str, dict[Key, Any]] = defaultdict(dict)
         if broadcast:
@@ -1236,7 +1275,7 @@ class Client(Generic[AsyncT]):
             for i, (k, v) in enumerate(items.items()):
                 assignment[addrs[i % len(addrs)]][k] = Serialize(v)
         replies = await asyncio.gather(
-            *(self.pool.call(a, {"op": "update_data", "data": d}) for a, d in assignment.items())
+            *(self.pool.call(a, m.WorkerUpdateData(op="update_data", data=d)) for a, d in assignment.items())
         )
         who_has: defaultdict[Key, list[str]] = defaultdict(list)
         nbytes: dict[Key, int] = {}
@@ -1251,8 +1290,8 @@ class Client(Generic[AsyncT]):
             fs = f.state
             if fs.status != "finished":
                 fs.reset()
-        await self._scheduler_call(
-            {"op": "update-data", "client": self.id, "who_has": dict(who_has), "nbytes": nbytes, "types": types}
+        await self._request(
+            m.UpdateData(op="update-data", client=self.id, who_has=dict(who_has), nbytes=nbytes, types=types)
         )
         for k, f in futures.items():
             if f.state.status == "pending":
@@ -1335,14 +1374,10 @@ class Client(Generic[AsyncT]):
         keys = list({f.key for f in flat})
         if not keys:
             return
-        await self._scheduler_call(
-            {
-                "op": "cancel-keys",
-                "client": self.id,
-                "keys": keys,
-                "force": force,
-                "reason": reason or "cancelled by a client",
-            }
+        await self._request(
+            m.CancelKeys(
+                op="cancel-keys", client=self.id, keys=keys, force=force, reason=reason or "cancelled by a client"
+            )
         )
         for k in keys:
             fs = self.futures.get(k)
@@ -1405,7 +1440,7 @@ class Client(Generic[AsyncT]):
         collect_futures(futures, flat)
         for f in flat:
             f.state.reset()
-        await self._scheduler_call({"op": "retry", "client": self.id, "keys": [f.key for f in flat]})
+        await self._request(m.RetryKeys(op="retry", client=self.id, keys=[f.key for f in flat]))
         # Dependents erred by blame are reset too: ask for them again.
         self._post_message(m.ClientKeys(op="client-desires-keys", client=self.id, keys=[f.key for f in flat]))
 
@@ -1438,15 +1473,15 @@ class Client(Generic[AsyncT]):
         on_error: str = "raise",
         **kwargs: Any,
     ) -> Any:
-        response = await self._scheduler_call(
-            {
-                "op": "broadcast",
-                "function": Serialize(function),
-                "args": Serialize(args),
-                "kwargs": Serialize(kwargs),
-                "workers": _as_worker_list(workers),
-                "wait": wait,
-            }
+        response = await self._request(
+            m.RunFunction(
+                op="broadcast",
+                function=Serialize(function),
+                args=Serialize(args),
+                kwargs=Serialize(kwargs),
+                workers=_as_worker_list(workers),
+                wait=wait,
+            )
         )
         results: dict[str, Any] = {}
         for addr, resp in response.items():
@@ -1555,14 +1590,14 @@ class Client(Generic[AsyncT]):
     async def _run_on_scheduler(
         self, function: Callable[..., Any], *args: Any, wait: bool = True, **kwargs: Any
     ) -> Any:
-        result = await self._scheduler_call(
-            {
-                "op": "run_function",
-                "function": Serialize(function),
-                "args": Serialize(args),
-                "kwargs": Serialize(kwargs),
-                "wait": wait,
-            }
+        result = await self._request(
+            m.RunFunction(
+                op="run_function",
+                function=Serialize(function),
+                args=Serialize(args),
+                kwargs=Serialize(kwargs),
+                wait=wait,
+            )
         )
         return unwrap(result)
 
@@ -1645,13 +1680,10 @@ class Client(Generic[AsyncT]):
         name = name or getattr(plugin, "name", None) or f"{type(plugin).__name__}-{uuid.uuid4()}"
         if isinstance(plugin, SchedulerPlugin):
             return self.sync(
-                self._scheduler_call,
-                {
-                    "op": "register_scheduler_plugin",
-                    "plugin": Serialize(plugin),
-                    "name": name,
-                    "idempotent": bool(idempotent),
-                },
+                self._request,
+                m.RegisterPlugin(
+                    op="register_scheduler_plugin", plugin=Serialize(plugin), name=name, idempotent=bool(idempotent)
+                ),
                 asynchronous=asynchronous,
             )
         if isinstance(plugin, WorkerPlugin):
@@ -1681,7 +1713,7 @@ class Client(Generic[AsyncT]):
     def unregister_scheduler_plugin(self, name: str, *, asynchronous: bool | None = None) -> str | Awaitable[str]:
         """Remove a scheduler plugin."""
         return self.sync(
-            self._scheduler_call, {"op": "unregister_scheduler_plugin", "name": name}, asynchronous=asynchronous
+            self._request, m.UnregisterPlugin(op="unregister_scheduler_plugin", name=name), asynchronous=asynchronous
         )
 
     # -- information ----------------------------------------------------------------------
@@ -1707,7 +1739,7 @@ class Client(Generic[AsyncT]):
         self, n_workers: int = 5, *, asynchronous: bool | None = None
     ) -> dict[str, Any] | Awaitable[dict[str, Any]]:
         """The scheduler's identity and its workers."""
-        info = self.sync(self._scheduler_call, {"op": "identity"}, asynchronous=asynchronous)
+        info = self.sync(self._request, m.Empty(op="identity"), asynchronous=asynchronous)
         if isinstance(info, dict):
             self._scheduler_identity = info
         return info
@@ -1735,7 +1767,7 @@ class Client(Generic[AsyncT]):
     ) -> dict[str, int] | Awaitable[dict[str, int]]:
         """Threads per worker."""
         return self.sync(
-            self._scheduler_call, {"op": "nthreads", "workers": _as_worker_list(workers)}, asynchronous=asynchronous
+            self._request, m.WorkersRequest(op="nthreads", workers=_as_worker_list(workers)), asynchronous=asynchronous
         )
 
     ncores = nthreads
@@ -1767,7 +1799,7 @@ class Client(Generic[AsyncT]):
             flat: list[Future] = []
             collect_futures(futures, flat)
             keys = [f.key for f in flat]
-        return self.sync(self._scheduler_call, {"op": "who_has", "keys": keys}, asynchronous=asynchronous)
+        return self.sync(self._request, m.OptionalKeysRequest(op="who_has", keys=keys), asynchronous=asynchronous)
 
     @overload
     def has_what(
@@ -1792,7 +1824,7 @@ class Client(Generic[AsyncT]):
     ) -> dict[str, list[Key]] | Awaitable[dict[str, list[Key]]]:
         """Which keys each worker holds."""
         return self.sync(
-            self._scheduler_call, {"op": "has_what", "workers": _as_worker_list(workers)}, asynchronous=asynchronous
+            self._request, m.WorkersRequest(op="has_what", workers=_as_worker_list(workers)), asynchronous=asynchronous
         )
 
     @overload
@@ -1818,7 +1850,9 @@ class Client(Generic[AsyncT]):
     ) -> dict[str, list[Key]] | Awaitable[dict[str, list[Key]]]:
         """Which keys each worker is running."""
         return self.sync(
-            self._scheduler_call, {"op": "processing", "workers": _as_worker_list(workers)}, asynchronous=asynchronous
+            self._request,
+            m.WorkersRequest(op="processing", workers=_as_worker_list(workers)),
+            asynchronous=asynchronous,
         )
 
     @overload
@@ -1853,7 +1887,7 @@ class Client(Generic[AsyncT]):
         self, keys: Any = None, summary: bool = True, *, asynchronous: bool | None = None
     ) -> dict[Key, int] | dict[str, int] | Awaitable[dict[Key, int] | dict[str, int]]:
         """Bytes held per key."""
-        return self.sync(self._scheduler_call, {"op": "nbytes", "keys": keys}, asynchronous=asynchronous)
+        return self.sync(self._request, m.OptionalKeysRequest(op="nbytes", keys=keys), asynchronous=asynchronous)
 
     @overload
     def story(
@@ -1878,7 +1912,7 @@ class Client(Generic[AsyncT]):
     ) -> list[tuple[Any, ...]] | Awaitable[list[tuple[Any, ...]]]:
         """The scheduler's transition log for these keys."""
         keys = [k.key if isinstance(k, TaskRef) else k for k in keys_or_stimuli]
-        return self.sync(self._scheduler_call, {"op": "story", "keys": keys}, asynchronous=asynchronous)
+        return self.sync(self._request, m.StoryRequest(op="story", keys=keys), asynchronous=asynchronous)
 
     @overload
     def wait_for_workers(
@@ -1907,7 +1941,7 @@ class Client(Generic[AsyncT]):
         t = parse_timedelta(timeout) if timeout is not None else None
 
         async def waiter() -> None:
-            await asyncio.wait_for(self._scheduler_call({"op": "wait_for_workers", "n_workers": n_workers}), t)
+            await asyncio.wait_for(self._request(m.WaitForWorkers(op="wait_for_workers", n_workers=n_workers)), t)
 
         return self.sync(waiter, asynchronous=asynchronous)
 
@@ -1944,8 +1978,8 @@ class Client(Generic[AsyncT]):
     ) -> dict[str, Any] | Awaitable[dict[str, Any]]:
         """Remove workers from the cluster (their tasks move elsewhere)."""
         return self.sync(
-            self._scheduler_call,
-            {"op": "retire_workers", "workers": _as_worker_list(workers), "close_workers": close_workers},
+            self._request,
+            m.RetireWorkers(op="retire_workers", workers=_as_worker_list(workers), close_workers=close_workers),
             asynchronous=asynchronous,
         )
 
@@ -1998,7 +2032,7 @@ class Client(Generic[AsyncT]):
 
 
 class _SchedulerHandle:
-    """``client.scheduler``: the address and a way to call the scheduler."""
+    """``client.scheduler``: the scheduler's address."""
 
     def __init__(self, client: Client) -> None:
         self._client = client
@@ -2006,9 +2040,6 @@ class _SchedulerHandle:
     @property
     def address(self) -> str | None:
         return self._client.scheduler_address
-
-    async def call(self, op: str, **fields: Any) -> Any:
-        return await self._client._scheduler_call({"op": op, **fields})
 
 
 def _make_task(key: Key, func: Callable[..., Any], args: Iterable[Any], kwargs: Mapping[str, Any]) -> Task:

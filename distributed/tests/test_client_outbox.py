@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
 
+from distributed import Client
 from distributed.client.future import Future
 from distributed.client.graph_parts import PendingParts
 from distributed.client.outbox import Outbox, StreamMessage
@@ -17,6 +19,9 @@ from distributed.client.registry import FutureRegistry
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.protocol.schema import checker
+from distributed.scheduler import Scheduler
+from distributed.utils_test import async_poll_for, gen_cluster, inc
+from distributed.worker import Worker
 
 
 def graph(*keys: Key) -> m.UpdateGraph:
@@ -182,3 +187,35 @@ def test_future_finalised_inside_the_registry_does_not_deadlock(stub: StubClient
     assert not t.is_alive(), "the registry deadlocked on a finaliser"
     assert result == [2000]
     assert len(pool) < 3000  # futures were indeed finalised meanwhile
+
+
+# -- what the client receives ---------------------------------------------------------
+class Captured(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+@gen_cluster(client=True)
+async def test_malformed_reports_from_the_scheduler_are_dropped(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    x = c.submit(inc, 1)
+    assert await x == 2
+    bs = s.client_comms[c.id]
+    captured = Captured()
+    log = logging.getLogger("distributed.client.client")
+    log.addHandler(captured)
+    try:
+        bs.send({"op": "key-in-memory", "workers": []})  # no key
+        bs.send({"op": "lost-data", "key": x.key, "extra": 1}, {"op": "cancelled-keys", "keys": x.key})
+        bs.send({"op": "no-such-op"}, ["not", "a", "message"])
+        await async_poll_for(lambda: sum("Dropping" in line for line in captured.lines) >= 4, 10)
+    finally:
+        log.removeHandler(captured)
+    assert any("missing field 'key'" in line for line in captured.lines)
+    assert any("'cancelled-keys'" in line for line in captured.lines)
+    # A well-formed report among them still counts; the client keeps working.
+    assert x.status == "lost"
+    assert await c.submit(inc, 10) == 11
