@@ -33,7 +33,7 @@ from dask._task_spec import GraphNode, Task, TaskRef, convert_legacy_graph, pars
 from dask.base import collections_to_expr, tokenize
 from dask.core import validate_key
 from dask.typing import NoDefault, no_default
-from dask.utils import funcname, parse_timedelta, typename
+from dask.utils import funcname, key_split, parse_timedelta, typename
 
 from distributed.batched import BatchedSend
 from distributed.client.future import Future, FutureState, collect_futures
@@ -147,9 +147,15 @@ class Client(Generic[AsyncT]):
     name
         Shown in logs.
     direct_to_workers
-        Fetch results straight from workers (always the case here).
+        Results always come straight from the workers: None and True are
+        accepted, False is refused.
+    connection_limit
+        Most connections open at once (to workers).
+    security, heartbeat_interval, serializers, deserializers, extensions
+        Not supported yet: a value other than the default raises
+        ``NotImplementedError`` naming the parameter.
     **kwargs
-        Passed to ``LocalCluster`` when no address is given.
+        Passed to ``LocalCluster`` when no address is given (refused otherwise).
 
     Examples
     --------
@@ -244,6 +250,18 @@ class Client(Generic[AsyncT]):
         _in_worker: bool = False,
         **kwargs: Any,
     ) -> None:
+        refuse_unsupported(
+            "Client",
+            security=security not in (None, False),
+            heartbeat_interval=heartbeat_interval is not None,
+            serializers=serializers is not None,
+            deserializers=deserializers is not None,
+            extensions=bool(extensions),
+            direct_to_workers=direct_to_workers is False,
+        )
+        if kwargs and (address is not None or scheduler_file is not None):
+            # They configure the LocalCluster started when no address is given.
+            raise TypeError(f"Client() got unexpected keyword arguments {sorted(kwargs)} (an address was given)")
         if timeout is no_default or timeout is None:
             timeout_value: Any = dask.config.get("distributed.comm.timeouts.connect")
         else:
@@ -570,16 +588,19 @@ class Client(Generic[AsyncT]):
     def close(self, timeout: Any = no_default, *, asynchronous: bool | None = None) -> Awaitable[None] | None:
         """Close the client (and the LocalCluster it started, if any)."""
         asynchronous = self.asynchronous if asynchronous is None else asynchronous
+        t = None if timeout is no_default or timeout is None else parse_timedelta(timeout)
         if self.status == "closed":
             if asynchronous:
                 return _noop()
             self._loop_runner.stop()
             return None
         if asynchronous:
-            return self._close()
+            return asyncio.wait_for(self._close(), t)
         try:
             if (not self.loop.is_closed() and self._loop_runner.is_started) or self._loop_runner.thread is None:
-                self.sync(self._close)
+                self.sync(self._close, callback_timeout=t)
+        except TimeoutError:
+            raise
         except Exception:
             logger.debug("Error while closing the client", exc_info=True)
         finally:
@@ -859,6 +880,12 @@ class Client(Generic[AsyncT]):
     ) -> Future:
         """Run ``func(*args, **kwargs)`` on the cluster; return a :class:`Future`.
 
+        ``key``, ``workers``, ``resources``, ``retries``, ``priority``,
+        ``allow_other_workers`` and ``pure`` work as in dask.distributed.
+        ``fifo_timeout`` is accepted as the hint it is there and has no effect
+        (tasks of one call are ordered by submission anyway).  ``actor=True``
+        and ``actors=True`` are refused (``NotImplementedError``).
+
         Examples
         --------
         >>> c.submit(add, 1, 2)  # doctest: +SKIP
@@ -866,6 +893,7 @@ class Client(Generic[AsyncT]):
         """
         if not callable(func):
             raise TypeError("First input to submit must be a callable function")
+        refuse_unsupported("Client.submit", actor=actor, actors=actors)
         if key is None:
             if pure:
                 key = f"{funcname(func)}-{tokenize(func, kwargs, *args)}"
@@ -898,9 +926,15 @@ class Client(Generic[AsyncT]):
         batch_size: int | None = None,
         **kwargs: Any,
     ) -> list[Future]:
-        """Apply ``func`` to each element of the iterables; return a list of futures."""
+        """Apply ``func`` to each element of the iterables; return a list of futures.
+
+        Parameters as in :meth:`submit`; ``batch_size`` sets how many tasks go
+        to the scheduler per message (default
+        ``distributed.client.graph-chunk-size``).
+        """
         if not callable(func):
             raise TypeError("First input to map must be a callable function")
+        refuse_unsupported("Client.map", actor=actor, actors=actors)
         if all(isinstance(it, (Future,)) for it in iterables) and iterables:
             raise TypeError("map() needs iterables, not futures")
         seqs = [list(it) for it in iterables]
@@ -930,7 +964,8 @@ class Client(Generic[AsyncT]):
             list(args_of),
             node,
             keys,
-            chunk_size=_graph_chunk_size(),
+            # ``batch_size`` sets how many tasks go to the scheduler per message.
+            chunk_size=max(int(batch_size), 1) if batch_size else _graph_chunk_size(),
             all_wanted=True,
             global_annotations=_annotations(workers, resources, retries, allow_other_workers),
             user_priority=priority,
@@ -990,6 +1025,7 @@ class Client(Generic[AsyncT]):
         **kwargs: Any,
     ) -> Any:
         """Start computing collections; return futures (or results with ``sync=True``)."""
+        refuse_unsupported("Client.compute", actors=bool(actors), **{k: True for k in kwargs})
         singleton = not isinstance(collections, (list, tuple, set))
         seq = [collections] if singleton else list(collections)
         dask_idx = [i for i, c in enumerate(seq) if is_dask_collection(c)]
@@ -1029,6 +1065,7 @@ class Client(Generic[AsyncT]):
         **kwargs: Any,
     ) -> Any:
         """Start computing collections; return them backed by futures."""
+        refuse_unsupported("Client.persist", actors=bool(actors), **{k: True for k in kwargs})
         singleton = not isinstance(collections, (list, tuple))
         seq = [collections] if singleton else list(collections)
         dask_idx = [i for i, c in enumerate(seq) if is_dask_collection(c)]
@@ -1073,6 +1110,7 @@ class Client(Generic[AsyncT]):
         **kwargs: Any,
     ) -> Any:
         """Compute a graph (an ``Expr`` or a dict) and return the values of ``keys``."""
+        refuse_unsupported("Client.get", actors=bool(actors), direct=direct is False, **{k: True for k in kwargs})
         expr = graph_expr(dsk)
         flat = flatten_keys(keys) if isinstance(keys, list) else [keys]
         for k in flat:
@@ -1224,6 +1262,7 @@ class Client(Generic[AsyncT]):
         ``errors="raise"`` re-raises the first error; ``"skip"`` leaves erred
         futures out.
         """
+        refuse_unsupported("Client.gather", direct=direct is False)
         if isinstance(futures, Iterator):
             return (self.gather(f, errors=errors, direct=direct) for f in futures)
         if thread_state.__dict__.get("worker") is not None and not self.asynchronous:
@@ -1260,7 +1299,7 @@ class Client(Generic[AsyncT]):
             m.WorkersRequest(op="nthreads", workers=_as_worker_list(workers))
         )
         if not nthreads:
-            deadline = time.monotonic() + self._timeout
+            deadline = time.monotonic() + (self._timeout if timeout is None else parse_timedelta(timeout))
             while not nthreads:
                 if time.monotonic() > deadline:
                     raise TimeoutError("No valid workers found to scatter to")
@@ -1362,9 +1401,20 @@ class Client(Generic[AsyncT]):
         timeout: Any = no_default,
         asynchronous: bool | None = None,
     ) -> Any:
-        """Move data to workers; return futures in the same structure."""
+        """Move data to workers; return futures in the same structure.
+
+        ``timeout`` bounds the wait for a worker to scatter to (default: the
+        client's connect timeout).
+        """
+        refuse_unsupported("Client.scatter", direct=direct is False)
         return self.sync(
-            self._scatter, data, workers=workers, broadcast=broadcast, hash=hash, asynchronous=asynchronous
+            self._scatter,
+            data,
+            workers=workers,
+            broadcast=broadcast,
+            hash=hash,
+            timeout=None if timeout is no_default else timeout,
+            asynchronous=asynchronous,
         )
 
     # -- cancel, retry ------------------------------------------------------------------------
@@ -1575,6 +1625,7 @@ class Client(Generic[AsyncT]):
 
         A ``dask_worker`` keyword argument, if the function takes one, receives the worker.
         """
+        refuse_unsupported("Client.run", nanny=nanny)
         return self.sync(
             self._run,
             function,
@@ -1738,11 +1789,17 @@ class Client(Generic[AsyncT]):
     def scheduler_info(
         self, n_workers: int = 5, *, asynchronous: bool | None = None
     ) -> dict[str, Any] | Awaitable[dict[str, Any]]:
-        """The scheduler's identity and its workers."""
-        info = self.sync(self._request, m.Empty(op="identity"), asynchronous=asynchronous)
-        if isinstance(info, dict):
+        """The scheduler's identity and its workers (the first ``n_workers`` of them; all with -1)."""
+
+        async def info_of() -> dict[str, Any]:
+            info: dict[str, Any] = await self._request(m.Empty(op="identity"))
             self._scheduler_identity = info
-        return info
+            workers = info.get("workers")
+            if n_workers >= 0 and isinstance(workers, dict) and len(workers) > n_workers:
+                info = {**info, "workers": dict(itertools.islice(workers.items(), n_workers))}
+            return info
+
+        return self.sync(info_of, asynchronous=asynchronous)
 
     @overload
     def nthreads(
@@ -1886,8 +1943,18 @@ class Client(Generic[AsyncT]):
     def nbytes(
         self, keys: Any = None, summary: bool = True, *, asynchronous: bool | None = None
     ) -> dict[Key, int] | dict[str, int] | Awaitable[dict[Key, int] | dict[str, int]]:
-        """Bytes held per key."""
-        return self.sync(self._request, m.OptionalKeysRequest(op="nbytes", keys=keys), asynchronous=asynchronous)
+        """Bytes held per key; with ``summary``, per key prefix (``inc-<token>`` counts under ``inc``)."""
+
+        async def nbytes_of() -> dict[Key, int] | dict[str, int]:
+            per_key: dict[Key, int] = await self._request(m.OptionalKeysRequest(op="nbytes", keys=keys))
+            if not summary:
+                return per_key
+            per_prefix: defaultdict[str, int] = defaultdict(int)
+            for k, n in per_key.items():
+                per_prefix[key_split(k)] += n
+            return dict(per_prefix)
+
+        return self.sync(nbytes_of, asynchronous=asynchronous)
 
     @overload
     def story(
@@ -2021,6 +2088,7 @@ class Client(Generic[AsyncT]):
         self, check: bool = False, packages: Any = None, *, asynchronous: bool | None = None
     ) -> dict[str, Any] | Awaitable[dict[str, Any]]:
         """Versions of the main packages here."""
+        refuse_unsupported("Client.get_versions", check=check, packages=bool(packages))
         import sys
 
         from distributed.dask_api import dask_version
@@ -2040,6 +2108,19 @@ class _SchedulerHandle:
     @property
     def address(self) -> str | None:
         return self._client.scheduler_address
+
+
+def refuse_unsupported(where: str, **given: bool) -> None:
+    """Refuse, by name, the first parameter given a value this client cannot honour yet.
+
+    Raises
+    ------
+    NotImplementedError
+        Naming ``where`` and the parameter, e.g. ``Client(security=...)``.
+    """
+    for name, unsupported in given.items():
+        if unsupported:
+            raise NotImplementedError(f"{where}({name}=...) is not supported yet")
 
 
 def _make_task(key: Key, func: Callable[..., Any], args: Iterable[Any], kwargs: Mapping[str, Any]) -> Task:
