@@ -89,6 +89,9 @@ _global_clients: weakref.WeakValueDictionary[int, Client] = weakref.WeakValueDic
 _global_client_index = itertools.count()
 _current_client: contextvars.ContextVar[Client | None] = contextvars.ContextVar("_current_client", default=None)
 
+#: Closes of clients that were garbage collected, kept alive until they finish.
+_abandoned: set[asyncio.Task[None]] = set()
+
 _SHUFFLE_CONFIG = {"dataframe.shuffle.method": "tasks", "array.rechunk.method": "tasks"}
 
 
@@ -652,11 +655,27 @@ class Client(Generic[AsyncT]):
         await self._close()
 
     def __del__(self) -> None:
-        if getattr(self, "status", "closed") != "closed" and not self.asynchronous:
-            try:
-                self.close()
-            except Exception:
-                pass
+        # A finaliser runs inside whatever the collector interrupted (maybe
+        # this client's loop): it must not block or do I/O, so the loop closes.
+        if getattr(self, "status", "closed") in ("closed", "closing") or self.asynchronous:
+            return
+        try:
+            self.loop.call_soon_threadsafe(self._close_abandoned)
+        except RuntimeError:  # the loop is closed
+            pass
+
+    def _close_abandoned(self) -> None:
+        """On the loop: close a client nobody holds any more, then stop its own loop."""
+
+        def done(task: asyncio.Task[None]) -> None:
+            _abandoned.discard(task)
+            self.status = "closed"
+            self._restore_config()
+            self._loop_runner.stop()
+
+        task = asyncio.ensure_future(self._close())
+        _abandoned.add(task)  # the loop keeps only a weak reference to a task
+        task.add_done_callback(done)
 
     def __repr__(self) -> str:
         return f"<Client: {self.scheduler_address!r} status={self.status}>"

@@ -11,6 +11,11 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import threading
+from typing import Any
+
+from distributed import Client
+from distributed.utils_test import cluster, inc, poll_for
 
 REPRO = textwrap.dedent(
     """
@@ -74,3 +79,30 @@ def test_future_finalised_while_client_makes_futures() -> None:
     proc = subprocess.run([sys.executable, "-c", REPRO], capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().endswith("OK")
+
+
+def test_client_finaliser_on_its_own_loop_hands_the_close_to_the_loop() -> None:
+    """Client.__del__ run on the client's own loop thread neither blocks nor skips the close.
+
+    (A connected client stays reachable from its loop through its stream
+    task, so the finaliser is called directly here, where and as the
+    collector would call it.)
+    """
+    with cluster(nworkers=1) as (scheduler, _):
+        with Client(scheduler["address"], set_as_default=False) as watcher:
+
+            def clients_on_scheduler(dask_scheduler: Any) -> list[str]:
+                return [c for c in dask_scheduler.clients if c.startswith("Client-")]
+
+            client = Client(scheduler["address"], set_as_default=False)
+            assert client.submit(inc, 1).result() == 2
+            done = threading.Event()
+
+            def finalise() -> None:
+                client.__del__()
+                done.set()
+
+            client.loop.call_soon_threadsafe(finalise)
+            assert done.wait(10), "the finaliser blocked the loop"
+            poll_for(lambda: client.id not in watcher.run_on_scheduler(clients_on_scheduler), 10)
+            poll_for(lambda: client.status == "closed", 10)
