@@ -323,8 +323,9 @@ class Client(Generic[AsyncT]):
             "cancelled-keys": StreamRoute(m.CancelledKeys, self._on_cancelled_keys),
             "lost-data": StreamRoute(m.LostData, self._on_lost_data),
             "stream-barrier": StreamRoute(m.StreamBarrierReached, self._on_stream_barrier),
-            "stream-closed": StreamRoute(m.StreamClosed, self._on_stream_closed),
         }
+        #: Whether reports are checked (not those from a scheduler in this process).
+        self._check_reports = True
         self.scheduler_comm: BatchedSend | None = None
         self._comm: Comm | None = None
         self.pool = ConnectionPool(limit=connection_limit)
@@ -435,11 +436,11 @@ class Client(Generic[AsyncT]):
 
     async def _handle_report(self, comm: Comm) -> None:
         # Messages from this process were built as declared; others are checked.
-        check = not comm.same_process
+        self._check_reports = not comm.same_process
         try:
             while True:
                 msgs = await comm.read()
-                self._handle_report_batch(msgs, check)
+                self._handle_report_batch(msgs)
         except (CommClosedError, asyncio.CancelledError):
             pass
         if self.status not in ("closing", "closed"):
@@ -450,28 +451,31 @@ class Client(Generic[AsyncT]):
                 if not fs.done():
                     fs.cancel("scheduler-connection-lost")
 
-    def _handle_report_batch(self, msgs: Any, check: bool = True) -> None:
-        """Handle a batch of scheduler reports; a malformed or unknown message is logged and dropped."""
+    def _handle_report_batch(self, msgs: Any) -> None:
+        """Handle a batch of scheduler reports."""
         if isinstance(msgs, dict):
             msgs = (msgs,)
         if not isinstance(msgs, (list, tuple)):
             logger.warning("Dropping a malformed batch from the scheduler: %s", type(msgs).__name__)
             return
-        routes = self._report_routes
         for msg in msgs:
-            op = msg.get("op") if isinstance(msg, dict) else None
-            route = routes.get(op) if isinstance(op, str) else None
-            if route is None:
-                logger.warning("Dropping an unknown message from the scheduler: %r", op)
-                continue
-            problem = route.check(msg) if check else None
-            if problem is not None:
-                logger.warning("Dropping a malformed %r message from the scheduler: %s", op, problem)
-                continue
-            try:
-                route.func(msg)
-            except Exception:
-                logger.exception("Handling a %r message from the scheduler failed", op)
+            self._handle_report_msg(msg)
+
+    def _handle_report_msg(self, msg: Any) -> None:
+        """Handle one scheduler report; a malformed or unknown message is logged and dropped."""
+        op = msg.get("op") if isinstance(msg, dict) else None
+        route = self._report_routes.get(op) if isinstance(op, str) else None
+        if route is None:
+            logger.warning("Dropping an unknown message from the scheduler: %r", op)
+            return
+        problem = route.check(msg) if self._check_reports else None
+        if problem is not None:
+            logger.warning("Dropping a malformed %r message from the scheduler: %s", op, problem)
+            return
+        try:
+            route.func(msg)
+        except Exception:
+            logger.exception("Handling a %r message from the scheduler failed", op)
 
     def _on_key_in_memory(self, msg: m.KeyInMemory) -> None:
         fs = self.futures.get(msg["key"])
@@ -499,9 +503,6 @@ class Client(Generic[AsyncT]):
         reached = self._barriers.pop(msg["id"], None)
         if reached is not None:
             _wake([reached])
-
-    def _on_stream_closed(self, msg: m.StreamClosed) -> None:
-        logger.info("The scheduler closed the stream")
 
     @property
     def futures(self) -> dict[Key, FutureState]:
