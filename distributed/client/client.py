@@ -1243,7 +1243,7 @@ class Client(Generic[AsyncT]):
         return await self.pool.call(self._address, msg)
 
     async def _scheduler_call(self, msg: Mapping[str, Any]) -> Any:
-        """:meth:`_request` for messages not declared in ``protocol.messages`` yet (the lock's)."""
+        """:meth:`_request` for messages declared outside the client's section (coordination primitives)."""
         return await self._request(msg)  # type: ignore[arg-type]  # shape checked by the scheduler's route
 
     @overload
@@ -2120,7 +2120,7 @@ class Client(Generic[AsyncT]):
 
 
 class _SchedulerHandle:
-    """``client.scheduler``: the scheduler's address."""
+    """``client.scheduler``: the scheduler's address and a way to send it a request."""
 
     def __init__(self, client: Client) -> None:
         self._client = client
@@ -2128,6 +2128,14 @@ class _SchedulerHandle:
     @property
     def address(self) -> str | None:
         return self._client.scheduler_address
+
+    async def call(self, op: str, **fields: Any) -> Any:
+        """Send the request ``op`` with ``fields`` to the scheduler and return its reply.
+
+        For messages declared outside the client (coordination primitives):
+        callers pass a declared message as ``call(**msg)``.
+        """
+        return await self._client._scheduler_call(dict(fields, op=op))
 
 
 def refuse_unsupported(where: str, **given: bool) -> None:
