@@ -32,7 +32,7 @@ import psutil
 import pytest
 
 from distributed.client import Client
-from distributed.client.client import _global_clients
+from distributed.client.client import global_clients
 from distributed.scheduler import Scheduler
 from distributed.utils import LoopRunner, sync
 from distributed.worker import Worker
@@ -283,7 +283,7 @@ def clean(
 
 
 def _close_stale_clients() -> None:
-    for client in list(_global_clients.values()):
+    for client in global_clients():
         if client.status != "closed" and not client.asynchronous:
             client.close()
 

@@ -1009,9 +1009,9 @@ def get_client(address: str | None = None, timeout: float | str | None = None, r
     worker = getattr(thread_state, "worker", None)
     if isinstance(worker, Worker):
         return worker._get_client(timeout=parse_timedelta(timeout) if timeout is not None else None)
-    from distributed.client.client import Client, _get_default_client
+    from distributed.client.client import Client, get_default_client
 
-    client = _get_default_client()
+    client = get_default_client()
     if client is not None and (address is None or client.scheduler_address == address):
         return client
     if address is not None:

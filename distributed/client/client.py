@@ -20,13 +20,12 @@ import atexit
 import contextvars
 import itertools
 import logging
-import threading
 import time
 import uuid
 import weakref
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
+from collections.abc import Awaitable, Callable, Collection, Generator, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Final, Generic, Literal, Self, TypeVar, overload
 
 import dask
 import dask.config
@@ -34,14 +33,16 @@ from dask._task_spec import GraphNode, Task, TaskRef, convert_legacy_graph, pars
 from dask.base import collections_to_expr, tokenize
 from dask.core import validate_key
 from dask.typing import NoDefault, no_default
-from dask.utils import funcname, parse_timedelta, typename
+from dask.utils import funcname, key_split, parse_timedelta, typename
 
 from distributed.batched import BatchedSend
-from distributed.client.future import Future, FutureState
+from distributed.client.future import Future, FutureState, collect_futures
 from distributed.client.graph_parts import GraphPlan, PendingParts, dependencies_first, start_background_parts
+from distributed.client.outbox import Outbox, StreamMessage
+from distributed.client.registry import FutureRegistry
 from distributed.comm import Comm, CommClosedError, connect
 from distributed.config import get_interval
-from distributed.core import ConnectionPool, error_message, rebuild_exception, send_recv
+from distributed.core import ConnectionPool, StreamRoute, error_message, rebuild_exception, send_recv
 from distributed.dask_api import (
     as_delayed,
     expr_keys,
@@ -52,14 +53,10 @@ from distributed.dask_api import (
     is_dask_collection,
     is_low_level_expr,
 )
-from distributed.exceptions import FutureCancelledError, LostDataError
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.protocol.serialize import Serialize, unwrap
 from distributed.utils import LoopRunner, sync, thread_state
-
-if TYPE_CHECKING:
-    pass
 
 logger = logging.getLogger(__name__)
 
@@ -69,10 +66,22 @@ __all__ = [
     "Client",
     "Future",
     "default_client",
+    "get_default_client",
     "get_task_metadata",
+    "global_clients",
 ]
 
 T = TypeVar("T")
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeVar as TypeVarWithDefault
+
+    #: Whether a client is asynchronous, when known statically: ``Client()``
+    #: is a ``Client[Literal[False]]``, ``Client(asynchronous=True)`` a
+    #: ``Client[Literal[True]]``; a plain ``Client`` annotation leaves it open.
+    AsyncT = TypeVarWithDefault("AsyncT", bound=bool, default=bool, covariant=True)
+else:
+    AsyncT = TypeVar("AsyncT", bound=bool, covariant=True)
 
 FIRST_COMPLETED: Literal["FIRST_COMPLETED"] = "FIRST_COMPLETED"
 ALL_COMPLETED: Literal["ALL_COMPLETED"] = "ALL_COMPLETED"
@@ -81,10 +90,19 @@ _global_clients: weakref.WeakValueDictionary[int, Client] = weakref.WeakValueDic
 _global_client_index = itertools.count()
 _current_client: contextvars.ContextVar[Client | None] = contextvars.ContextVar("_current_client", default=None)
 
+#: Closes of clients that were garbage collected, kept alive until they finish.
+_abandoned: set[asyncio.Task[None]] = set()
+
 _SHUFFLE_CONFIG = {"dataframe.shuffle.method": "tasks", "array.rechunk.method": "tasks"}
 
 
-def _get_default_client() -> Client | None:
+def global_clients() -> list[Client]:
+    """The clients registered as defaults (``set_as_default=True``), oldest first."""
+    return [c for _, c in sorted(_global_clients.items())]
+
+
+def get_default_client() -> Client | None:
+    """The client ``dask.compute`` would use now: the current one, else the newest default one; or None."""
     c = _current_client.get()
     if c is not None and c.status not in ("closed", "closing"):
         return c
@@ -103,7 +121,7 @@ def default_client(c: Client | None = None) -> Client:
     ValueError
         When there is none.
     """
-    c = c or _get_default_client()
+    c = c or get_default_client()
     if c is None:
         raise ValueError(
             "No clients found\nStart a client and point it to the scheduler address\n"
@@ -112,7 +130,7 @@ def default_client(c: Client | None = None) -> Client:
     return c
 
 
-class Client:
+class Client(Generic[AsyncT]):
     """Connect to and submit computation to a cluster.
 
     Parameters
@@ -133,9 +151,15 @@ class Client:
     name
         Shown in logs.
     direct_to_workers
-        Fetch results straight from workers (always the case here).
+        Results always come straight from the workers: None and True are
+        accepted, False is refused.
+    connection_limit
+        Most connections open at once (to workers).
+    security, heartbeat_interval, serializers, deserializers, extensions
+        Not supported yet: a value other than the default raises
+        ``NotImplementedError`` naming the parameter.
     **kwargs
-        Passed to ``LocalCluster`` when no address is given.
+        Passed to ``LocalCluster`` when no address is given (refused otherwise).
 
     Examples
     --------
@@ -145,6 +169,71 @@ class Client:
     """
 
     _instances: weakref.WeakSet[Client] = weakref.WeakSet()
+
+    @overload
+    def __init__(
+        self: Client[Literal[False]],
+        address: Any = None,
+        loop: Any = None,
+        timeout: float | str | NoDefault | None = no_default,
+        set_as_default: bool = True,
+        scheduler_file: str | None = None,
+        security: Any = None,
+        asynchronous: Literal[False] = False,
+        name: str | None = None,
+        heartbeat_interval: Any = None,
+        serializers: Any = None,
+        deserializers: Any = None,
+        extensions: Any = None,
+        direct_to_workers: bool | None = None,
+        connection_limit: int = 512,
+        _in_worker: bool = False,
+        **kwargs: Any,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: Client[Literal[True]],
+        address: Any = None,
+        loop: Any = None,
+        timeout: float | str | NoDefault | None = no_default,
+        set_as_default: bool = True,
+        scheduler_file: str | None = None,
+        security: Any = None,
+        *,
+        asynchronous: Literal[True],
+        name: str | None = None,
+        heartbeat_interval: Any = None,
+        serializers: Any = None,
+        deserializers: Any = None,
+        extensions: Any = None,
+        direct_to_workers: bool | None = None,
+        connection_limit: int = 512,
+        _in_worker: bool = False,
+        **kwargs: Any,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: Client[bool],
+        address: Any = None,
+        loop: Any = None,
+        timeout: float | str | NoDefault | None = no_default,
+        set_as_default: bool = True,
+        scheduler_file: str | None = None,
+        security: Any = None,
+        *,
+        asynchronous: bool,
+        name: str | None = None,
+        heartbeat_interval: Any = None,
+        serializers: Any = None,
+        deserializers: Any = None,
+        extensions: Any = None,
+        direct_to_workers: bool | None = None,
+        connection_limit: int = 512,
+        _in_worker: bool = False,
+        **kwargs: Any,
+    ) -> None: ...
 
     def __init__(
         self,
@@ -165,6 +254,18 @@ class Client:
         _in_worker: bool = False,
         **kwargs: Any,
     ) -> None:
+        refuse_unsupported(
+            "Client",
+            security=security not in (None, False),
+            heartbeat_interval=heartbeat_interval is not None,
+            serializers=serializers is not None,
+            deserializers=deserializers is not None,
+            extensions=bool(extensions),
+            direct_to_workers=direct_to_workers is False,
+        )
+        if kwargs and (address is not None or scheduler_file is not None):
+            # They configure the LocalCluster started when no address is given.
+            raise TypeError(f"Client() got unexpected keyword arguments {sorted(kwargs)} (an address was given)")
         if timeout is no_default or timeout is None:
             timeout_value: Any = dask.config.get("distributed.comm.timeouts.connect")
         else:
@@ -205,24 +306,28 @@ class Client:
         self._address: str | None = address
         self.scheduler_address: str | None = address
         self.status = "newly-created"
-        self.futures: dict[Key, FutureState] = {}
-        self.refcount: defaultdict[Key, int] = defaultdict(int)
-        self._ref_lock = threading.Lock()
-        #: Graph messages and key releases, in the order they were made; the
-        #: loop sends them in that order (a release never overtakes a graph
-        #: that depends on the key).
-        self._outbox: list[tuple[int, Any]] = []
+        #: Stream messages and key releases, in the order they were made.
+        self.outbox = Outbox(self.id, _graph_chunk_size())
+        #: The futures of this client and their reference counts.
+        self.registry = FutureRegistry(self, self.outbox, self._kick_outbox)
         self._outbox_scheduled = False
-        #: Graphs whose later parts a background thread is still serialising.
-        self._graph_parts: list[PendingParts] = []
         #: Calls to the scheduler waiting until every queued graph part is sent.
         self._parts_waiters: list[asyncio.Future[None]] = []
-        #: Graphs sent in parts so far, and how many of them the scheduler
-        #: is known to have received (a stream barrier came back after them).
-        self._parts_made = 0
+        #: How many graphs sent in parts the scheduler is known to have
+        #: received (a stream barrier came back after them).
         self._parts_confirmed = 0
         self._barrier_ids = itertools.count()
         self._barriers: dict[int, asyncio.Future[None]] = {}
+        #: What the scheduler may report on the stream, each checked against its declaration.
+        self._report_routes: dict[str, StreamRoute[Any]] = {
+            "key-in-memory": StreamRoute(m.KeyInMemory, self._on_key_in_memory),
+            "task-erred": StreamRoute(m.ClientTaskErred, self._on_task_erred),
+            "cancelled-keys": StreamRoute(m.CancelledKeys, self._on_cancelled_keys),
+            "lost-data": StreamRoute(m.LostData, self._on_lost_data),
+            "stream-barrier": StreamRoute(m.StreamBarrierReached, self._on_stream_barrier),
+        }
+        #: Whether reports are checked (not those from a scheduler in this process).
+        self._check_reports = True
         self.scheduler_comm: BatchedSend | None = None
         self._comm: Comm | None = None
         self.pool = ConnectionPool(limit=connection_limit)
@@ -281,10 +386,10 @@ class Client:
             if c is self:
                 del _global_clients[k]
 
-    def __await__(self) -> Any:
+    def __await__(self) -> Generator[Any, None, Self]:
         return self._start_once().__await__()
 
-    async def _start_once(self) -> Client:
+    async def _start_once(self) -> Self:
         if self.status == "running":
             return self
         if self._started is None:
@@ -311,7 +416,7 @@ class Client:
         self.scheduler_address = self._address
         comm = await connect(self._address, timeout=self._timeout, name="client->scheduler")
         try:
-            await comm.write({"op": "register-client", "client": self.id})
+            await comm.write(m.RegisterClient(op="register-client", client=self.id))
             response = await asyncio.wait_for(comm.read(), self._timeout)
         except BaseException:
             comm.abort()
@@ -328,22 +433,18 @@ class Client:
         self._stream_task = asyncio.get_running_loop().create_task(self._handle_report(comm), name="client-report")
         self.status = "running"
         # Known from the start, e.g. for dashboard_link.
-        self._scheduler_identity = await self._scheduler_call(m.Empty(op="identity"))
-        if self._outbox:
+        self._scheduler_identity = await self._request(m.Empty(op="identity"))
+        if len(self.outbox):
             self._drain_outbox()
         return self
 
     async def _handle_report(self, comm: Comm) -> None:
+        # Messages from this process were built as declared; others are checked.
+        self._check_reports = not comm.same_process
         try:
             while True:
                 msgs = await comm.read()
-                if isinstance(msgs, dict):
-                    msgs = (msgs,)
-                for msg in msgs:
-                    try:
-                        self._handle_report_msg(msg)
-                    except Exception:
-                        logger.exception("Bad message from the scheduler: %r", msg)
+                self._handle_report_batch(msgs)
         except (CommClosedError, asyncio.CancelledError):
             pass
         if self.status not in ("closing", "closed"):
@@ -354,39 +455,73 @@ class Client:
                 if not fs.done():
                     fs.cancel("scheduler-connection-lost")
 
-    def _handle_report_msg(self, msg: Mapping[str, Any]) -> None:
-        op = msg.get("op")
-        if op == "key-in-memory":
-            fs = self.futures.get(msg["key"])
+    def _handle_report_batch(self, msgs: Any) -> None:
+        """Handle a batch of scheduler reports."""
+        if isinstance(msgs, dict):
+            msgs = (msgs,)
+        if not isinstance(msgs, (list, tuple)):
+            logger.warning("Dropping a malformed batch from the scheduler: %s", type(msgs).__name__)
+            return
+        for msg in msgs:
+            self._handle_report_msg(msg)
+
+    def _handle_report_msg(self, msg: Any) -> None:
+        """Handle one scheduler report; a malformed or unknown message is logged and dropped."""
+        op = msg.get("op") if isinstance(msg, dict) else None
+        route = self._report_routes.get(op) if isinstance(op, str) else None
+        if route is None:
+            logger.warning("Dropping an unknown message from the scheduler: %r", op)
+            return
+        problem = route.check(msg) if self._check_reports else None
+        if problem is not None:
+            logger.warning("Dropping a malformed %r message from the scheduler: %s", op, problem)
+            return
+        try:
+            route.func(msg)
+        except Exception:
+            logger.exception("Handling a %r message from the scheduler failed", op)
+
+    def _on_key_in_memory(self, msg: m.KeyInMemory) -> None:
+        fs = self.futures.get(msg["key"])
+        if fs is not None:
+            fs.finish(msg["workers"], msg.get("type"))
+
+    def _on_task_erred(self, msg: m.ClientTaskErred) -> None:
+        fs = self.futures.get(msg["key"])
+        if fs is not None:
+            fs.set_error(msg, msg["traceback"])
+
+    def _on_cancelled_keys(self, msg: m.CancelledKeys) -> None:
+        reason = msg.get("reason")
+        for key in msg["keys"]:
+            fs = self.futures.get(key)
             if fs is not None:
-                fs.finish(msg.get("workers", ()), msg.get("type"))
-        elif op == "task-erred":
-            fs = self.futures.get(msg["key"])
-            if fs is not None:
-                fs.set_error(msg, msg.get("traceback"))
-        elif op == "cancelled-keys":
-            for key in msg["keys"]:
-                fs = self.futures.get(key)
-                if fs is not None:
-                    fs.cancel(msg.get("reason"))
-        elif op == "lost-data":
-            # The key left memory; the scheduler recomputes it (key-in-memory
-            # follows) or reports why it cannot (task-erred): wait again.
-            fs = self.futures.get(msg["key"])
-            if fs is not None and fs.status == "finished":
-                fs.reset()
-        elif op == "stream-barrier":
-            reached = self._barriers.pop(msg["id"], None)
-            if reached is not None:
-                _wake([reached])
-        else:
-            logger.debug("Unknown message from the scheduler: %r", op)
+                fs.cancel(reason)
+
+    def _on_lost_data(self, msg: m.LostData) -> None:
+        # The key left memory; the scheduler recomputes it (key-in-memory
+        # follows) or reports why it cannot (task-erred): wait again.
+        fs = self.futures.get(msg["key"])
+        if fs is not None and fs.status == "finished":
+            fs.reset()
+
+    def _on_stream_barrier(self, msg: m.StreamBarrierReached) -> None:
+        reached = self._barriers.pop(msg["id"], None)
+        if reached is not None:
+            _wake([reached])
+
+    @property
+    def futures(self) -> dict[Key, FutureState]:
+        """The state of each key this client holds futures of."""
+        return self.registry.states
+
+    @property
+    def refcount(self) -> dict[Key, int]:
+        """Live futures per key."""
+        return self.registry.counts
 
     def _in_loop_thread(self) -> bool:
-        try:
-            return asyncio.get_running_loop() is self.loop
-        except RuntimeError:
-            return False
+        return self.registry.on_loop()
 
     def sync(
         self,
@@ -395,7 +530,7 @@ class Client:
         asynchronous: bool | None = None,
         callback_timeout: Any = None,
         **kwargs: Any,
-    ) -> Any:
+    ) -> T | Awaitable[T]:
         """Run ``func`` on the client's loop: await it, or return an awaitable when asynchronous."""
         asynchronous = self.asynchronous if asynchronous is None else asynchronous
         if asynchronous or self._in_loop_thread():
@@ -406,28 +541,23 @@ class Client:
         return sync(self.loop, func, *args, callback_timeout=callback_timeout, **kwargs)
 
     def _call_in_loop(self, fn: Callable[[], None]) -> None:
-        if self._in_loop_thread():
-            fn()
-        elif not self.loop.is_closed():
-            self.loop.call_soon_threadsafe(fn)
+        self.registry.call_soon(fn)
 
     async def _close(self, fast: bool = False) -> None:
         if self.status == "closed" and self._comm is None:
             return
         self.status = "closing"
-        with self._ref_lock:
-            for parts in self._graph_parts:
-                parts.stop = True
-            self._graph_parts = []
-            waiters, self._parts_waiters = self._parts_waiters, []
+        self.outbox.stop_parts()
+        waiters, self._parts_waiters = self._parts_waiters, []
         _wake(waiters)
         self._wake_barriers()
         bs = self.scheduler_comm
         if bs is not None:
             try:
-                if self.refcount:
-                    bs.send({"op": "client-releases-keys", "client": self.id, "keys": list(self.refcount)})
-                bs.send({"op": "close-client", "client": self.id})
+                held = self.registry.held_keys()
+                if held:
+                    bs.send(m.ClientKeys(op="client-releases-keys", client=self.id, keys=held))
+                bs.send(m.CloseClient(op="close-client", client=self.id))
             except CommClosedError:
                 pass
             await bs.close(timeout=2)
@@ -449,18 +579,38 @@ class Client:
         self.status = "closed"
         self._restore_config()
 
-    def close(self, timeout: Any = no_default) -> Any:
+    @overload
+    def close(
+        self: Client[Literal[False]], timeout: Any = no_default, *, asynchronous: Literal[False] | None = None
+    ) -> None: ...
+
+    @overload
+    def close(
+        self: Client[Literal[True]], timeout: Any = no_default, *, asynchronous: Literal[True] | None = None
+    ) -> Awaitable[None]: ...
+
+    @overload
+    def close(self, timeout: Any = no_default, *, asynchronous: Literal[True]) -> Awaitable[None]: ...
+
+    @overload
+    def close(self, timeout: Any = no_default, *, asynchronous: bool | None = None) -> Awaitable[None] | None: ...
+
+    def close(self, timeout: Any = no_default, *, asynchronous: bool | None = None) -> Awaitable[None] | None:
         """Close the client (and the LocalCluster it started, if any)."""
+        asynchronous = self.asynchronous if asynchronous is None else asynchronous
+        t = None if timeout is no_default or timeout is None else parse_timedelta(timeout)
         if self.status == "closed":
-            if self.asynchronous:
+            if asynchronous:
                 return _noop()
             self._loop_runner.stop()
             return None
-        if self.asynchronous:
-            return self._close()
+        if asynchronous:
+            return asyncio.wait_for(self._close(), t)
         try:
             if (not self.loop.is_closed() and self._loop_runner.is_started) or self._loop_runner.thread is None:
-                self.sync(self._close)
+                self.sync(self._close, callback_timeout=t)
+        except TimeoutError:
+            raise
         except Exception:
             logger.debug("Error while closing the client", exc_info=True)
         finally:
@@ -469,7 +619,19 @@ class Client:
             self._loop_runner.stop()
         return None
 
-    def shutdown(self) -> Any:
+    @overload
+    def shutdown(self: Client[Literal[False]], *, asynchronous: Literal[False] | None = None) -> None: ...
+
+    @overload
+    def shutdown(self: Client[Literal[True]], *, asynchronous: Literal[True] | None = None) -> Awaitable[None]: ...
+
+    @overload
+    def shutdown(self, *, asynchronous: Literal[True]) -> Awaitable[None]: ...
+
+    @overload
+    def shutdown(self, *, asynchronous: bool | None = None) -> Awaitable[None] | None: ...
+
+    def shutdown(self, *, asynchronous: bool | None = None) -> Awaitable[None] | None:
         """Close the scheduler and workers (or the cluster object), then the client.
 
         With a cluster object (or the LocalCluster the client started), the
@@ -479,6 +641,7 @@ class Client:
         cluster = self.cluster
         if (
             not self.asynchronous
+            and not asynchronous
             and cluster is not None
             and not self._own_cluster
             and not getattr(cluster, "asynchronous", False)
@@ -488,24 +651,25 @@ class Client:
             self.close()
             cluster.close()
             return None
-        return self.sync(self._shutdown)
 
-    async def _shutdown(self) -> None:
-        cluster = self.cluster
-        if cluster is None:
-            await self._scheduler_call({"op": "terminate"})
-            await self._close()
-        elif self._own_cluster:
-            await self._close()  # closes the cluster it started
-        else:
-            await self._close()
-            if getattr(cluster, "asynchronous", False):
-                await cluster.close()
+        async def _shutdown() -> None:
+            cluster = self.cluster
+            if cluster is None:
+                await self._request(m.Empty(op="terminate"))
+                await self._close()
+            elif self._own_cluster:
+                await self._close()  # closes the cluster it started
             else:
-                # A synchronous cluster object under an asynchronous client.
-                await asyncio.get_running_loop().run_in_executor(None, cluster.close)
+                await self._close()
+                if getattr(cluster, "asynchronous", False):
+                    await cluster.close()
+                else:
+                    # A synchronous cluster object under an asynchronous client.
+                    await asyncio.get_running_loop().run_in_executor(None, cluster.close)
 
-    def __enter__(self) -> Client:
+        return self.sync(_shutdown, asynchronous=asynchronous)
+
+    def __enter__(self) -> Self:
         self._enter_current()
         return self
 
@@ -513,7 +677,7 @@ class Client:
         self._exit_current()
         self.close()
 
-    async def __aenter__(self) -> Client:
+    async def __aenter__(self) -> Self:
         await self._start_once()
         self._enter_current()
         return self
@@ -535,11 +699,27 @@ class Client:
                 pass
 
     def __del__(self) -> None:
-        if getattr(self, "status", "closed") != "closed" and not self.asynchronous:
-            try:
-                self.close()
-            except Exception:
-                pass
+        # A finaliser runs inside whatever the collector interrupted (maybe
+        # this client's loop): it must not block or do I/O, so the loop closes.
+        if getattr(self, "status", "closed") in ("closed", "closing") or self.asynchronous:
+            return
+        try:
+            self.loop.call_soon_threadsafe(self._close_abandoned)
+        except RuntimeError:  # the loop is closed
+            pass
+
+    def _close_abandoned(self) -> None:
+        """On the loop: close a client nobody holds any more, then stop its own loop."""
+
+        def done(task: asyncio.Task[None]) -> None:
+            _abandoned.discard(task)
+            self.status = "closed"
+            self._restore_config()
+            self._loop_runner.stop()
+
+        task = asyncio.ensure_future(self._close())
+        _abandoned.add(task)  # the loop keeps only a weak reference to a task
+        task.add_done_callback(done)
 
     def __repr__(self) -> str:
         return f"<Client: {self.scheduler_address!r} status={self.status}>"
@@ -604,105 +784,48 @@ class Client:
         host = rest.rsplit(":", 1)[0] if scheme != "inproc" and ":" in rest else ""
         return _format_dashboard_link(host or "127.0.0.1", port)
 
-    # -- reference counting -------------------------------------------------------------
-    def _state_for(self, key: Key, inform: bool = True) -> FutureState:
-        with self._ref_lock:
-            fs = self.futures.get(key)
-            if fs is None:
-                fs = self.futures[key] = FutureState(key)
-            return fs
-
-    def _acquire(self, key: Key) -> FutureState:
-        """The shared state of ``key``, with one more reference (thread-safe)."""
-        with self._ref_lock:
-            fs = self.futures.get(key)
-            if fs is None:
-                fs = self.futures[key] = FutureState(key)
-            self.refcount[key] += 1
-            return fs
-
-    def _inc_ref(self, key: Key) -> None:
-        with self._ref_lock:
-            self.refcount[key] += 1
-
-    def _dec_ref(self, key: Key) -> None:
-        with self._ref_lock:
-            n = self.refcount.get(key, 0) - 1
-            if n > 0:
-                self.refcount[key] = n
-                return
-            self.refcount.pop(key, None)
-        self._post(_RELEASE, key)
-
-    def _post(self, kind: int, item: Any) -> None:
-        """Queue a message (:data:`_MESSAGE`) or a key release (:data:`_RELEASE`) for the scheduler, from any thread."""
-        with self._ref_lock:
-            self._outbox.append((kind, item))
+    # -- the outbox ----------------------------------------------------------------------
+    def _post_message(self, msg: StreamMessage) -> None:
+        """Queue a stream message for the scheduler, in order with graphs and releases; from any thread."""
+        self.outbox.post(msg)
         self._kick_outbox()
 
     def _kick_outbox(self) -> None:
-        """Have the loop send what the outbox holds (once, however often called)."""
-        with self._ref_lock:
-            if self._outbox_scheduled:
-                return
-            self._outbox_scheduled = True
-        if self.status in ("closing", "closed") or self.loop.is_closed():
+        """Have the loop send what the outbox holds (once, however often called); takes no lock."""
+        if self._outbox_scheduled:
+            return
+        self._outbox_scheduled = True
+        if self.status in ("closing", "closed"):
             return
         try:
-            self._call_in_loop(self._drain_outbox)
-        except RuntimeError:
+            self.loop.call_soon_threadsafe(self._drain_outbox)
+        except RuntimeError:  # the loop is closed
             pass
 
     def _drain_outbox(self) -> None:
-        """Send the outbox in order, up to a graph whose later parts are not made yet."""
-        with self._ref_lock:
-            self._outbox_scheduled = False
-            items = self._outbox
-            batch: list[tuple[int, Any]] = []
-            rest = len(items)
-            for i, (kind, item) in enumerate(items):
-                if kind == _PARTS:
-                    batch.extend((_MESSAGE, m) for m in item.ready)
-                    item.ready.clear()
-                    if not item.done:
-                        rest = i
-                        break
-                else:
-                    batch.append((kind, item))
-            self._outbox = items[rest:]
-            waiters = self._parts_waiters if not self._outbox else []
-            if waiters:
-                self._parts_waiters = []
-            # Keys wanted again since their release was queued stay.
-            released = [k for kind, k in batch if kind == _RELEASE and k not in self.refcount]
-            for k in released:
-                self.futures.pop(k, None)
+        """Send what the outbox holds, up to a graph whose later parts are not made yet."""
+        # Reset first: whatever is posted from now on is either taken
+        # below or has a drain of its own scheduled.
+        self._outbox_scheduled = False
         bs = self.scheduler_comm
         if bs is None or self.status != "running":
-            _wake(waiters)
+            # Sent once connected (``_start`` drains); dropped when closed.
+            if self.status in ("closing", "closed"):
+                waiters, self._parts_waiters = self._parts_waiters, []
+                _wake(waiters)
             return
-        release_now = set(released)
-        pending: list[Key] = []
-        chunk = _graph_chunk_size()
-
-        def flush() -> None:
-            # In parts, so that the scheduler can serve others in between.
-            for i in range(0, len(pending), chunk):
-                bs.send_lazy({"op": "client-releases-keys", "client": self.id, "keys": pending[i : i + chunk]})
-            pending.clear()
-
+        msgs = self.outbox.take(self.registry.settle)
         try:
-            for kind, item in batch:
-                if kind == _MESSAGE:
-                    flush()
-                    bs.send(item)
-                elif item in release_now:
-                    release_now.discard(item)
-                    pending.append(item)
-            flush()
+            for msg in msgs:
+                if msg["op"] == "client-releases-keys":
+                    bs.send_lazy(msg)
+                else:
+                    bs.send(msg)
         except CommClosedError:
             pass
-        _wake(waiters)
+        if self._parts_waiters and not self.outbox.parts_pending:
+            waiters, self._parts_waiters = self._parts_waiters, []
+            _wake(waiters)
 
     # -- submitting work ------------------------------------------------------------------
     def _send_graph(
@@ -749,20 +872,15 @@ class Client:
         """
         if self.status not in ("running", "connecting"):
             raise RuntimeError(f"Client is not running (status: {self.status})")
-        futures = self._make_futures(keys)
+        futures = self.registry.make_futures(keys)
         first = plan.message(0)
         if len(plan) == 1:
-            self._post(_MESSAGE, first)
+            self._post_message(first)
             return futures
         parts = PendingParts()
-        with self._ref_lock:
-            self._outbox.append((_MESSAGE, first))
-            self._outbox.append((_PARTS, parts))
-            self._graph_parts = [p for p in self._graph_parts if not p.done]
-            self._graph_parts.append(parts)
-            self._parts_made += 1
+        self.outbox.post_graph(first, parts)
         self._kick_outbox()
-        start_background_parts(plan, parts, self._ref_lock, self._kick_outbox, self._fail_unsent)
+        start_background_parts(plan, parts, self._kick_outbox, self._fail_unsent)
         return futures
 
     async def _graphs_sent(self) -> None:
@@ -773,14 +891,13 @@ class Client:
         before the graph's later parts.  Costs nothing unless a graph was
         sent in parts since the last such wait.
         """
-        with self._ref_lock:
-            made = self._parts_made
-            if made == self._parts_confirmed:
-                return
-            waiter: asyncio.Future[None] | None = None
-            if any(kind == _PARTS for kind, _ in self._outbox):
-                waiter = asyncio.get_running_loop().create_future()
-                self._parts_waiters.append(waiter)
+        made = self.outbox.parts_posted
+        if made == self._parts_confirmed:
+            return
+        waiter: asyncio.Future[None] | None = None
+        if self.outbox.parts_pending:
+            waiter = asyncio.get_running_loop().create_future()
+            self._parts_waiters.append(waiter)
         if waiter is not None:
             self._kick_outbox()
             await waiter
@@ -793,13 +910,12 @@ class Client:
         reached: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._barriers[n] = reached
         try:
-            bs.send({"op": "stream-barrier", "client": self.id, "id": n})
+            bs.send(m.StreamBarrier(op="stream-barrier", client=self.id, id=n))
         except CommClosedError:
             self._barriers.pop(n, None)
             return
         await reached
-        with self._ref_lock:
-            self._parts_confirmed = max(self._parts_confirmed, made)
+        self._parts_confirmed = max(self._parts_confirmed, made)
 
     async def _stream_handled(self) -> None:
         """Return once the scheduler has handled everything queued for the stream so far.
@@ -839,35 +955,6 @@ class Client:
 
         self._call_in_loop(fail)
 
-    def _make_futures(self, keys: list[Key]) -> list[Future]:
-        """One future per key, counted in one go under the lock."""
-        held = Future._held
-        futures: list[Future] = []
-        stale: list[FutureState] = []
-        with self._ref_lock:
-            states = self.futures
-            refcount = self.refcount
-            for k in keys:
-                fs = states.get(k)
-                if fs is None:
-                    fs = states[k] = FutureState(k)
-                elif fs.status in ("cancelled", "lost"):
-                    stale.append(fs)
-                refcount[k] += 1
-                futures.append(held(k, self, fs))
-        for fs in stale:
-            self._call_in_loop(fs.reset)
-        return futures
-
-    def _send_to_scheduler(self, msg: dict[str, Any]) -> None:
-        bs = self.scheduler_comm
-        if bs is None or self.status not in ("running", "connecting"):
-            raise RuntimeError(f"Client is not connected (status: {self.status})")
-        if self._in_loop_thread():
-            bs.send(msg)
-        else:
-            self.loop.call_soon_threadsafe(_send_safely, bs, msg)
-
     def submit(
         self,
         func: Callable[..., Any],
@@ -886,6 +973,12 @@ class Client:
     ) -> Future:
         """Run ``func(*args, **kwargs)`` on the cluster; return a :class:`Future`.
 
+        ``key``, ``workers``, ``resources``, ``retries``, ``priority``,
+        ``allow_other_workers`` and ``pure`` work as in dask.distributed.
+        ``fifo_timeout`` is accepted as the hint it is there and has no effect
+        (tasks of one call are ordered by submission anyway).  ``actor=True``
+        and ``actors=True`` are refused (``NotImplementedError``).
+
         Examples
         --------
         >>> c.submit(add, 1, 2)  # doctest: +SKIP
@@ -893,6 +986,7 @@ class Client:
         """
         if not callable(func):
             raise TypeError("First input to submit must be a callable function")
+        refuse_unsupported("Client.submit", actor=actor, actors=actors)
         if key is None:
             if pure:
                 key = f"{funcname(func)}-{tokenize(func, kwargs, *args)}"
@@ -900,9 +994,7 @@ class Client:
                 key = f"{funcname(func)}-{uuid.uuid4()}"
         else:
             validate_key(key)
-        with self._ref_lock:
-            existing = key in self.futures and self.futures[key].status in ("pending", "finished", "error")
-        if existing:
+        if self.registry.is_live(key):
             return Future(key, self)
         task = _make_task(key, func, args, kwargs)
         ann = _annotations(workers, resources, retries, allow_other_workers)
@@ -927,9 +1019,15 @@ class Client:
         batch_size: int | None = None,
         **kwargs: Any,
     ) -> list[Future]:
-        """Apply ``func`` to each element of the iterables; return a list of futures."""
+        """Apply ``func`` to each element of the iterables; return a list of futures.
+
+        Parameters as in :meth:`submit`; ``batch_size`` sets how many tasks go
+        to the scheduler per message (default
+        ``distributed.client.graph-chunk-size``).
+        """
         if not callable(func):
             raise TypeError("First input to map must be a callable function")
+        refuse_unsupported("Client.map", actor=actor, actors=actors)
         if all(isinstance(it, (Future,)) for it in iterables) and iterables:
             raise TypeError("map() needs iterables, not futures")
         seqs = [list(it) for it in iterables]
@@ -959,35 +1057,13 @@ class Client:
             list(args_of),
             node,
             keys,
-            chunk_size=_graph_chunk_size(),
+            # ``batch_size`` sets how many tasks go to the scheduler per message.
+            chunk_size=max(int(batch_size), 1) if batch_size else _graph_chunk_size(),
             all_wanted=True,
             global_annotations=_annotations(workers, resources, retries, allow_other_workers),
             user_priority=priority,
         )
         return self._send_plan(plan, keys)
-
-    def _run_on_loop(self, fn: Callable[[], T]) -> T:
-        if self._in_loop_thread() or self.loop.is_closed():
-            return fn()
-        if self.status != "running":
-            raise RuntimeError(f"Client is not running (status: {self.status})")
-        result: list[Any] = []
-        done = threading.Event()
-
-        def run() -> None:
-            try:
-                result.append((True, fn()))
-            except BaseException as e:
-                result.append((False, e))
-            finally:
-                done.set()
-
-        self.loop.call_soon_threadsafe(run)
-        done.wait()
-        ok, value = result[0]
-        if not ok:
-            raise value
-        return value  # type: ignore[no-any-return]  # produced by fn
 
     # -- collections ----------------------------------------------------------------------
     def _materialize(self, expr: Any) -> tuple[dict[Key, GraphNode], dict[str, dict[Key, Any]]]:
@@ -1049,6 +1125,7 @@ class Client:
         """
         if isinstance(collections, Iterator):
             collections = list(collections)
+        refuse_unsupported("Client.compute", actors=bool(actors), **{k: True for k in kwargs})
         singleton = not isinstance(collections, (list, tuple, set))
         seq = [collections] if singleton else list(collections)
         if traverse:
@@ -1090,6 +1167,7 @@ class Client:
         **kwargs: Any,
     ) -> Any:
         """Start computing collections; return them backed by futures."""
+        refuse_unsupported("Client.persist", actors=bool(actors), **{k: True for k in kwargs})
         singleton = not isinstance(collections, (list, tuple))
         seq = [collections] if singleton else list(collections)
         dask_idx = [i for i, c in enumerate(seq) if is_dask_collection(c)]
@@ -1134,6 +1212,7 @@ class Client:
         **kwargs: Any,
     ) -> Any:
         """Compute a graph (an ``Expr`` or a dict) and return the values of ``keys``."""
+        refuse_unsupported("Client.get", actors=bool(actors), direct=direct is False, **{k: True for k in kwargs})
         expr = graph_expr(dsk)
         flat = flatten_keys(keys) if isinstance(keys, list) else [keys]
         for k in flat:
@@ -1159,31 +1238,21 @@ class Client:
             del futures, by_key, packed
 
     # -- gathering ------------------------------------------------------------------------------
-    def _exception_of(self, fs: FutureState) -> BaseException | None:
-        if fs.status == "error":
-            exc: BaseException = rebuild_exception(fs.exception)
-            return exc
-        if fs.status == "cancelled":
-            return FutureCancelledError(fs.key, fs.reason)
-        if fs.status == "lost":
-            return LostDataError(f"Data for {fs.key!r} was lost")
-        return None
-
     async def _gather(
         self, futures: Any, errors: str = "raise", direct: bool | None = None, local_worker: Any = None
     ) -> Any:
         flat: list[Future] = []
-        _collect_futures(futures, flat)
+        collect_futures(futures, flat)
         for f in flat:
             if f.client is not self:
                 raise ValueError("Futures from another client cannot be gathered here")
-        pending = {f.key: f._fs for f in flat}
+        pending = {f.key: f.state for f in flat}
         bad: set[Key] = set()
         for key, fs in pending.items():
             await fs.event().wait()
             if fs.status != "finished":
                 if errors == "raise":
-                    exc = self._exception_of(fs)
+                    exc = fs.error()
                     assert exc is not None
                     raise exc
                 bad.add(key)
@@ -1235,7 +1304,7 @@ class Client:
             if not missing:
                 break
             stale = {k: list(states[k].workers) for k in missing}
-            who_has = await self._scheduler_call({"op": "who_has", "keys": missing})
+            who_has = await self._request(m.OptionalKeysRequest(op="who_has", keys=missing))
             waited = False
             for k in missing:
                 fs = states[k]
@@ -1251,7 +1320,7 @@ class Client:
                     await fs.event().wait()
                     waited = True
                     if fs.status != "finished":
-                        exc = self._exception_of(fs)
+                        exc = fs.error()
                         assert exc is not None
                         raise exc
                     unreachable.difference_update(fs.workers)
@@ -1276,7 +1345,7 @@ class Client:
         comm = await asyncio.wait_for(self.pool.connect(worker), min(_FETCH_CONNECT_TIMEOUT, self._timeout))
         ok = False
         try:
-            response = await send_recv(comm, {"op": "get_data", "keys": keys, "who": self.id})
+            response = await send_recv(comm, m.GetData(op="get_data", keys=keys, who=self.id))
             ok = True
         finally:
             if not ok:
@@ -1285,10 +1354,43 @@ class Client:
         raw = response.get("data", {}) if isinstance(response, dict) else {}
         return {k: unwrap(v) for k, v in raw.items()}
 
-    async def _scheduler_call(self, msg: Mapping[str, Any]) -> Any:
+    async def _request(self, msg: m.ClientRequest) -> Any:
+        """Send a request to the scheduler (after every graph part queued so far) and return its reply."""
         assert self._address is not None
         await self._graphs_sent()
         return await self.pool.call(self._address, msg)
+
+    async def _scheduler_call(self, msg: Mapping[str, Any]) -> Any:
+        """:meth:`_request` for messages declared outside the client's section (coordination primitives)."""
+        return await self._request(msg)  # type: ignore[arg-type]  # shape checked by the scheduler's route
+
+    @overload
+    def gather(
+        self: Client[Literal[False]],
+        futures: Any,
+        errors: str = "raise",
+        direct: bool | None = None,
+        asynchronous: Literal[False] | None = None,
+    ) -> Any: ...
+
+    @overload
+    def gather(
+        self: Client[Literal[True]],
+        futures: Any,
+        errors: str = "raise",
+        direct: bool | None = None,
+        asynchronous: Literal[True] | None = None,
+    ) -> Awaitable[Any]: ...
+
+    @overload
+    def gather(
+        self, futures: Any, errors: str = "raise", direct: bool | None = None, *, asynchronous: Literal[True]
+    ) -> Awaitable[Any]: ...
+
+    @overload
+    def gather(
+        self, futures: Any, errors: str = "raise", direct: bool | None = None, asynchronous: bool | None = None
+    ) -> Any: ...
 
     def gather(
         self, futures: Any, errors: str = "raise", direct: bool | None = None, asynchronous: bool | None = None
@@ -1298,6 +1400,7 @@ class Client:
         ``errors="raise"`` re-raises the first error; ``"skip"`` leaves erred
         futures out.
         """
+        refuse_unsupported("Client.gather", direct=direct is False)
         if isinstance(futures, Iterator):
             return (self.gather(f, errors=errors, direct=direct) for f in futures)
         if thread_state.__dict__.get("worker") is not None and not self.asynchronous:
@@ -1330,7 +1433,7 @@ class Client:
             key = f"{typename(type(data))}-{tokenize(data) if hash else uuid.uuid4()}"
             items = {key: data}
             order = [key]
-        addrs = await self._scatter_targets(workers)
+        addrs = await self._scatter_targets(workers, timeout)
         assignment: defaultdict[str, dict[Key, Any]] = defaultdict(dict)
         # broadcast=True: every worker; an int n: n workers per item; else one.
         copies = len(addrs) if broadcast is True else max(min(int(broadcast), len(addrs)), 1)
@@ -1339,7 +1442,7 @@ class Client:
             for j in range(copies):
                 assignment[addrs[(i + j) % len(addrs)]][k] = ser
         replies = await asyncio.gather(
-            *(self.pool.call(a, {"op": "update_data", "data": d}) for a, d in assignment.items())
+            *(self.pool.call(a, m.WorkerUpdateData(op="update_data", data=d)) for a, d in assignment.items())
         )
         who_has: defaultdict[Key, list[str]] = defaultdict(list)
         nbytes: dict[Key, int] = {}
@@ -1351,34 +1454,34 @@ class Client:
                 types[k] = reply["types"].get(k, "")
         futures = {k: Future(k, self) for k in items}
         for f in futures.values():
-            fs = f._fs
+            fs = f.state
             if fs.status != "finished":
                 fs.reset()
-        await self._scheduler_call(
-            {"op": "update-data", "client": self.id, "who_has": dict(who_has), "nbytes": nbytes, "types": types}
+        await self._request(
+            m.UpdateData(op="update-data", client=self.id, who_has=dict(who_has), nbytes=nbytes, types=types)
         )
         for k, f in futures.items():
-            if f._fs.status == "pending":
-                f._fs.finish(who_has[k], type(items[k]))
+            if f.state.status == "pending":
+                f.state.finish(who_has[k], type(items[k]))
         if single:
             return futures[order[0]]
         if isinstance(data, dict):
             return futures
         return _same_container(type(data), [futures[k] for k in order])
 
-    async def _scatter_targets(self, workers: Any) -> list[str]:
+    async def _scatter_targets(self, workers: Any, timeout: Any = None) -> list[str]:
         """Addresses of the workers to scatter to: all, or those named (by address, name or host).
 
-        Waits (up to the connect timeout) until at least one such worker is connected.
+        Waits (up to ``timeout``, default the connect timeout) until at least one such worker is connected.
         """
         wanted = None if workers is None else [workers] if isinstance(workers, (str, int)) else list(workers)
-        deadline = time.monotonic() + self._timeout
+        deadline = time.monotonic() + (self._timeout if timeout is None else parse_timedelta(timeout))
         while True:
             if wanted is None:
-                nthreads: dict[str, int] = await self._scheduler_call(m.WorkersRequest(op="nthreads"))
+                nthreads: dict[str, int] = await self._request(m.WorkersRequest(op="nthreads"))
                 addrs = sorted(nthreads)
             else:
-                info = await self._scheduler_call(m.Empty(op="identity"))
+                info = await self._request(m.Empty(op="identity"))
                 addrs = sorted(
                     addr
                     for addr, w in info.get("workers", {}).items()
@@ -1389,6 +1492,55 @@ class Client:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"No valid workers found to scatter to (workers={workers!r})")
             await asyncio.sleep(0.05)
+
+    @overload
+    def scatter(
+        self: Client[Literal[False]],
+        data: Any,
+        workers: Any = None,
+        broadcast: bool | int = False,
+        direct: bool | None = None,
+        hash: bool = True,
+        timeout: Any = no_default,
+        asynchronous: Literal[False] | None = None,
+    ) -> Any: ...
+
+    @overload
+    def scatter(
+        self: Client[Literal[True]],
+        data: Any,
+        workers: Any = None,
+        broadcast: bool | int = False,
+        direct: bool | None = None,
+        hash: bool = True,
+        timeout: Any = no_default,
+        asynchronous: Literal[True] | None = None,
+    ) -> Awaitable[Any]: ...
+
+    @overload
+    def scatter(
+        self,
+        data: Any,
+        workers: Any = None,
+        broadcast: bool | int = False,
+        direct: bool | None = None,
+        hash: bool = True,
+        timeout: Any = no_default,
+        *,
+        asynchronous: Literal[True],
+    ) -> Awaitable[Any]: ...
+
+    @overload
+    def scatter(
+        self,
+        data: Any,
+        workers: Any = None,
+        broadcast: bool | int = False,
+        direct: bool | None = None,
+        hash: bool = True,
+        timeout: Any = no_default,
+        asynchronous: bool | None = None,
+    ) -> Any: ...
 
     def scatter(
         self,
@@ -1407,9 +1559,18 @@ class Client:
         list; anything else is one object and gives one future.  ``broadcast``
         sends each item to every worker (``True``) or to that many workers (an
         int); ``workers`` limits the targets (addresses, names or hosts).
+        ``timeout`` bounds the wait for a worker to scatter to (default: the
+        client's connect timeout).
         """
+        refuse_unsupported("Client.scatter", direct=direct is False)
         return self.sync(
-            self._scatter, data, workers=workers, broadcast=broadcast, hash=hash, asynchronous=asynchronous
+            self._scatter,
+            data,
+            workers=workers,
+            broadcast=broadcast,
+            hash=hash,
+            timeout=None if timeout is no_default else timeout,
+            asynchronous=asynchronous,
         )
 
     # -- cancel, retry ------------------------------------------------------------------------
@@ -1421,20 +1582,56 @@ class Client:
         if not keys:
             return
         await self._stream_handled()
-        await self._scheduler_call(
-            {
-                "op": "cancel-keys",
-                "client": self.id,
-                "keys": keys,
-                "force": force,
-                "reason": reason or "cancelled by a client",
-            }
+        await self._request(
+            m.CancelKeys(
+                op="cancel-keys", client=self.id, keys=keys, force=force, reason=reason or "cancelled by a client"
+            )
         )
         for k in keys:
             fs = self.futures.get(k)
             if fs is not None and fs.status != "cancelled":
                 # Finished ones too: this client no longer has their values.
                 fs.cancel(reason)
+
+    @overload
+    def cancel(
+        self: Client[Literal[False]],
+        futures: Any,
+        asynchronous: Literal[False] | None = None,
+        force: bool = False,
+        reason: str | None = None,
+        msg: str | None = None,
+    ) -> None: ...
+
+    @overload
+    def cancel(
+        self: Client[Literal[True]],
+        futures: Any,
+        asynchronous: Literal[True] | None = None,
+        force: bool = False,
+        reason: str | None = None,
+        msg: str | None = None,
+    ) -> Awaitable[None]: ...
+
+    @overload
+    def cancel(
+        self,
+        futures: Any,
+        asynchronous: Literal[True],
+        force: bool = False,
+        reason: str | None = None,
+        msg: str | None = None,
+    ) -> Awaitable[None]: ...
+
+    @overload
+    def cancel(
+        self,
+        futures: Any,
+        asynchronous: bool | None = None,
+        force: bool = False,
+        reason: str | None = None,
+        msg: str | None = None,
+    ) -> Awaitable[None] | None: ...
 
     def cancel(
         self,
@@ -1449,14 +1646,28 @@ class Client:
 
     async def _retry(self, futures: Any) -> None:
         flat: list[Future] = []
-        _collect_futures(futures, flat)
+        collect_futures(futures, flat)
         for f in flat:
-            f._fs.reset()
-        await self._scheduler_call({"op": "retry", "client": self.id, "keys": [f.key for f in flat]})
+            f.state.reset()
+        await self._request(m.RetryKeys(op="retry", client=self.id, keys=[f.key for f in flat]))
         # Dependents erred by blame are reset too: ask for them again.
-        self._send_to_scheduler({"op": "client-desires-keys", "client": self.id, "keys": [f.key for f in flat]})
+        self._post_message(m.ClientKeys(op="client-desires-keys", client=self.id, keys=[f.key for f in flat]))
 
-    def retry(self, futures: Any, asynchronous: bool | None = None) -> Any:
+    @overload
+    def retry(self: Client[Literal[False]], futures: Any, asynchronous: Literal[False] | None = None) -> None: ...
+
+    @overload
+    def retry(
+        self: Client[Literal[True]], futures: Any, asynchronous: Literal[True] | None = None
+    ) -> Awaitable[None]: ...
+
+    @overload
+    def retry(self, futures: Any, asynchronous: Literal[True]) -> Awaitable[None]: ...
+
+    @overload
+    def retry(self, futures: Any, asynchronous: bool | None = None) -> Awaitable[None] | None: ...
+
+    def retry(self, futures: Any, asynchronous: bool | None = None) -> Awaitable[None] | None:
         """Rerun erred futures."""
         return self.sync(self._retry, futures, asynchronous=asynchronous)
 
@@ -1471,15 +1682,15 @@ class Client:
         on_error: str = "raise",
         **kwargs: Any,
     ) -> Any:
-        response = await self._scheduler_call(
-            {
-                "op": "broadcast",
-                "function": Serialize(function),
-                "args": Serialize(args),
-                "kwargs": Serialize(kwargs),
-                "workers": _as_worker_list(workers),
-                "wait": wait,
-            }
+        response = await self._request(
+            m.RunFunction(
+                op="broadcast",
+                function=Serialize(function),
+                args=Serialize(args),
+                kwargs=Serialize(kwargs),
+                workers=_as_worker_list(workers),
+                wait=wait,
+            )
         )
         results: dict[str, Any] = {}
         for addr, resp in response.items():
@@ -1493,6 +1704,59 @@ class Client:
                     results[addr] = exc
         return results if wait else None
 
+    @overload
+    def run(
+        self: Client[Literal[False]],
+        function: Callable[..., Any],
+        *args: Any,
+        workers: Any = None,
+        wait: Literal[True] = True,
+        nanny: bool = False,
+        on_error: str = "raise",
+        asynchronous: Literal[False] | None = None,
+        **kwargs: Any,
+    ) -> dict[str, Any]: ...
+
+    @overload
+    def run(
+        self: Client[Literal[True]],
+        function: Callable[..., Any],
+        *args: Any,
+        workers: Any = None,
+        wait: Literal[True] = True,
+        nanny: bool = False,
+        on_error: str = "raise",
+        asynchronous: Literal[True] | None = None,
+        **kwargs: Any,
+    ) -> Awaitable[dict[str, Any]]: ...
+
+    @overload
+    def run(
+        self,
+        function: Callable[..., Any],
+        *args: Any,
+        workers: Any = None,
+        wait: Literal[True] = True,
+        nanny: bool = False,
+        on_error: str = "raise",
+        asynchronous: Literal[True],
+        **kwargs: Any,
+    ) -> Awaitable[dict[str, Any]]: ...
+
+    @overload
+    def run(
+        self,
+        function: Callable[..., Any],
+        *args: Any,
+        workers: Any = None,
+        wait: Literal[False],
+        nanny: bool = False,
+        on_error: str = "raise",
+        asynchronous: bool | None = None,
+        **kwargs: Any,
+    ) -> Awaitable[None] | None: ...
+
+    @overload
     def run(
         self,
         function: Callable[..., Any],
@@ -1501,116 +1765,448 @@ class Client:
         wait: bool = True,
         nanny: bool = False,
         on_error: str = "raise",
+        asynchronous: bool | None = None,
         **kwargs: Any,
-    ) -> Any:
+    ) -> dict[str, Any] | Awaitable[dict[str, Any] | None] | None: ...
+
+    def run(
+        self,
+        function: Callable[..., Any],
+        *args: Any,
+        workers: Any = None,
+        wait: bool = True,
+        nanny: bool = False,
+        on_error: str = "raise",
+        asynchronous: bool | None = None,
+        **kwargs: Any,
+    ) -> dict[str, Any] | Awaitable[dict[str, Any] | None] | None:
         """Run ``function(*args, **kwargs)`` on every worker (or some); return ``{address: result}``.
 
         A ``dask_worker`` keyword argument, if the function takes one, receives the worker.
         """
+        refuse_unsupported("Client.run", nanny=nanny)
         return self.sync(
-            self._run, function, *args, workers=workers, wait=wait, nanny=nanny, on_error=on_error, **kwargs
+            self._run,
+            function,
+            *args,
+            workers=workers,
+            wait=wait,
+            nanny=nanny,
+            on_error=on_error,
+            asynchronous=asynchronous,
+            **kwargs,
         )
 
     async def _run_on_scheduler(
         self, function: Callable[..., Any], *args: Any, wait: bool = True, **kwargs: Any
     ) -> Any:
-        result = await self._scheduler_call(
-            {
-                "op": "run_function",
-                "function": Serialize(function),
-                "args": Serialize(args),
-                "kwargs": Serialize(kwargs),
-                "wait": wait,
-            }
+        result = await self._request(
+            m.RunFunction(
+                op="run_function",
+                function=Serialize(function),
+                args=Serialize(args),
+                kwargs=Serialize(kwargs),
+                wait=wait,
+            )
         )
         return unwrap(result)
 
-    def run_on_scheduler(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    @overload
+    def run_on_scheduler(
+        self: Client[Literal[False]],
+        function: Callable[..., Any],
+        *args: Any,
+        asynchronous: Literal[False] | None = None,
+        **kwargs: Any,
+    ) -> Any: ...
+
+    @overload
+    def run_on_scheduler(
+        self: Client[Literal[True]],
+        function: Callable[..., Any],
+        *args: Any,
+        asynchronous: Literal[True] | None = None,
+        **kwargs: Any,
+    ) -> Awaitable[Any]: ...
+
+    @overload
+    def run_on_scheduler(
+        self, function: Callable[..., Any], *args: Any, asynchronous: Literal[True], **kwargs: Any
+    ) -> Awaitable[Any]: ...
+
+    @overload
+    def run_on_scheduler(
+        self, function: Callable[..., Any], *args: Any, asynchronous: bool | None = None, **kwargs: Any
+    ) -> Any: ...
+
+    def run_on_scheduler(
+        self, function: Callable[..., Any], *args: Any, asynchronous: bool | None = None, **kwargs: Any
+    ) -> Any:
         """Run ``function`` on the scheduler; a ``dask_scheduler`` argument receives it."""
-        return self.sync(self._run_on_scheduler, function, *args, **kwargs)
+        return self.sync(self._run_on_scheduler, function, *args, asynchronous=asynchronous, **kwargs)
 
     # -- plugins --------------------------------------------------------------------------
-    def register_plugin(self, plugin: Any, name: str | None = None, idempotent: bool | None = None) -> Any:
+    @overload
+    def register_plugin(
+        self: Client[Literal[False]],
+        plugin: Any,
+        name: str | None = None,
+        idempotent: bool | None = None,
+        *,
+        asynchronous: Literal[False] | None = None,
+    ) -> str | dict[str, Any] | None: ...
+
+    @overload
+    def register_plugin(
+        self: Client[Literal[True]],
+        plugin: Any,
+        name: str | None = None,
+        idempotent: bool | None = None,
+        *,
+        asynchronous: Literal[True] | None = None,
+    ) -> Awaitable[str | dict[str, Any] | None]: ...
+
+    @overload
+    def register_plugin(
+        self, plugin: Any, name: str | None = None, idempotent: bool | None = None, *, asynchronous: Literal[True]
+    ) -> Awaitable[str | dict[str, Any] | None]: ...
+
+    @overload
+    def register_plugin(
+        self, plugin: Any, name: str | None = None, idempotent: bool | None = None, *, asynchronous: bool | None = None
+    ) -> str | dict[str, Any] | Awaitable[str | dict[str, Any] | None] | None: ...
+
+    def register_plugin(
+        self,
+        plugin: Any,
+        name: str | None = None,
+        idempotent: bool | None = None,
+        *,
+        asynchronous: bool | None = None,
+    ) -> str | dict[str, Any] | Awaitable[str | dict[str, Any] | None] | None:
         """Register a scheduler or worker plugin."""
         from distributed.diagnostics.plugin import SchedulerPlugin, WorkerPlugin
 
         name = name or getattr(plugin, "name", None) or f"{type(plugin).__name__}-{uuid.uuid4()}"
         if isinstance(plugin, SchedulerPlugin):
             return self.sync(
-                self._scheduler_call,
-                {
-                    "op": "register_scheduler_plugin",
-                    "plugin": Serialize(plugin),
-                    "name": name,
-                    "idempotent": bool(idempotent),
-                },
+                self._request,
+                m.RegisterPlugin(
+                    op="register_scheduler_plugin", plugin=Serialize(plugin), name=name, idempotent=bool(idempotent)
+                ),
+                asynchronous=asynchronous,
             )
         if isinstance(plugin, WorkerPlugin):
 
             async def add(dask_worker: Any, plugin: Any = plugin, name: str = name) -> None:
                 await dask_worker.add_plugin(plugin, name=name)
 
-            return self.run(add)
+            return self.run(add, asynchronous=asynchronous)
         raise TypeError(f"Unknown plugin type {type(plugin).__name__}")
 
-    def unregister_scheduler_plugin(self, name: str) -> Any:
+    @overload
+    def unregister_scheduler_plugin(
+        self: Client[Literal[False]], name: str, *, asynchronous: Literal[False] | None = None
+    ) -> str: ...
+
+    @overload
+    def unregister_scheduler_plugin(
+        self: Client[Literal[True]], name: str, *, asynchronous: Literal[True] | None = None
+    ) -> Awaitable[str]: ...
+
+    @overload
+    def unregister_scheduler_plugin(self, name: str, *, asynchronous: Literal[True]) -> Awaitable[str]: ...
+
+    @overload
+    def unregister_scheduler_plugin(self, name: str, *, asynchronous: bool | None = None) -> str | Awaitable[str]: ...
+
+    def unregister_scheduler_plugin(self, name: str, *, asynchronous: bool | None = None) -> str | Awaitable[str]:
         """Remove a scheduler plugin."""
-        return self.sync(self._scheduler_call, {"op": "unregister_scheduler_plugin", "name": name})
+        return self.sync(
+            self._request, m.UnregisterPlugin(op="unregister_scheduler_plugin", name=name), asynchronous=asynchronous
+        )
 
     # -- information ----------------------------------------------------------------------
-    def scheduler_info(self, **kwargs: Any) -> Any:
-        """The scheduler's identity and its workers."""
-        info = self.sync(self._scheduler_call, {"op": "identity"})
-        if not self.asynchronous:
-            self._scheduler_identity = info
-        return info
+    @overload
+    def scheduler_info(
+        self: Client[Literal[False]], n_workers: int = 5, *, asynchronous: Literal[False] | None = None
+    ) -> dict[str, Any]: ...
 
-    def nthreads(self, workers: Any = None, **kwargs: Any) -> Any:
+    @overload
+    def scheduler_info(
+        self: Client[Literal[True]], n_workers: int = 5, *, asynchronous: Literal[True] | None = None
+    ) -> Awaitable[dict[str, Any]]: ...
+
+    @overload
+    def scheduler_info(self, n_workers: int = 5, *, asynchronous: Literal[True]) -> Awaitable[dict[str, Any]]: ...
+
+    @overload
+    def scheduler_info(
+        self, n_workers: int = 5, *, asynchronous: bool | None = None
+    ) -> dict[str, Any] | Awaitable[dict[str, Any]]: ...
+
+    def scheduler_info(
+        self, n_workers: int = 5, *, asynchronous: bool | None = None
+    ) -> dict[str, Any] | Awaitable[dict[str, Any]]:
+        """The scheduler's identity and its workers (the first ``n_workers`` of them; all with -1)."""
+
+        async def info_of() -> dict[str, Any]:
+            info: dict[str, Any] = await self._request(m.Empty(op="identity"))
+            self._scheduler_identity = info
+            workers = info.get("workers")
+            if n_workers >= 0 and isinstance(workers, dict) and len(workers) > n_workers:
+                info = {**info, "workers": dict(itertools.islice(workers.items(), n_workers))}
+            return info
+
+        return self.sync(info_of, asynchronous=asynchronous)
+
+    @overload
+    def nthreads(
+        self: Client[Literal[False]], workers: Any = None, *, asynchronous: Literal[False] | None = None
+    ) -> dict[str, int]: ...
+
+    @overload
+    def nthreads(
+        self: Client[Literal[True]], workers: Any = None, *, asynchronous: Literal[True] | None = None
+    ) -> Awaitable[dict[str, int]]: ...
+
+    @overload
+    def nthreads(self, workers: Any = None, *, asynchronous: Literal[True]) -> Awaitable[dict[str, int]]: ...
+
+    @overload
+    def nthreads(
+        self, workers: Any = None, *, asynchronous: bool | None = None
+    ) -> dict[str, int] | Awaitable[dict[str, int]]: ...
+
+    def nthreads(
+        self, workers: Any = None, *, asynchronous: bool | None = None
+    ) -> dict[str, int] | Awaitable[dict[str, int]]:
         """Threads per worker."""
-        return self.sync(self._scheduler_call, {"op": "nthreads", "workers": _as_worker_list(workers)})
+        return self.sync(
+            self._request, m.WorkersRequest(op="nthreads", workers=_as_worker_list(workers)), asynchronous=asynchronous
+        )
 
     ncores = nthreads
 
-    def who_has(self, futures: Any = None, **kwargs: Any) -> Any:
+    @overload
+    def who_has(
+        self: Client[Literal[False]], futures: Any = None, *, asynchronous: Literal[False] | None = None
+    ) -> dict[Key, list[str]]: ...
+
+    @overload
+    def who_has(
+        self: Client[Literal[True]], futures: Any = None, *, asynchronous: Literal[True] | None = None
+    ) -> Awaitable[dict[Key, list[str]]]: ...
+
+    @overload
+    def who_has(self, futures: Any = None, *, asynchronous: Literal[True]) -> Awaitable[dict[Key, list[str]]]: ...
+
+    @overload
+    def who_has(
+        self, futures: Any = None, *, asynchronous: bool | None = None
+    ) -> dict[Key, list[str]] | Awaitable[dict[Key, list[str]]]: ...
+
+    def who_has(
+        self, futures: Any = None, *, asynchronous: bool | None = None
+    ) -> dict[Key, list[str]] | Awaitable[dict[Key, list[str]]]:
         """Which workers hold each key."""
         keys = None
         if futures is not None:
             flat: list[Future] = []
-            _collect_futures(futures, flat)
+            collect_futures(futures, flat)
             keys = [f.key for f in flat]
-        return self.sync(self._scheduler_call, {"op": "who_has", "keys": keys})
+        return self.sync(self._request, m.OptionalKeysRequest(op="who_has", keys=keys), asynchronous=asynchronous)
 
-    def has_what(self, workers: Any = None, **kwargs: Any) -> Any:
+    @overload
+    def has_what(
+        self: Client[Literal[False]], workers: Any = None, *, asynchronous: Literal[False] | None = None
+    ) -> dict[str, list[Key]]: ...
+
+    @overload
+    def has_what(
+        self: Client[Literal[True]], workers: Any = None, *, asynchronous: Literal[True] | None = None
+    ) -> Awaitable[dict[str, list[Key]]]: ...
+
+    @overload
+    def has_what(self, workers: Any = None, *, asynchronous: Literal[True]) -> Awaitable[dict[str, list[Key]]]: ...
+
+    @overload
+    def has_what(
+        self, workers: Any = None, *, asynchronous: bool | None = None
+    ) -> dict[str, list[Key]] | Awaitable[dict[str, list[Key]]]: ...
+
+    def has_what(
+        self, workers: Any = None, *, asynchronous: bool | None = None
+    ) -> dict[str, list[Key]] | Awaitable[dict[str, list[Key]]]:
         """Which keys each worker holds."""
-        return self.sync(self._scheduler_call, {"op": "has_what", "workers": _as_worker_list(workers)})
+        return self.sync(
+            self._request, m.WorkersRequest(op="has_what", workers=_as_worker_list(workers)), asynchronous=asynchronous
+        )
 
-    def processing(self, workers: Any = None) -> Any:
+    @overload
+    def processing(
+        self: Client[Literal[False]], workers: Any = None, *, asynchronous: Literal[False] | None = None
+    ) -> dict[str, list[Key]]: ...
+
+    @overload
+    def processing(
+        self: Client[Literal[True]], workers: Any = None, *, asynchronous: Literal[True] | None = None
+    ) -> Awaitable[dict[str, list[Key]]]: ...
+
+    @overload
+    def processing(self, workers: Any = None, *, asynchronous: Literal[True]) -> Awaitable[dict[str, list[Key]]]: ...
+
+    @overload
+    def processing(
+        self, workers: Any = None, *, asynchronous: bool | None = None
+    ) -> dict[str, list[Key]] | Awaitable[dict[str, list[Key]]]: ...
+
+    def processing(
+        self, workers: Any = None, *, asynchronous: bool | None = None
+    ) -> dict[str, list[Key]] | Awaitable[dict[str, list[Key]]]:
         """Which keys each worker is running."""
-        return self.sync(self._scheduler_call, {"op": "processing", "workers": _as_worker_list(workers)})
+        return self.sync(
+            self._request,
+            m.WorkersRequest(op="processing", workers=_as_worker_list(workers)),
+            asynchronous=asynchronous,
+        )
 
-    def nbytes(self, keys: Any = None, summary: bool = True, **kwargs: Any) -> Any:
-        """Bytes held per key."""
-        return self.sync(self._scheduler_call, {"op": "nbytes", "keys": keys})
+    @overload
+    def nbytes(
+        self: Client[Literal[False]],
+        keys: Any = None,
+        summary: bool = True,
+        *,
+        asynchronous: Literal[False] | None = None,
+    ) -> dict[Key, int] | dict[str, int]: ...
 
-    def story(self, *keys_or_stimuli: Any, **kwargs: Any) -> Any:
+    @overload
+    def nbytes(
+        self: Client[Literal[True]],
+        keys: Any = None,
+        summary: bool = True,
+        *,
+        asynchronous: Literal[True] | None = None,
+    ) -> Awaitable[dict[Key, int] | dict[str, int]]: ...
+
+    @overload
+    def nbytes(
+        self, keys: Any = None, summary: bool = True, *, asynchronous: Literal[True]
+    ) -> Awaitable[dict[Key, int] | dict[str, int]]: ...
+
+    @overload
+    def nbytes(
+        self, keys: Any = None, summary: bool = True, *, asynchronous: bool | None = None
+    ) -> dict[Key, int] | dict[str, int] | Awaitable[dict[Key, int] | dict[str, int]]: ...
+
+    def nbytes(
+        self, keys: Any = None, summary: bool = True, *, asynchronous: bool | None = None
+    ) -> dict[Key, int] | dict[str, int] | Awaitable[dict[Key, int] | dict[str, int]]:
+        """Bytes held per key; with ``summary``, per key prefix (``inc-<token>`` counts under ``inc``)."""
+
+        async def nbytes_of() -> dict[Key, int] | dict[str, int]:
+            per_key: dict[Key, int] = await self._request(m.OptionalKeysRequest(op="nbytes", keys=keys))
+            if not summary:
+                return per_key
+            per_prefix: defaultdict[str, int] = defaultdict(int)
+            for k, n in per_key.items():
+                per_prefix[key_split(k)] += n
+            return dict(per_prefix)
+
+        return self.sync(nbytes_of, asynchronous=asynchronous)
+
+    @overload
+    def story(
+        self: Client[Literal[False]], *keys_or_stimuli: Any, asynchronous: Literal[False] | None = None
+    ) -> list[tuple[Any, ...]]: ...
+
+    @overload
+    def story(
+        self: Client[Literal[True]], *keys_or_stimuli: Any, asynchronous: Literal[True] | None = None
+    ) -> Awaitable[list[tuple[Any, ...]]]: ...
+
+    @overload
+    def story(self, *keys_or_stimuli: Any, asynchronous: Literal[True]) -> Awaitable[list[tuple[Any, ...]]]: ...
+
+    @overload
+    def story(
+        self, *keys_or_stimuli: Any, asynchronous: bool | None = None
+    ) -> list[tuple[Any, ...]] | Awaitable[list[tuple[Any, ...]]]: ...
+
+    def story(
+        self, *keys_or_stimuli: Any, asynchronous: bool | None = None
+    ) -> list[tuple[Any, ...]] | Awaitable[list[tuple[Any, ...]]]:
         """The scheduler's transition log for these keys."""
         keys = [k.key if isinstance(k, TaskRef) else k for k in keys_or_stimuli]
-        return self.sync(self._scheduler_call, {"op": "story", "keys": keys})
+        return self.sync(self._request, m.StoryRequest(op="story", keys=keys), asynchronous=asynchronous)
 
-    def wait_for_workers(self, n_workers: int, timeout: Any = None) -> Any:
+    @overload
+    def wait_for_workers(
+        self: Client[Literal[False]], n_workers: int, timeout: Any = None, *, asynchronous: Literal[False] | None = None
+    ) -> None: ...
+
+    @overload
+    def wait_for_workers(
+        self: Client[Literal[True]], n_workers: int, timeout: Any = None, *, asynchronous: Literal[True] | None = None
+    ) -> Awaitable[None]: ...
+
+    @overload
+    def wait_for_workers(
+        self, n_workers: int, timeout: Any = None, *, asynchronous: Literal[True]
+    ) -> Awaitable[None]: ...
+
+    @overload
+    def wait_for_workers(
+        self, n_workers: int, timeout: Any = None, *, asynchronous: bool | None = None
+    ) -> Awaitable[None] | None: ...
+
+    def wait_for_workers(
+        self, n_workers: int, timeout: Any = None, *, asynchronous: bool | None = None
+    ) -> Awaitable[None] | None:
         """Wait until ``n_workers`` workers are connected."""
         t = parse_timedelta(timeout) if timeout is not None else None
 
         async def waiter() -> None:
-            await asyncio.wait_for(self._scheduler_call({"op": "wait_for_workers", "n_workers": n_workers}), t)
+            await asyncio.wait_for(self._request(m.WaitForWorkers(op="wait_for_workers", n_workers=n_workers)), t)
 
-        return self.sync(waiter)
+        return self.sync(waiter, asynchronous=asynchronous)
 
-    def retire_workers(self, workers: Any = None, close_workers: bool = True, **kwargs: Any) -> Any:
+    @overload
+    def retire_workers(
+        self: Client[Literal[False]],
+        workers: Any = None,
+        close_workers: bool = True,
+        *,
+        asynchronous: Literal[False] | None = None,
+    ) -> dict[str, Any]: ...
+
+    @overload
+    def retire_workers(
+        self: Client[Literal[True]],
+        workers: Any = None,
+        close_workers: bool = True,
+        *,
+        asynchronous: Literal[True] | None = None,
+    ) -> Awaitable[dict[str, Any]]: ...
+
+    @overload
+    def retire_workers(
+        self, workers: Any = None, close_workers: bool = True, *, asynchronous: Literal[True]
+    ) -> Awaitable[dict[str, Any]]: ...
+
+    @overload
+    def retire_workers(
+        self, workers: Any = None, close_workers: bool = True, *, asynchronous: bool | None = None
+    ) -> dict[str, Any] | Awaitable[dict[str, Any]]: ...
+
+    def retire_workers(
+        self, workers: Any = None, close_workers: bool = True, *, asynchronous: bool | None = None
+    ) -> dict[str, Any] | Awaitable[dict[str, Any]]:
         """Remove workers from the cluster (their tasks move elsewhere)."""
         return self.sync(
-            self._scheduler_call,
-            {"op": "retire_workers", "workers": _as_worker_list(workers), "close_workers": close_workers},
+            self._request,
+            m.RetireWorkers(op="retire_workers", workers=_as_worker_list(workers), close_workers=close_workers),
+            asynchronous=asynchronous,
         )
 
     def futures_of(self, collection: Any) -> list[Future]:
@@ -1619,20 +2215,51 @@ class Client:
 
         return futures_of(collection, client=self)
 
-    def get_versions(self, check: bool = False, packages: Any = None) -> Any:
-        """Versions of the main packages here (an awaitable on an asynchronous client)."""
-        return self.sync(self._get_versions)
+    @overload
+    def get_versions(
+        self: Client[Literal[False]],
+        check: bool = False,
+        packages: Any = None,
+        *,
+        asynchronous: Literal[False] | None = None,
+    ) -> dict[str, Any]: ...
 
-    async def _get_versions(self) -> dict[str, Any]:
+    @overload
+    def get_versions(
+        self: Client[Literal[True]],
+        check: bool = False,
+        packages: Any = None,
+        *,
+        asynchronous: Literal[True] | None = None,
+    ) -> Awaitable[dict[str, Any]]: ...
+
+    @overload
+    def get_versions(
+        self, check: bool = False, packages: Any = None, *, asynchronous: Literal[True]
+    ) -> Awaitable[dict[str, Any]]: ...
+
+    @overload
+    def get_versions(
+        self, check: bool = False, packages: Any = None, *, asynchronous: bool | None = None
+    ) -> dict[str, Any] | Awaitable[dict[str, Any]]: ...
+
+    def get_versions(
+        self, check: bool = False, packages: Any = None, *, asynchronous: bool | None = None
+    ) -> dict[str, Any] | Awaitable[dict[str, Any]]:
+        """Versions of the main packages here."""
+        refuse_unsupported("Client.get_versions", check=check, packages=bool(packages))
         import sys
 
         from distributed.dask_api import dask_version
 
-        return {"client": {"python": sys.version.split()[0], "dask": dask_version()}}
+        async def versions() -> dict[str, Any]:
+            return {"client": {"python": sys.version.split()[0], "dask": dask_version()}}
+
+        return self.sync(versions, asynchronous=asynchronous)
 
 
 class _SchedulerHandle:
-    """``client.scheduler``: the address and a way to call the scheduler."""
+    """``client.scheduler``: the scheduler's address and a way to send it a request."""
 
     def __init__(self, client: Client) -> None:
         self._client = client
@@ -1642,7 +2269,25 @@ class _SchedulerHandle:
         return self._client.scheduler_address
 
     async def call(self, op: str, **fields: Any) -> Any:
-        return await self._client._scheduler_call({"op": op, **fields})
+        """Send the request ``op`` with ``fields`` to the scheduler and return its reply.
+
+        For messages declared outside the client (coordination primitives):
+        callers pass a declared message as ``call(**msg)``.
+        """
+        return await self._client._scheduler_call(dict(fields, op=op))
+
+
+def refuse_unsupported(where: str, **given: bool) -> None:
+    """Refuse, by name, the first parameter given a value this client cannot honour yet.
+
+    Raises
+    ------
+    NotImplementedError
+        Naming ``where`` and the parameter, e.g. ``Client(security=...)``.
+    """
+    for name, unsupported in given.items():
+        if unsupported:
+            raise NotImplementedError(f"{where}({name}=...) is not supported yet")
 
 
 def _make_task(key: Key, func: Callable[..., Any], args: Iterable[Any], kwargs: Mapping[str, Any]) -> Task:
@@ -1654,11 +2299,6 @@ def _make_task(key: Key, func: Callable[..., Any], args: Iterable[Any], kwargs: 
 #: Seconds a fetch waits for a holder to accept a connection before asking the scheduler again.
 _FETCH_CONNECT_TIMEOUT: Final = 1.0
 
-#: Kinds of outbox entries: a message, a key release, a graph's later parts.
-_MESSAGE: Final = 0
-_RELEASE: Final = 1
-_PARTS: Final = 2
-
 
 def _wake(waiters: list[asyncio.Future[None]]) -> None:
     for w in waiters:
@@ -1668,13 +2308,6 @@ def _wake(waiters: list[asyncio.Future[None]]) -> None:
 
 def _graph_chunk_size() -> int:
     return max(int(dask.config.get("distributed.client.graph-chunk-size", 5000)), 1)
-
-
-def _send_safely(bs: BatchedSend, msg: dict[str, Any]) -> None:
-    try:
-        bs.send(msg)
-    except CommClosedError:
-        logger.debug("Scheduler stream closed; dropped %r", msg.get("op"))
 
 
 async def _noop() -> None:
@@ -1700,17 +2333,6 @@ def _annotations(workers: Any, resources: Any, retries: Any, allow_other_workers
     if allow_other_workers:
         ann["allow_other_workers"] = True
     return {k: v for k, v in ann.items() if not callable(v)}
-
-
-def _collect_futures(x: Any, out: list[Future]) -> None:
-    if isinstance(x, Future):
-        out.append(x)
-    elif isinstance(x, (list, tuple, set, frozenset)):
-        for v in x:
-            _collect_futures(v, out)
-    elif isinstance(x, dict):
-        for v in x.values():
-            _collect_futures(v, out)
 
 
 def _substitute(x: Any, data: Mapping[Key, Any], skip: Collection[Key] = ()) -> Any:

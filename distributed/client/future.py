@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 from dask._task_spec import TaskRef
 from dask.utils import parse_timedelta, typename
 
+from distributed.core import rebuild_exception
+from distributed.exceptions import FutureCancelledError
 from distributed.protocol.messages import Key
 
 if TYPE_CHECKING:
@@ -27,7 +29,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Future", "FutureState"]
+__all__ = ["Future", "FutureState", "collect_futures"]
 
 
 class FutureState:
@@ -84,6 +86,15 @@ class FutureState:
         self.reason = reason
         self._finish("cancelled")
 
+    def error(self) -> BaseException | None:
+        """The exception ``result()`` raises for this key, or None when it has none."""
+        if self.status == "error":
+            exc: BaseException = rebuild_exception(self.exception)
+            return exc
+        if self.status == "cancelled":
+            return FutureCancelledError(self.key, self.reason)
+        return None
+
     def reset(self) -> None:
         self.status = "pending"
         self.exception = None
@@ -128,8 +139,8 @@ class Future(TaskRef):
             self.bind_client(client, state, inform=inform)
 
     @classmethod
-    def _held(cls, key: Key, client: Client, state: FutureState) -> Future:
-        """A future of ``client`` whose reference the client has already counted."""
+    def counted(cls, key: Key, client: Client, state: FutureState) -> Future:
+        """A future of ``client`` whose reference the client's registry has already counted."""
         f = cls.__new__(cls)
         f.key = key
         f._client = client
@@ -141,10 +152,10 @@ class Future(TaskRef):
         """Attach to ``client`` (keeping the key wanted while we live)."""
         self._client = client
         if state is None:
-            self._state = client._acquire(self.key)
+            self._state = client.registry.acquire(self.key)
         else:
             self._state = state
-            client._inc_ref(self.key)
+            client.registry.hold(self.key)
         self._bound = True
 
     @property
@@ -163,7 +174,13 @@ class Future(TaskRef):
         return self.client
 
     @property
-    def _fs(self) -> FutureState:
+    def bound_client(self) -> Client | None:
+        """The client this future is bound to, or None (unlike :attr:`client`, never binds)."""
+        return self._client
+
+    @property
+    def state(self) -> FutureState:
+        """What the client knows about the key (shared by all its futures)."""
         if self._state is None:
             _ = self.client
         assert self._state is not None
@@ -171,8 +188,8 @@ class Future(TaskRef):
 
     @property
     def status(self) -> str:
-        """``"pending"``, ``"finished"``, ``"error"``, ``"cancelled"`` or ``"lost"``."""
-        return self._fs.status
+        """``"pending"``, ``"finished"``, ``"error"`` or ``"cancelled"`` (a lost key is pending again)."""
+        return self.state.status
 
     @property
     def type(self) -> type | None:
@@ -184,7 +201,7 @@ class Future(TaskRef):
         builtins, numpy, pandas and the user's own modules resolve); a type
         that cannot be found that way is known once the value was fetched.
         """
-        fs = self._fs
+        fs = self.state
         t = fs.type
         if t is None or isinstance(t, type):
             return t
@@ -195,11 +212,11 @@ class Future(TaskRef):
 
     def done(self) -> bool:
         """Whether the computation is complete (finished, erred or cancelled)."""
-        return self._fs.done()
+        return self.state.done()
 
     def cancelled(self) -> bool:
         """Whether the future was cancelled."""
-        return self._fs.status == "cancelled"
+        return self.state.status == "cancelled"
 
     def result(self, timeout: float | str | None = None) -> Any:
         """Wait for and return the result; re-raise its exception if it erred.
@@ -210,7 +227,7 @@ class Future(TaskRef):
             When it is not done within ``timeout`` seconds.
         """
         client = self.client
-        if client.asynchronous and client._in_loop_thread():
+        if client.asynchronous and client.registry.on_loop():
             return self._result_coro(timeout)
         return client.sync(self._result_coro, timeout)
 
@@ -227,7 +244,7 @@ class Future(TaskRef):
             raise  # the task's own TimeoutError
 
     async def _result_now(self) -> Any:
-        result = await self.client._gather([self], errors="raise")
+        result = await self.client.gather([self], errors="raise", asynchronous=True)
         return result[0]
 
     def exception(self, timeout: float | str | None = None) -> Any:
@@ -236,13 +253,12 @@ class Future(TaskRef):
 
         async def get() -> BaseException | None:
             t = parse_timedelta(timeout) if timeout is not None else None
-            await asyncio.wait_for(self._fs.event().wait(), t)
-            return client._exception_of(self._fs)
+            await asyncio.wait_for(self.state.event().wait(), t)
+            return self.state.error()
 
-        if client.asynchronous and client._in_loop_thread():
+        if client.asynchronous and client.registry.on_loop():
             return get()
-        exc: BaseException | None = client.sync(get)
-        return exc
+        return client.sync(get)
 
     def traceback(self, timeout: float | str | None = None) -> Any:
         """The traceback of the task's exception, or None (an awaitable on an asynchronous client)."""
@@ -263,12 +279,12 @@ class Future(TaskRef):
         """Stop wanting the key (also done when the future is garbage collected)."""
         if self._bound and self._client is not None:
             self._bound = False
-            self._client._dec_ref(self.key)
+            self._client.registry.release(self.key)
 
     def add_done_callback(self, fn: Callable[[Future], Any]) -> None:
         """Call ``fn(future)`` (in a separate thread) when the future is done."""
         client = self.client
-        fs = self._fs
+        fs = self.state
 
         def run() -> None:
             threading.Thread(target=_run_callback, args=(fn, self), daemon=True, name="future-callback").start()
@@ -279,7 +295,7 @@ class Future(TaskRef):
             else:
                 fs.callbacks.append(run)
 
-        client._call_in_loop(register)
+        client.registry.call_soon(register)
 
     def __del__(self) -> None:
         try:
@@ -342,6 +358,18 @@ def _run_callback(fn: Callable[[Future], Any], future: Future) -> None:
         fn(future)
     except Exception:
         logger.exception("Error in a future's done-callback")
+
+
+def collect_futures(x: Any, out: list[Future]) -> None:
+    """Append the futures in ``x`` (a future, or lists, tuples, sets and dicts of them) to ``out``."""
+    if isinstance(x, Future):
+        out.append(x)
+    elif isinstance(x, (list, tuple, set, frozenset)):
+        for v in x:
+            collect_futures(v, out)
+    elif isinstance(x, dict):
+        for v in x.values():
+            collect_futures(v, out)
 
 
 def get_client_for_future() -> Client:

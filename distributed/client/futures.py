@@ -15,8 +15,8 @@ from typing import Any, NamedTuple
 from dask._task_spec import DataNode, Task
 from dask.utils import parse_timedelta
 
-from distributed.client.client import ALL_COMPLETED, FIRST_COMPLETED, Client, _collect_futures, default_client
-from distributed.client.future import Future
+from distributed.client.client import ALL_COMPLETED, FIRST_COMPLETED, Client, default_client
+from distributed.client.future import Future, collect_futures
 from distributed.dask_api import is_dask_collection
 from distributed.exceptions import FutureCancelledError
 from distributed.protocol.messages import Key
@@ -56,7 +56,7 @@ def futures_of(o: Any, client: Client | None = None) -> list[Future]:
             # A graph that cannot be built is the caller's error, not "no futures".
             stack.extend(x.__dask_graph__().values())
     if client is not None:
-        bad = [f for f in futures.values() if f._client is not None and f._client is not client]
+        bad = [f for f in futures.values() if f.bound_client is not None and f.bound_client is not client]
         if bad:
             raise ValueError("Futures belong to another client")
     return list(futures.values())
@@ -86,7 +86,7 @@ def wait(fs: Any, timeout: Any = None, return_when: str = ALL_COMPLETED) -> Any:
 
     async def _wait() -> DoneAndNotDoneFutures:
         # One countdown over the futures' done callbacks, not a task per future.
-        states = list({id(f._fs): f._fs for f in futures if not f._fs.done()}.values())
+        states = list({id(f.state): f.state for f in futures if not f.state.done()}.values())
         need = len(states) if return_when != FIRST_COMPLETED else min(1, len(states))
         if need:
             waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -170,7 +170,7 @@ class as_completed:
         for f in futures:
             by_client[f.client].append(f)
         for client, fs in by_client.items():
-            client._call_in_loop(functools.partial(_notify_when_done, fs, self._ready))
+            client.registry.call_soon(functools.partial(_notify_when_done, fs, self._ready))
 
     def _ready(self, future: Future) -> None:
         """A watched future is done: queue it, unless it was cleared meanwhile."""
@@ -206,7 +206,7 @@ class as_completed:
         self._untrack(future)
         if self.with_results:
             if future.cancelled():
-                return future, FutureCancelledError(future.key, future._fs.reason)
+                return future, FutureCancelledError(future.key, future.state.reason)
             try:
                 return future, future.result()
             except Exception as e:
@@ -246,7 +246,7 @@ class as_completed:
                 return self._take(future)
             self._untrack(future)
             try:
-                return future, await future._result_coro()
+                return future, await future
             except Exception as e:
                 if self.raise_errors:
                     raise
@@ -285,7 +285,7 @@ def _notify_when_done(futures: list[Future], put: Callable[[Future], Any]) -> No
     keep it (and its key) alive.
     """
     for f in futures:
-        fs = f._fs
+        fs = f.state
         if fs.done():
             put(f)
         else:
@@ -301,7 +301,6 @@ def _put_if_alive(ref: weakref.ref[Future], put: Callable[[Future], Any]) -> Non
 def fire_and_forget(obj: Any) -> None:
     """Run futures to completion even after every reference to them is dropped."""
     flat: list[Future] = []
-    _collect_futures(obj, flat)
+    collect_futures(obj, flat)
     for f in flat if flat else futures_of(obj):
-        client = f.client
-        client._send_to_scheduler({"op": "client-desires-keys", "client": "fire-and-forget", "keys": [f.key]})
+        f.client.registry.keep_wanted([f.key])

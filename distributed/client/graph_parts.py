@@ -18,12 +18,13 @@ import logging
 import threading
 import time
 import uuid
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from dask._task_spec import GraphNode
 
+from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.protocol.serialize import FunctionCache, serialize_task
 
@@ -100,7 +101,7 @@ class GraphPlan:
     def __len__(self) -> int:
         return len(self.chunks)
 
-    def message(self, i: int) -> dict[str, Any]:
+    def message(self, i: int) -> m.UpdateGraph:
         """The message of part ``i`` (call in order: parts share a function cache)."""
         chunk = self.chunks[i]
         final = i == len(self.chunks) - 1
@@ -115,14 +116,14 @@ class GraphPlan:
                 # Wanted keys that are not tasks of this graph (held futures).
                 in_graph = {k for c in self.chunks for k in c}
                 chunk_keys.extend(k for k in dict.fromkeys(self.keys) if k not in in_graph)
-        msg: dict[str, Any] = {
-            "op": "update-graph",
-            "client": self.client_id,
-            "tasks": specs,
-            "keys": chunk_keys,
-            "priority": self.user_priority,
-            "stimulus_id": f"update-graph-{time.time()}",
-        }
+        msg = m.UpdateGraph(
+            op="update-graph",
+            client=self.client_id,
+            tasks=specs,
+            keys=chunk_keys,
+            priority=self.user_priority,
+            stimulus_id=f"update-graph-{time.time()}",
+        )
         if self.graph_id is not None:
             msg["graph"] = self.graph_id
             msg["final"] = final
@@ -130,19 +131,19 @@ class GraphPlan:
             msg["annotations"] = dict(self.global_annotations)
         return msg
 
-    def abandon_message(self) -> dict[str, Any] | None:
+    def abandon_message(self) -> m.UpdateGraph | None:
         """The message that ends the graph early, releasing what the scheduler holds."""
         if self.graph_id is None:
             return None
-        return {
-            "op": "update-graph",
-            "client": self.client_id,
-            "tasks": {},
-            "keys": [],
-            "graph": self.graph_id,
-            "final": True,
-            "stimulus_id": f"update-graph-abandoned-{time.time()}",
-        }
+        return m.UpdateGraph(
+            op="update-graph",
+            client=self.client_id,
+            tasks={},
+            keys=[],
+            graph=self.graph_id,
+            final=True,
+            stimulus_id=f"update-graph-abandoned-{time.time()}",
+        )
 
     def wanted_in(self, first: int) -> list[Key]:
         """Wanted keys of the tasks in parts ``first`` onward."""
@@ -153,7 +154,7 @@ class GraphPlan:
             self._wanted = set(self.keys)
         return [k for k in later if k in self._wanted]
 
-    def _task_specs(self, chunk: Sequence[Key], offset: int) -> dict[Key, dict[str, Any]]:
+    def _task_specs(self, chunk: Sequence[Key], offset: int) -> dict[Key, m.TaskSpec]:
         """One entry per task, its run_spec serialised now.
 
         Without ``priorities``, a task's order is its position in the graph.
@@ -161,17 +162,17 @@ class GraphPlan:
         Serialising here, not when the stream writes, means an object that
         cannot be pickled raises here instead of breaking the stream.
         """
-        specs: dict[Key, dict[str, Any]] = {}
+        specs: dict[Key, m.TaskSpec] = {}
         priorities = self.priorities
         per_key = self._per_key
         functions = self._functions
         for j, key in enumerate(chunk, offset):
             node = self.node(key)
-            spec: dict[str, Any] = {
-                "run_spec": serialize_task(node, functions),
-                "dependencies": list(node.dependencies),
-                "order": priorities.get(key, 0) if priorities is not None else j,
-            }
+            spec = m.TaskSpec(
+                run_spec=serialize_task(node, functions),
+                dependencies=list(node.dependencies),
+                order=priorities.get(key, 0) if priorities is not None else j,
+            )
             ann = per_key.get(key)
             if ann:
                 spec["annotations"] = ann
@@ -184,13 +185,14 @@ class PendingParts:
 
     The client's outbox holds one of these where the graph's later parts
     belong; it sends ``ready`` messages as they come and moves past only
-    once ``done``.  ``ready`` and ``done`` change under the client's lock.
+    once ``done``.  The making thread only appends to ``ready`` and sets
+    ``done`` after its last append; the loop only pops: no lock is needed.
     """
 
     __slots__ = ("ready", "done", "stop")
 
     def __init__(self) -> None:
-        self.ready: list[dict[str, Any]] = []
+        self.ready: deque[m.UpdateGraph] = deque()
         self.done = False
         #: Set when the client closes: the thread stops after the current part.
         self.stop = False
@@ -199,14 +201,12 @@ class PendingParts:
 def start_background_parts(
     plan: GraphPlan,
     parts: PendingParts,
-    lock: threading.Lock,
     kick: Callable[[], None],
     fail: Callable[[list[Key], BaseException], None],
 ) -> threading.Thread:
     """Make parts ``1..`` of ``plan`` in a new daemon thread.
 
-    Each message is appended to ``parts.ready`` under ``lock`` and ``kick``
-    is called to have the outbox send it.  If a part cannot be made, the
+    Each message is appended to ``parts.ready`` and ``kick`` is called to have the outbox send it.  If a part cannot be made, the
     wanted keys of it and of later parts are passed to ``fail`` with the
     exception, and the scheduler is told the graph ends there.
     """
@@ -223,15 +223,12 @@ def start_background_parts(
                     fail(plan.wanted_in(i), e)
                     end = plan.abandon_message()
                     if end is not None:
-                        with lock:
-                            parts.ready.append(end)
+                        parts.ready.append(end)
                     break
-                with lock:
-                    parts.ready.append(msg)
+                parts.ready.append(msg)
                 kick()
         finally:
-            with lock:
-                parts.done = True
+            parts.done = True
             kick()
 
     thread = threading.Thread(target=run, name="graph-parts", daemon=True)

@@ -174,6 +174,25 @@ class StreamBarrier(TypedDict):
     id: int
 
 
+#: Every request a client makes of the scheduler.
+ClientRequest = (
+    RegisterClient
+    | Empty
+    | KeysRequest
+    | OptionalKeysRequest
+    | WorkersRequest
+    | UpdateData
+    | CancelKeys
+    | RetryKeys
+    | RunFunction
+    | StoryRequest
+    | RetireWorkers
+    | WaitForWorkers
+    | RegisterPlugin
+    | UnregisterPlugin
+)
+
+
 # -- scheduler -> client (stream) ----------------------------------------------
 class KeyInMemory(TypedDict):
     op: Literal["key-in-memory"]

@@ -6,7 +6,7 @@ import asyncio
 import operator
 import pickle
 import threading
-from typing import Any
+from typing import Any, Literal
 
 import dask
 import numpy as np
@@ -93,7 +93,7 @@ def wait_on_event(x: int) -> int:
 
 
 @gen_cluster(client=True)
-async def test_cancel(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+async def test_cancel(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
     event = _event
     event.clear()
     x = c.submit(wait_on_event, 1)
@@ -187,7 +187,7 @@ async def test_retries(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
 
 
 @gen_cluster(client=True)
-async def test_retry_erred(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+async def test_retry_erred(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
     from distributed.utils_test import varying
 
     flaky = varying([ZeroDivisionError("once"), 7])
@@ -206,7 +206,7 @@ async def test_workers_restriction(c: Client, s: Scheduler, a: Worker, b: Worker
 
 
 @gen_cluster(client=True)
-async def test_run_and_run_on_scheduler(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+async def test_run_and_run_on_scheduler(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
     def where(dask_worker: Any) -> str:
         return str(dask_worker.address)
 
@@ -238,7 +238,7 @@ async def test_compute_collections(c: Client, s: Scheduler, a: Worker, b: Worker
 
 
 @gen_cluster(client=True)
-async def test_story_and_scheduler_info(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+async def test_story_and_scheduler_info(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
     x = c.submit(inc, 1)
     await x
     story = await c.story(x.key)

@@ -8,7 +8,7 @@ import inspect
 import threading
 import time
 import types
-from typing import Any
+from typing import Any, Literal
 
 import dask
 import dask.bag as db
@@ -46,7 +46,9 @@ def test_cancelled_error_is_an_exception() -> None:
 
 
 @gen_cluster(client=True)
-async def test_cancelled_future_caught_by_except_exception(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+async def test_cancelled_future_caught_by_except_exception(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
+) -> None:
     f = c.submit(block, pure=False)
     await c.cancel(f)
     caught: BaseException | None = None
@@ -78,7 +80,7 @@ async def test_client_current_inside_async_with_block(s: Scheduler, a: Worker, b
 
 # -- cancel ------------------------------------------------------------------------------
 @gen_cluster(client=True)
-async def test_cancel_persisted_collection(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+async def test_cancel_persisted_collection(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
     x = db.from_sequence(range(5), npartitions=5).map(block)  # type: ignore[no-untyped-call]  # dask.bag is untyped
     x = c.persist(x)
     futures = futures_of(x)
@@ -90,7 +92,7 @@ async def test_cancel_persisted_collection(c: Client, s: Scheduler, a: Worker, b
 
 
 @gen_cluster(client=True)
-async def test_cancel_right_after_submit(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+async def test_cancel_right_after_submit(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
     """The cancel reaches the scheduler after the graph it cancels, not before."""
     futures = [c.submit(inc, i, pure=False) for i in range(5)]
     await c.cancel(futures)
@@ -100,7 +102,7 @@ async def test_cancel_right_after_submit(c: Client, s: Scheduler, a: Worker, b: 
 
 # -- compute(traverse=), wait on collections ---------------------------------------------
 @gen_cluster(client=True)
-async def test_compute_traverses_containers(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+async def test_compute_traverses_containers(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
     x = db.from_sequence([1, 2, 3], npartitions=2).map(inc)  # type: ignore[no-untyped-call]  # dask.bag is untyped
     fx, fd, fl = c.compute([x, {"a": x, "b": 1}, [x, 2]])
     assert await fx == [2, 3, 4]
@@ -111,7 +113,7 @@ async def test_compute_traverses_containers(c: Client, s: Scheduler, a: Worker, 
 
 
 @gen_cluster(client=True)
-async def test_wait_on_persisted_collections(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+async def test_wait_on_persisted_collections(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
     x = c.persist(db.from_sequence(range(4), npartitions=4).map(block))  # type: ignore[no-untyped-call]  # dask.bag is untyped
     y = c.persist(db.from_sequence(range(4), npartitions=2).map(inc))  # type: ignore[no-untyped-call]  # dask.bag is untyped
     with pytest.raises(TimeoutError):
@@ -136,14 +138,18 @@ class BrokenGraph:
 
 
 @gen_cluster(client=True)
-async def test_wait_raises_when_graph_cannot_be_built(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+async def test_wait_raises_when_graph_cannot_be_built(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
+) -> None:
     with pytest.raises(ValueError, match="no graph for you"):
         await wait(BrokenGraph())
 
 
 # -- as_completed ------------------------------------------------------------------------
 @gen_cluster(client=True)
-async def test_as_completed_clear_releases_futures(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+async def test_as_completed_clear_releases_futures(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
+) -> None:
     done = c.submit(inc, 1)
     await done
     ac = as_completed([done, c.submit(block, 1, pure=False), c.submit(block, 2, pure=False)])
@@ -157,7 +163,7 @@ async def test_as_completed_clear_releases_futures(c: Client, s: Scheduler, a: W
 
 
 @gen_cluster(client=True)
-async def test_as_completed_timeout(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+async def test_as_completed_timeout(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
     fast = c.submit(inc, 1)
     await fast
     ac = as_completed([fast, c.submit(block, pure=False)], timeout=0.5)
@@ -173,7 +179,9 @@ async def test_as_completed_timeout(c: Client, s: Scheduler, a: Worker, b: Worke
 
 
 @gen_cluster(client=True)
-async def test_as_completed_with_results_yields_cancelled(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+async def test_as_completed_with_results_yields_cancelled(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
+) -> None:
     f = c.submit(block, pure=False)
     await c.cancel(f)
     RELEASE.set()
@@ -189,7 +197,7 @@ async def test_as_completed_with_results_yields_cancelled(c: Client, s: Schedule
 
 # -- result(timeout=), lost holders ------------------------------------------------------
 @gen_cluster(client=True, nthreads=[("127.0.0.1", 1, {"resources": {"A": 1}}), ("127.0.0.1", 1)])
-async def test_result_after_only_holder_closes(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+async def test_result_after_only_holder_closes(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
     """The holder closes; no other worker can recompute the key until one with the resource joins."""
     x = c.submit(inc, 1, resources={"A": 1})
     assert await x == 2
@@ -210,7 +218,9 @@ async def test_result_after_only_holder_closes(c: Client, s: Scheduler, a: Worke
 
 
 @gen_cluster(client=True)
-async def test_result_when_holder_closes_recomputes(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+async def test_result_when_holder_closes_recomputes(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
+) -> None:
     x = c.submit(inc, 10, workers=[a.address], allow_other_workers=True)
     assert await x == 11
     await a.close()
@@ -220,7 +230,9 @@ async def test_result_when_holder_closes_recomputes(c: Client, s: Scheduler, a: 
 
 
 @gen_cluster(client=True)
-async def test_lost_data_makes_future_pending_again(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+async def test_lost_data_makes_future_pending_again(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
+) -> None:
     """The scheduler's lost-data report sends the future back to waiting for the next report."""
     x = c.submit(inc, 1)
     assert await x == 2
@@ -242,7 +254,9 @@ async def test_lost_data_makes_future_pending_again(c: Client, s: Scheduler, a: 
 
 
 @gen_cluster(client=True)
-async def test_lost_scattered_data_raises_lost_data_error(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+async def test_lost_scattered_data_raises_lost_data_error(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
+) -> None:
     [x] = await c.scatter([41], workers=[a.address])
     await a.close()
     with pytest.raises(LostDataError):
@@ -260,7 +274,7 @@ def raise_with_cause(x: int) -> int:
 
 
 @gen_cluster(client=True)
-async def test_async_client_returns_awaitables(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+async def test_async_client_returns_awaitables(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
     versions = c.get_versions()
     assert inspect.isawaitable(versions)
     assert "client" in await versions
@@ -290,7 +304,7 @@ def raise_task_error_with_cause(x: int) -> int:
     reason="the sender must call distributed.exceptions.keep_cause_chain(exc) before pickling a task's error",
 )
 @gen_cluster(client=True)
-async def test_task_exception_keeps_its_cause(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+async def test_task_exception_keeps_its_cause(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
     f = c.submit(raise_task_error_with_cause, 1)
     with pytest.raises(TaskError) as info:
         await f
@@ -307,7 +321,7 @@ def make_local(x: int) -> Local:
 
 
 @gen_cluster(client=True)
-async def test_future_type_is_the_type(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+async def test_future_type_is_the_type(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
     np = pytest.importorskip("numpy")
     x = c.submit(inc, 1)
     y = c.submit(np.arange, 3)
@@ -322,11 +336,13 @@ async def test_future_type_is_the_type(c: Client, s: Scheduler, a: Worker, b: Wo
 
 
 @gen_cluster(client=True)
-async def test_future_type_known_after_fetch_when_not_importable(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+async def test_future_type_known_after_fetch_when_not_importable(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
+) -> None:
     x = c.submit(inc, 1)
     await x
     # As if the worker's type lived in a module this process never imported.
-    x._fs.type = "not_imported_module.Thing"
+    x.state.type = "not_imported_module.Thing"
     assert x.type is None
     assert await x == 2
     assert x.type is int
@@ -341,7 +357,7 @@ class MyList(list[int]):
 
 
 @gen_cluster(client=True)
-async def test_scatter_keeps_container_types(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+async def test_scatter_keeps_container_types(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
     fset = await c.scatter({1, 2})
     assert isinstance(fset, set) and await c.gather(list(fset)) in ([1, 2], [2, 1])
     ffrozen = await c.scatter(frozenset([3]))
@@ -364,7 +380,9 @@ async def test_scatter_keeps_container_types(c: Client, s: Scheduler, a: Worker,
     client=True,
     nthreads=[("127.0.0.1", 1, {"name": "alice"}), ("127.0.0.1", 1), ("127.0.0.1", 1)],
 )
-async def test_scatter_broadcast_n_and_worker_names(c: Client, s: Scheduler, a: Worker, b: Worker, w: Worker) -> None:
+async def test_scatter_broadcast_n_and_worker_names(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker, w: Worker
+) -> None:
     f = await c.scatter(123, broadcast=2)
     assert len(s.tasks[f.key].who_has) == 2
     g = await c.scatter(456, broadcast=True)
@@ -390,7 +408,9 @@ def test_dashboard_link_from_connection(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 @gen_cluster(client=True)
-async def test_dashboard_link_none_without_dashboard(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+async def test_dashboard_link_none_without_dashboard(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
+) -> None:
     assert c.dashboard_link is None
 
 
@@ -433,7 +453,7 @@ async def test_shutdown_terminates_scheduler_by_address() -> None:
 
 # -- tokenize ----------------------------------------------------------------------------
 @gen_cluster(client=True)
-async def test_tokenize_futures_by_key(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+async def test_tokenize_futures_by_key(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
     x, y = c.submit(inc, 1), c.submit(inc, 2)
     assert tokenize(x) != tokenize(y)
     assert tokenize([x]) != tokenize([y])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from dask._task_spec import GraphNode, Task
@@ -111,7 +111,7 @@ async def test_map_dropped_at_once_leaves_nothing(c: Client, s: Scheduler, a: Wo
 
 
 @gen_cluster(client=True, config={"distributed.client.graph-chunk-size": 100})
-async def test_cancel_right_after_map(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+async def test_cancel_right_after_map(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
     futures = c.map(slowinc, range(1_000), delay=0.05, pure=False)
     await c.cancel(futures)
     # The later parts reached the scheduler before the cancel did.

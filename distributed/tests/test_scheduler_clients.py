@@ -7,6 +7,7 @@ where the client's view matters.
 from __future__ import annotations
 
 import asyncio
+from typing import Literal
 
 import pytest
 
@@ -140,7 +141,7 @@ def test_released_key_nobody_wants_is_not_reported_lost() -> None:
 # -- real clusters --------------------------------------------------------------------------
 @gen_cluster(client=True)
 async def test_cancel_in_one_client_keeps_the_other_clients_future(
-    c: Client, s: Scheduler, a: Worker, b: Worker
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
 ) -> None:
     async with Client(s.address, asynchronous=True) as c2:
         x = c.submit(slowinc, 1, delay=0.2, key="shared")
@@ -152,7 +153,7 @@ async def test_cancel_in_one_client_keeps_the_other_clients_future(
 
 
 @gen_cluster(client=True)
-async def test_submit_to_an_integer_worker_name(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+async def test_submit_to_an_integer_worker_name(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
     # gen_cluster names its workers 0 and 1, as LocalCluster does.
     assert (a.name, b.name) == (0, 1)
     x = c.submit(inc, 1, workers=[1])
@@ -164,7 +165,7 @@ async def test_submit_to_an_integer_worker_name(c: Client, s: Scheduler, a: Work
 
 
 @gen_cluster(client=True)
-async def test_client_hears_its_key_was_lost(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+async def test_client_hears_its_key_was_lost(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
     x = c.submit(inc, 1, workers=[a.address], allow_other_workers=True)
     await x
     heard: list[str] = []
@@ -180,7 +181,7 @@ async def test_client_hears_its_key_was_lost(c: Client, s: Scheduler, a: Worker,
     def watching(msg: object) -> None:
         if isinstance(msg, dict) and msg.get("op") == "lost-data":
             on_lost(msg["key"])
-        handle(msg)  # type: ignore[arg-type]  # what the stream delivered
+        handle(msg)
 
     c._handle_report_msg = watching  # type: ignore[method-assign]  # spying on the stream
     await a.close()

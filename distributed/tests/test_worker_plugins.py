@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -43,7 +43,7 @@ def pairs(story: list[tuple[Any, ...]], keys: set[Any]) -> list[tuple[Any, str, 
 
 @gen_cluster(client=True)
 async def test_plugin_sees_every_transition_of_a_graph_with_a_fetched_dependency(
-    c: Client, s: Scheduler, a: Worker, b: Worker
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
 ) -> None:
     await c.register_plugin(RecordTransitions())
     x = c.submit(inc, 1, key="x", workers=[a.address])
@@ -69,7 +69,7 @@ async def test_plugin_sees_every_transition_of_a_graph_with_a_fetched_dependency
 
 
 @gen_cluster(client=True, nthreads=[])
-async def test_plugin_given_to_worker_constructor_sees_transitions(c: Client, s: Scheduler) -> None:
+async def test_plugin_given_to_worker_constructor_sees_transitions(c: Client[Literal[True]], s: Scheduler) -> None:
     plugin = RecordTransitions()
     async with Worker(s.address, nthreads=1, plugins=[plugin], validate=True) as w:
         assert await c.submit(inc, 1, key="k") == 2
@@ -89,13 +89,15 @@ class Broken(WorkerPlugin):
 
 
 @gen_cluster(client=True)
-async def test_failing_plugin_transition_does_not_stop_tasks(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+async def test_failing_plugin_transition_does_not_stop_tasks(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
+) -> None:
     await c.register_plugin(Broken())
     assert await c.submit(inc, 1) == 2
 
 
 @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)])
-async def test_removed_plugin_is_no_longer_called(c: Client, s: Scheduler, a: Worker) -> None:
+async def test_removed_plugin_is_no_longer_called(c: Client[Literal[True]], s: Scheduler, a: Worker) -> None:
     plugin = RecordTransitions()
     await a.add_plugin(plugin)
     await c.submit(inc, 1, key="one")
@@ -159,7 +161,7 @@ async def register_worker_plugin(s: Scheduler, plugin: WorkerPlugin, name: str, 
 
 @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)])
 async def test_worker_plugin_registered_before_a_worker_joins_is_set_up_there(
-    c: Client, s: Scheduler, a: Worker
+    c: Client[Literal[True]], s: Scheduler, a: Worker
 ) -> None:
     replies = await register_worker_plugin(s, SetupRecorder(), "recorder")
     assert replies == {a.address: {"status": "OK"}}
@@ -174,7 +176,9 @@ async def test_worker_plugin_registered_before_a_worker_joins_is_set_up_there(
 
 
 @gen_cluster(client=True, nthreads=[])
-async def test_late_worker_plugin_sees_the_transitions_of_its_first_task(c: Client, s: Scheduler) -> None:
+async def test_late_worker_plugin_sees_the_transitions_of_its_first_task(
+    c: Client[Literal[True]], s: Scheduler
+) -> None:
     await register_worker_plugin(s, RecordTransitions(), "record-transitions")
     async with Worker(s.address, nthreads=1, validate=True) as w:
         assert await c.submit(inc, 1, key="first") == 2
@@ -211,7 +215,7 @@ async def test_unregistered_worker_plugin_is_torn_down_and_not_given_to_new_work
     "it must send register_worker_plugin to the scheduler (then drop this marker)",
 )
 @gen_cluster(client=True, nthreads=[])
-async def test_client_register_plugin_reaches_workers_that_join_later(c: Client, s: Scheduler) -> None:
+async def test_client_register_plugin_reaches_workers_that_join_later(c: Client[Literal[True]], s: Scheduler) -> None:
     await c.register_plugin(SetupRecorder(), name="via-client")
     async with Worker(s.address, nthreads=1) as late:
         assert "via-client" in late.plugins

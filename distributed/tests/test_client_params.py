@@ -1,0 +1,154 @@
+"""Client parameters either do what dask.distributed's do or are refused by name."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from typing import Any, Literal
+
+import pytest
+from dask.delayed import delayed
+
+from distributed import Client
+from distributed.diagnostics.plugin import SchedulerPlugin
+from distributed.scheduler import Scheduler
+from distributed.utils_test import gen_cluster, inc
+from distributed.worker import Worker
+
+UNREACHABLE = "tcp://127.0.0.1:1"
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("security", object()),
+        ("security", True),
+        ("heartbeat_interval", "5s"),
+        ("serializers", ["pickle"]),
+        ("deserializers", ["pickle"]),
+        ("extensions", {"pubsub": object}),
+        ("direct_to_workers", False),
+    ],
+)
+def test_client_refuses_what_it_cannot_honour(name: str, value: Any) -> None:
+    # Refused before any connection is tried.
+    with pytest.raises(NotImplementedError, match=rf"^Client\({name}=\.\.\.\) is not supported yet$"):
+        Client(UNREACHABLE, timeout=0.2, **{name: value})
+
+
+def test_client_refuses_cluster_options_with_an_address() -> None:
+    with pytest.raises(TypeError, match="n_workers"):
+        Client(UNREACHABLE, timeout=0.2, n_workers=2)
+
+
+@gen_cluster()
+async def test_client_accepts_the_defaults_and_what_is_true_here(s: Scheduler, a: Worker, b: Worker) -> None:
+    async with Client(
+        s.address,
+        asynchronous=True,
+        security=None,
+        heartbeat_interval=None,
+        serializers=None,
+        deserializers=None,
+        extensions=None,
+        direct_to_workers=True,
+    ) as c:
+        assert await c.submit(inc, 1) == 2
+
+
+@gen_cluster(client=True)
+async def test_work_submission_refusals(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
+    x = delayed(inc)(1)
+    cases: list[tuple[str, Callable[[], Any]]] = [
+        ("Client.submit(actor=...)", lambda: c.submit(inc, 1, actor=True)),
+        ("Client.submit(actors=...)", lambda: c.submit(inc, 1, actors=True)),
+        ("Client.map(actor=...)", lambda: c.map(inc, [1], actor=True)),
+        ("Client.map(actors=...)", lambda: c.map(inc, [1], actors=True)),
+        ("Client.compute(actors=...)", lambda: c.compute(x, actors=True)),
+        ("Client.compute(optimize_kwarg=...)", lambda: c.compute(x, optimize_kwarg=1)),
+        ("Client.persist(actors=...)", lambda: c.persist(x, actors=True)),
+        ("Client.persist(optimize_kwarg=...)", lambda: c.persist(x, optimize_kwarg=1)),
+        ("Client.get(actors=...)", lambda: c.get({"a": 1}, "a", actors=True)),
+        ("Client.get(direct=...)", lambda: c.get({"a": 1}, "a", direct=False)),
+        ("Client.get(optimize_kwarg=...)", lambda: c.get({"a": 1}, "a", optimize_kwarg=1)),
+        ("Client.gather(direct=...)", lambda: c.gather([], direct=False)),
+        ("Client.scatter(direct=...)", lambda: c.scatter(1, direct=False)),
+        ("Client.run(nanny=...)", lambda: c.run(inc, 1, nanny=True)),
+        ("Client.get_versions(check=...)", lambda: c.get_versions(check=True)),
+        ("Client.get_versions(packages=...)", lambda: c.get_versions(packages=["numpy"])),
+    ]
+    for message, call in cases:
+        with pytest.raises(NotImplementedError, match="^" + re.escape(message)):
+            call()
+    assert not s.tasks  # nothing was submitted on the way
+
+
+@gen_cluster(client=True)
+async def test_hints_and_true_defaults_are_accepted(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
+) -> None:
+    # fifo_timeout is a hint in dask.distributed as well; direct=True is what happens anyway.
+    assert await c.submit(inc, 1, fifo_timeout="1s") == 2
+    assert await c.gather(c.map(inc, [1, 2], fifo_timeout=0), direct=True) == [2, 3]
+    assert await c.compute(delayed(inc)(1), fifo_timeout="1s", actors=None) == 2
+    assert await c.get({"a": 1}, "a", direct=True, fifo_timeout="1s", sync=True) == 1
+    assert await c.gather(await c.scatter(5, direct=True)) == 5
+    assert (await c.get_versions())["client"]
+
+
+class CountGraphs(SchedulerPlugin):
+    def __init__(self) -> None:
+        self.tasks_per_graph: list[int] = []
+
+    def update_graph(self, scheduler: Scheduler, *, tasks: list[Any], **kwargs: Any) -> None:
+        self.tasks_per_graph.append(len(tasks))
+
+
+@gen_cluster(client=True)
+async def test_map_batch_size_sets_tasks_per_message(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
+) -> None:
+    plugin = CountGraphs()
+    await s.add_plugin(plugin)
+    futures = c.map(inc, range(35), batch_size=10)
+    assert await c.gather(futures) == list(range(1, 36))
+    assert plugin.tasks_per_graph == [10, 10, 10, 5]
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 3)
+async def test_scheduler_info_n_workers(c: Client[Literal[True]], s: Scheduler, *workers: Worker) -> None:
+    assert len((await c.scheduler_info())["workers"]) == 3
+    assert len((await c.scheduler_info(n_workers=2))["workers"]) == 2
+    assert len((await c.scheduler_info(n_workers=-1))["workers"]) == 3
+
+
+@gen_cluster(client=True)
+async def test_nbytes_summary(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
+    futures = c.map(inc, range(3))
+    await c.gather(futures)
+    per_key = await c.nbytes(summary=False)
+    assert set(per_key) == {f.key for f in futures}
+    assert await c.nbytes(summary=True) == {"inc": sum(per_key.values())}
+    assert await c.nbytes() == {"inc": sum(per_key.values())}  # dask's default
+
+
+@gen_cluster(client=True)
+async def test_scatter_timeout(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
+    start = time.monotonic()
+    with pytest.raises(TimeoutError):
+        await c.scatter(1, workers=[UNREACHABLE], timeout=0.2)
+    assert time.monotonic() - start < 5  # not the 30 s connect timeout
+
+
+@gen_cluster()
+async def test_close_timeout(s: Scheduler, a: Worker, b: Worker) -> None:
+    c = await Client(s.address, asynchronous=True)
+    try:
+        with pytest.raises(TimeoutError):
+            await c.close(timeout=0)
+    finally:
+        await c.close()
+    c = await Client(s.address, asynchronous=True)
+    await c.close(timeout="5s")
+    assert c.status == "closed"

@@ -1,0 +1,75 @@
+"""The Client's sync/async return types: checked by mypy (``assert_type``) and at run time."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable
+from typing import Any, Literal, assert_type
+
+from distributed import Client
+from distributed.protocol.messages import Key
+from distributed.scheduler import Scheduler
+from distributed.utils_test import gen_cluster, inc
+from distributed.worker import Worker
+
+
+def sync_client_types(c: Client[Literal[False]]) -> None:
+    """A synchronous client returns values (checked by mypy only)."""
+    assert_type(c.nthreads(), dict[str, int])
+    assert_type(c.who_has(), dict[Key, list[str]])
+    assert_type(c.has_what(), dict[str, list[Key]])
+    assert_type(c.scheduler_info(), dict[str, Any])
+    assert_type(c.run(inc, 1), dict[str, Any])
+    assert_type(c.run(inc, 1, wait=False), None | Awaitable[None])
+    assert_type(c.cancel([]), None)
+    assert_type(c.close(), None)
+    assert_type(c.get_versions(), dict[str, Any])
+    assert_type(c.wait_for_workers(1), None)
+    # Asked for explicitly, an awaitable.
+    assert_type(c.nthreads(asynchronous=True), Awaitable[dict[str, int]])
+    assert_type(c.gather([], asynchronous=True), Awaitable[Any])
+
+
+async def async_client_types(c: Client[Literal[True]]) -> None:
+    """An asynchronous client returns awaitables (checked by mypy only)."""
+    assert_type(c.nthreads(), Awaitable[dict[str, int]])
+    assert_type(await c.nthreads(), dict[str, int])
+    assert_type(c.who_has(), Awaitable[dict[Key, list[str]]])
+    assert_type(c.scheduler_info(), Awaitable[dict[str, Any]])
+    assert_type(c.run(inc, 1), Awaitable[dict[str, Any]])
+    assert_type(c.gather([]), Awaitable[Any])
+    assert_type(c.scatter(1), Awaitable[Any])
+    assert_type(c.cancel([]), Awaitable[None])
+    assert_type(c.close(), Awaitable[None])
+    assert_type(c.shutdown(), Awaitable[None])
+    assert_type(c.get_versions(), Awaitable[dict[str, Any]])
+
+
+def construction_types() -> None:
+    """The constructor fixes the mode statically (checked by mypy only)."""
+    with Client("tcp://127.0.0.1:1", timeout=0.1) as c:
+        assert_type(c, Client[Literal[False]])
+
+
+async def async_construction_types() -> None:
+    async with Client("tcp://127.0.0.1:1", asynchronous=True, timeout=0.1) as c:
+        assert_type(c, Client[Literal[True]])
+
+
+@gen_cluster(client=True)
+async def test_async_client_returns_awaitables(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
+    for call in (
+        c.nthreads(),
+        c.who_has(),
+        c.has_what(),
+        c.processing(),
+        c.nbytes(),
+        c.scheduler_info(),
+        c.story(),
+        c.run(inc, 1),
+        c.retire_workers([]),
+        c.get_versions(),
+        c.wait_for_workers(2),
+    ):
+        assert inspect.isawaitable(call)
+        await call
