@@ -83,6 +83,9 @@ if TYPE_CHECKING:
 else:
     AsyncT = TypeVar("AsyncT", bound=bool, covariant=True)
 
+#: Every request a client sends its scheduler (the client's own and the worker plugins').
+SchedulerRequest = m.ClientRequest | m.RegisterWorkerPlugin | m.UnregisterWorkerPlugin
+
 FIRST_COMPLETED: Literal["FIRST_COMPLETED"] = "FIRST_COMPLETED"
 ALL_COMPLETED: Literal["ALL_COMPLETED"] = "ALL_COMPLETED"
 
@@ -1354,7 +1357,7 @@ class Client(Generic[AsyncT]):
         raw = response.get("data", {}) if isinstance(response, dict) else {}
         return {k: unwrap(v) for k, v in raw.items()}
 
-    async def _request(self, msg: m.ClientRequest) -> Any:
+    async def _request(self, msg: SchedulerRequest) -> Any:
         """Send a request to the scheduler (after every graph part queued so far) and return its reply."""
         assert self._address is not None
         await self._graphs_sent()
@@ -1854,7 +1857,7 @@ class Client(Generic[AsyncT]):
         idempotent: bool | None = None,
         *,
         asynchronous: Literal[False] | None = None,
-    ) -> str | dict[str, Any] | None: ...
+    ) -> str | dict[str, Any]: ...
 
     @overload
     def register_plugin(
@@ -1864,17 +1867,17 @@ class Client(Generic[AsyncT]):
         idempotent: bool | None = None,
         *,
         asynchronous: Literal[True] | None = None,
-    ) -> Awaitable[str | dict[str, Any] | None]: ...
+    ) -> Awaitable[str | dict[str, Any]]: ...
 
     @overload
     def register_plugin(
         self, plugin: Any, name: str | None = None, idempotent: bool | None = None, *, asynchronous: Literal[True]
-    ) -> Awaitable[str | dict[str, Any] | None]: ...
+    ) -> Awaitable[str | dict[str, Any]]: ...
 
     @overload
     def register_plugin(
         self, plugin: Any, name: str | None = None, idempotent: bool | None = None, *, asynchronous: bool | None = None
-    ) -> str | dict[str, Any] | Awaitable[str | dict[str, Any] | None] | None: ...
+    ) -> str | dict[str, Any] | Awaitable[str | dict[str, Any]]: ...
 
     def register_plugin(
         self,
@@ -1883,26 +1886,112 @@ class Client(Generic[AsyncT]):
         idempotent: bool | None = None,
         *,
         asynchronous: bool | None = None,
-    ) -> str | dict[str, Any] | Awaitable[str | dict[str, Any] | None] | None:
-        """Register a scheduler or worker plugin."""
-        from distributed.diagnostics.plugin import SchedulerPlugin, WorkerPlugin
+    ) -> str | dict[str, Any] | Awaitable[str | dict[str, Any]]:
+        """Register a scheduler or worker plugin.
+
+        A :class:`~distributed.WorkerPlugin` is kept by the scheduler and set up on
+        every worker: those connected now and each one that joins later.
+
+        Parameters
+        ----------
+        plugin
+            A :class:`~distributed.SchedulerPlugin` or :class:`~distributed.WorkerPlugin`.
+        name
+            The plugin's name; by default its ``name`` attribute, else one made up
+            from its type.  Registering a name again replaces the plugin of that name.
+        idempotent
+            Leave an already registered plugin of the same name in place.  By
+            default the plugin's ``idempotent`` attribute (False if it has none).
+
+        Returns
+        -------
+        ``"OK"`` for a scheduler plugin; for a worker plugin, each current worker's
+        reply to the setup, by address (``{"status": "OK"}``).
+
+        Raises
+        ------
+        Exception
+            The first exception a worker's ``setup`` raised.
+        """
+        from distributed.diagnostics.plugin import NannyPlugin, SchedulerPlugin, WorkerPlugin
 
         name = name or getattr(plugin, "name", None) or f"{type(plugin).__name__}-{uuid.uuid4()}"
+        if idempotent is None:
+            idempotent = bool(getattr(plugin, "idempotent", False))
         if isinstance(plugin, SchedulerPlugin):
             return self.sync(
                 self._request,
                 m.RegisterPlugin(
-                    op="register_scheduler_plugin", plugin=Serialize(plugin), name=name, idempotent=bool(idempotent)
+                    op="register_scheduler_plugin", plugin=Serialize(plugin), name=name, idempotent=idempotent
                 ),
                 asynchronous=asynchronous,
             )
         if isinstance(plugin, WorkerPlugin):
-
-            async def add(dask_worker: Any, plugin: Any = plugin, name: str = name) -> None:
-                await dask_worker.add_plugin(plugin, name=name)
-
-            return self.run(add, asynchronous=asynchronous)
+            return self.sync(
+                self._worker_plugin_request,
+                m.RegisterWorkerPlugin(
+                    op="register_worker_plugin", plugin=Serialize(plugin), name=name, idempotent=idempotent
+                ),
+                asynchronous=asynchronous,
+            )
+        if isinstance(plugin, NannyPlugin):
+            raise NotImplementedError("Client.register_plugin(<NannyPlugin>) is not supported yet")
         raise TypeError(f"Unknown plugin type {type(plugin).__name__}")
+
+    async def _worker_plugin_request(self, msg: m.RegisterWorkerPlugin | m.UnregisterWorkerPlugin) -> dict[str, Any]:
+        """Send a worker plugin request; raise the first error a worker replied with."""
+        replies: dict[str, Any] = await self._request(msg)
+        for reply in replies.values():
+            if reply.get("status") == "error":
+                raise rebuild_exception(reply)
+        return replies
+
+    @overload
+    def unregister_worker_plugin(
+        self: Client[Literal[False]],
+        name: str,
+        nanny: bool | None = None,
+        *,
+        asynchronous: Literal[False] | None = None,
+    ) -> dict[str, Any]: ...
+
+    @overload
+    def unregister_worker_plugin(
+        self: Client[Literal[True]], name: str, nanny: bool | None = None, *, asynchronous: Literal[True] | None = None
+    ) -> Awaitable[dict[str, Any]]: ...
+
+    @overload
+    def unregister_worker_plugin(
+        self, name: str, nanny: bool | None = None, *, asynchronous: Literal[True]
+    ) -> Awaitable[dict[str, Any]]: ...
+
+    @overload
+    def unregister_worker_plugin(
+        self, name: str, nanny: bool | None = None, *, asynchronous: bool | None = None
+    ) -> dict[str, Any] | Awaitable[dict[str, Any]]: ...
+
+    def unregister_worker_plugin(
+        self, name: str, nanny: bool | None = None, *, asynchronous: bool | None = None
+    ) -> dict[str, Any] | Awaitable[dict[str, Any]]:
+        """Remove the worker plugin ``name``: torn down on every worker, given to no new one.
+
+        Returns
+        -------
+        Each current worker's reply to the teardown, by address.
+
+        Raises
+        ------
+        ValueError
+            When no worker plugin of that name is registered.
+        NotImplementedError
+            For ``nanny=True`` (nanny plugins are not supported yet).
+        """
+        refuse_unsupported("Client.unregister_worker_plugin", nanny=bool(nanny))
+        return self.sync(
+            self._worker_plugin_request,
+            m.UnregisterWorkerPlugin(op="unregister_worker_plugin", name=name),
+            asynchronous=asynchronous,
+        )
 
     @overload
     def unregister_scheduler_plugin(

@@ -6,7 +6,7 @@ import inspect
 from collections.abc import Awaitable
 from typing import Any, Literal, assert_type
 
-from distributed import Client
+from distributed import Client, WorkerPlugin
 from distributed.protocol.messages import Key
 from distributed.scheduler import Scheduler
 from distributed.utils_test import gen_cluster, inc
@@ -25,6 +25,8 @@ def sync_client_types(c: Client[Literal[False]]) -> None:
     assert_type(c.close(), None)
     assert_type(c.get_versions(), dict[str, Any])
     assert_type(c.wait_for_workers(1), None)
+    assert_type(c.register_plugin(WorkerPlugin()), str | dict[str, Any])
+    assert_type(c.unregister_worker_plugin("p"), dict[str, Any])
     # Asked for explicitly, an awaitable.
     assert_type(c.nthreads(asynchronous=True), Awaitable[dict[str, int]])
     assert_type(c.gather([], asynchronous=True), Awaitable[Any])
@@ -43,6 +45,8 @@ async def async_client_types(c: Client[Literal[True]]) -> None:
     assert_type(c.close(), Awaitable[None])
     assert_type(c.shutdown(), Awaitable[None])
     assert_type(c.get_versions(), Awaitable[dict[str, Any]])
+    assert_type(c.register_plugin(WorkerPlugin()), Awaitable[str | dict[str, Any]])
+    assert_type(c.unregister_worker_plugin("p"), Awaitable[dict[str, Any]])
 
 
 def construction_types() -> None:

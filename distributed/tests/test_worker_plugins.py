@@ -209,11 +209,6 @@ async def test_unregistered_worker_plugin_is_torn_down_and_not_given_to_new_work
         assert "gone" not in late.plugins
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Client.register_plugin still sets worker plugins up with run() on the current workers; "
-    "it must send register_worker_plugin to the scheduler (then drop this marker)",
-)
 @gen_cluster(client=True, nthreads=[])
 async def test_client_register_plugin_reaches_workers_that_join_later(c: Client[Literal[True]], s: Scheduler) -> None:
     await c.register_plugin(SetupRecorder(), name="via-client")
