@@ -25,7 +25,7 @@ import uuid
 import weakref
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Collection, Generator, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Final, Generic, Literal, Self, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Final, Generic, Literal, Protocol, Self, TypeVar, overload
 
 import dask
 import dask.config
@@ -72,6 +72,17 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+
+class DaskCollection(Protocol):
+    """What mypy can check of a dask collection (``dask.typing.DaskCollection`` does not match dask's own)."""
+
+    def __dask_graph__(self) -> Any: ...
+
+    def __dask_keys__(self) -> Any: ...
+
+
+CollectionT = TypeVar("CollectionT", bound=DaskCollection)
 
 if TYPE_CHECKING:
     from typing_extensions import TypeVar as TypeVarWithDefault
@@ -1105,6 +1116,91 @@ class Client(Generic[AsyncT]):
             user_priority=int(opts.get("priority", 0) or 0),
         )
 
+    @overload
+    def compute(
+        self,
+        collections: CollectionT,
+        sync: Literal[False] = False,
+        optimize_graph: bool = True,
+        workers: Any = None,
+        allow_other_workers: bool = False,
+        resources: Any = None,
+        retries: int | None = None,
+        priority: int = 0,
+        fifo_timeout: Any = "60s",
+        actors: Any = None,
+        traverse: bool = True,
+        **kwargs: Any,
+    ) -> Future: ...
+
+    @overload
+    def compute(
+        self,
+        collections: list[CollectionT] | tuple[CollectionT, ...],
+        sync: Literal[False] = False,
+        optimize_graph: bool = True,
+        workers: Any = None,
+        allow_other_workers: bool = False,
+        resources: Any = None,
+        retries: int | None = None,
+        priority: int = 0,
+        fifo_timeout: Any = "60s",
+        actors: Any = None,
+        traverse: bool = True,
+        **kwargs: Any,
+    ) -> list[Future]: ...
+
+    @overload
+    def compute(
+        self: Client[Literal[False]],
+        collections: Any,
+        sync: Literal[True],
+        optimize_graph: bool = True,
+        workers: Any = None,
+        allow_other_workers: bool = False,
+        resources: Any = None,
+        retries: int | None = None,
+        priority: int = 0,
+        fifo_timeout: Any = "60s",
+        actors: Any = None,
+        traverse: bool = True,
+        **kwargs: Any,
+    ) -> Any: ...
+
+    @overload
+    def compute(
+        self: Client[Literal[True]],
+        collections: Any,
+        sync: Literal[True],
+        optimize_graph: bool = True,
+        workers: Any = None,
+        allow_other_workers: bool = False,
+        resources: Any = None,
+        retries: int | None = None,
+        priority: int = 0,
+        fifo_timeout: Any = "60s",
+        actors: Any = None,
+        traverse: bool = True,
+        **kwargs: Any,
+    ) -> Awaitable[Any]: ...
+
+    @overload
+    def compute(
+        self,
+        collections: Any,
+        sync: bool = False,
+        optimize_graph: bool = True,
+        workers: Any = None,
+        allow_other_workers: bool = False,
+        resources: Any = None,
+        retries: int | None = None,
+        priority: int = 0,
+        fifo_timeout: Any = "60s",
+        actors: Any = None,
+        traverse: bool = True,
+        **kwargs: Any,
+    ) -> Any: ...
+
     def compute(
         self,
         collections: Any,
@@ -1125,6 +1221,12 @@ class Client(Generic[AsyncT]):
         With ``traverse`` (the default), lists, tuples, sets, dicts and
         iterators among ``collections`` are searched for collections too: each
         becomes one future of the container with its collections computed.
+
+        Returns
+        -------
+        A :class:`Future` for one collection, a list of them for a list, tuple or
+        set (anything else in it is returned as it is).  With ``sync=True``, the
+        results instead: an awaitable of them on an asynchronous client.
         """
         if isinstance(collections, Iterator):
             collections = list(collections)
@@ -1150,11 +1252,41 @@ class Client(Generic[AsyncT]):
             futures = self._submit_expr(expr, keys, opts)
             for i, f in zip(dask_idx, futures):
                 results[i] = f
+        out = results[0] if singleton else results
         if sync:
-            results = self.gather(results)
-        if singleton:
-            return results[0]
-        return results
+            # An awaitable of the values on an asynchronous client.
+            return self.gather(out)
+        return out
+
+    @overload
+    def persist(
+        self,
+        collections: list[T] | tuple[T, ...],
+        optimize_graph: bool = True,
+        workers: Any = None,
+        allow_other_workers: bool = False,
+        resources: Any = None,
+        retries: int | None = None,
+        priority: int = 0,
+        fifo_timeout: Any = "60s",
+        actors: Any = None,
+        **kwargs: Any,
+    ) -> list[T]: ...
+
+    @overload
+    def persist(
+        self,
+        collections: T,
+        optimize_graph: bool = True,
+        workers: Any = None,
+        allow_other_workers: bool = False,
+        resources: Any = None,
+        retries: int | None = None,
+        priority: int = 0,
+        fifo_timeout: Any = "60s",
+        actors: Any = None,
+        **kwargs: Any,
+    ) -> T: ...
 
     def persist(
         self,
@@ -1169,7 +1301,15 @@ class Client(Generic[AsyncT]):
         actors: Any = None,
         **kwargs: Any,
     ) -> Any:
-        """Start computing collections; return them backed by futures."""
+        """Start computing collections; return them backed by futures.
+
+        Returns
+        -------
+        The collection, or a list of them for a list or tuple, each of the same
+        type as given (anything but a dask collection is returned as it is).
+        Nothing waits: this returns at once on synchronous and asynchronous
+        clients alike.
+        """
         refuse_unsupported("Client.persist", actors=bool(actors), **{k: True for k in kwargs})
         singleton = not isinstance(collections, (list, tuple))
         seq = [collections] if singleton else list(collections)
@@ -1198,6 +1338,117 @@ class Client(Generic[AsyncT]):
             return out[0]
         return out
 
+    @overload
+    def get(
+        self: Client[Literal[False]],
+        dsk: Any,
+        keys: Any,
+        workers: Any = None,
+        allow_other_workers: bool | None = None,
+        resources: Any = None,
+        sync: Literal[True] = True,
+        asynchronous: Literal[False] | None = None,
+        direct: bool | None = None,
+        retries: int | None = None,
+        priority: int = 0,
+        fifo_timeout: Any = "60s",
+        actors: Any = None,
+        **kwargs: Any,
+    ) -> Any: ...
+
+    @overload
+    def get(
+        self: Client[Literal[True]],
+        dsk: Any,
+        keys: Any,
+        workers: Any = None,
+        allow_other_workers: bool | None = None,
+        resources: Any = None,
+        sync: Literal[True] = True,
+        asynchronous: Literal[True] | None = None,
+        direct: bool | None = None,
+        retries: int | None = None,
+        priority: int = 0,
+        fifo_timeout: Any = "60s",
+        actors: Any = None,
+        **kwargs: Any,
+    ) -> Awaitable[Any]: ...
+
+    @overload
+    def get(
+        self,
+        dsk: Any,
+        keys: Any,
+        workers: Any = None,
+        allow_other_workers: bool | None = None,
+        resources: Any = None,
+        sync: Literal[True] = True,
+        *,
+        asynchronous: Literal[True],
+        direct: bool | None = None,
+        retries: int | None = None,
+        priority: int = 0,
+        fifo_timeout: Any = "60s",
+        actors: Any = None,
+        **kwargs: Any,
+    ) -> Awaitable[Any]: ...
+
+    @overload
+    def get(
+        self,
+        dsk: Any,
+        keys: list[Any],
+        workers: Any = None,
+        allow_other_workers: bool | None = None,
+        resources: Any = None,
+        *,
+        sync: Literal[False],
+        asynchronous: bool | None = None,
+        direct: bool | None = None,
+        retries: int | None = None,
+        priority: int = 0,
+        fifo_timeout: Any = "60s",
+        actors: Any = None,
+        **kwargs: Any,
+    ) -> list[Any]: ...
+
+    @overload
+    def get(
+        self,
+        dsk: Any,
+        keys: Key,
+        workers: Any = None,
+        allow_other_workers: bool | None = None,
+        resources: Any = None,
+        *,
+        sync: Literal[False],
+        asynchronous: bool | None = None,
+        direct: bool | None = None,
+        retries: int | None = None,
+        priority: int = 0,
+        fifo_timeout: Any = "60s",
+        actors: Any = None,
+        **kwargs: Any,
+    ) -> Future: ...
+
+    @overload
+    def get(
+        self,
+        dsk: Any,
+        keys: Any,
+        workers: Any = None,
+        allow_other_workers: bool | None = None,
+        resources: Any = None,
+        sync: bool = True,
+        asynchronous: bool | None = None,
+        direct: bool | None = None,
+        retries: int | None = None,
+        priority: int = 0,
+        fifo_timeout: Any = "60s",
+        actors: Any = None,
+        **kwargs: Any,
+    ) -> Any: ...
+
     def get(
         self,
         dsk: Any,
@@ -1214,7 +1465,14 @@ class Client(Generic[AsyncT]):
         actors: Any = None,
         **kwargs: Any,
     ) -> Any:
-        """Compute a graph (an ``Expr`` or a dict) and return the values of ``keys``."""
+        """Compute a graph (an ``Expr`` or a dict) and return the values of ``keys``.
+
+        Returns
+        -------
+        The value of ``keys`` (a key, or a nested list of keys giving the values
+        in the same nesting): an awaitable of it on an asynchronous client.  With
+        ``sync=False``, futures of the keys in that shape instead, at once.
+        """
         refuse_unsupported("Client.get", actors=bool(actors), direct=direct is False, **{k: True for k in kwargs})
         expr = graph_expr(dsk)
         flat = flatten_keys(keys) if isinstance(keys, list) else [keys]

@@ -6,15 +6,29 @@ import inspect
 from collections.abc import Awaitable
 from typing import Any, Literal, assert_type
 
-from distributed import Client, WorkerPlugin
+import dask.array as da
+import dask.bag as db
+
+from distributed import Client, Future, LocalCluster, WorkerPlugin
 from distributed.protocol.messages import Key
 from distributed.scheduler import Scheduler
 from distributed.utils_test import gen_cluster, inc
 from distributed.worker import Worker
 
 
-def sync_client_types(c: Client[Literal[False]]) -> None:
+def sync_client_types(c: Client[Literal[False]], x: da.Array, b: db.Bag) -> None:
     """A synchronous client returns values (checked by mypy only)."""
+    assert_type(c.compute(x), Future)
+    assert_type(c.compute([x, x]), list[Future])
+    assert_type(c.compute((x, x)), list[Future])
+    assert_type(c.compute(x, sync=True), Any)
+    assert_type(c.persist(x), da.Array)
+    assert_type(c.persist(b), db.Bag)
+    assert_type(c.persist([x, x]), list[da.Array])
+    assert_type(c.get({"k": 1}, "k"), Any)
+    assert_type(c.get({"k": 1}, "k", sync=False), Future)
+    assert_type(c.get({"k": 1}, ["k"], sync=False), list[Any])
+    assert_type(c.get({"k": 1}, "k", asynchronous=True), Awaitable[Any])
     assert_type(c.nthreads(), dict[str, int])
     assert_type(c.who_has(), dict[Key, list[str]])
     assert_type(c.has_what(), dict[str, list[Key]])
@@ -32,8 +46,15 @@ def sync_client_types(c: Client[Literal[False]]) -> None:
     assert_type(c.gather([], asynchronous=True), Awaitable[Any])
 
 
-async def async_client_types(c: Client[Literal[True]]) -> None:
+async def async_client_types(c: Client[Literal[True]], x: da.Array) -> None:
     """An asynchronous client returns awaitables (checked by mypy only)."""
+    # Futures and persisted collections come back at once, on either kind of client.
+    assert_type(c.compute(x), Future)
+    assert_type(c.compute([x]), list[Future])
+    assert_type(c.persist(x), da.Array)
+    assert_type(c.compute(x, sync=True), Awaitable[Any])
+    assert_type(c.get({"k": 1}, "k"), Awaitable[Any])
+    assert_type(c.get({"k": 1}, "k", sync=False), Future)
     assert_type(c.nthreads(), Awaitable[dict[str, int]])
     assert_type(await c.nthreads(), dict[str, int])
     assert_type(c.who_has(), Awaitable[dict[Key, list[str]]])
@@ -77,3 +98,38 @@ async def test_async_client_returns_awaitables(c: Client[Literal[True]], s: Sche
     ):
         assert inspect.isawaitable(call)
         await call
+
+
+@gen_cluster(client=True)
+async def test_compute_persist_get_shapes_on_an_async_client(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
+) -> None:
+    x = da.ones(4, chunks=2)
+    assert isinstance(c.compute(x), Future)
+    fs = c.compute([x, x.sum()])
+    assert isinstance(fs, list) and all(isinstance(f, Future) for f in fs)
+    persisted = c.persist(x)
+    assert isinstance(persisted, da.Array)
+    both = c.persist((x, x + 1))
+    assert isinstance(both, list) and all(isinstance(p, da.Array) for p in both)
+    computed = c.compute(x.sum(), sync=True)
+    assert inspect.isawaitable(computed)
+    assert await computed == 4
+    got = c.get({"k": (inc, 1)}, "k")
+    assert inspect.isawaitable(got)
+    assert await got == 2
+    future = c.get({"j": (inc, 2)}, "j", sync=False)
+    assert isinstance(future, Future)
+    assert await future == 3
+
+
+def test_compute_persist_get_shapes_on_a_sync_client() -> None:
+    x = da.ones(4, chunks=2)
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
+        with Client(cluster) as c:
+            assert c.compute(x.sum(), sync=True) == 4
+            assert c.compute([x.sum(), x.max()], sync=True) == [4, 1]
+            assert c.compute(x.sum()).result() == 4
+            assert c.persist(x).sum().compute() == 4
+            assert c.get({"k": (inc, 1)}, "k") == 2
+            assert c.get({"k": (inc, 1), "j": (inc, "k")}, [["k"], "j"]) == [[2], 3]
