@@ -55,6 +55,7 @@ from distributed.dask_api import (
 )
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
+from distributed.protocol.schema import Check, MessageError, checker
 from distributed.protocol.serialize import Serialize, unwrap
 from distributed.utils import LoopRunner, sync, thread_state
 
@@ -340,8 +341,8 @@ class Client(Generic[AsyncT]):
             "lost-data": StreamRoute(m.LostData, self._on_lost_data),
             "stream-barrier": StreamRoute(m.StreamBarrierReached, self._on_stream_barrier),
         }
-        #: Whether reports are checked (not those from a scheduler in this process).
-        self._check_reports = True
+        #: Whether reports and replies are checked (not those from a scheduler in this process).
+        self._check_replies = True
         self.scheduler_comm: BatchedSend | None = None
         self._comm: Comm | None = None
         self.pool = ConnectionPool(limit=connection_limit)
@@ -439,6 +440,8 @@ class Client(Generic[AsyncT]):
             comm.abort()
             raise RuntimeError(f"Scheduler refused the client: {response!r}")
         self._comm = comm
+        # Messages from this process were built as declared; replies and reports from others are checked.
+        self._check_replies = not comm.same_process
         bs = BatchedSend(
             interval=get_interval("distributed.client.batched-send-interval", 0.00025), name="client->scheduler"
         )
@@ -447,14 +450,12 @@ class Client(Generic[AsyncT]):
         self._stream_task = asyncio.get_running_loop().create_task(self._handle_report(comm), name="client-report")
         self.status = "running"
         # Known from the start, e.g. for dashboard_link.
-        self._scheduler_identity = await self._request(m.Empty(op="identity"))
+        self._scheduler_identity = await self._checked_request(m.Empty(op="identity"), _CHECK_IDENTITY)
         if len(self.outbox):
             self._drain_outbox()
         return self
 
     async def _handle_report(self, comm: Comm) -> None:
-        # Messages from this process were built as declared; others are checked.
-        self._check_reports = not comm.same_process
         try:
             while True:
                 msgs = await comm.read()
@@ -486,7 +487,7 @@ class Client(Generic[AsyncT]):
         if route is None:
             logger.warning("Dropping an unknown message from the scheduler: %r", op)
             return
-        problem = route.check(msg) if self._check_reports else None
+        problem = route.check(msg) if self._check_replies else None
         if problem is not None:
             logger.warning("Dropping a malformed %r message from the scheduler: %s", op, problem)
             return
@@ -1565,7 +1566,9 @@ class Client(Generic[AsyncT]):
             if not missing:
                 break
             stale = {k: list(states[k].workers) for k in missing}
-            who_has = await self._request(m.OptionalKeysRequest(op="who_has", keys=missing))
+            who_has: m.WhoHasReply = await self._checked_request(
+                m.OptionalKeysRequest(op="who_has", keys=missing), _CHECK_WHO_HAS
+            )
             waited = False
             for k in missing:
                 fs = states[k]
@@ -1612,14 +1615,29 @@ class Client(Generic[AsyncT]):
             if not ok:
                 comm.abort()
             self.pool.reuse(worker, comm)
-        raw = response.get("data", {}) if isinstance(response, dict) else {}
-        return {k: unwrap(v) for k, v in raw.items()}
+        if not comm.same_process:
+            _raise_if_malformed(_CHECK_GET_DATA, response, f"'get_data' from {worker}")
+        reply: m.GetDataReply = response
+        return {k: unwrap(v) for k, v in reply["data"].items()}
 
     async def _request(self, msg: SchedulerRequest) -> Any:
         """Send a request to the scheduler (after every graph part queued so far) and return its reply."""
         assert self._address is not None
         await self._graphs_sent()
         return await self.pool.call(self._address, msg)
+
+    async def _checked_request(self, msg: SchedulerRequest, check: Check) -> Any:
+        """:meth:`_request`, the reply checked against its declaration (unless the scheduler is in process).
+
+        Raises
+        ------
+        MessageError
+            When the reply does not match.
+        """
+        reply = await self._request(msg)
+        if self._check_replies:
+            _raise_if_malformed(check, reply, f"{msg['op']!r} from the scheduler")
+        return reply
 
     async def _scheduler_call(self, msg: Mapping[str, Any]) -> Any:
         """:meth:`_request` for messages declared outside the client's section (coordination primitives)."""
@@ -1702,9 +1720,12 @@ class Client(Generic[AsyncT]):
             ser = Serialize(v)
             for j in range(copies):
                 assignment[addrs[(i + j) % len(addrs)]][k] = ser
-        replies = await asyncio.gather(
+        replies: list[m.UpdateDataReply] = await asyncio.gather(
             *(self.pool.call(a, m.WorkerUpdateData(op="update_data", data=d)) for a, d in assignment.items())
         )
+        if self._check_replies:
+            for a, reply in zip(assignment, replies):
+                _raise_if_malformed(_CHECK_UPDATE_DATA, reply, f"'update_data' from {a}")
         who_has: defaultdict[Key, list[str]] = defaultdict(list)
         nbytes: dict[Key, int] = {}
         types: dict[Key, str] = {}
@@ -1718,8 +1739,9 @@ class Client(Generic[AsyncT]):
             fs = f.state
             if fs.status != "finished":
                 fs.reset()
-        await self._request(
-            m.UpdateData(op="update-data", client=self.id, who_has=dict(who_has), nbytes=nbytes, types=types)
+        await self._checked_request(
+            m.UpdateData(op="update-data", client=self.id, who_has=dict(who_has), nbytes=nbytes, types=types),
+            _CHECK_ACKNOWLEDGED,
         )
         for k, f in futures.items():
             if f.state.status == "pending":
@@ -1739,14 +1761,16 @@ class Client(Generic[AsyncT]):
         deadline = time.monotonic() + (self._timeout if timeout is None else parse_timedelta(timeout))
         while True:
             if wanted is None:
-                nthreads: dict[str, int] = await self._request(m.WorkersRequest(op="nthreads"))
+                nthreads: m.NthreadsReply = await self._checked_request(
+                    m.WorkersRequest(op="nthreads"), _CHECK_NTHREADS
+                )
                 addrs = sorted(nthreads)
             else:
-                info = await self._request(m.Empty(op="identity"))
+                info: m.SchedulerIdentity = await self._checked_request(m.Empty(op="identity"), _CHECK_IDENTITY)
                 addrs = sorted(
                     addr
-                    for addr, w in info.get("workers", {}).items()
-                    if any(x == addr or x == w.get("name") or x == w.get("host") for x in wanted)
+                    for addr, w in info["workers"].items()
+                    if any(x == addr or x == w["name"] or x == w["host"] for x in wanted)
                 )
             if addrs:
                 return addrs
@@ -2298,7 +2322,7 @@ class Client(Generic[AsyncT]):
         """The scheduler's identity and its workers (the first ``n_workers`` of them; all with -1)."""
 
         async def info_of() -> dict[str, Any]:
-            info: dict[str, Any] = await self._request(m.Empty(op="identity"))
+            info: dict[str, Any] = await self._checked_request(m.Empty(op="identity"), _CHECK_IDENTITY)
             self._scheduler_identity = info
             workers = info.get("workers")
             if n_workers >= 0 and isinstance(workers, dict) and len(workers) > n_workers:
@@ -2641,6 +2665,21 @@ def _make_task(key: Key, func: Callable[..., Any], args: Iterable[Any], kwargs: 
     """A Task whose futures, also inside lists and dicts, are dependencies."""
     kw: dict[str, Any] = {k: parse_input(v) for k, v in kwargs.items()}
     return Task(key, func, *(parse_input(a) for a in args), **kw)
+
+
+_CHECK_WHO_HAS: Final = checker(m.WhoHasReply)
+_CHECK_NTHREADS: Final = checker(m.NthreadsReply)
+_CHECK_IDENTITY: Final = checker(m.SchedulerIdentity)
+_CHECK_ACKNOWLEDGED: Final = checker(m.Acknowledged)
+_CHECK_GET_DATA: Final = checker(m.GetDataReply)
+_CHECK_UPDATE_DATA: Final = checker(m.UpdateDataReply)
+
+
+def _raise_if_malformed(check: Check, reply: Any, what: str) -> None:
+    """Raise :class:`~distributed.protocol.schema.MessageError` naming ``what`` unless ``reply`` passes ``check``."""
+    problem = check(reply)
+    if problem is not None:
+        raise MessageError(f"Malformed reply to {what}: {problem}")
 
 
 #: Seconds a fetch waits for a holder to accept a connection before asking the scheduler again.

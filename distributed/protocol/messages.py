@@ -174,6 +174,50 @@ class StreamBarrier(TypedDict):
     id: int
 
 
+# -- scheduler -> client (replies to its requests) ----------------------------------
+#: The reply to ``who_has``: the workers holding each key asked for (none: not in memory).
+WhoHasReply = Mapping[Key, Sequence[str]]
+#: The reply to ``nthreads``: threads of each worker, by address.
+NthreadsReply = Mapping[str, int]
+
+
+class WorkerIdentity(TypedDict):
+    """One worker, as the scheduler describes it (``identity``, ``scheduler_info``)."""
+
+    type: Literal["Worker"]
+    id: Any
+    name: Any
+    host: str
+    nthreads: int
+    memory_limit: int
+    pid: int | None
+    nanny: str | None
+    resources: Mapping[str, float]
+    local_directory: str
+    last_seen: float
+    metrics: Mapping[str, Any]
+    status: str
+
+
+class SchedulerIdentity(TypedDict):
+    """The reply to ``identity`` (and ``scheduler_info``): the scheduler and its workers."""
+
+    type: Literal["Scheduler"]
+    id: str
+    address: str
+    #: Ports of the scheduler's services by name (``dashboard``), when running.
+    services: Mapping[str, int]
+    started: float
+    n_workers: int
+    total_threads: int
+    total_memory: int
+    workers: Mapping[str, WorkerIdentity]
+
+
+#: The reply to requests that only acknowledge (``update-data``, ``cancel-keys``, ...).
+Acknowledged = Literal["OK"]
+
+
 #: Every request a client makes of the scheduler.
 ClientRequest = (
     RegisterClient
