@@ -474,7 +474,7 @@ def gen_cluster(
                     return result
                 finally:
                     if c is not None:
-                        await c._close()
+                        await c.close(asynchronous=True)
                     await asyncio.gather(*(w.close() for w in workers), return_exceptions=True)
                     await s.close()
                     for w in workers:

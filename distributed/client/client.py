@@ -95,8 +95,8 @@ if TYPE_CHECKING:
 else:
     AsyncT = TypeVar("AsyncT", bound=bool, covariant=True)
 
-#: Every request a client sends its scheduler (the client's own and the worker plugins').
-SchedulerRequest = m.ClientRequest | m.RegisterWorkerPlugin | m.UnregisterWorkerPlugin
+#: Every request a client sends its scheduler: its own, worker plugins' and coordination primitives'.
+SchedulerRequest = m.ClientRequest | m.RegisterWorkerPlugin | m.UnregisterWorkerPlugin | m.CoordinationRequest
 
 FIRST_COMPLETED: Literal["FIRST_COMPLETED"] = "FIRST_COMPLETED"
 ALL_COMPLETED: Literal["ALL_COMPLETED"] = "ALL_COMPLETED"
@@ -777,9 +777,9 @@ class Client(Generic[AsyncT]):
         return _AsCurrent()
 
     @property
-    def scheduler(self) -> Any:
-        """A handle on the scheduler (its address)."""
-        return _SchedulerHandle(self)
+    def scheduler(self) -> SchedulerHandle:
+        """A handle on the scheduler: its address, and a way to send it a declared request."""
+        return SchedulerHandle(self)
 
     @property
     def dashboard_link(self) -> str | None:
@@ -1638,10 +1638,6 @@ class Client(Generic[AsyncT]):
         if self._check_replies:
             _raise_if_malformed(check, reply, f"{msg['op']!r} from the scheduler")
         return reply
-
-    async def _scheduler_call(self, msg: Mapping[str, Any]) -> Any:
-        """:meth:`_request` for messages declared outside the client's section (coordination primitives)."""
-        return await self._request(msg)  # type: ignore[arg-type]  # shape checked by the scheduler's route
 
     @overload
     def gather(
@@ -2629,7 +2625,7 @@ class Client(Generic[AsyncT]):
         return self.sync(versions, asynchronous=asynchronous)
 
 
-class _SchedulerHandle:
+class SchedulerHandle:
     """``client.scheduler``: the scheduler's address and a way to send it a request."""
 
     def __init__(self, client: Client) -> None:
@@ -2637,15 +2633,20 @@ class _SchedulerHandle:
 
     @property
     def address(self) -> str | None:
+        """The scheduler's address (None before the client connects)."""
         return self._client.scheduler_address
 
-    async def call(self, op: str, **fields: Any) -> Any:
-        """Send the request ``op`` with ``fields`` to the scheduler and return its reply.
+    async def call(self, msg: SchedulerRequest) -> Any:
+        """Send ``msg``, built as its declared type, to the scheduler and return its reply.
 
-        For messages declared outside the client (coordination primitives):
-        callers pass a declared message as ``call(**msg)``.
+        The request goes after every graph part the client queued before it.
+
+        Examples
+        --------
+        >>> await client.scheduler.call(m.LockLocked(op="lock_locked", name="x"))  # doctest: +SKIP
+        False
         """
-        return await self._client._scheduler_call(dict(fields, op=op))
+        return await self._client._request(msg)
 
 
 def refuse_unsupported(where: str, **given: bool) -> None:

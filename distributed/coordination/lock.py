@@ -113,7 +113,7 @@ class Lock:
     async def _acquire(self, timeout: float | None) -> bool:
         lease = uuid.uuid4().hex
         msg = m.LockAcquire(op="lock_acquire", name=self.name, id=lease, timeout=timeout)
-        acquired = bool(await self.client.scheduler.call(**msg))
+        acquired = bool(await self.client.scheduler.call(msg))
         if acquired:
             with self._leases_lock:
                 self._leases.append(lease)
@@ -135,7 +135,7 @@ class Lock:
 
     async def _release(self, lease: str) -> None:
         msg = m.LockRelease(op="lock_release", name=self.name, id=lease)
-        await self.client.scheduler.call(**msg)
+        await self.client.scheduler.call(msg)
 
     def locked(self) -> Any:
         """Whether anyone holds the lock (an awaitable with an asynchronous client)."""
@@ -143,7 +143,7 @@ class Lock:
 
     async def _locked(self) -> bool:
         msg = m.LockLocked(op="lock_locked", name=self.name)
-        return bool(await self.client.scheduler.call(**msg))
+        return bool(await self.client.scheduler.call(msg))
 
     def __enter__(self) -> Lock:
         self.acquire()

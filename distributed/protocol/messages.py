@@ -519,6 +519,10 @@ class LockLocked(TypedDict):
     name: PrimitiveName
 
 
+#: Every request a coordination primitive sends its scheduler extension.
+CoordinationRequest = LockAcquire | LockRelease | LockLocked
+
+
 # -- logs (clusters and clients -> any server) ------------------------------------
 class GetLogs(TypedDict):
     """Ask a server for the log records it kept (the last ``n``; all when None)."""

@@ -10,6 +10,8 @@ import dask.array as da
 import dask.bag as db
 
 from distributed import Client, Future, LocalCluster, WorkerPlugin
+from distributed.client.client import SchedulerHandle
+from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.scheduler import Scheduler
 from distributed.utils_test import gen_cluster, inc
@@ -133,3 +135,11 @@ def test_compute_persist_get_shapes_on_a_sync_client() -> None:
             assert c.persist(x).sum().compute() == 4
             assert c.get({"k": (inc, 1)}, "k") == 2
             assert c.get({"k": (inc, 1), "j": (inc, "k")}, [["k"], "j"]) == [[2], 3]
+
+
+@gen_cluster(client=True, nthreads=[])
+async def test_scheduler_handle_sends_a_declared_request(c: Client[Literal[True]], s: Scheduler) -> None:
+    assert_type(c.scheduler, SchedulerHandle)
+    assert c.scheduler.address == s.address
+    assert await c.scheduler.call(m.LockLocked(op="lock_locked", name="free")) is False
+    assert await c.scheduler.call(m.WorkersRequest(op="nthreads")) == {}
