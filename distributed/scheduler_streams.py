@@ -266,7 +266,10 @@ class SchedulerStreams:
         cs.versions = dict(msg.get("versions") or {})
         cs.last_seen = time.time()
         try:
-            await comm.write({"status": "OK", "time": time.time(), "address": s.address, "id": s.id})
+            services = {"dashboard": s.http_server.port} if s.http_server is not None else {}
+            await comm.write(
+                m.RegisterClientReply(status="OK", time=time.time(), address=s.address, id=s.id, services=services)
+            )
         except CommClosedError:
             return
         bs = BatchedSend(

@@ -25,7 +25,7 @@ import uuid
 import weakref
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Collection, Generator, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Final, Generic, Literal, Protocol, Self, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Final, Generic, Literal, Protocol, Self, TypeVar, cast, overload
 
 import dask
 import dask.config
@@ -348,7 +348,8 @@ class Client(Generic[AsyncT]):
         self.pool = ConnectionPool(limit=connection_limit)
         self._stream_task: asyncio.Task[None] | None = None
         self._config_token: Any = None
-        self._scheduler_identity: dict[str, Any] = {}
+        #: Ports of the scheduler's services (``dashboard``), from the registration reply.
+        self._scheduler_services: Mapping[str, int] = {}
         self._start_error: BaseException | None = None
         if asynchronous and loop is None:
             try:
@@ -439,9 +440,18 @@ class Client(Generic[AsyncT]):
         if not isinstance(response, dict) or response.get("status") != "OK":
             comm.abort()
             raise RuntimeError(f"Scheduler refused the client: {response!r}")
-        self._comm = comm
         # Messages from this process were built as declared; replies and reports from others are checked.
         self._check_replies = not comm.same_process
+        if self._check_replies:
+            try:
+                _raise_if_malformed(_CHECK_REGISTERED, response, "'register-client' from the scheduler")
+            except MessageError:
+                comm.abort()
+                raise
+        registered = cast(m.RegisterClientReply, response)  # checked above (or built as declared in process)
+        # Known from the start (dashboard_link) without another round trip.
+        self._scheduler_services = registered["services"]
+        self._comm = comm
         bs = BatchedSend(
             interval=get_interval("distributed.client.batched-send-interval", 0.00025), name="client->scheduler"
         )
@@ -449,8 +459,6 @@ class Client(Generic[AsyncT]):
         self.scheduler_comm = bs
         self._stream_task = asyncio.get_running_loop().create_task(self._handle_report(comm), name="client-report")
         self.status = "running"
-        # Known from the start, e.g. for dashboard_link.
-        self._scheduler_identity = await self._checked_request(m.Empty(op="identity"), _CHECK_IDENTITY)
         if len(self.outbox):
             self._drain_outbox()
         return self
@@ -792,7 +800,7 @@ class Client(Generic[AsyncT]):
         link = getattr(self.cluster, "dashboard_link", None) if self.cluster is not None else None
         if isinstance(link, str) and link:
             return link
-        port = self._scheduler_identity.get("services", {}).get("dashboard")
+        port = self._scheduler_services.get("dashboard")
         if not port or not self.scheduler_address:
             return None
         scheme, _, rest = self.scheduler_address.partition("://")
@@ -2319,7 +2327,7 @@ class Client(Generic[AsyncT]):
 
         async def info_of() -> dict[str, Any]:
             info: dict[str, Any] = await self._checked_request(m.Empty(op="identity"), _CHECK_IDENTITY)
-            self._scheduler_identity = info
+            self._scheduler_services = info["services"]
             workers = info.get("workers")
             if n_workers >= 0 and isinstance(workers, dict) and len(workers) > n_workers:
                 info = {**info, "workers": dict(itertools.islice(workers.items(), n_workers))}
@@ -2668,6 +2676,7 @@ def _make_task(key: Key, func: Callable[..., Any], args: Iterable[Any], kwargs: 
     return Task(key, func, *(parse_input(a) for a in args), **kw)
 
 
+_CHECK_REGISTERED: Final = checker(m.RegisterClientReply)
 _CHECK_WHO_HAS: Final = checker(m.WhoHasReply)
 _CHECK_NTHREADS: Final = checker(m.NthreadsReply)
 _CHECK_IDENTITY: Final = checker(m.SchedulerIdentity)

@@ -44,6 +44,17 @@ class RegisterClient(TypedDict):
     versions: NotRequired[Mapping[str, Any]]
 
 
+class RegisterClientReply(TypedDict):
+    """The scheduler's answer to ``register-client``, before the stream starts."""
+
+    status: Literal["OK"]
+    time: float
+    address: str
+    id: str
+    #: Ports of the scheduler's services by name (``dashboard``): what ``Client.dashboard_link`` needs.
+    services: Mapping[str, int]
+
+
 class KeysRequest(TypedDict):
     op: str
     keys: Sequence[Key]

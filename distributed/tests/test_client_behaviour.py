@@ -17,6 +17,7 @@ from dask.base import tokenize
 
 import distributed
 from distributed import Client, Future, LocalCluster, Status, as_completed, futures_of, wait
+from distributed.core import Route
 from distributed.exceptions import FutureCancelledError, LostDataError
 from distributed.scheduler import Scheduler
 from distributed.utils_test import async_poll_for, gen_cluster, gen_test, inc
@@ -405,6 +406,24 @@ def test_dashboard_link_from_connection(monkeypatch: pytest.MonkeyPatch) -> None
                 assert client.dashboard_link == f"http://127.0.0.1:{port}/lab/status"
         with Client(cluster) as client:
             assert client.dashboard_link == cluster.dashboard_link == f"http://127.0.0.1:{port}/status"
+
+
+@gen_test()
+async def test_dashboard_link_comes_with_the_registration_reply() -> None:
+    async with Scheduler(host="127.0.0.1", port=0, dashboard=True, dashboard_address="127.0.0.1:0") as s:
+        assert s.http_server is not None
+        identity = s.handlers["identity"]
+        asked: list[str] = []
+
+        def counting(comm: Any, msg: Any) -> Any:
+            asked.append(msg["op"])
+            return identity.func(comm, msg)
+
+        s.handlers["identity"] = Route(identity.schema, counting)
+        async with Client(s.address, asynchronous=True) as c:
+            # Over TCP, from the first moment, and without asking the scheduler again.
+            assert c.dashboard_link == f"http://127.0.0.1:{s.http_server.port}/status"
+            assert asked == []
 
 
 @gen_cluster(client=True)

@@ -14,11 +14,11 @@ import pytest
 
 from distributed import Client
 from distributed.comm import Comm
-from distributed.core import Route
+from distributed.core import Route, Server
 from distributed.protocol import messages as m
 from distributed.protocol.schema import MessageError
 from distributed.scheduler import Scheduler
-from distributed.utils_test import gen_cluster, inc
+from distributed.utils_test import gen_cluster, gen_test, inc
 from distributed.worker import Worker
 
 
@@ -110,3 +110,20 @@ async def test_well_formed_replies_pass(c: Client[Literal[True]], s: Scheduler, 
     assert await c.gather([x, y, c.submit(inc, x)]) == [1, 2, 2]
     info = await c.scheduler_info()
     assert list(info["workers"]) == [a.address]
+
+
+@gen_test()
+async def test_malformed_registration_reply() -> None:
+    async def register(comm: Comm, msg: m.RegisterClient) -> None:
+        await comm.write({"status": "OK", "id": "fake"})
+        await comm.close()
+
+    server = Server({"register-client": Route(m.RegisterClient, register, takes_comm=True)})
+    await server.listen("tcp://127.0.0.1:0")
+    try:
+        client = Client(server.address, asynchronous=True, timeout=5)
+        with pytest.raises(MessageError, match=r"'register-client' from the scheduler: .*missing field"):
+            await client
+        await client.close()
+    finally:
+        await server.close()
