@@ -78,6 +78,19 @@ async def test_tasks_wait_for_a_worker(c: Client, s: Scheduler) -> None:
         assert await y == 3
 
 
+@gen_cluster(client=True, nthreads=[])
+async def test_wait_for_workers_returns_when_enough_joined(c: Client, s: Scheduler) -> None:
+    waiting = asyncio.ensure_future(c.wait_for_workers(2, asynchronous=True))
+    scheduler_side = asyncio.ensure_future(s.wait_for_workers(1))
+    async with Worker(s.address, nthreads=1, name=0):
+        await asyncio.wait_for(scheduler_side, 5)
+        assert not waiting.done()
+        assert s.worker_by_name(0) is s.worker_by_name("0") is not None
+        async with Worker(s.address, nthreads=1):
+            await asyncio.wait_for(waiting, 5)
+    assert s.worker_by_name(0) is None
+
+
 @gen_cluster(client=True)
 async def test_worker_leaving_reruns_its_tasks(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
     x = c.submit(inc, 1, workers=[a.address], allow_other_workers=True)
