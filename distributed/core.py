@@ -708,14 +708,17 @@ class rpc:
         self._lock: asyncio.Lock | None = None
 
     async def call(self, op: str, **fields: Any) -> Any:
-        """Send ``{"op": op, **fields}`` and return the reply's result."""
+        """Send the request ``op`` with ``fields`` and return the reply's result.
+
+        The server checks the request against the declaration of ``op``.
+        """
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:
             if self._comm is None or self._comm.closed():
                 self._comm = await connect(self.address, timeout=self.timeout)
             try:
-                return await send_recv(self._comm, {"op": op, **fields})
+                return await send_recv(self._comm, m.request(op, **fields))
             except (CommClosedError, ProtocolError):
                 self._comm.abort()
                 self._comm = None

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import inspect
 import threading
 from typing import Any
 
 import pytest
 
-from distributed import Client, SchedulerPlugin, wait
+import distributed.scheduler as scheduler_module
+from distributed import Client, LocalCluster, SchedulerPlugin, scheduler_requests, scheduler_streams, wait
 from distributed.comm import connect
 from distributed.core import send_recv
 from distributed.scheduler import Scheduler
@@ -283,4 +286,18 @@ def test_no_restart_request_so_plugin_restart_hook_is_not_missed() -> None:
     """
     s = Scheduler()
     assert not [op for op in s.handlers if "restart" in op]
+    for cls in (Scheduler, Client, LocalCluster):
+        assert not [name for name in dir(cls) if "restart" in name], cls
+    # Nothing in the scheduler calls the hook either.
+    for module in (scheduler_module, scheduler_requests, scheduler_streams):
+        tree = ast.parse(inspect.getsource(module))
+        calls = [
+            node
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call)
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and node.args[0].value == "restart"
+        ]
+        assert not calls, module.__name__
     assert "never called" in " ".join((SchedulerPlugin.restart.__doc__ or "").split())
