@@ -45,6 +45,7 @@ import tblib
 
 from distributed.comm import Comm, CommClosedError, connect, listen, normalize_address
 from distributed.comm.core import Listener
+from distributed.exceptions import keep_cause_chain
 from distributed.protocol import messages as m
 from distributed.protocol.framing import ProtocolError
 from distributed.protocol.schema import Check, checker
@@ -126,12 +127,16 @@ def error_message(exc: BaseException, tb: types.TracebackType | None = None) -> 
     """An error reply for ``exc``, safe to send whatever ``exc`` holds.
 
     An exception that cannot be pickled is replaced by a ``RuntimeError`` with
-    the same text, so the caller still learns what went wrong.
+    the same text, so the caller still learns what went wrong.  The exception
+    travels with its ``__cause__``/``__context__`` chain
+    (:func:`~distributed.exceptions.keep_cause_chain`), so ``raise ... from``
+    inside a task reads the same on the client.
     """
     if tb is None:
         tb = exc.__traceback__
     tb = get_traceback(tb)
     try:
+        keep_cause_chain(exc)
         exc_ser: Serialized = as_serialized(exc)
         # Check it comes back, too: some exceptions pickle but do not unpickle.
         unwrap(exc_ser)
@@ -703,14 +708,17 @@ class rpc:
         self._lock: asyncio.Lock | None = None
 
     async def call(self, op: str, **fields: Any) -> Any:
-        """Send ``{"op": op, **fields}`` and return the reply's result."""
+        """Send the request ``op`` with ``fields`` and return the reply's result.
+
+        The server checks the request against the declaration of ``op``.
+        """
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:
             if self._comm is None or self._comm.closed():
                 self._comm = await connect(self.address, timeout=self.timeout)
             try:
-                return await send_recv(self._comm, {"op": op, **fields})
+                return await send_recv(self._comm, m.request(op, **fields))
             except (CommClosedError, ProtocolError):
                 self._comm.abort()
                 self._comm = None

@@ -251,7 +251,8 @@ class Scheduler(Server):
         self._initial_plugins = list(plugins)
         self.stream_comms: dict[str, BatchedSend] = {}
         self.client_comms: dict[str, BatchedSend] = {}
-        self._worker_wait: asyncio.Event | None = None
+        #: Set when a worker joins, for :meth:`wait_for_workers`; made on first use.
+        self._worker_joined: asyncio.Event | None = None
         self.time_started = time.time()
         self.idle_since: float | None = time.time()
         self.extensions: dict[str, Any] = {}
@@ -429,7 +430,12 @@ class Scheduler(Server):
             raise ValueError(f"Could not find plugin {name!r} among {list(self.plugins)}")
         del self.plugins[name]
 
-    def _plugin_hook(self, hook: str, *args: Any, **kwargs: Any) -> None:
+    def call_plugins(self, hook: str, *args: Any, **kwargs: Any) -> None:
+        """Call method ``hook`` of every scheduler plugin with these arguments.
+
+        A plugin whose hook raises is logged and skipped: a faulty plugin never
+        stops the scheduler or the other plugins.
+        """
         for plugin in list(self.plugins.values()):
             try:
                 getattr(plugin, hook)(*args, **kwargs)
@@ -443,7 +449,7 @@ class Scheduler(Server):
         for t in topics:
             self.events[t].append((now, msg))
             if self.plugins:
-                self._plugin_hook("log_event", t, msg)
+                self.call_plugins("log_event", t, msg)
 
     def story(self, *keys_or_tasks: Any) -> list[tuple[Key, TaskStateName, TaskStateName, str, float]]:
         """The transitions of these keys: ``(key, start, finish, stimulus_id, time)``."""
@@ -520,9 +526,9 @@ class Scheduler(Server):
             log.append((ts.key, start, new, stimulus_id, time.time()))
             if plugins:
                 if extra:
-                    self._plugin_hook("transition", ts.key, start, new, stimulus_id=stimulus_id, **extra)
+                    self.call_plugins("transition", ts.key, start, new, stimulus_id=stimulus_id, **extra)
                 else:
-                    self._plugin_hook("transition", ts.key, start, new, stimulus_id=stimulus_id)
+                    self.call_plugins("transition", ts.key, start, new, stimulus_id=stimulus_id)
             if validate:
                 touched.append(ts)
         for ts in touched:
@@ -783,7 +789,7 @@ class Scheduler(Server):
         if ts.worker_restrictions or ts.host_restrictions:
             allowed: set[WorkerState] = set()
             for w in ts.worker_restrictions or ():
-                ws = (self.workers.get(w) if isinstance(w, str) else None) or self._worker_by_name(w)
+                ws = (self.workers.get(w) if isinstance(w, str) else None) or self.worker_by_name(w)
                 if ws is not None:
                     allowed.add(ws)
             for h in ts.host_restrictions or ():
@@ -803,7 +809,21 @@ class Scheduler(Server):
             return None
         return result
 
-    def _worker_by_name(self, name: Any) -> WorkerState | None:
+    async def wait_for_workers(self, n_workers: int) -> None:
+        """Return once at least ``n_workers`` workers are connected."""
+        while len(self.workers) < n_workers:
+            if self._worker_joined is None:
+                self._worker_joined = asyncio.Event()
+            self._worker_joined.clear()
+            await self._worker_joined.wait()
+
+    def worker_by_name(self, name: Any) -> WorkerState | None:
+        """The worker called ``name`` (its ``Worker(name=...)``), or None.
+
+        A name that is not a string also matches its ``str()`` (``"0"`` finds
+        the worker LocalCluster names ``0``), since names given as strings on
+        the command line or in JSON lose their type.
+        """
         addr = self.aliases.get(name)
         if addr is not None:
             return self.workers.get(addr)
@@ -1141,7 +1161,7 @@ class Scheduler(Server):
             for ts in new:
                 for k, v in ts.annotations.items():
                     ann_out[k][ts.key] = v
-            self._plugin_hook(
+            self.call_plugins(
                 "update_graph",
                 self,
                 client=client,
@@ -1336,9 +1356,9 @@ class Scheduler(Server):
         out.opened.append(ws)
         self.transitions(recs, stimulus_id, out)
         if self.plugins:
-            self._plugin_hook("add_worker", self, address)
-        if self._worker_wait is not None:
-            self._worker_wait.set()
+            self.call_plugins("add_worker", self, address)
+        if self._worker_joined is not None:
+            self._worker_joined.set()
         return out
 
     def _can_run_on(self, ts: TaskState, ws: WorkerState) -> bool:
@@ -1383,7 +1403,7 @@ class Scheduler(Server):
         self.stream_comms.pop(address, None)
         self.rpc.remove(address)
         if self.plugins:
-            self._plugin_hook("remove_worker", self, address, stimulus_id=stimulus_id)
+            self.call_plugins("remove_worker", self, address, stimulus_id=stimulus_id)
         return out
 
     def client_releases_keys(self, client: str, keys: Iterable[Key], stimulus_id: str) -> Out:
@@ -1447,7 +1467,7 @@ class Scheduler(Server):
             self._release_for(cs, [ts.key for ts in cs.wants_what], stimulus_id, out)
             del self.clients[name]
             if self.plugins and name == client:
-                self._plugin_hook("remove_client", self, client)
+                self.call_plugins("remove_client", self, client)
         return out
 
     def cancel_keys(self, msg: m.CancelKeys, stimulus_id: str) -> Out:

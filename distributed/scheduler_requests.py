@@ -57,7 +57,7 @@ class ClusterRequests:
             return list(self.scheduler.workers.values())
         result = []
         for w in workers:
-            ws = self.scheduler.workers.get(w) or self.scheduler._worker_by_name(w)
+            ws = self.scheduler.workers.get(w) or self.scheduler.worker_by_name(w)
             if ws is not None:
                 result.append(ws)
         return result
@@ -144,10 +144,7 @@ class ClusterRequests:
         return retired
 
     async def handle_wait_for_workers(self, comm: Comm, msg: m.WaitForWorkers) -> str:
-        while len(self.scheduler.workers) < msg["n_workers"]:
-            self.scheduler._worker_wait = self.scheduler._worker_wait or asyncio.Event()
-            self.scheduler._worker_wait.clear()
-            await self.scheduler._worker_wait.wait()
+        await self.scheduler.wait_for_workers(msg["n_workers"])
         return "OK"
 
     async def handle_register_plugin(self, comm: Comm, msg: m.RegisterPlugin) -> str:

@@ -278,7 +278,7 @@ class SchedulerStreams:
         bs.start(comm)
         s.client_comms[client] = bs
         if s.plugins:
-            s._plugin_hook("add_client", s, client)
+            s.call_plugins("add_client", s, client)
         check = s.validate or not comm.same_process
         try:
             closing = False

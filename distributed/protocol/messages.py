@@ -37,6 +37,23 @@ class Empty(TypedDict):
     op: str
 
 
+def request(op: str, **fields: Any) -> dict[str, Any]:
+    """The request ``op`` with ``fields``, for a caller that learns the op only at run time.
+
+    Senders that know what they send build its declared ``TypedDict``; this is
+    the generic path (``rpc.call(op, **fields)``), whose caller names the op
+    and its fields as the declaration does.  The receiver checks the request
+    against the op's declaration like any other, so a wrong field is refused
+    there.
+
+    Examples
+    --------
+    >>> request("who_has", keys=["x"])
+    {'op': 'who_has', 'keys': ['x']}
+    """
+    return {"op": op, **fields}
+
+
 # -- client -> scheduler (requests) -------------------------------------------------
 class RegisterClient(TypedDict):
     op: Literal["register-client"]

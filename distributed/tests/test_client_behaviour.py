@@ -300,10 +300,6 @@ def raise_task_error_with_cause(x: int) -> int:
         raise TaskError("outer") from e
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the sender must call distributed.exceptions.keep_cause_chain(exc) before pickling a task's error",
-)
 @gen_cluster(client=True)
 async def test_task_exception_keeps_its_cause(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
     f = c.submit(raise_task_error_with_cause, 1)

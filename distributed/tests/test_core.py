@@ -48,11 +48,26 @@ class UnpicklableError(Exception):
         self.lock = threading.Lock()
 
 
+def _refuse_to_rebuild(text: str) -> BaseException:
+    raise TypeError(f"cannot rebuild {text}")
+
+
 class BadReconstructError(Exception):
-    """Pickles, but unpickling calls ``__init__`` with the wrong arguments."""
+    """Pickles, but unpickling fails."""
 
     def __init__(self, a: str, b: str) -> None:
         super().__init__(f"{a}/{b}")
+
+    def __reduce__(self) -> Any:
+        return (_refuse_to_rebuild, (str(self),))
+
+
+class TwoArgumentError(Exception):
+    """A custom ``__init__`` without ``__reduce__``: plain pickling would call ``__init__`` with one argument."""
+
+    def __init__(self, a: str, b: str) -> None:
+        super().__init__(f"{a}/{b}")
+        self.b = b
 
 
 class AddMsg(TypedDict):
@@ -124,6 +139,8 @@ class MyServer(Server):
             raise UnpicklableError("cannot travel")
         if msg["kind"] == "reconstruct":
             raise BadReconstructError("a", "b")
+        if msg["kind"] == "two-arguments":
+            raise TwoArgumentError("a", "b")
         raise KeyError(msg["kind"])
 
     async def hold(self, comm: Comm, msg: HoldMsg) -> int:
@@ -280,6 +297,16 @@ def test_exception_that_cannot_travel(scheme: str, kind: str, cls_name: str) -> 
             else:
                 assert "a/b" in str(info.value)
             assert await r.call("add", x=1, y=1) == 2
+
+    run_async(main)
+
+
+def test_exception_with_custom_init_travels_as_itself() -> None:
+    async def main() -> None:
+        async with MyServer(listen_address("tcp")) as server, rpc(server.address, timeout=5) as r:
+            with pytest.raises(TwoArgumentError) as info:
+                await r.call("fail", kind="two-arguments")
+            assert str(info.value) == "a/b" and info.value.b == "b"
 
     run_async(main)
 

@@ -35,6 +35,7 @@ from distributed.protocol import (
     to_serialize,
     unwrap,
 )
+from distributed.protocol import messages as m
 from distributed.protocol import pickle as dpickle
 from distributed.protocol.schema import MessageError, check, checker
 from distributed.utils_test import run_async
@@ -673,3 +674,11 @@ def test_malformed_inline_object_is_a_serialization_error() -> None:
     wrong_shape = msgpack.packb({"spec": msgpack.ExtType(EXT_INLINE, msgpack.packb([1, 2]))}, use_bin_type=True)
     with pytest.raises(SerializationError, match="Malformed"):
         unwrap(loads([wrong_shape], deserialize=False)["spec"])
+
+
+def test_generic_request_matches_its_declaration() -> None:
+    req = m.request("who_has", keys=["x", ("y", 0)])
+    assert req == {"op": "who_has", "keys": ["x", ("y", 0)]}
+    check(m.OptionalKeysRequest, req)
+    with pytest.raises(MessageError):
+        check(m.OptionalKeysRequest, m.request("who_has", keys=123))

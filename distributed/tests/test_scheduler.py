@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import inspect
 import threading
 from typing import Any
 
 import pytest
 
-from distributed import Client, SchedulerPlugin, wait
+import distributed.scheduler as scheduler_module
+from distributed import Client, LocalCluster, SchedulerPlugin, scheduler_requests, scheduler_streams, wait
 from distributed.comm import connect
 from distributed.core import send_recv
 from distributed.scheduler import Scheduler
@@ -76,6 +79,19 @@ async def test_tasks_wait_for_a_worker(c: Client, s: Scheduler) -> None:
     await async_poll_for(lambda: x.key in s.tasks and s.tasks[x.key].state in ("queued", "no-worker"), 5)
     async with Worker(s.address, nthreads=1, validate=True):
         assert await y == 3
+
+
+@gen_cluster(client=True, nthreads=[])
+async def test_wait_for_workers_returns_when_enough_joined(c: Client, s: Scheduler) -> None:
+    waiting = asyncio.ensure_future(c.wait_for_workers(2, asynchronous=True))
+    scheduler_side = asyncio.ensure_future(s.wait_for_workers(1))
+    async with Worker(s.address, nthreads=1, name=0):
+        await asyncio.wait_for(scheduler_side, 5)
+        assert not waiting.done()
+        assert s.worker_by_name(0) is s.worker_by_name("0") is not None
+        async with Worker(s.address, nthreads=1):
+            await asyncio.wait_for(waiting, 5)
+    assert s.worker_by_name(0) is None
 
 
 @gen_cluster(client=True)
@@ -270,4 +286,18 @@ def test_no_restart_request_so_plugin_restart_hook_is_not_missed() -> None:
     """
     s = Scheduler()
     assert not [op for op in s.handlers if "restart" in op]
+    for cls in (Scheduler, Client, LocalCluster):
+        assert not [name for name in dir(cls) if "restart" in name], cls
+    # Nothing in the scheduler calls the hook either.
+    for module in (scheduler_module, scheduler_requests, scheduler_streams):
+        tree = ast.parse(inspect.getsource(module))
+        calls = [
+            node
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call)
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and node.args[0].value == "restart"
+        ]
+        assert not calls, module.__name__
     assert "never called" in " ".join((SchedulerPlugin.restart.__doc__ or "").split())

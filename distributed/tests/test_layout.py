@@ -1,0 +1,226 @@
+"""The package's layout rules, checked on its source.
+
+* No module imports another module's private (``_name``) names.
+* No module reaches into a private attribute it does not define itself:
+  ``obj._name`` is allowed on ``self``/``cls``, on a standard-library module,
+  or when the same module defines ``_name`` (a function or class of that name,
+  an assignment to ``self._name``/``cls._name``, a ``__slots__`` entry, or an
+  assignment at module or class level).
+* Wire messages are built from their declarations in
+  :mod:`distributed.protocol.messages`: no ``{"op": ...}`` literal (nor
+  ``dict(op=...)``) outside ``distributed/protocol/``.
+
+The checks run over every module of the package except its tests.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import distributed
+
+PACKAGE = Path(distributed.__file__).parent
+ROOT = PACKAGE.parent
+
+
+def package_modules() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if "tests" not in p.relative_to(PACKAGE).parts)
+
+
+def is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def where(path: Path, node: ast.AST) -> str:
+    return f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', '?')}"
+
+
+def private_imports(path: Path, tree: ast.Module) -> Iterator[str]:
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        ours = node.level > 0 or (node.module or "").split(".")[0] == "distributed"
+        if ours:
+            for alias in node.names:
+                if is_private(alias.name):
+                    yield f"{where(path, node)}: from {'.' * node.level}{node.module or ''} import {alias.name}"
+
+
+def stdlib_module_aliases(tree: ast.Module) -> set[str]:
+    """Names bound to standard-library modules by ``import x`` / ``import x as y``."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                top = alias.name.split(".")[0]
+                if top in sys.stdlib_module_names:
+                    names.add(alias.asname or top)
+    return names
+
+
+def assigned_names(targets: list[ast.expr]) -> Iterator[str]:
+    for target in targets:
+        for node in ast.walk(target):
+            if isinstance(node, ast.Name):
+                yield node.id
+
+
+def slots_entries(value: ast.expr) -> Iterator[str]:
+    if isinstance(value, ast.Constant) and isinstance(value.value, str):
+        yield value.value
+    elif isinstance(value, (ast.Tuple, ast.List, ast.Set)):
+        for elt in value.elts:
+            if isinstance(elt, ast.Constant) and isinstance(elt.value, str):
+                yield elt.value
+
+
+def defined_names(tree: ast.Module) -> set[str]:
+    """The names a module defines, in the sense of the module docstring."""
+    defined: set[str] = set()
+    # Module-level and class-level assignments (and ``__slots__`` entries).
+    bodies: list[list[ast.stmt]] = [tree.body]
+    bodies.extend(node.body for node in ast.walk(tree) if isinstance(node, ast.ClassDef))
+    for body in bodies:
+        for stmt in body:
+            targets: list[ast.expr] = []
+            value: ast.expr | None = None
+            if isinstance(stmt, ast.Assign):
+                targets, value = stmt.targets, stmt.value
+            elif isinstance(stmt, ast.AnnAssign):
+                targets, value = [stmt.target], stmt.value
+            names = set(assigned_names(targets))
+            defined |= names
+            if "__slots__" in names and value is not None:
+                defined.update(slots_entries(value))
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.ctx, ast.Store)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in ("self", "cls")
+        ):
+            defined.add(node.attr)
+    return defined
+
+
+def private_reach_ins(path: Path, tree: ast.Module) -> Iterator[str]:
+    defined = defined_names(tree)
+    allowed_bases = {"self", "cls"} | stdlib_module_aliases(tree)
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute) or not is_private(node.attr):
+            continue
+        if isinstance(node.value, ast.Name) and node.value.id in allowed_bases:
+            continue
+        if node.attr not in defined:
+            yield f"{where(path, node)}: {ast.unparse(node)}"
+
+
+def op_dict_literals(path: Path, tree: ast.Module) -> Iterator[str]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            if any(isinstance(k, ast.Constant) and k.value == "op" for k in node.keys):
+                yield f"{where(path, node)}: {ast.unparse(node)[:80]}"
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "dict"
+            and any(kw.arg == "op" for kw in node.keywords)
+        ):
+            yield f"{where(path, node)}: {ast.unparse(node)[:80]}"
+
+
+@functools.cache
+def parsed() -> tuple[tuple[Path, ast.Module], ...]:
+    return tuple((path, ast.parse(path.read_text(), filename=str(path))) for path in package_modules())
+
+
+def test_the_checks_see_the_whole_package() -> None:
+    modules = {str(p.relative_to(PACKAGE)) for p in package_modules()}
+    for expected in ("core.py", "scheduler.py", "worker.py", "utils_test.py", "protocol/messages.py"):
+        assert expected in modules
+    assert any(m.startswith("client/") for m in modules)
+    assert not any(m.startswith("tests/") for m in modules)
+
+
+def test_no_private_imports_across_modules() -> None:
+    offenders = [line for path, tree in parsed() for line in private_imports(path, tree)]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_no_reaching_into_private_attributes() -> None:
+    offenders = [line for path, tree in parsed() for line in private_reach_ins(path, tree)]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_messages_are_built_in_protocol_only() -> None:
+    protocol = PACKAGE / "protocol"
+    offenders = [
+        line for path, tree in parsed() if protocol not in path.parents for line in op_dict_literals(path, tree)
+    ]
+    assert not offenders, "\n".join(offenders)
+
+
+# -- the checks themselves catch what they must ------------------------------------------
+SAMPLE = """
+import os as operating_system
+from distributed.core import _hidden, public
+from . import _relative
+import numpy as np
+
+_MODULE_LEVEL = 1
+
+
+class Holder:
+    __slots__ = ("_slot",)
+    _class_level: int = 0
+
+    def __init__(self) -> None:
+        self._own = 1
+        self._slot = 2
+
+    def _method(self) -> None:
+        pass
+
+
+def use(other: Holder, s: object) -> None:
+    other._own, other._slot, other._class_level, other._method(), other._MODULE_LEVEL
+    operating_system._exit
+    self_ish = other
+    self_ish.__dict__
+    s._private_of_another_module
+    s.scheduler._worker_by_name
+    np._internal
+    msg = {"op": "compute", "key": 1}
+    msg2 = dict(op="compute")
+    fine = {"status": "OK"}
+"""
+
+
+@pytest.fixture
+def sample() -> tuple[Path, ast.Module]:
+    return ROOT / "sample.py", ast.parse(SAMPLE)
+
+
+def test_checks_find_private_imports(sample: tuple[Path, ast.Module]) -> None:
+    found = list(private_imports(*sample))
+    assert len(found) == 2
+    assert "import _hidden" in found[0] and "import _relative" in found[1]
+
+
+def test_checks_find_private_reach_ins(sample: tuple[Path, ast.Module]) -> None:
+    found = [line.split(": ", 1)[1] for line in private_reach_ins(*sample)]
+    assert sorted(found) == ["np._internal", "s._private_of_another_module", "s.scheduler._worker_by_name"]
+
+
+def test_checks_find_op_dicts(sample: tuple[Path, ast.Module]) -> None:
+    found = list(op_dict_literals(*sample))
+    assert len(found) == 2
+    assert "'op': 'compute'" in found[0] and "dict(op='compute')" in found[1]
