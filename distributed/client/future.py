@@ -10,9 +10,11 @@ from __future__ import annotations
 import asyncio
 import builtins
 import inspect
+import itertools
 import logging
 import sys
 import threading
+import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -30,6 +32,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 __all__ = ["Future", "FutureState", "collect_futures"]
+
+#: Tokens of future objects: unique in this process, and across processes by the prefix.
+_PROCESS_TOKEN = uuid.uuid4().hex
+_token_counter = itertools.count()
+_token_lock = threading.Lock()
 
 
 class FutureState:
@@ -121,7 +128,7 @@ class Future(TaskRef):
     6
     """
 
-    __slots__ = ("_client", "_state", "_bound", "__weakref__")
+    __slots__ = ("_client", "_state", "_bound", "_token", "__weakref__")
 
     def __init__(
         self, key: Key, client: Client | None = None, state: FutureState | None = None, inform: bool = True
@@ -130,6 +137,7 @@ class Future(TaskRef):
         self._client: Client | None = None
         self._state: FutureState | None = None
         self._bound = False
+        self._token: str | None = None
         if client is None:
             try:
                 client = get_client_for_future()
@@ -146,6 +154,7 @@ class Future(TaskRef):
         f._client = client
         f._state = state
         f._bound = True
+        f._token = None
         return f
 
     def bind_client(self, client: Client, state: FutureState | None = None, inform: bool = True) -> None:
@@ -307,7 +316,16 @@ class Future(TaskRef):
         return (Future, (self.key,))
 
     def __dask_tokenize__(self) -> Any:
-        return (type(self).__name__, self.key)
+        # Each future object has a token of its own, as in dask.distributed: two
+        # futures of one key are distinct objects (an unpickled copy is a new one).
+        # Made on first use, so making futures costs nothing for it.
+        token = self._token
+        if token is None:
+            with _token_lock:
+                token = self._token
+                if token is None:
+                    token = self._token = f"{_PROCESS_TOKEN}-{next(_token_counter)}"
+        return (type(self).__name__, self.key, token)
 
     def __await__(self) -> Any:
         return self._result_coro().__await__()

@@ -276,7 +276,8 @@ def test_future_is_task_ref() -> None:
 
     f = Future("x")
     assert isinstance(f, TaskRef)
-    assert dask.base.tokenize(f) == dask.base.tokenize(Future("x"))
+    assert dask.base.tokenize(f) == dask.base.tokenize(f)
+    assert dask.base.tokenize(f) != dask.base.tokenize(Future("x"))  # another future object
 
 
 @gen_cluster(client=True, config={"distributed.client.graph-chunk-size": 7})

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import inspect
+import pickle
 import threading
 import time
 import types
@@ -468,11 +469,15 @@ async def test_shutdown_terminates_scheduler_by_address() -> None:
 
 # -- tokenize ----------------------------------------------------------------------------
 @gen_cluster(client=True)
-async def test_tokenize_futures_by_key(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
+async def test_tokenize_futures_per_object(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
     x, y = c.submit(inc, 1), c.submit(inc, 2)
     assert tokenize(x) != tokenize(y)
     assert tokenize([x]) != tokenize([y])
-    assert tokenize(x) == tokenize(Future(x.key, c))
+    assert tokenize(x) == tokenize(x)  # deterministic for one object
+    # Distinct future objects are distinct tokens, even of one key (as in dask.distributed).
+    same = Future(x.key, c)
+    assert tokenize(x) != tokenize(same)
+    assert tokenize(x) != tokenize(pickle.loads(pickle.dumps(x)))
     assert tokenize(x) != tokenize(x.key)
     # Graphs that take different futures get different keys.
     assert c.submit(inc, x).key != c.submit(inc, y).key
