@@ -73,7 +73,7 @@ from distributed.scheduler_state import (
     grown,
 )
 from distributed.scheduler_streams import SchedulerStreams
-from distributed.utils import get_ip_interface
+from distributed.utils import get_ip_interface, refuse_unsupported, unsupported
 
 logger = logging.getLogger(__name__)
 
@@ -190,7 +190,12 @@ class Scheduler(Server):
         extensions: Mapping[str, ExtensionFactory] | None = None,
         jupyter: bool = False,
     ) -> None:
-        _refuse_unsupported(security=security, services=services, http_prefix=http_prefix, jupyter=jupyter)
+        if security is not None:
+            # Listening in clear text when TLS was asked for would be worse than failing.
+            raise unsupported("Scheduler", "security", "TLS is not implemented")
+        if http_prefix not in (None, "", "/"):
+            raise unsupported("Scheduler", "http_prefix", f"routes are served at /, not {http_prefix!r}")
+        refuse_unsupported("Scheduler", services=bool(services), jupyter=jupyter)
         if interface is not None:
             if host is not None:
                 raise ValueError("Scheduler(host=..., interface=...): give one or the other")
@@ -1717,21 +1722,6 @@ class Scheduler(Server):
         assert self.total_nthreads == sum(ws.nthreads for ws in self.workers.values())
         assert self.n_queued == sum(1 for ts in self.tasks.values() if ts.state == "queued"), "queued count"
         assert self.unrunnable == {ts for ts in self.tasks.values() if ts.state == "no-worker"}, "unrunnable set"
-
-
-def _refuse_unsupported(*, security: Any, services: Any, http_prefix: str | None, jupyter: bool) -> None:
-    """Raise for parameters whose non-default values this scheduler cannot honour yet."""
-    if security is not None:
-        # Listening in clear text when TLS was asked for would be worse than failing.
-        raise NotImplementedError("Scheduler(security=...) is not supported yet (TLS is not implemented)")
-    if services:
-        raise NotImplementedError("Scheduler(services=...) is not supported yet")
-    if http_prefix not in (None, "", "/"):
-        raise NotImplementedError(
-            f"Scheduler(http_prefix={http_prefix!r}) is not supported yet: routes are served at /"
-        )
-    if jupyter:
-        raise NotImplementedError("Scheduler(jupyter=True) is not supported")
 
 
 def _priority_key(ts: TaskState) -> tuple[Any, ...]:

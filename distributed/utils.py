@@ -37,8 +37,10 @@ __all__ = [
     "key_split",
     "parse_bytes",
     "parse_timedelta",
+    "refuse_unsupported",
     "sync",
     "thread_state",
+    "unsupported",
     "wait_for",
 ]
 
@@ -49,6 +51,45 @@ TimeoutError = asyncio.TimeoutError
 #: Per-thread state: ``thread_state.execution_state`` is set while a task runs
 #: in a worker thread, so ``get_worker``/``get_client`` can find their worker.
 thread_state = threading.local()
+
+
+def unsupported(where: str, name: str, why: str = "") -> NotImplementedError:
+    """The error for parameter ``name`` of ``where`` given a value this package cannot honour yet.
+
+    Raise it: ``raise unsupported("Worker", "security", "TLS is not implemented")``.
+    ``why``, when given, follows the fixed message after a colon.
+
+    Examples
+    --------
+    >>> unsupported("Scheduler", "services")
+    NotImplementedError('Scheduler(services=...) is not supported yet')
+    """
+    message = f"{where}({name}=...) is not supported yet"
+    return NotImplementedError(f"{message}: {why}" if why else message)
+
+
+def refuse_unsupported(where: str, /, **given: bool) -> None:
+    """Refuse, by name, the first parameter flagged ``True``: one given a value ``where`` cannot honour yet.
+
+    The caller decides what counts as unsupported (``security is not None``,
+    ``bool(services)``, ...), so a default or harmless value passes.
+
+    Raises
+    ------
+    NotImplementedError
+        ``"<where>(<name>=...) is not supported yet"``, e.g. ``LocalCluster(security=...)``.
+
+    Examples
+    --------
+    >>> refuse_unsupported("Client.run", nanny=False)
+    >>> refuse_unsupported("Client.run", nanny=True)
+    Traceback (most recent call last):
+    ...
+    NotImplementedError: Client.run(nanny=...) is not supported yet
+    """
+    for name, refused in given.items():
+        if refused:
+            raise unsupported(where, name)
 
 
 def iscoroutinefunction(f: object) -> bool:

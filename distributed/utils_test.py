@@ -34,7 +34,7 @@ import pytest
 from distributed.client import Client
 from distributed.client.client import global_clients
 from distributed.scheduler import Scheduler
-from distributed.utils import LoopRunner, sync
+from distributed.utils import LoopRunner, refuse_unsupported, sync
 from distributed.worker import Worker
 
 logger = logging.getLogger(__name__)
@@ -429,8 +429,7 @@ def gen_cluster(
     ... async def test_add(c, s, a, b):
     ...     assert await c.submit(operator.add, 1, 2) == 3
     """
-    if security is not None:
-        raise NotImplementedError("gen_cluster(security=...) is not supported yet")
+    refuse_unsupported("gen_cluster", security=security is not None)
     if nthreads is None:
         nthreads = [("127.0.0.1", 1), ("127.0.0.1", 2)]
     scheduler_kwargs = dict(scheduler_kwargs or {})
@@ -518,8 +517,7 @@ def cluster(
     ``should_check_state`` are accepted as dask's harness has them and have
     no effect here; ``nanny=True`` is refused (there is no Nanny yet).
     """
-    if nanny:
-        raise NotImplementedError("cluster(nanny=True) is not supported yet")
+    refuse_unsupported("cluster", nanny=nanny)
     from distributed.deploy.spawn import ServerProcess
 
     child_config = {"distributed.scheduler.validate": True, "distributed.worker.validate": True, **(config or {})}

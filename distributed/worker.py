@@ -43,7 +43,7 @@ from distributed.protocol.messages import Key
 from distributed.protocol.schema import checker
 from distributed.protocol.serialize import Serialize, unwrap
 from distributed.threadpool import ThreadPool, current_pool
-from distributed.utils import thread_state
+from distributed.utils import thread_state, unsupported
 from distributed.worker_memory import WorkerMemoryMonitor
 from distributed.worker_options import check_unsupported_worker_kwargs
 from distributed.worker_state import (
@@ -155,9 +155,9 @@ class Worker(Server):
     ) -> None:
         check_unsupported_worker_kwargs(kwargs)
         if security is not None:
-            raise NotImplementedError("Worker(security=...) is not supported yet: TLS is not implemented")
+            raise unsupported("Worker", "security", "TLS is not implemented")
         if lifetime_restart:
-            raise NotImplementedError("Worker(lifetime_restart=True) is not supported yet: it needs a nanny")
+            raise unsupported("Worker", "lifetime_restart", "it needs a nanny")
         if interface is not None:
             if host is not None:
                 raise ValueError("Worker: give host= or interface=, not both")
@@ -448,7 +448,7 @@ class Worker(Server):
             For ``restart=True``, which needs a nanny.
         """
         if restart:
-            raise NotImplementedError("Worker.close_gracefully(restart=True) is not supported yet: it needs a nanny")
+            raise unsupported("Worker.close_gracefully", "restart", "it needs a nanny")
         if self.status in (Status.closing, Status.closed, Status.closing_gracefully):
             await self.finished()
             return

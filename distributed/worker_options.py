@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from distributed.utils import unsupported
+
 __all__ = ["check_unsupported_worker_kwargs"]
 
 #: dask.distributed Worker keywords not implemented yet, with the values that mean "not used".
@@ -66,4 +68,4 @@ def check_unsupported_worker_kwargs(kwargs: Mapping[str, Any]) -> None:
         if defaults is None:
             raise TypeError(f"Worker() got an unexpected keyword argument {name!r}")
         if not _is_default(value, defaults):
-            raise NotImplementedError(f"Worker({name}=...) is not supported yet")
+            raise unsupported("Worker", name)

@@ -23,6 +23,7 @@ from dask.utils import parse_timedelta
 
 from distributed.coordination.names import check_name
 from distributed.protocol import messages as m
+from distributed.utils import unsupported
 
 if TYPE_CHECKING:
     from distributed.client import Client
@@ -57,9 +58,9 @@ class Lock:
         self, name: Any = None, client: Client | None = None, scheduler_rpc: Any = None, loop: Any = None
     ) -> None:
         if scheduler_rpc is not None:
-            raise NotImplementedError("Lock(scheduler_rpc=...) is not supported yet: give client= instead")
+            raise unsupported("Lock", "scheduler_rpc", "give client= instead")
         if loop is not None:
-            raise NotImplementedError("Lock(loop=...) is not supported yet: the lock uses its client's loop")
+            raise unsupported("Lock", "loop", "the lock uses its client's loop")
         self.name: Any = check_name(name) if name is not None else f"lock-{uuid.uuid4().hex}"
         self._client = client
         self._leases: deque[str] = deque()

@@ -47,7 +47,7 @@ from distributed.deploy.cluster import Cluster, WorkerHandle
 from distributed.deploy.spawn import ServerProcess, config_snapshot
 from distributed.protocol import messages as m
 from distributed.scheduler import Scheduler
-from distributed.utils import import_term
+from distributed.utils import import_term, refuse_unsupported
 from distributed.worker import Worker
 
 logger = logging.getLogger(__name__)
@@ -98,17 +98,6 @@ def _interface_address(interface: str) -> str:
         if addr.family.name == "AF_INET":
             return str(addr.address)
     raise ValueError(f"Network interface {interface!r} has no IPv4 address")
-
-
-def _refuse_unsupported(**params: Any) -> None:
-    """Raise for a parameter given a value this cluster cannot honour yet."""
-    for name, value in params.items():
-        if value is None or (name != "start" and not value):
-            continue
-        if name == "start":
-            # As dask.distributed: the cluster always starts (await it when asynchronous).
-            raise ValueError("LocalCluster(start=...) is not supported: a LocalCluster always starts")
-        raise NotImplementedError(f"LocalCluster({name}=...) is not supported yet")
 
 
 class LocalCluster(Cluster):
@@ -208,13 +197,16 @@ class LocalCluster(Cluster):
         name: str | None = None,
         **worker_kwargs: Any,
     ) -> None:
-        _refuse_unsupported(
-            start=start,
-            security=security,
-            services=services,
-            worker_services=worker_services,
-            service_kwargs=service_kwargs,
-            worker_dashboard_address=worker_dashboard_address,
+        if start is not None:
+            # As dask.distributed: the cluster always starts (await it when asynchronous).
+            raise ValueError("LocalCluster(start=...) is not supported: a LocalCluster always starts")
+        refuse_unsupported(
+            "LocalCluster",
+            security=bool(security),
+            services=bool(services),
+            worker_services=bool(worker_services),
+            service_kwargs=bool(service_kwargs),
+            worker_dashboard_address=bool(worker_dashboard_address),
         )
         super().__init__(
             asynchronous=asynchronous, loop=loop, name=name, scheduler_sync_interval=scheduler_sync_interval
