@@ -334,7 +334,7 @@ class Scheduler(Server):
             self.periodic(max(self.idle_timeout / 4, 0.05), self._check_idle, name="idle-timeout")
         if self.dashboard or (self.dashboard is None and self.dashboard_address):
             try:
-                from distributed.http.server import start_http_server
+                from distributed.http.scheduler import start_http_server
 
                 self.http_server = await start_http_server(self, self.dashboard_address or ":8787")
             except Exception:

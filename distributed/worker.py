@@ -261,7 +261,7 @@ class Worker(Server):
         self._process = psutil.Process()
         self._process.cpu_percent()  # the first call only starts the measurement
         if self._serve_http:
-            from distributed.worker_http import start_worker_http_server
+            from distributed.http.worker import start_worker_http_server
 
             self.http_server = await start_worker_http_server(self, self.dashboard_address or ":0")
         self.state = WorkerStateMachine(

@@ -1,57 +1,51 @@
-"""A small tornado HTTP server exposing a scheduler's state.
+"""What the scheduler's and the worker's HTTP servers share.
 
-Routes
-------
-``GET /health``
-    ``ok`` as ``text/plain`` while the server runs (for load balancers and probes).
-``GET /info``
-    :meth:`Scheduler.identity` as JSON, made JSON-safe (tuple keys become
-    strings, non-finite floats become ``null``, unknown objects their ``str``).
-``GET /metrics``
-    Prometheus text exposition: ``dask_scheduler_workers``,
-    ``dask_scheduler_clients`` and ``dask_scheduler_tasks{state=...}``.
-``GET /status`` (``/`` redirects there)
-    A minimal HTML summary; the full dashboard is not part of this package.
+Each node states its own routes and metrics (:mod:`distributed.http.scheduler`,
+:mod:`distributed.http.worker`); this module has the rest: parsing the listen
+address, binding one port on every address of a host, the handle that stops the
+server, the ``/health``, ``/info`` (JSON) and ``/metrics`` handlers, and the
+Prometheus text exposition.  prometheus_client is not a dependency, so the few
+gauges are written by hand, in :class:`PrometheusText` only.
 
-The server runs on the scheduler's own asyncio loop (tornado's IOLoop wraps the
-running asyncio loop), so handlers read scheduler state directly without locks:
-they run between the scheduler's own callbacks, never concurrently with them.
+A server runs on its node's own asyncio loop (tornado's IOLoop wraps the running
+asyncio loop), so handlers read the node's state directly without locks: they
+run between the node's own callbacks, never concurrently with them.
 """
 
 from __future__ import annotations
 
 import errno
-import html
 import json
 import math
 import socket
-from collections import Counter
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import Any, TypeAlias
 
 import dask.config
 import tornado.httpserver
 import tornado.web
 from tornado.log import access_log
 
-if TYPE_CHECKING:
-    from distributed.scheduler import Scheduler
-
 __all__ = [
+    "DEFAULT_HTTP_PORT",
     "HTTPServerHandle",
+    "HealthHandler",
+    "InfoHandler",
+    "MetricsHandler",
+    "PrometheusText",
+    "Route",
     "bind_sockets",
+    "common_routes",
     "json_safe",
     "parse_http_address",
-    "prometheus_metrics",
-    "start_http_server",
+    "serve",
 ]
 
+#: The scheduler's HTTP port when none is given, as in dask.distributed.
 DEFAULT_HTTP_PORT = 8787
 
-#: Task states always reported by ``/metrics``, even at zero, so dashboards see every series.
-TASK_STATES = ("released", "waiting", "no-worker", "queued", "processing", "memory", "erred", "forgotten")
-
-#: Client ids the scheduler uses internally rather than for connected clients.
-_PSEUDO_CLIENTS = frozenset({"fire-and-forget"})
+#: One tornado route: path pattern, handler class and the keywords its ``initialize`` takes.
+Route: TypeAlias = tuple[str, type[tornado.web.RequestHandler], dict[str, Any]]
 
 
 def parse_http_address(address: str | int | None, default_port: int = DEFAULT_HTTP_PORT) -> tuple[str, int]:
@@ -127,37 +121,54 @@ def _json_key(key: Any) -> str:
     return str(key)
 
 
-def _metric_namespace() -> str:
-    return str(dask.config.get("distributed.dashboard.prometheus.namespace", "dask") or "dask")
+class PrometheusText:
+    """Gauges written in Prometheus text exposition format (version 0.0.4).
+
+    Metric names are ``<namespace>_<subsystem>_<name>``, the namespace from
+    ``distributed.dashboard.prometheus.namespace`` (``dask`` by default).
+
+    Examples
+    --------
+    >>> out = PrometheusText("worker")
+    >>> out.gauge("threads", "Number of threads that run tasks.", 2)
+    >>> print(out.text(), end="")
+    # HELP dask_worker_threads Number of threads that run tasks.
+    # TYPE dask_worker_threads gauge
+    dask_worker_threads 2
+    """
+
+    #: The ``Content-Type`` of :meth:`text`.
+    CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+    def __init__(self, subsystem: str) -> None:
+        namespace = str(dask.config.get("distributed.dashboard.prometheus.namespace", "dask") or "dask")
+        self._prefix = f"{namespace}_{subsystem}_"
+        self._lines: list[str] = []
+
+    def gauge(self, name: str, help_text: str, value: float) -> None:
+        """Add a gauge with a single, unlabelled sample."""
+        self._header(name, help_text)
+        self._lines.append(f"{self._prefix}{name} {value:g}")
+
+    def labelled_gauge(self, name: str, help_text: str, label: str, samples: Iterable[tuple[str, float]]) -> None:
+        """Add a gauge with one sample per ``(label value, value)``, in the order given."""
+        full = self._header(name, help_text)
+        for label_value, value in samples:
+            self._lines.append(f'{full}{{{label}="{_escape_label(label_value)}"}} {value:g}')
+
+    def _header(self, name: str, help_text: str) -> str:
+        full = self._prefix + name
+        self._lines.append(f"# HELP {full} {help_text}")
+        self._lines.append(f"# TYPE {full} gauge")
+        return full
+
+    def text(self) -> str:
+        """The exposition of every gauge added so far."""
+        return "\n".join(self._lines) + "\n"
 
 
 def _escape_label(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def prometheus_metrics(scheduler: Scheduler) -> str:
-    """The scheduler's metrics in Prometheus text exposition format (version 0.0.4)."""
-    ns = _metric_namespace()
-    lines: list[str] = []
-
-    def gauge(name: str, help_text: str, samples: list[tuple[str, float]]) -> None:
-        full = f"{ns}_scheduler_{name}"
-        lines.append(f"# HELP {full} {help_text}")
-        lines.append(f"# TYPE {full} gauge")
-        for labels, value in samples:
-            lines.append(f"{full}{labels} {value:g}")
-
-    n_clients = sum(1 for c in scheduler.clients if c not in _PSEUDO_CLIENTS)
-    gauge("workers", "Number of workers connected.", [("", len(scheduler.workers))])
-    gauge("clients", "Number of clients connected.", [("", n_clients)])
-    counts = Counter[str](ts.state for ts in scheduler.tasks.values())
-    states = list(TASK_STATES) + sorted(s for s in counts if s not in TASK_STATES)
-    gauge(
-        "tasks",
-        "Number of tasks known by the scheduler, by state.",
-        [(f'{{state="{_escape_label(s)}"}}', counts.get(s, 0)) for s in states],
-    )
-    return "\n".join(lines) + "\n"
 
 
 def bind_sockets(host: str, port: int, backlog: int = 128) -> list[socket.socket]:
@@ -210,49 +221,47 @@ def bind_sockets(host: str, port: int, backlog: int = 128) -> list[socket.socket
     return sockets
 
 
-class _SchedulerHandler(tornado.web.RequestHandler):
-    scheduler: Scheduler
+class HealthHandler(tornado.web.RequestHandler):
+    """``GET``: ``ok`` as plain text while the server runs."""
 
-    def initialize(self, scheduler: Scheduler) -> None:
-        self.scheduler = scheduler
-
-
-class HealthHandler(_SchedulerHandler):
     def get(self) -> None:
         self.set_header("Content-Type", "text/plain; charset=utf-8")
         self.write("ok")
 
 
-class InfoHandler(_SchedulerHandler):
+class InfoHandler(tornado.web.RequestHandler):
+    """``GET``: what ``info()`` returns, made JSON-safe (:func:`json_safe`), as JSON."""
+
+    info: Callable[[], Any]
+
+    def initialize(self, info: Callable[[], Any]) -> None:
+        self.info = info
+
     def get(self) -> None:
         self.set_header("Content-Type", "application/json")
-        self.write(json.dumps(json_safe(self.scheduler.identity())))
+        self.write(json.dumps(json_safe(self.info())))
 
 
-class MetricsHandler(_SchedulerHandler):
+class MetricsHandler(tornado.web.RequestHandler):
+    """``GET``: what ``metrics()`` returns, as Prometheus text (see :class:`PrometheusText`)."""
+
+    metrics: Callable[[], str]
+
+    def initialize(self, metrics: Callable[[], str]) -> None:
+        self.metrics = metrics
+
     def get(self) -> None:
-        self.set_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-        self.write(prometheus_metrics(self.scheduler))
+        self.set_header("Content-Type", PrometheusText.CONTENT_TYPE)
+        self.write(self.metrics())
 
 
-class StatusHandler(_SchedulerHandler):
-    def get(self) -> None:
-        s = self.scheduler
-        counts = Counter(ts.state for ts in s.tasks.values())
-        rows = "".join(
-            f"<tr><td>{html.escape(str(addr))}</td><td>{html.escape(str(ws.name))}</td><td>{ws.nthreads}</td></tr>"
-            for addr, ws in s.workers.items()
-        )
-        states = ", ".join(f"{html.escape(k)}: {v}" for k, v in sorted(counts.items())) or "none"
-        self.set_header("Content-Type", "text/html; charset=utf-8")
-        self.write(
-            "<!DOCTYPE html><html><head><title>Dask scheduler</title></head><body>"
-            f"<h1>Scheduler {html.escape(s.address)}</h1>"
-            f"<p>Workers: {len(s.workers)}, threads: {s.total_nthreads}, tasks: {states}</p>"
-            f"<table><tr><th>Address</th><th>Name</th><th>Threads</th></tr>{rows}</table>"
-            '<p><a href="info">info</a> | <a href="metrics">metrics</a> | <a href="health">health</a></p>'
-            "</body></html>"
-        )
+def common_routes(info: Callable[[], Any], metrics: Callable[[], str]) -> list[Route]:
+    """``/health``, ``/info`` (``info()`` as JSON) and ``/metrics`` (``metrics()``), each also with a trailing slash."""
+    return [
+        (r"/health/?", HealthHandler, {}),
+        (r"/info/?", InfoHandler, {"info": info}),
+        (r"/metrics/?", MetricsHandler, {"metrics": metrics}),
+    ]
 
 
 class HTTPServerHandle:
@@ -282,32 +291,15 @@ class HTTPServerHandle:
         return f"<HTTPServerHandle {self.host or '*'}:{self.port}{' stopped' if self._stopped else ''}>"
 
 
-def make_application(scheduler: Scheduler) -> tornado.web.Application:
-    """The tornado application serving ``scheduler``'s routes."""
-    kw = {"scheduler": scheduler}
-    return tornado.web.Application(
-        [
-            (r"/health/?", HealthHandler, kw),
-            (r"/info/?", InfoHandler, kw),
-            (r"/metrics/?", MetricsHandler, kw),
-            (r"/status/?", StatusHandler, kw),
-            (r"/", tornado.web.RedirectHandler, {"url": "status", "permanent": False}),
-        ],
-        log_function=_quiet_log,
-    )
-
-
 def _quiet_log(handler: tornado.web.RequestHandler) -> None:
-    # Access logs for every probe would drown the scheduler's own log; keep errors only.
+    # Access logs for every probe would drown the node's own log; keep errors only.
     status = handler.get_status()
     if status >= 500:
         access_log.error("%d %s %s", status, handler.request.method, handler.request.uri)
 
 
-async def start_http_server(scheduler: Scheduler, address: str | int | None) -> HTTPServerHandle:
-    """Serve ``scheduler``'s HTTP routes at ``address`` (``":8787"``, ``"127.0.0.1:0"``).
-
-    Must be called from the running loop the scheduler uses.
+def serve(routes: list[Route], address: str | int | None, default_port: int = DEFAULT_HTTP_PORT) -> HTTPServerHandle:
+    """Serve ``routes`` at ``address`` (see :func:`parse_http_address`); call it from the node's running loop.
 
     Raises
     ------
@@ -316,8 +308,8 @@ async def start_http_server(scheduler: Scheduler, address: str | int | None) -> 
     ValueError
         When ``address`` cannot be parsed.
     """
-    host, port = parse_http_address(address)
+    host, port = parse_http_address(address, default_port=default_port)
     sockets = bind_sockets(host, port)
-    server = tornado.httpserver.HTTPServer(make_application(scheduler))
+    server = tornado.httpserver.HTTPServer(tornado.web.Application(routes, log_function=_quiet_log))
     server.add_sockets(sockets)
     return HTTPServerHandle(server, sockets, host)

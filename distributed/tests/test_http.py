@@ -13,7 +13,8 @@ import pytest
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPResponse
 
 from distributed import Client, Scheduler, Worker
-from distributed.http.server import json_safe, parse_http_address, start_http_server
+from distributed.http.scheduler import start_http_server
+from distributed.http.server import json_safe, parse_http_address
 from distributed.utils_test import run_async
 
 
