@@ -620,7 +620,15 @@ class Scheduler(Server):
                 best, best_room = ws, room
         return best
 
+    def _unqueue(self, ts: TaskState) -> None:
+        """Take a queued or no-worker task off the count or set that tracks it, before it leaves that state."""
+        if ts.state == "no-worker":
+            self.unrunnable.discard(ts)
+        elif ts.state == "queued":
+            self.n_queued -= 1  # its heap entry is skipped when popped
+
     def _waiting_to_processing(self, ts: TaskState, out: Out) -> None:
+        # _unqueue, inlined: every task passes here.
         start = ts.state
         if start == "no-worker":
             self.unrunnable.discard(ts)
@@ -653,10 +661,7 @@ class Scheduler(Server):
 
     def _to_waiting_again(self, ts: TaskState, out: Out) -> None:
         """A queued or no-worker task whose dependency must be computed again."""
-        if ts.state == "no-worker":
-            self.unrunnable.discard(ts)
-        elif ts.state == "queued":
-            self.n_queued -= 1  # its heap entry is skipped when popped
+        self._unqueue(ts)
         ts.state = "waiting"
         if not ts.waiting_on:
             out.recs[ts] = "processing"
@@ -917,10 +922,7 @@ class Scheduler(Server):
                 out.recs.setdefault(dts, "released")
 
     def _waiting_to_released(self, ts: TaskState, out: Out) -> None:
-        if ts.state == "no-worker":
-            self.unrunnable.discard(ts)
-        elif ts.state == "queued":
-            self.n_queued -= 1  # its heap entry is skipped when popped
+        self._unqueue(ts)
         ts.state = "released"
         ts.waiting_on = EMPTY
         if not (ts.who_wants or ts.waiters):
@@ -1006,22 +1008,14 @@ class Scheduler(Server):
             drop(dts.waiters, ts)
             if not dts.waiters and not dts.who_wants and dts.state == "memory":
                 out.recs.setdefault(dts, "released")
-        if ts.who_wants and blame.exception is not None:
-            msg = m.ClientTaskErred(
-                op="task-erred",
-                key=ts.key,
-                exception=blame.exception,
-                traceback=blame.traceback,
-                text=blame.exception_text,
-            )
-            for cs in ts.who_wants:
-                out.clients[cs.client_key].append(msg)
+        if ts.who_wants:
+            msg = self._task_erred(ts)
+            if msg is not None:
+                for cs in ts.who_wants:
+                    out.clients[cs.client_key].append(msg)
 
     def _to_erred_by_blame(self, ts: TaskState, out: Out) -> None:
-        if ts.state == "no-worker":
-            self.unrunnable.discard(ts)
-        elif ts.state == "queued":
-            self.n_queued -= 1
+        self._unqueue(ts)
         if ts.exception_blame is None:
             ts.exception_blame = ts
         self._mark_erred(ts, out)
@@ -1219,17 +1213,19 @@ class Scheduler(Server):
         return m.KeyInMemory(op="key-in-memory", key=ts.key, workers=[ws.address for ws in ts.who_has], type=ts.type)
 
     def _report_erred(self, ts: TaskState, cs: ClientState, out: Out) -> None:
+        msg = self._task_erred(ts)
+        if msg is not None:
+            out.clients[cs.client_key].append(msg)
+
+    @staticmethod
+    def _task_erred(ts: TaskState) -> m.ClientTaskErred | None:
+        """What clients learn of erred ``ts``: the error of the task to blame (None when it has none)."""
         blame = ts.exception_blame or ts
-        if blame.exception is not None:
-            out.clients[cs.client_key].append(
-                m.ClientTaskErred(
-                    op="task-erred",
-                    key=ts.key,
-                    exception=blame.exception,
-                    traceback=blame.traceback,
-                    text=blame.exception_text,
-                )
-            )
+        if blame.exception is None:
+            return None
+        return m.ClientTaskErred(
+            op="task-erred", key=ts.key, exception=blame.exception, traceback=blame.traceback, text=blame.exception_text
+        )
 
     def _apply_annotations(self, ts: TaskState, ann: Mapping[str, Any]) -> None:
         ts.annotations = {

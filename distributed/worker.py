@@ -666,18 +666,7 @@ class Worker(Server):
         try:
             with _TaskContext(self, key):
                 value = node(args)
-            nbytes, type_name = sizeof(value), typename(type(value))
-            stop = time.time()
-            ev = ExecuteSuccess(
-                stimulus_id=f"task-finished-{stop}",
-                key=key,
-                run_id=run_id,
-                value=value,
-                nbytes=nbytes,
-                type=type_name,
-                start=start,
-                stop=stop,
-            )
+            ev = _success(key, run_id, value, sizeof(value), typename(type(value)), start)
         except Reschedule:
             ev = RescheduleEvent(stimulus_id=f"reschedule-{time.time()}", key=key, run_id=run_id)
         except BaseException as e:
@@ -737,17 +726,7 @@ class Worker(Server):
                 value, nbytes, type_name = await asyncio.wrap_future(
                     self.executor.submit(_run_in_thread, self, node, args, key, loop)
                 )
-            stop = time.time()
-            ev = ExecuteSuccess(
-                stimulus_id=f"task-finished-{stop}",
-                key=key,
-                run_id=run_id,
-                value=value,
-                nbytes=nbytes,
-                type=type_name,
-                start=start,
-                stop=stop,
-            )
+            ev = _success(key, run_id, value, nbytes, type_name, start)
         except Reschedule:
             ev = RescheduleEvent(stimulus_id=f"reschedule-{time.time()}", key=key, run_id=run_id)
         except asyncio.CancelledError:
@@ -934,6 +913,21 @@ async def _deserialize_spec(run_spec: Any, loop: asyncio.AbstractEventLoop, exec
     if frames is not None and sum(len(f) for f in frames) > 100_000:
         return await loop.run_in_executor(None, unwrap, run_spec)
     return unwrap(run_spec)
+
+
+def _success(key: Key, run_id: int, value: object, nbytes: int, type_name: str, start: float) -> ExecuteSuccess:
+    """The event for a task that returned ``value``."""
+    stop = time.time()
+    return ExecuteSuccess(
+        stimulus_id=f"task-finished-{stop}",
+        key=key,
+        run_id=run_id,
+        value=value,
+        nbytes=nbytes,
+        type=type_name,
+        start=start,
+        stop=stop,
+    )
 
 
 def _failure(exc: BaseException, key: Key, run_id: int, start: float) -> ExecuteFailure:
