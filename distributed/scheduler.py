@@ -412,7 +412,10 @@ class Scheduler(Server):
 
     def __repr__(self) -> str:
         addr = self._address or "not started"
-        return f"<Scheduler {addr!r}, workers: {len(self.workers)}, threads: {self.total_nthreads}, tasks: {len(self.tasks)}>"
+        return (
+            f"<Scheduler {addr!r}, workers: {len(self.workers)}, "
+            f"threads: {self.total_nthreads}, tasks: {len(self.tasks)}>"
+        )
 
     # ======================================================================
     # Plugins and events

@@ -107,7 +107,8 @@ def iscoroutinefunction(f: object) -> bool:
         if wrapped is None or wrapped is f:
             break
         f = wrapped
-    call = getattr(type(f), "__call__", None) if not inspect.isroutine(f) else None  # noqa: B004 (need the method, not callable())
+    # B004 is silenced below: the __call__ method itself is needed, not callable().
+    call = getattr(type(f), "__call__", None) if not inspect.isroutine(f) else None  # noqa: B004
     return call is not None and inspect.iscoroutinefunction(call)
 
 

@@ -527,7 +527,10 @@ class Worker(Server):
     def __repr__(self) -> str:
         addr = self._address or "not started"
         n = len(self.state.executing) if self.state is not None else 0
-        return f"<Worker {addr!r}, name: {self.name}, status: {self.status.name}, stored: {len(self.data)}, running: {n}/{self.nthreads}>"
+        return (
+            f"<Worker {addr!r}, name: {self.name}, status: {self.status.name}, "
+            f"stored: {len(self.data)}, running: {n}/{self.nthreads}>"
+        )
 
     # -- plugins --------------------------------------------------------------------
     async def add_plugin(self, plugin: WorkerPlugin, name: str | None = None) -> None:
@@ -1011,7 +1014,10 @@ def get_client(address: str | None = None, timeout: float | str | None = None, r
     if address is not None:
         return Client(address, timeout=timeout)
     raise ValueError(
-        "No clients found\nStart a client and point it to the scheduler address\n  from distributed import Client\n  client = Client('ip-addr-of-scheduler:8786')\n"
+        "No clients found\n"
+        "Start a client and point it to the scheduler address\n"
+        "  from distributed import Client\n"
+        "  client = Client('ip-addr-of-scheduler:8786')\n"
     )
 
 
