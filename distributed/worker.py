@@ -396,7 +396,7 @@ class Worker(Server):
                 logger.exception("Plugin %s teardown failed", name)
         if self._client is not None:
             try:
-                await self._client._close()
+                await self._client.close(asynchronous=True)
             except Exception:
                 logger.debug("Closing the worker's client failed", exc_info=True)
         if self.batched_stream is not None:

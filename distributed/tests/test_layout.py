@@ -5,7 +5,12 @@
   ``obj._name`` is allowed on ``self``/``cls``, on a standard-library module,
   or when the same module defines ``_name`` (a function or class of that name,
   an assignment to ``self._name``/``cls._name``, a ``__slots__`` entry, or an
-  assignment at module or class level).
+  assignment at module or class level).  That last allowance does not cover
+  ``self.x._name`` where this module annotates ``self.x`` only with classes
+  imported from other modules of the package (``self.client: Client | None``):
+  a ``_name`` of its own (say ``_close``) does not make the other class's one
+  ours.  An attribute without such an annotation is not judged by its type
+  (the AST alone does not know it).
 * Wire messages are built from their declarations in
   :mod:`distributed.protocol.messages`: no ``{"op": ...}`` literal (nor
   ``dict(op=...)``) outside ``distributed/protocol/``.
@@ -111,15 +116,73 @@ def defined_names(tree: ast.Module) -> set[str]:
     return defined
 
 
+def imported_package_names(tree: ast.Module) -> set[str]:
+    """Names bound by ``from distributed... import Name`` (or a relative import), type-checking ones included."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.level > 0 or (node.module or "").split(".")[0] == "distributed"):
+            names.update(alias.asname or alias.name for alias in node.names)
+    return names
+
+
+def annotation_heads(annotation: ast.expr) -> Iterator[ast.expr]:
+    """The types an annotation allows: ``A | B | None`` and ``Optional[A]`` give A, B (None), ``A[x]`` gives A."""
+    if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
+        yield from annotation_heads(annotation.left)
+        yield from annotation_heads(annotation.right)
+    elif isinstance(annotation, ast.Subscript):
+        if isinstance(annotation.value, ast.Name) and annotation.value.id == "Optional":
+            yield from annotation_heads(annotation.slice)
+        else:
+            yield annotation.value
+    elif isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        yield from annotation_heads(ast.parse(annotation.value, mode="eval").body)
+    else:
+        yield annotation
+
+
+def foreign_attributes(tree: ast.Module) -> set[str]:
+    """Attributes of ``self`` annotated (``self.x: T``) only with classes other modules of the package define.
+
+    Their private members belong to those modules, even where this module
+    happens to define a member of the same name (say its own ``_close``).
+    """
+    imported = imported_package_names(tree) - {
+        node.name for node in ast.walk(tree) if isinstance(node, (ast.ClassDef, ast.FunctionDef))
+    }
+    verdicts: dict[str, bool] = {}
+    for node in ast.walk(tree):
+        if not (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Attribute)
+            and isinstance(node.target.value, ast.Name)
+            and node.target.value.id == "self"
+        ):
+            continue
+        heads = [h for h in annotation_heads(node.annotation) if not (isinstance(h, ast.Constant) and h.value is None)]
+        foreign = bool(heads) and all(isinstance(h, ast.Name) and h.id in imported for h in heads)
+        attr = node.target.attr
+        verdicts[attr] = verdicts.get(attr, True) and foreign
+    return {attr for attr, foreign in verdicts.items() if foreign}
+
+
 def private_reach_ins(path: Path, tree: ast.Module) -> Iterator[str]:
     defined = defined_names(tree)
     allowed_bases = {"self", "cls"} | stdlib_module_aliases(tree)
+    foreign = foreign_attributes(tree)
     for node in ast.walk(tree):
         if not isinstance(node, ast.Attribute) or not is_private(node.attr):
             continue
-        if isinstance(node.value, ast.Name) and node.value.id in allowed_bases:
+        base = node.value
+        if isinstance(base, ast.Name) and base.id in allowed_bases:
             continue
-        if node.attr not in defined:
+        on_foreign = (
+            isinstance(base, ast.Attribute)
+            and isinstance(base.value, ast.Name)
+            and base.value.id == "self"
+            and base.attr in foreign
+        )
+        if on_foreign or node.attr not in defined:
             yield f"{where(path, node)}: {ast.unparse(node)}"
 
 
@@ -224,3 +287,26 @@ def test_checks_find_op_dicts(sample: tuple[Path, ast.Module]) -> None:
     found = list(op_dict_literals(*sample))
     assert len(found) == 2
     assert "'op': 'compute'" in found[0] and "dict(op='compute')" in found[1]
+
+
+FOREIGN_SAMPLE = """
+from distributed.client import Client
+
+
+class Holder:
+    def __init__(self, client: Client) -> None:
+        self.client: Client | None = client
+        self.local: Holder | None = None
+        self.either: Holder | Client | None = None
+
+    async def _close(self) -> None:
+        await self.client._close()
+        await self.local._close()
+        await self.either._close()
+"""
+
+
+def test_checks_find_private_members_of_another_modules_class_on_self() -> None:
+    found = [line.split(": ", 1)[1] for line in private_reach_ins(ROOT / "sample.py", ast.parse(FOREIGN_SAMPLE))]
+    # Holder defines _close too, yet the client's _close is Client's; Holder's own (and a maybe-Holder) pass.
+    assert found == ["self.client._close"]
