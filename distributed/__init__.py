@@ -7,7 +7,7 @@ probes for it on every ``compute`` and catches only that.
 from __future__ import annotations
 
 from distributed import (
-    config,  # noqa: F401  (registers config defaults)
+    config,
     lock,  # noqa: F401  (dask and users import distributed.lock.Lock)
 )
 from distributed.client import (
@@ -28,6 +28,8 @@ from distributed.exceptions import CancelledError, KilledWorker, Reschedule, Tim
 from distributed.scheduler import Scheduler
 from distributed.utils import sync
 from distributed.worker import Worker, get_client, get_worker, rejoin, secede
+
+config.initialize_logging()
 
 __version__ = "2026.11.0"
 __git_revision__ = "unknown"

@@ -7,14 +7,31 @@ change anything.
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
+from collections.abc import Mapping
 from typing import Any
 
 import dask
 import dask.config
 import yaml
 
-__all__ = ["get", "get_bytes", "get_interval", "get_seconds", "load_defaults"]
+__all__ = [
+    "DEFAULT_LOG_FORMAT",
+    "get",
+    "get_bytes",
+    "get_interval",
+    "get_seconds",
+    "initialize_logging",
+    "load_defaults",
+    "silence_logging",
+]
+
+DEFAULT_LOG_FORMAT = "%(asctime)s - %(name)s - %(levelname)s - %(message)s"
+
+#: Marks the stderr handler this package installed on the ``distributed`` logger.
+_HANDLER_MARK = "_distributed_stderr_handler"
 
 _here = os.path.dirname(os.path.abspath(__file__))
 _defaults_path = os.path.join(_here, "distributed.yaml")
@@ -39,6 +56,44 @@ def load_defaults() -> dict[str, Any]:
 
 
 defaults = load_defaults()
+
+
+def initialize_logging() -> None:
+    """Give the loggers in ``distributed.logging`` their levels and ``distributed`` a stderr handler.
+
+    As in dask.distributed: the ``distributed`` logger lets INFO through (so
+    servers keep INFO records for ``get_logs``) and writes to stderr with its
+    own handler instead of propagating to the root logger, whose handlers a
+    user may have set to let everything through.  Idempotent.
+    ``silence_logging`` raises that handler's level, not the logger's.
+    """
+    levels = dask.config.get("distributed.logging", {}) or {}
+    if not isinstance(levels, Mapping):
+        raise TypeError(f"distributed.logging must be a mapping of logger name to level, not {levels!r}")
+    for name, level in levels.items():
+        logging.getLogger(str(name)).setLevel(str(level).upper() if isinstance(level, str) else int(level))
+    dist = logging.getLogger("distributed")
+    if not any(getattr(h, _HANDLER_MARK, False) for h in dist.handlers):
+        fmt = dask.config.get("distributed.admin.log-format", None) or DEFAULT_LOG_FORMAT
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter(str(fmt)))
+        setattr(handler, _HANDLER_MARK, True)
+        dist.addHandler(handler)
+    dist.propagate = False
+
+
+def silence_logging(level: int | str) -> int:
+    """Show only records at ``level`` or above on the ``distributed`` stderr handler; return its old level.
+
+    Records below it are still kept by servers' log buffers (see ``Server.get_logs``).
+    """
+    initialize_logging()
+    old = logging.NOTSET
+    for h in logging.getLogger("distributed").handlers:
+        if getattr(h, _HANDLER_MARK, False):
+            old = h.level
+            h.setLevel(level.upper() if isinstance(level, str) else level)
+    return old
 
 
 def get(key: str, default: Any = None) -> Any:

@@ -29,9 +29,8 @@ from dask.sizeof import sizeof
 from dask.utils import parse_bytes, parse_timedelta, typename
 
 from distributed.batched import BatchedSend
-from distributed.cli.utils import get_ip_interface
 from distributed.comm import Comm, CommClosedError, connect
-from distributed.config import get_interval
+from distributed.config import get_interval, silence_logging
 from distributed.core import Route, Server, Status, StreamRoute, error_message
 from distributed.dask_api import dask_version
 from distributed.diagnostics.plugin import WorkerPlugin
@@ -43,7 +42,7 @@ from distributed.protocol.messages import Key
 from distributed.protocol.schema import checker
 from distributed.protocol.serialize import Serialize, unwrap
 from distributed.threadpool import ThreadPool, current_pool
-from distributed.utils import thread_state, unsupported
+from distributed.utils import get_ip_interface, thread_state, unsupported
 from distributed.worker_memory import WorkerMemoryMonitor
 from distributed.worker_options import check_unsupported_worker_kwargs
 from distributed.worker_state import (
@@ -163,7 +162,7 @@ class Worker(Server):
                 raise ValueError("Worker: give host= or interface=, not both")
             host = get_ip_interface(interface)
         if silence_logs:
-            logging.getLogger("distributed").setLevel(logging.ERROR if silence_logs is True else int(silence_logs))
+            silence_logging(logging.ERROR if silence_logs is True else int(silence_logs))
         if scheduler_file is not None and scheduler_ip is None:
             import json
 

@@ -30,6 +30,7 @@ import click
 import dask.config
 from dask.utils import parse_bytes, parse_timedelta
 
+from distributed.config import DEFAULT_LOG_FORMAT, initialize_logging, silence_logging
 from distributed.utils import get_ip_interface
 
 __all__ = [
@@ -59,11 +60,6 @@ else:
     _DurationBase = click.ParamType
     _MemoryLimitBase = click.ParamType
 
-DEFAULT_LOG_FORMAT = "%(asctime)s - %(name)s - %(levelname)s - %(message)s"
-
-#: Marks the handler this module installed, so a second call does not add another.
-_HANDLER_MARK = "_distributed_cli_handler"
-
 
 def setup_logging(level: int = logging.INFO) -> None:
     """Log ``distributed.*`` to stderr at ``level``; other libraries at WARNING.
@@ -72,22 +68,14 @@ def setup_logging(level: int = logging.INFO) -> None:
     flushes after every record), so a parent process reading our stderr sees
     lines such as ``Scheduler at:`` as soon as they are logged.
     """
-    fmt = dask.config.get("distributed.admin.log-format", None) or DEFAULT_LOG_FORMAT
-    formatter = logging.Formatter(str(fmt))
-
-    dist = logging.getLogger("distributed")
-    if not any(getattr(h, _HANDLER_MARK, False) for h in dist.handlers):
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(formatter)
-        setattr(handler, _HANDLER_MARK, True)
-        dist.addHandler(handler)
-    dist.setLevel(level)
-    dist.propagate = False
-
+    initialize_logging()
+    logging.getLogger("distributed").setLevel(level)
+    silence_logging(level)
     root = logging.getLogger()
     if not root.handlers:
+        fmt = dask.config.get("distributed.admin.log-format", None) or DEFAULT_LOG_FORMAT
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(formatter)
+        handler.setFormatter(logging.Formatter(str(fmt)))
         handler.setLevel(logging.WARNING)
         root.addHandler(handler)
 

@@ -42,6 +42,7 @@ from typing import Any
 
 import psutil
 
+from distributed.config import silence_logging
 from distributed.core import Status
 from distributed.deploy.cluster import Cluster, WorkerHandle
 from distributed.deploy.spawn import ServerProcess, config_snapshot
@@ -289,13 +290,11 @@ class LocalCluster(Cluster):
     def _silence(self) -> None:
         level = self._log_level()
         if level is not None and self._old_log_level is None:
-            log = logging.getLogger("distributed")
-            self._old_log_level = log.level
-            log.setLevel(level)
+            self._old_log_level = silence_logging(level)
 
     def _unsilence(self) -> None:
         if self._old_log_level is not None:
-            logging.getLogger("distributed").setLevel(self._old_log_level)
+            silence_logging(self._old_log_level)
             self._old_log_level = None
 
     async def _start_cluster(self) -> None:
@@ -308,6 +307,7 @@ class LocalCluster(Cluster):
         self.scheduler = scheduler
         await scheduler.start()
         self._scheduler_address = scheduler.address
+        logger.info("%s: scheduler at %s", self.name, scheduler.address)
         await self._scale_to(self._n_workers)
 
     async def _close_cluster(self) -> None:
@@ -363,6 +363,8 @@ class LocalCluster(Cluster):
         async with self._scale_lock:
             if self.status in (Status.closing, Status.closed):
                 return
+            if len(self.workers) != n:
+                logger.info("%s: scaling from %d to %d workers", self.name, len(self.workers), n)
             if len(self.workers) < n:
                 names = list(range(self._next_name, self._next_name + n - len(self.workers)))
                 self._next_name += len(names)

@@ -380,7 +380,9 @@ def _child_main(
     """The child's entry point: run the server until told to stop."""
     os.environ.update(env)
     if log_level is not None:
-        logging.getLogger("distributed").setLevel(log_level)
+        from distributed.config import silence_logging
+
+        silence_logging(log_level)
     code = 1
     try:
         _apply_config(config)

@@ -15,14 +15,23 @@ import distributed
 PACKAGE = Path(distributed.__file__).parent
 
 
+#: Top-level sections read as a whole mapping (their keys are logger names, not settings).
+WHOLE_MAPPINGS = {"distributed.logging"}
+
+
 def _source_strings() -> set[str]:
     """Every string literal in the package's modules (tests and the harness excluded)."""
     strings: set[str] = set()
     for path in PACKAGE.rglob("*.py"):
         rel = path.relative_to(PACKAGE)
-        if rel.parts[0] == "tests" or rel.name in ("utils_test.py", "config.py"):
-            continue  # tests set keys, config.py only registers and renames them
-        strings.update(re.findall(r"\"([a-z0-9_.\-]+)\"", path.read_text()))
+        found = re.findall(r"\"([a-z0-9_.\-]+)\"", path.read_text())
+        if rel.name == "config.py":
+            # config.py registers and renames keys; it reads only whole mappings.
+            strings.update(k for k in found if k in WHOLE_MAPPINGS)
+            continue
+        if rel.parts[0] == "tests" or rel.name == "utils_test.py":
+            continue  # tests set keys
+        strings.update(found)
     return strings
 
 
@@ -33,7 +42,7 @@ def _unread(node: Any, path: str, read: set[str]) -> Iterator[str]:
     its contents; a section (``distributed.worker``) does not, as its name
     also appears for other reasons (logger names).
     """
-    if path in read and (not isinstance(node, dict) or path.count(".") >= 2):
+    if path in read and (not isinstance(node, dict) or path.count(".") >= 2 or path in WHOLE_MAPPINGS):
         return
     if isinstance(node, dict) and node:
         for key, value in node.items():

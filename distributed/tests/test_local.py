@@ -268,11 +268,14 @@ def test_worker_kwargs_reach_workers(no_leaks: None) -> None:
 
 
 def test_silence_logs_is_restored(no_leaks: None) -> None:
-    log = logging.getLogger("distributed")
-    old = log.level
+    # silence_logs sets the level of the distributed stderr handler, not of the logger
+    # (whose INFO records the servers keep for get_logs).
+    (handler,) = [h for h in logging.getLogger("distributed").handlers if isinstance(h, logging.StreamHandler)]
+    old = handler.level
     with LocalCluster(processes=False, n_workers=0, silence_logs=logging.ERROR, dashboard_address=None):
-        assert log.level == logging.ERROR
-    assert log.level == old
+        assert handler.level == logging.ERROR
+        assert logging.getLogger("distributed").getEffectiveLevel() == logging.INFO
+    assert handler.level == old
 
 
 def test_base_cluster_cannot_start() -> None:
@@ -463,7 +466,17 @@ def test_get_logs_of_worker_processes(no_leaks: None) -> None:
         (address,) = (h.address for h in cluster.workers.values())
         logs = cluster.get_logs()
         assert set(logs) == {"Cluster", "Scheduler", address}
-        assert all(isinstance(text, str) for text in logs.values())
+        # Default silence_logs quiets stderr, not the servers' INFO records.
+        assert all("INFO" in text for text in logs.values()), logs
+
+
+def test_get_logs_keep_info_while_stderr_is_silenced(no_leaks: None, capfd: pytest.CaptureFixture[str]) -> None:
+    with LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster, Client(cluster) as client:
+        assert client.submit(operator.add, 1, 2).result() == 3
+        logs = cluster.get_logs()
+    assert all("INFO" in text for text in logs.values()), logs
+    assert "scheduler at" in logs["Cluster"]
+    assert " - INFO - " not in capfd.readouterr().err
 
 
 # -- parameters that cannot be honoured yet are refused by name ------------------------------------
