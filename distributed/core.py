@@ -293,6 +293,8 @@ class Server:
         self.status = Status.init
         self.rpc = ConnectionPool(limit=connection_limit, timeout=timeout)
         self._background: set[asyncio.Task[Any]] = set()
+        # The tasks running handle_comm, one per accepted comm: close() ends them too.
+        self._handlers: set[asyncio.Task[Any]] = set()
         self._comms: set[Comm] = set()
         self._finished: asyncio.Event | None = None
         self._start_lock: asyncio.Lock | None = None
@@ -357,15 +359,12 @@ class Server:
         self.status = Status.closing
         for listener in self.listeners:
             listener.stop()
-        current = asyncio.current_task()
-        tasks = [t for t in self._background if t is not current]
-        for t in tasks:
-            t.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await self._end_owned_tasks()
         for comm in list(self._comms):
             comm.abort()
         await self.rpc.close()
+        # Anything spawned while the comms and the pool closed.
+        await self._end_owned_tasks()
         self.logs.detach()
         self.status = Status.closed
         if self._finished is not None:
@@ -385,12 +384,31 @@ class Server:
             self._finished = asyncio.Event()
         await self._finished.wait()
 
+    async def _end_owned_tasks(self) -> None:
+        """Cancel and await the background and comm-handler tasks, until none is left.
+
+        A task may spawn another as it ends (a stream handler's cleanup), hence the loop.
+        """
+        current = asyncio.current_task()
+        while True:
+            tasks = [t for t in (*self._background, *self._handlers) if t is not current and not t.done()]
+            if not tasks:
+                return
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
     # -- background work ----------------------------------------------------
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str | None = None) -> asyncio.Task[Any]:
-        """Run ``coro`` as a task owned by this server (cancelled on close)."""
+        """Run ``coro`` as a task owned by this server (cancelled and awaited on close).
+
+        On a closed server the task is cancelled at once: nothing would end it later.
+        """
         task = asyncio.get_running_loop().create_task(coro, name=name)
         self._background.add(task)
         task.add_done_callback(self._background_done)
+        if self.status == Status.closed:
+            task.cancel()
         return task
 
     def _background_done(self, task: asyncio.Task[Any]) -> None:
@@ -448,7 +466,18 @@ class Server:
         return 0
 
     async def handle_comm(self, comm: Comm) -> None:
-        """Answer requests on ``comm`` until it closes or a route takes it."""
+        """Answer requests on ``comm`` until it closes or a route takes it.
+
+        The task running this belongs to the server from here on: ``close()``
+        cancels and awaits it, with whatever route took the comm over.
+        """
+        if self.status == Status.closed:
+            # Accepted as the listener stopped: nothing would end this handler.
+            comm.abort()
+            return
+        task = asyncio.current_task()
+        if task is not None:
+            self._handlers.add(task)
         self._comms.add(comm)
         handed_over = False
         try:
@@ -495,6 +524,8 @@ class Server:
                 if not await self._reply(comm, reply, response):
                     return
         finally:
+            if task is not None:
+                self._handlers.discard(task)
             if not handed_over:
                 self._comms.discard(comm)
                 if not comm.closed():

@@ -400,8 +400,11 @@ class Worker(Server):
                 logger.debug("Closing the worker's client failed", exc_info=True)
         if self.batched_stream is not None:
             await self.batched_stream.close(timeout=1)
-        for t in list(self._running_tasks):
-            t.cancel()
+        # Executions and fetches: cancelled and awaited (a threaded task runs on, unawaited, in the executor).
+        while running := [t for t in self._running_tasks if not t.done()]:
+            for t in running:
+                t.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
         if self.http_server is not None:
             await self.http_server.close()
         await super()._close()
@@ -599,6 +602,8 @@ class Worker(Server):
         task = asyncio.get_running_loop().create_task(coro, name=name)
         self._running_tasks.add(task)
         task.add_done_callback(self._task_done)
+        if self.status == Status.closed:
+            task.cancel()  # nothing would end it later
 
     def _task_done(self, task: asyncio.Task[Any]) -> None:
         self._running_tasks.discard(task)
