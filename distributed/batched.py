@@ -146,28 +146,40 @@ class BatchedSend:
                 return
 
     async def close(self, timeout: float | None = None) -> None:
-        """Flush what is queued, then close the comm."""
-        if self.comm is None:
-            self._closing = True
-            return
+        """Flush what is queued, then close the comm.
+
+        The writer task has ended when this returns: after ``timeout``
+        seconds of a flush that does not finish (a peer that stopped reading)
+        it is cancelled and awaited, and what was queued is dropped.
+        """
         self._closing = True
+        if self.comm is None:
+            return
         if self._wake is not None:
             self._wake.set()
         if self._pause is not None:
             _wake_future(self._pause)
-        if self._task is not None:
+        task = self._task
+        if task is not None and not task.done():
             try:
-                await asyncio.wait_for(asyncio.shield(self._task), timeout)
-            except (TimeoutError, CommClosedError):
-                pass
+                await asyncio.wait([task], timeout=timeout)
             except asyncio.CancelledError:
                 self.abort()
                 raise
+            if not task.done():
+                logger.debug("Batched stream %s: flush timed out; dropping %d messages", self.name, len(self.buffer))
+                self.abort()
+                # The writer only waits on the comm or the loop: it ends at its next step.
+                await asyncio.wait([task])
         if not self.comm.closed():
             await self.comm.close()
 
     def abort(self) -> None:
-        """Close at once, dropping what is queued."""
+        """Close at once, dropping what is queued.
+
+        The writer task is cancelled; it ends at its next step (``close()``
+        awaits it, for a caller that must know it has ended).
+        """
         self._closing = True
         if self._lazy_timer is not None:
             self._lazy_timer.cancel()

@@ -157,10 +157,17 @@ class SchedulerStreams:
         )
         bs.start(comm)
         s.stream_comms[address] = bs
-        s.send_all(out)
-        s.log_event(["all", address], {"action": "add-worker"})
-        logger.info("Register worker %s", address)
-        await self._worker_stream(comm, address)
+        # This handler owns the stream: its writer ends when the worker's stream does,
+        # whoever dropped it from stream_comms (remove_worker_state does).
+        try:
+            s.send_all(out)
+            s.log_event(["all", address], {"action": "add-worker"})
+            logger.info("Register worker %s", address)
+            await self._worker_stream(comm, address)
+        finally:
+            if s.stream_comms.get(address) is bs:
+                del s.stream_comms[address]
+            await bs.close(timeout=1)
 
     def _heartbeat_interval(self) -> float:
         n = len(self.scheduler.workers)
