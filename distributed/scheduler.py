@@ -370,7 +370,7 @@ class Scheduler(Server):
             except Exception:
                 logger.exception("Plugin close failed")
         if self.http_server is not None:
-            self.http_server.stop()
+            await self.http_server.close()
         if self.scheduler_file and self._wrote_scheduler_file and os.path.exists(self.scheduler_file):
             try:
                 os.remove(self.scheduler_file)

@@ -156,3 +156,21 @@ def test_batched_send_close_timeout_ends_its_task(scheme: str) -> None:
             other.abort()
 
     run_async(lambda: _checked(body))
+
+
+def test_scheduler_close_ends_open_dashboard_connections() -> None:
+    """A keep-alive HTTP connection to the dashboard does not outlive the scheduler."""
+
+    async def body() -> None:
+        s = await Scheduler(dashboard_address="127.0.0.1:0")
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", s.http_server.port)
+            writer.write(b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: keep-alive\r\n\r\n")
+            await writer.drain()
+            assert (await asyncio.wait_for(reader.readline(), 5)).startswith(b"HTTP/1.1 200")
+        finally:
+            await s.close()
+        writer.close()
+        await writer.wait_closed()
+
+    run_async(lambda: _checked(body))
