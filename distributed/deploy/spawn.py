@@ -435,6 +435,7 @@ async def _child_run(
     exc = starting.exception()
     if exc is not None:
         stopped.cancel()
+        await asyncio.gather(stopped, return_exceptions=True)
         _report(conn, ("error", "".join(traceback.format_exception(exc))))
         await server.close()
         return 1
