@@ -24,33 +24,43 @@ import time
 import uuid
 import weakref
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Collection, Generator, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Collection, Generator, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final, Generic, Literal, Protocol, Self, TypeVar, cast, overload
 
 import dask
 import dask.config
-from dask._task_spec import GraphNode, Task, TaskRef, convert_legacy_graph, parse_input
-from dask.base import collections_to_expr, tokenize
+from dask._task_spec import TaskRef
+from dask.base import tokenize
 from dask.core import validate_key
 from dask.typing import NoDefault, no_default
-from dask.utils import funcname, key_split, parse_timedelta, typename
+from dask.utils import key_split, parse_timedelta, typename
 
 from distributed.batched import BatchedSend
 from distributed.client.future import Future, FutureState, collect_futures
-from distributed.client.graph_parts import GraphPlan, PendingParts, dependencies_first, start_background_parts
+from distributed.client.graph_parts import GraphPlan, PendingParts, start_background_parts
+from distributed.client.graphs import (
+    TaskOptions,
+    expr_plan,
+    for_compute,
+    for_persist,
+    graph_chunk_size,
+    graph_plan,
+    keys_of,
+    make_task,
+    map_keys,
+    map_plan,
+    pack_keys,
+    submit_key,
+    task_annotations,
+    worker_list,
+)
 from distributed.client.outbox import Outbox, StreamMessage
 from distributed.client.registry import FutureRegistry
 from distributed.comm import Comm, CommClosedError, connect
 from distributed.config import get_interval
 from distributed.core import ConnectionPool, StreamRoute, error_message, rebuild_exception, send_recv
 from distributed.dask_api import (
-    as_delayed,
-    expr_keys,
-    finalize_compute,
-    flatten_keys,
-    get_annotations,
     graph_expr,
-    is_dask_collection,
     is_low_level_expr,
 )
 from distributed.protocol import messages as m
@@ -322,7 +332,7 @@ class Client(Generic[AsyncT]):
         self.scheduler_address: str | None = address
         self.status = "newly-created"
         #: Stream messages and key releases, in the order they were made.
-        self.outbox = Outbox(self.id, _graph_chunk_size())
+        self.outbox = Outbox(self.id, graph_chunk_size())
         #: The futures of this client and their reference counts.
         self.registry = FutureRegistry(self, self.outbox, self._kick_outbox)
         self._outbox_scheduled = False
@@ -851,38 +861,6 @@ class Client(Generic[AsyncT]):
             _wake(waiters)
 
     # -- submitting work ------------------------------------------------------------------
-    def _send_graph(
-        self,
-        tasks: Mapping[Key, GraphNode],
-        keys: Iterable[Key],
-        *,
-        priorities: Mapping[Key, int] | None = None,
-        annotations: Mapping[str, Mapping[Key, Any]] | None = None,
-        global_annotations: Mapping[str, Any] | None = None,
-        user_priority: int = 0,
-    ) -> list[Future]:
-        """Ship a graph of GraphNodes; return futures for ``keys``.
-
-        Callable from any thread.  The graph goes out in parts of
-        ``distributed.client.graph-chunk-size`` tasks, every task after its
-        dependencies; see :meth:`_send_plan`.
-        """
-        keys = list(keys)
-        chunk_size = _graph_chunk_size()
-        order = dependencies_first(tasks, priorities) if len(tasks) > chunk_size else list(tasks)
-        plan = GraphPlan(
-            self.id,
-            order,
-            tasks.__getitem__,
-            keys,
-            chunk_size=chunk_size,
-            priorities=priorities,
-            annotations=annotations,
-            global_annotations=global_annotations,
-            user_priority=user_priority,
-        )
-        return self._send_plan(plan, keys)
-
     def _send_plan(self, plan: GraphPlan, keys: list[Key]) -> list[Future]:
         """Make futures for ``keys``, then send the graph of ``plan``.
 
@@ -1011,19 +989,20 @@ class Client(Generic[AsyncT]):
             raise TypeError("First input to submit must be a callable function")
         refuse_unsupported("Client.submit", actor=actor, actors=actors)
         if key is None:
-            if pure:
-                key = f"{funcname(func)}-{tokenize(func, kwargs, *args)}"
-            else:
-                key = f"{funcname(func)}-{uuid.uuid4()}"
+            key = submit_key(func, args, kwargs, pure)
         else:
             validate_key(key)
         if self.registry.is_live(key):
             return Future(key, self)
-        task = _make_task(key, func, args, kwargs)
-        ann = _annotations(workers, resources, retries, allow_other_workers)
-        return self._send_graph(
-            {key: task}, [key], priorities={key: 0}, global_annotations=ann, user_priority=priority
-        )[0]
+        plan = graph_plan(
+            self.id,
+            {key: make_task(key, func, args, kwargs)},
+            [key],
+            priorities={key: 0},
+            global_annotations=task_annotations(workers, resources, retries, allow_other_workers),
+            user_priority=priority,
+        )
+        return self._send_plan(plan, [key])[0]
 
     def map(
         self,
@@ -1056,74 +1035,28 @@ class Client(Generic[AsyncT]):
         seqs = [list(it) for it in iterables]
         if not seqs:
             return []
-        n = min(len(s) for s in seqs)
-        name = funcname(func)
-        if isinstance(key, list):
-            keys: list[Key] = list(key)
-        elif pure:
-            prefix = key or name
-            ftoken = tokenize(func, kwargs)
-            keys = [f"{prefix}-{tokenize(ftoken, *args)}" for args in zip(*seqs)]
-        else:
-            # One random token per call and a counter: as unique as a token
-            # per task, at a fraction of the cost for a long map.
-            prefix = key or name
-            token = uuid.uuid4().hex
-            keys = [f"{prefix}-{token}-{i}" for i in range(n)]
-        args_of = dict(zip(keys, zip(*seqs)))
-
-        def node(k: Key) -> GraphNode:
-            return _make_task(k, func, args_of[k], kwargs)
-
-        plan = GraphPlan(
+        keys = map_keys(func, seqs, kwargs, key, pure)
+        plan = map_plan(
             self.id,
-            list(args_of),
-            node,
+            func,
             keys,
-            # ``batch_size`` sets how many tasks go to the scheduler per message.
-            chunk_size=max(int(batch_size), 1) if batch_size else _graph_chunk_size(),
-            all_wanted=True,
-            global_annotations=_annotations(workers, resources, retries, allow_other_workers),
+            seqs,
+            kwargs,
+            batch_size=batch_size,
+            global_annotations=task_annotations(workers, resources, retries, allow_other_workers),
             user_priority=priority,
         )
         return self._send_plan(plan, keys)
 
     # -- collections ----------------------------------------------------------------------
-    def _materialize(self, expr: Any) -> tuple[dict[Key, GraphNode], dict[str, dict[Key, Any]]]:
-        dsk = expr.__dask_graph__()
-        try:
-            annotations = expr.__dask_annotations__()
-        except AttributeError:
-            annotations = {}
-        graph = convert_legacy_graph(dict(dsk))
-        return graph, annotations or {}
-
-    def _submit_expr(self, expr: Any, keys: list[Key], opts: Mapping[str, Any], cull: bool = False) -> list[Future]:
-        """Materialise an Expr into tasks and submit them; futures for ``keys``.
+    def _submit_expr(self, expr: Any, keys: list[Key], options: TaskOptions, cull: bool = False) -> list[Future]:
+        """Submit an expression's graph; futures for ``keys``.
 
         Futures of keys held elsewhere (persisted collections, futures in
         graphs) stay alive until the scheduler has the new graph: their
         release would come after it on the same stream.
         """
-        graph, annotations = self._materialize(expr)
-        if cull and keys:
-            from dask._task_spec import cull as cull_graph
-
-            graph = cull_graph(graph, keys)
-        priorities = dask.order.order(graph) if graph else {}
-        ann = _annotations(
-            opts.get("workers"), opts.get("resources"), opts.get("retries"), opts.get("allow_other_workers", False)
-        )
-        return self._send_graph(
-            graph,
-            keys,
-            priorities={
-                k: int(v) if isinstance(v, int) else int(getattr(v, "priority", 0)) for k, v in priorities.items()
-            },
-            annotations=annotations,
-            global_annotations=ann,
-            user_priority=int(opts.get("priority", 0) or 0),
-        )
+        return self._send_plan(expr_plan(self.id, expr, keys, options, cull=cull), keys)
 
     @overload
     def compute(
@@ -1237,31 +1170,13 @@ class Client(Generic[AsyncT]):
         set (anything else in it is returned as it is).  With ``sync=True``, the
         results instead: an awaitable of them on an asynchronous client.
         """
-        if isinstance(collections, Iterator):
-            collections = list(collections)
         refuse_unsupported("Client.compute", actors=bool(actors), **{k: True for k in kwargs})
-        singleton = not isinstance(collections, (list, tuple, set))
-        seq = [collections] if singleton else list(collections)
-        if traverse:
-            seq = [as_delayed(c) if isinstance(c, (list, tuple, set, frozenset, dict, Iterator)) else c for c in seq]
-        dask_idx = [i for i, c in enumerate(seq) if is_dask_collection(c)]
-        results: list[Any] = list(seq)
-        if dask_idx:
-            colls = [seq[i] for i in dask_idx]
-            expr = collections_to_expr(colls, optimize_graph)
-            expr = finalize_compute(expr).optimize()
-            keys = flatten_keys(expr_keys(expr))
-            opts = {
-                "workers": workers,
-                "resources": resources,
-                "retries": retries,
-                "allow_other_workers": allow_other_workers,
-                "priority": priority,
-            }
-            futures = self._submit_expr(expr, keys, opts)
-            for i, f in zip(dask_idx, futures):
-                results[i] = f
-        out = results[0] if singleton else results
+        graph = for_compute(collections, optimize_graph, traverse)
+        futures: list[Future] = []
+        if graph.keys is not None:
+            options = TaskOptions(workers, resources, retries, allow_other_workers, priority)
+            futures = self._submit_expr(graph.expr, graph.keys, options)
+        out = graph.place(futures)
         if sync:
             # An awaitable of the values on an asynchronous client.
             return self.gather(out)
@@ -1320,32 +1235,11 @@ class Client(Generic[AsyncT]):
         clients alike.
         """
         refuse_unsupported("Client.persist", actors=bool(actors), **{k: True for k in kwargs})
-        singleton = not isinstance(collections, (list, tuple))
-        seq = [collections] if singleton else list(collections)
-        dask_idx = [i for i, c in enumerate(seq) if is_dask_collection(c)]
-        out: list[Any] = list(seq)
-        if dask_idx:
-            colls = [seq[i] for i in dask_idx]
-            expr = collections_to_expr(colls, optimize_graph).optimize()
-            per_coll_keys = [flatten_keys(k) for k in expr_keys(expr)]
-            if len(per_coll_keys) != len(colls):
-                per_coll_keys = [flatten_keys(c.__dask_keys__()) for c in colls]
-            all_keys = [k for ks in per_coll_keys for k in ks]
-            opts = {
-                "workers": workers,
-                "resources": resources,
-                "retries": retries,
-                "allow_other_workers": allow_other_workers,
-                "priority": priority,
-            }
-            futures = self._submit_expr(expr, all_keys, opts)
-            by_key = dict(zip(all_keys, futures))
-            for i, c, ks in zip(dask_idx, colls, per_coll_keys):
-                rebuild, state = c.__dask_postpersist__()
-                out[i] = rebuild({k: by_key[k] for k in ks}, *state)
-        if singleton:
-            return out[0]
-        return out
+        graph = for_persist(collections, optimize_graph)
+        if graph.keys is None:
+            return graph.place([])
+        options = TaskOptions(workers, resources, retries, allow_other_workers, priority)
+        return graph.rebuild(self._submit_expr(graph.expr, graph.keys, options))
 
     @overload
     def get(
@@ -1484,19 +1378,13 @@ class Client(Generic[AsyncT]):
         """
         refuse_unsupported("Client.get", actors=bool(actors), direct=direct is False, **{k: True for k in kwargs})
         expr = graph_expr(dsk)
-        flat = flatten_keys(keys) if isinstance(keys, list) else [keys]
+        flat = list(keys_of(keys))
         for k in flat:
             validate_key(k)
-        opts = {
-            "workers": workers,
-            "resources": resources,
-            "retries": retries,
-            "allow_other_workers": bool(allow_other_workers),
-            "priority": priority,
-        }
-        futures = self._submit_expr(expr, flat, opts, cull=is_low_level_expr(expr))
+        options = TaskOptions(workers, resources, retries, bool(allow_other_workers), priority)
+        futures = self._submit_expr(expr, flat, options, cull=is_low_level_expr(expr))
         by_key = dict(zip(flat, futures))
-        packed = _pack_keys(keys, by_key)
+        packed = pack_keys(keys, by_key)
         if not sync:
             return packed
         asynchronous = self.asynchronous if asynchronous is None else asynchronous
@@ -1977,7 +1865,7 @@ class Client(Generic[AsyncT]):
                 function=Serialize(function),
                 args=Serialize(args),
                 kwargs=Serialize(kwargs),
-                workers=_as_worker_list(workers),
+                workers=worker_list(workers),
                 wait=wait,
             )
         )
@@ -2358,7 +2246,7 @@ class Client(Generic[AsyncT]):
     ) -> dict[str, int] | Awaitable[dict[str, int]]:
         """Threads per worker."""
         return self.sync(
-            self._request, m.WorkersRequest(op="nthreads", workers=_as_worker_list(workers)), asynchronous=asynchronous
+            self._request, m.WorkersRequest(op="nthreads", workers=worker_list(workers)), asynchronous=asynchronous
         )
 
     ncores = nthreads
@@ -2415,7 +2303,7 @@ class Client(Generic[AsyncT]):
     ) -> dict[str, list[Key]] | Awaitable[dict[str, list[Key]]]:
         """Which keys each worker holds."""
         return self.sync(
-            self._request, m.WorkersRequest(op="has_what", workers=_as_worker_list(workers)), asynchronous=asynchronous
+            self._request, m.WorkersRequest(op="has_what", workers=worker_list(workers)), asynchronous=asynchronous
         )
 
     @overload
@@ -2442,7 +2330,7 @@ class Client(Generic[AsyncT]):
         """Which keys each worker is running."""
         return self.sync(
             self._request,
-            m.WorkersRequest(op="processing", workers=_as_worker_list(workers)),
+            m.WorkersRequest(op="processing", workers=worker_list(workers)),
             asynchronous=asynchronous,
         )
 
@@ -2580,7 +2468,7 @@ class Client(Generic[AsyncT]):
         """Remove workers from the cluster (their tasks move elsewhere)."""
         return self.sync(
             self._request,
-            m.RetireWorkers(op="retire_workers", workers=_as_worker_list(workers), close_workers=close_workers),
+            m.RetireWorkers(op="retire_workers", workers=worker_list(workers), close_workers=close_workers),
             asynchronous=asynchronous,
         )
 
@@ -2670,12 +2558,6 @@ def refuse_unsupported(where: str, **given: bool) -> None:
             raise NotImplementedError(f"{where}({name}=...) is not supported yet")
 
 
-def _make_task(key: Key, func: Callable[..., Any], args: Iterable[Any], kwargs: Mapping[str, Any]) -> Task:
-    """A Task whose futures, also inside lists and dicts, are dependencies."""
-    kw: dict[str, Any] = {k: parse_input(v) for k, v in kwargs.items()}
-    return Task(key, func, *(parse_input(a) for a in args), **kw)
-
-
 _CHECK_REGISTERED: Final = checker(m.RegisterClientReply)
 _CHECK_WHO_HAS: Final = checker(m.WhoHasReply)
 _CHECK_NTHREADS: Final = checker(m.NthreadsReply)
@@ -2702,33 +2584,8 @@ def _wake(waiters: list[asyncio.Future[None]]) -> None:
             w.set_result(None)
 
 
-def _graph_chunk_size() -> int:
-    return max(int(dask.config.get("distributed.client.graph-chunk-size", 5000)), 1)
-
-
 async def _noop() -> None:
     return None
-
-
-def _as_worker_list(workers: Any) -> list[str] | None:
-    if workers is None:
-        return None
-    if isinstance(workers, (str, int)):
-        return [str(workers)]
-    return [str(w) for w in workers]
-
-
-def _annotations(workers: Any, resources: Any, retries: Any, allow_other_workers: Any) -> dict[str, Any]:
-    ann: dict[str, Any] = get_annotations()
-    if workers is not None:
-        ann["workers"] = _as_worker_list(workers)
-    if resources:
-        ann["resources"] = dict(resources)
-    if retries:
-        ann["retries"] = int(retries)
-    if allow_other_workers:
-        ann["allow_other_workers"] = True
-    return {k: v for k, v in ann.items() if not callable(v)}
 
 
 def _substitute(x: Any, data: Mapping[Key, Any], skip: Collection[Key] = ()) -> Any:
@@ -2768,12 +2625,6 @@ def _same_container(kind: type, futures: list[Future]) -> Any:
             if issubclass(kind, base):
                 return base(futures)
         raise
-
-
-def _pack_keys(keys: Any, by_key: Mapping[Key, Future]) -> Any:
-    if isinstance(keys, list):
-        return [_pack_keys(k, by_key) for k in keys]
-    return by_key[keys]
 
 
 # -- module functions ---------------------------------------------------------------------
