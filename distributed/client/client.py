@@ -25,7 +25,7 @@ import uuid
 import weakref
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Collection, Generator, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Final, Generic, Literal, Protocol, Self, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Final, Generic, Literal, Protocol, Self, TypeVar, overload
 
 import dask
 import dask.config
@@ -37,7 +37,7 @@ from dask.utils import key_split, parse_timedelta, typename
 
 from distributed.batched import BatchedSend
 from distributed.client.future import Future, FutureState, collect_futures
-from distributed.client.graph_parts import GraphPlan, PendingParts, start_background_parts
+from distributed.client.graph_parts import GraphPlan
 from distributed.client.graphs import (
     TaskOptions,
     expr_plan,
@@ -54,18 +54,18 @@ from distributed.client.graphs import (
     task_annotations,
     worker_list,
 )
-from distributed.client.outbox import Outbox, StreamMessage
+from distributed.client.link import SchedulerLink, SchedulerRequest, raise_if_malformed
+from distributed.client.outbox import Outbox
 from distributed.client.registry import FutureRegistry
-from distributed.comm import Comm, CommClosedError, connect
-from distributed.config import get_interval
-from distributed.core import ConnectionPool, StreamRoute, error_message, rebuild_exception, send_recv
+from distributed.comm import CommClosedError
+from distributed.core import ConnectionPool, rebuild_exception, send_recv
 from distributed.dask_api import (
     graph_expr,
     is_low_level_expr,
 )
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
-from distributed.protocol.schema import Check, MessageError, checker
+from distributed.protocol.schema import checker
 from distributed.protocol.serialize import Serialize, unwrap
 from distributed.utils import LoopRunner, sync, thread_state
 
@@ -104,9 +104,6 @@ if TYPE_CHECKING:
     AsyncT = TypeVarWithDefault("AsyncT", bound=bool, default=bool, covariant=True)
 else:
     AsyncT = TypeVar("AsyncT", bound=bool, covariant=True)
-
-#: Every request a client sends its scheduler: its own, worker plugins' and coordination primitives'.
-SchedulerRequest = m.ClientRequest | m.RegisterWorkerPlugin | m.UnregisterWorkerPlugin | m.CoordinationRequest
 
 FIRST_COMPLETED: Literal["FIRST_COMPLETED"] = "FIRST_COMPLETED"
 ALL_COMPLETED: Literal["ALL_COMPLETED"] = "ALL_COMPLETED"
@@ -328,39 +325,16 @@ class Client(Generic[AsyncT]):
         elif address is None:
             from_config = dask.config.get("scheduler-address", None)
             address = from_config
-        self._address: str | None = address
         self.scheduler_address: str | None = address
-        self.status = "newly-created"
         #: Stream messages and key releases, in the order they were made.
         self.outbox = Outbox(self.id, graph_chunk_size())
         #: The futures of this client and their reference counts.
         self.registry = FutureRegistry(self, self.outbox, self._kick_outbox)
-        self._outbox_scheduled = False
-        #: Calls to the scheduler waiting until every queued graph part is sent.
-        self._parts_waiters: list[asyncio.Future[None]] = []
-        #: How many graphs sent in parts the scheduler is known to have
-        #: received (a stream barrier came back after them).
-        self._parts_confirmed = 0
-        self._barrier_ids = itertools.count()
-        self._barriers: dict[int, asyncio.Future[None]] = {}
-        #: What the scheduler may report on the stream, each checked against its declaration.
-        self._report_routes: dict[str, StreamRoute[Any]] = {
-            "key-in-memory": StreamRoute(m.KeyInMemory, self._on_key_in_memory),
-            "task-erred": StreamRoute(m.ClientTaskErred, self._on_task_erred),
-            "cancelled-keys": StreamRoute(m.CancelledKeys, self._on_cancelled_keys),
-            "lost-data": StreamRoute(m.LostData, self._on_lost_data),
-            "stream-barrier": StreamRoute(m.StreamBarrierReached, self._on_stream_barrier),
-        }
-        #: Whether reports and replies are checked (not those from a scheduler in this process).
-        self._check_replies = True
-        self.scheduler_comm: BatchedSend | None = None
-        self._comm: Comm | None = None
         self.pool = ConnectionPool(limit=connection_limit)
-        self._stream_task: asyncio.Task[None] | None = None
+        #: The connection to the scheduler: the stream both ways, and requests.
+        self.link = SchedulerLink(self.id, self.outbox, self.registry, self.pool, self._timeout, lambda: self.loop)
+        self.link.address = address
         self._config_token: Any = None
-        #: Ports of the scheduler's services (``dashboard``), from the registration reply.
-        self._scheduler_services: Mapping[str, int] = {}
-        self._start_error: BaseException | None = None
         if asynchronous and loop is None:
             try:
                 loop = asyncio.get_running_loop()
@@ -425,123 +399,22 @@ class Client(Generic[AsyncT]):
 
     async def _start(self) -> Client:
         self.loop = asyncio.get_running_loop()
-        self.status = "connecting"
-        if self._address is None and self.cluster is None:
+        self.link.status = "connecting"
+        if self.scheduler_address is None and self.cluster is None:
             from distributed.deploy.local import LocalCluster
 
             kwargs = dict(self._cluster_kwargs)
             kwargs.setdefault("dashboard_address", None)
             self.cluster = await LocalCluster(asynchronous=True, **kwargs)
             self._own_cluster = True
-            self._address = self.cluster.scheduler_address
-        elif self.cluster is not None and self._address is None:
+            self.scheduler_address = self.cluster.scheduler_address
+        elif self.cluster is not None and self.scheduler_address is None:
             if getattr(self.cluster, "asynchronous", False):
                 await self.cluster
-            self._address = self.cluster.scheduler_address
-        assert self._address is not None
-        self.scheduler_address = self._address
-        comm = await connect(self._address, timeout=self._timeout, name="client->scheduler")
-        try:
-            await comm.write(m.RegisterClient(op="register-client", client=self.id))
-            response = await asyncio.wait_for(comm.read(), self._timeout)
-        except BaseException:
-            comm.abort()
-            raise
-        if not isinstance(response, dict) or response.get("status") != "OK":
-            comm.abort()
-            raise RuntimeError(f"Scheduler refused the client: {response!r}")
-        # Messages from this process were built as declared; replies and reports from others are checked.
-        self._check_replies = not comm.same_process
-        if self._check_replies:
-            try:
-                _raise_if_malformed(_CHECK_REGISTERED, response, "'register-client' from the scheduler")
-            except MessageError:
-                comm.abort()
-                raise
-        registered = cast(m.RegisterClientReply, response)  # checked above (or built as declared in process)
-        # Known from the start (dashboard_link) without another round trip.
-        self._scheduler_services = registered["services"]
-        self._comm = comm
-        bs = BatchedSend(
-            interval=get_interval("distributed.client.batched-send-interval", 0.00025), name="client->scheduler"
-        )
-        bs.start(comm)
-        self.scheduler_comm = bs
-        self._stream_task = asyncio.get_running_loop().create_task(self._handle_report(comm), name="client-report")
-        self.status = "running"
-        if len(self.outbox):
-            self._drain_outbox()
+            self.scheduler_address = self.cluster.scheduler_address
+        assert self.scheduler_address is not None
+        await self.link.connect(self.scheduler_address)
         return self
-
-    async def _handle_report(self, comm: Comm) -> None:
-        try:
-            while True:
-                msgs = await comm.read()
-                self._handle_report_batch(msgs)
-        except (CommClosedError, asyncio.CancelledError):
-            pass
-        if self.status not in ("closing", "closed"):
-            logger.warning("Lost connection to the scheduler at %s", self._address)
-            self.status = "closed"
-            self._wake_barriers()
-            for fs in list(self.futures.values()):
-                if not fs.done():
-                    fs.cancel("scheduler-connection-lost")
-
-    def _handle_report_batch(self, msgs: Any) -> None:
-        """Handle a batch of scheduler reports."""
-        if isinstance(msgs, dict):
-            msgs = (msgs,)
-        if not isinstance(msgs, (list, tuple)):
-            logger.warning("Dropping a malformed batch from the scheduler: %s", type(msgs).__name__)
-            return
-        for msg in msgs:
-            self._handle_report_msg(msg)
-
-    def _handle_report_msg(self, msg: Any) -> None:
-        """Handle one scheduler report; a malformed or unknown message is logged and dropped."""
-        op = msg.get("op") if isinstance(msg, dict) else None
-        route = self._report_routes.get(op) if isinstance(op, str) else None
-        if route is None:
-            logger.warning("Dropping an unknown message from the scheduler: %r", op)
-            return
-        problem = route.check(msg) if self._check_replies else None
-        if problem is not None:
-            logger.warning("Dropping a malformed %r message from the scheduler: %s", op, problem)
-            return
-        try:
-            route.func(msg)
-        except Exception:
-            logger.exception("Handling a %r message from the scheduler failed", op)
-
-    def _on_key_in_memory(self, msg: m.KeyInMemory) -> None:
-        fs = self.futures.get(msg["key"])
-        if fs is not None:
-            fs.finish(msg["workers"], msg.get("type"))
-
-    def _on_task_erred(self, msg: m.ClientTaskErred) -> None:
-        fs = self.futures.get(msg["key"])
-        if fs is not None:
-            fs.set_error(msg, msg["traceback"])
-
-    def _on_cancelled_keys(self, msg: m.CancelledKeys) -> None:
-        reason = msg.get("reason")
-        for key in msg["keys"]:
-            fs = self.futures.get(key)
-            if fs is not None:
-                fs.cancel(reason)
-
-    def _on_lost_data(self, msg: m.LostData) -> None:
-        # The key left memory; the scheduler recomputes it (key-in-memory
-        # follows) or reports why it cannot (task-erred): wait again.
-        fs = self.futures.get(msg["key"])
-        if fs is not None and fs.status == "finished":
-            fs.reset()
-
-    def _on_stream_barrier(self, msg: m.StreamBarrierReached) -> None:
-        reached = self._barriers.pop(msg["id"], None)
-        if reached is not None:
-            _wake([reached])
 
     @property
     def futures(self) -> dict[Key, FutureState]:
@@ -552,6 +425,20 @@ class Client(Generic[AsyncT]):
     def refcount(self) -> dict[Key, int]:
         """Live futures per key."""
         return self.registry.counts
+
+    @property
+    def status(self) -> str:
+        """newly-created, connecting, running, closing or closed: the state of the connection to the scheduler."""
+        return self.link.status
+
+    @status.setter
+    def status(self, value: str) -> None:
+        self.link.status = value
+
+    @property
+    def scheduler_comm(self) -> BatchedSend | None:
+        """The stream to the scheduler, once connected."""
+        return self.link.stream
 
     def _in_loop_thread(self) -> bool:
         return self.registry.on_loop()
@@ -573,36 +460,10 @@ class Client(Generic[AsyncT]):
             return coro
         return sync(self.loop, func, *args, callback_timeout=callback_timeout, **kwargs)
 
-    def _call_in_loop(self, fn: Callable[[], None]) -> None:
-        self.registry.call_soon(fn)
-
     async def _close(self, fast: bool = False) -> None:
-        if self.status == "closed" and self._comm is None:
+        if self.status == "closed" and not self.link.connected:
             return
-        self.status = "closing"
-        self.outbox.stop_parts()
-        waiters, self._parts_waiters = self._parts_waiters, []
-        _wake(waiters)
-        self._wake_barriers()
-        bs = self.scheduler_comm
-        if bs is not None:
-            try:
-                held = self.registry.held_keys()
-                if held:
-                    bs.send(m.ClientKeys(op="client-releases-keys", client=self.id, keys=held))
-                bs.send(m.CloseClient(op="close-client", client=self.id))
-            except CommClosedError:
-                pass
-            await bs.close(timeout=2)
-        if self._stream_task is not None:
-            self._stream_task.cancel()
-            try:
-                await self._stream_task
-            except BaseException:
-                pass
-        if self._comm is not None:
-            self._comm.abort()
-            self._comm = None
+        await self.link.close()
         await self.pool.close()
         for fs in self.futures.values():
             if not fs.done():
@@ -688,7 +549,7 @@ class Client(Generic[AsyncT]):
         async def _shutdown() -> None:
             cluster = self.cluster
             if cluster is None:
-                await self._request(m.Empty(op="terminate"))
+                await self.link.request(m.Empty(op="terminate"))
                 await self._close()
             elif self._own_cluster:
                 await self._close()  # closes the cluster it started
@@ -810,151 +671,29 @@ class Client(Generic[AsyncT]):
         link = getattr(self.cluster, "dashboard_link", None) if self.cluster is not None else None
         if isinstance(link, str) and link:
             return link
-        port = self._scheduler_services.get("dashboard")
+        port = self.link.services.get("dashboard")
         if not port or not self.scheduler_address:
             return None
         scheme, _, rest = self.scheduler_address.partition("://")
         host = rest.rsplit(":", 1)[0] if scheme != "inproc" and ":" in rest else ""
         return _format_dashboard_link(host or "127.0.0.1", port)
 
-    # -- the outbox ----------------------------------------------------------------------
-    def _post_message(self, msg: StreamMessage) -> None:
-        """Queue a stream message for the scheduler, in order with graphs and releases; from any thread."""
-        self.outbox.post(msg)
-        self._kick_outbox()
-
-    def _kick_outbox(self) -> None:
-        """Have the loop send what the outbox holds (once, however often called); takes no lock."""
-        if self._outbox_scheduled:
-            return
-        self._outbox_scheduled = True
-        if self.status in ("closing", "closed"):
-            return
-        try:
-            self.loop.call_soon_threadsafe(self._drain_outbox)
-        except RuntimeError:  # the loop is closed
-            pass
-
-    def _drain_outbox(self) -> None:
-        """Send what the outbox holds, up to a graph whose later parts are not made yet."""
-        # Reset first: whatever is posted from now on is either taken
-        # below or has a drain of its own scheduled.
-        self._outbox_scheduled = False
-        bs = self.scheduler_comm
-        if bs is None or self.status != "running":
-            # Sent once connected (``_start`` drains); dropped when closed.
-            if self.status in ("closing", "closed"):
-                waiters, self._parts_waiters = self._parts_waiters, []
-                _wake(waiters)
-            return
-        msgs = self.outbox.take(self.registry.settle)
-        try:
-            for msg in msgs:
-                if msg["op"] == "client-releases-keys":
-                    bs.send_lazy(msg)
-                else:
-                    bs.send(msg)
-        except CommClosedError:
-            pass
-        if self._parts_waiters and not self.outbox.parts_pending:
-            waiters, self._parts_waiters = self._parts_waiters, []
-            _wake(waiters)
-
     # -- submitting work ------------------------------------------------------------------
+    def _kick_outbox(self) -> None:
+        """Have the loop send what the outbox holds; takes no lock (the registry calls it from finalisers)."""
+        self.link.kick()
+
     def _send_plan(self, plan: GraphPlan, keys: list[Key]) -> list[Future]:
-        """Make futures for ``keys``, then send the graph of ``plan``.
+        """Make futures for ``keys``, then send the graph of ``plan`` (see :meth:`SchedulerLink.post_plan`).
 
         Futures come first, so that no report from the scheduler can arrive
-        before they exist.  The first part is serialised in the calling
-        thread (an unpicklable function raises here) and queued; later parts
-        are serialised by a background thread and sent as each is ready, so
-        the call returns while the scheduler already works on the first part.
-        Nothing posted after the graph overtakes any of its parts.
+        before they exist.
         """
         if self.status not in ("running", "connecting"):
             raise RuntimeError(f"Client is not running (status: {self.status})")
         futures = self.registry.make_futures(keys)
-        first = plan.message(0)
-        if len(plan) == 1:
-            self._post_message(first)
-            return futures
-        parts = PendingParts()
-        self.outbox.post_graph(first, parts)
-        self._kick_outbox()
-        start_background_parts(plan, parts, self._kick_outbox, self._fail_unsent)
+        self.link.post_plan(plan)
         return futures
-
-    async def _graphs_sent(self) -> None:
-        """Return once the scheduler has every graph part queued so far.
-
-        Requests go on their own connections; waiting here keeps one made
-        after ``map`` returns (a cancel, say) from reaching the scheduler
-        before the graph's later parts.  Costs nothing unless a graph was
-        sent in parts since the last such wait.
-        """
-        made = self.outbox.parts_posted
-        if made == self._parts_confirmed:
-            return
-        waiter: asyncio.Future[None] | None = None
-        if self.outbox.parts_pending:
-            waiter = asyncio.get_running_loop().create_future()
-            self._parts_waiters.append(waiter)
-        if waiter is not None:
-            self._kick_outbox()
-            await waiter
-        # Every part is on the stream; a barrier behind them comes back once
-        # the scheduler has handled them.
-        bs = self.scheduler_comm
-        if bs is None or self.status != "running":
-            return
-        n = next(self._barrier_ids)
-        reached: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._barriers[n] = reached
-        try:
-            bs.send(m.StreamBarrier(op="stream-barrier", client=self.id, id=n))
-        except CommClosedError:
-            self._barriers.pop(n, None)
-            return
-        await reached
-        self._parts_confirmed = max(self._parts_confirmed, made)
-
-    async def _stream_handled(self) -> None:
-        """Return once the scheduler has handled everything queued for the stream so far.
-
-        A request (on its own connection) made right after ``submit`` could
-        otherwise reach the scheduler before the graph: a cancel would find
-        no task and the graph would then run anyway.
-        """
-        await self._graphs_sent()
-        self._drain_outbox()
-        bs = self.scheduler_comm
-        if bs is None or self.status != "running":
-            return
-        n = next(self._barrier_ids)
-        reached: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._barriers[n] = reached
-        try:
-            bs.send(m.StreamBarrier(op="stream-barrier", client=self.id, id=n))
-        except CommClosedError:
-            self._barriers.pop(n, None)
-            return
-        await reached
-
-    def _wake_barriers(self) -> None:
-        barriers, self._barriers = self._barriers, {}
-        _wake(list(barriers.values()))
-
-    def _fail_unsent(self, keys: list[Key], exc: BaseException) -> None:
-        """Futures of a graph's parts that could not be serialised hold the error."""
-        error = error_message(exc)
-
-        def fail() -> None:
-            for k in keys:
-                fs = self.futures.get(k)
-                if fs is not None and not fs.done():
-                    fs.set_error(error, error.get("traceback"))
-
-        self._call_in_loop(fail)
 
     def submit(
         self,
@@ -1462,7 +1201,7 @@ class Client(Generic[AsyncT]):
             if not missing:
                 break
             stale = {k: list(states[k].workers) for k in missing}
-            who_has: m.WhoHasReply = await self._checked_request(
+            who_has: m.WhoHasReply = await self.link.checked_request(
                 m.OptionalKeysRequest(op="who_has", keys=missing), _CHECK_WHO_HAS
             )
             waited = False
@@ -1512,28 +1251,9 @@ class Client(Generic[AsyncT]):
                 comm.abort()
             self.pool.reuse(worker, comm)
         if not comm.same_process:
-            _raise_if_malformed(_CHECK_GET_DATA, response, f"'get_data' from {worker}")
+            raise_if_malformed(_CHECK_GET_DATA, response, f"'get_data' from {worker}")
         reply: m.GetDataReply = response
         return {k: unwrap(v) for k, v in reply["data"].items()}
-
-    async def _request(self, msg: SchedulerRequest) -> Any:
-        """Send a request to the scheduler (after every graph part queued so far) and return its reply."""
-        assert self._address is not None
-        await self._graphs_sent()
-        return await self.pool.call(self._address, msg)
-
-    async def _checked_request(self, msg: SchedulerRequest, check: Check) -> Any:
-        """:meth:`_request`, the reply checked against its declaration (unless the scheduler is in process).
-
-        Raises
-        ------
-        MessageError
-            When the reply does not match.
-        """
-        reply = await self._request(msg)
-        if self._check_replies:
-            _raise_if_malformed(check, reply, f"{msg['op']!r} from the scheduler")
-        return reply
 
     @overload
     def gather(
@@ -1615,9 +1335,9 @@ class Client(Generic[AsyncT]):
         replies: list[m.UpdateDataReply] = await asyncio.gather(
             *(self.pool.call(a, m.WorkerUpdateData(op="update_data", data=d)) for a, d in assignment.items())
         )
-        if self._check_replies:
+        if self.link.check_replies:
             for a, reply in zip(assignment, replies):
-                _raise_if_malformed(_CHECK_UPDATE_DATA, reply, f"'update_data' from {a}")
+                raise_if_malformed(_CHECK_UPDATE_DATA, reply, f"'update_data' from {a}")
         who_has: defaultdict[Key, list[str]] = defaultdict(list)
         nbytes: dict[Key, int] = {}
         types: dict[Key, str] = {}
@@ -1631,7 +1351,7 @@ class Client(Generic[AsyncT]):
             fs = f.state
             if fs.status != "finished":
                 fs.reset()
-        await self._checked_request(
+        await self.link.checked_request(
             m.UpdateData(op="update-data", client=self.id, who_has=dict(who_has), nbytes=nbytes, types=types),
             _CHECK_ACKNOWLEDGED,
         )
@@ -1653,12 +1373,12 @@ class Client(Generic[AsyncT]):
         deadline = time.monotonic() + (self._timeout if timeout is None else parse_timedelta(timeout))
         while True:
             if wanted is None:
-                nthreads: m.NthreadsReply = await self._checked_request(
+                nthreads: m.NthreadsReply = await self.link.checked_request(
                     m.WorkersRequest(op="nthreads"), _CHECK_NTHREADS
                 )
                 addrs = sorted(nthreads)
             else:
-                info: m.SchedulerIdentity = await self._checked_request(m.Empty(op="identity"), _CHECK_IDENTITY)
+                info: m.SchedulerIdentity = await self.link.checked_request(m.Empty(op="identity"), _CHECK_IDENTITY)
                 addrs = sorted(
                     addr
                     for addr, w in info["workers"].items()
@@ -1758,8 +1478,8 @@ class Client(Generic[AsyncT]):
         keys = list({f.key for f in futures_of(futures)})
         if not keys:
             return
-        await self._stream_handled()
-        await self._request(
+        await self.link.stream_handled()
+        await self.link.request(
             m.CancelKeys(
                 op="cancel-keys", client=self.id, keys=keys, force=force, reason=reason or "cancelled by a client"
             )
@@ -1826,9 +1546,9 @@ class Client(Generic[AsyncT]):
         collect_futures(futures, flat)
         for f in flat:
             f.state.reset()
-        await self._request(m.RetryKeys(op="retry", client=self.id, keys=[f.key for f in flat]))
+        await self.link.request(m.RetryKeys(op="retry", client=self.id, keys=[f.key for f in flat]))
         # Dependents erred by blame are reset too: ask for them again.
-        self._post_message(m.ClientKeys(op="client-desires-keys", client=self.id, keys=[f.key for f in flat]))
+        self.link.post(m.ClientKeys(op="client-desires-keys", client=self.id, keys=[f.key for f in flat]))
 
     @overload
     def retry(self: Client[Literal[False]], futures: Any, asynchronous: Literal[False] | None = None) -> None: ...
@@ -1859,7 +1579,7 @@ class Client(Generic[AsyncT]):
         on_error: str = "raise",
         **kwargs: Any,
     ) -> Any:
-        response = await self._request(
+        response = await self.link.request(
             m.RunFunction(
                 op="broadcast",
                 function=Serialize(function),
@@ -1977,7 +1697,7 @@ class Client(Generic[AsyncT]):
     async def _run_on_scheduler(
         self, function: Callable[..., Any], *args: Any, wait: bool = True, **kwargs: Any
     ) -> Any:
-        result = await self._request(
+        result = await self.link.request(
             m.RunFunction(
                 op="run_function",
                 function=Serialize(function),
@@ -2094,7 +1814,7 @@ class Client(Generic[AsyncT]):
             idempotent = bool(getattr(plugin, "idempotent", False))
         if isinstance(plugin, SchedulerPlugin):
             return self.sync(
-                self._request,
+                self.link.request,
                 m.RegisterPlugin(
                     op="register_scheduler_plugin", plugin=Serialize(plugin), name=name, idempotent=idempotent
                 ),
@@ -2114,7 +1834,7 @@ class Client(Generic[AsyncT]):
 
     async def _worker_plugin_request(self, msg: m.RegisterWorkerPlugin | m.UnregisterWorkerPlugin) -> dict[str, Any]:
         """Send a worker plugin request; raise the first error a worker replied with."""
-        replies: dict[str, Any] = await self._request(msg)
+        replies: dict[str, Any] = await self.link.request(msg)
         for reply in replies.values():
             if reply.get("status") == "error":
                 raise rebuild_exception(reply)
@@ -2186,7 +1906,9 @@ class Client(Generic[AsyncT]):
     def unregister_scheduler_plugin(self, name: str, *, asynchronous: bool | None = None) -> str | Awaitable[str]:
         """Remove a scheduler plugin."""
         return self.sync(
-            self._request, m.UnregisterPlugin(op="unregister_scheduler_plugin", name=name), asynchronous=asynchronous
+            self.link.request,
+            m.UnregisterPlugin(op="unregister_scheduler_plugin", name=name),
+            asynchronous=asynchronous,
         )
 
     # -- information ----------------------------------------------------------------------
@@ -2214,8 +1936,8 @@ class Client(Generic[AsyncT]):
         """The scheduler's identity and its workers (the first ``n_workers`` of them; all with -1)."""
 
         async def info_of() -> dict[str, Any]:
-            info: dict[str, Any] = await self._checked_request(m.Empty(op="identity"), _CHECK_IDENTITY)
-            self._scheduler_services = info["services"]
+            info: dict[str, Any] = await self.link.checked_request(m.Empty(op="identity"), _CHECK_IDENTITY)
+            self.link.services = info["services"]
             workers = info.get("workers")
             if n_workers >= 0 and isinstance(workers, dict) and len(workers) > n_workers:
                 info = {**info, "workers": dict(itertools.islice(workers.items(), n_workers))}
@@ -2246,7 +1968,7 @@ class Client(Generic[AsyncT]):
     ) -> dict[str, int] | Awaitable[dict[str, int]]:
         """Threads per worker."""
         return self.sync(
-            self._request, m.WorkersRequest(op="nthreads", workers=worker_list(workers)), asynchronous=asynchronous
+            self.link.request, m.WorkersRequest(op="nthreads", workers=worker_list(workers)), asynchronous=asynchronous
         )
 
     ncores = nthreads
@@ -2278,7 +2000,7 @@ class Client(Generic[AsyncT]):
             flat: list[Future] = []
             collect_futures(futures, flat)
             keys = [f.key for f in flat]
-        return self.sync(self._request, m.OptionalKeysRequest(op="who_has", keys=keys), asynchronous=asynchronous)
+        return self.sync(self.link.request, m.OptionalKeysRequest(op="who_has", keys=keys), asynchronous=asynchronous)
 
     @overload
     def has_what(
@@ -2303,7 +2025,7 @@ class Client(Generic[AsyncT]):
     ) -> dict[str, list[Key]] | Awaitable[dict[str, list[Key]]]:
         """Which keys each worker holds."""
         return self.sync(
-            self._request, m.WorkersRequest(op="has_what", workers=worker_list(workers)), asynchronous=asynchronous
+            self.link.request, m.WorkersRequest(op="has_what", workers=worker_list(workers)), asynchronous=asynchronous
         )
 
     @overload
@@ -2329,7 +2051,7 @@ class Client(Generic[AsyncT]):
     ) -> dict[str, list[Key]] | Awaitable[dict[str, list[Key]]]:
         """Which keys each worker is running."""
         return self.sync(
-            self._request,
+            self.link.request,
             m.WorkersRequest(op="processing", workers=worker_list(workers)),
             asynchronous=asynchronous,
         )
@@ -2368,7 +2090,7 @@ class Client(Generic[AsyncT]):
         """Bytes held per key; with ``summary``, per key prefix (``inc-<token>`` counts under ``inc``)."""
 
         async def nbytes_of() -> dict[Key, int] | dict[str, int]:
-            per_key: dict[Key, int] = await self._request(m.OptionalKeysRequest(op="nbytes", keys=keys))
+            per_key: dict[Key, int] = await self.link.request(m.OptionalKeysRequest(op="nbytes", keys=keys))
             if not summary:
                 return per_key
             per_prefix: defaultdict[str, int] = defaultdict(int)
@@ -2401,7 +2123,7 @@ class Client(Generic[AsyncT]):
     ) -> list[tuple[Any, ...]] | Awaitable[list[tuple[Any, ...]]]:
         """The scheduler's transition log for these keys."""
         keys = [k.key if isinstance(k, TaskRef) else k for k in keys_or_stimuli]
-        return self.sync(self._request, m.StoryRequest(op="story", keys=keys), asynchronous=asynchronous)
+        return self.sync(self.link.request, m.StoryRequest(op="story", keys=keys), asynchronous=asynchronous)
 
     @overload
     def wait_for_workers(
@@ -2430,7 +2152,7 @@ class Client(Generic[AsyncT]):
         t = parse_timedelta(timeout) if timeout is not None else None
 
         async def waiter() -> None:
-            await asyncio.wait_for(self._request(m.WaitForWorkers(op="wait_for_workers", n_workers=n_workers)), t)
+            await asyncio.wait_for(self.link.request(m.WaitForWorkers(op="wait_for_workers", n_workers=n_workers)), t)
 
         return self.sync(waiter, asynchronous=asynchronous)
 
@@ -2467,7 +2189,7 @@ class Client(Generic[AsyncT]):
     ) -> dict[str, Any] | Awaitable[dict[str, Any]]:
         """Remove workers from the cluster (their tasks move elsewhere)."""
         return self.sync(
-            self._request,
+            self.link.request,
             m.RetireWorkers(op="retire_workers", workers=worker_list(workers), close_workers=close_workers),
             asynchronous=asynchronous,
         )
@@ -2542,7 +2264,7 @@ class SchedulerHandle:
         >>> await client.scheduler.call(m.LockLocked(op="lock_locked", name="x"))  # doctest: +SKIP
         False
         """
-        return await self._client._request(msg)
+        return await self._client.link.request(msg)
 
 
 def refuse_unsupported(where: str, **given: bool) -> None:
@@ -2558,7 +2280,6 @@ def refuse_unsupported(where: str, **given: bool) -> None:
             raise NotImplementedError(f"{where}({name}=...) is not supported yet")
 
 
-_CHECK_REGISTERED: Final = checker(m.RegisterClientReply)
 _CHECK_WHO_HAS: Final = checker(m.WhoHasReply)
 _CHECK_NTHREADS: Final = checker(m.NthreadsReply)
 _CHECK_IDENTITY: Final = checker(m.SchedulerIdentity)
@@ -2567,21 +2288,8 @@ _CHECK_GET_DATA: Final = checker(m.GetDataReply)
 _CHECK_UPDATE_DATA: Final = checker(m.UpdateDataReply)
 
 
-def _raise_if_malformed(check: Check, reply: Any, what: str) -> None:
-    """Raise :class:`~distributed.protocol.schema.MessageError` naming ``what`` unless ``reply`` passes ``check``."""
-    problem = check(reply)
-    if problem is not None:
-        raise MessageError(f"Malformed reply to {what}: {problem}")
-
-
 #: Seconds a fetch waits for a holder to accept a connection before asking the scheduler again.
 _FETCH_CONNECT_TIMEOUT: Final = 1.0
-
-
-def _wake(waiters: list[asyncio.Future[None]]) -> None:
-    for w in waiters:
-        if not w.done():
-            w.set_result(None)
 
 
 async def _noop() -> None:
