@@ -20,20 +20,18 @@ import atexit
 import contextvars
 import itertools
 import logging
-import time
 import uuid
 import weakref
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Collection, Generator, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Collection, Generator, Iterator
 from typing import TYPE_CHECKING, Any, Final, Generic, Literal, Protocol, Self, TypeVar, overload
 
 import dask
 import dask.config
 from dask._task_spec import TaskRef
-from dask.base import tokenize
 from dask.core import validate_key
 from dask.typing import NoDefault, no_default
-from dask.utils import key_split, parse_timedelta, typename
+from dask.utils import key_split, parse_timedelta
 
 from distributed.batched import BatchedSend
 from distributed.client.future import Future, FutureState, collect_futures
@@ -54,11 +52,11 @@ from distributed.client.graphs import (
     task_annotations,
     worker_list,
 )
-from distributed.client.link import SchedulerLink, SchedulerRequest, raise_if_malformed
+from distributed.client.link import SchedulerLink, SchedulerRequest
 from distributed.client.outbox import Outbox
 from distributed.client.registry import FutureRegistry
-from distributed.comm import CommClosedError
-from distributed.core import ConnectionPool, rebuild_exception, send_recv
+from distributed.client.transfer import DataTransfer
+from distributed.core import ConnectionPool, rebuild_exception
 from distributed.dask_api import (
     graph_expr,
     is_low_level_expr,
@@ -334,6 +332,8 @@ class Client(Generic[AsyncT]):
         #: The connection to the scheduler: the stream both ways, and requests.
         self.link = SchedulerLink(self.id, self.outbox, self.registry, self.pool, self._timeout, lambda: self.loop)
         self.link.address = address
+        #: Gathers results from workers, scatters data to them.
+        self.transfer = DataTransfer(self.registry, self.link, self.pool, self._timeout)
         self._config_token: Any = None
         if asynchronous and loop is None:
             try:
@@ -1128,133 +1128,13 @@ class Client(Generic[AsyncT]):
             return packed
         asynchronous = self.asynchronous if asynchronous is None else asynchronous
         if asynchronous:
-            return self._gather(packed)
+            return self.transfer.gather(packed)
         try:
             return self.gather(packed)
         finally:
             del futures, by_key, packed
 
     # -- gathering ------------------------------------------------------------------------------
-    async def _gather(
-        self, futures: Any, errors: str = "raise", direct: bool | None = None, local_worker: Any = None
-    ) -> Any:
-        flat: list[Future] = []
-        collect_futures(futures, flat)
-        for f in flat:
-            if f.client is not self:
-                raise ValueError("Futures from another client cannot be gathered here")
-        pending = {f.key: f.state for f in flat}
-        bad: set[Key] = set()
-        for key, fs in pending.items():
-            await fs.event().wait()
-            if fs.status != "finished":
-                if errors == "raise":
-                    exc = fs.error()
-                    assert exc is not None
-                    raise exc
-                bad.add(key)
-        wanted = [k for k in pending if k not in bad]
-        data = await self._fetch(wanted, {k: pending[k] for k in wanted})
-        if errors == "skip":
-            return _substitute(futures, data, skip=bad)
-        return _substitute(futures, data)
-
-    async def _fetch(self, keys: list[Key], states: Mapping[Key, FutureState]) -> dict[Key, Any]:
-        """Fetch values straight from the workers that hold them.
-
-        A holder that cannot be reached is not tried again in this fetch: the
-        scheduler is asked who else holds the key.  When nobody does any more
-        (the holder died and the key is being recomputed), this waits for the
-        scheduler's next report on the key.  Callers bound the whole fetch
-        with their own deadline (``result(timeout=)``).
-        """
-        data: dict[Key, Any] = {}
-        missing = list(keys)
-        unreachable: set[str] = set()
-        attempts = 0
-        stuck_since: float | None = None
-        delay = 0.02
-        while missing:
-            attempts += 1
-            by_worker: defaultdict[str, list[Key]] = defaultdict(list)
-            for k in missing:
-                holders = [w for w in states[k].workers if w not in unreachable]
-                if holders:
-                    by_worker[holders[(attempts - 1) % len(holders)]].append(k)
-            results = await asyncio.gather(
-                *(self._get_data(w, ks) for w, ks in by_worker.items()), return_exceptions=True
-            )
-            for (w, _ks), res in zip(by_worker.items(), results):
-                if isinstance(res, (OSError, CommClosedError, TimeoutError)):
-                    logger.debug("Gather from %s failed: %r", w, res)
-                    unreachable.add(w)
-                    continue
-                if isinstance(res, BaseException):
-                    # The worker answered with an error (e.g. the value does not serialise).
-                    raise res
-                data.update(res)
-                for k, v in res.items():
-                    fs = states.get(k)
-                    if fs is not None and not isinstance(fs.type, type):
-                        fs.type = type(v)
-            missing = [k for k in missing if k not in data]
-            if not missing:
-                break
-            stale = {k: list(states[k].workers) for k in missing}
-            who_has: m.WhoHasReply = await self.link.checked_request(
-                m.OptionalKeysRequest(op="who_has", keys=missing), _CHECK_WHO_HAS
-            )
-            waited = False
-            for k in missing:
-                fs = states[k]
-                listed = list(who_has.get(k, ()))
-                if fs.status == "finished" and fs.workers != stale[k]:
-                    continue  # a fresh report came in meanwhile: use it
-                if any(w not in unreachable for w in listed):
-                    fs.workers = listed
-                elif not listed:
-                    # Not in memory any more (lost, recomputing): wait for the next report.
-                    if fs.status == "finished":
-                        fs.reset()
-                    await fs.event().wait()
-                    waited = True
-                    if fs.status != "finished":
-                        exc = fs.error()
-                        assert exc is not None
-                        raise exc
-                    unreachable.difference_update(fs.workers)
-            if waited:
-                stuck_since = None
-                continue
-            if all(not any(w not in unreachable for w in states[k].workers) for k in missing):
-                # Only unreachable holders are listed: the scheduler has not noticed yet.
-                now = time.monotonic()
-                if stuck_since is None:
-                    stuck_since = now
-                elif now - stuck_since > self._timeout:
-                    raise OSError(f"Could not reach any worker holding {len(missing)} keys, e.g. {missing[:3]}")
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 0.5)
-        return data
-
-    async def _get_data(self, worker: str, keys: list[Key]) -> dict[Key, Any]:
-        # A holder that does not accept a connection at once is likely gone:
-        # fail over (ask the scheduler again) instead of retrying for the
-        # whole connect timeout.  The transfer itself is not limited here.
-        comm = await asyncio.wait_for(self.pool.connect(worker), min(_FETCH_CONNECT_TIMEOUT, self._timeout))
-        ok = False
-        try:
-            response = await send_recv(comm, m.GetData(op="get_data", keys=keys, who=self.id))
-            ok = True
-        finally:
-            if not ok:
-                comm.abort()
-            self.pool.reuse(worker, comm)
-        if not comm.same_process:
-            raise_if_malformed(_CHECK_GET_DATA, response, f"'get_data' from {worker}")
-        reply: m.GetDataReply = response
-        return {k: unwrap(v) for k, v in reply["data"].items()}
-
     @overload
     def gather(
         self: Client[Literal[False]],
@@ -1298,98 +1178,9 @@ class Client(Generic[AsyncT]):
             from distributed.worker import secede
 
             secede()
-        return self.sync(self._gather, futures, errors=errors, asynchronous=asynchronous)
+        return self.sync(self.transfer.gather, futures, errors=errors, asynchronous=asynchronous)
 
     # -- scatter --------------------------------------------------------------------------------
-    async def _scatter(
-        self, data: Any, workers: Any = None, broadcast: bool | int = False, hash: bool = True, timeout: Any = None
-    ) -> Any:
-        if isinstance(data, (Iterator, range)):
-            data = list(data)
-        single = False
-        order: list[Key]
-        if isinstance(data, dict):
-            items = dict(data)
-            order = list(items)
-        elif isinstance(data, (list, tuple, set, frozenset)):
-            seq = list(data)
-            if hash:
-                order = [f"{typename(type(x))}-{tokenize(x)}" for x in seq]
-            else:
-                order = [f"{typename(type(x))}-{uuid.uuid4()}" for x in seq]
-            # Equal items share one key (and one copy on the cluster).
-            items = dict(zip(order, seq))
-        else:
-            single = True
-            key = f"{typename(type(data))}-{tokenize(data) if hash else uuid.uuid4()}"
-            items = {key: data}
-            order = [key]
-        addrs = await self._scatter_targets(workers, timeout)
-        assignment: defaultdict[str, dict[Key, Any]] = defaultdict(dict)
-        # broadcast=True: every worker; an int n: n workers per item; else one.
-        copies = len(addrs) if broadcast is True else max(min(int(broadcast), len(addrs)), 1)
-        for i, (k, v) in enumerate(items.items()):
-            ser = Serialize(v)
-            for j in range(copies):
-                assignment[addrs[(i + j) % len(addrs)]][k] = ser
-        replies: list[m.UpdateDataReply] = await asyncio.gather(
-            *(self.pool.call(a, m.WorkerUpdateData(op="update_data", data=d)) for a, d in assignment.items())
-        )
-        if self.link.check_replies:
-            for a, reply in zip(assignment, replies):
-                raise_if_malformed(_CHECK_UPDATE_DATA, reply, f"'update_data' from {a}")
-        who_has: defaultdict[Key, list[str]] = defaultdict(list)
-        nbytes: dict[Key, int] = {}
-        types: dict[Key, str] = {}
-        for (a, d), reply in zip(assignment.items(), replies):
-            for k in d:
-                who_has[k].append(a)
-                nbytes[k] = reply["nbytes"].get(k, 0)
-                types[k] = reply["types"].get(k, "")
-        futures = {k: Future(k, self) for k in items}
-        for f in futures.values():
-            fs = f.state
-            if fs.status != "finished":
-                fs.reset()
-        await self.link.checked_request(
-            m.UpdateData(op="update-data", client=self.id, who_has=dict(who_has), nbytes=nbytes, types=types),
-            _CHECK_ACKNOWLEDGED,
-        )
-        for k, f in futures.items():
-            if f.state.status == "pending":
-                f.state.finish(who_has[k], type(items[k]))
-        if single:
-            return futures[order[0]]
-        if isinstance(data, dict):
-            return futures
-        return _same_container(type(data), [futures[k] for k in order])
-
-    async def _scatter_targets(self, workers: Any, timeout: Any = None) -> list[str]:
-        """Addresses of the workers to scatter to: all, or those named (by address, name or host).
-
-        Waits (up to ``timeout``, default the connect timeout) until at least one such worker is connected.
-        """
-        wanted = None if workers is None else [workers] if isinstance(workers, (str, int)) else list(workers)
-        deadline = time.monotonic() + (self._timeout if timeout is None else parse_timedelta(timeout))
-        while True:
-            if wanted is None:
-                nthreads: m.NthreadsReply = await self.link.checked_request(
-                    m.WorkersRequest(op="nthreads"), _CHECK_NTHREADS
-                )
-                addrs = sorted(nthreads)
-            else:
-                info: m.SchedulerIdentity = await self.link.checked_request(m.Empty(op="identity"), _CHECK_IDENTITY)
-                addrs = sorted(
-                    addr
-                    for addr, w in info["workers"].items()
-                    if any(x == addr or x == w["name"] or x == w["host"] for x in wanted)
-                )
-            if addrs:
-                return addrs
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"No valid workers found to scatter to (workers={workers!r})")
-            await asyncio.sleep(0.05)
-
     @overload
     def scatter(
         self: Client[Literal[False]],
@@ -1461,7 +1252,7 @@ class Client(Generic[AsyncT]):
         """
         refuse_unsupported("Client.scatter", direct=direct is False)
         return self.sync(
-            self._scatter,
+            self.transfer.scatter,
             data,
             workers=workers,
             broadcast=broadcast,
@@ -2280,36 +2071,11 @@ def refuse_unsupported(where: str, **given: bool) -> None:
             raise NotImplementedError(f"{where}({name}=...) is not supported yet")
 
 
-_CHECK_WHO_HAS: Final = checker(m.WhoHasReply)
-_CHECK_NTHREADS: Final = checker(m.NthreadsReply)
 _CHECK_IDENTITY: Final = checker(m.SchedulerIdentity)
-_CHECK_ACKNOWLEDGED: Final = checker(m.Acknowledged)
-_CHECK_GET_DATA: Final = checker(m.GetDataReply)
-_CHECK_UPDATE_DATA: Final = checker(m.UpdateDataReply)
-
-
-#: Seconds a fetch waits for a holder to accept a connection before asking the scheduler again.
-_FETCH_CONNECT_TIMEOUT: Final = 1.0
 
 
 async def _noop() -> None:
     return None
-
-
-def _substitute(x: Any, data: Mapping[Key, Any], skip: Collection[Key] = ()) -> Any:
-    if isinstance(x, Future):
-        return data[x.key]
-    if isinstance(x, list):
-        return [_substitute(v, data, skip) for v in x if not (isinstance(v, Future) and v.key in skip)]
-    if isinstance(x, tuple):
-        if hasattr(x, "_fields"):
-            return type(x)(*(_substitute(v, data, skip) for v in x))
-        return tuple(_substitute(v, data, skip) for v in x if not (isinstance(v, Future) and v.key in skip))
-    if isinstance(x, (set, frozenset)):
-        return type(x)(_substitute(v, data, skip) for v in x if not (isinstance(v, Future) and v.key in skip))
-    if isinstance(x, dict):
-        return {k: _substitute(v, data, skip) for k, v in x.items() if not (isinstance(v, Future) and v.key in skip)}
-    return x
 
 
 def _format_dashboard_link(host: str, port: int) -> str:
@@ -2318,21 +2084,6 @@ def _format_dashboard_link(host: str, port: int) -> str:
 
     template = str(dask.config.get("distributed.dashboard.link", "{scheme}://{host}:{port}/status"))
     return template.format(**{**os.environ, "scheme": "http", "host": host, "port": port})
-
-
-def _same_container(kind: type, futures: list[Future]) -> Any:
-    """``futures`` in a container of type ``kind`` (a list, tuple, set, or a subclass; a namedtuple)."""
-    if issubclass(kind, tuple) and hasattr(kind, "_fields"):
-        namedtuple_type: Callable[..., Any] = kind
-        return namedtuple_type(*futures)
-    try:
-        return kind(futures)
-    except TypeError:
-        # A subclass whose constructor takes something else: its base type.
-        for base in (list, tuple, set, frozenset):
-            if issubclass(kind, base):
-                return base(futures)
-        raise
 
 
 # -- module functions ---------------------------------------------------------------------
