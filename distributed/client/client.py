@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import contextvars
 import itertools
 import logging
 import uuid
@@ -34,6 +33,14 @@ from dask.typing import NoDefault, no_default
 from dask.utils import key_split, parse_timedelta
 
 from distributed.batched import BatchedSend
+from distributed.client.defaults import (
+    AsCurrent,
+    ClientContext,
+    current_client,
+    default_client,
+    get_default_client,
+    global_clients,
+)
 from distributed.client.future import Future, FutureState, collect_futures
 from distributed.client.graph_parts import GraphPlan
 from distributed.client.graphs import (
@@ -106,48 +113,8 @@ else:
 FIRST_COMPLETED: Literal["FIRST_COMPLETED"] = "FIRST_COMPLETED"
 ALL_COMPLETED: Literal["ALL_COMPLETED"] = "ALL_COMPLETED"
 
-_global_clients: weakref.WeakValueDictionary[int, Client] = weakref.WeakValueDictionary()
-_global_client_index = itertools.count()
-_current_client: contextvars.ContextVar[Client | None] = contextvars.ContextVar("_current_client", default=None)
-
 #: Closes of clients that were garbage collected, kept alive until they finish.
 _abandoned: set[asyncio.Task[None]] = set()
-
-_SHUFFLE_CONFIG = {"dataframe.shuffle.method": "tasks", "array.rechunk.method": "tasks"}
-
-
-def global_clients() -> list[Client]:
-    """The clients registered as defaults (``set_as_default=True``), oldest first."""
-    return [c for _, c in sorted(_global_clients.items())]
-
-
-def get_default_client() -> Client | None:
-    """The client ``dask.compute`` would use now: the current one, else the newest default one; or None."""
-    c = _current_client.get()
-    if c is not None and c.status not in ("closed", "closing"):
-        return c
-    for key in sorted(_global_clients.keys(), reverse=True):
-        c = _global_clients.get(key)
-        if c is not None and c.status not in ("closed", "closing"):
-            return c
-    return None
-
-
-def default_client(c: Client | None = None) -> Client:
-    """The client in use (``c`` if given).
-
-    Raises
-    ------
-    ValueError
-        When there is none.
-    """
-    c = c or get_default_client()
-    if c is None:
-        raise ValueError(
-            "No clients found\nStart a client and point it to the scheduler address\n"
-            "  from distributed import Client\n  client = Client('ip-addr-of-scheduler:8786')\n"
-        )
-    return c
 
 
 class Client(Generic[AsyncT]):
@@ -294,12 +261,12 @@ class Client(Generic[AsyncT]):
         self.id = f"{type(self).__name__}-{uuid.uuid4()}"
         self.name = name
         self.asynchronous = asynchronous
-        self._set_as_default = set_as_default
         self._in_worker = _in_worker
         self.cluster: Any = None
         self._own_cluster = False
         self._cluster_kwargs = kwargs
-        self._current_tokens: list[contextvars.Token[Client | None]] = []
+        #: This client's place among the process's clients (default, current).
+        self.context = ClientContext(self)
         if scheduler_file is not None:
             import json
 
@@ -334,7 +301,6 @@ class Client(Generic[AsyncT]):
         self.link.address = address
         #: Gathers results from workers, scatters data to them.
         self.transfer = DataTransfer(self.registry, self.link, self.pool, self._timeout)
-        self._config_token: Any = None
         if asynchronous and loop is None:
             try:
                 loop = asyncio.get_running_loop()
@@ -345,7 +311,7 @@ class Client(Generic[AsyncT]):
         self._started: asyncio.Future[Any] | None = None
         Client._instances.add(self)
         if set_as_default:
-            self._set_config_default()
+            self.context.make_default()
         if not asynchronous:
             self._loop_runner.start()
             try:
@@ -363,28 +329,8 @@ class Client(Generic[AsyncT]):
     # -- life cycle -------------------------------------------------------------------
     def _cleanup_after_failed_start(self) -> None:
         self.status = "closed"
-        self._restore_config()
+        self.context.leave()
         self._loop_runner.stop()
-
-    def _set_config_default(self) -> None:
-        if self._config_token is None:
-            self._config_token = dask.config.set({"scheduler": "dask.distributed", **_SHUFFLE_CONFIG})
-        _global_clients[next(_global_client_index)] = self
-
-    def _restore_config(self) -> None:
-        token = self._config_token
-        if token is not None:
-            self._config_token = None
-            # Another default client may still be active: hand the config over.
-            remaining = [c for c in _global_clients.values() if c is not self and c.status not in ("closed", "closing")]
-            if not remaining:
-                try:
-                    token.__exit__(None, None, None)
-                except Exception:
-                    pass
-        for k, c in list(_global_clients.items()):
-            if c is self:
-                del _global_clients[k]
 
     def __await__(self) -> Generator[Any, None, Self]:
         return self._start_once().__await__()
@@ -471,7 +417,7 @@ class Client(Generic[AsyncT]):
         if self._own_cluster and self.cluster is not None:
             await self.cluster.close()
         self.status = "closed"
-        self._restore_config()
+        self.context.leave()
 
     @overload
     def close(
@@ -509,7 +455,7 @@ class Client(Generic[AsyncT]):
             logger.debug("Error while closing the client", exc_info=True)
         finally:
             self.status = "closed"
-            self._restore_config()
+            self.context.leave()
             self._loop_runner.stop()
         return None
 
@@ -564,33 +510,21 @@ class Client(Generic[AsyncT]):
         return self.sync(_shutdown, asynchronous=asynchronous)
 
     def __enter__(self) -> Self:
-        self._enter_current()
+        self.context.enter()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._exit_current()
+        self.context.exit()
         self.close()
 
     async def __aenter__(self) -> Self:
         await self._start_once()
-        self._enter_current()
+        self.context.enter()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        self._exit_current()
+        self.context.exit()
         await self._close()
-
-    def _enter_current(self) -> None:
-        """The client of a ``with`` block is the current one inside it."""
-        self._current_tokens.append(_current_client.set(self))
-
-    def _exit_current(self) -> None:
-        if self._current_tokens:
-            try:
-                _current_client.reset(self._current_tokens.pop())
-            except ValueError:
-                # Entered in another context (e.g. another task): nothing of ours to undo here.
-                pass
 
     def __del__(self) -> None:
         # A finaliser runs inside whatever the collector interrupted (maybe
@@ -608,7 +542,7 @@ class Client(Generic[AsyncT]):
         def done(task: asyncio.Task[None]) -> None:
             _abandoned.discard(task)
             self.status = "closed"
-            self._restore_config()
+            self.context.leave()
             self._loop_runner.stop()
 
         task = asyncio.ensure_future(self._close())
@@ -620,40 +554,18 @@ class Client(Generic[AsyncT]):
 
     @classmethod
     def current(cls, allow_global: bool = True) -> Client:
-        """The client in use in this context.
+        """The current client of this context; with ``allow_global``, else the default one.
 
         Raises
         ------
         ValueError
             When there is none.
         """
-        c = _current_client.get()
-        if c is not None and c.status not in ("closed", "closing"):
-            return c
-        if allow_global:
-            return default_client()
-        raise ValueError("No client is current in this context")
+        return current_client(allow_global)
 
-    def as_current(self) -> Any:
-        """A context manager making this the current client."""
-        client = self
-
-        class _AsCurrent:
-            token: contextvars.Token[Client | None] | None = None
-            cfg: Any = None
-
-            def __enter__(self) -> Client:
-                self.token = _current_client.set(client)
-                self.cfg = dask.config.set({"scheduler": "dask.distributed", **_SHUFFLE_CONFIG})
-                return client
-
-            def __exit__(self, *exc: object) -> None:
-                if self.cfg is not None:
-                    self.cfg.__exit__(None, None, None)
-                if self.token is not None:
-                    _current_client.reset(self.token)
-
-        return _AsCurrent()
+    def as_current(self) -> AsCurrent:
+        """A context manager making this the current client (and dask's scheduler) inside it."""
+        return AsCurrent(self)
 
     @property
     def scheduler(self) -> SchedulerHandle:
