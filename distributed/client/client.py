@@ -1,4 +1,4 @@
-"""The client: submit work, hold futures, gather results.
+"""The Client facade: the public API, with the parts that do the work behind it.
 
 A :class:`Client` connects to a scheduler and keeps one long-lived batched
 stream to it.  Graphs become ``update-graph`` messages of tasks, each carrying
@@ -8,9 +8,27 @@ lost.  :class:`Future` objects are references to keys: while one is alive the
 client wants the key, and when the last one goes the client releases it.
 Results are fetched straight from the workers that hold them.
 
+The class itself checks and refuses parameters, picks the event loop, starts
+a LocalCluster when given no address, and hands each call to the part that
+owns it:
+
+- :mod:`~distributed.client.graphs`: submissions and collections as tasks and
+  graph plans;
+- :mod:`~distributed.client.registry`: the futures and their reference counts;
+- :mod:`~distributed.client.link`: the stream to the scheduler (through the
+  :mod:`~distributed.client.outbox`) and requests;
+- :mod:`~distributed.client.transfer`: gathering from and scattering to
+  workers;
+- :mod:`~distributed.client.defaults`: which client dask uses.
+
 A synchronous client runs its own event loop in a background thread and
 waits on it through :func:`distributed.utils.sync`; an asynchronous one
-(``asynchronous=True``) runs on the caller's loop.
+(``asynchronous=True``) runs on the caller's loop.  Each public method states
+its shapes with ``@overload``: values on a ``Client[Literal[False]]``,
+awaitables on a ``Client[Literal[True]]`` or with ``asynchronous=True`` per
+call.  One generic descriptor per method cannot say this: the per-call
+``asynchronous`` keyword would have to follow ``*args: P.args`` of a
+ParamSpec, which the type system does not allow, so the overloads stay.
 """
 
 from __future__ import annotations
