@@ -1,4 +1,4 @@
-"""The client: submit work, hold futures, gather results.
+"""The Client facade: the public API, with the parts that do the work behind it.
 
 A :class:`Client` connects to a scheduler and keeps one long-lived batched
 stream to it.  Graphs become ``update-graph`` messages of tasks, each carrying
@@ -8,54 +8,87 @@ lost.  :class:`Future` objects are references to keys: while one is alive the
 client wants the key, and when the last one goes the client releases it.
 Results are fetched straight from the workers that hold them.
 
+The class itself checks and refuses parameters, picks the event loop, starts
+a LocalCluster when given no address, and hands each call to the part that
+owns it:
+
+- :mod:`~distributed.client.graphs`: submissions and collections as tasks and
+  graph plans;
+- :mod:`~distributed.client.registry`: the futures and their reference counts;
+- :mod:`~distributed.client.link`: the stream to the scheduler (through the
+  :mod:`~distributed.client.outbox`) and requests;
+- :mod:`~distributed.client.transfer`: gathering from and scattering to
+  workers;
+- :mod:`~distributed.client.defaults`: which client dask uses.
+
 A synchronous client runs its own event loop in a background thread and
 waits on it through :func:`distributed.utils.sync`; an asynchronous one
-(``asynchronous=True``) runs on the caller's loop.
+(``asynchronous=True``) runs on the caller's loop.  Each public method states
+its shapes with ``@overload``: values on a ``Client[Literal[False]]``,
+awaitables on a ``Client[Literal[True]]`` or with ``asynchronous=True`` per
+call.  One generic descriptor per method cannot say this: the per-call
+``asynchronous`` keyword would have to follow ``*args: P.args`` of a
+ParamSpec, which the type system does not allow, so the overloads stay.
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
-import contextvars
 import itertools
 import logging
-import time
 import uuid
 import weakref
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Collection, Generator, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Final, Generic, Literal, Protocol, Self, TypeVar, cast, overload
+from collections.abc import Awaitable, Callable, Collection, Generator, Iterator
+from typing import TYPE_CHECKING, Any, Final, Generic, Literal, Protocol, Self, TypeVar, overload
 
 import dask
 import dask.config
-from dask._task_spec import GraphNode, Task, TaskRef, convert_legacy_graph, parse_input
-from dask.base import collections_to_expr, tokenize
+from dask._task_spec import TaskRef
 from dask.core import validate_key
 from dask.typing import NoDefault, no_default
-from dask.utils import funcname, key_split, parse_timedelta, typename
+from dask.utils import key_split, parse_timedelta
 
 from distributed.batched import BatchedSend
+from distributed.client.defaults import (
+    AsCurrent,
+    ClientContext,
+    current_client,
+    default_client,
+    get_default_client,
+    global_clients,
+)
 from distributed.client.future import Future, FutureState, collect_futures
-from distributed.client.graph_parts import GraphPlan, PendingParts, dependencies_first, start_background_parts
-from distributed.client.outbox import Outbox, StreamMessage
+from distributed.client.graph_parts import GraphPlan
+from distributed.client.graphs import (
+    TaskOptions,
+    expr_plan,
+    for_compute,
+    for_persist,
+    graph_chunk_size,
+    graph_plan,
+    keys_of,
+    make_task,
+    map_keys,
+    map_plan,
+    pack_keys,
+    submit_key,
+    task_annotations,
+    worker_list,
+)
+from distributed.client.link import SchedulerLink, SchedulerRequest
+from distributed.client.outbox import Outbox
 from distributed.client.registry import FutureRegistry
-from distributed.comm import Comm, CommClosedError, connect
-from distributed.config import get_interval
-from distributed.core import ConnectionPool, StreamRoute, error_message, rebuild_exception, send_recv
+from distributed.client.transfer import DataTransfer
+from distributed.core import ConnectionPool, rebuild_exception
 from distributed.dask_api import (
-    as_delayed,
-    expr_keys,
-    finalize_compute,
-    flatten_keys,
-    get_annotations,
     graph_expr,
-    is_dask_collection,
     is_low_level_expr,
 )
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
-from distributed.protocol.schema import Check, MessageError, checker
+from distributed.protocol.schema import checker
 from distributed.protocol.serialize import Serialize, unwrap
 from distributed.utils import LoopRunner, sync, thread_state
 
@@ -95,54 +128,11 @@ if TYPE_CHECKING:
 else:
     AsyncT = TypeVar("AsyncT", bound=bool, covariant=True)
 
-#: Every request a client sends its scheduler: its own, worker plugins' and coordination primitives'.
-SchedulerRequest = m.ClientRequest | m.RegisterWorkerPlugin | m.UnregisterWorkerPlugin | m.CoordinationRequest
-
 FIRST_COMPLETED: Literal["FIRST_COMPLETED"] = "FIRST_COMPLETED"
 ALL_COMPLETED: Literal["ALL_COMPLETED"] = "ALL_COMPLETED"
 
-_global_clients: weakref.WeakValueDictionary[int, Client] = weakref.WeakValueDictionary()
-_global_client_index = itertools.count()
-_current_client: contextvars.ContextVar[Client | None] = contextvars.ContextVar("_current_client", default=None)
-
 #: Closes of clients that were garbage collected, kept alive until they finish.
 _abandoned: set[asyncio.Task[None]] = set()
-
-_SHUFFLE_CONFIG = {"dataframe.shuffle.method": "tasks", "array.rechunk.method": "tasks"}
-
-
-def global_clients() -> list[Client]:
-    """The clients registered as defaults (``set_as_default=True``), oldest first."""
-    return [c for _, c in sorted(_global_clients.items())]
-
-
-def get_default_client() -> Client | None:
-    """The client ``dask.compute`` would use now: the current one, else the newest default one; or None."""
-    c = _current_client.get()
-    if c is not None and c.status not in ("closed", "closing"):
-        return c
-    for key in sorted(_global_clients.keys(), reverse=True):
-        c = _global_clients.get(key)
-        if c is not None and c.status not in ("closed", "closing"):
-            return c
-    return None
-
-
-def default_client(c: Client | None = None) -> Client:
-    """The client in use (``c`` if given).
-
-    Raises
-    ------
-    ValueError
-        When there is none.
-    """
-    c = c or get_default_client()
-    if c is None:
-        raise ValueError(
-            "No clients found\nStart a client and point it to the scheduler address\n"
-            "  from distributed import Client\n  client = Client('ip-addr-of-scheduler:8786')\n"
-        )
-    return c
 
 
 class Client(Generic[AsyncT]):
@@ -289,12 +279,12 @@ class Client(Generic[AsyncT]):
         self.id = f"{type(self).__name__}-{uuid.uuid4()}"
         self.name = name
         self.asynchronous = asynchronous
-        self._set_as_default = set_as_default
         self._in_worker = _in_worker
         self.cluster: Any = None
         self._own_cluster = False
         self._cluster_kwargs = kwargs
-        self._current_tokens: list[contextvars.Token[Client | None]] = []
+        #: This client's place among the process's clients (default, current).
+        self.context = ClientContext(self)
         if scheduler_file is not None:
             import json
 
@@ -318,39 +308,17 @@ class Client(Generic[AsyncT]):
         elif address is None:
             from_config = dask.config.get("scheduler-address", None)
             address = from_config
-        self._address: str | None = address
         self.scheduler_address: str | None = address
-        self.status = "newly-created"
         #: Stream messages and key releases, in the order they were made.
-        self.outbox = Outbox(self.id, _graph_chunk_size())
+        self.outbox = Outbox(self.id, graph_chunk_size())
         #: The futures of this client and their reference counts.
         self.registry = FutureRegistry(self, self.outbox, self._kick_outbox)
-        self._outbox_scheduled = False
-        #: Calls to the scheduler waiting until every queued graph part is sent.
-        self._parts_waiters: list[asyncio.Future[None]] = []
-        #: How many graphs sent in parts the scheduler is known to have
-        #: received (a stream barrier came back after them).
-        self._parts_confirmed = 0
-        self._barrier_ids = itertools.count()
-        self._barriers: dict[int, asyncio.Future[None]] = {}
-        #: What the scheduler may report on the stream, each checked against its declaration.
-        self._report_routes: dict[str, StreamRoute[Any]] = {
-            "key-in-memory": StreamRoute(m.KeyInMemory, self._on_key_in_memory),
-            "task-erred": StreamRoute(m.ClientTaskErred, self._on_task_erred),
-            "cancelled-keys": StreamRoute(m.CancelledKeys, self._on_cancelled_keys),
-            "lost-data": StreamRoute(m.LostData, self._on_lost_data),
-            "stream-barrier": StreamRoute(m.StreamBarrierReached, self._on_stream_barrier),
-        }
-        #: Whether reports and replies are checked (not those from a scheduler in this process).
-        self._check_replies = True
-        self.scheduler_comm: BatchedSend | None = None
-        self._comm: Comm | None = None
         self.pool = ConnectionPool(limit=connection_limit)
-        self._stream_task: asyncio.Task[None] | None = None
-        self._config_token: Any = None
-        #: Ports of the scheduler's services (``dashboard``), from the registration reply.
-        self._scheduler_services: Mapping[str, int] = {}
-        self._start_error: BaseException | None = None
+        #: The connection to the scheduler: the stream both ways, and requests.
+        self.link = SchedulerLink(self.id, self.outbox, self.registry, self.pool, self._timeout, lambda: self.loop)
+        self.link.address = address
+        #: Gathers results from workers, scatters data to them.
+        self.transfer = DataTransfer(self.registry, self.link, self.pool, self._timeout)
         if asynchronous and loop is None:
             try:
                 loop = asyncio.get_running_loop()
@@ -361,7 +329,7 @@ class Client(Generic[AsyncT]):
         self._started: asyncio.Future[Any] | None = None
         Client._instances.add(self)
         if set_as_default:
-            self._set_config_default()
+            self.context.make_default()
         if not asynchronous:
             self._loop_runner.start()
             try:
@@ -379,28 +347,8 @@ class Client(Generic[AsyncT]):
     # -- life cycle -------------------------------------------------------------------
     def _cleanup_after_failed_start(self) -> None:
         self.status = "closed"
-        self._restore_config()
+        self.context.leave()
         self._loop_runner.stop()
-
-    def _set_config_default(self) -> None:
-        if self._config_token is None:
-            self._config_token = dask.config.set({"scheduler": "dask.distributed", **_SHUFFLE_CONFIG})
-        _global_clients[next(_global_client_index)] = self
-
-    def _restore_config(self) -> None:
-        token = self._config_token
-        if token is not None:
-            self._config_token = None
-            # Another default client may still be active: hand the config over.
-            remaining = [c for c in _global_clients.values() if c is not self and c.status not in ("closed", "closing")]
-            if not remaining:
-                try:
-                    token.__exit__(None, None, None)
-                except Exception:
-                    pass
-        for k, c in list(_global_clients.items()):
-            if c is self:
-                del _global_clients[k]
 
     def __await__(self) -> Generator[Any, None, Self]:
         return self._start_once().__await__()
@@ -415,123 +363,22 @@ class Client(Generic[AsyncT]):
 
     async def _start(self) -> Client:
         self.loop = asyncio.get_running_loop()
-        self.status = "connecting"
-        if self._address is None and self.cluster is None:
+        self.link.status = "connecting"
+        if self.scheduler_address is None and self.cluster is None:
             from distributed.deploy.local import LocalCluster
 
             kwargs = dict(self._cluster_kwargs)
             kwargs.setdefault("dashboard_address", None)
             self.cluster = await LocalCluster(asynchronous=True, **kwargs)
             self._own_cluster = True
-            self._address = self.cluster.scheduler_address
-        elif self.cluster is not None and self._address is None:
+            self.scheduler_address = self.cluster.scheduler_address
+        elif self.cluster is not None and self.scheduler_address is None:
             if getattr(self.cluster, "asynchronous", False):
                 await self.cluster
-            self._address = self.cluster.scheduler_address
-        assert self._address is not None
-        self.scheduler_address = self._address
-        comm = await connect(self._address, timeout=self._timeout, name="client->scheduler")
-        try:
-            await comm.write(m.RegisterClient(op="register-client", client=self.id))
-            response = await asyncio.wait_for(comm.read(), self._timeout)
-        except BaseException:
-            comm.abort()
-            raise
-        if not isinstance(response, dict) or response.get("status") != "OK":
-            comm.abort()
-            raise RuntimeError(f"Scheduler refused the client: {response!r}")
-        # Messages from this process were built as declared; replies and reports from others are checked.
-        self._check_replies = not comm.same_process
-        if self._check_replies:
-            try:
-                _raise_if_malformed(_CHECK_REGISTERED, response, "'register-client' from the scheduler")
-            except MessageError:
-                comm.abort()
-                raise
-        registered = cast(m.RegisterClientReply, response)  # checked above (or built as declared in process)
-        # Known from the start (dashboard_link) without another round trip.
-        self._scheduler_services = registered["services"]
-        self._comm = comm
-        bs = BatchedSend(
-            interval=get_interval("distributed.client.batched-send-interval", 0.00025), name="client->scheduler"
-        )
-        bs.start(comm)
-        self.scheduler_comm = bs
-        self._stream_task = asyncio.get_running_loop().create_task(self._handle_report(comm), name="client-report")
-        self.status = "running"
-        if len(self.outbox):
-            self._drain_outbox()
+            self.scheduler_address = self.cluster.scheduler_address
+        assert self.scheduler_address is not None
+        await self.link.connect(self.scheduler_address)
         return self
-
-    async def _handle_report(self, comm: Comm) -> None:
-        try:
-            while True:
-                msgs = await comm.read()
-                self._handle_report_batch(msgs)
-        except (CommClosedError, asyncio.CancelledError):
-            pass
-        if self.status not in ("closing", "closed"):
-            logger.warning("Lost connection to the scheduler at %s", self._address)
-            self.status = "closed"
-            self._wake_barriers()
-            for fs in list(self.futures.values()):
-                if not fs.done():
-                    fs.cancel("scheduler-connection-lost")
-
-    def _handle_report_batch(self, msgs: Any) -> None:
-        """Handle a batch of scheduler reports."""
-        if isinstance(msgs, dict):
-            msgs = (msgs,)
-        if not isinstance(msgs, (list, tuple)):
-            logger.warning("Dropping a malformed batch from the scheduler: %s", type(msgs).__name__)
-            return
-        for msg in msgs:
-            self._handle_report_msg(msg)
-
-    def _handle_report_msg(self, msg: Any) -> None:
-        """Handle one scheduler report; a malformed or unknown message is logged and dropped."""
-        op = msg.get("op") if isinstance(msg, dict) else None
-        route = self._report_routes.get(op) if isinstance(op, str) else None
-        if route is None:
-            logger.warning("Dropping an unknown message from the scheduler: %r", op)
-            return
-        problem = route.check(msg) if self._check_replies else None
-        if problem is not None:
-            logger.warning("Dropping a malformed %r message from the scheduler: %s", op, problem)
-            return
-        try:
-            route.func(msg)
-        except Exception:
-            logger.exception("Handling a %r message from the scheduler failed", op)
-
-    def _on_key_in_memory(self, msg: m.KeyInMemory) -> None:
-        fs = self.futures.get(msg["key"])
-        if fs is not None:
-            fs.finish(msg["workers"], msg.get("type"))
-
-    def _on_task_erred(self, msg: m.ClientTaskErred) -> None:
-        fs = self.futures.get(msg["key"])
-        if fs is not None:
-            fs.set_error(msg, msg["traceback"])
-
-    def _on_cancelled_keys(self, msg: m.CancelledKeys) -> None:
-        reason = msg.get("reason")
-        for key in msg["keys"]:
-            fs = self.futures.get(key)
-            if fs is not None:
-                fs.cancel(reason)
-
-    def _on_lost_data(self, msg: m.LostData) -> None:
-        # The key left memory; the scheduler recomputes it (key-in-memory
-        # follows) or reports why it cannot (task-erred): wait again.
-        fs = self.futures.get(msg["key"])
-        if fs is not None and fs.status == "finished":
-            fs.reset()
-
-    def _on_stream_barrier(self, msg: m.StreamBarrierReached) -> None:
-        reached = self._barriers.pop(msg["id"], None)
-        if reached is not None:
-            _wake([reached])
 
     @property
     def futures(self) -> dict[Key, FutureState]:
@@ -542,6 +389,20 @@ class Client(Generic[AsyncT]):
     def refcount(self) -> dict[Key, int]:
         """Live futures per key."""
         return self.registry.counts
+
+    @property
+    def status(self) -> str:
+        """newly-created, connecting, running, closing or closed: the state of the connection to the scheduler."""
+        return self.link.status
+
+    @status.setter
+    def status(self, value: str) -> None:
+        self.link.status = value
+
+    @property
+    def scheduler_comm(self) -> BatchedSend | None:
+        """The stream to the scheduler, once connected."""
+        return self.link.stream
 
     def _in_loop_thread(self) -> bool:
         return self.registry.on_loop()
@@ -563,36 +424,10 @@ class Client(Generic[AsyncT]):
             return coro
         return sync(self.loop, func, *args, callback_timeout=callback_timeout, **kwargs)
 
-    def _call_in_loop(self, fn: Callable[[], None]) -> None:
-        self.registry.call_soon(fn)
-
     async def _close(self, fast: bool = False) -> None:
-        if self.status == "closed" and self._comm is None:
+        if self.status == "closed" and not self.link.connected:
             return
-        self.status = "closing"
-        self.outbox.stop_parts()
-        waiters, self._parts_waiters = self._parts_waiters, []
-        _wake(waiters)
-        self._wake_barriers()
-        bs = self.scheduler_comm
-        if bs is not None:
-            try:
-                held = self.registry.held_keys()
-                if held:
-                    bs.send(m.ClientKeys(op="client-releases-keys", client=self.id, keys=held))
-                bs.send(m.CloseClient(op="close-client", client=self.id))
-            except CommClosedError:
-                pass
-            await bs.close(timeout=2)
-        if self._stream_task is not None:
-            self._stream_task.cancel()
-            try:
-                await self._stream_task
-            except BaseException:
-                pass
-        if self._comm is not None:
-            self._comm.abort()
-            self._comm = None
+        await self.link.close()
         await self.pool.close()
         for fs in self.futures.values():
             if not fs.done():
@@ -600,7 +435,7 @@ class Client(Generic[AsyncT]):
         if self._own_cluster and self.cluster is not None:
             await self.cluster.close()
         self.status = "closed"
-        self._restore_config()
+        self.context.leave()
 
     @overload
     def close(
@@ -638,7 +473,7 @@ class Client(Generic[AsyncT]):
             logger.debug("Error while closing the client", exc_info=True)
         finally:
             self.status = "closed"
-            self._restore_config()
+            self.context.leave()
             self._loop_runner.stop()
         return None
 
@@ -678,7 +513,7 @@ class Client(Generic[AsyncT]):
         async def _shutdown() -> None:
             cluster = self.cluster
             if cluster is None:
-                await self._request(m.Empty(op="terminate"))
+                await self.link.request(m.Empty(op="terminate"))
                 await self._close()
             elif self._own_cluster:
                 await self._close()  # closes the cluster it started
@@ -693,33 +528,21 @@ class Client(Generic[AsyncT]):
         return self.sync(_shutdown, asynchronous=asynchronous)
 
     def __enter__(self) -> Self:
-        self._enter_current()
+        self.context.enter()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._exit_current()
+        self.context.exit()
         self.close()
 
     async def __aenter__(self) -> Self:
         await self._start_once()
-        self._enter_current()
+        self.context.enter()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        self._exit_current()
+        self.context.exit()
         await self._close()
-
-    def _enter_current(self) -> None:
-        """The client of a ``with`` block is the current one inside it."""
-        self._current_tokens.append(_current_client.set(self))
-
-    def _exit_current(self) -> None:
-        if self._current_tokens:
-            try:
-                _current_client.reset(self._current_tokens.pop())
-            except ValueError:
-                # Entered in another context (e.g. another task): nothing of ours to undo here.
-                pass
 
     def __del__(self) -> None:
         # A finaliser runs inside whatever the collector interrupted (maybe
@@ -737,7 +560,7 @@ class Client(Generic[AsyncT]):
         def done(task: asyncio.Task[None]) -> None:
             _abandoned.discard(task)
             self.status = "closed"
-            self._restore_config()
+            self.context.leave()
             self._loop_runner.stop()
 
         task = asyncio.ensure_future(self._close())
@@ -749,40 +572,18 @@ class Client(Generic[AsyncT]):
 
     @classmethod
     def current(cls, allow_global: bool = True) -> Client:
-        """The client in use in this context.
+        """The current client of this context; with ``allow_global``, else the default one.
 
         Raises
         ------
         ValueError
             When there is none.
         """
-        c = _current_client.get()
-        if c is not None and c.status not in ("closed", "closing"):
-            return c
-        if allow_global:
-            return default_client()
-        raise ValueError("No client is current in this context")
+        return current_client(allow_global)
 
-    def as_current(self) -> Any:
-        """A context manager making this the current client."""
-        client = self
-
-        class _AsCurrent:
-            token: contextvars.Token[Client | None] | None = None
-            cfg: Any = None
-
-            def __enter__(self) -> Client:
-                self.token = _current_client.set(client)
-                self.cfg = dask.config.set({"scheduler": "dask.distributed", **_SHUFFLE_CONFIG})
-                return client
-
-            def __exit__(self, *exc: object) -> None:
-                if self.cfg is not None:
-                    self.cfg.__exit__(None, None, None)
-                if self.token is not None:
-                    _current_client.reset(self.token)
-
-        return _AsCurrent()
+    def as_current(self) -> AsCurrent:
+        """A context manager making this the current client (and dask's scheduler) inside it."""
+        return AsCurrent(self)
 
     @property
     def scheduler(self) -> SchedulerHandle:
@@ -800,183 +601,29 @@ class Client(Generic[AsyncT]):
         link = getattr(self.cluster, "dashboard_link", None) if self.cluster is not None else None
         if isinstance(link, str) and link:
             return link
-        port = self._scheduler_services.get("dashboard")
+        port = self.link.services.get("dashboard")
         if not port or not self.scheduler_address:
             return None
         scheme, _, rest = self.scheduler_address.partition("://")
         host = rest.rsplit(":", 1)[0] if scheme != "inproc" and ":" in rest else ""
         return _format_dashboard_link(host or "127.0.0.1", port)
 
-    # -- the outbox ----------------------------------------------------------------------
-    def _post_message(self, msg: StreamMessage) -> None:
-        """Queue a stream message for the scheduler, in order with graphs and releases; from any thread."""
-        self.outbox.post(msg)
-        self._kick_outbox()
-
-    def _kick_outbox(self) -> None:
-        """Have the loop send what the outbox holds (once, however often called); takes no lock."""
-        if self._outbox_scheduled:
-            return
-        self._outbox_scheduled = True
-        if self.status in ("closing", "closed"):
-            return
-        try:
-            self.loop.call_soon_threadsafe(self._drain_outbox)
-        except RuntimeError:  # the loop is closed
-            pass
-
-    def _drain_outbox(self) -> None:
-        """Send what the outbox holds, up to a graph whose later parts are not made yet."""
-        # Reset first: whatever is posted from now on is either taken
-        # below or has a drain of its own scheduled.
-        self._outbox_scheduled = False
-        bs = self.scheduler_comm
-        if bs is None or self.status != "running":
-            # Sent once connected (``_start`` drains); dropped when closed.
-            if self.status in ("closing", "closed"):
-                waiters, self._parts_waiters = self._parts_waiters, []
-                _wake(waiters)
-            return
-        msgs = self.outbox.take(self.registry.settle)
-        try:
-            for msg in msgs:
-                if msg["op"] == "client-releases-keys":
-                    bs.send_lazy(msg)
-                else:
-                    bs.send(msg)
-        except CommClosedError:
-            pass
-        if self._parts_waiters and not self.outbox.parts_pending:
-            waiters, self._parts_waiters = self._parts_waiters, []
-            _wake(waiters)
-
     # -- submitting work ------------------------------------------------------------------
-    def _send_graph(
-        self,
-        tasks: Mapping[Key, GraphNode],
-        keys: Iterable[Key],
-        *,
-        priorities: Mapping[Key, int] | None = None,
-        annotations: Mapping[str, Mapping[Key, Any]] | None = None,
-        global_annotations: Mapping[str, Any] | None = None,
-        user_priority: int = 0,
-    ) -> list[Future]:
-        """Ship a graph of GraphNodes; return futures for ``keys``.
-
-        Callable from any thread.  The graph goes out in parts of
-        ``distributed.client.graph-chunk-size`` tasks, every task after its
-        dependencies; see :meth:`_send_plan`.
-        """
-        keys = list(keys)
-        chunk_size = _graph_chunk_size()
-        order = dependencies_first(tasks, priorities) if len(tasks) > chunk_size else list(tasks)
-        plan = GraphPlan(
-            self.id,
-            order,
-            tasks.__getitem__,
-            keys,
-            chunk_size=chunk_size,
-            priorities=priorities,
-            annotations=annotations,
-            global_annotations=global_annotations,
-            user_priority=user_priority,
-        )
-        return self._send_plan(plan, keys)
+    def _kick_outbox(self) -> None:
+        """Have the loop send what the outbox holds; takes no lock (the registry calls it from finalisers)."""
+        self.link.kick()
 
     def _send_plan(self, plan: GraphPlan, keys: list[Key]) -> list[Future]:
-        """Make futures for ``keys``, then send the graph of ``plan``.
+        """Make futures for ``keys``, then send the graph of ``plan`` (see :meth:`SchedulerLink.post_plan`).
 
         Futures come first, so that no report from the scheduler can arrive
-        before they exist.  The first part is serialised in the calling
-        thread (an unpicklable function raises here) and queued; later parts
-        are serialised by a background thread and sent as each is ready, so
-        the call returns while the scheduler already works on the first part.
-        Nothing posted after the graph overtakes any of its parts.
+        before they exist.
         """
         if self.status not in ("running", "connecting"):
             raise RuntimeError(f"Client is not running (status: {self.status})")
         futures = self.registry.make_futures(keys)
-        first = plan.message(0)
-        if len(plan) == 1:
-            self._post_message(first)
-            return futures
-        parts = PendingParts()
-        self.outbox.post_graph(first, parts)
-        self._kick_outbox()
-        start_background_parts(plan, parts, self._kick_outbox, self._fail_unsent)
+        self.link.post_plan(plan)
         return futures
-
-    async def _graphs_sent(self) -> None:
-        """Return once the scheduler has every graph part queued so far.
-
-        Requests go on their own connections; waiting here keeps one made
-        after ``map`` returns (a cancel, say) from reaching the scheduler
-        before the graph's later parts.  Costs nothing unless a graph was
-        sent in parts since the last such wait.
-        """
-        made = self.outbox.parts_posted
-        if made == self._parts_confirmed:
-            return
-        waiter: asyncio.Future[None] | None = None
-        if self.outbox.parts_pending:
-            waiter = asyncio.get_running_loop().create_future()
-            self._parts_waiters.append(waiter)
-        if waiter is not None:
-            self._kick_outbox()
-            await waiter
-        # Every part is on the stream; a barrier behind them comes back once
-        # the scheduler has handled them.
-        bs = self.scheduler_comm
-        if bs is None or self.status != "running":
-            return
-        n = next(self._barrier_ids)
-        reached: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._barriers[n] = reached
-        try:
-            bs.send(m.StreamBarrier(op="stream-barrier", client=self.id, id=n))
-        except CommClosedError:
-            self._barriers.pop(n, None)
-            return
-        await reached
-        self._parts_confirmed = max(self._parts_confirmed, made)
-
-    async def _stream_handled(self) -> None:
-        """Return once the scheduler has handled everything queued for the stream so far.
-
-        A request (on its own connection) made right after ``submit`` could
-        otherwise reach the scheduler before the graph: a cancel would find
-        no task and the graph would then run anyway.
-        """
-        await self._graphs_sent()
-        self._drain_outbox()
-        bs = self.scheduler_comm
-        if bs is None or self.status != "running":
-            return
-        n = next(self._barrier_ids)
-        reached: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._barriers[n] = reached
-        try:
-            bs.send(m.StreamBarrier(op="stream-barrier", client=self.id, id=n))
-        except CommClosedError:
-            self._barriers.pop(n, None)
-            return
-        await reached
-
-    def _wake_barriers(self) -> None:
-        barriers, self._barriers = self._barriers, {}
-        _wake(list(barriers.values()))
-
-    def _fail_unsent(self, keys: list[Key], exc: BaseException) -> None:
-        """Futures of a graph's parts that could not be serialised hold the error."""
-        error = error_message(exc)
-
-        def fail() -> None:
-            for k in keys:
-                fs = self.futures.get(k)
-                if fs is not None and not fs.done():
-                    fs.set_error(error, error.get("traceback"))
-
-        self._call_in_loop(fail)
 
     def submit(
         self,
@@ -1011,19 +658,20 @@ class Client(Generic[AsyncT]):
             raise TypeError("First input to submit must be a callable function")
         refuse_unsupported("Client.submit", actor=actor, actors=actors)
         if key is None:
-            if pure:
-                key = f"{funcname(func)}-{tokenize(func, kwargs, *args)}"
-            else:
-                key = f"{funcname(func)}-{uuid.uuid4()}"
+            key = submit_key(func, args, kwargs, pure)
         else:
             validate_key(key)
         if self.registry.is_live(key):
             return Future(key, self)
-        task = _make_task(key, func, args, kwargs)
-        ann = _annotations(workers, resources, retries, allow_other_workers)
-        return self._send_graph(
-            {key: task}, [key], priorities={key: 0}, global_annotations=ann, user_priority=priority
-        )[0]
+        plan = graph_plan(
+            self.id,
+            {key: make_task(key, func, args, kwargs)},
+            [key],
+            priorities={key: 0},
+            global_annotations=task_annotations(workers, resources, retries, allow_other_workers),
+            user_priority=priority,
+        )
+        return self._send_plan(plan, [key])[0]
 
     def map(
         self,
@@ -1056,74 +704,28 @@ class Client(Generic[AsyncT]):
         seqs = [list(it) for it in iterables]
         if not seqs:
             return []
-        n = min(len(s) for s in seqs)
-        name = funcname(func)
-        if isinstance(key, list):
-            keys: list[Key] = list(key)
-        elif pure:
-            prefix = key or name
-            ftoken = tokenize(func, kwargs)
-            keys = [f"{prefix}-{tokenize(ftoken, *args)}" for args in zip(*seqs)]
-        else:
-            # One random token per call and a counter: as unique as a token
-            # per task, at a fraction of the cost for a long map.
-            prefix = key or name
-            token = uuid.uuid4().hex
-            keys = [f"{prefix}-{token}-{i}" for i in range(n)]
-        args_of = dict(zip(keys, zip(*seqs)))
-
-        def node(k: Key) -> GraphNode:
-            return _make_task(k, func, args_of[k], kwargs)
-
-        plan = GraphPlan(
+        keys = map_keys(func, seqs, kwargs, key, pure)
+        plan = map_plan(
             self.id,
-            list(args_of),
-            node,
+            func,
             keys,
-            # ``batch_size`` sets how many tasks go to the scheduler per message.
-            chunk_size=max(int(batch_size), 1) if batch_size else _graph_chunk_size(),
-            all_wanted=True,
-            global_annotations=_annotations(workers, resources, retries, allow_other_workers),
+            seqs,
+            kwargs,
+            batch_size=batch_size,
+            global_annotations=task_annotations(workers, resources, retries, allow_other_workers),
             user_priority=priority,
         )
         return self._send_plan(plan, keys)
 
     # -- collections ----------------------------------------------------------------------
-    def _materialize(self, expr: Any) -> tuple[dict[Key, GraphNode], dict[str, dict[Key, Any]]]:
-        dsk = expr.__dask_graph__()
-        try:
-            annotations = expr.__dask_annotations__()
-        except AttributeError:
-            annotations = {}
-        graph = convert_legacy_graph(dict(dsk))
-        return graph, annotations or {}
-
-    def _submit_expr(self, expr: Any, keys: list[Key], opts: Mapping[str, Any], cull: bool = False) -> list[Future]:
-        """Materialise an Expr into tasks and submit them; futures for ``keys``.
+    def _submit_expr(self, expr: Any, keys: list[Key], options: TaskOptions, cull: bool = False) -> list[Future]:
+        """Submit an expression's graph; futures for ``keys``.
 
         Futures of keys held elsewhere (persisted collections, futures in
         graphs) stay alive until the scheduler has the new graph: their
         release would come after it on the same stream.
         """
-        graph, annotations = self._materialize(expr)
-        if cull and keys:
-            from dask._task_spec import cull as cull_graph
-
-            graph = cull_graph(graph, keys)
-        priorities = dask.order.order(graph) if graph else {}
-        ann = _annotations(
-            opts.get("workers"), opts.get("resources"), opts.get("retries"), opts.get("allow_other_workers", False)
-        )
-        return self._send_graph(
-            graph,
-            keys,
-            priorities={
-                k: int(v) if isinstance(v, int) else int(getattr(v, "priority", 0)) for k, v in priorities.items()
-            },
-            annotations=annotations,
-            global_annotations=ann,
-            user_priority=int(opts.get("priority", 0) or 0),
-        )
+        return self._send_plan(expr_plan(self.id, expr, keys, options, cull=cull), keys)
 
     @overload
     def compute(
@@ -1237,31 +839,13 @@ class Client(Generic[AsyncT]):
         set (anything else in it is returned as it is).  With ``sync=True``, the
         results instead: an awaitable of them on an asynchronous client.
         """
-        if isinstance(collections, Iterator):
-            collections = list(collections)
         refuse_unsupported("Client.compute", actors=bool(actors), **{k: True for k in kwargs})
-        singleton = not isinstance(collections, (list, tuple, set))
-        seq = [collections] if singleton else list(collections)
-        if traverse:
-            seq = [as_delayed(c) if isinstance(c, (list, tuple, set, frozenset, dict, Iterator)) else c for c in seq]
-        dask_idx = [i for i, c in enumerate(seq) if is_dask_collection(c)]
-        results: list[Any] = list(seq)
-        if dask_idx:
-            colls = [seq[i] for i in dask_idx]
-            expr = collections_to_expr(colls, optimize_graph)
-            expr = finalize_compute(expr).optimize()
-            keys = flatten_keys(expr_keys(expr))
-            opts = {
-                "workers": workers,
-                "resources": resources,
-                "retries": retries,
-                "allow_other_workers": allow_other_workers,
-                "priority": priority,
-            }
-            futures = self._submit_expr(expr, keys, opts)
-            for i, f in zip(dask_idx, futures):
-                results[i] = f
-        out = results[0] if singleton else results
+        graph = for_compute(collections, optimize_graph, traverse)
+        futures: list[Future] = []
+        if graph.keys is not None:
+            options = TaskOptions(workers, resources, retries, allow_other_workers, priority)
+            futures = self._submit_expr(graph.expr, graph.keys, options)
+        out = graph.place(futures)
         if sync:
             # An awaitable of the values on an asynchronous client.
             return self.gather(out)
@@ -1320,32 +904,11 @@ class Client(Generic[AsyncT]):
         clients alike.
         """
         refuse_unsupported("Client.persist", actors=bool(actors), **{k: True for k in kwargs})
-        singleton = not isinstance(collections, (list, tuple))
-        seq = [collections] if singleton else list(collections)
-        dask_idx = [i for i, c in enumerate(seq) if is_dask_collection(c)]
-        out: list[Any] = list(seq)
-        if dask_idx:
-            colls = [seq[i] for i in dask_idx]
-            expr = collections_to_expr(colls, optimize_graph).optimize()
-            per_coll_keys = [flatten_keys(k) for k in expr_keys(expr)]
-            if len(per_coll_keys) != len(colls):
-                per_coll_keys = [flatten_keys(c.__dask_keys__()) for c in colls]
-            all_keys = [k for ks in per_coll_keys for k in ks]
-            opts = {
-                "workers": workers,
-                "resources": resources,
-                "retries": retries,
-                "allow_other_workers": allow_other_workers,
-                "priority": priority,
-            }
-            futures = self._submit_expr(expr, all_keys, opts)
-            by_key = dict(zip(all_keys, futures))
-            for i, c, ks in zip(dask_idx, colls, per_coll_keys):
-                rebuild, state = c.__dask_postpersist__()
-                out[i] = rebuild({k: by_key[k] for k in ks}, *state)
-        if singleton:
-            return out[0]
-        return out
+        graph = for_persist(collections, optimize_graph)
+        if graph.keys is None:
+            return graph.place([])
+        options = TaskOptions(workers, resources, retries, allow_other_workers, priority)
+        return graph.rebuild(self._submit_expr(graph.expr, graph.keys, options))
 
     @overload
     def get(
@@ -1484,169 +1047,24 @@ class Client(Generic[AsyncT]):
         """
         refuse_unsupported("Client.get", actors=bool(actors), direct=direct is False, **{k: True for k in kwargs})
         expr = graph_expr(dsk)
-        flat = flatten_keys(keys) if isinstance(keys, list) else [keys]
+        flat = list(keys_of(keys))
         for k in flat:
             validate_key(k)
-        opts = {
-            "workers": workers,
-            "resources": resources,
-            "retries": retries,
-            "allow_other_workers": bool(allow_other_workers),
-            "priority": priority,
-        }
-        futures = self._submit_expr(expr, flat, opts, cull=is_low_level_expr(expr))
+        options = TaskOptions(workers, resources, retries, bool(allow_other_workers), priority)
+        futures = self._submit_expr(expr, flat, options, cull=is_low_level_expr(expr))
         by_key = dict(zip(flat, futures))
-        packed = _pack_keys(keys, by_key)
+        packed = pack_keys(keys, by_key)
         if not sync:
             return packed
         asynchronous = self.asynchronous if asynchronous is None else asynchronous
         if asynchronous:
-            return self._gather(packed)
+            return self.transfer.gather(packed)
         try:
             return self.gather(packed)
         finally:
             del futures, by_key, packed
 
     # -- gathering ------------------------------------------------------------------------------
-    async def _gather(
-        self, futures: Any, errors: str = "raise", direct: bool | None = None, local_worker: Any = None
-    ) -> Any:
-        flat: list[Future] = []
-        collect_futures(futures, flat)
-        for f in flat:
-            if f.client is not self:
-                raise ValueError("Futures from another client cannot be gathered here")
-        pending = {f.key: f.state for f in flat}
-        bad: set[Key] = set()
-        for key, fs in pending.items():
-            await fs.event().wait()
-            if fs.status != "finished":
-                if errors == "raise":
-                    exc = fs.error()
-                    assert exc is not None
-                    raise exc
-                bad.add(key)
-        wanted = [k for k in pending if k not in bad]
-        data = await self._fetch(wanted, {k: pending[k] for k in wanted})
-        if errors == "skip":
-            return _substitute(futures, data, skip=bad)
-        return _substitute(futures, data)
-
-    async def _fetch(self, keys: list[Key], states: Mapping[Key, FutureState]) -> dict[Key, Any]:
-        """Fetch values straight from the workers that hold them.
-
-        A holder that cannot be reached is not tried again in this fetch: the
-        scheduler is asked who else holds the key.  When nobody does any more
-        (the holder died and the key is being recomputed), this waits for the
-        scheduler's next report on the key.  Callers bound the whole fetch
-        with their own deadline (``result(timeout=)``).
-        """
-        data: dict[Key, Any] = {}
-        missing = list(keys)
-        unreachable: set[str] = set()
-        attempts = 0
-        stuck_since: float | None = None
-        delay = 0.02
-        while missing:
-            attempts += 1
-            by_worker: defaultdict[str, list[Key]] = defaultdict(list)
-            for k in missing:
-                holders = [w for w in states[k].workers if w not in unreachable]
-                if holders:
-                    by_worker[holders[(attempts - 1) % len(holders)]].append(k)
-            results = await asyncio.gather(
-                *(self._get_data(w, ks) for w, ks in by_worker.items()), return_exceptions=True
-            )
-            for (w, _ks), res in zip(by_worker.items(), results):
-                if isinstance(res, (OSError, CommClosedError, TimeoutError)):
-                    logger.debug("Gather from %s failed: %r", w, res)
-                    unreachable.add(w)
-                    continue
-                if isinstance(res, BaseException):
-                    # The worker answered with an error (e.g. the value does not serialise).
-                    raise res
-                data.update(res)
-                for k, v in res.items():
-                    fs = states.get(k)
-                    if fs is not None and not isinstance(fs.type, type):
-                        fs.type = type(v)
-            missing = [k for k in missing if k not in data]
-            if not missing:
-                break
-            stale = {k: list(states[k].workers) for k in missing}
-            who_has: m.WhoHasReply = await self._checked_request(
-                m.OptionalKeysRequest(op="who_has", keys=missing), _CHECK_WHO_HAS
-            )
-            waited = False
-            for k in missing:
-                fs = states[k]
-                listed = list(who_has.get(k, ()))
-                if fs.status == "finished" and fs.workers != stale[k]:
-                    continue  # a fresh report came in meanwhile: use it
-                if any(w not in unreachable for w in listed):
-                    fs.workers = listed
-                elif not listed:
-                    # Not in memory any more (lost, recomputing): wait for the next report.
-                    if fs.status == "finished":
-                        fs.reset()
-                    await fs.event().wait()
-                    waited = True
-                    if fs.status != "finished":
-                        exc = fs.error()
-                        assert exc is not None
-                        raise exc
-                    unreachable.difference_update(fs.workers)
-            if waited:
-                stuck_since = None
-                continue
-            if all(not any(w not in unreachable for w in states[k].workers) for k in missing):
-                # Only unreachable holders are listed: the scheduler has not noticed yet.
-                now = time.monotonic()
-                if stuck_since is None:
-                    stuck_since = now
-                elif now - stuck_since > self._timeout:
-                    raise OSError(f"Could not reach any worker holding {len(missing)} keys, e.g. {missing[:3]}")
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 0.5)
-        return data
-
-    async def _get_data(self, worker: str, keys: list[Key]) -> dict[Key, Any]:
-        # A holder that does not accept a connection at once is likely gone:
-        # fail over (ask the scheduler again) instead of retrying for the
-        # whole connect timeout.  The transfer itself is not limited here.
-        comm = await asyncio.wait_for(self.pool.connect(worker), min(_FETCH_CONNECT_TIMEOUT, self._timeout))
-        ok = False
-        try:
-            response = await send_recv(comm, m.GetData(op="get_data", keys=keys, who=self.id))
-            ok = True
-        finally:
-            if not ok:
-                comm.abort()
-            self.pool.reuse(worker, comm)
-        if not comm.same_process:
-            _raise_if_malformed(_CHECK_GET_DATA, response, f"'get_data' from {worker}")
-        reply: m.GetDataReply = response
-        return {k: unwrap(v) for k, v in reply["data"].items()}
-
-    async def _request(self, msg: SchedulerRequest) -> Any:
-        """Send a request to the scheduler (after every graph part queued so far) and return its reply."""
-        assert self._address is not None
-        await self._graphs_sent()
-        return await self.pool.call(self._address, msg)
-
-    async def _checked_request(self, msg: SchedulerRequest, check: Check) -> Any:
-        """:meth:`_request`, the reply checked against its declaration (unless the scheduler is in process).
-
-        Raises
-        ------
-        MessageError
-            When the reply does not match.
-        """
-        reply = await self._request(msg)
-        if self._check_replies:
-            _raise_if_malformed(check, reply, f"{msg['op']!r} from the scheduler")
-        return reply
-
     @overload
     def gather(
         self: Client[Literal[False]],
@@ -1690,98 +1108,9 @@ class Client(Generic[AsyncT]):
             from distributed.worker import secede
 
             secede()
-        return self.sync(self._gather, futures, errors=errors, asynchronous=asynchronous)
+        return self.sync(self.transfer.gather, futures, errors=errors, asynchronous=asynchronous)
 
     # -- scatter --------------------------------------------------------------------------------
-    async def _scatter(
-        self, data: Any, workers: Any = None, broadcast: bool | int = False, hash: bool = True, timeout: Any = None
-    ) -> Any:
-        if isinstance(data, (Iterator, range)):
-            data = list(data)
-        single = False
-        order: list[Key]
-        if isinstance(data, dict):
-            items = dict(data)
-            order = list(items)
-        elif isinstance(data, (list, tuple, set, frozenset)):
-            seq = list(data)
-            if hash:
-                order = [f"{typename(type(x))}-{tokenize(x)}" for x in seq]
-            else:
-                order = [f"{typename(type(x))}-{uuid.uuid4()}" for x in seq]
-            # Equal items share one key (and one copy on the cluster).
-            items = dict(zip(order, seq))
-        else:
-            single = True
-            key = f"{typename(type(data))}-{tokenize(data) if hash else uuid.uuid4()}"
-            items = {key: data}
-            order = [key]
-        addrs = await self._scatter_targets(workers, timeout)
-        assignment: defaultdict[str, dict[Key, Any]] = defaultdict(dict)
-        # broadcast=True: every worker; an int n: n workers per item; else one.
-        copies = len(addrs) if broadcast is True else max(min(int(broadcast), len(addrs)), 1)
-        for i, (k, v) in enumerate(items.items()):
-            ser = Serialize(v)
-            for j in range(copies):
-                assignment[addrs[(i + j) % len(addrs)]][k] = ser
-        replies: list[m.UpdateDataReply] = await asyncio.gather(
-            *(self.pool.call(a, m.WorkerUpdateData(op="update_data", data=d)) for a, d in assignment.items())
-        )
-        if self._check_replies:
-            for a, reply in zip(assignment, replies):
-                _raise_if_malformed(_CHECK_UPDATE_DATA, reply, f"'update_data' from {a}")
-        who_has: defaultdict[Key, list[str]] = defaultdict(list)
-        nbytes: dict[Key, int] = {}
-        types: dict[Key, str] = {}
-        for (a, d), reply in zip(assignment.items(), replies):
-            for k in d:
-                who_has[k].append(a)
-                nbytes[k] = reply["nbytes"].get(k, 0)
-                types[k] = reply["types"].get(k, "")
-        futures = {k: Future(k, self) for k in items}
-        for f in futures.values():
-            fs = f.state
-            if fs.status != "finished":
-                fs.reset()
-        await self._checked_request(
-            m.UpdateData(op="update-data", client=self.id, who_has=dict(who_has), nbytes=nbytes, types=types),
-            _CHECK_ACKNOWLEDGED,
-        )
-        for k, f in futures.items():
-            if f.state.status == "pending":
-                f.state.finish(who_has[k], type(items[k]))
-        if single:
-            return futures[order[0]]
-        if isinstance(data, dict):
-            return futures
-        return _same_container(type(data), [futures[k] for k in order])
-
-    async def _scatter_targets(self, workers: Any, timeout: Any = None) -> list[str]:
-        """Addresses of the workers to scatter to: all, or those named (by address, name or host).
-
-        Waits (up to ``timeout``, default the connect timeout) until at least one such worker is connected.
-        """
-        wanted = None if workers is None else [workers] if isinstance(workers, (str, int)) else list(workers)
-        deadline = time.monotonic() + (self._timeout if timeout is None else parse_timedelta(timeout))
-        while True:
-            if wanted is None:
-                nthreads: m.NthreadsReply = await self._checked_request(
-                    m.WorkersRequest(op="nthreads"), _CHECK_NTHREADS
-                )
-                addrs = sorted(nthreads)
-            else:
-                info: m.SchedulerIdentity = await self._checked_request(m.Empty(op="identity"), _CHECK_IDENTITY)
-                addrs = sorted(
-                    addr
-                    for addr, w in info["workers"].items()
-                    if any(x == addr or x == w["name"] or x == w["host"] for x in wanted)
-                )
-            if addrs:
-                return addrs
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"No valid workers found to scatter to (workers={workers!r})")
-            await asyncio.sleep(0.05)
-
     @overload
     def scatter(
         self: Client[Literal[False]],
@@ -1853,7 +1182,7 @@ class Client(Generic[AsyncT]):
         """
         refuse_unsupported("Client.scatter", direct=direct is False)
         return self.sync(
-            self._scatter,
+            self.transfer.scatter,
             data,
             workers=workers,
             broadcast=broadcast,
@@ -1870,8 +1199,8 @@ class Client(Generic[AsyncT]):
         keys = list({f.key for f in futures_of(futures)})
         if not keys:
             return
-        await self._stream_handled()
-        await self._request(
+        await self.link.stream_handled()
+        await self.link.request(
             m.CancelKeys(
                 op="cancel-keys", client=self.id, keys=keys, force=force, reason=reason or "cancelled by a client"
             )
@@ -1938,9 +1267,9 @@ class Client(Generic[AsyncT]):
         collect_futures(futures, flat)
         for f in flat:
             f.state.reset()
-        await self._request(m.RetryKeys(op="retry", client=self.id, keys=[f.key for f in flat]))
+        await self.link.request(m.RetryKeys(op="retry", client=self.id, keys=[f.key for f in flat]))
         # Dependents erred by blame are reset too: ask for them again.
-        self._post_message(m.ClientKeys(op="client-desires-keys", client=self.id, keys=[f.key for f in flat]))
+        self.link.post(m.ClientKeys(op="client-desires-keys", client=self.id, keys=[f.key for f in flat]))
 
     @overload
     def retry(self: Client[Literal[False]], futures: Any, asynchronous: Literal[False] | None = None) -> None: ...
@@ -1971,13 +1300,13 @@ class Client(Generic[AsyncT]):
         on_error: str = "raise",
         **kwargs: Any,
     ) -> Any:
-        response = await self._request(
+        response = await self.link.request(
             m.RunFunction(
                 op="broadcast",
                 function=Serialize(function),
                 args=Serialize(args),
                 kwargs=Serialize(kwargs),
-                workers=_as_worker_list(workers),
+                workers=worker_list(workers),
                 wait=wait,
             )
         )
@@ -2089,7 +1418,7 @@ class Client(Generic[AsyncT]):
     async def _run_on_scheduler(
         self, function: Callable[..., Any], *args: Any, wait: bool = True, **kwargs: Any
     ) -> Any:
-        result = await self._request(
+        result = await self.link.request(
             m.RunFunction(
                 op="run_function",
                 function=Serialize(function),
@@ -2206,7 +1535,7 @@ class Client(Generic[AsyncT]):
             idempotent = bool(getattr(plugin, "idempotent", False))
         if isinstance(plugin, SchedulerPlugin):
             return self.sync(
-                self._request,
+                self.link.request,
                 m.RegisterPlugin(
                     op="register_scheduler_plugin", plugin=Serialize(plugin), name=name, idempotent=idempotent
                 ),
@@ -2226,7 +1555,7 @@ class Client(Generic[AsyncT]):
 
     async def _worker_plugin_request(self, msg: m.RegisterWorkerPlugin | m.UnregisterWorkerPlugin) -> dict[str, Any]:
         """Send a worker plugin request; raise the first error a worker replied with."""
-        replies: dict[str, Any] = await self._request(msg)
+        replies: dict[str, Any] = await self.link.request(msg)
         for reply in replies.values():
             if reply.get("status") == "error":
                 raise rebuild_exception(reply)
@@ -2298,7 +1627,9 @@ class Client(Generic[AsyncT]):
     def unregister_scheduler_plugin(self, name: str, *, asynchronous: bool | None = None) -> str | Awaitable[str]:
         """Remove a scheduler plugin."""
         return self.sync(
-            self._request, m.UnregisterPlugin(op="unregister_scheduler_plugin", name=name), asynchronous=asynchronous
+            self.link.request,
+            m.UnregisterPlugin(op="unregister_scheduler_plugin", name=name),
+            asynchronous=asynchronous,
         )
 
     # -- information ----------------------------------------------------------------------
@@ -2326,8 +1657,8 @@ class Client(Generic[AsyncT]):
         """The scheduler's identity and its workers (the first ``n_workers`` of them; all with -1)."""
 
         async def info_of() -> dict[str, Any]:
-            info: dict[str, Any] = await self._checked_request(m.Empty(op="identity"), _CHECK_IDENTITY)
-            self._scheduler_services = info["services"]
+            info: dict[str, Any] = await self.link.checked_request(m.Empty(op="identity"), _CHECK_IDENTITY)
+            self.link.services = info["services"]
             workers = info.get("workers")
             if n_workers >= 0 and isinstance(workers, dict) and len(workers) > n_workers:
                 info = {**info, "workers": dict(itertools.islice(workers.items(), n_workers))}
@@ -2358,7 +1689,7 @@ class Client(Generic[AsyncT]):
     ) -> dict[str, int] | Awaitable[dict[str, int]]:
         """Threads per worker."""
         return self.sync(
-            self._request, m.WorkersRequest(op="nthreads", workers=_as_worker_list(workers)), asynchronous=asynchronous
+            self.link.request, m.WorkersRequest(op="nthreads", workers=worker_list(workers)), asynchronous=asynchronous
         )
 
     ncores = nthreads
@@ -2390,7 +1721,7 @@ class Client(Generic[AsyncT]):
             flat: list[Future] = []
             collect_futures(futures, flat)
             keys = [f.key for f in flat]
-        return self.sync(self._request, m.OptionalKeysRequest(op="who_has", keys=keys), asynchronous=asynchronous)
+        return self.sync(self.link.request, m.OptionalKeysRequest(op="who_has", keys=keys), asynchronous=asynchronous)
 
     @overload
     def has_what(
@@ -2415,7 +1746,7 @@ class Client(Generic[AsyncT]):
     ) -> dict[str, list[Key]] | Awaitable[dict[str, list[Key]]]:
         """Which keys each worker holds."""
         return self.sync(
-            self._request, m.WorkersRequest(op="has_what", workers=_as_worker_list(workers)), asynchronous=asynchronous
+            self.link.request, m.WorkersRequest(op="has_what", workers=worker_list(workers)), asynchronous=asynchronous
         )
 
     @overload
@@ -2441,8 +1772,8 @@ class Client(Generic[AsyncT]):
     ) -> dict[str, list[Key]] | Awaitable[dict[str, list[Key]]]:
         """Which keys each worker is running."""
         return self.sync(
-            self._request,
-            m.WorkersRequest(op="processing", workers=_as_worker_list(workers)),
+            self.link.request,
+            m.WorkersRequest(op="processing", workers=worker_list(workers)),
             asynchronous=asynchronous,
         )
 
@@ -2480,7 +1811,7 @@ class Client(Generic[AsyncT]):
         """Bytes held per key; with ``summary``, per key prefix (``inc-<token>`` counts under ``inc``)."""
 
         async def nbytes_of() -> dict[Key, int] | dict[str, int]:
-            per_key: dict[Key, int] = await self._request(m.OptionalKeysRequest(op="nbytes", keys=keys))
+            per_key: dict[Key, int] = await self.link.request(m.OptionalKeysRequest(op="nbytes", keys=keys))
             if not summary:
                 return per_key
             per_prefix: defaultdict[str, int] = defaultdict(int)
@@ -2513,7 +1844,7 @@ class Client(Generic[AsyncT]):
     ) -> list[tuple[Any, ...]] | Awaitable[list[tuple[Any, ...]]]:
         """The scheduler's transition log for these keys."""
         keys = [k.key if isinstance(k, TaskRef) else k for k in keys_or_stimuli]
-        return self.sync(self._request, m.StoryRequest(op="story", keys=keys), asynchronous=asynchronous)
+        return self.sync(self.link.request, m.StoryRequest(op="story", keys=keys), asynchronous=asynchronous)
 
     @overload
     def wait_for_workers(
@@ -2542,7 +1873,7 @@ class Client(Generic[AsyncT]):
         t = parse_timedelta(timeout) if timeout is not None else None
 
         async def waiter() -> None:
-            await asyncio.wait_for(self._request(m.WaitForWorkers(op="wait_for_workers", n_workers=n_workers)), t)
+            await asyncio.wait_for(self.link.request(m.WaitForWorkers(op="wait_for_workers", n_workers=n_workers)), t)
 
         return self.sync(waiter, asynchronous=asynchronous)
 
@@ -2579,8 +1910,8 @@ class Client(Generic[AsyncT]):
     ) -> dict[str, Any] | Awaitable[dict[str, Any]]:
         """Remove workers from the cluster (their tasks move elsewhere)."""
         return self.sync(
-            self._request,
-            m.RetireWorkers(op="retire_workers", workers=_as_worker_list(workers), close_workers=close_workers),
+            self.link.request,
+            m.RetireWorkers(op="retire_workers", workers=worker_list(workers), close_workers=close_workers),
             asynchronous=asynchronous,
         )
 
@@ -2654,7 +1985,7 @@ class SchedulerHandle:
         >>> await client.scheduler.call(m.LockLocked(op="lock_locked", name="x"))  # doctest: +SKIP
         False
         """
-        return await self._client._request(msg)
+        return await self._client.link.request(msg)
 
 
 def refuse_unsupported(where: str, **given: bool) -> None:
@@ -2670,81 +2001,11 @@ def refuse_unsupported(where: str, **given: bool) -> None:
             raise NotImplementedError(f"{where}({name}=...) is not supported yet")
 
 
-def _make_task(key: Key, func: Callable[..., Any], args: Iterable[Any], kwargs: Mapping[str, Any]) -> Task:
-    """A Task whose futures, also inside lists and dicts, are dependencies."""
-    kw: dict[str, Any] = {k: parse_input(v) for k, v in kwargs.items()}
-    return Task(key, func, *(parse_input(a) for a in args), **kw)
-
-
-_CHECK_REGISTERED: Final = checker(m.RegisterClientReply)
-_CHECK_WHO_HAS: Final = checker(m.WhoHasReply)
-_CHECK_NTHREADS: Final = checker(m.NthreadsReply)
 _CHECK_IDENTITY: Final = checker(m.SchedulerIdentity)
-_CHECK_ACKNOWLEDGED: Final = checker(m.Acknowledged)
-_CHECK_GET_DATA: Final = checker(m.GetDataReply)
-_CHECK_UPDATE_DATA: Final = checker(m.UpdateDataReply)
-
-
-def _raise_if_malformed(check: Check, reply: Any, what: str) -> None:
-    """Raise :class:`~distributed.protocol.schema.MessageError` naming ``what`` unless ``reply`` passes ``check``."""
-    problem = check(reply)
-    if problem is not None:
-        raise MessageError(f"Malformed reply to {what}: {problem}")
-
-
-#: Seconds a fetch waits for a holder to accept a connection before asking the scheduler again.
-_FETCH_CONNECT_TIMEOUT: Final = 1.0
-
-
-def _wake(waiters: list[asyncio.Future[None]]) -> None:
-    for w in waiters:
-        if not w.done():
-            w.set_result(None)
-
-
-def _graph_chunk_size() -> int:
-    return max(int(dask.config.get("distributed.client.graph-chunk-size", 5000)), 1)
 
 
 async def _noop() -> None:
     return None
-
-
-def _as_worker_list(workers: Any) -> list[str] | None:
-    if workers is None:
-        return None
-    if isinstance(workers, (str, int)):
-        return [str(workers)]
-    return [str(w) for w in workers]
-
-
-def _annotations(workers: Any, resources: Any, retries: Any, allow_other_workers: Any) -> dict[str, Any]:
-    ann: dict[str, Any] = get_annotations()
-    if workers is not None:
-        ann["workers"] = _as_worker_list(workers)
-    if resources:
-        ann["resources"] = dict(resources)
-    if retries:
-        ann["retries"] = int(retries)
-    if allow_other_workers:
-        ann["allow_other_workers"] = True
-    return {k: v for k, v in ann.items() if not callable(v)}
-
-
-def _substitute(x: Any, data: Mapping[Key, Any], skip: Collection[Key] = ()) -> Any:
-    if isinstance(x, Future):
-        return data[x.key]
-    if isinstance(x, list):
-        return [_substitute(v, data, skip) for v in x if not (isinstance(v, Future) and v.key in skip)]
-    if isinstance(x, tuple):
-        if hasattr(x, "_fields"):
-            return type(x)(*(_substitute(v, data, skip) for v in x))
-        return tuple(_substitute(v, data, skip) for v in x if not (isinstance(v, Future) and v.key in skip))
-    if isinstance(x, (set, frozenset)):
-        return type(x)(_substitute(v, data, skip) for v in x if not (isinstance(v, Future) and v.key in skip))
-    if isinstance(x, dict):
-        return {k: _substitute(v, data, skip) for k, v in x.items() if not (isinstance(v, Future) and v.key in skip)}
-    return x
 
 
 def _format_dashboard_link(host: str, port: int) -> str:
@@ -2753,27 +2014,6 @@ def _format_dashboard_link(host: str, port: int) -> str:
 
     template = str(dask.config.get("distributed.dashboard.link", "{scheme}://{host}:{port}/status"))
     return template.format(**{**os.environ, "scheme": "http", "host": host, "port": port})
-
-
-def _same_container(kind: type, futures: list[Future]) -> Any:
-    """``futures`` in a container of type ``kind`` (a list, tuple, set, or a subclass; a namedtuple)."""
-    if issubclass(kind, tuple) and hasattr(kind, "_fields"):
-        namedtuple_type: Callable[..., Any] = kind
-        return namedtuple_type(*futures)
-    try:
-        return kind(futures)
-    except TypeError:
-        # A subclass whose constructor takes something else: its base type.
-        for base in (list, tuple, set, frozenset):
-            if issubclass(kind, base):
-                return base(futures)
-        raise
-
-
-def _pack_keys(keys: Any, by_key: Mapping[Key, Future]) -> Any:
-    if isinstance(keys, list):
-        return [_pack_keys(k, by_key) for k in keys]
-    return by_key[keys]
 
 
 # -- module functions ---------------------------------------------------------------------

@@ -239,7 +239,7 @@ async def test_lost_data_makes_future_pending_again(
     x = c.submit(inc, 1)
     assert await x == 2
     # The report the scheduler sends when a key leaves memory (it then recomputes it).
-    c._handle_report_msg({"op": "lost-data", "key": x.key})
+    c.link.handle_report({"op": "lost-data", "key": x.key})
     assert x.status == "pending"
     assert not x.done()
     start = time.monotonic()
@@ -249,7 +249,7 @@ async def test_lost_data_makes_future_pending_again(
     waiter = asyncio.ensure_future(x.result(timeout=5))
     await asyncio.sleep(0)
     assert not waiter.done()
-    c._handle_report_msg(
+    c.link.handle_report(
         {"op": "key-in-memory", "key": x.key, "workers": [ws.address for ws in s.tasks[x.key].who_has]}
     )
     assert await waiter == 2

@@ -205,7 +205,7 @@ async def test_malformed_reports_from_the_scheduler_are_dropped(c: Client, s: Sc
     assert await x == 2
     bs = s.client_comms[c.id]
     captured = Captured()
-    log = logging.getLogger("distributed.client.client")
+    log = logging.getLogger("distributed.client")  # the client's package: the link logs what it drops
     log.addHandler(captured)
     try:
         bs.send({"op": "key-in-memory", "workers": []})  # no key

@@ -176,14 +176,14 @@ async def test_client_hears_its_key_was_lost(c: Client[Literal[True]], s: Schedu
         plugin_seen.set()
 
     # Watch the client's stream: the scheduler tells it the key was lost.
-    handle = c._handle_report_msg
+    handle = c.link.handle_report
 
     def watching(msg: object) -> None:
         if isinstance(msg, dict) and msg.get("op") == "lost-data":
             on_lost(msg["key"])
         handle(msg)
 
-    c._handle_report_msg = watching  # type: ignore[method-assign]  # spying on the stream
+    c.link.handle_report = watching  # type: ignore[method-assign]  # spying on the stream
     await a.close()
     await asyncio.wait_for(plugin_seen.wait(), 5)
     assert heard == [x.key]

@@ -1,0 +1,430 @@
+"""A client's connection to its scheduler: the stream both ways, and requests in order with it.
+
+A :class:`SchedulerLink` belongs to one :class:`~distributed.Client`.  It
+registers the client, then keeps one long-lived batched stream: outgoing, it
+sends what the client's :class:`~distributed.client.outbox.Outbox` holds
+(graph parts, key releases, barriers), draining it on the client's event loop;
+incoming, it checks each report of the scheduler against its declaration and
+applies it to the futures of the client's
+:class:`~distributed.client.registry.FutureRegistry`.  Requests (who_has,
+cancel, run, ...) go on connections of their own, from the client's connection
+pool, and are ordered after every graph part queued before them.
+
+Invariants:
+
+- ``status`` moves newly-created -> connecting -> running -> closing ->
+  closed (or straight to closed when the connection is lost or never made);
+  the outbox is drained only while running.
+- :meth:`kick` takes no lock, does no I/O and schedules at most one drain
+  however often it is called: a finaliser may call it.
+- A request made after a graph was queued in parts reaches the scheduler after
+  the scheduler has handled every one of those parts (:meth:`graphs_sent`):
+  a stream barrier sent behind the parts comes back first.
+- When the stream is lost, every waiter (barriers, requests waiting for graph
+  parts) wakes up and every pending future is cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any, Final, cast
+
+from distributed.batched import BatchedSend
+from distributed.client.graph_parts import GraphPlan, PendingParts, start_background_parts
+from distributed.client.outbox import Outbox, StreamMessage
+from distributed.client.registry import FutureRegistry
+from distributed.comm import Comm, CommClosedError, connect
+from distributed.config import get_interval
+from distributed.core import ConnectionPool, StreamRoute, error_message
+from distributed.protocol import messages as m
+from distributed.protocol.messages import Key
+from distributed.protocol.schema import Check, MessageError, checker
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["SchedulerLink", "SchedulerRequest", "raise_if_malformed"]
+
+#: Every request a client sends its scheduler: its own, worker plugins' and coordination primitives'.
+SchedulerRequest = m.ClientRequest | m.RegisterWorkerPlugin | m.UnregisterWorkerPlugin | m.CoordinationRequest
+
+_CHECK_REGISTERED: Final = checker(m.RegisterClientReply)
+
+
+def raise_if_malformed(check: Check, reply: Any, what: str) -> None:
+    """Raise :class:`~distributed.protocol.schema.MessageError` naming ``what`` unless ``reply`` passes ``check``."""
+    problem = check(reply)
+    if problem is not None:
+        raise MessageError(f"Malformed reply to {what}: {problem}")
+
+
+def _wake(waiters: list[asyncio.Future[None]]) -> None:
+    for w in waiters:
+        if not w.done():
+            w.set_result(None)
+
+
+class SchedulerLink:
+    """The connection of one client to its scheduler.
+
+    Parameters
+    ----------
+    client_id
+        The client's id, as registered with the scheduler.
+    outbox
+        What goes on the stream, in order.
+    registry
+        The client's futures: reports apply to them, their releases leave
+        through the outbox.
+    pool
+        Connections for requests (shared with transfers to workers).
+    timeout
+        Seconds to wait for the scheduler to accept and register the client.
+    loop
+        The client's event loop (it may change until the client starts).
+    """
+
+    def __init__(
+        self,
+        client_id: str,
+        outbox: Outbox,
+        registry: FutureRegistry,
+        pool: ConnectionPool,
+        timeout: float,
+        loop: Callable[[], asyncio.AbstractEventLoop],
+    ) -> None:
+        self.client_id = client_id
+        self.outbox = outbox
+        self.registry = registry
+        self.pool = pool
+        self.timeout = timeout
+        self._loop = loop
+        #: newly-created, connecting, running, closing or closed.
+        self.status = "newly-created"
+        #: The scheduler's address, once connected.
+        self.address: str | None = None
+        #: The outgoing stream, once connected.
+        self.stream: BatchedSend | None = None
+        #: Ports of the scheduler's services (``dashboard``), from the registration reply.
+        self.services: Mapping[str, int] = {}
+        #: Whether reports and replies are checked (not those of a scheduler in this process).
+        self.check_replies = True
+        self._comm: Comm | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._drain_scheduled = False
+        #: Requests waiting until every queued graph part is sent.
+        self._parts_waiters: list[asyncio.Future[None]] = []
+        #: How many graphs sent in parts the scheduler is known to have
+        #: received (a stream barrier came back after them).
+        self._parts_confirmed = 0
+        self._barrier_ids = itertools.count()
+        self._barriers: dict[int, asyncio.Future[None]] = {}
+        #: What the scheduler may report on the stream, each checked against its declaration.
+        self._routes: dict[str, StreamRoute[Any]] = {
+            "key-in-memory": StreamRoute(m.KeyInMemory, self._on_key_in_memory),
+            "task-erred": StreamRoute(m.ClientTaskErred, self._on_task_erred),
+            "cancelled-keys": StreamRoute(m.CancelledKeys, self._on_cancelled_keys),
+            "lost-data": StreamRoute(m.LostData, self._on_lost_data),
+            "stream-barrier": StreamRoute(m.StreamBarrierReached, self._on_stream_barrier),
+        }
+
+    @property
+    def connected(self) -> bool:
+        """Whether a connection to the scheduler is open (or not yet closed down)."""
+        return self._comm is not None
+
+    # -- connecting ---------------------------------------------------------------------
+    async def connect(self, address: str) -> None:
+        """Connect to the scheduler at ``address``, register the client and open the stream.
+
+        Raises
+        ------
+        RuntimeError
+            When the scheduler refuses the client.
+        MessageError
+            When its reply is malformed.
+        """
+        self.address = address
+        comm = await connect(address, timeout=self.timeout, name="client->scheduler")
+        try:
+            await comm.write(m.RegisterClient(op="register-client", client=self.client_id))
+            response = await asyncio.wait_for(comm.read(), self.timeout)
+        except BaseException:
+            comm.abort()
+            raise
+        if not isinstance(response, dict) or response.get("status") != "OK":
+            comm.abort()
+            raise RuntimeError(f"Scheduler refused the client: {response!r}")
+        # Messages from this process were built as declared; replies and reports from others are checked.
+        self.check_replies = not comm.same_process
+        if self.check_replies:
+            try:
+                raise_if_malformed(_CHECK_REGISTERED, response, "'register-client' from the scheduler")
+            except MessageError:
+                comm.abort()
+                raise
+        registered = cast(m.RegisterClientReply, response)  # checked above (or built as declared in process)
+        # Known from the start (dashboard_link) without another round trip.
+        self.services = registered["services"]
+        self._comm = comm
+        bs = BatchedSend(
+            interval=get_interval("distributed.client.batched-send-interval", 0.00025), name="client->scheduler"
+        )
+        bs.start(comm)
+        self.stream = bs
+        self._reader = asyncio.get_running_loop().create_task(self._read_reports(comm), name="client-report")
+        self.status = "running"
+        if len(self.outbox):
+            self.drain()
+
+    async def close(self) -> None:
+        """Release every held key, tell the scheduler the client leaves, and close the stream.
+
+        Wakes everything waiting on the stream.  Pending futures are left to
+        the caller.
+        """
+        self.status = "closing"
+        self.outbox.stop_parts()
+        waiters, self._parts_waiters = self._parts_waiters, []
+        _wake(waiters)
+        self._wake_barriers()
+        bs = self.stream
+        if bs is not None:
+            try:
+                held = self.registry.held_keys()
+                if held:
+                    bs.send(m.ClientKeys(op="client-releases-keys", client=self.client_id, keys=held))
+                bs.send(m.CloseClient(op="close-client", client=self.client_id))
+            except CommClosedError:
+                pass
+            await bs.close(timeout=2)
+        if self._reader is not None:
+            self._reader.cancel()
+            try:
+                await self._reader
+            except BaseException:
+                pass
+        if self._comm is not None:
+            self._comm.abort()
+            self._comm = None
+
+    # -- reports from the scheduler ------------------------------------------------------
+    async def _read_reports(self, comm: Comm) -> None:
+        try:
+            while True:
+                msgs = await comm.read()
+                self.handle_reports(msgs)
+        except (CommClosedError, asyncio.CancelledError):
+            pass
+        if self.status not in ("closing", "closed"):
+            logger.warning("Lost connection to the scheduler at %s", self.address)
+            self.status = "closed"
+            self._wake_barriers()
+            for fs in list(self.registry.states.values()):
+                if not fs.done():
+                    fs.cancel("scheduler-connection-lost")
+
+    def handle_reports(self, msgs: Any) -> None:
+        """Handle a batch of scheduler reports (one message or a list of them)."""
+        if isinstance(msgs, dict):
+            msgs = (msgs,)
+        if not isinstance(msgs, (list, tuple)):
+            logger.warning("Dropping a malformed batch from the scheduler: %s", type(msgs).__name__)
+            return
+        for msg in msgs:
+            self.handle_report(msg)
+
+    def handle_report(self, msg: Any) -> None:
+        """Handle one scheduler report; a malformed or unknown message is logged and dropped."""
+        op = msg.get("op") if isinstance(msg, dict) else None
+        route = self._routes.get(op) if isinstance(op, str) else None
+        if route is None:
+            logger.warning("Dropping an unknown message from the scheduler: %r", op)
+            return
+        problem = route.check(msg) if self.check_replies else None
+        if problem is not None:
+            logger.warning("Dropping a malformed %r message from the scheduler: %s", op, problem)
+            return
+        try:
+            route.func(msg)
+        except Exception:
+            logger.exception("Handling a %r message from the scheduler failed", op)
+
+    def _on_key_in_memory(self, msg: m.KeyInMemory) -> None:
+        fs = self.registry.get(msg["key"])
+        if fs is not None:
+            fs.finish(msg["workers"], msg.get("type"))
+
+    def _on_task_erred(self, msg: m.ClientTaskErred) -> None:
+        fs = self.registry.get(msg["key"])
+        if fs is not None:
+            fs.set_error(msg, msg["traceback"])
+
+    def _on_cancelled_keys(self, msg: m.CancelledKeys) -> None:
+        reason = msg.get("reason")
+        for key in msg["keys"]:
+            fs = self.registry.get(key)
+            if fs is not None:
+                fs.cancel(reason)
+
+    def _on_lost_data(self, msg: m.LostData) -> None:
+        # The key left memory; the scheduler recomputes it (key-in-memory
+        # follows) or reports why it cannot (task-erred): wait again.
+        fs = self.registry.get(msg["key"])
+        if fs is not None and fs.status == "finished":
+            fs.reset()
+
+    def _on_stream_barrier(self, msg: m.StreamBarrierReached) -> None:
+        reached = self._barriers.pop(msg["id"], None)
+        if reached is not None:
+            _wake([reached])
+
+    # -- the outgoing stream ------------------------------------------------------------
+    def post(self, msg: StreamMessage) -> None:
+        """Queue a stream message for the scheduler, in order with graphs and releases; from any thread."""
+        self.outbox.post(msg)
+        self.kick()
+
+    def kick(self) -> None:
+        """Have the loop send what the outbox holds (once, however often called); takes no lock."""
+        if self._drain_scheduled:
+            return
+        self._drain_scheduled = True
+        if self.status in ("closing", "closed"):
+            return
+        try:
+            self._loop().call_soon_threadsafe(self.drain)
+        except RuntimeError:  # the loop is closed
+            pass
+
+    def drain(self) -> None:
+        """Send what the outbox holds, up to a graph whose later parts are not made yet (on the loop)."""
+        # Reset first: whatever is posted from now on is either taken
+        # below or has a drain of its own scheduled.
+        self._drain_scheduled = False
+        bs = self.stream
+        if bs is None or self.status != "running":
+            # Sent once connected (``connect`` drains); dropped when closed.
+            if self.status in ("closing", "closed"):
+                waiters, self._parts_waiters = self._parts_waiters, []
+                _wake(waiters)
+            return
+        msgs = self.outbox.take(self.registry.settle)
+        try:
+            for msg in msgs:
+                if msg["op"] == "client-releases-keys":
+                    bs.send_lazy(msg)
+                else:
+                    bs.send(msg)
+        except CommClosedError:
+            pass
+        if self._parts_waiters and not self.outbox.parts_pending:
+            waiters, self._parts_waiters = self._parts_waiters, []
+            _wake(waiters)
+
+    def post_plan(self, plan: GraphPlan) -> None:
+        """Queue the graph of ``plan``; from any thread, once its futures exist.
+
+        The first part is serialised in the calling thread (an unpicklable
+        function raises here) and queued; later parts are serialised by a
+        background thread and sent as each is ready, so the call returns while
+        the scheduler already works on the first part.  Nothing posted after
+        the graph overtakes any of its parts.  Futures of parts that cannot be
+        serialised hold the error.
+        """
+        first = plan.message(0)
+        if len(plan) == 1:
+            self.post(first)
+            return
+        parts = PendingParts()
+        self.outbox.post_graph(first, parts)
+        self.kick()
+        start_background_parts(plan, parts, self.kick, self._fail_unsent)
+
+    def _fail_unsent(self, keys: list[Key], exc: BaseException) -> None:
+        error = error_message(exc)
+
+        def fail() -> None:
+            for k in keys:
+                fs = self.registry.get(k)
+                if fs is not None and not fs.done():
+                    fs.set_error(error, error.get("traceback"))
+
+        self.registry.call_soon(fail)
+
+    async def _barrier(self) -> bool:
+        """Wait until the scheduler has handled everything on the stream before a barrier sent now.
+
+        False when no barrier could be sent (the stream is not running).
+        """
+        bs = self.stream
+        if bs is None or self.status != "running":
+            return False
+        n = next(self._barrier_ids)
+        reached: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._barriers[n] = reached
+        try:
+            bs.send(m.StreamBarrier(op="stream-barrier", client=self.client_id, id=n))
+        except CommClosedError:
+            self._barriers.pop(n, None)
+            return False
+        await reached
+        return True
+
+    def _wake_barriers(self) -> None:
+        barriers, self._barriers = self._barriers, {}
+        _wake(list(barriers.values()))
+
+    async def graphs_sent(self) -> None:
+        """Return once the scheduler has every graph part queued so far.
+
+        Requests go on their own connections; waiting here keeps one made
+        after ``map`` returns (a cancel, say) from reaching the scheduler
+        before the graph's later parts.  Costs nothing unless a graph was
+        sent in parts since the last such wait.
+        """
+        made = self.outbox.parts_posted
+        if made == self._parts_confirmed:
+            return
+        if self.outbox.parts_pending:
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._parts_waiters.append(waiter)
+            self.kick()
+            await waiter
+        # Every part is on the stream; a barrier behind them comes back once
+        # the scheduler has handled them.
+        if await self._barrier():
+            self._parts_confirmed = max(self._parts_confirmed, made)
+
+    async def stream_handled(self) -> None:
+        """Return once the scheduler has handled everything queued for the stream so far.
+
+        A request (on its own connection) made right after ``submit`` could
+        otherwise reach the scheduler before the graph: a cancel would find
+        no task and the graph would then run anyway.
+        """
+        await self.graphs_sent()
+        self.drain()
+        await self._barrier()
+
+    # -- requests -----------------------------------------------------------------------
+    async def request(self, msg: SchedulerRequest) -> Any:
+        """Send a request to the scheduler (after every graph part queued so far) and return its reply."""
+        assert self.address is not None
+        await self.graphs_sent()
+        return await self.pool.call(self.address, msg)
+
+    async def checked_request(self, msg: SchedulerRequest, check: Check) -> Any:
+        """:meth:`request`, the reply checked against its declaration (unless the scheduler is in process).
+
+        Raises
+        ------
+        MessageError
+            When the reply does not match.
+        """
+        reply = await self.request(msg)
+        if self.check_replies:
+            raise_if_malformed(check, reply, f"{msg['op']!r} from the scheduler")
+        return reply

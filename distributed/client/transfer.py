@@ -1,0 +1,368 @@
+"""Moving data between a client and the workers: gathering results and scattering data.
+
+A :class:`DataTransfer` belongs to one :class:`~distributed.Client`.  It
+fetches values straight from the workers that hold them (``get_data``) and
+puts the client's data on workers (``update_data``), then tells the scheduler
+who holds what (``update-data``).  Requests to the scheduler go through the
+client's :class:`~distributed.client.link.SchedulerLink`, connections to
+workers come from the client's connection pool.
+
+Invariants:
+
+- A fetch never gives up on a key the scheduler still knows: a holder that
+  cannot be reached is not tried again in that fetch, the scheduler is asked
+  who else holds the key, and a key nobody holds any more (its worker died,
+  it is being recomputed) is waited for until the scheduler reports on it.
+  Only when every listed holder stays unreachable for the client's timeout
+  does the fetch raise.
+- Replies of workers in other processes are checked against their
+  declarations before they are used.
+- Scattered futures exist before the scheduler learns of their keys, and are
+  finished (with their holders) only once it has acknowledged them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Collection, Iterator, Mapping
+from typing import Any, Final
+
+from dask.base import tokenize
+from dask.utils import parse_timedelta, typename
+
+from distributed.client.future import Future, FutureState, collect_futures
+from distributed.client.link import SchedulerLink, raise_if_malformed
+from distributed.client.registry import FutureRegistry
+from distributed.comm import CommClosedError
+from distributed.core import ConnectionPool, send_recv
+from distributed.protocol import messages as m
+from distributed.protocol.messages import Key
+from distributed.protocol.schema import checker
+from distributed.protocol.serialize import Serialize, unwrap
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["FETCH_CONNECT_TIMEOUT", "DataTransfer", "same_container", "scatter_items", "spread", "substitute"]
+
+#: Seconds a fetch waits for a holder to accept a connection before asking the scheduler again.
+FETCH_CONNECT_TIMEOUT: Final = 1.0
+
+_CHECK_WHO_HAS: Final = checker(m.WhoHasReply)
+_CHECK_NTHREADS: Final = checker(m.NthreadsReply)
+_CHECK_IDENTITY: Final = checker(m.SchedulerIdentity)
+_CHECK_ACKNOWLEDGED: Final = checker(m.Acknowledged)
+_CHECK_GET_DATA: Final = checker(m.GetDataReply)
+_CHECK_UPDATE_DATA: Final = checker(m.UpdateDataReply)
+
+
+class DataTransfer:
+    """Gathers a client's results from workers and scatters its data to them.
+
+    Parameters
+    ----------
+    registry
+        The client's futures (gathered futures must be among them; scattered
+        data gets futures there).
+    link
+        The client's connection to the scheduler, for who_has, identity and
+        update-data requests.
+    pool
+        Connections to workers.
+    timeout
+        Seconds to keep trying unreachable holders, and the default wait for a
+        worker to scatter to.
+    """
+
+    def __init__(self, registry: FutureRegistry, link: SchedulerLink, pool: ConnectionPool, timeout: float) -> None:
+        self.registry = registry
+        self.link = link
+        self.pool = pool
+        self.timeout = timeout
+
+    async def gather(self, futures: Any, errors: str = "raise") -> Any:
+        """The values of ``futures``, in the same structure (lists, tuples, sets, dicts, nested).
+
+        Waits for each future; with ``errors="raise"`` the first erred one
+        raises, with ``"skip"`` erred futures are left out.
+
+        Raises
+        ------
+        ValueError
+            For a future of another client.
+        """
+        flat: list[Future] = []
+        collect_futures(futures, flat)
+        for f in flat:
+            if f.client is not self.registry.client:
+                raise ValueError("Futures from another client cannot be gathered here")
+        pending = {f.key: f.state for f in flat}
+        bad: set[Key] = set()
+        for key, fs in pending.items():
+            await fs.event().wait()
+            if fs.status != "finished":
+                if errors == "raise":
+                    exc = fs.error()
+                    assert exc is not None
+                    raise exc
+                bad.add(key)
+        wanted = [k for k in pending if k not in bad]
+        data = await self.fetch(wanted, {k: pending[k] for k in wanted})
+        if errors == "skip":
+            return substitute(futures, data, skip=bad)
+        return substitute(futures, data)
+
+    async def fetch(self, keys: list[Key], states: Mapping[Key, FutureState]) -> dict[Key, Any]:
+        """Fetch values straight from the workers that hold them.
+
+        A holder that cannot be reached is not tried again in this fetch: the
+        scheduler is asked who else holds the key.  When nobody does any more
+        (the holder died and the key is being recomputed), this waits for the
+        scheduler's next report on the key.  Callers bound the whole fetch
+        with their own deadline (``result(timeout=)``).
+        """
+        data: dict[Key, Any] = {}
+        missing = list(keys)
+        unreachable: set[str] = set()
+        attempts = 0
+        stuck_since: float | None = None
+        delay = 0.02
+        while missing:
+            attempts += 1
+            by_worker: defaultdict[str, list[Key]] = defaultdict(list)
+            for k in missing:
+                holders = [w for w in states[k].workers if w not in unreachable]
+                if holders:
+                    by_worker[holders[(attempts - 1) % len(holders)]].append(k)
+            results = await asyncio.gather(
+                *(self.get_data(w, ks) for w, ks in by_worker.items()), return_exceptions=True
+            )
+            for (w, _ks), res in zip(by_worker.items(), results):
+                if isinstance(res, (OSError, CommClosedError, TimeoutError)):
+                    logger.debug("Gather from %s failed: %r", w, res)
+                    unreachable.add(w)
+                    continue
+                if isinstance(res, BaseException):
+                    # The worker answered with an error (e.g. the value does not serialise).
+                    raise res
+                data.update(res)
+                for k, v in res.items():
+                    fs = states.get(k)
+                    if fs is not None and not isinstance(fs.type, type):
+                        fs.type = type(v)
+            missing = [k for k in missing if k not in data]
+            if not missing:
+                break
+            stale = {k: list(states[k].workers) for k in missing}
+            who_has: m.WhoHasReply = await self.link.checked_request(
+                m.OptionalKeysRequest(op="who_has", keys=missing), _CHECK_WHO_HAS
+            )
+            waited = False
+            for k in missing:
+                fs = states[k]
+                listed = list(who_has.get(k, ()))
+                if fs.status == "finished" and fs.workers != stale[k]:
+                    continue  # a fresh report came in meanwhile: use it
+                if any(w not in unreachable for w in listed):
+                    fs.workers = listed
+                elif not listed:
+                    # Not in memory any more (lost, recomputing): wait for the next report.
+                    if fs.status == "finished":
+                        fs.reset()
+                    await fs.event().wait()
+                    waited = True
+                    if fs.status != "finished":
+                        exc = fs.error()
+                        assert exc is not None
+                        raise exc
+                    unreachable.difference_update(fs.workers)
+            if waited:
+                stuck_since = None
+                continue
+            if all(not any(w not in unreachable for w in states[k].workers) for k in missing):
+                # Only unreachable holders are listed: the scheduler has not noticed yet.
+                now = time.monotonic()
+                if stuck_since is None:
+                    stuck_since = now
+                elif now - stuck_since > self.timeout:
+                    raise OSError(f"Could not reach any worker holding {len(missing)} keys, e.g. {missing[:3]}")
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.5)
+        return data
+
+    async def get_data(self, worker: str, keys: list[Key]) -> dict[Key, Any]:
+        """The values of ``keys`` held by ``worker``, from one ``get_data`` request.
+
+        Raises
+        ------
+        OSError, CommClosedError, TimeoutError
+            When the worker cannot be reached (see :meth:`fetch`).
+        MessageError
+            When its reply is malformed.
+        """
+        # A holder that does not accept a connection at once is likely gone:
+        # fail over (ask the scheduler again) instead of retrying for the
+        # whole connect timeout.  The transfer itself is not limited here.
+        comm = await asyncio.wait_for(self.pool.connect(worker), min(FETCH_CONNECT_TIMEOUT, self.timeout))
+        ok = False
+        try:
+            response = await send_recv(comm, m.GetData(op="get_data", keys=keys, who=self.link.client_id))
+            ok = True
+        finally:
+            if not ok:
+                comm.abort()
+            self.pool.reuse(worker, comm)
+        if not comm.same_process:
+            raise_if_malformed(_CHECK_GET_DATA, response, f"'get_data' from {worker}")
+        reply: m.GetDataReply = response
+        return {k: unwrap(v) for k, v in reply["data"].items()}
+
+    async def scatter(
+        self, data: Any, workers: Any = None, broadcast: bool | int = False, hash: bool = True, timeout: Any = None
+    ) -> Any:
+        """Put ``data`` on workers; futures of it in the same structure.
+
+        A list, tuple, set or frozenset (or a subclass, a namedtuple) gives the
+        same container of futures, a dict a dict, an iterator or a ``range`` a
+        list; anything else is one object and gives one future.  Each item
+        goes to ``broadcast`` workers (every one for ``True``) among
+        ``workers`` (see :meth:`scatter_targets`).
+        """
+        if isinstance(data, (Iterator, range)):
+            data = list(data)
+        items, order = scatter_items(data, hash)
+        addrs = await self.scatter_targets(workers, timeout)
+        assignment = spread(items, addrs, broadcast)
+        replies: list[m.UpdateDataReply] = await asyncio.gather(
+            *(self.pool.call(a, m.WorkerUpdateData(op="update_data", data=d)) for a, d in assignment.items())
+        )
+        if self.link.check_replies:
+            for a, reply in zip(assignment, replies):
+                raise_if_malformed(_CHECK_UPDATE_DATA, reply, f"'update_data' from {a}")
+        who_has: defaultdict[Key, list[str]] = defaultdict(list)
+        nbytes: dict[Key, int] = {}
+        types: dict[Key, str] = {}
+        for (a, d), reply in zip(assignment.items(), replies):
+            for k in d:
+                who_has[k].append(a)
+                nbytes[k] = reply["nbytes"].get(k, 0)
+                types[k] = reply["types"].get(k, "")
+        futures = {k: Future(k, self.registry.client) for k in items}
+        for f in futures.values():
+            fs = f.state
+            if fs.status != "finished":
+                fs.reset()
+        await self.link.checked_request(
+            m.UpdateData(
+                op="update-data", client=self.link.client_id, who_has=dict(who_has), nbytes=nbytes, types=types
+            ),
+            _CHECK_ACKNOWLEDGED,
+        )
+        for k, f in futures.items():
+            if f.state.status == "pending":
+                f.state.finish(who_has[k], type(items[k]))
+        if isinstance(data, dict):
+            return futures
+        if not isinstance(data, (list, tuple, set, frozenset)):
+            return futures[order[0]]
+        return same_container(type(data), [futures[k] for k in order])
+
+    async def scatter_targets(self, workers: Any, timeout: Any = None) -> list[str]:
+        """Addresses of the workers to scatter to: all, or those named (by address, name or host).
+
+        Waits (up to ``timeout``, default the connect timeout) until at least one such worker is connected.
+        """
+        wanted = None if workers is None else [workers] if isinstance(workers, (str, int)) else list(workers)
+        deadline = time.monotonic() + (self.timeout if timeout is None else parse_timedelta(timeout))
+        while True:
+            if wanted is None:
+                nthreads: m.NthreadsReply = await self.link.checked_request(
+                    m.WorkersRequest(op="nthreads"), _CHECK_NTHREADS
+                )
+                addrs = sorted(nthreads)
+            else:
+                info: m.SchedulerIdentity = await self.link.checked_request(m.Empty(op="identity"), _CHECK_IDENTITY)
+                addrs = sorted(
+                    addr
+                    for addr, w in info["workers"].items()
+                    if any(x == addr or x == w["name"] or x == w["host"] for x in wanted)
+                )
+            if addrs:
+                return addrs
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"No valid workers found to scatter to (workers={workers!r})")
+            await asyncio.sleep(0.05)
+
+
+def scatter_items(data: Any, hash: bool) -> tuple[dict[Key, Any], list[Key]]:
+    """The items of ``data`` to scatter by key, and the key of each element in order.
+
+    A dict keeps its keys.  Elements of a list, tuple, set or frozenset, or a
+    single object, get keys from their type and a token of their value when
+    ``hash`` (equal items then share one key and one copy on the cluster),
+    else from a random id.
+
+    Examples
+    --------
+    >>> items, order = scatter_items([1, 2, 1], hash=True)
+    >>> len(items), order[0] == order[2]
+    (2, True)
+    """
+    if isinstance(data, dict):
+        return dict(data), list(data)
+    seq = list(data) if isinstance(data, (list, tuple, set, frozenset)) else [data]
+    if hash:
+        order: list[Key] = [f"{typename(type(x))}-{tokenize(x)}" for x in seq]
+    else:
+        order = [f"{typename(type(x))}-{uuid.uuid4()}" for x in seq]
+    return dict(zip(order, seq)), order
+
+
+def spread(items: Mapping[Key, Any], addrs: list[str], broadcast: bool | int) -> dict[str, dict[Key, Serialize]]:
+    """What each worker of ``addrs`` receives: item ``i`` goes to ``addrs[i]`` and the next ones.
+
+    ``broadcast=True`` puts every item on every worker, an int ``n`` on ``n``
+    workers (at most all of them), anything else on one.
+    """
+    assignment: defaultdict[str, dict[Key, Serialize]] = defaultdict(dict)
+    copies = len(addrs) if broadcast is True else max(min(int(broadcast), len(addrs)), 1)
+    for i, (k, v) in enumerate(items.items()):
+        ser = Serialize(v)
+        for j in range(copies):
+            assignment[addrs[(i + j) % len(addrs)]][k] = ser
+    return dict(assignment)
+
+
+def substitute(x: Any, data: Mapping[Key, Any], skip: Collection[Key] = ()) -> Any:
+    """``x`` with every future replaced by its value in ``data``; futures of ``skip`` are left out of containers."""
+    if isinstance(x, Future):
+        return data[x.key]
+    if isinstance(x, list):
+        return [substitute(v, data, skip) for v in x if not (isinstance(v, Future) and v.key in skip)]
+    if isinstance(x, tuple):
+        if hasattr(x, "_fields"):
+            return type(x)(*(substitute(v, data, skip) for v in x))
+        return tuple(substitute(v, data, skip) for v in x if not (isinstance(v, Future) and v.key in skip))
+    if isinstance(x, (set, frozenset)):
+        return type(x)(substitute(v, data, skip) for v in x if not (isinstance(v, Future) and v.key in skip))
+    if isinstance(x, dict):
+        return {k: substitute(v, data, skip) for k, v in x.items() if not (isinstance(v, Future) and v.key in skip)}
+    return x
+
+
+def same_container(kind: type, futures: list[Future]) -> Any:
+    """``futures`` in a container of type ``kind`` (a list, tuple, set, or a subclass; a namedtuple)."""
+    if issubclass(kind, tuple) and hasattr(kind, "_fields"):
+        namedtuple_type: Callable[..., Any] = kind
+        return namedtuple_type(*futures)
+    try:
+        return kind(futures)
+    except TypeError:
+        # A subclass whose constructor takes something else: its base type.
+        for base in (list, tuple, set, frozenset):
+            if issubclass(kind, base):
+                return base(futures)
+        raise
