@@ -328,6 +328,8 @@ class Client(Generic[AsyncT]):
         self.loop = self._loop_runner.loop
         self._started: asyncio.Future[Any] | None = None
         Client._instances.add(self)
+        #: Whether the client is a default one; only then does its ``with`` block make it current.
+        self.set_as_default = set_as_default
         if set_as_default:
             self.context.make_default()
         if not asynchronous:
@@ -528,7 +530,8 @@ class Client(Generic[AsyncT]):
         return self.sync(_shutdown, asynchronous=asynchronous)
 
     def __enter__(self) -> Self:
-        self.context.enter()
+        if self.set_as_default:
+            self.context.enter()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -537,7 +540,8 @@ class Client(Generic[AsyncT]):
 
     async def __aenter__(self) -> Self:
         await self._start_once()
-        self.context.enter()
+        if self.set_as_default:
+            self.context.enter()
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -467,6 +467,17 @@ async def test_shutdown_terminates_scheduler_by_address() -> None:
         await s.close()
 
 
+def test_client_not_set_as_default_is_not_current_in_its_with_block() -> None:
+    with (
+        LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster,
+        Client(cluster) as c,
+        Client(cluster, set_as_default=False) as c2,
+    ):
+        assert Client.current() is c
+        assert Client.current(allow_global=False) is c
+        assert c2.submit(inc, 1).result() == 2
+
+
 # -- tokenize ----------------------------------------------------------------------------
 @gen_cluster(client=True)
 async def test_tokenize_futures_per_object(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:

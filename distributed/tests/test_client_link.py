@@ -85,9 +85,15 @@ def test_malformed_and_unknown_reports_are_dropped_with_a_warning(
 ) -> None:
     link, registry, _ = parts
     x = registry.acquire("x")
-    with caplog.at_level(logging.WARNING, logger="distributed.client.link"):
-        link.handle_reports([{"op": "key-in-memory", "workers": []}, {"op": "no-such-op"}, "junk"])
-        link.handle_reports("not a batch")
+    # The distributed logger writes through its own handler and does not propagate to root's.
+    log = logging.getLogger("distributed.client.link")
+    log.addHandler(caplog.handler)
+    try:
+        with caplog.at_level(logging.WARNING, logger="distributed.client.link"):
+            link.handle_reports([{"op": "key-in-memory", "workers": []}, {"op": "no-such-op"}, "junk"])
+            link.handle_reports("not a batch")
+    finally:
+        log.removeHandler(caplog.handler)
     assert x.status == "pending"
     text = caplog.text
     assert "missing field 'key'" in text
