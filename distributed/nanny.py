@@ -193,7 +193,11 @@ class Nanny(Server):
         if worker_class is None:
             self._worker_class: str | None = None
         else:
-            path = worker_class if isinstance(worker_class, str) else f"{worker_class.__module__}.{worker_class.__qualname__}"
+            path = (
+                worker_class
+                if isinstance(worker_class, str)
+                else f"{worker_class.__module__}.{worker_class.__qualname__}"
+            )
             if "<locals>" in path or path.startswith("__main__."):
                 raise ValueError(f"worker_class {path!r} cannot be imported in the worker process")
             self._worker_class = path
