@@ -173,7 +173,7 @@ class ClusterRequests:
 
     async def _restart(self, workers: list[WorkerState], timeout: float, wait: bool, reason: str) -> None:
         # Each old process gets part of the time to close cleanly before it is killed.
-        request = m.NannyRestart(op="restart", timeout=min(timeout / 4, 5.0), reason=reason, wait=wait)
+        request = m.NannyRestart(op="restart", timeout=min(timeout / 4, 2.0), reason=reason, wait=wait)
         calls = [self.scheduler.rpc.call(ws.nanny, request) for ws in workers if ws.nanny]
         try:
             await asyncio.wait_for(asyncio.gather(*calls), timeout)
