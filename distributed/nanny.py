@@ -14,7 +14,8 @@ A watcher runs every ``distributed.worker.memory.monitor-interval``:
 * a worker process that exited with code 0 closed on purpose (retired, told
   to close, lost its scheduler): the nanny closes too, as dask's does;
 * one that exited otherwise (a crash, ``os._exit``, SIGKILL) is started
-  again, under the same name, while the nanny runs;
+  again, under the same name, while the nanny runs (when that new worker
+  fails to start, the nanny closes);
 * one whose resident memory passed ``distributed.worker.memory.terminate``
   (a fraction of ``memory_limit``; false disables) is killed, then started
   again.
@@ -325,7 +326,13 @@ class Nanny(Server):
             return
         logger.warning("Worker process %s exited with code %s: starting it again", proc.pid, proc.exitcode)
         async with self._lock:
-            await self._replace(proc, timeout=0)
+            try:
+                await self._replace(proc, timeout=0)
+            except Exception as e:
+                # The new worker already retried reaching its scheduler for its whole start: give up.
+                logger.error("Could not start worker %s again (%s); closing its nanny %s", self.name, e, self.address)
+                self.process = None
+                self.spawn(self.close(reason="worker-restart-failed"), name="nanny-close")
 
     async def _replace(self, old: ServerProcess | None, timeout: float) -> None:
         if old is not None:

@@ -17,7 +17,7 @@ from typing import Any, Literal
 import dask
 import pytest
 
-from distributed import Client, KilledWorker, LocalCluster, Nanny, Scheduler, SchedulerPlugin
+from distributed import Client, KilledWorker, LocalCluster, Nanny, Scheduler, SchedulerPlugin, Status
 from distributed.exceptions import CancelledError
 from distributed.scheduler_state import WorkerState
 from distributed.utils_test import async_poll_for, poll_for
@@ -229,6 +229,27 @@ def test_worker_past_memory_terminate_is_restarted() -> None:
                 )
                 assert nanny.restarts == 1
                 assert await client.submit(slow_inc, 1, delay=0).result() == 2
+
+    asyncio.run(main())
+
+
+@pytest.mark.timeout(60)
+def test_nanny_closes_with_its_worker_and_when_a_restart_fails() -> None:
+    async def main() -> None:
+        async with Scheduler(host="127.0.0.1", dashboard=False) as s, Client(s.address, asynchronous=True) as client:
+            # A worker that closes on purpose (retired) ends its process cleanly: its nanny closes too.
+            async with Nanny(s.address, nthreads=1) as nanny:
+                proc = nanny.process
+                await client.retire_workers([nanny.worker_address])
+                await async_poll_for(lambda: nanny.status == Status.closed, timeout=20)
+                assert proc is not None and proc.exitcode == 0 and nanny.restarts == 0
+            # A crashed worker whose replacement cannot join: the nanny gives up and closes.
+            async with Nanny(s.address, nthreads=1) as nanny:
+                s.handlers.pop("register-worker")
+                assert nanny.pid is not None
+                os.kill(nanny.pid, signal.SIGKILL)
+                await async_poll_for(lambda: nanny.status == Status.closed, timeout=30)
+                assert nanny.process is None and nanny.restarts == 0
 
     asyncio.run(main())
 
