@@ -25,6 +25,7 @@ from distributed.core import Status, rpc
 from distributed.deploy import LocalCluster
 from distributed.diagnostics.plugin import NannyPlugin, SchedulerPlugin, WorkerPlugin
 from distributed.exceptions import CancelledError, KilledWorker, Reschedule, TimeoutError
+from distributed.nanny import Nanny
 from distributed.scheduler import Scheduler
 from distributed.utils import sync
 from distributed.worker import Worker, get_client, get_worker, rejoin, secede
@@ -41,6 +42,7 @@ __all__ = [
     "KilledWorker",
     "LocalCluster",
     "Lock",
+    "Nanny",
     "NannyPlugin",
     "Reschedule",
     "Scheduler",

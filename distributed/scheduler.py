@@ -302,6 +302,8 @@ class Scheduler(Server):
             "story": Route(m.StoryRequest, self.requests.handle_story),
             "retire_workers": Route(m.RetireWorkers, self.requests.handle_retire_workers),
             "wait_for_workers": Route(m.WaitForWorkers, self.requests.handle_wait_for_workers),
+            "restart": Route(m.Restart, self.requests.handle_restart),
+            "restart_workers": Route(m.RestartWorkers, self.requests.handle_restart_workers),
             "register_scheduler_plugin": Route(m.RegisterPlugin, self.requests.handle_register_plugin),
             "unregister_scheduler_plugin": Route(m.UnregisterPlugin, self.requests.handle_unregister_plugin),
             "task_states": Route(m.OptionalKeysRequest, self.requests.handle_task_states),

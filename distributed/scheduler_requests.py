@@ -143,6 +143,43 @@ class ClusterRequests:
                     pass
         return retired
 
+    async def handle_restart(self, comm: Comm, msg: m.Restart) -> str:
+        """Cancel every future of every client, then replace every worker process through its nanny."""
+        s = self.scheduler
+        timeout = float(msg.get("timeout") or 30)
+        workers = list(s.workers.values())
+        _need_nannies(workers)
+        reason = "The scheduler restarted its workers (Client.restart)"
+        stimulus_id = f"restart-{time.time()}"
+        for cs in list(s.clients.values()):
+            keys = [ts.key for ts in cs.wants_what]
+            if keys:
+                cancel = m.CancelKeys(op="cancel-keys", client=cs.client_key, keys=keys, force=True, reason=reason)
+                s.send_all(s.cancel_keys(cancel, stimulus_id))
+        if s.plugins:
+            s.call_plugins("restart", s)
+        await self._restart(workers, timeout, msg.get("wait_for_workers", True), reason)
+        return "OK"
+
+    async def handle_restart_workers(self, comm: Comm, msg: m.RestartWorkers) -> dict[str, str]:
+        """Replace these workers' processes through their nannies; their tasks run elsewhere or again."""
+        workers = self.select_workers(msg["workers"])
+        if len(workers) < len(set(msg["workers"])):
+            known = {ws.address for ws in workers} | {str(ws.name) for ws in workers}
+            raise ValueError(f"No such workers: {[w for w in msg['workers'] if str(w) not in known]}")
+        _need_nannies(workers)
+        await self._restart(workers, float(msg.get("timeout") or 30), True, "Client.restart_workers")
+        return {ws.address: "OK" for ws in workers}
+
+    async def _restart(self, workers: list[WorkerState], timeout: float, wait: bool, reason: str) -> None:
+        # Each old process gets part of the time to close cleanly before it is killed.
+        request = m.NannyRestart(op="restart", timeout=min(timeout / 4, 2.0), reason=reason, wait=wait)
+        calls = [self.scheduler.rpc.call(ws.nanny, request) for ws in workers if ws.nanny]
+        try:
+            await asyncio.wait_for(asyncio.gather(*calls), timeout)
+        except TimeoutError:
+            raise TimeoutError(f"{len(calls)} worker(s) did not all restart within {timeout} s") from None
+
     async def handle_wait_for_workers(self, comm: Comm, msg: m.WaitForWorkers) -> str:
         await self.scheduler.wait_for_workers(msg["n_workers"])
         return "OK"
@@ -184,6 +221,13 @@ class ClusterRequests:
                 return addr, error_message(e)
 
         return dict(await asyncio.gather(*(one(a) for a in list(self.scheduler.workers))))
+
+
+def _need_nannies(workers: Sequence[WorkerState]) -> None:
+    """Refuse to restart workers without a nanny: nothing would start them again."""
+    bare = [ws.address for ws in workers if not ws.nanny]
+    if bare:
+        raise ValueError(f"Restarting workers requires a nanny; these workers have none: {bare}")
 
 
 def _accepts(func: Any, name: str) -> bool:

@@ -515,7 +515,7 @@ def cluster(
     Yields ``({"address": scheduler_address}, [{"address": ..., "proc": weakref}, ...])``
     once every worker has registered.  ``active_rpc_timeout`` and
     ``should_check_state`` are accepted as dask's harness has them and have
-    no effect here; ``nanny=True`` is refused (there is no Nanny yet).
+    no effect here; ``nanny=True`` is refused (this harness starts bare worker processes).
     """
     refuse_unsupported("cluster", nanny=nanny)
     from distributed.deploy.spawn import ServerProcess

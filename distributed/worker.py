@@ -424,8 +424,9 @@ class Worker(Server):
         executor_wait
             Wait for running tasks to end (else leave their threads to finish alone).
         nanny
-            Whether a nanny should close too; there is no nanny in this package,
-            so either value closes just the worker.
+            Accepted for compatibility: either value closes the worker.  A worker
+            under a :class:`~distributed.Nanny` then ends its process cleanly
+            (exit code 0) and the nanny closes too (it restarts only crashed workers).
         reason
             Why, for the logs.
         """

@@ -1,9 +1,9 @@
 """``dask worker SCHEDULER``: run workers for a scheduler until interrupted.
 
-Starts ``--nworkers`` :class:`~distributed.worker.Worker` objects. There is no
-Nanny yet, so they all run **in this one process, on one event loop**, sharing
-the GIL; ``--nanny`` (the default) is accepted and behaves like ``--no-nanny``.
-Once a Nanny exists each worker will get a process of its own, as in dask.
+Starts ``--nworkers`` workers. With ``--nanny`` (the default, as in dask)
+each runs in a process of its own under a :class:`~distributed.Nanny` in this
+process, which starts it again when it dies; with ``--no-nanny`` they all run
+**in this one process, on one event loop**, sharing the GIL.
 
 The scheduler address comes from the ``SCHEDULER`` argument or from
 ``--scheduler-file`` (waited for while it does not exist yet, up to
@@ -43,6 +43,7 @@ from distributed.http.server import parse_http_address
 __all__ = ["main", "nworkers_nthreads", "parse_port_range"]
 
 if TYPE_CHECKING:
+    from distributed.nanny import Nanny
     from distributed.worker import Worker
 
 logger = logging.getLogger("distributed.cli.dask_worker")
@@ -129,7 +130,7 @@ def parse_port_range(text: str | None, count: int) -> list[int]:
     type=str,
     default="1",
     show_default=True,
-    help="Workers to start (a negative n means cores + 1 + n; 'auto'). For now they share this process",
+    help="Workers to start (a negative n means cores + 1 + n; 'auto'); with --no-nanny they share this process",
 )
 @click.option("--name", type=str, default=None, help="Worker name (with --nworkers > 1, suffixed with -0, -1, ...)")
 @click.option(
@@ -149,7 +150,9 @@ def parse_port_range(text: str | None, count: int) -> list[int]:
 @click.option(
     "--worker-port", type=str, default=None, help="Port (or range 'start:end' with --nworkers > 1) to listen on"
 )
-@click.option("--nanny-port", type=str, default=None, help="Nanny port (not supported yet: refused)")
+@click.option(
+    "--nanny-port", type=str, default=None, help="Port (or range 'start:end' with --nworkers > 1) of the nannies"
+)
 @click.option("--listen-address", type=str, default=None, help="Address to listen on, like tcp://0.0.0.0:9000")
 @click.option(
     "--contact-address", type=str, default=None, help="Address to advertise to the scheduler, like tcp://1.2.3.4:9000"
@@ -158,7 +161,7 @@ def parse_port_range(text: str | None, count: int) -> list[int]:
     "--nanny/--no-nanny",
     "nanny",
     default=True,
-    help="Run workers under a nanny (not available yet: same as --no-nanny)",
+    help="Run each worker in its own process under a nanny that restarts it (default)",
 )
 @click.option("--resources", type=str, default=None, help="Abstract resources, like 'GPU=2 MEM=10e9'")
 @click.option(
@@ -238,6 +241,12 @@ def main(
         ports = parse_port_range(worker_port, n)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="'--worker-port'") from None
+    if nanny_port and not nanny:
+        raise click.UsageError("--nanny-port needs --nanny")
+    try:
+        nanny_ports = parse_port_range(nanny_port, n)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="'--nanny-port'") from None
     try:
         resource_map = parse_resources(resources)
     except ValueError as e:
@@ -253,8 +262,8 @@ def main(
             host = get_ip_interface(interface)
         except ValueError as e:
             raise click.BadParameter(str(e), param_hint="'--interface'") from None
-    if nanny_port or preload_nanny:
-        raise click.UsageError("--nanny-port and --preload-nanny are not supported yet: there is no nanny")
+    if preload_nanny:
+        raise click.UsageError("--preload-nanny is not supported yet")
     if preload or preload_argv:
         raise click.UsageError(f"--preload is not supported yet (asked for {list(preload) + list(preload_argv)})")
     if lifetime_restart:
@@ -270,10 +279,8 @@ def main(
             raise click.UsageError("A fixed --dashboard-address port serves one worker: use port 0 with --nworkers > 1")
 
     setup_logging()
-    if nanny:
-        logger.info("There is no nanny yet: running the workers in this process (as with --no-nanny)")
-    if n > 1:
-        logger.info("Starting %d workers in this process (one event loop; a nanny would give each its own process)", n)
+    if n > 1 and not nanny:
+        logger.info("Starting %d workers in this process (one event loop; --nanny gives each its own process)", n)
 
     worker_kwargs: list[dict[str, Any]] = []
     for i in range(n):
@@ -294,10 +301,14 @@ def main(
             "lifetime": lifetime,
             "lifetime_stagger": lifetime_stagger,
         }
+        if nanny:
+            # The nanny listens on --nanny-port; its worker on --worker-port.
+            kw["worker_port"] = kw.pop("port")
+            kw["port"] = nanny_ports[i]
         worker_kwargs.append(kw)
 
     with write_pid_file(pid_file):
-        code = asyncio.run(_run(scheduler, scheduler_file, death_timeout, worker_kwargs))
+        code = asyncio.run(_run(scheduler, scheduler_file, death_timeout, worker_kwargs, nanny))
     sys.exit(code)
 
 
@@ -306,7 +317,9 @@ async def _run(
     scheduler_file: str | None,
     death_timeout: float | None,
     worker_kwargs: list[dict[str, Any]],
+    nanny: bool,
 ) -> int:
+    from distributed.nanny import Nanny
     from distributed.worker import Worker
 
     shutdown = ShutdownSignal()
@@ -328,7 +341,7 @@ async def _run(
             return 0
 
     try:
-        workers = [Worker(address, **kw) for kw in worker_kwargs]
+        workers: list[Worker | Nanny] = [(Nanny if nanny else Worker)(address, **kw) for kw in worker_kwargs]
     except Exception as e:
         logger.error("Could not create the worker(s): %s", e)
         return 1
@@ -347,6 +360,9 @@ async def _run(
         return 0
 
     for w in workers:
+        if isinstance(w, Nanny):
+            logger.info("  Nanny at:       %s (worker %s, pid %s)", w.address, w.worker_address, w.pid)
+            continue
         logger.info("  Worker at:      %s (name %s, %d threads)", w.address, w.name, w.nthreads)
         if w.http_server is not None:
             host = w.http_server.host or "0.0.0.0"
@@ -366,7 +382,7 @@ async def _run(
     return 0
 
 
-async def _close_all(workers: list[Worker]) -> None:
+async def _close_all(workers: list[Worker | Nanny]) -> None:
     results = await asyncio.gather(*(w.close() for w in workers), return_exceptions=True)
     for w, r in zip(workers, results):
         if isinstance(r, BaseException):

@@ -1919,6 +1919,144 @@ class Client(Generic[AsyncT]):
             asynchronous=asynchronous,
         )
 
+    # -- restarts -----------------------------------------------------------------------------
+    @overload
+    def restart(
+        self: Client[Literal[False]],
+        timeout: Any = no_default,
+        wait_for_workers: bool = True,
+        *,
+        asynchronous: Literal[False] | None = None,
+    ) -> None: ...
+
+    @overload
+    def restart(
+        self: Client[Literal[True]],
+        timeout: Any = no_default,
+        wait_for_workers: bool = True,
+        *,
+        asynchronous: Literal[True] | None = None,
+    ) -> Awaitable[None]: ...
+
+    @overload
+    def restart(
+        self, timeout: Any = no_default, wait_for_workers: bool = True, *, asynchronous: Literal[True]
+    ) -> Awaitable[None]: ...
+
+    @overload
+    def restart(
+        self, timeout: Any = no_default, wait_for_workers: bool = True, *, asynchronous: bool | None = None
+    ) -> Awaitable[None] | None: ...
+
+    def restart(
+        self, timeout: Any = no_default, wait_for_workers: bool = True, *, asynchronous: bool | None = None
+    ) -> Awaitable[None] | None:
+        """Restart every worker process (through its nanny) and cancel every future of every client.
+
+        Parameters
+        ----------
+        timeout
+            Seconds (or a string like ``"30s"``) to wait for the workers to come
+            back (default: four times the connect timeout); TimeoutError past it.
+        wait_for_workers
+            Wait until the new worker processes joined (else return once each
+            nanny started replacing its worker).
+
+        Raises
+        ------
+        ValueError
+            When a worker has no nanny (nothing would start it again); nothing is
+            cancelled then.
+        """
+        t = self._restart_timeout(timeout)
+
+        async def restart() -> None:
+            await self.link.stream_handled()
+            await self.link.request(m.Restart(op="restart", timeout=t, wait_for_workers=wait_for_workers))
+            reason = "The scheduler restarted its workers (Client.restart)"
+            for fs in list(self.futures.values()):
+                if fs.status != "cancelled":
+                    fs.cancel(reason)
+
+        return self.sync(restart, asynchronous=asynchronous)
+
+    def _restart_timeout(self, timeout: Any) -> float:
+        if timeout is no_default or timeout is None:
+            return 4 * self._timeout
+        return float(parse_timedelta(timeout) or 0)
+
+    @overload
+    def restart_workers(
+        self: Client[Literal[False]],
+        workers: list[str],
+        timeout: Any = no_default,
+        raise_for_error: bool = True,
+        *,
+        asynchronous: Literal[False] | None = None,
+    ) -> dict[str, Any]: ...
+
+    @overload
+    def restart_workers(
+        self: Client[Literal[True]],
+        workers: list[str],
+        timeout: Any = no_default,
+        raise_for_error: bool = True,
+        *,
+        asynchronous: Literal[True] | None = None,
+    ) -> Awaitable[dict[str, Any]]: ...
+
+    @overload
+    def restart_workers(
+        self,
+        workers: list[str],
+        timeout: Any = no_default,
+        raise_for_error: bool = True,
+        *,
+        asynchronous: Literal[True],
+    ) -> Awaitable[dict[str, Any]]: ...
+
+    @overload
+    def restart_workers(
+        self,
+        workers: list[str],
+        timeout: Any = no_default,
+        raise_for_error: bool = True,
+        *,
+        asynchronous: bool | None = None,
+    ) -> dict[str, Any] | Awaitable[dict[str, Any]]: ...
+
+    def restart_workers(
+        self,
+        workers: list[str],
+        timeout: Any = no_default,
+        raise_for_error: bool = True,
+        *,
+        asynchronous: bool | None = None,
+    ) -> dict[str, Any] | Awaitable[dict[str, Any]]:
+        """Restart these workers' processes (addresses or names) through their nannies.
+
+        Their tasks run again elsewhere or on the new processes; other workers
+        and the futures stay.  Returns ``{worker: "OK"}``.
+
+        Raises
+        ------
+        ValueError
+            When a worker is unknown or has no nanny.
+        NotImplementedError
+            For ``raise_for_error=False`` (errors are always raised).
+        """
+        if not raise_for_error:
+            raise NotImplementedError("Client.restart_workers(raise_for_error=False) is not supported yet")
+        names = [str(w) for w in (worker_list(workers) or [])]
+        t = self._restart_timeout(timeout)
+
+        async def restart() -> dict[str, Any]:
+            reply = await self.link.request(m.RestartWorkers(op="restart_workers", workers=names, timeout=t))
+            assert isinstance(reply, dict)
+            return reply
+
+        return self.sync(restart, asynchronous=asynchronous)
+
     def futures_of(self, collection: Any) -> list[Future]:
         """The futures held in a collection."""
         from distributed.client.futures import futures_of

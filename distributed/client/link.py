@@ -48,7 +48,14 @@ logger = logging.getLogger(__name__)
 __all__ = ["SchedulerLink", "SchedulerRequest", "raise_if_malformed"]
 
 #: Every request a client sends its scheduler: its own, worker plugins' and coordination primitives'.
-SchedulerRequest = m.ClientRequest | m.RegisterWorkerPlugin | m.UnregisterWorkerPlugin | m.CoordinationRequest
+SchedulerRequest = (
+    m.ClientRequest
+    | m.RegisterWorkerPlugin
+    | m.UnregisterWorkerPlugin
+    | m.CoordinationRequest
+    | m.Restart
+    | m.RestartWorkers
+)
 
 _CHECK_REGISTERED: Final = checker(m.RegisterClientReply)
 

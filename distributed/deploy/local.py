@@ -7,8 +7,11 @@ Workers run either
 
 * in this process, on the same loop (``processes=False``): comms default to
   the in-process transport (``inproc://``), so nothing is serialised; or
-* in child processes (``processes=True``), one :class:`ServerProcess` each,
-  talking TCP on 127.0.0.1 (by default).
+* in child processes (``processes=True``), each under a
+  :class:`~distributed.Nanny` in this process (as in dask.distributed), which
+  starts the worker again when its process dies; with an explicit Worker
+  class, one bare :class:`ServerProcess` each (nothing restarts it).  Either
+  way the workers talk TCP on 127.0.0.1 (by default).
 
 Workers are named ``0, 1, 2, ...`` in the order they are added; scaling down
 retires the most recently added workers first (the scheduler forgets them at
@@ -46,6 +49,7 @@ from distributed.config import silence_logging
 from distributed.core import Status
 from distributed.deploy.cluster import Cluster, WorkerHandle
 from distributed.deploy.spawn import ServerProcess, config_snapshot
+from distributed.nanny import Nanny
 from distributed.protocol import messages as m
 from distributed.scheduler import Scheduler
 from distributed.utils import import_term, refuse_unsupported
@@ -218,9 +222,13 @@ class LocalCluster(Cluster):
             raise ValueError(f"nthreads={nthreads} contradicts threads_per_worker={threads_per_worker}")
         self._worker_cls = _resolve_worker_class(worker_class)
         if processes is None:
-            processes = worker_class is None
+            processes = worker_class is None or (self._worker_cls is not None and issubclass(self._worker_cls, Nanny))
         self.processes = processes
-        if self.processes and self._worker_cls is not None:
+        #: Whether each worker process runs under a nanny (processes=True and no plain Worker class given).
+        self.nannies = bool(processes) and (self._worker_cls is None or issubclass(self._worker_cls, Nanny))
+        if not processes and self._worker_cls is not None and issubclass(self._worker_cls, Nanny):
+            raise ValueError("worker_class=Nanny runs workers in processes: it needs processes=True")
+        if self.processes and self._worker_cls is not None and not self.nannies:
             self._worker_class_path: str | None = f"{self._worker_cls.__module__}.{self._worker_cls.__qualname__}"
             if "<locals>" in self._worker_class_path or self._worker_cls.__module__ == "__main__":
                 raise ValueError(
@@ -340,6 +348,12 @@ class LocalCluster(Cluster):
 
     async def _start_worker(self, name: int) -> WorkerHandle:
         kwargs = self._new_worker_kwargs(name)
+        if self.nannies:
+            nanny_cls = self._worker_cls or Nanny
+            nanny = nanny_cls(silence_logs=self._log_level() or None, **kwargs)
+            await nanny.start()  # a failed start closes the nanny and its process
+            nanny_handle: WorkerHandle = nanny
+            return nanny_handle
         if self.processes:
             proc = ServerProcess(
                 "worker",
@@ -385,7 +399,11 @@ class LocalCluster(Cluster):
                         await self._pool.call(
                             self.scheduler_address,
                             m.RetireWorkers(
-                                op="retire_workers", workers=[h.address for h in handles], close_workers=True
+                                op="retire_workers",
+                                workers=[
+                                    (h.worker_address or "") if isinstance(h, Nanny) else h.address for h in handles
+                                ],
+                                close_workers=True,
                             ),
                         )
                     except Exception:

@@ -58,11 +58,10 @@ class SchedulerPlugin:
         """Run once for each graph a client submits."""
 
     def restart(self, scheduler: Scheduler) -> None:
-        """Run when the scheduler restarts its workers.
+        """Run when the scheduler restarts its workers (``Client.restart``).
 
-        This scheduler cannot restart its workers yet (it has no ``restart``
-        request, so ``Client.restart`` is not available): the hook is never
-        called until that exists.
+        Called after every future was cancelled and before the nannies
+        replace the worker processes.
         """
 
     def transition(self, key: Any, start: str, finish: str, *args: Any, stimulus_id: str, **kwargs: Any) -> None:

@@ -558,3 +558,37 @@ class GetLogs(TypedDict):
     op: Literal["get_logs"]
     n: NotRequired[int | None]
     timestamps: NotRequired[bool]
+
+
+# -- restarts: client -> scheduler (requests), scheduler -> nanny (requests) -------
+class Restart(TypedDict):
+    """Replace every worker process through its nanny; every future is cancelled."""
+
+    op: Literal["restart"]
+    timeout: NotRequired[float | None]
+    wait_for_workers: NotRequired[bool]
+
+
+class RestartWorkers(TypedDict):
+    """Replace the processes of these workers (addresses or names) through their nannies."""
+
+    op: Literal["restart_workers"]
+    workers: Sequence[str]
+    timeout: NotRequired[float | None]
+
+
+class NannyRestart(TypedDict):
+    """Ask a nanny for a new worker process (the old one is closed, then killed)."""
+
+    op: Literal["restart"]
+    timeout: NotRequired[float]
+    reason: NotRequired[str]
+    wait: NotRequired[bool]
+
+
+class NannyKill(TypedDict):
+    """Ask a nanny to end its worker process and not start another."""
+
+    op: Literal["kill"]
+    timeout: NotRequired[float]
+    reason: NotRequired[str]

@@ -179,7 +179,7 @@ def test_version(cmd: list[str]) -> None:
         ([*WORKER, "tcp://127.0.0.1:1", "--dashboard-address", "127.0.0.1:port"], "--dashboard-address"),
         ([*WORKER, "tcp://127.0.0.1:1", "--nworkers", "2", "--dashboard-address", ":8799"], "--dashboard-address"),
         ([*WORKER, "tcp://127.0.0.1:1", "--preload", "some_module"], "--preload"),
-        ([*WORKER, "tcp://127.0.0.1:1", "--nanny-port", "9000"], "--nanny-port"),
+        ([*WORKER, "tcp://127.0.0.1:1", "--no-nanny", "--nanny-port", "9000"], "--nanny-port"),
         ([*WORKER, "tcp://127.0.0.1:1", "--lifetime", "1s", "--lifetime-restart"], "--lifetime-restart"),
     ],
 )
@@ -298,19 +298,21 @@ def test_sigint(procs: Callable[..., Proc], tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(120)
-def test_nworkers_in_one_process(procs: Callable[..., Proc], tmp_path: Path) -> None:
+@pytest.mark.parametrize("nanny", [True, False])
+def test_nworkers(procs: Callable[..., Proc], tmp_path: Path, nanny: bool) -> None:
+    """By default each worker runs under a nanny, in a process of its own that comes back when killed."""
+    import psutil
+
     from distributed import Client
 
     sched, address, _ = start_scheduler(procs, tmp_path)
-    worker = procs(
-        [*WORKER, address, "--nworkers", "2", "--nthreads", "1", "--name", "w", "--resources", "GPU=2 MEM=10e9"],
-        name="worker",
-    )
+    args = [*WORKER, address, "--nworkers", "2", "--nthreads", "1", "--name", "w", "--resources", "GPU=2 MEM=10e9"]
+    worker = procs(args if nanny else [*args, "--no-nanny"], name="worker")
     with Client(address, timeout=30) as client:
 
-        def two_workers() -> dict[str, Any] | None:
+        def two_workers(not_pids: set[int] = set()) -> dict[str, Any] | None:  # noqa: B006
             ws: dict[str, Any] = client.scheduler_info()["workers"]
-            return ws if len(ws) == 2 else None
+            return ws if len(ws) == 2 and not ({w["pid"] for w in ws.values()} & not_pids) else None
 
         workers = poll_with_proc(two_workers, 60, "two workers", worker)
         assert sorted(w["name"] for w in workers.values()) == ["w-0", "w-1"]
@@ -318,9 +320,23 @@ def test_nworkers_in_one_process(procs: Callable[..., Proc], tmp_path: Path) -> 
         assert all(w["resources"] == {"GPU": 2.0, "MEM": 10e9} for w in workers.values())
         futures = client.map(operator.mul, range(10), range(10))
         assert client.gather(futures) == [i * i for i in range(10)]
+        pids = {w["pid"] for w in workers.values()}
+        if not nanny:
+            assert pids == {worker.pid}
+            assert all(w["nanny"] is None for w in workers.values())
+        else:
+            assert len(pids) == 2 and worker.pid not in pids
+            assert all(w["nanny"] for w in workers.values())
+            victim = next(iter(pids))
+            os.kill(victim, signal.SIGKILL)
+            back = poll_with_proc(lambda: two_workers({victim}), 30, "the killed worker to come back", worker)
+            assert sorted(w["name"] for w in back.values()) == ["w-0", "w-1"]
+            pids = {w["pid"] for w in back.values()}
+            assert client.submit(operator.add, 1, 2).result() == 3
     assert worker.signal_and_wait(signal.SIGTERM) == 0, worker.stderr()
-    # --nanny is the default; without a nanny the workers run in-process, and the log says so.
-    assert "no nanny" in worker.stderr()
+    assert "Traceback" not in worker.stderr()
+    # SIGTERM reached the worker processes through their nannies: they closed.
+    assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
     assert sched.signal_and_wait(signal.SIGTERM) == 0, sched.stderr()
 
 

@@ -20,6 +20,7 @@ from distributed.client import Client
 from distributed.core import Status
 from distributed.deploy import Cluster, LocalCluster, ServerProcess
 from distributed.deploy.local import split_cores
+from distributed.nanny import Nanny
 from distributed.utils_test import async_poll_for, poll_for
 from distributed.worker import Worker
 
@@ -68,6 +69,8 @@ def kill_cluster_children(cluster: LocalCluster) -> None:
     for handle in list(cluster.workers.values()):
         if isinstance(handle, ServerProcess):
             handle.kill()
+        elif isinstance(handle, Nanny) and handle.process is not None:
+            handle.process.kill()
 
 
 def wait_for_idle(cluster: LocalCluster) -> None:
@@ -255,8 +258,8 @@ def test_worker_class(no_leaks: None) -> None:
         n_workers=1, processes=False, worker_class="distributed.Worker", dashboard_address=None
     ) as cluster:
         assert all(type(w) is distributed.worker.Worker for w in cluster.workers.values())
-    with pytest.raises(ImportError, match="distributed.Nanny"):
-        LocalCluster(n_workers=1, worker_class="distributed.Nanny", dashboard_address=None)
+    with pytest.raises(ValueError, match="processes=True"):
+        LocalCluster(n_workers=1, processes=False, worker_class="distributed.Nanny", dashboard_address=None)
     with pytest.raises(ValueError, match="child process"):
         LocalCluster(n_workers=1, processes=True, worker_class=MyWorker, asynchronous=True)
 
@@ -364,19 +367,22 @@ def test_process_cluster(no_leaks: None) -> None:
     try:
         assert cluster.scheduler_address.startswith("tcp://127.0.0.1:")
         handles = list(cluster.workers.values())
-        assert all(isinstance(h, ServerProcess) for h in handles)
-        pids = {h.pid for h in handles if isinstance(h, ServerProcess)}
+        assert all(isinstance(h, Nanny) for h in handles)  # processes=True: each worker under a nanny
+        nannies = [h for h in handles if isinstance(h, Nanny)]
+        pids = {h.pid for h in nannies}
         assert len(pids) == 2 and pids <= {p.pid for p in live_children()}
+        procs = [h.process for h in nannies]
         with Client(cluster) as client:
             compute_checks(client)
             worker_pids = set(
                 client.gather(
-                    [client.submit(__import__("os").getpid, pure=False, workers=[h.address]) for h in handles]
+                    [client.submit(__import__("os").getpid, pure=False, workers=[h.worker_address]) for h in nannies]
                 )
             )
             assert worker_pids == pids
         cluster.close()
-        assert all(isinstance(h, ServerProcess) and h.exitcode == 0 for h in handles)
+        assert all(h.status == Status.closed for h in nannies)
+        assert all(p is not None and p.exitcode == 0 for p in procs)  # closed cleanly, not killed
     finally:
         kill_cluster_children(cluster)
         cluster.close()
@@ -394,10 +400,13 @@ def test_process_cluster_config_and_scale(no_leaks: None) -> None:
             assert cluster.scheduler is not None and len(cluster.scheduler.workers) == 2
             assert client.gather(client.map(operator.neg, range(50))) == [-i for i in range(50)]
             removed = cluster.workers[1]
+            assert isinstance(removed, Nanny)
+            removed_proc = removed.process
             wait_for_idle(cluster)
             cluster.scale(1)
             assert list(cluster.workers) == [0]
-            assert isinstance(removed, ServerProcess) and removed.exitcode == 0
+            assert removed.status == Status.closed
+            assert removed_proc is not None and removed_proc.exitcode == 0
             assert client.submit(operator.add, 1, 2).result() == 3
     finally:
         kill_cluster_children(cluster)
@@ -414,11 +423,11 @@ def test_client_without_address_starts_local_cluster(no_leaks: None) -> None:
         assert cluster.dashboard_link is None
         assert client.submit(operator.add, 1, 2).result() == 3
         handles = list(cluster.workers.values())
-        assert handles and all(isinstance(h, ServerProcess) for h in handles)
+        assert handles and all(isinstance(h, Nanny) for h in handles)
     finally:
         client.close()
     assert cluster.status == Status.closed
-    assert all(isinstance(h, ServerProcess) and h.exitcode == 0 for h in handles)
+    assert all(isinstance(h, Nanny) and h.status == Status.closed for h in handles)
 
 
 # -- logs -----------------------------------------------------------------------------------------
@@ -463,7 +472,7 @@ def test_get_logs_are_bounded(no_leaks: None) -> None:
 @pytest.mark.timeout(120)
 def test_get_logs_of_worker_processes(no_leaks: None) -> None:
     with LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=None) as cluster:
-        (address,) = (h.address for h in cluster.workers.values())
+        (address,) = (h.worker_address for h in cluster.workers.values() if isinstance(h, Nanny))
         logs = cluster.get_logs()
         assert set(logs) == {"Cluster", "Scheduler", address}
         # Default silence_logs quiets stderr, not the servers' INFO records.

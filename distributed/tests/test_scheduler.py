@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 
-import distributed.scheduler as scheduler_module
-from distributed import Client, LocalCluster, SchedulerPlugin, scheduler_requests, scheduler_streams, wait
+from distributed import Client, SchedulerPlugin, wait
 from distributed.comm import connect
 from distributed.core import send_recv
 from distributed.scheduler import Scheduler
@@ -211,8 +210,6 @@ def test_large_state_gc_freezes_while_large_and_unfreezes_after() -> None:
 
 def test_scheduler_builds_declared_messages() -> None:
     """No ``{"op": ...}`` literal in the scheduler's modules: each message is built as its declared type."""
-    import ast
-    import inspect
 
     import distributed.scheduler as sched_mod
     import distributed.scheduler_requests as requests_mod
@@ -276,28 +273,3 @@ def test_interface_errors() -> None:
         Scheduler(interface="no-such-if0")
     with pytest.raises(ValueError, match="host=..., interface=..."):
         Scheduler(host="127.0.0.1", interface=_loopback_interface())
-
-
-def test_no_restart_request_so_plugin_restart_hook_is_not_missed() -> None:
-    """SchedulerPlugin.restart is documented as never called because nothing restarts workers.
-
-    When a restart request is added, it must call the plugins' ``restart`` hook
-    (and this test must change).
-    """
-    s = Scheduler()
-    assert not [op for op in s.handlers if "restart" in op]
-    for cls in (Scheduler, Client, LocalCluster):
-        assert not [name for name in dir(cls) if "restart" in name], cls
-    # Nothing in the scheduler calls the hook either.
-    for module in (scheduler_module, scheduler_requests, scheduler_streams):
-        tree = ast.parse(inspect.getsource(module))
-        calls = [
-            node
-            for node in ast.walk(tree)
-            if isinstance(node, ast.Call)
-            and node.args
-            and isinstance(node.args[0], ast.Constant)
-            and node.args[0].value == "restart"
-        ]
-        assert not calls, module.__name__
-    assert "never called" in " ".join((SchedulerPlugin.restart.__doc__ or "").split())
