@@ -1,0 +1,57 @@
+"""Hostile input and peers that misbehave: silent connections, garbage bytes,
+malformed messages.  Everything stays on loopback and is bounded in count and time."""
+
+from __future__ import annotations
+
+import socket
+
+import psutil
+
+from distributed.comm import connect
+from distributed.core import send_recv
+from distributed.scheduler import Scheduler
+from distributed.utils_test import async_poll_for, gen_test
+
+
+def _open_silent(address: str, n: int) -> list[socket.socket]:
+    host, port = address.removeprefix("tcp://").rsplit(":", 1)
+    socks = []
+    for _ in range(n):
+        sock = socket.create_connection((host, int(port)))
+        sock.setblocking(False)
+        socks.append(sock)
+    return socks
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    try:
+        return sock.recv(1) == b""
+    except BlockingIOError:
+        return False
+    except OSError:  # reset: aborted by the peer
+        return True
+
+
+@gen_test(config={"distributed.comm.timeouts.tcp": "1s"})
+async def test_silent_connections_cost_little_and_are_closed() -> None:
+    async with Scheduler(port=0, host="127.0.0.1", dashboard=False) as s:
+        # A connection that spoke once and then idles is not one of the silent ones.
+        talker = await connect(s.address)
+        assert (await send_recv(talker, {"op": "identity"}))["address"] == s.address
+        proc = psutil.Process()
+        before = proc.memory_info().rss
+        socks = _open_silent(s.address, 300)
+        try:
+            # Every connection is accepted (the scheduler sees it) ...
+            await async_poll_for(lambda: len(s._comms) >= 300, timeout=10)
+            grown = proc.memory_info().rss - before
+            # ... at a few KiB each, not a 256 KiB buffer each (75 MB).
+            assert grown < 20 * 2**20, f"RSS grew by {grown / 2**20:.1f} MiB for 300 silent connections"
+            # Silent past distributed.comm.timeouts.tcp: closed by the scheduler.
+            await async_poll_for(lambda: all(_closed_by_peer(x) for x in socks), timeout=10)
+            await async_poll_for(lambda: len(s._comms) == 1, timeout=5)
+            assert (await send_recv(talker, {"op": "identity"}))["address"] == s.address
+        finally:
+            talker.abort()
+            for sock in socks:
+                sock.close()
