@@ -51,7 +51,7 @@ import dask.config
 from dask.utils import key_split, parse_timedelta
 
 from distributed.batched import BatchedSend
-from distributed.comm import CommClosedError
+from distributed.comm import CommClosedError, validate_address
 from distributed.core import Route, Server
 from distributed.diagnostics.plugin import SchedulerPlugin
 from distributed.exceptions import KilledWorker, LostDataError
@@ -1336,6 +1336,7 @@ class Scheduler(Server):
     ) -> Out:
         """A worker joined: record it and give it work."""
         stimulus_id = stimulus_id or f"add-worker-{time.time()}"
+        _check_worker_fields(address, nthreads, name, memory_limit)
         if address in self.workers:
             raise ValueError(f"Worker {address} is already registered")
         if name is not None and name in self.aliases and self.aliases[name] != address:
@@ -1730,3 +1731,18 @@ def _priority_key(ts: TaskState) -> tuple[Any, ...]:
 def _state(ts: TaskState) -> TaskStateName:
     # Read after a transition: a plain ``ts.state`` would keep the narrowed type from before it.
     return ts.state
+
+
+def _check_worker_fields(address: object, nthreads: object, name: object, memory_limit: object) -> None:
+    """Refuse a worker registration whose fields could not describe a real worker."""
+    validate_address(address)
+    if isinstance(nthreads, bool) or not isinstance(nthreads, int) or nthreads < 1:
+        raise ValueError(f"A worker needs nthreads >= 1, got {nthreads!r}")
+    if isinstance(memory_limit, bool) or not isinstance(memory_limit, int) or memory_limit < 0:
+        raise ValueError(f"A worker's memory_limit must be a byte count >= 0 (0: no limit), got {memory_limit!r}")
+    try:
+        hash(name)
+    except TypeError:
+        raise ValueError(
+            f"A worker's name must be hashable (a string or a number), got {type(name).__name__}"
+        ) from None

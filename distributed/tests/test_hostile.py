@@ -3,11 +3,14 @@ malformed messages.  Everything stays on loopback and is bounded in count and ti
 
 from __future__ import annotations
 
+import asyncio
 import socket
+from typing import Any
 
 import psutil
+import pytest
 
-from distributed.comm import connect
+from distributed.comm import CommClosedError, connect
 from distributed.core import send_recv
 from distributed.scheduler import Scheduler
 from distributed.utils_test import async_poll_for, gen_test
@@ -55,3 +58,49 @@ async def test_silent_connections_cost_little_and_are_closed() -> None:
             talker.abort()
             for sock in socks:
                 sock.close()
+
+
+_GOOD_REGISTRATION = {
+    "op": "register-worker",
+    "address": "tcp://127.0.0.1:1",
+    "nthreads": 1,
+    "name": "w",
+    "memory_limit": 0,
+}
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"name": ["un", {"hash": "able"}]},
+        {"name": {"a": 1}},
+        {"nthreads": -5},
+        {"nthreads": 0},
+        {"memory_limit": -1},
+        {"address": "garbage"},
+        {"address": "tcp://127.0.0.1:notaport"},
+        {"address": "tcp://127.0.0.1:0"},
+        {"address": "nosuch://x"},
+    ],
+)
+@gen_test()
+async def test_bad_worker_registration_is_answered_and_closed(bad: dict[str, Any]) -> None:
+    async with Scheduler(port=0, host="127.0.0.1", dashboard=False, validate=True) as s:
+        comm = await connect(s.address)
+        try:
+            await comm.write({**_GOOD_REGISTRATION, **bad})
+            reply = await asyncio.wait_for(comm.read(), 5)
+            assert reply["status"] == "error"
+            field = next(iter(bad))
+            assert (
+                field in reply["message"]
+                or field.replace("_", " ") in reply["message"]
+                or "address" in reply["message"]
+            )
+            # Then closed by the scheduler.
+            with pytest.raises(CommClosedError):
+                await asyncio.wait_for(comm.read(), 5)
+        finally:
+            comm.abort()
+        assert not s.workers and not s.aliases
+        s.validate_state()
