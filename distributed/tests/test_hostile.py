@@ -10,10 +10,12 @@ from typing import Any
 import psutil
 import pytest
 
+from distributed import Client, Future
 from distributed.comm import CommClosedError, connect
 from distributed.core import send_recv
 from distributed.scheduler import Scheduler
-from distributed.utils_test import async_poll_for, gen_test
+from distributed.utils_test import async_poll_for, gen_cluster, gen_test, inc
+from distributed.worker import Worker
 
 
 def _open_silent(address: str, n: int) -> list[socket.socket]:
@@ -104,3 +106,32 @@ async def test_bad_worker_registration_is_answered_and_closed(bad: dict[str, Any
             comm.abort()
         assert not s.workers and not s.aliases
         s.validate_state()
+
+
+def _spec(*deps: Any) -> dict[str, Any]:
+    return {"run_spec": None, "dependencies": list(deps), "order": 0}
+
+
+@pytest.mark.parametrize(
+    "tasks, problem",
+    [
+        ({"a": _spec("b"), "b": _spec("c"), "c": _spec("a"), "out": _spec("a")}, "cycle between the keys"),
+        ({float("nan"): _spec(), "out": _spec()}, "NaN"),
+        ({("x", float("nan")): _spec(), "out": _spec()}, "NaN"),
+    ],
+)
+@gen_cluster(nthreads=[("127.0.0.1", 1)])
+async def test_graph_that_cannot_run_is_refused_and_leaves_nothing(
+    s: Scheduler, a: Worker, tasks: dict[Any, Any], problem: str
+) -> None:
+    async with Client(s.address, asynchronous=True) as c:
+        assert c.scheduler_comm is not None
+        out = Future("out", c)
+        c.scheduler_comm.send({"op": "update-graph", "client": c.id, "tasks": tasks, "keys": ["out"]})
+        with pytest.raises(ValueError, match=problem):
+            await asyncio.wait_for(out, 5)
+        del out
+        # The cluster keeps working for this client.
+        assert await c.submit(inc, 1) == 2
+    await async_poll_for(lambda: not s.tasks, timeout=5)
+    s.validate_state()
