@@ -4,9 +4,13 @@ malformed messages.  Everything stays on loopback and is bounded in count and ti
 from __future__ import annotations
 
 import asyncio
+import random
 import socket
+import struct
+import typing
 from typing import Any
 
+import msgpack
 import psutil
 import pytest
 
@@ -135,3 +139,92 @@ async def test_graph_that_cannot_run_is_refused_and_leaves_nothing(
         assert await c.submit(inc, 1) == 2
     await async_poll_for(lambda: not s.tasks, timeout=5)
     s.validate_state()
+
+
+# -- fuzzing ------------------------------------------------------------------------------------
+
+_ODD_VALUES: list[Any] = [None, 1.5, -3, "x", "", [1, {}], {"a": []}, {"k": {"n": None}}, b"\x00\xff", True, [], ()]
+
+
+def _u64(*xs: int) -> bytes:
+    return b"".join(struct.pack("<Q", x) for x in xs)
+
+
+def _raw_case(rng: random.Random) -> bytes:
+    """Bytes that are not a well-formed message."""
+    kind = rng.randrange(6)
+    if kind == 0:  # garbage
+        return rng.randbytes(rng.randrange(1, 200))
+    if kind == 1:  # a frame announcing a huge length
+        return _u64(1, rng.choice([2**40, 2**63, 2**64 - 1])) + b"abc"
+    if kind == 2:  # a huge frame count
+        return _u64(rng.choice([0, 2**31, 2**64 - 1]), 1)
+    if kind == 3:  # truncated: fewer bytes than the header says
+        body = rng.randbytes(rng.randrange(0, 50))
+        return _u64(1, len(body) + rng.randrange(1, 1000)) + body
+    if kind == 4:  # valid framing, garbage msgpack inside
+        body = rng.randbytes(rng.randrange(1, 100))
+        return _u64(1, len(body)) + body
+    # a valid message followed by more bytes than its header says
+    valid: bytes = msgpack.packb({"op": "identity"})
+    return _u64(1, len(valid)) + valid + rng.randbytes(rng.randrange(1, 40))
+
+
+def _bad_message(rng: random.Random, routes: dict[str, Any]) -> dict[str, Any]:
+    """A request with an unknown op, or a known op whose fields do not match its declaration."""
+    if rng.random() < 0.2:
+        return {"op": rng.choice(["", "nope", "register_worker", "a" * 300]), "x": rng.choice(_ODD_VALUES)}
+    while True:
+        op = rng.choice(sorted(routes))
+        fields = [f for f in typing.get_type_hints(routes[op].schema) if f != "op"]
+        if not fields:
+            continue
+        msg = {"op": op, **{f: rng.choice(_ODD_VALUES) for f in fields if rng.random() < 0.8}}
+        if routes[op].check(msg) is not None:  # refused before any handler runs
+            return msg
+
+
+async def _throw_raw(address: str, data: bytes) -> None:
+    host, port = address.removeprefix("tcp://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(data)
+        writer.write_eof()
+        # The server answers or not, and closes: read until it does.
+        while await asyncio.wait_for(reader.read(65536), 5):
+            pass
+    except ConnectionResetError:
+        pass
+    finally:
+        writer.close()
+
+
+def _snapshot(s: Scheduler, w: Worker) -> Any:
+    assert w.state is not None
+    return (sorted(map(str, s.tasks)), sorted(s.workers), sorted(s.clients), sorted(map(str, w.state.tasks)))
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)], timeout=60)
+async def test_fuzzed_input_leaves_scheduler_and_worker_working(c: Client, s: Scheduler, a: Worker) -> None:
+    rng = random.Random(8)
+    before = _snapshot(s, a)
+    comms_before = (len(s._comms), len(a._comms))
+    targets = [(s.address, s.handlers), (a.address, a.handlers)]
+    for i in range(300):
+        address, routes = targets[i % 2]
+        if rng.random() < 0.5:
+            await _throw_raw(address, _raw_case(rng))
+            continue
+        comm = await connect(address)
+        try:
+            msg = _bad_message(rng, routes)
+            with pytest.raises(ValueError):
+                await asyncio.wait_for(send_recv(comm, msg), 5)
+        finally:
+            comm.abort()
+    await async_poll_for(lambda: (len(s._comms), len(a._comms)) == comms_before, timeout=10)
+    assert _snapshot(s, a) == before
+    # And they still compute.
+    futures = c.map(inc, range(20))
+    assert sum(await c.gather(futures)) == sum(range(1, 21))
+    assert await c.submit(sum, futures) == sum(range(1, 21))
