@@ -7,6 +7,8 @@ import asyncio
 import random
 import socket
 import struct
+import sys
+import time
 import typing
 from typing import Any
 
@@ -16,9 +18,9 @@ import pytest
 
 from distributed import Client, Future
 from distributed.comm import CommClosedError, connect
-from distributed.core import send_recv
+from distributed.core import Status, send_recv
 from distributed.scheduler import Scheduler
-from distributed.utils_test import async_poll_for, gen_cluster, gen_test, inc
+from distributed.utils_test import async_poll_for, gen_cluster, gen_test, inc, popen
 from distributed.worker import Worker
 
 
@@ -228,3 +230,45 @@ async def test_fuzzed_input_leaves_scheduler_and_worker_working(c: Client, s: Sc
     futures = c.map(inc, range(20))
     assert sum(await c.gather(futures)) == sum(range(1, 21))
     assert await c.submit(sum, futures) == sum(range(1, 21))
+
+
+# -- peers that vanish ------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _scheduler_process(port: int) -> Any:
+    args = [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", str(port)]
+    return popen([*args, "--no-dashboard"], capture_output=True)
+
+
+@gen_test(timeout=60)
+async def test_worker_rejoins_a_scheduler_restarted_at_the_same_address() -> None:
+    port = _free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    with _scheduler_process(port) as proc:
+        async with Worker(address, nthreads=1, death_timeout=30) as w:
+            proc.kill()  # no goodbye: the worker just loses its stream
+            proc.wait()
+            async with Scheduler(host="127.0.0.1", port=port, dashboard=False, validate=True) as s:
+                await async_poll_for(lambda: w.address in s.workers, timeout=20)
+                async with Client(s.address, asynchronous=True) as c:
+                    assert await c.submit(inc, 1) == 2
+                    assert await c.gather(c.map(inc, range(10))) == list(range(1, 11))
+
+
+@gen_test(timeout=60)
+async def test_worker_closes_when_no_scheduler_returns_within_death_timeout() -> None:
+    port = _free_port()
+    with _scheduler_process(port) as proc:
+        async with Worker(f"tcp://127.0.0.1:{port}", nthreads=1, death_timeout=1) as w:
+            proc.kill()
+            proc.wait()
+            start = time.monotonic()
+            await async_poll_for(lambda: w.status == Status.closed, timeout=15)
+            assert time.monotonic() - start > 0.9  # it did try for death_timeout
