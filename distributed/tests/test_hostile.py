@@ -272,3 +272,39 @@ async def test_worker_closes_when_no_scheduler_returns_within_death_timeout() ->
             start = time.monotonic()
             await async_poll_for(lambda: w.status == Status.closed, timeout=15)
             assert time.monotonic() - start > 0.9  # it did try for death_timeout
+
+
+@gen_test()
+async def test_client_to_nothing_fails_within_its_timeout() -> None:
+    start = time.monotonic()
+    with pytest.raises(OSError, match="Timed out"):
+        await Client(f"tcp://127.0.0.1:{_free_port()}", timeout=1, asynchronous=True)
+    assert time.monotonic() - start < 5
+
+
+@gen_test()
+async def test_client_waits_for_its_scheduler_file(tmp_path: Any) -> None:
+    path = str(tmp_path / "scheduler.json")
+
+    async def make_client() -> Client:
+        return await Client(scheduler_file=path, timeout=20, asynchronous=True)
+
+    pending = asyncio.ensure_future(make_client())
+    await asyncio.sleep(0.2)  # the client is waiting: no file yet
+    assert not pending.done()
+    async with Scheduler(host="127.0.0.1", port=0, dashboard=False, scheduler_file=path) as s:
+        async with Worker(s.address, nthreads=1):
+            c = await asyncio.wait_for(pending, 20)
+            try:
+                assert c.scheduler_address == s.address
+                assert await c.submit(inc, 1) == 2
+            finally:
+                await c.close(asynchronous=True)
+
+
+@gen_test()
+async def test_client_gives_up_on_a_scheduler_file_after_its_timeout(tmp_path: Any) -> None:
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match="did not appear"):
+        await Client(scheduler_file=str(tmp_path / "never.json"), timeout=0.5, asynchronous=True)
+    assert time.monotonic() - start < 5
