@@ -19,6 +19,7 @@ import pytest
 from distributed import Client, Future
 from distributed.comm import CommClosedError, connect
 from distributed.core import Status, send_recv
+from distributed.exceptions import FutureCancelledError
 from distributed.scheduler import Scheduler
 from distributed.utils_test import async_poll_for, gen_cluster, gen_test, inc, popen
 from distributed.worker import Worker
@@ -308,3 +309,28 @@ async def test_client_gives_up_on_a_scheduler_file_after_its_timeout(tmp_path: A
     with pytest.raises(TimeoutError, match="did not appear"):
         await Client(scheduler_file=str(tmp_path / "never.json"), timeout=0.5, asynchronous=True)
     assert time.monotonic() - start < 5
+
+
+@gen_test(timeout=60)
+async def test_client_whose_scheduler_dies_raises_promptly() -> None:
+    port = _free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    with _scheduler_process(port) as proc:
+        async with Worker(address, nthreads=1, death_timeout=30):
+            async with Client(address, asynchronous=True, timeout=20) as c:
+                done = c.submit(inc, 1)
+                assert await done == 2
+                pending = c.submit(inc, 2, resources={"GPU": 1})  # no worker can run it
+                proc.kill()
+                proc.wait()
+                with pytest.raises(FutureCancelledError, match="scheduler-connection-lost"):
+                    await asyncio.wait_for(pending, 5)
+                # The finished result was held by that scheduler's workers: out of reach now.
+                with pytest.raises(FutureCancelledError):
+                    await asyncio.wait_for(done.result(timeout=30), 5)
+                with pytest.raises(CommClosedError, match="lost its connection"):
+                    await asyncio.wait_for(c.scheduler_info(), 5)
+                with pytest.raises(CommClosedError, match="lost its connection"):
+                    await asyncio.wait_for(c.who_has(), 5)
+                with pytest.raises(RuntimeError, match="not running"):
+                    c.submit(inc, 3)
