@@ -334,3 +334,34 @@ async def test_client_whose_scheduler_dies_raises_promptly() -> None:
                     await asyncio.wait_for(c.who_has(), 5)
                 with pytest.raises(RuntimeError, match="not running"):
                     c.submit(inc, 3)
+
+
+_CLIENT_SCRIPT = """
+import sys, time
+from distributed import Client
+c = Client(sys.argv[1], timeout=20)
+held = [c.scatter(list(range(1000))), c.submit(sum, [1, 2, 3]), c.submit(abs, -1, resources={"GPU": 1})]
+held[1].result()
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
+@gen_cluster(nthreads=[("127.0.0.1", 2)], timeout=60)
+async def test_keys_of_a_killed_client_process_are_released(s: Scheduler, a: Worker) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _CLIENT_SCRIPT, s.address, stdout=asyncio.subprocess.PIPE
+    )
+    try:
+        assert proc.stdout is not None
+        assert (await asyncio.wait_for(proc.stdout.readline(), 30)).strip() == b"ready"
+        assert s.tasks and any(cs.wants_what for cs in s.clients.values())
+        proc.kill()  # SIGKILL: no goodbye from the client
+        await proc.wait()
+        await async_poll_for(lambda: not s.tasks, timeout=10)
+        await async_poll_for(lambda: not a.data, timeout=10)
+        assert not any(cs.wants_what for cs in s.clients.values())
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
