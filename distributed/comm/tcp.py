@@ -369,6 +369,12 @@ class TCPComm(Comm):
             raise CommClosedError(f"Connection to {self._peer} is closed")
         frames = dumps(msg)
         lengths = [f.nbytes if isinstance(f, memoryview) else len(f) for f in frames]
+        if max(lengths) > p.max_frame_size:
+            # The peer would drop the connection on reading it, and a retry would
+            # send it again: refuse here, before a byte is written.
+            raise ValueError(
+                f"A frame of {max(lengths)} bytes exceeds distributed.comm.max-frame-size ({p.max_frame_size} bytes)"
+            )
         header = struct.pack(f"<{len(frames) + 1}Q", len(frames), *lengths)
         total = sum(lengths)
         transport = p.transport

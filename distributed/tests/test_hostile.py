@@ -8,6 +8,7 @@ import random
 import socket
 import struct
 import sys
+import threading
 import time
 import typing
 from typing import Any
@@ -16,10 +17,11 @@ import msgpack
 import psutil
 import pytest
 
-from distributed import Client, Future
+from distributed import Client, Future, LocalCluster
 from distributed.comm import CommClosedError, connect
 from distributed.core import Status, send_recv
 from distributed.exceptions import FutureCancelledError
+from distributed.protocol.serialize import SerializationError
 from distributed.scheduler import Scheduler
 from distributed.utils_test import async_poll_for, gen_cluster, gen_test, inc, popen
 from distributed.worker import Worker
@@ -365,3 +367,67 @@ async def test_keys_of_a_killed_client_process_are_released(s: Scheduler, a: Wor
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+# -- results and errors that do not travel ------------------------------------------------
+
+
+def _two_mib(x: int) -> bytes:
+    return b"x" * (2 * 2**20 + x)
+
+
+@gen_cluster(client=True, config={"distributed.comm.max-frame-size": "1MiB"})
+async def test_result_over_the_frame_limit_errs_its_future_only(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    big = c.submit(_two_mib, 1, workers=[a.address])
+    with pytest.raises(ValueError, match="max-frame-size"):
+        await asyncio.wait_for(big, 10)  # gathered from a: refused, not retried forever
+    # A dependent on the other worker cannot fetch it either, and is told so.
+    dependent = c.submit(len, big, workers=[b.address])
+    with pytest.raises(ValueError, match="max-frame-size"):
+        await asyncio.wait_for(dependent, 10)
+    assert await c.submit(sum, [1, 2]) == 3
+
+
+class _RebuiltBadly(Exception):
+    """Pickles, but unpickling calls __init__ with the wrong arguments."""
+
+    def __init__(self, a: int, b: int) -> None:
+        super().__init__(f"bad {a} {b}")
+
+
+def _raise_rebuilt_badly(x: int) -> None:
+    raise _RebuiltBadly(x, x)
+
+
+def _make_lock(x: int) -> Any:
+    return threading.Lock()
+
+
+def _raise_type_only_on_worker(x: int) -> None:
+    import types
+
+    mod = types.ModuleType("only_on_this_worker")
+    exec("class OnlyHere(Exception):\n    pass\n", mod.__dict__)
+    sys.modules["only_on_this_worker"] = mod
+    raise mod.OnlyHere("the text of an error only the worker can build")
+
+
+@gen_test(timeout=60)
+async def test_values_and_errors_that_do_not_travel_err_their_futures() -> None:
+    async with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=True, asynchronous=True, dashboard_address=None
+        ) as cluster,
+        Client(cluster, asynchronous=True) as c,
+    ):
+        with pytest.raises(SerializationError, match="cannot pickle"):
+            await asyncio.wait_for(c.submit(_make_lock, 1), 10)
+        with pytest.raises(SerializationError, match="cannot pickle"):
+            await asyncio.wait_for(c.submit(len, threading.Lock()), 10)
+        # Its type is kept, though unpickling it as it was pickled fails.
+        with pytest.raises(_RebuiltBadly, match="bad 1 1"):
+            await asyncio.wait_for(c.submit(_raise_rebuilt_badly, 1), 10)
+        # A type that exists only on the worker: its text arrives.
+        with pytest.raises(Exception, match="OnlyHere: the text of an error only the worker can build"):
+            await asyncio.wait_for(c.submit(_raise_type_only_on_worker, 1), 10)
+        assert await c.submit(sum, [1, 2]) == 3
