@@ -51,7 +51,7 @@ import dask.config
 from dask.utils import key_split, parse_timedelta
 
 from distributed.batched import BatchedSend
-from distributed.comm import CommClosedError
+from distributed.comm import CommClosedError, validate_address
 from distributed.core import Route, Server
 from distributed.diagnostics.plugin import SchedulerPlugin
 from distributed.exceptions import KilledWorker, LostDataError
@@ -1081,6 +1081,17 @@ class Scheduler(Server):
         """
         stimulus_id = stimulus_id or f"update-graph-{time.time()}"
         out = Out()
+        problem = _graph_problem(tasks, keys, self.tasks)
+        if problem is not None:
+            # Refused whole: nothing of it enters the state, so nothing is left behind.
+            logger.warning("Refused a graph from client %s: %s", client, problem)
+            exc = ValueError(f"Graph refused: {problem}")
+            payload = as_serialized(exc)
+            for key in keys:
+                out.clients[client].append(
+                    m.ClientTaskErred(op="task-erred", key=key, exception=payload, traceback=None, text=str(exc))
+                )
+            return out
         cs = self.clients.get(client)
         if cs is None:
             cs = self.clients[client] = ClientState(client)
@@ -1338,6 +1349,7 @@ class Scheduler(Server):
     ) -> Out:
         """A worker joined: record it and give it work."""
         stimulus_id = stimulus_id or f"add-worker-{time.time()}"
+        _check_worker_fields(address, nthreads, name, memory_limit)
         if address in self.workers:
             raise ValueError(f"Worker {address} is already registered")
         if name is not None and name in self.aliases and self.aliases[name] != address:
@@ -1732,3 +1744,66 @@ def _priority_key(ts: TaskState) -> tuple[Any, ...]:
 def _state(ts: TaskState) -> TaskStateName:
     # Read after a transition: a plain ``ts.state`` would keep the narrowed type from before it.
     return ts.state
+
+
+def _check_worker_fields(address: object, nthreads: object, name: object, memory_limit: object) -> None:
+    """Refuse a worker registration whose fields could not describe a real worker."""
+    validate_address(address)
+    if isinstance(nthreads, bool) or not isinstance(nthreads, int) or nthreads < 1:
+        raise ValueError(f"A worker needs nthreads >= 1, got {nthreads!r}")
+    if isinstance(memory_limit, bool) or not isinstance(memory_limit, int) or memory_limit < 0:
+        raise ValueError(f"A worker's memory_limit must be a byte count >= 0 (0: no limit), got {memory_limit!r}")
+    try:
+        hash(name)
+    except TypeError:
+        raise ValueError(
+            f"A worker's name must be hashable (a string or a number), got {type(name).__name__}"
+        ) from None
+
+
+def _nan_in_key(key: object) -> bool:
+    """Whether ``key`` is or holds a NaN: a key that never equals itself cannot be looked up."""
+    if isinstance(key, float):
+        return key != key
+    if isinstance(key, tuple):
+        return any(_nan_in_key(k) for k in key)
+    return False
+
+
+def _graph_problem(tasks: Mapping[Key, m.TaskSpec], keys: Sequence[Key], known: Mapping[Key, Any]) -> str | None:
+    """Why the new tasks of a graph cannot run (a NaN key, a cycle), or None.
+
+    Only tasks not ``known`` count: a known key keeps the dependencies it has.
+    """
+    for key in keys:
+        if type(key) is not str and _nan_in_key(key):
+            return f"key {key!r} is NaN or holds a NaN"
+    # Depth-first search for a cycle among the new tasks; 1: on the current path, 2: done.
+    mark: dict[Key, int] = {}
+    for root in tasks:
+        if root in mark or root in known:
+            continue
+        if type(root) is not str and _nan_in_key(root):
+            return f"key {root!r} is NaN or holds a NaN"
+        mark[root] = 1
+        path: list[Key] = [root]
+        stack = [iter(tasks[root]["dependencies"])]
+        while stack:
+            for dep in stack[-1]:
+                if dep == path[-1] or dep not in tasks or dep in known:
+                    continue
+                seen = mark.get(dep)
+                if seen is None:
+                    if type(dep) is not str and _nan_in_key(dep):
+                        return f"key {dep!r} is NaN or holds a NaN"
+                    mark[dep] = 1
+                    path.append(dep)
+                    stack.append(iter(tasks[dep]["dependencies"]))
+                    break
+                if seen == 1:
+                    cycle = [*path[path.index(dep) :], dep]
+                    return "cycle between the keys " + " -> ".join(map(repr, cycle))
+            else:
+                mark[path.pop()] = 2
+                stack.pop()
+    return None

@@ -132,8 +132,13 @@ class SchedulerStreams:
                 nbytes=msg.get("nbytes"),
                 stimulus_id=f"register-worker-{time.time()}",
             )
-        except ValueError as e:
-            await comm.write({"status": "error", "message": str(e), **error_message(e)})
+        except Exception as e:
+            # Refused: the worker hears why, and its comm is closed either way.
+            logger.warning("Refused worker registration from %s: %s", comm.peer_address, e)
+            try:
+                await comm.write({"status": "error", "message": str(e), **error_message(e)})
+            except Exception:
+                pass
             comm.abort()
             return
         ws = s.workers[address]

@@ -112,6 +112,10 @@ class Worker(Server):
         Check state-machine invariants after every event.
     scheduler_file
         Read the scheduler's address from this JSON file.
+    death_timeout
+        Seconds to keep trying to reach the scheduler, at start and after losing
+        it (a scheduler restarted at the same address gets the worker back);
+        past it the worker closes.  Unset, a worker that loses its scheduler closes.
 
     Examples
     --------
@@ -286,10 +290,11 @@ class Worker(Server):
             self.spawn(self._close_after_lifetime(self.lifetime), name="lifetime")
         logger.info("Worker %s at %s, %d threads", self.name, self.address, self.nthreads)
 
-    async def _register_with_scheduler(self) -> None:
-        timeout = self.death_timeout or float(
-            parse_timedelta(dask.config.get("distributed.comm.timeouts.connect")) or 30
-        )
+    async def _register_with_scheduler(self, timeout: float | None = None) -> None:
+        if timeout is None:
+            timeout = self.death_timeout or float(
+                parse_timedelta(dask.config.get("distributed.comm.timeouts.connect")) or 30
+            )
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -346,8 +351,57 @@ class Worker(Server):
         except Exception:
             logger.exception("Error reading from the scheduler")
         if self.status not in (Status.closing, Status.closed, Status.closing_gracefully):
-            logger.info("Connection to the scheduler closed; closing worker %s", self.address)
-            self.spawn(self.close(), name="close-after-scheduler-loss")
+            if self.death_timeout:
+                self.spawn(self._reconnect(self.death_timeout), name="reconnect-to-scheduler")
+            else:
+                logger.info("Connection to the scheduler closed; closing worker %s", self.address)
+                self.spawn(self.close(), name="close-after-scheduler-loss")
+
+    async def _reconnect(self, timeout: float) -> None:
+        """Register again with the scheduler at the same address, for up to ``timeout`` seconds.
+
+        A scheduler that comes back (restarted at the same address) knows nothing
+        of what this worker held or ran: that is dropped, and the worker joins
+        afresh.  When no scheduler answers in time, the worker closes.
+        """
+        logger.warning("Lost the scheduler; worker %s tries to reconnect for %.0f s", self.address, timeout)
+        stream, self.batched_stream = self.batched_stream, None
+        if stream is not None:
+            await stream.close(timeout=1)
+        self.rpc.remove(self.scheduler_addr)
+        while running := [t for t in self._running_tasks if not t.done()]:
+            for t in running:
+                t.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
+        old = self.state
+        if old is not None:
+            self.data.clear()
+            self.state = WorkerStateMachine(
+                self.address,
+                self.nthreads,
+                data=self.data,
+                resources=self.resources,
+                validate=self.validate,
+                transfer_limit=old.transfer_limit,
+                fetch_concurrency=old.fetch_concurrency,
+            )
+            self._update_transition_hook()
+        deadline = time.monotonic() + timeout
+        while self.status == Status.running:
+            try:
+                await self._register_with_scheduler(max(deadline - time.monotonic(), 0.1))
+                logger.info("Worker %s reconnected to the scheduler at %s", self.address, self.scheduler_addr)
+                return
+            except (OSError, CommClosedError) as e:
+                if time.monotonic() >= deadline:
+                    logger.error("No scheduler at %s within %.0f s (%s); closing", self.scheduler_addr, timeout, e)
+                    break
+                await asyncio.sleep(0.1)
+            except Exception:
+                logger.exception("Registration with the scheduler failed; closing")
+                break
+        if self.status == Status.running:
+            self.spawn(self.close(reason="scheduler-lost"), name="close-after-scheduler-loss")
 
     async def heartbeat(self) -> None:
         """Tell the scheduler we are alive, with a few metrics."""

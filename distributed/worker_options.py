@@ -60,8 +60,8 @@ def check_unsupported_worker_kwargs(kwargs: Mapping[str, Any]) -> None:
         if name == "reconnect":
             if value:
                 raise ValueError(
-                    "Worker(reconnect=True) is not supported: a worker that loses its scheduler closes "
-                    "(restart it, or use a nanny once available)"
+                    "Worker(reconnect=True) is not supported: a worker that loses its scheduler closes, "
+                    "or with death_timeout= keeps trying to register again for that long"
                 )
             continue
         defaults = _NOT_SUPPORTED.get(name)

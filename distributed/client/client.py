@@ -37,6 +37,7 @@ import asyncio
 import atexit
 import itertools
 import logging
+import time
 import uuid
 import weakref
 from collections import defaultdict
@@ -285,11 +286,12 @@ class Client(Generic[AsyncT]):
         self._cluster_kwargs = kwargs
         #: This client's place among the process's clients (default, current).
         self.context = ClientContext(self)
+        #: A scheduler file not written yet: waited for (up to ``timeout``) at start.
+        self._scheduler_file: str | None = None
         if scheduler_file is not None:
-            import json
-
-            with open(scheduler_file) as f:
-                address = json.load(f)["address"]
+            address = _read_scheduler_file(scheduler_file)
+            if address is None:
+                self._scheduler_file = scheduler_file
         if address is not None and not isinstance(address, str):
             # A cluster object.
             self.cluster = address
@@ -366,6 +368,11 @@ class Client(Generic[AsyncT]):
     async def _start(self) -> Client:
         self.loop = asyncio.get_running_loop()
         self.link.status = "connecting"
+        if self._scheduler_file is not None:
+            self.scheduler_address = self.link.address = await _wait_for_scheduler_file(
+                self._scheduler_file, self._timeout
+            )
+            self._scheduler_file = None
         if self.scheduler_address is None and self.cluster is None:
             from distributed.deploy.local import LocalCluster
 
@@ -2172,3 +2179,29 @@ def _close_global_clients() -> None:
                 c.close()
         except Exception:
             pass
+
+
+def _read_scheduler_file(path: str) -> str | None:
+    """The address in a scheduler file; None while the file is missing or half written."""
+    import json
+
+    try:
+        with open(path) as f:
+            address = json.load(f)["address"]
+    except FileNotFoundError:
+        return None
+    except (ValueError, KeyError):
+        return None  # being written right now
+    if not isinstance(address, str):
+        raise ValueError(f"Scheduler file {path} holds no address string")
+    return address
+
+
+async def _wait_for_scheduler_file(path: str, timeout: float) -> str:
+    """Wait up to ``timeout`` seconds for a scheduler to write its file."""
+    deadline = time.monotonic() + timeout
+    while (address := _read_scheduler_file(path)) is None:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"Scheduler file {path} did not appear (with an address) within {timeout} s")
+        await asyncio.sleep(0.05)
+    return address

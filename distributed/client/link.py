@@ -120,6 +120,8 @@ class SchedulerLink:
         self.check_replies = True
         self._comm: Comm | None = None
         self._reader: asyncio.Task[None] | None = None
+        #: Set when the stream to the scheduler was lost (not closed by us): requests fail at once.
+        self.lost = False
         self._drain_scheduled = False
         #: Requests waiting until every queued graph part is sent.
         self._parts_waiters: list[asyncio.Future[None]] = []
@@ -228,9 +230,11 @@ class SchedulerLink:
         if self.status not in ("closing", "closed"):
             logger.warning("Lost connection to the scheduler at %s", self.address)
             self.status = "closed"
+            self.lost = True
             self._wake_barriers()
+            # Results held by that scheduler's workers are out of reach too (as in dask.distributed).
             for fs in list(self.registry.states.values()):
-                if not fs.done():
+                if not fs.done() or fs.status == "finished":
                     fs.cancel("scheduler-connection-lost")
 
     def handle_reports(self, msgs: Any) -> None:
@@ -420,6 +424,8 @@ class SchedulerLink:
     async def request(self, msg: SchedulerRequest) -> Any:
         """Send a request to the scheduler (after every graph part queued so far) and return its reply."""
         assert self.address is not None
+        if self.lost:
+            raise CommClosedError(f"The client lost its connection to the scheduler at {self.address}")
         await self.graphs_sent()
         return await self.pool.call(self.address, msg)
 

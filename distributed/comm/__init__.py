@@ -12,6 +12,7 @@ from distributed.comm.core import (
     parse_address,
     parse_host_port,
     unparse_address,
+    validate_address,
 )
 
 __all__ = [
@@ -24,4 +25,5 @@ __all__ = [
     "parse_address",
     "parse_host_port",
     "unparse_address",
+    "validate_address",
 ]

@@ -152,6 +152,26 @@ def parse_host_port(loc: str, default_port: int | None = None) -> tuple[str, int
         raise ValueError(f"Invalid port in address {loc!r}") from None
 
 
+def validate_address(addr: object) -> None:
+    """Raise ``ValueError`` unless ``addr`` is an address one could connect to.
+
+    ``"tcp://host:port"`` needs a host and a port in 1..65535; ``"inproc://..."``
+    needs a location.
+    """
+    if not isinstance(addr, str) or "://" not in addr:
+        raise ValueError(f"Invalid address {addr!r}: expected 'scheme://location'")
+    scheme, loc = parse_address(addr)
+    if scheme == "tcp":
+        host, port = parse_host_port(loc)
+        if not host or not 0 < port < 65536:
+            raise ValueError(f"Invalid address {addr!r}: a TCP address needs a host and a port in 1..65535")
+    elif scheme == "inproc":
+        if not loc:
+            raise ValueError(f"Invalid address {addr!r}: no location")
+    else:
+        raise ValueError(f"Invalid address {addr!r}: unknown scheme {scheme!r}")
+
+
 def normalize_address(addr: str) -> str:
     """The address with its scheme made explicit."""
     return unparse_address(*parse_address(addr))

@@ -5,10 +5,15 @@ Wire format of one message, all integers unsigned 64-bit little-endian::
     n_frames | length_0 ... length_{n-1} | frame_0 ... frame_{n-1}
 
 Reads go through :class:`asyncio.BufferedProtocol`: small frames are parsed out
-of one reusable scratch buffer, and a large frame is received straight into a
-buffer of its own size, so the bytes are written to memory once.  A count or a
-length above the configured maximum aborts the connection before anything is
+of a scratch buffer, and a large frame is received straight into a buffer of
+its own size, so the bytes are written to memory once.  A count or a length
+above the configured maximum aborts the connection before anything is
 allocated for it.
+
+Scratch buffers are taken when bytes arrive and given back to a small shared
+pool as soon as everything in them is parsed, so an idle or silent connection
+holds none.  An accepted connection whose first message header has not
+arrived within ``distributed.comm.timeouts.tcp`` is closed.
 """
 
 from __future__ import annotations
@@ -45,6 +50,11 @@ LARGE_FRAME: Final = 64 * 1024
 _WRITE_SLICE: Final = 1 << 22
 _JOIN_LIMIT: Final = 64 * 1024
 _PAUSE_QUEUE: Final = 256
+# Empty scratch buffers kept for reuse.  Taking one and giving it back are
+# single list operations, safe with event loops in several threads.
+_SCRATCH_POOL: list[bytearray] = []
+_SCRATCH_POOL_SIZE: Final = 16
+_NO_BUFFER: Final = bytearray()
 
 
 def _limits() -> tuple[int, int]:
@@ -53,6 +63,27 @@ def _limits() -> tuple[int, int]:
     size = dask.config.get("distributed.comm.max-frame-size", "2GiB")
     count = dask.config.get("distributed.comm.max-frames", 1_000_000)
     return int(parse_bytes(size) if isinstance(size, str) else size), int(count)
+
+
+def _first_message_timeout() -> float | None:
+    """Seconds an accepted connection may stay silent (None: forever)."""
+    from dask.utils import parse_timedelta
+
+    value = dask.config.get("distributed.comm.timeouts.tcp", None)
+    seconds = parse_timedelta(value, default="seconds") if value is not None else None
+    return float(seconds) if seconds else None
+
+
+def _take_scratch() -> bytearray:
+    try:
+        return _SCRATCH_POOL.pop()
+    except IndexError:
+        return bytearray(SCRATCH_SIZE)
+
+
+def _give_scratch(buf: bytearray) -> None:
+    if len(buf) == SCRATCH_SIZE and len(_SCRATCH_POOL) < _SCRATCH_POOL_SIZE:
+        _SCRATCH_POOL.append(buf)
 
 
 def get_ip() -> str:
@@ -86,7 +117,8 @@ class _FrameProtocol(asyncio.BufferedProtocol):
         self.max_frame_size = max_frame_size
         self.max_frames = max_frames
         self.transport: asyncio.Transport | None = None
-        self._buf = bytearray(SCRATCH_SIZE)
+        # Taken from the pool when bytes arrive, given back once all is parsed.
+        self._buf = _NO_BUFFER
         self._start = 0
         self._end = 0
         # Parsing state of the message being received.
@@ -106,17 +138,35 @@ class _FrameProtocol(asyncio.BufferedProtocol):
         self.closed = False
         self.close_reason: BaseException | None = None
         self.on_connection: Any = None
+        # Set on accepted connections: closed if no message header arrives in time.
+        self._silence_timer: asyncio.TimerHandle | None = None
 
     # -- asyncio callbacks --------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
         if self.on_connection is not None:
+            timeout = _first_message_timeout()
+            if timeout is not None:
+                loop = asyncio.get_running_loop()
+                self._silence_timer = loop.call_later(timeout, self._silent_too_long, timeout)
             self.on_connection(self)
+
+    def _silent_too_long(self, timeout: float) -> None:
+        self._silence_timer = None
+        if not self.closed:
+            self._fail(ProtocolError(f"No message header within {timeout} s of connecting"))
+
+    def _spoke(self) -> None:
+        if self._silence_timer is not None:
+            self._silence_timer.cancel()
+            self._silence_timer = None
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._target_view is not None:
             return self._target_view[self._target_pos :]
+        if not self._buf:
+            self._buf = _take_scratch()
         if len(self._buf) - self._end < 4096:
             self._compact()
         return memoryview(self._buf)[self._end :]
@@ -139,6 +189,8 @@ class _FrameProtocol(asyncio.BufferedProtocol):
             self._fail(e)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._spoke()
+        self._release_scratch()
         self.closed = True
         if self.close_reason is None:
             self.close_reason = exc
@@ -205,6 +257,8 @@ class _FrameProtocol(asyncio.BufferedProtocol):
                 for length in lengths:
                     if length > self.max_frame_size:
                         raise ProtocolError(f"Frame of {length} bytes exceeds the limit of {self.max_frame_size}")
+                if self._silence_timer is not None:
+                    self._spoke()
                 self._start += need
                 self._lengths = lengths
                 continue
@@ -236,9 +290,19 @@ class _FrameProtocol(asyncio.BufferedProtocol):
             break
         if self._start == self._end:
             self._start = self._end = 0
+            self._release_scratch()
+
+    def _release_scratch(self) -> None:
+        # Only called with nothing left to parse in the buffer.
+        buf = self._buf
+        if buf:
+            self._buf = _NO_BUFFER
+            self._start = self._end = 0
+            _give_scratch(buf)
 
     def _fail(self, exc: BaseException) -> None:
         logger.warning("Closing connection: %s", exc)
+        self._spoke()
         self.close_reason = exc
         self.closed = True
         if self.transport is not None:
@@ -305,6 +369,12 @@ class TCPComm(Comm):
             raise CommClosedError(f"Connection to {self._peer} is closed")
         frames = dumps(msg)
         lengths = [f.nbytes if isinstance(f, memoryview) else len(f) for f in frames]
+        if max(lengths) > p.max_frame_size:
+            # The peer would drop the connection on reading it, and a retry would
+            # send it again: refuse here, before a byte is written.
+            raise ValueError(
+                f"A frame of {max(lengths)} bytes exceeds distributed.comm.max-frame-size ({p.max_frame_size} bytes)"
+            )
         header = struct.pack(f"<{len(frames) + 1}Q", len(frames), *lengths)
         total = sum(lengths)
         transport = p.transport
