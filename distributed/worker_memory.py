@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import sys
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -126,8 +127,10 @@ class WorkerMemoryMonitor:
         goal = self.spill_to_fraction * w.memory_limit
         count = 0
         freed = 0
+        # Spilling blocks the event loop: leave the rest to the next check after a while.
+        deadline = time.monotonic() + 0.5
         for _ in range(len(data.fast)):
-            if rss <= goal:
+            if rss <= goal or time.monotonic() > deadline:
                 break
             weight = data.evict()
             if weight < 0:

@@ -146,6 +146,11 @@ async def test_worker_holds_several_times_its_limit_by_spilling(
     assert m["managed_bytes"] >= 300 * MB
     assert 240 * MB <= m["spilled_bytes"]["memory"] <= m["managed_bytes"]
     assert m["memory"] > 0
+    mem = s.workers[a.address].memory
+    assert mem.spilled >= 240 * MB
+    assert mem.managed == m["managed_bytes"] - m["spilled_bytes"]["memory"]
+    assert mem.managed <= 60 * MB
+    assert mem.unmanaged == max(mem.process - mem.managed, 0) and mem.process == m["memory"]
 
     # Read back by a task on the same worker, by a peer, and by the client.
     checks = c.map(check_block, futs, range(75), workers=[a.address], key=[f"chk-{i}" for i in range(75)])
