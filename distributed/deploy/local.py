@@ -49,7 +49,7 @@ from distributed.deploy.spawn import ServerProcess, config_snapshot
 from distributed.protocol import messages as m
 from distributed.scheduler import Scheduler
 from distributed.utils import import_term, refuse_unsupported
-from distributed.worker import Worker
+from distributed.worker import Worker, parse_memory_limit
 
 logger = logging.getLogger(__name__)
 
@@ -245,6 +245,7 @@ class LocalCluster(Cluster):
         if memory_limit == "auto":
             self.memory_limit: str | float | None = psutil.virtual_memory().total // max(1, n_workers)
         else:
+            parse_memory_limit(memory_limit, threads_per_worker)  # a bad value fails here, not in each worker
             self.memory_limit = memory_limit
 
         host = host or ip

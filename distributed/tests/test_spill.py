@@ -98,6 +98,12 @@ def test_bad_memory_limits_are_refused(given: Any) -> None:
         Worker("tcp://127.0.0.1:1", nthreads=1, memory_limit=given)
 
 
+@pytest.mark.parametrize("processes", [False, True])
+def test_local_cluster_refuses_a_negative_memory_limit_up_front(processes: bool) -> None:
+    with pytest.raises(ValueError, match="memory_limit=-1 is negative"):
+        LocalCluster(processes=processes, n_workers=1, memory_limit=-1, dashboard_address=None)
+
+
 def test_auto_memory_limit_is_the_share_of_the_machine() -> None:
     import psutil
 
