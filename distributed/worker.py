@@ -20,7 +20,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable, Mapping, MutableMapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import dask
 import dask.config
@@ -104,15 +104,13 @@ def parse_memory_limit(memory_limit: str | float | None, nthreads: int, total_co
     return min(int(memory_limit), total)
 
 
-def _spill_target(memory_limit: int) -> float | None:
+def _spill_target(memory_limit: int, monitor: WorkerMemoryMonitor) -> float | None:
     """Bytes of results kept in memory before spilling (inf: only by process memory), None: no spilling."""
     if not memory_limit:
         return None
-    target = dask.config.get("distributed.worker.memory.target", 0.6)
-    spill = dask.config.get("distributed.worker.memory.spill", 0.7)
-    if target not in (None, False):
-        return float(target) * memory_limit
-    if spill not in (None, False):
+    if monitor.target_fraction is not None:
+        return monitor.target_fraction * memory_limit
+    if monitor.spill_fraction is not None:
         return float("inf")
     return None
 
@@ -134,6 +132,11 @@ class Worker(Server):
         0 or ``None`` for no limit.  Past ``distributed.worker.memory.target``
         of it, the least recently used results are spilled to
         ``local_directory/storage`` (see :class:`~distributed.spill.SpillBuffer`).
+    memory_target_fraction, memory_spill_fraction, memory_pause_fraction
+        Override ``distributed.worker.memory.target``/``spill``/``pause``
+        (fractions of ``memory_limit``; ``False`` turns the step off).
+    memory_monitor_interval
+        Override ``distributed.worker.memory.monitor-interval``.
     host, port, protocol
         Where to listen.
     resources
@@ -158,6 +161,10 @@ class Worker(Server):
         nthreads: int | None = None,
         name: Any = None,
         memory_limit: str | float | None = "auto",
+        memory_target_fraction: float | Literal[False] | None = None,
+        memory_spill_fraction: float | Literal[False] | None = None,
+        memory_pause_fraction: float | Literal[False] | None = None,
+        memory_monitor_interval: str | float | None = None,
         host: str | None = None,
         port: int | None = 0,
         protocol: str | None = None,
@@ -228,7 +235,18 @@ class Worker(Server):
         self._serve_http = bool(dashboard) if dashboard is not None else dashboard_address is not None
         self.http_server: HTTPServerHandle | None = None
         self._process: psutil.Process | None = None
-        self.memory_monitor = WorkerMemoryMonitor(self)
+        self.memory_monitor = WorkerMemoryMonitor(
+            self, target=memory_target_fraction, spill=memory_spill_fraction, pause=memory_pause_fraction
+        )
+        #: Seconds between two memory checks.
+        self.memory_monitor_interval = float(
+            parse_timedelta(
+                memory_monitor_interval
+                if memory_monitor_interval is not None
+                else dask.config.get("distributed.worker.memory.monitor-interval")
+            )
+            or 0.1
+        )
         hb = (
             heartbeat_interval
             if heartbeat_interval is not None
@@ -240,7 +258,7 @@ class Worker(Server):
         self.data: MutableMapping[Key, Any] = data if data is not None else {}
         # With a memory limit the data becomes a spill buffer at start (it owns a directory);
         # without one it stays a plain dict: the per-task path pays nothing.
-        self._spill_target = _spill_target(self.memory_limit) if data is None else None
+        self._spill_target = _spill_target(self.memory_limit, self.memory_monitor) if data is None else None
         self.state: WorkerStateMachine | None = None
         self.executor = ThreadPool(self.nthreads, name="Dask-Worker-Threads")
         self.batched_stream: BatchedSend | None = None
@@ -315,8 +333,7 @@ class Worker(Server):
         await self._register_with_scheduler()
         self.periodic(self.heartbeat_interval, self.heartbeat, name="heartbeat")
         if self.memory_limit:
-            interval = float(parse_timedelta(dask.config.get("distributed.worker.memory.monitor-interval")) or 0.1)
-            self.periodic(interval, self.memory_monitor.check, name="memory-monitor")
+            self.periodic(self.memory_monitor_interval, self.memory_monitor.check, name="memory-monitor")
         if self.lifetime is not None:
             self.spawn(self._close_after_lifetime(self.lifetime), name="lifetime")
         logger.info("Worker %s at %s, %d threads", self.name, self.address, self.nthreads)

@@ -21,7 +21,7 @@ import logging
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import dask.config
 import psutil
@@ -57,24 +57,43 @@ def _trim_heap() -> None:
         _malloc_trim(0)
 
 
+def _fraction(given: float | Literal[False] | None, config_key: str, default: float) -> float | None:
+    """A threshold from the keyword, else from config; None when turned off (False)."""
+    value = dask.config.get(config_key, default) if given is None else given
+    if value is None or value is False:
+        return None
+    fraction = float(value)
+    if not fraction >= 0:
+        name = config_key.rsplit(".", 1)[-1]
+        raise ValueError(f"memory_{name}_fraction={value!r} (or {config_key}) must be a fraction >= 0, or False")
+    return fraction
+
+
 class WorkerMemoryMonitor:
-    """Pauses and resumes a worker by its process memory.
+    """Spills, pauses and resumes a worker by its memory.
 
     Parameters
     ----------
     worker
         The worker watched; its ``memory_limit`` (bytes, 0 for none) is read at every check.
+    target, spill, pause
+        The thresholds as fractions of ``memory_limit``; ``None`` reads
+        ``distributed.worker.memory.<name>``; ``False`` turns that step off.
     """
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(
+        self,
+        worker: Worker,
+        target: float | Literal[False] | None = None,
+        spill: float | Literal[False] | None = None,
+        pause: float | Literal[False] | None = None,
+    ) -> None:
         self.worker = worker
-        pause = dask.config.get("distributed.worker.memory.pause", 0.8)
-        self.pause_fraction: float | None = float(pause) if pause not in (None, False) else None
-        spill = dask.config.get("distributed.worker.memory.spill", 0.7)
-        self.spill_fraction: float | None = float(spill) if spill not in (None, False) else None
-        target = dask.config.get("distributed.worker.memory.target", 0.6)
+        self.pause_fraction = _fraction(pause, "distributed.worker.memory.pause", 0.8)
+        self.spill_fraction = _fraction(spill, "distributed.worker.memory.spill", 0.7)
+        self.target_fraction = _fraction(target, "distributed.worker.memory.target", 0.6)
         # Spilling by process memory stops below target (or below spill, when target is off).
-        self.spill_to_fraction: float | None = float(target) if target not in (None, False) else self.spill_fraction
+        self.spill_to_fraction = self.target_fraction if self.target_fraction is not None else self.spill_fraction
         self._spill_logged = False
         self._process = psutil.Process()
 

@@ -122,6 +122,31 @@ async def test_no_memory_limit_keeps_a_plain_dict(c: Client, s: Scheduler) -> No
         assert isinstance(w.data, SpillBuffer)
 
 
+@gen_cluster(client=True, nthreads=[], config=BY_TARGET_ONLY)
+async def test_worker_keywords_override_the_memory_config(c: Client, s: Scheduler) -> None:
+    async with Worker(s.address, nthreads=1, memory_limit="100MB", memory_target_fraction=0.1) as w:
+        assert isinstance(w.data, SpillBuffer) and w.data.n == 10 * MB
+        assert w.memory_monitor.spill_fraction is None and w.memory_monitor.pause_fraction is None
+    async with Worker(
+        s.address,
+        nthreads=1,
+        memory_limit="100MB",
+        memory_target_fraction=False,
+        memory_spill_fraction=0.5,
+        memory_pause_fraction=0.9,
+        memory_monitor_interval="5ms",
+    ) as w:
+        assert isinstance(w.data, SpillBuffer) and w.data.n == float("inf")  # spills by process memory only
+        assert (w.memory_monitor.spill_fraction, w.memory_monitor.pause_fraction) == (0.5, 0.9)
+        assert w.memory_monitor_interval == 0.005
+    async with Worker(
+        s.address, nthreads=1, memory_limit="100MB", memory_target_fraction=False, memory_spill_fraction=False
+    ) as w:
+        assert type(w.data) is dict
+    with pytest.raises(ValueError, match="memory_target_fraction"):
+        Worker(s.address, nthreads=1, memory_target_fraction=-0.5)
+
+
 @gen_cluster(
     client=True,
     nthreads=[("127.0.0.1", 1), ("127.0.0.1", 1)],
