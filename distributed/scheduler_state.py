@@ -34,6 +34,7 @@ __all__ = [
     "ALL_TASK_STATES",
     "EMPTY",
     "ClientState",
+    "MemoryState",
     "TaskGroup",
     "TaskPrefix",
     "TaskState",
@@ -212,6 +213,36 @@ class TaskState:
         return f"<TaskState {self.key!r} {self.state}>"
 
 
+class MemoryState:
+    """A worker's memory, as its heartbeat reported it.
+
+    Parameters
+    ----------
+    process
+        The worker process's memory (RSS), in bytes.
+    managed_total
+        Bytes of the results it holds (by sizeof), spilled ones included.
+    spilled
+        Bytes (by sizeof) of those results that are on disk.
+    """
+
+    __slots__ = ("managed", "process", "spilled", "unmanaged")
+
+    def __init__(self, *, process: int, managed_total: int, spilled: int) -> None:
+        self.process = process
+        self.spilled = min(spilled, managed_total)
+        #: Results held in memory.
+        self.managed = managed_total - self.spilled
+        #: What the process uses beyond the results in memory (interpreter, libraries, buffers, leaks).
+        self.unmanaged = max(process - self.managed, 0)
+
+    def __repr__(self) -> str:
+        return (
+            f"<MemoryState process={self.process} managed={self.managed} "
+            f"unmanaged={self.unmanaged} spilled={self.spilled}>"
+        )
+
+
 class WorkerState:
     """What the scheduler knows about one worker."""
 
@@ -299,6 +330,17 @@ class WorkerState:
             "metrics": dict(self.metrics),
             "status": self.status,
         }
+
+    @property
+    def memory(self) -> MemoryState:
+        """This worker's memory as of its last heartbeat: process, managed, spilled, unmanaged."""
+        metrics = self.metrics
+        spilled = metrics.get("spilled_bytes") or {}
+        return MemoryState(
+            process=int(metrics.get("memory", 0) or 0),
+            managed_total=int(metrics.get("managed_bytes", self.nbytes) or 0),
+            spilled=int(spilled.get("memory", 0) or 0),
+        )
 
     def __repr__(self) -> str:
         return (

@@ -34,6 +34,7 @@ import pytest
 from distributed.client import Client
 from distributed.client.client import global_clients
 from distributed.scheduler import Scheduler
+from distributed.spill import SpillBuffer
 from distributed.utils import LoopRunner, refuse_unsupported, sync
 from distributed.worker import Worker
 
@@ -480,6 +481,8 @@ def gen_cluster(
                         data = getattr(w, "data", None)
                         if isinstance(data, dict):
                             data.clear()
+                        elif isinstance(data, SpillBuffer):
+                            data.fast.clear()  # its spilled part went with the directory
 
             with clean(**(clean_kwargs or {})), dask.config.set(config or {}):
                 return run_async(run, timeout, check_loop_errors=False)

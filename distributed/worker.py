@@ -20,7 +20,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable, Mapping, MutableMapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import dask
 import dask.config
@@ -41,6 +41,7 @@ from distributed.protocol.framing import ProtocolError
 from distributed.protocol.messages import Key
 from distributed.protocol.schema import checker
 from distributed.protocol.serialize import Serialize, unwrap
+from distributed.spill import SpillBuffer
 from distributed.threadpool import ThreadPool, current_pool
 from distributed.utils import get_ip_interface, thread_state, unsupported
 from distributed.worker_memory import WorkerMemoryMonitor
@@ -75,20 +76,43 @@ __all__ = ["Worker", "get_client", "get_worker", "parse_memory_limit", "rejoin",
 
 
 def parse_memory_limit(memory_limit: str | float | None, nthreads: int, total_cores: int | None = None) -> int:
-    """A memory limit in bytes from ``"auto"``, ``"4GiB"``, a fraction or a number."""
+    """A memory limit in bytes from ``"auto"``, ``"4GiB"``, a fraction or a number.
+
+    ``None`` or 0 means no limit (returns 0); a limit above the machine's memory
+    is capped to it.  A negative or unparseable value raises ``ValueError``.
+    """
     import psutil
 
     total = psutil.virtual_memory().total
+    given = memory_limit
     if memory_limit is None or memory_limit == 0:
         return 0
     if memory_limit == "auto":
         cores = total_cores or os.cpu_count() or 1
         return int(total * min(1, nthreads / cores))
     if isinstance(memory_limit, str):
-        memory_limit = parse_bytes(memory_limit)
+        try:
+            memory_limit = parse_bytes(memory_limit)
+        except ValueError as e:
+            raise ValueError(f"memory_limit={given!r} is not 'auto', a number of bytes or a size like '4GiB'") from e
+    if isinstance(memory_limit, bool) or not isinstance(memory_limit, (int, float)):
+        raise TypeError(f"memory_limit={given!r} is not 'auto', a number of bytes or a size like '4GiB'")
+    if memory_limit < 0:
+        raise ValueError(f"memory_limit={given!r} is negative; give bytes, a size like '4GiB', 'auto', or 0 for none")
     if isinstance(memory_limit, float) and memory_limit <= 1:
         return int(total * memory_limit)
     return min(int(memory_limit), total)
+
+
+def _spill_target(memory_limit: int, monitor: WorkerMemoryMonitor) -> float | None:
+    """Bytes of results kept in memory before spilling (inf: only by process memory), None: no spilling."""
+    if not memory_limit:
+        return None
+    if monitor.target_fraction is not None:
+        return monitor.target_fraction * memory_limit
+    if monitor.spill_fraction is not None:
+        return float("inf")
+    return None
 
 
 class Worker(Server):
@@ -103,7 +127,16 @@ class Worker(Server):
     name
         A name unique in the cluster (default: the worker's address).
     memory_limit
-        ``"auto"``, bytes, or a string like ``"4GiB"``.
+        ``"auto"`` (the machine's memory times this worker's share of its cores),
+        bytes, a fraction of the machine's memory, or a string like ``"4GiB"``;
+        0 or ``None`` for no limit.  Past ``distributed.worker.memory.target``
+        of it, the least recently used results are spilled to
+        ``local_directory/storage`` (see :class:`~distributed.spill.SpillBuffer`).
+    memory_target_fraction, memory_spill_fraction, memory_pause_fraction
+        Override ``distributed.worker.memory.target``/``spill``/``pause``
+        (fractions of ``memory_limit``; ``False`` turns the step off).
+    memory_monitor_interval
+        Override ``distributed.worker.memory.monitor-interval``.
     host, port, protocol
         Where to listen.
     resources
@@ -132,6 +165,10 @@ class Worker(Server):
         nthreads: int | None = None,
         name: Any = None,
         memory_limit: str | float | None = "auto",
+        memory_target_fraction: float | Literal[False] | None = None,
+        memory_spill_fraction: float | Literal[False] | None = None,
+        memory_pause_fraction: float | Literal[False] | None = None,
+        memory_monitor_interval: str | float | None = None,
         host: str | None = None,
         port: int | None = 0,
         protocol: str | None = None,
@@ -202,7 +239,18 @@ class Worker(Server):
         self._serve_http = bool(dashboard) if dashboard is not None else dashboard_address is not None
         self.http_server: HTTPServerHandle | None = None
         self._process: psutil.Process | None = None
-        self.memory_monitor = WorkerMemoryMonitor(self)
+        self.memory_monitor = WorkerMemoryMonitor(
+            self, target=memory_target_fraction, spill=memory_spill_fraction, pause=memory_pause_fraction
+        )
+        #: Seconds between two memory checks.
+        self.memory_monitor_interval = float(
+            parse_timedelta(
+                memory_monitor_interval
+                if memory_monitor_interval is not None
+                else dask.config.get("distributed.worker.memory.monitor-interval")
+            )
+            or 0.1
+        )
         hb = (
             heartbeat_interval
             if heartbeat_interval is not None
@@ -212,6 +260,9 @@ class Worker(Server):
         self.nanny = nanny
         self.death_timeout = parse_timedelta(death_timeout) if death_timeout is not None else None
         self.data: MutableMapping[Key, Any] = data if data is not None else {}
+        # With a memory limit the data becomes a spill buffer at start (it owns a directory);
+        # without one it stays a plain dict: the per-task path pays nothing.
+        self._spill_target = _spill_target(self.memory_limit, self.memory_monitor) if data is None else None
         self.state: WorkerStateMachine | None = None
         self.executor = ThreadPool(self.nthreads, name="Dask-Worker-Threads")
         self.batched_stream: BatchedSend | None = None
@@ -261,6 +312,8 @@ class Worker(Server):
         if self._contact_address:
             self._address = self._contact_address
         os.makedirs(self.local_directory, exist_ok=True)
+        if self._spill_target is not None:
+            self.data = SpillBuffer(os.path.join(self.local_directory, "storage"), target=self._spill_target)
         self._process = psutil.Process()
         self._process.cpu_percent()  # the first call only starts the measurement
         if self._serve_http:
@@ -284,8 +337,7 @@ class Worker(Server):
         await self._register_with_scheduler()
         self.periodic(self.heartbeat_interval, self.heartbeat, name="heartbeat")
         if self.memory_limit:
-            interval = float(parse_timedelta(dask.config.get("distributed.worker.memory.monitor-interval")) or 0.1)
-            self.periodic(interval, self.memory_monitor.check, name="memory-monitor")
+            self.periodic(self.memory_monitor_interval, self.memory_monitor.check, name="memory-monitor")
         if self.lifetime is not None:
             self.spawn(self._close_after_lifetime(self.lifetime), name="lifetime")
         logger.info("Worker %s at %s, %d threads", self.name, self.address, self.nthreads)
@@ -427,11 +479,18 @@ class Worker(Server):
         """What the heartbeat reports: memory (RSS), CPU percent since the last call, task counts."""
         proc = self._process or psutil.Process()
         state = self.state
+        data = self.data
+        spilled = data.spilled if isinstance(data, SpillBuffer) else None
         return m.WorkerMetrics(
             memory=proc.memory_info().rss,
             cpu=proc.cpu_percent(),
             executing=len(state.executing) if state is not None else 0,
-            in_memory=len(self.data),
+            in_memory=len(data),
+            managed_bytes=state.nbytes_in_memory if state is not None else 0,
+            spilled_bytes=m.SpilledBytes(
+                memory=spilled.memory if spilled is not None else 0,
+                disk=spilled.disk if spilled is not None else 0,
+            ),
         )
 
     async def _close_after_lifetime(self, lifetime: float) -> None:
@@ -464,6 +523,8 @@ class Worker(Server):
         await super()._close()
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self.executor.shutdown, self._close_executor_wait, self._close_timeout)
+        if isinstance(self.data, SpillBuffer):
+            self.data.close()
         shutil.rmtree(self.local_directory, ignore_errors=True)
 
     async def close(

@@ -1,24 +1,33 @@
-"""A worker's memory limit: pause running new tasks while the process uses too much memory.
+"""A worker's memory limit: spill results to disk, pause running new tasks.
 
 Every ``distributed.worker.memory.monitor-interval`` the worker compares its
-process memory (RSS) with its ``memory_limit``.  Above the
-``distributed.worker.memory.pause`` fraction it stops starting tasks (those
-running finish; their successors wait) and resumes once back below.
-``False`` for the fraction turns pausing off, as in dask.distributed.
+process memory (RSS) with its ``memory_limit``:
 
-Spilling to disk (``target``/``spill``) and terminating (``terminate``, a
-nanny's job) are not implemented here.
+* above ``distributed.worker.memory.spill`` it moves least-recently-used
+  results to disk (its data is a :class:`~distributed.spill.SpillBuffer`) until
+  the process is back under ``target`` (or nothing is left to spill);
+  ``target`` itself is applied by the buffer, on the bytes of results it holds;
+* above ``distributed.worker.memory.pause`` it stops starting tasks (those
+  running finish; their successors wait) and resumes once back below.
+
+``False`` for a fraction turns that step off, as in dask.distributed.
+Terminating (``terminate``) is the nanny's job.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
-from typing import TYPE_CHECKING
+import sys
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal
 
 import dask.config
 import psutil
 
 from distributed.core import Status
+from distributed.spill import SpillBuffer
 
 if TYPE_CHECKING:
     from distributed.worker import Worker
@@ -28,19 +37,64 @@ __all__ = ["WorkerMemoryMonitor"]
 logger = logging.getLogger(__name__)
 
 
+def _load_malloc_trim() -> Callable[[int], int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        trim: Callable[[int], int] = libc.malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return None
+    return trim
+
+
+_malloc_trim = _load_malloc_trim()
+
+
+def _trim_heap() -> None:
+    """Give freed heap memory back to the OS: glibc keeps freed blocks of a few MB in its heap."""
+    if _malloc_trim is not None:
+        _malloc_trim(0)
+
+
+def _fraction(given: float | Literal[False] | None, config_key: str, default: float) -> float | None:
+    """A threshold from the keyword, else from config; None when turned off (False)."""
+    value = dask.config.get(config_key, default) if given is None else given
+    if value is None or value is False:
+        return None
+    fraction = float(value)
+    if not fraction >= 0:
+        name = config_key.rsplit(".", 1)[-1]
+        raise ValueError(f"memory_{name}_fraction={value!r} (or {config_key}) must be a fraction >= 0, or False")
+    return fraction
+
+
 class WorkerMemoryMonitor:
-    """Pauses and resumes a worker by its process memory.
+    """Spills, pauses and resumes a worker by its memory.
 
     Parameters
     ----------
     worker
         The worker watched; its ``memory_limit`` (bytes, 0 for none) is read at every check.
+    target, spill, pause
+        The thresholds as fractions of ``memory_limit``; ``None`` reads
+        ``distributed.worker.memory.<name>``; ``False`` turns that step off.
     """
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(
+        self,
+        worker: Worker,
+        target: float | Literal[False] | None = None,
+        spill: float | Literal[False] | None = None,
+        pause: float | Literal[False] | None = None,
+    ) -> None:
         self.worker = worker
-        pause = dask.config.get("distributed.worker.memory.pause", 0.8)
-        self.pause_fraction: float | None = float(pause) if pause not in (None, False) else None
+        self.pause_fraction = _fraction(pause, "distributed.worker.memory.pause", 0.8)
+        self.spill_fraction = _fraction(spill, "distributed.worker.memory.spill", 0.7)
+        self.target_fraction = _fraction(target, "distributed.worker.memory.target", 0.6)
+        # Spilling by process memory stops below target (or below spill, when target is off).
+        self.spill_to_fraction = self.target_fraction if self.target_fraction is not None else self.spill_fraction
+        self._spill_logged = False
         self._process = psutil.Process()
 
     def memory(self) -> int:
@@ -50,9 +104,14 @@ class WorkerMemoryMonitor:
     def check(self) -> None:
         """Pause or resume the worker according to its memory now."""
         w = self.worker
-        if self.pause_fraction is None or not w.memory_limit or w.state is None:
+        if not w.memory_limit or w.state is None:
             return
-        frac = self.memory() / w.memory_limit
+        rss = self.memory()
+        if self.spill_fraction is not None and rss > self.spill_fraction * w.memory_limit:
+            rss = self.spill(rss)
+        if self.pause_fraction is None:
+            return
+        frac = rss / w.memory_limit
         if frac > self.pause_fraction and w.status == Status.running:
             logger.warning(
                 "Worker %s is at %.0f%% of its memory limit; pausing (no new tasks start until it drops below %.0f%%)",
@@ -67,3 +126,49 @@ class WorkerMemoryMonitor:
             w.status = Status.running
             w.state.paused = False
             w.handle_stimulus()  # start what waited
+
+    def spill(self, rss: int) -> int:
+        """Spill least-recently-used results until process memory is below the spill-to level.
+
+        Parameters
+        ----------
+        rss
+            The process memory measured now.
+
+        Returns
+        -------
+        The process memory after spilling.
+        """
+        w = self.worker
+        data = w.data
+        if not isinstance(data, SpillBuffer) or self.spill_to_fraction is None:
+            return rss
+        goal = self.spill_to_fraction * w.memory_limit
+        count = 0
+        freed = 0
+        # Spilling blocks the event loop: leave the rest to the next check after a while.
+        deadline = time.monotonic() + 0.5
+        for _ in range(len(data.fast)):
+            if rss <= goal or time.monotonic() > deadline:
+                break
+            weight = data.evict()
+            if weight < 0:
+                break
+            count += weight > 0
+            freed += weight
+            rss = self.memory()
+        if count and rss > goal:
+            # Freed values may sit in the allocator's heap, still counted in RSS.
+            _trim_heap()
+            rss = self.memory()
+        if count and not self._spill_logged:
+            # Once per worker: spilling repeats every interval under memory pressure.
+            self._spill_logged = True
+            logger.info(
+                "Worker %s: process memory above %.0f%% of its limit; spilled %d results (%d bytes) to disk",
+                w.address,
+                self.spill_fraction * 100 if self.spill_fraction is not None else 0,
+                count,
+                freed,
+            )
+        return rss

@@ -53,7 +53,7 @@ from distributed.nanny import Nanny
 from distributed.protocol import messages as m
 from distributed.scheduler import Scheduler
 from distributed.utils import import_term, refuse_unsupported
-from distributed.worker import Worker
+from distributed.worker import Worker, parse_memory_limit
 
 logger = logging.getLogger(__name__)
 
@@ -253,6 +253,7 @@ class LocalCluster(Cluster):
         if memory_limit == "auto":
             self.memory_limit: str | float | None = psutil.virtual_memory().total // max(1, n_workers)
         else:
+            parse_memory_limit(memory_limit, threads_per_worker)  # a bad value fails here, not in each worker
             self.memory_limit = memory_limit
 
         host = host or ip

@@ -339,13 +339,26 @@ class UnregisterWorker(TypedDict):
     reason: NotRequired[str]
 
 
+class SpilledBytes(TypedDict):
+    """Results a worker spilled to disk: their size in memory (by sizeof) and on disk."""
+
+    memory: int
+    disk: int
+
+
 class WorkerMetrics(TypedDict):
-    """What a worker reports in its heartbeat."""
+    """What a worker reports in its heartbeat.
+
+    ``memory`` is the process's RSS; ``managed_bytes`` the results it holds (by
+    sizeof, spilled ones included), ``spilled_bytes`` the part of them on disk.
+    """
 
     memory: int
     cpu: float
     executing: int
     in_memory: int
+    managed_bytes: int
+    spilled_bytes: SpilledBytes
 
 
 # -- worker -> scheduler (stream) ----------------------------------------------

@@ -27,7 +27,7 @@ from distributed.worker import Worker
         ({"preload": ["some_module"]}, NotImplementedError, "preload"),
         ({"executor": "offload"}, NotImplementedError, "executor"),
         ({"services": {"x": object}}, NotImplementedError, "services"),
-        ({"memory_spill_fraction": 0.5}, NotImplementedError, "memory_spill_fraction"),
+        ({"max_spill": "1GB"}, NotImplementedError, "max_spill"),
         ({"extensions": {"x": object}}, NotImplementedError, "extensions"),
         ({"http_prefix": "/dask"}, NotImplementedError, "http_prefix"),
         ({"lifetime_restart": True}, NotImplementedError, "lifetime_restart"),

@@ -1,0 +1,269 @@
+"""Memory limits and spilling: results past a worker's limit go to disk and come back intact."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Any, Literal
+
+import dask.array as da
+import numpy as np
+import pytest
+
+from distributed import Client, LocalCluster
+from distributed.scheduler import Scheduler
+from distributed.spill import SpillBuffer
+from distributed.utils_test import async_poll_for, gen_cluster, poll_for
+from distributed.worker import Worker, parse_memory_limit
+
+MB = 1_000_000
+
+# In-process workers share the test process, whose memory says nothing about them:
+# these tests spill by the bytes of results held (target) only.
+BY_TARGET_ONLY = {"distributed.worker.memory.spill": False, "distributed.worker.memory.pause": False}
+
+
+def block(i: int, nbytes: int = 4 * MB) -> np.ndarray[Any, Any]:
+    return np.full(nbytes // 8, i, dtype="f8")
+
+
+def check_block(x: np.ndarray[Any, Any], i: int) -> bool:
+    return bool(x.shape == (4 * MB // 8,) and (x == i).all())
+
+
+# -- the buffer itself ----------------------------------------------------------------
+def test_buffer_spills_least_recently_used_and_reads_back(tmp_path: Path) -> None:
+    buf = SpillBuffer(str(tmp_path / "storage"), target=10 * MB)
+    for i in range(6):
+        buf[f"x-{i}"] = block(i)
+    assert set(buf.fast) == {"x-4", "x-5"}  # 8 MB in memory, under the 10 MB target
+    assert buf.memory_bytes <= 10 * MB
+    assert buf.spilled.memory >= 16 * MB and buf.spilled.disk >= 16 * MB
+    assert len(os.listdir(buf.directory)) == 4
+    for i in range(6):
+        x = buf[f"x-{i}"]
+        assert check_block(x, i)
+        x[0] = -1  # read back writeable, as computed
+    assert len(buf) == 6
+    del buf["x-0"], buf["x-5"]
+    assert len(buf) == 4 and "x-0" not in buf
+    buf.close()
+    assert not os.path.exists(buf.directory)
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def test_unpicklable_values_stay_in_memory_logged_once(tmp_path: Path) -> None:
+    buf = SpillBuffer(str(tmp_path / "storage"), target=5 * MB)
+    caught = _Records()
+    log = logging.getLogger("distributed.spill")
+    log.addHandler(caught)  # the distributed logger does not propagate to the root
+    try:
+        locks = [threading.Lock() for _ in range(3)]
+        for i, lock in enumerate(locks):
+            buf[f"lock-{i}"] = lock
+        for i in range(4):
+            buf[f"x-{i}"] = block(i)
+        buf.evict_until_below_target(0)
+    finally:
+        log.removeHandler(caught)
+    assert all(buf[f"lock-{i}"] is lock for i, lock in enumerate(locks))
+    assert {f"lock-{i}" for i in range(3)} <= set(buf.fast)
+    assert all(check_block(buf[f"x-{i}"], i) for i in range(4))
+    assert sum("Could not pickle" in r.getMessage() for r in caught.records) == 1
+    buf.close()
+
+
+@pytest.mark.parametrize(
+    "given, expected",
+    [(None, 0), (0, 0), ("300MB", 300 * MB), (250 * MB, 250 * MB), ("1 GiB", 2**30)],
+)
+def test_parse_memory_limit(given: Any, expected: int) -> None:
+    assert parse_memory_limit(given, 1) == expected
+
+
+@pytest.mark.parametrize("given", [-1, "-5MB", -0.5, "lots", [1]])
+def test_bad_memory_limits_are_refused(given: Any) -> None:
+    with pytest.raises((ValueError, TypeError), match="memory_limit"):
+        Worker("tcp://127.0.0.1:1", nthreads=1, memory_limit=given)
+
+
+@pytest.mark.parametrize("processes", [False, True])
+def test_local_cluster_refuses_a_negative_memory_limit_up_front(processes: bool) -> None:
+    with pytest.raises(ValueError, match="memory_limit=-1 is negative"):
+        LocalCluster(processes=processes, n_workers=1, memory_limit=-1, dashboard_address=None)
+
+
+def test_auto_memory_limit_is_the_share_of_the_machine() -> None:
+    import psutil
+
+    total = psutil.virtual_memory().total
+    cores = os.cpu_count() or 1
+    assert parse_memory_limit("auto", cores) == total
+    assert parse_memory_limit(10 * total, 1) == total  # capped to the machine
+
+
+# -- workers -----------------------------------------------------------------------
+@gen_cluster(client=True, nthreads=[], config=BY_TARGET_ONLY)
+async def test_no_memory_limit_keeps_a_plain_dict(c: Client, s: Scheduler) -> None:
+    async with Worker(s.address, nthreads=1, memory_limit=0) as w:
+        assert type(w.data) is dict
+    async with Worker(s.address, nthreads=1, memory_limit="100MB") as w:
+        assert isinstance(w.data, SpillBuffer)
+
+
+@gen_cluster(client=True, nthreads=[], config=BY_TARGET_ONLY)
+async def test_worker_keywords_override_the_memory_config(c: Client, s: Scheduler) -> None:
+    async with Worker(s.address, nthreads=1, memory_limit="100MB", memory_target_fraction=0.1) as w:
+        assert isinstance(w.data, SpillBuffer) and w.data.n == 10 * MB
+        assert w.memory_monitor.spill_fraction is None and w.memory_monitor.pause_fraction is None
+    async with Worker(
+        s.address,
+        nthreads=1,
+        memory_limit="100MB",
+        memory_target_fraction=False,
+        memory_spill_fraction=0.5,
+        memory_pause_fraction=0.9,
+        memory_monitor_interval="5ms",
+    ) as w:
+        assert isinstance(w.data, SpillBuffer) and w.data.n == float("inf")  # spills by process memory only
+        assert (w.memory_monitor.spill_fraction, w.memory_monitor.pause_fraction) == (0.5, 0.9)
+        assert w.memory_monitor_interval == 0.005
+    async with Worker(
+        s.address, nthreads=1, memory_limit="100MB", memory_target_fraction=False, memory_spill_fraction=False
+    ) as w:
+        assert type(w.data) is dict
+    with pytest.raises(ValueError, match="memory_target_fraction"):
+        Worker(s.address, nthreads=1, memory_target_fraction=-0.5)
+
+
+@gen_cluster(
+    client=True,
+    nthreads=[("127.0.0.1", 1), ("127.0.0.1", 1)],
+    worker_kwargs={"memory_limit": "100MB", "heartbeat_interval": "50ms"},
+    config=BY_TARGET_ONLY,
+)
+async def test_worker_holds_several_times_its_limit_by_spilling(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
+) -> None:
+    # 300 MB on a worker limited to 100 MB: 60 MB (target 0.6) stays in memory.
+    futs = c.map(block, range(75), workers=[a.address], key=[f"blk-{i}" for i in range(75)])
+    await c.gather(futs[-1:])
+    await async_poll_for(lambda: all(f.status == "finished" for f in futs), 10)
+    assert isinstance(a.data, SpillBuffer)
+    assert len(a.data) == 75
+    assert a.data.memory_bytes <= 60 * MB
+    assert a.data.spilled.disk >= 240 * MB
+    storage = a.data.directory
+    assert len(os.listdir(storage)) == len(a.data.disk)
+
+    # The scheduler sees managed and spilled bytes in the heartbeats.
+    def metrics() -> dict[str, Any]:
+        return dict(s.workers[a.address].metrics)
+
+    await async_poll_for(lambda: metrics().get("spilled_bytes", {}).get("disk", 0) >= 240 * MB, 5)
+    info = await c.scheduler_info()
+    m = info["workers"][a.address]["metrics"]
+    assert m["managed_bytes"] >= 300 * MB
+    assert 240 * MB <= m["spilled_bytes"]["memory"] <= m["managed_bytes"]
+    assert m["memory"] > 0
+    mem = s.workers[a.address].memory
+    assert mem.spilled >= 240 * MB
+    assert mem.managed == m["managed_bytes"] - m["spilled_bytes"]["memory"]
+    assert mem.managed <= 60 * MB
+    assert mem.unmanaged == max(mem.process - mem.managed, 0) and mem.process == m["memory"]
+
+    # Read back by a task on the same worker, by a peer, and by the client.
+    checks = c.map(check_block, futs, range(75), workers=[a.address], key=[f"chk-{i}" for i in range(75)])
+    assert all(await c.gather(checks))
+    peer = c.map(check_block, futs[:10], range(10), workers=[b.address], key=[f"peer-{i}" for i in range(10)])
+    assert all(await c.gather(peer))
+    values = await c.gather(futs[:5])
+    assert all(check_block(v, i) for i, v in enumerate(values))
+
+    await a.close()
+    assert not os.path.exists(storage)
+
+
+@gen_cluster(
+    client=True,
+    nthreads=[("127.0.0.1", 1)],
+    worker_kwargs={"memory_limit": "100MB"},
+    config={
+        "distributed.worker.memory.target": False,
+        "distributed.worker.memory.spill": 1e-9,  # any process memory is too much
+        "distributed.worker.memory.pause": False,
+        "distributed.worker.memory.monitor-interval": "10ms",
+    },
+)
+async def test_process_memory_past_spill_moves_results_to_disk(c: Client, s: Scheduler, a: Worker) -> None:
+    futs = c.map(block, range(5), key=[f"pm-{i}" for i in range(5)])
+    await c.gather(futs[-1:])
+    assert isinstance(a.data, SpillBuffer)
+    await async_poll_for(lambda: len(a.data.disk) == 5, 5)  # type: ignore[attr-defined]  # checked above
+    values = await c.gather(futs)
+    assert all(check_block(v, i) for i, v in enumerate(values))
+
+
+@gen_cluster(
+    client=True,
+    nthreads=[("127.0.0.1", 1), ("127.0.0.1", 1)],
+    worker_kwargs={"memory_limit": "40MB"},
+    config=BY_TARGET_ONLY,
+)
+async def test_reduction_over_more_than_the_cluster_memory(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    n = 20_000_000  # 160 MB of int64 over 80 MB of workers
+    x = da.arange(n, chunks=500_000, dtype="i8")
+    x = c.persist(x)
+    await async_poll_for(lambda: len(a.data) + len(b.data) == 40, 10)
+    assert all(isinstance(w.data, SpillBuffer) and len(w.data.disk) > 0 for w in (a, b))
+    total = await c.compute(x.sum())
+    assert total == n * (n - 1) // 2
+    del x
+
+
+def test_worker_process_holds_several_times_its_limit() -> None:
+    with (
+        LocalCluster(
+            processes=True, n_workers=1, threads_per_worker=1, memory_limit="200MB", dashboard_address=None
+        ) as cluster,
+        Client(cluster) as c,
+    ):
+        futs = c.map(block, range(150), key=[f"big-{i}" for i in range(150)])  # 600 MB
+        checks = c.map(check_block, futs, range(150), key=[f"ok-{i}" for i in range(150)])
+        assert all(c.gather(checks))
+        assert all(check_block(v, i) for i, v in enumerate(c.gather(futs[:3])))
+        addr = next(iter(c.scheduler_info()["workers"]))
+
+        def spilled() -> int:
+            return int(c.scheduler_info()["workers"][addr]["metrics"].get("spilled_bytes", {}).get("disk", 0))
+
+        poll_for(lambda: spilled() >= 300 * MB, 10)
+        storage = c.run(lambda dask_worker: dask_worker.data.directory)[addr]
+        assert os.path.isdir(storage)
+        rss = c.run(lambda dask_worker: dask_worker.memory_monitor.memory())[addr]
+        assert rss < 400 * MB
+    poll_for(lambda: not os.path.exists(storage), 10)
+
+
+def test_spill_directory_is_under_local_directory(tmp_path: Path) -> None:
+    async def run() -> str:
+        async with Scheduler(dashboard_address=None) as s:
+            async with Worker(s.address, nthreads=1, memory_limit="100MB", local_directory=str(tmp_path)) as w:
+                assert isinstance(w.data, SpillBuffer)
+                directory = w.data.directory
+                assert directory.startswith(str(tmp_path)) and directory.endswith("storage")
+        return directory
+
+    directory = asyncio.run(run())
+    assert not os.path.exists(directory)
