@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 from typing import Any, Literal
 
+import dask
 import dask.array as da
 import numpy as np
 import pytest
@@ -233,7 +234,9 @@ async def test_reduction_over_more_than_the_cluster_memory(c: Client, s: Schedul
 
 
 def test_worker_process_holds_several_times_its_limit() -> None:
+    # Spilling, not the nanny's kill: a 200 MB limit is close to the process's own footprint.
     with (
+        dask.config.set({"distributed.worker.memory.terminate": False}),
         LocalCluster(
             processes=True, n_workers=1, threads_per_worker=1, memory_limit="200MB", dashboard_address=None
         ) as cluster,
