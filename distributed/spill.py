@@ -144,8 +144,28 @@ class SpillBuffer(zict.Buffer[Key, Any]):
 
     def __init__(self, directory: str, target: float) -> None:
         self.disk = _DiskStore(directory)
-        super().__init__(fast={}, slow=self.disk, n=target, weight=_weight)
+        #: The size of the value :meth:`put` is storing, known to its caller.
+        self._size_hint: tuple[Key, int] | None = None
+        super().__init__(fast={}, slow=self.disk, n=target, weight=self._weigh)
         self._warned = False
+
+    def _weigh(self, key: Key, value: Any) -> float:
+        hint = self._size_hint
+        if hint is not None and hint[0] is key:
+            return float(max(hint[1], 1))
+        return _weight(key, value)
+
+    def put(self, key: Key, value: Any, nbytes: int) -> None:
+        """Store ``value`` whose size the caller already measured (``sizeof`` runs once per result).
+
+        ``sizeof`` of a DataFrame or of nested containers is not cheap; the
+        worker measures every result for the scheduler anyway.
+        """
+        self._size_hint = (key, nbytes)
+        try:
+            self[key] = value
+        finally:
+            self._size_hint = None
 
     @property
     def directory(self) -> str:

@@ -37,6 +37,7 @@ from typing import Any, Final, Literal, get_args
 
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key, Payload
+from distributed.spill import SpillBuffer
 
 logger = logging.getLogger(__name__)
 
@@ -571,7 +572,11 @@ class WorkerStateMachine:
 
     def _put_data(self, ts: WorkerTask, value: Any, nbytes: int) -> None:
         """Store a value about to move ``ts`` to memory (the transition counts its bytes)."""
-        self.data[ts.key] = value
+        data = self.data
+        if type(data) is SpillBuffer:
+            data.put(ts.key, value, nbytes)  # measured already: no second sizeof
+        else:
+            data[ts.key] = value
         ts.nbytes = nbytes
 
     def _can_run(self, ts: WorkerTask) -> bool:
@@ -735,8 +740,7 @@ class WorkerStateMachine:
         if state != "executing" and state != "long-running":
             return
         ts.type = ev.type
-        self.data[ts.key] = ev.value
-        ts.nbytes = ev.nbytes
+        self._put_data(ts, ev.value, ev.nbytes)
         recs = self._apply(ts, "memory", ev.stimulus_id, instructions)
         if recs:
             self._transitions(recs, ev.stimulus_id, instructions)

@@ -55,6 +55,26 @@ def test_buffer_spills_least_recently_used_and_reads_back(tmp_path: Path) -> Non
     assert not os.path.exists(buf.directory)
 
 
+def test_put_takes_the_size_its_caller_measured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import distributed.spill
+
+    buf = SpillBuffer(str(tmp_path / "storage"), target=10 * MB)
+    calls: list[Any] = []
+
+    def counting_sizeof(value: Any) -> int:
+        calls.append(value)
+        return 8
+
+    monkeypatch.setattr(distributed.spill, "sizeof", counting_sizeof)
+    buf.put("a", [1, 2, 3], 4 * MB)
+    assert calls == [] and buf.memory_bytes == 4 * MB  # no second sizeof of the result
+    buf["b"] = [4]  # without a size: measured here
+    assert len(calls) == 1 and buf.memory_bytes == 4 * MB + 8
+    buf.put("c", [5], 7 * MB)  # past the target: the least recently used goes to disk
+    assert "a" in buf.disk and buf["a"] == [1, 2, 3]
+    buf.close()
+
+
 class _Records(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
