@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 A :class:`Server` listens on one or more addresses.  Every comm it accepts
-carries request messages ``{"op": name, "reply": bool, ...fields}``.  The op
+carries request messages: a mapping of ``op`` (a name), ``reply`` (a bool) and fields.  The op
 names a :class:`Route`: the ``TypedDict`` that declares the message and the
 handler to call.  The message is checked against its declaration before the
 handler runs, so a malformed or unknown message is answered with an error and

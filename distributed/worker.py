@@ -320,12 +320,7 @@ class Worker(Server):
             from distributed.http.worker import start_worker_http_server
 
             self.http_server = await start_worker_http_server(self, self.dashboard_address or ":0")
-        self.state = WorkerStateMachine(
-            self.address,
-            self.nthreads,
-            data=self.data,
-            resources=self.resources,
-            validate=self.validate,
+        self.state = self._new_state_machine(
             transfer_limit=int(parse_bytes(str(dask.config.get("distributed.worker.transfer.message-bytes-limit")))),
             fetch_concurrency=int(dask.config.get("distributed.worker.connections.outgoing")),
         )
@@ -428,15 +423,7 @@ class Worker(Server):
         old = self.state
         if old is not None:
             self.data.clear()
-            self.state = WorkerStateMachine(
-                self.address,
-                self.nthreads,
-                data=self.data,
-                resources=self.resources,
-                validate=self.validate,
-                transfer_limit=old.transfer_limit,
-                fetch_concurrency=old.fetch_concurrency,
-            )
+            self.state = self._new_state_machine(old.transfer_limit, old.fetch_concurrency)
             self._update_transition_hook()
         deadline = time.monotonic() + timeout
         while self.status == Status.running:
@@ -672,6 +659,18 @@ class Worker(Server):
         result = plugin.teardown(self)
         if inspect.isawaitable(result):
             await result
+
+    def _new_state_machine(self, transfer_limit: int, fetch_concurrency: int) -> WorkerStateMachine:
+        """A task state machine over this worker's data (at start, and afresh when it rejoins a scheduler)."""
+        return WorkerStateMachine(
+            self.address,
+            self.nthreads,
+            data=self.data,
+            resources=self.resources,
+            validate=self.validate,
+            transfer_limit=transfer_limit,
+            fetch_concurrency=fetch_concurrency,
+        )
 
     def _update_transition_hook(self) -> None:
         """Call plugins' ``transition`` only while a plugin defines one (the per-task path stays lean)."""

@@ -206,9 +206,10 @@ def start_background_parts(
 ) -> threading.Thread:
     """Make parts ``1..`` of ``plan`` in a new daemon thread.
 
-    Each message is appended to ``parts.ready`` and ``kick`` is called to have the outbox send it.  If a part cannot be made, the
-    wanted keys of it and of later parts are passed to ``fail`` with the
-    exception, and the scheduler is told the graph ends there.
+    Each message is appended to ``parts.ready`` and ``kick`` is called to have
+    the outbox send it.  If a part cannot be made, the wanted keys of it and of
+    later parts are passed to ``fail`` with the exception, and the scheduler is
+    told the graph ends there.
     """
 
     def run() -> None:
