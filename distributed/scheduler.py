@@ -301,6 +301,8 @@ class Scheduler(Server):
             "broadcast": Route(m.RunFunction, self.requests.handle_broadcast),
             "story": Route(m.StoryRequest, self.requests.handle_story),
             "retire_workers": Route(m.RetireWorkers, self.requests.handle_retire_workers),
+            "replicate": Route(m.Replicate, self.requests.handle_replicate),
+            "rebalance": Route(m.Rebalance, self.requests.handle_rebalance),
             "wait_for_workers": Route(m.WaitForWorkers, self.requests.handle_wait_for_workers),
             "restart": Route(m.Restart, self.requests.handle_restart),
             "restart_workers": Route(m.RestartWorkers, self.requests.handle_restart_workers),
@@ -1593,6 +1595,27 @@ class Scheduler(Server):
                     ws.nbytes += max(ts.nbytes, 0)
             else:
                 out.free[address].append(key)
+        return out
+
+    def drop_replicas(self, address: str, keys: Sequence[Key]) -> Out:
+        """Forget ``address``'s copies of ``keys`` and have it free them; a key's last copy is never dropped.
+
+        The key stays in memory on its other holders, so no task changes state.
+        A task on ``address`` that still needs the key as input keeps it there
+        (the worker frees it when that task is done).
+        """
+        out = Out()
+        ws = self.workers.get(address)
+        if ws is None:
+            return out
+        for key in keys:
+            ts = self.tasks.get(key)
+            if ts is None or ts.state != "memory" or ws not in ts.who_has or len(ts.who_has) < 2:
+                continue
+            drop(ts.who_has, ws)
+            del ws.has_what[ts]
+            ws.nbytes -= max(ts.nbytes, 0)
+            out.free[address].append(key)
         return out
 
     def release_worker_data(self, address: str, keys: Sequence[Key], stimulus_id: str) -> Out:

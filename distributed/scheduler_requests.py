@@ -11,15 +11,18 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+
+import dask.config
+from dask.utils import parse_timedelta
 
 from distributed.comm import Comm, CommClosedError
 from distributed.core import error_message
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.protocol.serialize import Serialize, unwrap
-from distributed.scheduler_state import WorkerState
+from distributed.scheduler_state import TaskState, WorkerState
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
@@ -143,6 +146,147 @@ class ClusterRequests:
                     pass
         return retired
 
+    # -- replicas ------------------------------------------------------------------------------
+    async def handle_replicate(self, comm: Comm, msg: m.Replicate) -> str:
+        """Have ``n`` workers of the pool hold each key (all of the pool when ``n`` is None).
+
+        Keys with fewer copies in the pool are copied, peer to peer, in rounds
+        in which each holder serves at most ``branching_factor`` new copies;
+        keys with more lose the extra copies of their most loaded holders in
+        the pool.  Copies outside the pool are left alone.  Returns once the
+        scheduler knows of every new copy.
+        """
+        s = self.scheduler
+        n = msg.get("n")
+        branching_factor = msg.get("branching_factor", 2)
+        if n is not None and n < 1:
+            raise ValueError(f"replicate(n={n}): n must be at least 1 (or None for every worker)")
+        if branching_factor < 1:
+            raise ValueError(f"replicate(branching_factor={branching_factor}): it must be at least 1")
+        pool = self._known_workers(msg.get("workers"), "replicate")
+        tasks = self._in_memory(msg["keys"], "replicate")
+        if not pool:
+            raise ValueError("replicate: there are no workers to hold copies")
+        want = len(pool) if n is None else min(n, len(pool))
+        members = set(pool)
+        for ts in tasks:
+            inside = [ws for ws in ts.who_has if ws in members]
+            if len(inside) > want:
+                for ws in sorted(inside, key=lambda w: -w.nbytes)[: len(inside) - want]:
+                    s.send_all(s.drop_replicas(ws.address, [ts.key]))
+        while True:
+            live = [ws for ws in pool if s.workers.get(ws.address) is ws]
+            want = len(live) if n is None else min(n, len(live))
+            load = {ws: ws.nbytes for ws in live}
+            plan: dict[WorkerState, dict[Key, list[str]]] = {}
+            for ts in tasks:
+                if ts.state != "memory":
+                    continue  # released meanwhile: nothing to copy
+                missing = want - sum(ws in load for ws in ts.who_has)
+                if missing <= 0:
+                    continue
+                holders = [ws.address for ws in ts.who_has]
+                count = min(missing, len(holders) * branching_factor)
+                targets = sorted((ws for ws in live if ws not in ts.who_has), key=load.__getitem__)[:count]
+                for ws in targets:
+                    plan.setdefault(ws, {})[ts.key] = holders
+                    load[ws] += max(ts.nbytes, 0)
+            if not plan:
+                return "OK"
+            failed = await self._copy(plan)
+            if failed:
+                raise RuntimeError(f"replicate: {_describe(failed)}")
+
+    async def handle_rebalance(self, comm: Comm, msg: m.Rebalance) -> str:
+        """Even out the bytes the workers of the pool hold, moving keys from the fullest to the emptiest.
+
+        A greedy plan by the sizes the scheduler knows: each worker above the
+        pool's average gives its largest keys to the least loaded worker not
+        holding them, as long as that receiver stays below what the giver keeps.
+        A key is copied first; only once the scheduler knows of the copy does
+        the giver free its own, so no key is ever without a holder.  Only the
+        keys asked for move (all in memory when None); copies on workers
+        outside the pool are left alone.
+        """
+        s = self.scheduler
+        pool = self._known_workers(msg.get("workers"), "rebalance")
+        keys = msg.get("keys")
+        if keys is None:
+            movable = [ts for ts in s.tasks.values() if ts.state == "memory"]
+        else:
+            movable = self._in_memory(keys, "rebalance")
+        if len(pool) < 2:
+            return "OK"
+        moves = _rebalance_plan(pool, movable)
+        plan: dict[WorkerState, dict[Key, list[str]]] = {}
+        for ts, _, receiver in moves:
+            plan.setdefault(receiver, {})[ts.key] = [ws.address for ws in ts.who_has]
+        failed = await self._copy(plan)
+        for ts, giver, receiver in moves:
+            if (receiver, ts.key) not in failed and receiver in ts.who_has:
+                s.send_all(s.drop_replicas(giver.address, [ts.key]))
+        if failed:
+            raise RuntimeError(f"rebalance: {_describe(failed)} (their data stays where it was)")
+        return "OK"
+
+    def _known_workers(self, workers: Sequence[str] | None, what: str) -> list[WorkerState]:
+        """The workers named (addresses or names), all when None; unknown ones are refused."""
+        pool = self.select_workers(workers)
+        if workers is not None and len(pool) < len(set(workers)):
+            known = {ws.address for ws in pool} | {str(ws.name) for ws in pool}
+            raise ValueError(f"{what}: no such workers: {[w for w in workers if str(w) not in known]}")
+        return list(dict.fromkeys(pool))
+
+    def _in_memory(self, keys: Sequence[Key], what: str) -> list[TaskState]:
+        """The tasks of ``keys``; each must be in memory on some worker."""
+        tasks = [self.scheduler.tasks.get(k) for k in keys]
+        absent = [k for k, ts in zip(keys, tasks, strict=True) if ts is None or ts.state != "memory"]
+        if absent:
+            raise ValueError(f"{what}: these keys are not in memory on any worker: {absent[:10]}")
+        return list(dict.fromkeys(ts for ts in tasks if ts is not None))
+
+    async def _copy(self, plan: Mapping[WorkerState, Mapping[Key, Sequence[str]]]) -> set[tuple[WorkerState, Key]]:
+        """Have each worker of ``plan`` fetch its keys from the holders named; wait until the scheduler knows.
+
+        Returns the copies that did not land: the target left or could not be
+        asked, or the copy was not reported before the deadline, which moves
+        on while copies keep landing.  A key released meanwhile counts as done.
+        """
+        s = self.scheduler
+        failed: set[tuple[WorkerState, Key]] = set()
+
+        async def ask(ws: WorkerState, who_has: Mapping[Key, Sequence[str]]) -> None:
+            nbytes = {k: max(s.tasks[k].nbytes, 0) for k in who_has if k in s.tasks}
+            request = m.AcquireReplicas(op="acquire-replicas", who_has=who_has, nbytes=nbytes)
+            try:
+                await s.rpc.call(ws.address, request)
+            except (OSError, CommClosedError):
+                failed.update((ws, k) for k in who_has)
+
+        await asyncio.gather(*(ask(ws, who_has) for ws, who_has in plan.items()))
+        pending = {(ws, k) for ws, who_has in plan.items() for k in who_has} - failed
+        patience = float(parse_timedelta(dask.config.get("distributed.comm.timeouts.tcp")) or 30)
+        deadline = time.monotonic() + patience
+        while pending:
+            landed = set()
+            for ws, key in pending:
+                ts = s.tasks.get(key)
+                if s.workers.get(ws.address) is not ws:
+                    failed.add((ws, key))
+                    landed.add((ws, key))
+                elif ts is None or ts.state != "memory" or ws in ts.who_has:
+                    landed.add((ws, key))
+            if landed:
+                pending -= landed
+                deadline = time.monotonic() + patience
+            elif time.monotonic() > deadline:
+                failed |= pending
+                break
+            if pending:
+                # The copies are reported on the workers' streams (add-keys): look again shortly.
+                await asyncio.sleep(0.01)
+        return failed
+
     async def handle_restart(self, comm: Comm, msg: m.Restart) -> str:
         """Cancel every future of every client, then replace every worker process through its nanny."""
         s = self.scheduler
@@ -221,6 +365,49 @@ class ClusterRequests:
                 return addr, error_message(e)
 
         return dict(await asyncio.gather(*(one(a) for a in list(self.scheduler.workers))))
+
+
+def _rebalance_plan(
+    pool: Sequence[WorkerState], movable: Iterable[TaskState]
+) -> list[tuple[TaskState, WorkerState, WorkerState]]:
+    """Moves ``(task, giver, receiver)`` that bring the pool's workers near their average load.
+
+    Loads are the bytes each worker holds as the scheduler counts them.  A
+    giver moves its largest movable keys first; a move is made only when the
+    receiver, after it, holds no more than the giver keeps, so every move
+    narrows the gap and the plan ends.
+    """
+    members = set(pool)
+    load = {ws: max(ws.nbytes, 0) for ws in pool}
+    average = sum(load.values()) / len(pool)
+    by_holder: dict[WorkerState, list[TaskState]] = {ws: [] for ws in pool}
+    for ts in movable:
+        if ts.nbytes > 0:
+            for ws in ts.who_has:
+                if ws in members:
+                    by_holder[ws].append(ts)
+    moves: list[tuple[TaskState, WorkerState, WorkerState]] = []
+    moved: set[TaskState] = set()
+    for giver in sorted(pool, key=lambda ws: -load[ws]):
+        for ts in sorted(by_holder[giver], key=lambda t: -t.nbytes):
+            if load[giver] <= average:
+                break
+            if ts in moved:
+                continue
+            receiver = min((ws for ws in pool if ws not in ts.who_has), key=load.__getitem__, default=None)
+            if receiver is None or load[receiver] + ts.nbytes > load[giver] - ts.nbytes:
+                continue
+            moves.append((ts, giver, receiver))
+            moved.add(ts)
+            load[giver] -= ts.nbytes
+            load[receiver] += ts.nbytes
+    return moves
+
+
+def _describe(failed: Iterable[tuple[WorkerState, Key]]) -> str:
+    pairs = sorted((str(k), ws.address) for ws, k in failed)
+    shown = ", ".join(f"{k} -> {a}" for k, a in pairs[:10])
+    return f"{len(pairs)} copies did not land ({shown})"
 
 
 def _need_nannies(workers: Sequence[WorkerState]) -> None:

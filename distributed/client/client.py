@@ -1926,6 +1926,171 @@ class Client(Generic[AsyncT]):
             asynchronous=asynchronous,
         )
 
+    # -- replicas -----------------------------------------------------------------------------
+    @overload
+    def replicate(
+        self: Client[Literal[False]],
+        futures: Any,
+        n: int | None = None,
+        workers: Any = None,
+        branching_factor: int = 2,
+        *,
+        asynchronous: Literal[False] | None = None,
+    ) -> None: ...
+
+    @overload
+    def replicate(
+        self: Client[Literal[True]],
+        futures: Any,
+        n: int | None = None,
+        workers: Any = None,
+        branching_factor: int = 2,
+        *,
+        asynchronous: Literal[True] | None = None,
+    ) -> Awaitable[None]: ...
+
+    @overload
+    def replicate(
+        self,
+        futures: Any,
+        n: int | None = None,
+        workers: Any = None,
+        branching_factor: int = 2,
+        *,
+        asynchronous: Literal[True],
+    ) -> Awaitable[None]: ...
+
+    @overload
+    def replicate(
+        self,
+        futures: Any,
+        n: int | None = None,
+        workers: Any = None,
+        branching_factor: int = 2,
+        *,
+        asynchronous: bool | None = None,
+    ) -> Awaitable[None] | None: ...
+
+    def replicate(
+        self,
+        futures: Any,
+        n: int | None = None,
+        workers: Any = None,
+        branching_factor: int = 2,
+        *,
+        asynchronous: bool | None = None,
+    ) -> Awaitable[None] | None:
+        """Have ``n`` workers hold a copy of each of these futures' results.
+
+        Parameters
+        ----------
+        futures : futures or a persisted collection
+            Waited for first; each must finish without error.
+        n : int, optional
+            Copies wanted among ``workers``; every one of them when None.  A
+            key held by more of them loses the extra copies.
+        workers : addresses or names, optional
+            The workers that may hold the copies (all by default); copies on
+            others are left alone.
+        branching_factor : int
+            New copies each holder serves per round: copies spread as a tree.
+
+        Raises
+        ------
+        ValueError
+            ``n`` or ``branching_factor`` below 1, an unknown worker, or a key
+            not in memory (erred, cancelled or released).
+
+        Examples
+        --------
+        >>> x = c.submit(func, *args)  # doctest: +SKIP
+        >>> c.replicate([x], n=2)  # doctest: +SKIP
+        """
+        if n is not None and n < 1:
+            raise ValueError(f"replicate(n={n}): n must be at least 1 (or None for every worker)")
+        if branching_factor < 1:
+            raise ValueError(f"replicate(branching_factor={branching_factor}): it must be at least 1")
+        targets = self.futures_of(futures)
+        request = m.Replicate(
+            op="replicate",
+            keys=[],
+            n=n,
+            workers=worker_list(workers),
+            branching_factor=branching_factor,
+        )
+
+        async def replicate() -> None:
+            await self._finished(targets)
+            request["keys"] = list(dict.fromkeys(f.key for f in targets))
+            await self.link.request(request)
+
+        return self.sync(replicate, asynchronous=asynchronous)
+
+    @overload
+    def rebalance(
+        self: Client[Literal[False]],
+        futures: Any = None,
+        workers: Any = None,
+        *,
+        asynchronous: Literal[False] | None = None,
+    ) -> None: ...
+
+    @overload
+    def rebalance(
+        self: Client[Literal[True]],
+        futures: Any = None,
+        workers: Any = None,
+        *,
+        asynchronous: Literal[True] | None = None,
+    ) -> Awaitable[None]: ...
+
+    @overload
+    def rebalance(
+        self, futures: Any = None, workers: Any = None, *, asynchronous: Literal[True]
+    ) -> Awaitable[None]: ...
+
+    @overload
+    def rebalance(
+        self, futures: Any = None, workers: Any = None, *, asynchronous: bool | None = None
+    ) -> Awaitable[None] | None: ...
+
+    def rebalance(
+        self, futures: Any = None, workers: Any = None, *, asynchronous: bool | None = None
+    ) -> Awaitable[None] | None:
+        """Even out the bytes the workers hold by moving data between them.
+
+        Keys move from workers holding more than the average to workers holding
+        less; each is copied before its old holder frees it, so nothing is lost.
+
+        Parameters
+        ----------
+        futures : futures or a persisted collection, optional
+            Only these keys move (waited for first); all data in memory when None.
+        workers : addresses or names, optional
+            Only these workers give and receive (all by default).
+
+        Raises
+        ------
+        ValueError
+            An unknown worker, or one of ``futures`` not in memory.
+        """
+        targets = None if futures is None else self.futures_of(futures)
+        request = m.Rebalance(op="rebalance", keys=None, workers=worker_list(workers))
+
+        async def rebalance() -> None:
+            if targets is not None:
+                await self._finished(targets)
+                request["keys"] = list(dict.fromkeys(f.key for f in targets))
+            await self.link.request(request)
+
+        return self.sync(rebalance, asynchronous=asynchronous)
+
+    async def _finished(self, futures: list[Future]) -> None:
+        """Wait until these futures are done, whatever their outcome."""
+        for f in futures:
+            if not f.done():
+                await f.state.event().wait()
+
     # -- restarts -----------------------------------------------------------------------------
     @overload
     def restart(

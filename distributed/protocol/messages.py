@@ -136,6 +136,25 @@ class RetireWorkers(TypedDict):
     remove: NotRequired[bool]
 
 
+class Replicate(TypedDict):
+    """Have ``n`` workers (of ``workers``; all when None) hold each key; the call returns once they do."""
+
+    op: Literal["replicate"]
+    keys: Sequence[Key]
+    n: NotRequired[int | None]
+    workers: NotRequired[Sequence[str] | None]
+    #: How many new copies each holder serves per round (copies spread as a tree).
+    branching_factor: NotRequired[int]
+
+
+class Rebalance(TypedDict):
+    """Move keys (these, or all in memory) from workers holding more bytes than average to the others."""
+
+    op: Literal["rebalance"]
+    keys: NotRequired[Sequence[Key] | None]
+    workers: NotRequired[Sequence[str] | None]
+
+
 class WaitForWorkers(TypedDict):
     op: Literal["wait_for_workers"]
     n_workers: int
@@ -259,6 +278,8 @@ ClientRequest = (
     | RunFunction
     | StoryRequest
     | RetireWorkers
+    | Replicate
+    | Rebalance
     | WaitForWorkers
     | RegisterPlugin
     | UnregisterPlugin
@@ -497,7 +518,7 @@ class UpdateDataReply(TypedDict):
 
 
 class AcquireReplicas(TypedDict):
-    """Fetch copies of these keys from the workers named (sent by a worker that retires)."""
+    """Fetch copies of these keys from the workers named (sent by a worker that retires, or by the scheduler)."""
 
     op: Literal["acquire-replicas"]
     who_has: Mapping[Key, Sequence[str]]
