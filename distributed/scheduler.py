@@ -1601,8 +1601,7 @@ class Scheduler(Server):
         """Forget ``address``'s copies of ``keys`` and have it free them; a key's last copy is never dropped.
 
         The key stays in memory on its other holders, so no task changes state.
-        A task on ``address`` that still needs the key as input keeps it there
-        (the worker frees it when that task is done).
+        A copy that a task processing on ``address`` needs as input is kept.
         """
         out = Out()
         ws = self.workers.get(address)
@@ -1612,11 +1611,18 @@ class Scheduler(Server):
             ts = self.tasks.get(key)
             if ts is None or ts.state != "memory" or ws not in ts.who_has or len(ts.who_has) < 2:
                 continue
+            if self.needed_on(ts, ws):
+                continue
             drop(ts.who_has, ws)
             del ws.has_what[ts]
             ws.nbytes -= max(ts.nbytes, 0)
             out.free[address].append(key)
         return out
+
+    @staticmethod
+    def needed_on(ts: TaskState, ws: WorkerState) -> bool:
+        """Whether a task processing on ``ws`` takes ``ts`` as input."""
+        return any(dts.processing_on is ws for dts in ts.dependents)
 
     def release_worker_data(self, address: str, keys: Sequence[Key], stimulus_id: str) -> Out:
         """A worker dropped its copies of ``keys``."""

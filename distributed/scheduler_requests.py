@@ -153,7 +153,8 @@ class ClusterRequests:
         Keys with fewer copies in the pool are copied, peer to peer, in rounds
         in which each holder serves at most ``branching_factor`` new copies;
         keys with more lose the extra copies of their most loaded holders in
-        the pool.  Copies outside the pool are left alone.  Returns once the
+        the pool (a holder running a task that needs the key keeps its copy, so
+        a few copies more than ``n`` may remain).  Copies outside the pool are left alone.  Returns once the
         scheduler knows of every new copy.
         """
         s = self.scheduler
@@ -172,7 +173,9 @@ class ClusterRequests:
         for ts in tasks:
             inside = [ws for ws in ts.who_has if ws in members]
             if len(inside) > want:
-                for ws in sorted(inside, key=lambda w: -w.nbytes)[: len(inside) - want]:
+                # Holders running a task that needs the key keep theirs (drop_replicas skips them).
+                order = sorted(inside, key=lambda w: (s.needed_on(ts, w), -w.nbytes))
+                for ws in order[: len(inside) - want]:
                     s.send_all(s.drop_replicas(ws.address, [ts.key]))
         while True:
             live = [ws for ws in pool if s.workers.get(ws.address) is ws]
@@ -248,22 +251,23 @@ class ClusterRequests:
     async def _copy(self, plan: Mapping[WorkerState, Mapping[Key, Sequence[str]]]) -> set[tuple[WorkerState, Key]]:
         """Have each worker of ``plan`` fetch its keys from the holders named; wait until the scheduler knows.
 
-        Returns the copies that did not land: the target left or could not be
-        asked, or the copy was not reported before the deadline, which moves
+        Returns the copies that did not land: the target left or its stream
+        was closed, or the copy was not reported before the deadline, which moves
         on while copies keep landing.  A key released meanwhile counts as done.
         """
         s = self.scheduler
         failed: set[tuple[WorkerState, Key]] = set()
 
-        async def ask(ws: WorkerState, who_has: Mapping[Key, Sequence[str]]) -> None:
+        for ws, who_has in plan.items():
             nbytes = {k: max(s.tasks[k].nbytes, 0) for k in who_has if k in s.tasks}
-            request = m.AcquireReplicas(op="acquire-replicas", who_has=who_has, nbytes=nbytes)
+            bs = s.stream_comms.get(ws.address)
             try:
-                await s.rpc.call(ws.address, request)
-            except (OSError, CommClosedError):
+                if bs is None:
+                    raise CommClosedError(ws.address)
+                # On the stream, behind any free-keys of the same keys sent to it before.
+                bs.send(m.AcquireReplicas(op="acquire-replicas", who_has=who_has, nbytes=nbytes))
+            except CommClosedError:
                 failed.update((ws, k) for k in who_has)
-
-        await asyncio.gather(*(ask(ws, who_has) for ws, who_has in plan.items()))
         pending = {(ws, k) for ws, who_has in plan.items() for k in who_has} - failed
         patience = float(parse_timedelta(dask.config.get("distributed.comm.timeouts.tcp")) or 30)
         deadline = time.monotonic() + patience

@@ -293,6 +293,8 @@ class Worker(Server):
             "compute-task": StreamRoute(m.ComputeTask, self._stream_compute_task),
             "free-keys": StreamRoute(m.FreeKeys, self._stream_free_keys),
             "close-worker": StreamRoute(m.CloseWorker, self._stream_close_worker),
+            # From the scheduler (replicate, rebalance): on the stream, so it comes after any free-keys sent before.
+            "acquire-replicas": StreamRoute(m.AcquireReplicas, self._stream_acquire_replicas),
         }
         super().__init__(handlers, stream_handlers)
 
@@ -925,12 +927,15 @@ class Worker(Server):
 
     def handle_acquire_replicas(self, comm: Comm, msg: m.AcquireReplicas) -> str:
         """Fetch copies of keys from the peers named (a retiring worker hands its data off)."""
+        self._stream_acquire_replicas(msg)
+        return "OK"
+
+    def _stream_acquire_replicas(self, msg: m.AcquireReplicas) -> None:
         self.handle_stimulus(
             AcquireReplicasEvent(
                 stimulus_id=f"acquire-replicas-{time.time()}", who_has=msg["who_has"], nbytes=msg["nbytes"]
             )
         )
-        return "OK"
 
     async def handle_run(self, comm: Comm, msg: m.RunFunction) -> Any:
         func = unwrap(msg["function"])

@@ -927,6 +927,7 @@ class WorkerStateMachine:
 
     def _handle_acquire_replicas(self, ev: AcquireReplicasEvent, instructions: list[Instruction]) -> None:
         recs: Recs = {}
+        held: dict[Key, int] = {}
         for key, holders in ev.who_has.items():
             ts = self._ensure_task(key)
             peers = {h for h in holders if h != self.address}
@@ -936,6 +937,13 @@ class WorkerStateMachine:
                 recs[ts] = "fetch"
             elif ts.state == "fetch":
                 ts.who_has.update(peers)
+            elif ts.state == "memory":
+                # Already here, maybe kept only for a task here after the scheduler
+                # freed it: the scheduler asks because it does not count this copy.
+                ts.computed = True
+                held[key] = ts.nbytes
+        if held:
+            instructions.append(SendMessage(m.AddKeys(op="add-keys", keys=list(held), nbytes=held)))
         self._transitions(recs, ev.stimulus_id, instructions)
 
     def _handle_update_data(self, ev: UpdateDataEvent, instructions: list[Instruction]) -> None:

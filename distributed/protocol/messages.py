@@ -477,8 +477,21 @@ class CloseWorker(TypedDict):
     reason: NotRequired[str]
 
 
+class AcquireReplicas(TypedDict):
+    """Fetch copies of these keys from the workers named.
+
+    A retiring worker asks its peers (a request); the scheduler asks on the
+    worker's stream (replicate, rebalance), so that it follows any
+    ``free-keys`` sent before it.
+    """
+
+    op: Literal["acquire-replicas"]
+    who_has: Mapping[Key, Sequence[str]]
+    nbytes: Mapping[Key, int]
+
+
 #: Every message the scheduler sends on a worker's stream.
-SchedulerToWorker = ComputeTask | FreeKeys | CloseWorker
+SchedulerToWorker = ComputeTask | FreeKeys | CloseWorker | AcquireReplicas
 
 
 # -- worker requests (from peers, clients, the scheduler) -----------------------
@@ -515,14 +528,6 @@ class UpdateDataReply(TypedDict):
 
     nbytes: Mapping[Key, int]
     types: Mapping[Key, str]
-
-
-class AcquireReplicas(TypedDict):
-    """Fetch copies of these keys from the workers named (sent by a worker that retires, or by the scheduler)."""
-
-    op: Literal["acquire-replicas"]
-    who_has: Mapping[Key, Sequence[str]]
-    nbytes: Mapping[Key, int]
 
 
 # -- worker plugins: client -> scheduler (requests), scheduler -> worker (requests) -------------

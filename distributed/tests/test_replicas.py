@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import threading
 from typing import Any, Literal
 
 import pytest
@@ -14,6 +15,15 @@ from distributed.worker import Worker
 
 AsyncClient = Client[Literal[True]]
 THREE = [("127.0.0.1", 1)] * 3
+
+
+RELEASE = threading.Event()
+
+
+def hold_then_add(x: int, y: int) -> int:
+    # In-process workers: the test releases the task once it has looked.
+    RELEASE.wait(10)
+    return x + y
 
 
 def holders(s: Scheduler, key: Any) -> set[str]:
@@ -43,6 +53,16 @@ async def test_replicate_to_two_then_all_then_one(
     for f in futures:
         assert len(holders(s, f.key)) == 1
     await async_poll_for(lambda: sum(len(x.data) for x in (a, b, w)) == 6, timeout=5)
+    assert await c.gather(futures) == [inc(i) for i in range(6)]
+
+    # At once back to every worker: the copies just freed are fetched again,
+    # not mistaken for copies still there (the free and the fetch arrive in order).
+    await c.replicate(futures)
+    await c.replicate(futures, n=1)
+    await c.replicate(futures)
+    for f in futures:
+        assert holders(s, f.key) == everyone
+    await async_poll_for(lambda: sum(len(x.data) for x in (a, b, w)) == 18, timeout=5)
     assert await c.gather(futures) == [inc(i) for i in range(6)]
 
 
@@ -168,3 +188,20 @@ def test_replicate_and_rebalance_on_a_synchronous_client() -> None:
         assert all(len(v) == 1 for v in client.who_has(futures).values())
         client.rebalance(futures)
         assert client.gather(futures) == [b"x" * 1000, b"y" * 1000]
+
+
+@gen_cluster(client=True)
+async def test_fewer_replicas_keeps_copies_running_tasks_need(
+    c: AsyncClient, s: Scheduler, a: Worker, b: Worker
+) -> None:
+    RELEASE.clear()
+    [x] = await c.scatter([1], broadcast=True)
+    running = [c.submit(hold_then_add, x, i, workers=[w.address]) for i, w in enumerate((a, b))]
+    await async_poll_for(lambda: all(len(w.state.executing) == 1 for w in (a, b) if w.state is not None), timeout=5)
+    await c.replicate([x], n=1)
+    assert holders(s, x.key) == {a.address, b.address}, "both holders run a task that needs x"
+    RELEASE.set()
+    assert await c.gather(running) == [1, 2]
+    await c.replicate([x], n=1)
+    assert len(holders(s, x.key)) == 1
+    assert await x == 1

@@ -15,6 +15,7 @@ import pytest
 from distributed.protocol import Serialized
 from distributed.protocol.messages import Key
 from distributed.worker_state import (
+    AcquireReplicasEvent,
     ComputeTaskEvent,
     Execute,
     ExecuteFailure,
@@ -419,6 +420,26 @@ def test_free_keys_on_dependency_of_running_task_keeps_it() -> None:
     assert h.state("b") == "executing"
     h.free("a")
     assert h.ws.data["a"] == 1, "b still needs a"
+
+
+def test_acquire_replicas_of_a_key_kept_for_a_running_task_reports_it_again() -> None:
+    # Freed by the scheduler but kept for b: asked for a copy, the worker says it has one.
+    h = Harness(nthreads=2)
+    h.compute("a")
+    h.success("a", value=1, nbytes=30)
+    h.compute("b", who_has={"a": [ME]})
+    h.free("a")
+    instructions = h.handle(
+        AcquireReplicasEvent(stimulus_id=h.sid("acquire"), who_has={"a": [PEER1]}, nbytes={"a": 30})
+    )
+    assert [(msg["keys"], msg["nbytes"]) for msg in messages(instructions, "add-keys")] == [(["a"], {"a": 30})]
+    assert gathers(instructions) == []
+    # Counted by the scheduler again, it is kept until the scheduler frees it.
+    h.success("b")
+    h.free("b")
+    assert h.ws.data["a"] == 1
+    h.free("a")
+    assert h.state("a") == "forgotten"
 
 
 def test_free_keys_while_fetching_drops_arriving_data() -> None:
