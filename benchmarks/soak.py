@@ -64,9 +64,13 @@ def array_total(xs: list[Any]) -> float:
 
 # -- scheduler-side counters ----------------------------------------------------------------
 class SoakCounter(SchedulerPlugin):
-    """Counts, on the scheduler, what the soak needs: tasks finished, keys computed again
-    (back in memory without having been forgotten in between), keys that left memory because
-    their worker went away, and worker addresses seen."""
+    """Counts, on the scheduler, what the soak needs: tasks finished, keys that left memory
+    because their worker went away and how many of them came back (recomputed), running tasks
+    sent elsewhere, and worker addresses seen.
+
+    ``keys_computed_again_after_release`` is wider: any key back in memory without having been
+    forgotten in between, which also happens without failures (a released intermediate that a
+    later graph needs again)."""
 
     name = PLUGIN_NAME
 
@@ -74,9 +78,12 @@ class SoakCounter(SchedulerPlugin):
         self.transitions = 0
         self.to_memory = 0
         self.recomputed = 0
+        self.computed_again = 0
         self.memory_lost = 0
+        self.rescheduled = 0
         self.erred = 0
         self.seen_in_memory: set[Any] = set()
+        self.lost: set[Any] = set()
         self.workers_seen: set[str] = set()
         self.workers_removed = 0
 
@@ -89,17 +96,24 @@ class SoakCounter(SchedulerPlugin):
         self.transitions += 1
         if finish == "memory":
             self.to_memory += 1
-            if key in self.seen_in_memory:
+            if key in self.lost:
+                self.lost.discard(key)
                 self.recomputed += 1
+            if key in self.seen_in_memory:
+                self.computed_again += 1
             else:
                 self.seen_in_memory.add(key)
-        elif start == "memory" and finish != "forgotten" and _is_worker_loss(stimulus_id):
-            self.memory_lost += 1
-        elif finish == "erred":
-            self.erred += 1
         elif finish == "forgotten":
             # A key submitted again later under the same name is new work, not a recomputation.
             self.seen_in_memory.discard(key)
+            self.lost.discard(key)
+        elif start == "memory" and _is_worker_loss(stimulus_id):
+            self.memory_lost += 1
+            self.lost.add(key)
+        elif start == "processing" and finish != "erred" and _is_worker_loss(stimulus_id):
+            self.rescheduled += 1
+        elif finish == "erred":
+            self.erred += 1
 
     def add_worker(self, scheduler: Any, worker: str) -> None:
         """Note a (new) worker address."""
@@ -116,6 +130,8 @@ class SoakCounter(SchedulerPlugin):
             "tasks_to_memory": self.to_memory,
             "keys_recomputed": self.recomputed,
             "memory_keys_lost_with_worker": self.memory_lost,
+            "running_tasks_rescheduled": self.rescheduled,
+            "keys_computed_again_after_release": self.computed_again,
             "tasks_erred": self.erred,
             "worker_addresses_seen": sorted(self.workers_seen),
             "workers_removed": self.workers_removed,
@@ -451,8 +467,9 @@ def summary_text(doc: dict[str, Any]) -> str:
         f" (wrong: {len(doc['results_wrong'])}, given up: {len(doc['rounds_given_up'])})",
         f"workers killed: {doc['workers_killed']}, restarted (new addresses): {doc['workers_restarted']},"
         f" at the end: {doc['workers_at_end']}",
-        f"keys recomputed: {doc['scheduler']['keys_recomputed']}"
-        f" (keys in memory lost with their worker: {doc['scheduler']['memory_keys_lost_with_worker']})",
+        f"keys recomputed: {doc['scheduler']['keys_recomputed']} of {doc['scheduler']['memory_keys_lost_with_worker']}"
+        f" keys in memory lost with their worker;"
+        f" running tasks rescheduled: {doc['scheduler']['running_tasks_rescheduled']}",
         f"KilledWorker (retried): {doc['killed_worker_errors']}, other errors: {doc['other_errors_by_type']}",
         f"held futures: {nl['held']}, retrievable: {nl['retrievable']}, reported lost: {nl['reported_lost']},"
         f" hung: {nl['hung']}, wrong: {nl['wrong']} -> nothing lost silently: {nl['nothing_lost_silently']}",
