@@ -12,6 +12,9 @@ Commands
     Exit 1 when a gated ratio to the threads floor grew by more than the threshold.
 ``baseline RUN.json [RUN.json ...] --out benchmarks/baseline.json``
     Write a baseline from one or more runs, keeping the largest ratio of each metric.
+``soak [--minutes 10] [--kill-every 20] [--out soak.json]``
+    A mixed workload on worker processes while a random worker is SIGKILLed every
+    N seconds; checks every result and reports what was lost and recomputed.
 """
 
 from __future__ import annotations
@@ -157,6 +160,11 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("runs", nargs="+")
     b.add_argument("--out", required=True)
 
+    soak = sub.add_parser("soak", help="mixed workload while killing worker processes")
+    from benchmarks.soak import add_arguments
+
+    add_arguments(soak)
+
     one = sub.add_parser("_one", help=argparse.SUPPRESS)
     one.add_argument("workload")
     one.add_argument("params")
@@ -179,6 +187,10 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_gate(args)
     if args.command == "baseline":
         return cmd_baseline(args)
+    if args.command == "soak":
+        from benchmarks.soak import cmd_soak
+
+        return cmd_soak(args)
     if args.command == "_one":
         return cmd_one(args)
     return cmd_probe(args)
