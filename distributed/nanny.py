@@ -42,7 +42,7 @@ from distributed.comm import Comm
 from distributed.core import Route, Server, Status
 from distributed.deploy.spawn import ServerProcess, config_snapshot
 from distributed.protocol import messages as m
-from distributed.utils import get_ip_interface, refuse_unsupported
+from distributed.utils import get_ip_interface, refuse_unsupported, scheduler_address
 from distributed.worker import Worker, parse_memory_limit
 from distributed.worker_options import check_unsupported_worker_kwargs
 
@@ -167,17 +167,7 @@ class Nanny(Server):
             if key in worker_kwargs:
                 raise TypeError(f"Nanny() got an unexpected keyword argument {key!r}")
         check_unsupported_worker_kwargs({k: v for k, v in worker_kwargs.items() if k not in _WORKER_PARAMS})
-        if scheduler_file is not None and scheduler_ip is None:
-            import json
-
-            with open(scheduler_file) as f:
-                scheduler_ip = json.load(f)["address"]
-        if scheduler_ip is None:
-            raise ValueError("A nanny needs the scheduler's address (or a scheduler_file)")
-        if scheduler_port is not None and "://" not in scheduler_ip:
-            scheduler_ip = f"tcp://{scheduler_ip}:{scheduler_port}"
-        elif "://" not in scheduler_ip:
-            scheduler_ip = f"tcp://{scheduler_ip}"
+        scheduler_ip = scheduler_address(scheduler_ip, scheduler_port, scheduler_file, who="nanny")
         if interface is not None:
             if host is not None:
                 raise ValueError("Nanny: give host= or interface=, not both")

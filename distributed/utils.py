@@ -38,6 +38,7 @@ __all__ = [
     "parse_bytes",
     "parse_timedelta",
     "refuse_unsupported",
+    "scheduler_address",
     "sync",
     "thread_state",
     "unsupported",
@@ -321,3 +322,28 @@ def get_ip_interface(ifname: str) -> str:
         if snic.family == socket.AF_INET:
             return str(snic.address)
     raise ValueError(f"Network interface {ifname!r} has no IPv4 address")
+
+
+def scheduler_address(
+    address: str | None, port: int | None = None, scheduler_file: str | None = None, *, who: str = "worker"
+) -> str:
+    """The scheduler's address from what a worker or nanny was given.
+
+    ``address`` wins over ``scheduler_file`` (JSON with an ``"address"``); a bare
+    host gets ``tcp://`` and, when given, ``port``.
+
+    Raises
+    ------
+    ValueError
+        When neither an address nor a scheduler file is given.
+    """
+    if scheduler_file is not None and address is None:
+        import json
+
+        with open(scheduler_file) as f:
+            address = json.load(f)["address"]
+    if address is None:
+        raise ValueError(f"A {who} needs the scheduler's address (or a scheduler_file)")
+    if "://" in address:
+        return address
+    return f"tcp://{address}:{port}" if port is not None else f"tcp://{address}"

@@ -43,7 +43,7 @@ from distributed.protocol.schema import checker
 from distributed.protocol.serialize import Serialize, unwrap
 from distributed.spill import SpillBuffer
 from distributed.threadpool import ThreadPool, current_pool
-from distributed.utils import get_ip_interface, thread_state, unsupported
+from distributed.utils import get_ip_interface, scheduler_address, thread_state, unsupported
 from distributed.worker_memory import WorkerMemoryMonitor
 from distributed.worker_options import check_unsupported_worker_kwargs
 from distributed.worker_state import (
@@ -204,17 +204,7 @@ class Worker(Server):
             host = get_ip_interface(interface)
         if silence_logs:
             silence_logging(logging.ERROR if silence_logs is True else int(silence_logs))
-        if scheduler_file is not None and scheduler_ip is None:
-            import json
-
-            with open(scheduler_file) as f:
-                scheduler_ip = json.load(f)["address"]
-        if scheduler_ip is None:
-            raise ValueError("A worker needs the scheduler's address (or a scheduler_file)")
-        if scheduler_port is not None and "://" not in scheduler_ip:
-            scheduler_ip = f"tcp://{scheduler_ip}:{scheduler_port}"
-        elif "://" not in scheduler_ip:
-            scheduler_ip = f"tcp://{scheduler_ip}"
+        scheduler_ip = scheduler_address(scheduler_ip, scheduler_port, scheduler_file, who="worker")
         self.scheduler_addr: str = scheduler_ip
         self.nthreads = int(nthreads or os.cpu_count() or 1)
         self.name = name
