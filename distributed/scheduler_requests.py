@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import dask.config
 from dask.utils import parse_timedelta
 
+from distributed import rebalance
 from distributed.comm import Comm, CommClosedError
 from distributed.core import error_message
 from distributed.protocol import messages as m
@@ -38,6 +39,8 @@ class ClusterRequests:
         #: Worker plugins by name, as registered (serialised; the scheduler never opens them).
         #: Each worker that joins sets them up (see the register-worker reply).
         self.worker_plugins: dict[str, m.Payload] = {}
+        #: ``distributed.worker.memory.rebalance.*``, read (and checked) when the scheduler starts.
+        self.rebalance_settings = rebalance.RebalanceSettings.from_config()
 
     def handle_terminate(self, comm: Comm, msg: m.Empty) -> str:
         """Close the scheduler (its workers close when their streams end)."""
@@ -201,33 +204,33 @@ class ClusterRequests:
                 raise RuntimeError(f"replicate: {_describe(failed)}")
 
     async def handle_rebalance(self, comm: Comm, msg: m.Rebalance) -> str:
-        """Even out the bytes the workers of the pool hold, moving keys from the fullest to the emptiest.
+        """Move keys from the workers of the pool using the most memory to those using the least.
 
-        A greedy plan by the sizes the scheduler knows: each worker above the
-        pool's average gives its largest keys to the least loaded worker not
-        holding them, as long as that receiver stays below what the giver keeps.
-        A key is copied first; only once the scheduler knows of the copy does
-        the giver free its own, so no key is ever without a holder.  Only the
+        The plan (:func:`distributed.rebalance.plan`) measures each worker as
+        ``distributed.worker.memory.rebalance.measure`` says and moves least
+        recently inserted keys from workers above the pool's mean to workers
+        below it, within the ``sender-min``/``recipient-max``/``sender-recipient-gap``
+        thresholds.  A key is copied first; only once the scheduler knows of the
+        copy does the sender free its own, and never a last copy.  Only the
         keys asked for move (all in memory when None); copies on workers
-        outside the pool are left alone.
+        outside the pool are left alone, and the mean is the pool's.
         """
         s = self.scheduler
         pool = self._known_workers(msg.get("workers"), "rebalance")
         keys = msg.get("keys")
-        if keys is None:
-            movable = [ts for ts in s.tasks.values() if ts.state == "memory"]
-        else:
-            movable = self._in_memory(keys, "rebalance")
+        movable = None if keys is None else set(self._in_memory(keys, "rebalance"))
         if len(pool) < 2:
             return "OK"
-        moves = _rebalance_plan(pool, movable)
+        settings = self.rebalance_settings
+        memory = {ws: rebalance.measure(ws, settings.measure) for ws in pool}
+        moves = rebalance.plan(pool, memory, settings, movable)
         plan: dict[WorkerState, dict[Key, list[str]]] = {}
-        for ts, _, receiver in moves:
-            plan.setdefault(receiver, {})[ts.key] = [ws.address for ws in ts.who_has]
+        for ts, _, recipient in moves:
+            plan.setdefault(recipient, {})[ts.key] = [ws.address for ws in ts.who_has]
         failed = await self._copy(plan)
-        for ts, giver, receiver in moves:
-            if (receiver, ts.key) not in failed and receiver in ts.who_has:
-                s.send_all(s.drop_replicas(giver.address, [ts.key]))
+        for ts, sender, recipient in moves:
+            if (recipient, ts.key) not in failed and recipient in ts.who_has:
+                s.send_all(s.drop_replicas(sender.address, [ts.key]))
         if failed:
             raise RuntimeError(f"rebalance: {_describe(failed)} (their data stays where it was)")
         return "OK"
@@ -369,43 +372,6 @@ class ClusterRequests:
                 return addr, error_message(e)
 
         return dict(await asyncio.gather(*(one(a) for a in list(self.scheduler.workers))))
-
-
-def _rebalance_plan(
-    pool: Sequence[WorkerState], movable: Iterable[TaskState]
-) -> list[tuple[TaskState, WorkerState, WorkerState]]:
-    """Moves ``(task, giver, receiver)`` that bring the pool's workers near their average load.
-
-    Loads are the bytes each worker holds as the scheduler counts them.  A
-    giver moves its largest movable keys first; a move is made only when the
-    receiver, after it, holds no more than the giver keeps, so every move
-    narrows the gap and the plan ends.
-    """
-    members = set(pool)
-    load = {ws: max(ws.nbytes, 0) for ws in pool}
-    average = sum(load.values()) / len(pool)
-    by_holder: dict[WorkerState, list[TaskState]] = {ws: [] for ws in pool}
-    for ts in movable:
-        if ts.nbytes > 0:
-            for ws in ts.who_has:
-                if ws in members:
-                    by_holder[ws].append(ts)
-    moves: list[tuple[TaskState, WorkerState, WorkerState]] = []
-    moved: set[TaskState] = set()
-    for giver in sorted(pool, key=lambda ws: -load[ws]):
-        for ts in sorted(by_holder[giver], key=lambda t: -t.nbytes):
-            if load[giver] <= average:
-                break
-            if ts in moved:
-                continue
-            receiver = min((ws for ws in pool if ws not in ts.who_has), key=load.__getitem__, default=None)
-            if receiver is None or load[receiver] + ts.nbytes > load[giver] - ts.nbytes:
-                continue
-            moves.append((ts, giver, receiver))
-            moved.add(ts)
-            load[giver] -= ts.nbytes
-            load[receiver] += ts.nbytes
-    return moves
 
 
 def _describe(failed: Iterable[tuple[WorkerState, Key]]) -> str:

@@ -24,6 +24,7 @@ change them with :func:`grown` and :func:`drop`, or assign :data:`EMPTY`.
 from __future__ import annotations
 
 import itertools
+from collections import deque
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any, Final, Literal, TypeVar, get_args
@@ -39,6 +40,7 @@ __all__ = [
     "TaskPrefix",
     "TaskState",
     "TaskStateName",
+    "UnmanagedHistory",
     "WorkerState",
     "drop",
     "grown",
@@ -224,23 +226,75 @@ class MemoryState:
         Bytes of the results it holds (by sizeof), spilled ones included.
     spilled
         Bytes (by sizeof) of those results that are on disk.
+    unmanaged_old
+        The least unmanaged memory seen over the last
+        ``distributed.worker.memory.recent-to-old-time``; the current unmanaged
+        memory when not given.
     """
 
-    __slots__ = ("managed", "process", "spilled", "unmanaged")
+    __slots__ = ("managed", "process", "spilled", "unmanaged", "unmanaged_old")
 
-    def __init__(self, *, process: int, managed_total: int, spilled: int) -> None:
+    def __init__(self, *, process: int, managed_total: int, spilled: int, unmanaged_old: int | None = None) -> None:
         self.process = process
         self.spilled = min(spilled, managed_total)
         #: Results held in memory.
         self.managed = managed_total - self.spilled
         #: What the process uses beyond the results in memory (interpreter, libraries, buffers, leaks).
         self.unmanaged = max(process - self.managed, 0)
+        #: The part of ``unmanaged`` that has lasted: a task's temporary heap is not in it.
+        self.unmanaged_old = self.unmanaged if unmanaged_old is None else min(max(unmanaged_old, 0), self.unmanaged)
+
+    @property
+    def unmanaged_recent(self) -> int:
+        """Unmanaged memory that appeared recently (and may soon be gone)."""
+        return self.unmanaged - self.unmanaged_old
+
+    @property
+    def optimistic(self) -> int:
+        """Results in memory plus the lasting unmanaged memory: ``process`` without recent spikes."""
+        return self.managed + self.unmanaged_old
+
+    @property
+    def managed_total(self) -> int:
+        """Results held, in memory or spilled."""
+        return self.managed + self.spilled
+
+    @property
+    def managed_in_memory(self) -> int:
+        """The older name of ``managed``, kept because dask.distributed's docs use it."""
+        return self.managed
 
     def __repr__(self) -> str:
         return (
             f"<MemoryState process={self.process} managed={self.managed} "
-            f"unmanaged={self.unmanaged} spilled={self.spilled}>"
+            f"unmanaged={self.unmanaged} unmanaged_old={self.unmanaged_old} spilled={self.spilled}>"
         )
+
+
+class UnmanagedHistory:
+    """The least unmanaged memory of a worker over a sliding window of its heartbeats.
+
+    Keeps only the samples that can still be the minimum (each smaller than
+    every later one), so adding a sample is amortised O(1).
+    """
+
+    __slots__ = ("_samples",)
+
+    def __init__(self) -> None:
+        self._samples: deque[tuple[float, int]] = deque()
+
+    def add(self, now: float, unmanaged: int, window: float) -> None:
+        """Record ``unmanaged`` bytes at time ``now``; forget samples older than ``window`` seconds."""
+        samples = self._samples
+        while samples and samples[-1][1] >= unmanaged:
+            samples.pop()
+        samples.append((now, unmanaged))
+        while samples[0][0] < now - window:
+            samples.popleft()
+
+    def minimum(self) -> int | None:
+        """The least sample of the window; None before the first."""
+        return self._samples[0][1] if self._samples else None
 
 
 class WorkerState:
@@ -267,6 +321,7 @@ class WorkerState:
         "local_directory",
         "versions",
         "executing_count",
+        "unmanaged_history",
         "_hash",
         "__weakref__",
     )
@@ -306,6 +361,8 @@ class WorkerState:
         self.local_directory = ""
         self.versions: dict[str, Any] = {}
         self.executing_count = 0
+        #: Unmanaged memory over the recent heartbeats (see ``memory``).
+        self.unmanaged_history = UnmanagedHistory()
 
     def __hash__(self) -> int:
         return self._hash
@@ -340,6 +397,7 @@ class WorkerState:
             process=int(metrics.get("memory", 0) or 0),
             managed_total=int(metrics.get("managed_bytes", self.nbytes) or 0),
             spilled=int(spilled.get("memory", 0) or 0),
+            unmanaged_old=self.unmanaged_history.minimum(),
         )
 
     def __repr__(self) -> str:

@@ -22,6 +22,7 @@ from distributed.config import get_interval
 from distributed.core import Route, Status, StreamRoute, error_message
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
+from distributed.rebalance import recent_to_old_time
 from distributed.scheduler_state import ClientState, WorkerState
 
 if TYPE_CHECKING:
@@ -74,6 +75,8 @@ class SchedulerStreams:
         #: The worker that sent the stream message being handled.
         self._current_worker: WorkerState | None = None
         self.gc = LargeStateGC()
+        #: How long unmanaged memory must last to count as old (see ``WorkerState.memory``).
+        self._recent_to_old = recent_to_old_time()
 
     def routes(self) -> dict[str, Route[Any]]:
         """Request routes for registration and state-changing requests."""
@@ -258,6 +261,8 @@ class SchedulerStreams:
             return {"status": "missing"}
         ws.last_seen = time.time()
         ws.metrics = dict(msg.get("metrics") or {})
+        # Unmanaged memory as of this heartbeat (process and managed measured together).
+        ws.unmanaged_history.add(time.monotonic(), ws.memory.unmanaged, self._recent_to_old)
         ws.executing_count = msg.get("executing", 0)
         return {"status": "OK", "time": time.time(), "heartbeat-interval": self._heartbeat_interval()}
 
