@@ -2057,22 +2057,32 @@ class Client(Generic[AsyncT]):
     def rebalance(
         self, futures: Any = None, workers: Any = None, *, asynchronous: bool | None = None
     ) -> Awaitable[None] | None:
-        """Even out the bytes the workers hold by moving data between them.
+        """Even out the workers' memory by moving data between them.
 
-        Keys move from workers holding more than the average to workers holding
-        less; each is copied before its old holder frees it, so nothing is lost.
+        Each worker's memory is measured as ``distributed.worker.memory.rebalance.measure``
+        says (by default results in memory plus unmanaged memory that has lasted
+        ``distributed.worker.memory.recent-to-old-time``).  Workers above the
+        mean by more than half of ``sender-recipient-gap`` and at or above
+        ``sender-min`` give their least recently inserted keys to workers below
+        it by more than half the gap and under ``recipient-max`` (fractions of
+        each worker's ``memory_limit``; a worker without one has no thresholds).
+        Each key is copied before its old holder frees it, so nothing is lost;
+        a key may stay put when no worker has room for it.
 
         Parameters
         ----------
         futures : futures or a persisted collection, optional
             Only these keys move (waited for first); all data in memory when None.
         workers : addresses or names, optional
-            Only these workers give and receive (all by default).
+            Only these workers give and receive, and the mean is theirs (all by default).
 
         Raises
         ------
         ValueError
             An unknown worker, or one of ``futures`` not in memory.
+        RuntimeError
+            Some copies did not land (a recipient left, or did not confirm in
+            time); those keys stay where they were.
         """
         targets = None if futures is None else self.futures_of(futures)
         request = m.Rebalance(op="rebalance", keys=None, workers=worker_list(workers))

@@ -148,7 +148,7 @@ class Replicate(TypedDict):
 
 
 class Rebalance(TypedDict):
-    """Move keys (these, or all in memory) from workers holding more bytes than average to the others."""
+    """Move keys (these, or all in memory) from workers using more memory than the mean to the others."""
 
     op: Literal["rebalance"]
     keys: NotRequired[Sequence[Key] | None]
