@@ -63,7 +63,9 @@ def _same_file(path: str, fd: int) -> bool:
     return (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino)
 
 
-def _release(path: str, lock_path: str, fd: int | None) -> None:
+def _release(path: str, lock_path: str, fd: int | None, owner: int) -> None:
+    if os.getpid() != owner:
+        return  # a forked child exiting normally runs the finalizers it inherited: not its directory
     # Directory first, lock file next, lock last: while the lock is held nobody
     # else removes either, and a lock file left by a crash here is purged later.
     shutil.rmtree(path, ignore_errors=True)
@@ -91,7 +93,7 @@ class WorkDir:
         self.path = path
         self.lock_path = lock_path
         # Released at close, or when the owner forgets it, or at interpreter exit.
-        self._finalizer = weakref.finalize(self, _release, path, lock_path or "", fd)
+        self._finalizer = weakref.finalize(self, _release, path, lock_path or "", fd, os.getpid())
 
     @property
     def released(self) -> bool:

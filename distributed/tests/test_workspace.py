@@ -201,3 +201,19 @@ def test_nanny_restart_removes_the_killed_workers_directory(tmp_path: Path) -> N
         (new_dir,) = c.run(lambda dask_worker: str(dask_worker.local_directory)).values()
         assert new_dir != old_dir and os.path.isdir(new_dir)
         assert not os.path.exists(old_dir) and not os.path.exists(old_dir + LOCK_SUFFIX)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_exiting_leaves_its_parents_directory(tmp_path: Path) -> None:
+    d = WorkSpace(str(tmp_path)).new_work_dir("w")
+    pid = os.fork()
+    if pid == 0:  # the child: what its exit handlers would run (it inherited the finalizer)
+        try:
+            d.release()
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert os.path.isdir(d.path) and os.path.exists(d.path + LOCK_SUFFIX)
+    assert WorkSpace(str(tmp_path)).purge() == []  # still ours, still locked
+    d.release()
