@@ -33,11 +33,16 @@ logger = logging.getLogger(__name__)
 _LEN = struct.Struct("<Q")
 
 
-def _weight(key: Key, value: Any) -> float:
+def _sizeof(value: Any) -> int:
+    """The bytes ``value`` holds by :func:`dask.sizeof.sizeof`, at least 1 (a weight of 0 would never spill)."""
     try:
-        return float(max(int(sizeof(value)), 1))
+        return max(int(sizeof(value)), 1)
     except Exception:  # a user object whose __sizeof__ fails: count it small, still managed
-        return 1.0
+        return 1
+
+
+def _weight(key: Key, value: Any) -> float:
+    return float(_sizeof(value))
 
 
 def _dump(value: Any) -> list[bytes | bytearray | memoryview]:
@@ -82,14 +87,21 @@ class _Unpicklable(Exception):
 
 
 class _DiskStore(MutableMapping[Key, Any]):
-    """Values pickled to one file each under ``directory``, with their sizes counted."""
+    """Values pickled to one file each under ``directory``, with their sizes counted.
 
-    def __init__(self, directory: str) -> None:
+    ``weights`` is the in-memory mapping's weights by key: a value being spilled
+    is still counted there, so its size in memory is read rather than measured again.
+    """
+
+    def __init__(self, directory: str, weights: dict[Key, float]) -> None:
         self.directory = directory
         os.makedirs(directory, exist_ok=True)
         self.files = zict.File(directory)
-        self._names: dict[Key, str] = {}
-        self._sizes: dict[Key, tuple[int, int]] = {}
+        self.weights = weights
+        #: File name of each key held.
+        self.names: dict[Key, str] = {}
+        #: ``(bytes in memory by sizeof, bytes on disk)`` of each key held.
+        self.sizes: dict[Key, tuple[int, int]] = {}
         self._counter = 0
         self.total = SpilledSize()
 
@@ -98,36 +110,44 @@ class _DiskStore(MutableMapping[Key, Any]):
             frames = _dump(value)
         except SerializationError as e:
             raise _Unpicklable(key) from e
-        if key in self._names:
+        if key in self.names:
             del self[key]
         self._counter += 1
         name = str(self._counter)
         self.files[name] = frames
         disk = sum(f.nbytes if isinstance(f, memoryview) else len(f) for f in frames)
-        mem = int(_weight(key, value))
-        self._names[key] = name
-        self._sizes[key] = (mem, disk)
+        weight = self.weights.get(key)
+        mem = int(weight) if weight is not None else _sizeof(value)
+        self.names[key] = name
+        self.sizes[key] = (mem, disk)
         self.total.memory += mem
         self.total.disk += disk
 
     def __getitem__(self, key: Key) -> Any:
-        return _load(self.files[self._names[key]])
+        return _load(self.files[self.names[key]])
 
     def __delitem__(self, key: Key) -> None:
-        name = self._names.pop(key)
-        mem, disk = self._sizes.pop(key)
+        name = self.names.pop(key)
+        mem, disk = self.sizes.pop(key)
         self.total.memory -= mem
         self.total.disk -= disk
         del self.files[name]
 
     def __contains__(self, key: object) -> bool:
-        return key in self._names
+        return key in self.names
 
     def __iter__(self) -> Iterator[Key]:
-        return iter(self._names)
+        return iter(self.names)
 
     def __len__(self) -> int:
-        return len(self._names)
+        return len(self.names)
+
+    def clear(self) -> None:
+        for name in self.names.values():
+            del self.files[name]
+        self.names.clear()
+        self.sizes.clear()
+        self.total.memory = self.total.disk = 0
 
 
 class SpillBuffer(zict.Buffer[Key, Any]):
@@ -140,20 +160,34 @@ class SpillBuffer(zict.Buffer[Key, Any]):
     target
         Bytes of values (by sizeof) kept in memory before the least recently used
         are spilled; ``inf`` spills only when :meth:`evict` is called.
+
+    Notes
+    -----
+    Storing, reading and deleting run once per task on the worker's event loop
+    (and only there), so they keep the in-memory :class:`zict.LRU`'s books
+    (``d``, ``order``, ``weights``, ``total_weight``, ``heavy``) directly, the
+    way its own methods do, without its lock and without the exception its
+    ``set_noevict`` raises and catches for every new key.  Spilling and reading
+    back go through zict (``LRU.evict``, ``Buffer.fast_to_slow``, ``zict.File``).
     """
 
     def __init__(self, directory: str, target: float) -> None:
-        self.disk = _DiskStore(directory)
-        #: The size of the value :meth:`put` is storing, known to its caller.
-        self._size_hint: tuple[Key, int] | None = None
-        super().__init__(fast={}, slow=self.disk, n=target, weight=self._weigh)
+        memory: dict[Key, Any] = {}
+        weights: dict[Key, float] = {}
+        self.disk = _DiskStore(directory, weights)
+        super().__init__(fast=memory, slow=self.disk, n=target, weight=_weight)
+        lru = self.fast
+        lru.weights = weights  # the disk store reads a spilled value's size from here
+        if lru.d is not memory or not isinstance(lru.order, zict.utils.InsertionSortedSet):
+            raise ImportError(f"zict {zict.__version__}: its LRU keeps its books differently than SpillBuffer expects")
+        # Bound once: these run for every task.
+        self._memory = memory
+        self._weights = weights
+        self._order_add = lru.order.add
+        self._order_remove = lru.order.remove
+        self._heavy = lru.heavy
+        self._spilled = self.disk.names
         self._warned = False
-
-    def _weigh(self, key: Key, value: Any) -> float:
-        hint = self._size_hint
-        if hint is not None and hint[0] is key:
-            return float(max(hint[1], 1))
-        return _weight(key, value)
 
     def put(self, key: Key, value: Any, nbytes: int) -> None:
         """Store ``value`` whose size the caller already measured (``sizeof`` runs once per result).
@@ -161,11 +195,68 @@ class SpillBuffer(zict.Buffer[Key, Any]):
         ``sizeof`` of a DataFrame or of nested containers is not cheap; the
         worker measures every result for the scheduler anyway.
         """
-        self._size_hint = (key, nbytes)
+        if key in self._memory or key in self._spilled:
+            del self[key]  # a new value for a key held: its old bytes no longer count
+        weight = nbytes if nbytes > 1 else 1
+        self._memory[key] = value
+        self._order_add(key)
+        self._weights[key] = weight
+        lru = self.fast
+        n = lru.n
+        total = lru.total_weight = lru.total_weight + weight
+        if weight > n:
+            self._heavy.add(key)  # as zict's LRU does: spilled first
+        if total + lru.offset > n:
+            self.evict_until_below_target()
+
+    def __setitem__(self, key: Key, value: Any) -> None:
+        self.put(key, value, _sizeof(value))
+
+    def __getitem__(self, key: Key) -> Any:
         try:
-            self[key] = value
-        finally:
-            self._size_hint = None
+            value = self._memory[key]
+        except KeyError:
+            return self._read_back(key)
+        # Most recently used: last in the LRU's order.
+        self._order_remove(key)
+        self._order_add(key)
+        return value
+
+    def _read_back(self, key: Key) -> Any:
+        value = self.disk[key]  # KeyError when held nowhere
+        weight = self.disk.sizes[key][0]
+        if weight <= self.fast.n:  # else it would be spilled again at once: leave it on disk
+            del self.disk[key]
+            self.put(key, value, weight)
+        return value
+
+    def __delitem__(self, key: Key) -> None:
+        memory = self._memory
+        if key in memory:
+            del memory[key]
+            self._order_remove(key)
+            heavy = self._heavy
+            if heavy:
+                heavy.discard(key)
+            self.fast.total_weight -= self._weights.pop(key)
+        else:
+            del self.disk[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._memory or key in self._spilled
+
+    def __len__(self) -> int:
+        return len(self._memory) + len(self._spilled)
+
+    def clear(self) -> None:
+        """Drop every value, in memory and spilled (without reading spilled ones back)."""
+        lru = self.fast
+        self._memory.clear()
+        lru.order.clear()
+        self._heavy.clear()
+        self._weights.clear()
+        lru.total_weight = 0
+        self.disk.clear()
 
     @property
     def directory(self) -> str:
@@ -182,37 +273,11 @@ class SpillBuffer(zict.Buffer[Key, Any]):
         """Bytes spilled to disk: their size in memory (by sizeof) and their size on disk."""
         return self.disk.total
 
-    # set/get/delete are overridden to take zict's locks once rather than at every
-    # layer: they run for every task result, from the worker's event loop only.
-    def __setitem__(self, key: Key, value: Any) -> None:
-        if key in self.disk:
-            del self.disk[key]
-        self.fast.set_noevict(key, value)
-        if self.fast.total_weight > self.n:
-            self.evict_until_below_target()
-
-    def __delitem__(self, key: Key) -> None:
-        if key in self.fast.d:
-            del self.fast[key]
-        else:
-            del self.disk[key]
-
-    def __getitem__(self, key: Key) -> Any:
-        # The worker reads and writes from its event loop only, so no locking here.
-        if key in self.fast.d:
-            return self.fast[key]
-        value = self.disk[key]
-        if _weight(key, value) <= self.n:
-            self.fast.set_noevict(key, value)
-            del self.disk[key]
-            self.evict_until_below_target()
-        return value
-
     def evict_until_below_target(self, n: float | None = None) -> None:
         """Spill least-recently-used values until the in-memory bytes are at most ``n`` (default: target)."""
-        limit = self.n if n is None else n
-        attempts = len(self.fast)
-        while self.fast.total_weight > limit and attempts > 0:
+        limit = self.fast.n if n is None else n
+        attempts = len(self._memory)
+        while self.fast.total_weight + self.fast.offset > limit and attempts > 0:
             attempts -= 1
             if self.evict() < 0:
                 return
@@ -225,7 +290,7 @@ class SpillBuffer(zict.Buffer[Key, Any]):
         Its weight in bytes; 0 if the value tried could not be pickled (it stays,
         now as most recently used); -1 when nothing is left in memory.
         """
-        if not self.fast:
+        if not self._memory:
             return -1
         try:
             _, _, weight = self.fast.evict()
@@ -238,7 +303,7 @@ class SpillBuffer(zict.Buffer[Key, Any]):
                     key,
                     e.__cause__,
                 )
-            self.fast[key]  # touch it: the next eviction tries other keys first
+            self[key]  # touch it: the next eviction tries other keys first
             return 0
         except KeyError:
             return -1

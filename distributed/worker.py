@@ -13,7 +13,6 @@ import inspect
 import logging
 import os
 import random
-import shutil
 import sys
 import tempfile
 import threading
@@ -66,6 +65,7 @@ from distributed.worker_state import (
     UpdateDataEvent,
     WorkerStateMachine,
 )
+from distributed.workspace import WorkDir, WorkSpace
 
 if TYPE_CHECKING:
     from distributed.client import Client
@@ -221,6 +221,7 @@ class Worker(Server):
         # so workers given the same local_directory never share scratch files.
         base = local_directory or dask.config.get("temporary-directory", None) or tempfile.gettempdir()
         self.local_directory = os.path.join(base, "dask-scratch-space", f"worker-{self.id[len('Worker-') :]}")
+        self._work_dir: WorkDir | None = None
         self.lifetime = parse_timedelta(lifetime) if lifetime is not None else None
         if self.lifetime is not None and lifetime_stagger is not None:
             stagger = float(parse_timedelta(lifetime_stagger) or 0)
@@ -303,7 +304,7 @@ class Worker(Server):
         await self.listen(addr)
         if self._contact_address:
             self._address = self._contact_address
-        os.makedirs(self.local_directory, exist_ok=True)
+        await self._make_local_directory()
         if self._spill_target is not None:
             self.data = SpillBuffer(os.path.join(self.local_directory, "storage"), target=self._spill_target)
         self._process = psutil.Process()
@@ -477,6 +478,18 @@ class Worker(Server):
         logger.info("Worker %s reached its lifetime of %.1f s; closing gracefully", self.address, lifetime)
         self.spawn(self.close_gracefully(reason="worker-lifetime"), name="lifetime-close")
 
+    async def _make_local_directory(self) -> None:
+        """Create this worker's directory, owned while it lives; remove those of workers that died.
+
+        Workers killed outright (SIGKILL, ``os._exit``) leave theirs, spilled
+        results and all: the next worker started under the same parent removes
+        them (see :mod:`distributed.workspace`).
+        """
+        workspace = WorkSpace(os.path.dirname(self.local_directory))
+        self._work_dir = workspace.new_work_dir(os.path.basename(self.local_directory))
+        # Removing what a dead worker spilled can take a while: not on the event loop.
+        await asyncio.get_running_loop().run_in_executor(None, workspace.purge)
+
     async def _close(self) -> None:
         for name, plugin in list(self.plugins.items()):
             try:
@@ -504,7 +517,8 @@ class Worker(Server):
         await loop.run_in_executor(None, self.executor.shutdown, self._close_executor_wait, self._close_timeout)
         if isinstance(self.data, SpillBuffer):
             self.data.close()
-        shutil.rmtree(self.local_directory, ignore_errors=True)
+        if self._work_dir is not None:
+            self._work_dir.release()
 
     async def close(
         self, timeout: float = 30, executor_wait: bool = True, nanny: bool = True, reason: str = "worker-close"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import random
 import threading
 from pathlib import Path
 from typing import Any, Literal
@@ -13,6 +14,7 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
+import zict
 
 from distributed import Client, LocalCluster
 from distributed.scheduler import Scheduler
@@ -102,6 +104,140 @@ def test_unpicklable_values_stay_in_memory_logged_once(tmp_path: Path) -> None:
     assert {f"lock-{i}" for i in range(3)} <= set(buf.fast)
     assert all(check_block(buf[f"x-{i}"], i) for i in range(4))
     assert sum("Could not pickle" in r.getMessage() for r in caught.records) == 1
+    buf.close()
+
+
+def check_books(buf: SpillBuffer) -> None:
+    """The in-memory LRU's books agree with each other and with the disk store's."""
+    lru = buf.fast
+    assert set(lru.d) == set(lru.order) == set(lru.weights)
+    assert lru.total_weight == sum(lru.weights.values())
+    assert set(lru.heavy) <= set(lru.d)
+    assert not set(lru.d) & set(buf.disk)
+    assert buf.spilled.memory == sum(mem for mem, _ in buf.disk.sizes.values())
+    assert len(buf) == len(lru.d) + len(buf.disk) == len(list(buf))
+    assert len(os.listdir(buf.directory)) == len(buf.disk)  # one file per spilled value
+
+
+def test_target_crossed_exactly_then_back_below(tmp_path: Path) -> None:
+    buf = SpillBuffer(str(tmp_path / "storage"), target=100)
+    buf.put("a", "A", 60)
+    buf.put("b", "B", 40)  # exactly at the target: nothing moves
+    assert set(buf.fast) == {"a", "b"} and buf.memory_bytes == 100 and len(buf.disk) == 0
+    buf.put("c", "C", 1)  # one byte past it: the least recently used goes
+    assert set(buf.fast) == {"b", "c"} and set(buf.disk) == {"a"} and buf.memory_bytes == 41
+    assert buf.spilled.memory == 60
+    del buf["c"]
+    assert buf.memory_bytes == 40
+    assert buf["a"] == "A"  # read back: 100 in memory again, exactly the target, nothing spilled
+    assert set(buf.fast) == {"a", "b"} and len(buf.disk) == 0 and buf.spilled.memory == buf.spilled.disk == 0
+    buf["b"]  # b is now the most recently used: a goes first
+    buf.put("d", "D", 1)
+    assert set(buf.disk) == {"a"} and set(buf.fast) == {"b", "d"}
+    check_books(buf)
+    buf.put("b", "B2", 10)  # a new value for a key held: the old bytes stop counting
+    assert buf.memory_bytes == 11 and buf["b"] == "B2"
+    buf.put("a", "A2", 5)  # a new value for a spilled key: the old file goes
+    assert len(buf.disk) == 0 and buf["a"] == "A2" and buf.memory_bytes == 16
+    check_books(buf)
+    buf.close()
+
+
+def test_values_heavier_than_the_target(tmp_path: Path) -> None:
+    buf = SpillBuffer(str(tmp_path / "storage"), target=100)
+    buf.put("small", "s", 10)
+    buf.put("exact", "e", 100)  # as heavy as the target: kept, the older one goes
+    assert set(buf.fast) == {"exact"} and set(buf.disk) == {"small"}
+    buf.put("huge", "h", 101)  # heavier than the target: straight to disk
+    assert "huge" in buf.disk and "exact" in buf.fast and buf.memory_bytes == 100
+    assert buf["huge"] == "h" and "huge" in buf.disk  # read, but left on disk
+    assert not buf.fast.heavy
+    check_books(buf)
+    buf.close()
+
+
+def test_spilling_and_reading_back_measure_nothing_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import distributed.spill
+
+    buf = SpillBuffer(str(tmp_path / "storage"), target=10 * MB)
+    calls: list[Any] = []
+
+    def counting_sizeof(value: Any) -> int:
+        calls.append(value)
+        return 8
+
+    monkeypatch.setattr(distributed.spill, "sizeof", counting_sizeof)
+    buf.put("a", [1], 6 * MB)
+    buf.put("b", [2], 6 * MB)  # a spilled, counted at the size given
+    assert set(buf.disk) == {"a"} and buf.spilled.memory == 6 * MB
+    assert buf["a"] == [1] and set(buf.disk) == {"b"}  # read back at its size: b goes
+    assert buf.memory_bytes == 6 * MB and buf.spilled.memory == 6 * MB
+    assert calls == []
+    check_books(buf)
+    buf.close()
+
+
+def test_clear_drops_spilled_values_without_reading_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import distributed.spill
+
+    buf = SpillBuffer(str(tmp_path / "storage"), target=100)
+    for i in range(10):
+        buf.put(f"k-{i}", i, 30)
+    assert len(buf.disk) == 7
+
+    def no_reading(*args: Any) -> Any:
+        raise AssertionError("a spilled value was read")
+
+    monkeypatch.setattr(distributed.spill, "pickle_loads", no_reading)
+    buf.clear()
+    assert len(buf) == 0 and buf.memory_bytes == 0 and os.listdir(buf.directory) == []
+    assert buf.spilled.memory == buf.spilled.disk == 0
+    check_books(buf)
+    buf.put("again", 1, 150)
+    assert "again" in buf.disk
+    buf.close()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_same_choices_as_a_plain_zict_buffer(tmp_path: Path, seed: int) -> None:
+    """Random puts, reads, deletes and evictions: the same keys in memory, in the same order, as zict's own Buffer."""
+    rng = random.Random(seed)
+    target = 1000
+    buf = SpillBuffer(str(tmp_path / "storage"), target=target)
+    ref: zict.Buffer[str, tuple[int, int]] = zict.Buffer({}, {}, n=target, weight=lambda k, v: v[1])
+    keys = [f"k-{i}" for i in range(30)]
+    for step in range(2000):
+        key = rng.choice(keys)
+        op = rng.random()
+        if op < 0.45:
+            value = (step, rng.choice([1, rng.randint(1, 300), target, target + 1]))
+            buf.put(key, value, value[1])
+            ref[key] = value
+        elif op < 0.75:
+            if key in ref:
+                assert buf[key] == ref[key]
+            else:
+                assert key not in buf
+                with pytest.raises(KeyError):
+                    buf[key]
+        elif op < 0.97:
+            if key in ref:
+                del buf[key], ref[key]
+            else:
+                with pytest.raises(KeyError):
+                    del buf[key]
+        else:
+            buf.evict()
+            try:
+                ref.fast.evict()
+            except KeyError:
+                pass
+        assert list(buf.fast.order) == list(ref.fast.order)
+        assert set(buf.disk) == set(ref.slow)
+        assert buf.fast.total_weight == ref.fast.total_weight
+        if step % 100 == 0:
+            check_books(buf)
+    check_books(buf)
     buf.close()
 
 

@@ -1,0 +1,219 @@
+"""Work directories of dead processes are removed; those of live ones never are.
+
+Owners are real child processes, killed with SIGKILL by PID (nothing of theirs
+runs at exit), on the same machine as the process that purges.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from distributed import Client, LocalCluster
+from distributed.utils_test import poll_for
+from distributed.workspace import LOCK_SUFFIX, WorkSpace
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="work directories are locked with fcntl.flock")
+
+REPO_ROOT = str(Path(__file__).resolve().parents[2])
+
+OWNER = textwrap.dedent(
+    """
+    import sys, time
+    from distributed.workspace import WorkSpace
+    d = WorkSpace(sys.argv[1]).new_work_dir(sys.argv[2])
+    with open(d.path + "/spilled", "wb") as f:
+        f.write(b"x" * 1000)
+    print(d.path, flush=True)
+    time.sleep(60)
+    """
+)
+
+WORKER = textwrap.dedent(
+    """
+    import asyncio, sys
+    from distributed import Worker
+
+    async def main():
+        async with Worker(
+            sys.argv[1],
+            nthreads=1,
+            local_directory=sys.argv[2],
+            memory_limit="1GB",
+            memory_target_fraction=0.01,  # 10 MB of results in memory, the rest spilled
+            memory_spill_fraction=False,
+            memory_pause_fraction=False,
+        ) as w:
+            print(w.local_directory, flush=True)
+            await asyncio.Event().wait()
+
+    asyncio.run(main())
+    """
+)
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+@pytest.fixture
+def children() -> Iterator[Callable[..., tuple[subprocess.Popen[str], str]]]:
+    """Start Python children that print one line (a directory) when ready; all are killed at the end."""
+    started: list[subprocess.Popen[str]] = []
+
+    def start(script: str, *args: str) -> tuple[subprocess.Popen[str], str]:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", script, *args],
+            stdout=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            env=_env(),
+            cwd=REPO_ROOT,
+            text=True,
+        )
+        started.append(proc)
+        assert proc.stdout is not None
+        line = proc.stdout.readline().strip()  # pytest-timeout bounds a child that never says
+        assert line, f"child exited with {proc.wait()} before it was ready"
+        return proc, line
+
+    try:
+        yield start
+    finally:
+        for proc in started:
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+            if proc.stdout is not None:
+                proc.stdout.close()
+
+
+def sigkill(proc: subprocess.Popen[str]) -> None:
+    os.kill(proc.pid, signal.SIGKILL)
+    assert proc.wait(timeout=10) == -signal.SIGKILL
+
+
+@pytest.mark.timeout(60)
+def test_directory_of_a_killed_process_is_purged_and_live_ones_stay(
+    tmp_path: Path, children: Callable[..., tuple[subprocess.Popen[str], str]]
+) -> None:
+    base = str(tmp_path / "space")
+    victim, victim_dir = children(OWNER, base, "victim")
+    _, alive_dir = children(OWNER, base, "alive")
+    own = WorkSpace(base).new_work_dir("own")  # this process's: live too
+    unlocked = tmp_path / "space" / "not-ours"
+    unlocked.mkdir()  # no lock file: never touched
+    assert WorkSpace(base).purge() == []  # everyone alive
+
+    sigkill(victim)
+    assert os.path.isdir(victim_dir) and os.path.exists(victim_dir + LOCK_SUFFIX)  # left behind
+    assert WorkSpace(base).purge() == [victim_dir]
+    assert not os.path.exists(victim_dir) and not os.path.exists(victim_dir + LOCK_SUFFIX)
+    assert os.path.exists(os.path.join(alive_dir, "spilled")) and os.path.isdir(own.path) and unlocked.is_dir()
+
+    own.release()
+    assert not os.path.exists(own.path) and not os.path.exists(own.path + LOCK_SUFFIX)
+    own.release()  # idempotent
+    assert WorkSpace(base).purge() == []
+
+
+def test_forgotten_work_dir_is_released(tmp_path: Path) -> None:
+    d = WorkSpace(str(tmp_path)).new_work_dir("w")
+    path = d.path
+    assert os.path.isdir(path)
+    del d
+    gc.collect()
+    assert not os.path.exists(path) and os.listdir(tmp_path) == []
+
+
+def test_a_name_in_use_is_refused(tmp_path: Path) -> None:
+    ws = WorkSpace(str(tmp_path))
+    d = ws.new_work_dir("w")
+    with pytest.raises(FileExistsError):
+        ws.new_work_dir("w")
+    assert ws.purge() == [] and os.path.isdir(d.path)
+    d.release()
+
+
+def block(i: int) -> np.ndarray[Any, Any]:
+    return np.full(4_000_000 // 8, i, dtype="f8")
+
+
+@pytest.mark.timeout(90)
+def test_next_worker_removes_a_killed_workers_spill_directory(
+    tmp_path: Path, children: Callable[..., tuple[subprocess.Popen[str], str]]
+) -> None:
+    with (
+        LocalCluster(n_workers=0, processes=False, protocol="tcp", dashboard_address=None) as cluster,
+        Client(cluster) as c,
+    ):
+        victim, victim_dir = children(WORKER, cluster.scheduler_address, str(tmp_path))
+        _, alive_dir = children(WORKER, cluster.scheduler_address, str(tmp_path))
+        c.wait_for_workers(2, timeout=30)
+        victim_addr = next(a for a, w in c.scheduler_info()["workers"].items() if w["pid"] == victim.pid)
+        futs = c.map(block, range(8), workers=[victim_addr])
+        c.gather(futs)
+        storage = os.path.join(victim_dir, "storage")
+        assert len(os.listdir(storage)) >= 4  # spilled results on disk
+
+        sigkill(victim)
+        assert os.listdir(storage)  # left behind: nothing of the killed worker ran
+        _, new_dir = children(WORKER, cluster.scheduler_address, str(tmp_path))
+        # The new worker has started: it removed the dead worker's directory, and only that.
+        assert not os.path.exists(victim_dir) and not os.path.exists(victim_dir + LOCK_SUFFIX)
+        assert os.path.isdir(alive_dir) and os.path.isdir(new_dir)
+        del futs
+
+
+@pytest.mark.timeout(90)
+def test_nanny_restart_removes_the_killed_workers_directory(tmp_path: Path) -> None:
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=True, local_directory=str(tmp_path), dashboard_address=None
+        ) as cluster,
+        Client(cluster) as c,
+    ):
+        c.wait_for_workers(1, timeout=30)
+
+        def leave_a_file(dask_worker: Any) -> tuple[int, str]:
+            with open(os.path.join(dask_worker.local_directory, "scratch"), "wb") as f:
+                f.write(b"x" * 1000)
+            return os.getpid(), str(dask_worker.local_directory)
+
+        ((pid, old_dir),) = c.run(leave_a_file).values()
+        assert old_dir.startswith(str(tmp_path))
+        os.kill(pid, signal.SIGKILL)
+
+        def new_worker() -> bool:
+            pids = [w["pid"] for w in c.scheduler_info()["workers"].values()]
+            return len(pids) == 1 and pids[0] != pid
+
+        poll_for(new_worker, timeout=30, what="the nanny to start a new worker")
+        (new_dir,) = c.run(lambda dask_worker: str(dask_worker.local_directory)).values()
+        assert new_dir != old_dir and os.path.isdir(new_dir)
+        assert not os.path.exists(old_dir) and not os.path.exists(old_dir + LOCK_SUFFIX)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_exiting_leaves_its_parents_directory(tmp_path: Path) -> None:
+    d = WorkSpace(str(tmp_path)).new_work_dir("w")
+    pid = os.fork()
+    if pid == 0:  # the child: what its exit handlers would run (it inherited the finalizer)
+        try:
+            d.release()
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert os.path.isdir(d.path) and os.path.exists(d.path + LOCK_SUFFIX)
+    assert WorkSpace(str(tmp_path)).purge() == []  # still ours, still locked
+    d.release()
