@@ -20,7 +20,7 @@ from distributed.client import (
     get_task_metadata,
     wait,
 )
-from distributed.coordination import Lock
+from distributed.coordination import Lock, Variable
 from distributed.core import Status, rpc
 from distributed.deploy import LocalCluster
 from distributed.diagnostics.plugin import NannyPlugin, SchedulerPlugin, WorkerPlugin
@@ -49,6 +49,7 @@ __all__ = [
     "SchedulerPlugin",
     "Status",
     "TimeoutError",
+    "Variable",
     "Worker",
     "WorkerPlugin",
     "as_completed",

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from distributed.coordination.lock_extension import LockExtension
+from distributed.coordination.variable_extension import VariableExtension
 from distributed.core import Route, StreamRoute
 
 if TYPE_CHECKING:
@@ -33,6 +34,7 @@ ExtensionFactory = Callable[["Scheduler"], Any]
 #: The extensions every scheduler gets unless ``extensions=`` says otherwise.
 DEFAULT_EXTENSIONS: Mapping[str, ExtensionFactory] = {
     "locks": LockExtension,
+    "variables": VariableExtension,
 }
 
 

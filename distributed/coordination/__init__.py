@@ -24,5 +24,7 @@ from __future__ import annotations
 
 from distributed.coordination.lock import Lock
 from distributed.coordination.lock_extension import LockExtension
+from distributed.coordination.variable import Variable
+from distributed.coordination.variable_extension import VariableExtension
 
-__all__ = ["Lock", "LockExtension"]
+__all__ = ["Lock", "LockExtension", "Variable", "VariableExtension"]
