@@ -20,7 +20,7 @@ from distributed.client import (
     get_task_metadata,
     wait,
 )
-from distributed.coordination import Lock, Variable
+from distributed.coordination import Lock, Queue, Variable
 from distributed.core import Status, rpc
 from distributed.deploy import LocalCluster
 from distributed.diagnostics.plugin import NannyPlugin, SchedulerPlugin, WorkerPlugin
@@ -44,6 +44,7 @@ __all__ = [
     "Lock",
     "Nanny",
     "NannyPlugin",
+    "Queue",
     "Reschedule",
     "Scheduler",
     "SchedulerPlugin",

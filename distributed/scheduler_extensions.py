@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from distributed.coordination.lock_extension import LockExtension
+from distributed.coordination.queue_extension import QueueExtension
 from distributed.coordination.variable_extension import VariableExtension
 from distributed.core import Route, StreamRoute
 
@@ -35,6 +36,7 @@ ExtensionFactory = Callable[["Scheduler"], Any]
 DEFAULT_EXTENSIONS: Mapping[str, ExtensionFactory] = {
     "locks": LockExtension,
     "variables": VariableExtension,
+    "queues": QueueExtension,
 }
 
 

@@ -24,7 +24,9 @@ from __future__ import annotations
 
 from distributed.coordination.lock import Lock
 from distributed.coordination.lock_extension import LockExtension
+from distributed.coordination.queue import Queue
+from distributed.coordination.queue_extension import QueueExtension
 from distributed.coordination.variable import Variable
 from distributed.coordination.variable_extension import VariableExtension
 
-__all__ = ["Lock", "LockExtension", "Variable", "VariableExtension"]
+__all__ = ["Lock", "LockExtension", "Queue", "QueueExtension", "Variable", "VariableExtension"]
