@@ -20,7 +20,7 @@ from distributed.client import (
     get_task_metadata,
     wait,
 )
-from distributed.coordination import Lock, Queue, Variable
+from distributed.coordination import Event, Lock, Queue, Variable
 from distributed.core import Status, rpc
 from distributed.deploy import LocalCluster
 from distributed.diagnostics.plugin import NannyPlugin, SchedulerPlugin, WorkerPlugin
@@ -38,6 +38,7 @@ __git_revision__ = "unknown"
 __all__ = [
     "CancelledError",
     "Client",
+    "Event",
     "Future",
     "KilledWorker",
     "LocalCluster",

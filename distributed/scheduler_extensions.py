@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from distributed.coordination.event_extension import EventExtension
 from distributed.coordination.lock_extension import LockExtension
 from distributed.coordination.queue_extension import QueueExtension
 from distributed.coordination.variable_extension import VariableExtension
@@ -37,6 +38,7 @@ DEFAULT_EXTENSIONS: Mapping[str, ExtensionFactory] = {
     "locks": LockExtension,
     "variables": VariableExtension,
     "queues": QueueExtension,
+    "events": EventExtension,
 }
 
 

@@ -22,6 +22,8 @@ one entry in ``DEFAULT_EXTENSIONS``.
 
 from __future__ import annotations
 
+from distributed.coordination.event import Event
+from distributed.coordination.event_extension import EventExtension
 from distributed.coordination.lock import Lock
 from distributed.coordination.lock_extension import LockExtension
 from distributed.coordination.queue import Queue
@@ -29,4 +31,13 @@ from distributed.coordination.queue_extension import QueueExtension
 from distributed.coordination.variable import Variable
 from distributed.coordination.variable_extension import VariableExtension
 
-__all__ = ["Lock", "LockExtension", "Queue", "QueueExtension", "Variable", "VariableExtension"]
+__all__ = [
+    "Event",
+    "EventExtension",
+    "Lock",
+    "LockExtension",
+    "Queue",
+    "QueueExtension",
+    "Variable",
+    "VariableExtension",
+]
