@@ -20,7 +20,7 @@ from distributed.client import (
     get_task_metadata,
     wait,
 )
-from distributed.coordination import Event, Lock, Queue, Variable
+from distributed.coordination import Event, Lock, Queue, Semaphore, Variable
 from distributed.core import Status, rpc
 from distributed.deploy import LocalCluster
 from distributed.diagnostics.plugin import NannyPlugin, SchedulerPlugin, WorkerPlugin
@@ -49,6 +49,7 @@ __all__ = [
     "Reschedule",
     "Scheduler",
     "SchedulerPlugin",
+    "Semaphore",
     "Status",
     "TimeoutError",
     "Variable",

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from distributed.coordination.event_extension import EventExtension
 from distributed.coordination.lock_extension import LockExtension
 from distributed.coordination.queue_extension import QueueExtension
+from distributed.coordination.semaphore_extension import SemaphoreExtension
 from distributed.coordination.variable_extension import VariableExtension
 from distributed.core import Route, StreamRoute
 
@@ -39,6 +40,7 @@ DEFAULT_EXTENSIONS: Mapping[str, ExtensionFactory] = {
     "variables": VariableExtension,
     "queues": QueueExtension,
     "events": EventExtension,
+    "semaphores": SemaphoreExtension,
 }
 
 

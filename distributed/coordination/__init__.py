@@ -28,6 +28,8 @@ from distributed.coordination.lock import Lock
 from distributed.coordination.lock_extension import LockExtension
 from distributed.coordination.queue import Queue
 from distributed.coordination.queue_extension import QueueExtension
+from distributed.coordination.semaphore import Semaphore
+from distributed.coordination.semaphore_extension import SemaphoreExtension
 from distributed.coordination.variable import Variable
 from distributed.coordination.variable_extension import VariableExtension
 
@@ -38,6 +40,8 @@ __all__ = [
     "LockExtension",
     "Queue",
     "QueueExtension",
+    "Semaphore",
+    "SemaphoreExtension",
     "Variable",
     "VariableExtension",
 ]
