@@ -20,7 +20,7 @@ from distributed.client import (
     get_task_metadata,
     wait,
 )
-from distributed.coordination import Event, Lock, Queue, Semaphore, Variable
+from distributed.coordination import Event, Lock, MultiLock, Queue, Semaphore, Variable
 from distributed.core import Status, rpc
 from distributed.deploy import LocalCluster
 from distributed.diagnostics.plugin import NannyPlugin, SchedulerPlugin, WorkerPlugin
@@ -43,6 +43,7 @@ __all__ = [
     "KilledWorker",
     "LocalCluster",
     "Lock",
+    "MultiLock",
     "Nanny",
     "NannyPlugin",
     "Queue",

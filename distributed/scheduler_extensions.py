@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from distributed.coordination.event_extension import EventExtension
 from distributed.coordination.lock_extension import LockExtension
+from distributed.coordination.multi_lock_extension import MultiLockExtension
 from distributed.coordination.queue_extension import QueueExtension
 from distributed.coordination.semaphore_extension import SemaphoreExtension
 from distributed.coordination.variable_extension import VariableExtension
@@ -41,6 +42,7 @@ DEFAULT_EXTENSIONS: Mapping[str, ExtensionFactory] = {
     "queues": QueueExtension,
     "events": EventExtension,
     "semaphores": SemaphoreExtension,
+    "multi_locks": MultiLockExtension,
 }
 
 

@@ -26,6 +26,8 @@ from distributed.coordination.event import Event
 from distributed.coordination.event_extension import EventExtension
 from distributed.coordination.lock import Lock
 from distributed.coordination.lock_extension import LockExtension
+from distributed.coordination.multi_lock import MultiLock
+from distributed.coordination.multi_lock_extension import MultiLockExtension
 from distributed.coordination.queue import Queue
 from distributed.coordination.queue_extension import QueueExtension
 from distributed.coordination.semaphore import Semaphore
@@ -38,6 +40,8 @@ __all__ = [
     "EventExtension",
     "Lock",
     "LockExtension",
+    "MultiLock",
+    "MultiLockExtension",
     "Queue",
     "QueueExtension",
     "Semaphore",
