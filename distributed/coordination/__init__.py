@@ -6,18 +6,21 @@ Each primitive has two halves in two modules:
 
 * the user-side class, which users make anywhere (in a client, inside a task)
   and which talks to the scheduler through a client: :mod:`.lock` holds
-  :class:`Lock`;
+  :class:`Lock`, and likewise :mod:`.multi_lock`, :mod:`.semaphore`,
+  :mod:`.queue`, :mod:`.variable` and :mod:`.event`;
 * the scheduler-side extension that keeps the primitive's state and answers
-  its requests: :mod:`.lock_extension` holds :class:`LockExtension`.
+  its requests: :mod:`.lock_extension` holds :class:`LockExtension`, and so
+  on for each primitive.
+
+Shared parts: :mod:`.names` (names of primitives), :mod:`.leases` (Lock and
+Semaphore leases that end when their holder dies) and :mod:`.held` (what a
+Queue or Variable holds: user objects as opaque frames, futures as keys the
+scheduler keeps computed).
 
 Their wire messages are declared in the "coordination" section of
 :mod:`distributed.protocol.messages`, and the extensions are registered with
 every scheduler by :data:`distributed.scheduler_extensions.DEFAULT_EXTENSIONS`.
 Names of primitives are any msgpack-able key (see :mod:`.names`).
-
-Queue, Variable, Event, Semaphore, MultiLock and Pub/Sub come the same way: a
-``queue.py`` next to a ``queue_extension.py``, messages in the same section,
-one entry in ``DEFAULT_EXTENSIONS``.
 """
 
 from __future__ import annotations

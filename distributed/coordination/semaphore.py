@@ -79,6 +79,7 @@ class Semaphore:
         self._leases: deque[str] = deque()
         self._leases_lock = threading.Lock()
         self._keeper = LeaseKeeper(self._held, self._refresh)
+        self._closed = False
 
     @property
     def client(self) -> Client:
@@ -114,7 +115,11 @@ class Semaphore:
         ------
         ValueError
             When the semaphore exists with another ``max_leases``.
+        RuntimeError
+            When this object was closed.
         """
+        if self._closed:
+            raise RuntimeError(f"{self!r} was closed")
         t = parse_timedelta(timeout) if timeout is not None else None
         return self.client.sync(self._acquire, t)
 
@@ -173,8 +178,11 @@ class Semaphore:
     def close(self) -> Any:
         """Remove the semaphore from the scheduler: every lease ends, waiters get none.
 
-        An awaitable with an asynchronous client.
+        This object cannot acquire again; a new ``Semaphore`` of the same
+        name starts the semaphore afresh.  An awaitable with an asynchronous
+        client.
         """
+        self._closed = True
         return self.client.sync(self._close)
 
     async def _close(self) -> None:

@@ -76,7 +76,9 @@ async def test_context_managers_and_close(c: Client, s: Scheduler, a: Worker, b:
     await sem.close()
     assert await waiting is False  # closed: no lease for the waiter
     assert not ext.max_leases and not ext.leases and not ext.clock.leases
-    # A closed semaphore comes back with its next use, with any max_leases.
+    with pytest.raises(RuntimeError, match="closed"):
+        sem.acquire()
+    # A new object starts the semaphore afresh, with any max_leases.
     again = Semaphore(max_leases=3, name="x", client=c)
     assert await again.acquire() is True
     await again.release()
