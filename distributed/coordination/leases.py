@@ -63,12 +63,16 @@ class LeaseClock:
     expire
         Called with ``(name, lease)`` for each lease that ends because its
         holder is gone; it gives the lease up as a release would.
+    refreshed
+        False for leases nobody refreshes: they end only when their client leaves.
     """
 
-    def __init__(self, scheduler: Scheduler, expire: Callable[[Hashable, str], None]) -> None:
+    def __init__(
+        self, scheduler: Scheduler, expire: Callable[[Hashable, str], None], *, refreshed: bool = True
+    ) -> None:
         self.scheduler = scheduler
         self.expire = expire
-        self.timeout = lease_timeout()
+        self.timeout = lease_timeout() if refreshed else math.inf
         self.interval = validation_interval()
         if not self.interval > 0:
             raise ValueError(f"distributed.scheduler.locks.lease-validation-interval must be > 0, got {self.interval}")

@@ -25,7 +25,8 @@ class MultiLock:
     earlier request for any of its names, and holds nothing until it holds
     enough, so two MultiLocks over the same names in different orders never
     deadlock.  These locks are apart from :class:`~distributed.Lock` objects
-    of the same names.
+    of the same names.  A holder whose client leaves the scheduler (its
+    process died, say) loses them.
 
     Parameters
     ----------
@@ -101,10 +102,16 @@ class MultiLock:
         return self.client.sync(self._acquire, t, n)
 
     async def _acquire(self, timeout: float | None, num_locks: int) -> bool:
+        client = self.client
         msg = m.MultiLockAcquire(
-            op="multi_lock_acquire", names=self.names, id=self.id, num_locks=num_locks, timeout=timeout
+            op="multi_lock_acquire",
+            names=self.names,
+            id=self.id,
+            num_locks=num_locks,
+            timeout=timeout,
+            client=client.id,
         )
-        self._locked = bool(await self.client.scheduler.call(msg))
+        self._locked = bool(await client.scheduler.call(msg))
         return self._locked
 
     def release(self) -> Any:

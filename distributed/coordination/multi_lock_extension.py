@@ -6,7 +6,8 @@ for lock ``name``; the first one holds it or waits for others of its names.
 queue.  A request is granted once it is first in ``num_locks`` of its
 queues; it then leaves every other queue, so it holds exactly ``num_locks``
 locks.  Requests join all their queues in one step, so queue orders agree
-and no two requests can wait for each other.
+and no two requests can wait for each other.  A granted request whose
+client left the scheduler is withdrawn (see :mod:`.leases`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Hashable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from distributed.comm import Comm
+from distributed.coordination.leases import LeaseClock
 from distributed.coordination.names import normalize_name
 from distributed.core import Route
 from distributed.protocol import messages as m
@@ -44,6 +46,9 @@ class MultiLockExtension:
         self.requests: dict[str, tuple[list[Hashable], int]] = {}
         self.granted: set[str] = set()
         self.waiting: dict[str, asyncio.Future[None]] = {}
+        #: The client of each request, until it is granted.
+        self.clients: dict[str, str | None] = {}
+        self.clock = LeaseClock(scheduler, self._expire, refreshed=False)
 
     def routes(self) -> Mapping[str, Route[Any]]:
         """The requests this extension answers."""
@@ -68,6 +73,7 @@ class MultiLockExtension:
             self._leave(n, rid)
         self.requests[rid] = ([n for n in names if n in keep], num_locks)
         self.granted.add(rid)
+        self.clock.add(tuple(keep), rid, self.clients.pop(rid, None))
         fut = self.waiting.pop(rid, None)
         if fut is not None and not fut.done():
             fut.set_result(None)
@@ -95,6 +101,8 @@ class MultiLockExtension:
         names, _ = self.requests.pop(rid)
         self.granted.discard(rid)
         self.waiting.pop(rid, None)
+        self.clients.pop(rid, None)
+        self.clock.discard(rid)
         for n in names:
             self._leave(n, rid)
         self._advance(names)
@@ -109,6 +117,7 @@ class MultiLockExtension:
         if not 0 < num_locks <= len(names):
             raise ValueError(f"num_locks must be between 1 and {len(names)}, got {num_locks}")
         self.requests[rid] = (names, num_locks)
+        self.clients[rid] = msg.get("client")
         for n in names:
             self.queues.setdefault(n, []).append(rid)
         self._try_grant(rid)
@@ -132,6 +141,10 @@ class MultiLockExtension:
                 self._withdraw(rid)
             raise
         return True
+
+    def _expire(self, names: Hashable, rid: str) -> None:
+        if rid in self.granted:
+            self._withdraw(rid)
 
     def release(self, comm: Comm, msg: m.MultiLockRelease) -> None:
         """Give the locks of ``msg["id"]`` up; an error unless it holds them."""

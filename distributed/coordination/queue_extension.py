@@ -4,7 +4,9 @@ Invariants: ``queues[name]`` holds the items of queue ``name`` in order, and
 each future's key in it is wanted by the holder ``queue-<name>`` (once per
 key, however often it is queued; see :mod:`distributed.coordination.held`).
 Items are taken only after every wait of the request is over, in one step,
-so a request that times out takes nothing.
+so a request that times out takes nothing, and only while the getter's
+client is still connected, so a getter that died while waiting (its
+process killed, say) takes nothing from those alive.
 """
 
 from __future__ import annotations
@@ -29,12 +31,14 @@ __all__ = ["NamedQueue", "QueueExtension"]
 class NamedQueue:
     """The items of one queue, and the condition its waiters wait on."""
 
-    __slots__ = ("maxsize", "items", "changed")
+    __slots__ = ("maxsize", "items", "changed", "getters")
 
     def __init__(self, maxsize: int) -> None:
         self.maxsize = maxsize
         self.items: deque[m.HeldItem] = deque()
         self.changed = asyncio.Condition()
+        #: Requests waiting for items.
+        self.getters = 0
 
     def has_room(self) -> bool:
         return not self.maxsize or len(self.items) < self.maxsize
@@ -99,23 +103,29 @@ class QueueExtension:
         """Take one item, ``batch`` items, or (``batch=True``) all there are."""
         name = normalize_name(msg["name"])
         q = self._queue(name, msg["maxsize"])
-        batch = msg["batch"]
+        batch, client = msg["batch"], msg.get("client")
         taken: list[m.HeldItem] = []
         if batch is True:
             taken = list(q.items)
             q.items.clear()
         else:
             n = 1 if batch is False else batch
+            q.getters += 1
             try:
                 async with asyncio.timeout(msg.get("timeout")):
                     async with q.changed:
                         await q.changed.wait_for(lambda: len(q.items) >= n)
+                        if client is not None and client not in self.scheduler.clients:
+                            # Nobody would receive them: leave them to the living.
+                            raise ConnectionError(f"Client {client} left while waiting for queue {name!r}")
                         taken = [q.items.popleft() for _ in range(n)]
             except TimeoutError:
                 return m.QueueGetReply(items=[], timed_out=True)
+            finally:
+                q.getters -= 1
         holder = self.holder(name)
         for item in taken:
-            self.holds.hand_over(msg.get("client"), item)
+            self.holds.hand_over(client, item)
             self.holds.drop(holder, item)
         if taken:
             async with q.changed:

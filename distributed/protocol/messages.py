@@ -746,13 +746,18 @@ class EventWait(TypedDict):
 
 
 class MultiLockAcquire(TypedDict):
-    """Wait (at most ``timeout`` seconds) until ``num_locks`` of the locks ``names`` are free; hold them as ``id``."""
+    """Wait (at most ``timeout`` seconds) until ``num_locks`` of the locks ``names`` are free; hold them as ``id``.
+
+    ``client`` is the id of the holder's client: the locks are freed when that
+    client leaves the scheduler.
+    """
 
     op: Literal["multi_lock_acquire"]
     names: Sequence[PrimitiveName]
     id: str
     num_locks: int
     timeout: NotRequired[float | None]
+    client: NotRequired[str | None]
 
 
 class MultiLockRelease(TypedDict):

@@ -22,7 +22,7 @@ def test_multilock_import_paths() -> None:
 
 
 def _idle(ext: MultiLockExtension) -> bool:
-    return not ext.queues and not ext.requests and not ext.granted and not ext.waiting
+    return not (ext.queues or ext.requests or ext.granted or ext.waiting or ext.clients or ext.clock.leases)
 
 
 @gen_cluster(client=True)
@@ -131,3 +131,16 @@ def test_multilock_on_a_synchronous_client() -> None:
             with lock:
                 assert lock.locked()
             assert not lock.locked()
+
+
+@gen_cluster(client=True, config={"distributed.scheduler.locks.lease-validation-interval": "20ms"})
+async def test_multilock_freed_when_its_client_leaves(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    c2 = await Client(s.address, asynchronous=True)
+    try:
+        assert await MultiLock(["x", "y"], client=c2).acquire() is True
+        waiting = asyncio.ensure_future(MultiLock(["y"], client=c).acquire(timeout=10))
+        await async_poll_for(lambda: len(s.extensions["multi_locks"].waiting) == 1, timeout=5)
+    finally:
+        await c2.close()
+    assert await waiting is True
+    assert s.extensions["multi_locks"].queues == {"y": [next(iter(s.extensions["multi_locks"].granted))]}

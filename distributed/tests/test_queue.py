@@ -129,3 +129,20 @@ def test_queue_on_a_synchronous_client() -> None:
                 return Queue(name).get(timeout=5)
 
             assert client.submit(take, q.name).result() == "from the client"
+
+
+@gen_cluster(client=True)
+async def test_getter_whose_client_left_takes_nothing(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    c2 = await Client(s.address, asynchronous=True)
+    try:
+        ghost = asyncio.ensure_future(Queue("x", client=c2).get())
+        await async_poll_for(lambda: "x" in s.extensions["queues"].queues, timeout=5)
+        await async_poll_for(lambda: s.extensions["queues"].queues["x"].getters == 1, timeout=5)
+    finally:
+        await c2.close()
+    await async_poll_for(lambda: c2.id not in s.clients, timeout=5)
+    q = Queue("x", client=c)
+    await q.put("for the living")
+    assert await q.get(timeout=5) == "for the living"
+    ghost.cancel()
+    await async_poll_for(lambda: s.extensions["queues"].queues["x"].getters == 0, timeout=5)
