@@ -205,7 +205,7 @@ async def test_extension_routes_answer_requests() -> None:
 @gen_cluster(
     client=True,
     config={
-        "distributed.scheduler.locks.lease-timeout": "500ms",
+        "distributed.scheduler.locks.lease-timeout": "1s",
         "distributed.scheduler.locks.lease-validation-interval": "20ms",
     },
 )
@@ -214,7 +214,7 @@ async def test_lock_lease_refreshed_while_held_and_ends_when_not(c: Client, s: S
     holder = Lock("x", client=c)
     assert await holder.acquire() is True
     other = Lock("x", client=c)
-    assert await other.acquire(timeout=1.0) is False  # refreshes keep the lease past its timeout
+    assert await other.acquire(timeout=1.5) is False  # refreshes keep the lease past its timeout
     holder._keeper.stop()  # a holder that stops refreshing loses the lock
     assert await other.acquire(timeout=10) is True
     assert ext.holders["x"] == other.id

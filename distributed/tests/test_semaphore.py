@@ -87,7 +87,7 @@ async def test_context_managers_and_close(c: Client, s: Scheduler, a: Worker, b:
 @gen_cluster(
     client=True,
     config={
-        "distributed.scheduler.locks.lease-timeout": "500ms",
+        "distributed.scheduler.locks.lease-timeout": "1s",
         "distributed.scheduler.locks.lease-validation-interval": "20ms",
     },
 )
@@ -97,13 +97,13 @@ async def test_lease_lives_while_refreshed_and_ends_when_not(c: Client, s: Sched
     assert await holder.acquire() is True
     other = Semaphore(name="x", client=c)
     # Longer than the lease timeout: the holder's refreshes keep the lease.
-    assert await other.acquire(timeout=1.0) is False
+    assert await other.acquire(timeout=1.5) is False
     assert await holder.get_value() == 1
     # A holder that stops refreshing (its loop blocked, say) loses its lease.
     holder._keeper.stop()
     start = time.monotonic()
     assert await other.acquire(timeout=10) is True
-    assert 0.3 < time.monotonic() - start < 5
+    assert 0.8 < time.monotonic() - start < 10
     assert await holder.release() is False  # the lease had ended
     await other.release()
     assert not ext.leases and not ext.clock.leases
