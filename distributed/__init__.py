@@ -20,7 +20,7 @@ from distributed.client import (
     get_task_metadata,
     wait,
 )
-from distributed.coordination import Lock
+from distributed.coordination import Event, Lock, MultiLock, Queue, Semaphore, Variable
 from distributed.core import Status, rpc
 from distributed.deploy import LocalCluster
 from distributed.diagnostics.plugin import NannyPlugin, SchedulerPlugin, WorkerPlugin
@@ -38,17 +38,22 @@ __git_revision__ = "unknown"
 __all__ = [
     "CancelledError",
     "Client",
+    "Event",
     "Future",
     "KilledWorker",
     "LocalCluster",
     "Lock",
+    "MultiLock",
     "Nanny",
     "NannyPlugin",
+    "Queue",
     "Reschedule",
     "Scheduler",
     "SchedulerPlugin",
+    "Semaphore",
     "Status",
     "TimeoutError",
+    "Variable",
     "Worker",
     "WorkerPlugin",
     "as_completed",

@@ -19,7 +19,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from distributed.coordination.event_extension import EventExtension
 from distributed.coordination.lock_extension import LockExtension
+from distributed.coordination.multi_lock_extension import MultiLockExtension
+from distributed.coordination.queue_extension import QueueExtension
+from distributed.coordination.semaphore_extension import SemaphoreExtension
+from distributed.coordination.variable_extension import VariableExtension
 from distributed.core import Route, StreamRoute
 
 if TYPE_CHECKING:
@@ -33,6 +38,11 @@ ExtensionFactory = Callable[["Scheduler"], Any]
 #: The extensions every scheduler gets unless ``extensions=`` says otherwise.
 DEFAULT_EXTENSIONS: Mapping[str, ExtensionFactory] = {
     "locks": LockExtension,
+    "variables": VariableExtension,
+    "queues": QueueExtension,
+    "events": EventExtension,
+    "semaphores": SemaphoreExtension,
+    "multi_locks": MultiLockExtension,
 }
 
 

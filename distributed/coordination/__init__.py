@@ -6,23 +6,49 @@ Each primitive has two halves in two modules:
 
 * the user-side class, which users make anywhere (in a client, inside a task)
   and which talks to the scheduler through a client: :mod:`.lock` holds
-  :class:`Lock`;
+  :class:`Lock`, and likewise :mod:`.multi_lock`, :mod:`.semaphore`,
+  :mod:`.queue`, :mod:`.variable` and :mod:`.event`;
 * the scheduler-side extension that keeps the primitive's state and answers
-  its requests: :mod:`.lock_extension` holds :class:`LockExtension`.
+  its requests: :mod:`.lock_extension` holds :class:`LockExtension`, and so
+  on for each primitive.
+
+Shared parts: :mod:`.names` (names of primitives), :mod:`.leases` (Lock and
+Semaphore leases that end when their holder dies) and :mod:`.held` (what a
+Queue or Variable holds: user objects as opaque frames, futures as keys the
+scheduler keeps computed).
 
 Their wire messages are declared in the "coordination" section of
 :mod:`distributed.protocol.messages`, and the extensions are registered with
 every scheduler by :data:`distributed.scheduler_extensions.DEFAULT_EXTENSIONS`.
 Names of primitives are any msgpack-able key (see :mod:`.names`).
-
-Queue, Variable, Event, Semaphore, MultiLock and Pub/Sub come the same way: a
-``queue.py`` next to a ``queue_extension.py``, messages in the same section,
-one entry in ``DEFAULT_EXTENSIONS``.
 """
 
 from __future__ import annotations
 
+from distributed.coordination.event import Event
+from distributed.coordination.event_extension import EventExtension
 from distributed.coordination.lock import Lock
 from distributed.coordination.lock_extension import LockExtension
+from distributed.coordination.multi_lock import MultiLock
+from distributed.coordination.multi_lock_extension import MultiLockExtension
+from distributed.coordination.queue import Queue
+from distributed.coordination.queue_extension import QueueExtension
+from distributed.coordination.semaphore import Semaphore
+from distributed.coordination.semaphore_extension import SemaphoreExtension
+from distributed.coordination.variable import Variable
+from distributed.coordination.variable_extension import VariableExtension
 
-__all__ = ["Lock", "LockExtension"]
+__all__ = [
+    "Event",
+    "EventExtension",
+    "Lock",
+    "LockExtension",
+    "MultiLock",
+    "MultiLockExtension",
+    "Queue",
+    "QueueExtension",
+    "Semaphore",
+    "SemaphoreExtension",
+    "Variable",
+    "VariableExtension",
+]

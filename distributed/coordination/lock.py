@@ -8,7 +8,8 @@ client), and pickles by name.
 Each successful acquisition takes a fresh lease id, so one ``Lock`` object
 shared by threads excludes them from each other as it excludes other objects
 of the same name; the leases this object holds are released first in, first
-out.
+out.  Leases end when their holder dies, as a Semaphore's do (see
+:mod:`distributed.coordination.leases`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from dask.utils import parse_timedelta
 
+from distributed.coordination.leases import LeaseKeeper
 from distributed.coordination.names import check_name
 from distributed.protocol import messages as m
 from distributed.utils import unsupported
@@ -33,6 +35,11 @@ __all__ = ["Lock"]
 
 class Lock:
     """A lock shared by every client and task of a cluster.
+
+    A holder that dies loses the lock: when its client leaves the scheduler,
+    or when it has not refreshed its lease for
+    ``distributed.scheduler.locks.lease-timeout``.  A holder alive but too
+    busy to refresh for that long (its event loop blocked) can lose it too.
 
     Parameters
     ----------
@@ -65,6 +72,7 @@ class Lock:
         self._client = client
         self._leases: deque[str] = deque()
         self._leases_lock = threading.Lock()
+        self._keeper = LeaseKeeper(self._held, self._refresh)
 
     @property
     def client(self) -> Client:
@@ -74,6 +82,13 @@ class Lock:
 
             self._client = get_client()
         return self._client
+
+    def _held(self) -> list[str]:
+        with self._leases_lock:
+            return list(self._leases)
+
+    async def _refresh(self, ids: list[str]) -> None:
+        await self.client.scheduler.call(m.LockRefresh(op="lock_refresh_leases", name=self.name, ids=ids))
 
     @property
     def id(self) -> str | None:
@@ -113,11 +128,13 @@ class Lock:
 
     async def _acquire(self, timeout: float | None) -> bool:
         lease = uuid.uuid4().hex
-        msg = m.LockAcquire(op="lock_acquire", name=self.name, id=lease, timeout=timeout)
-        acquired = bool(await self.client.scheduler.call(msg))
+        client = self.client
+        msg = m.LockAcquire(op="lock_acquire", name=self.name, id=lease, timeout=timeout, client=client.id)
+        acquired = bool(await client.scheduler.call(msg))
         if acquired:
             with self._leases_lock:
                 self._leases.append(lease)
+            self._keeper.start()
         return acquired
 
     def release(self) -> Any:
@@ -135,6 +152,8 @@ class Lock:
         return self.client.sync(self._release, lease)
 
     async def _release(self, lease: str) -> None:
+        if not self._held():
+            self._keeper.stop()
         msg = m.LockRelease(op="lock_release", name=self.name, id=lease)
         await self.client.scheduler.call(msg)
 

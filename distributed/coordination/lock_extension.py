@@ -7,8 +7,9 @@ it.  Releasing hands the lock straight to the first waiter, so a lock never
 looks free while someone waits for it, and waiters are served first come,
 first served.
 
-A holder that goes away without releasing keeps the lock (as with
-dask.distributed's lock when lease timeouts are off).
+Each holder's lease is timed by :attr:`LockExtension.clock`: a holder that
+goes away without releasing (its client left, or it stopped refreshing its
+lease) loses the lock, which goes to the next waiter.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Hashable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from distributed.comm import Comm
+from distributed.coordination.leases import LeaseClock
 from distributed.coordination.names import normalize_name
 from distributed.core import Route
 from distributed.protocol import messages as m
@@ -45,6 +47,9 @@ class LockExtension:
         self.scheduler = scheduler
         self.holders: dict[Hashable, str] = {}
         self.waiters: defaultdict[Hashable, deque[tuple[str, asyncio.Future[None]]]] = defaultdict(deque)
+        #: The client of each waiting lease (its holder once granted).
+        self.waiting_clients: dict[str, str | None] = {}
+        self.clock = LeaseClock(scheduler, self._expire)
 
     def routes(self) -> Mapping[str, Route[Any]]:
         """The requests this extension answers."""
@@ -52,6 +57,7 @@ class LockExtension:
             "lock_acquire": Route(m.LockAcquire, self.acquire),
             "lock_release": Route(m.LockRelease, self.release),
             "lock_locked": Route(m.LockLocked, self.locked),
+            "lock_refresh_leases": Route(m.LockRefresh, self.refresh),
         }
 
     async def acquire(self, comm: Comm, msg: m.LockAcquire) -> bool:
@@ -61,6 +67,7 @@ class LockExtension:
             raise RuntimeError(f"Lease {lease!r} already holds lock {name!r}")
         if name not in self.holders:
             self.holders[name] = lease
+            self.clock.add(name, lease, msg.get("client"))
             return True
         timeout = msg.get("timeout")
         if timeout is not None and timeout <= 0:
@@ -68,6 +75,7 @@ class LockExtension:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         entry = (lease, fut)
         self.waiters[name].append(entry)
+        self.waiting_clients[lease] = msg.get("client")
         try:
             await asyncio.wait_for(asyncio.shield(fut), timeout)
         except TimeoutError:
@@ -86,6 +94,7 @@ class LockExtension:
         return True
 
     def _forget_waiter(self, name: Hashable, entry: tuple[str, asyncio.Future[None]]) -> None:
+        self.waiting_clients.pop(entry[0], None)
         queue = self.waiters[name]
         queue.remove(entry)
         if not queue:
@@ -100,15 +109,25 @@ class LockExtension:
         return True
 
     def _release(self, name: Hashable, lease: str) -> None:
+        self.clock.discard(lease)
         queue = self.waiters.get(name)
         if queue:
             next_lease, fut = queue.popleft()
             if not queue:
                 del self.waiters[name]
             self.holders[name] = next_lease
+            self.clock.add(name, next_lease, self.waiting_clients.pop(next_lease, None))
             fut.set_result(None)
         else:
             del self.holders[name]
+
+    def _expire(self, name: Hashable, lease: str) -> None:
+        if self.holders.get(name) == lease:
+            self._release(name, lease)
+
+    def refresh(self, comm: Comm, msg: m.LockRefresh) -> None:
+        """The holder of these leases lives."""
+        self.clock.refresh(msg["ids"])
 
     def locked(self, comm: Comm, msg: m.LockLocked) -> bool:
         """Whether anyone holds the lock."""

@@ -200,3 +200,35 @@ async def test_extension_routes_answer_requests() -> None:
         async with rpc(s.address) as r:
             assert await r.call("echo_ext") == s.id
         assert s.extensions["echo"].calls == 1
+
+
+@gen_cluster(
+    client=True,
+    config={
+        "distributed.scheduler.locks.lease-timeout": "1s",
+        "distributed.scheduler.locks.lease-validation-interval": "20ms",
+    },
+)
+async def test_lock_lease_refreshed_while_held_and_ends_when_not(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    ext = s.extensions["locks"]
+    holder = Lock("x", client=c)
+    assert await holder.acquire() is True
+    other = Lock("x", client=c)
+    assert await other.acquire(timeout=1.5) is False  # refreshes keep the lease past its timeout
+    holder._keeper.stop()  # a holder that stops refreshing loses the lock
+    assert await other.acquire(timeout=10) is True
+    assert ext.holders["x"] == other.id
+    await other.release()
+    assert not ext.holders and not ext.clock.leases and not ext.waiting_clients
+
+
+@gen_cluster(client=True, config={"distributed.scheduler.locks.lease-validation-interval": "20ms"})
+async def test_lock_freed_when_its_client_leaves(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    c2 = await Client(s.address, asynchronous=True)
+    try:
+        assert await Lock("x", client=c2).acquire() is True
+        waiting = asyncio.ensure_future(Lock("x", client=c).acquire(timeout=10))
+        await async_poll_for(lambda: bool(s.extensions["locks"].waiters.get("x")), timeout=5)
+    finally:
+        await c2.close()
+    assert await waiting is True

@@ -1,0 +1,94 @@
+"""``distributed.Event``: a flag shared by every client and task of a cluster, by name."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from dask.utils import parse_timedelta
+
+from distributed.coordination.names import check_name
+from distributed.protocol import messages as m
+
+if TYPE_CHECKING:
+    from distributed.client import Client
+
+__all__ = ["Event"]
+
+
+class Event:
+    """A flag shared by every client and task of a cluster, by name, as :class:`asyncio.Event`.
+
+    An event starts clear; :meth:`set` wakes everyone in :meth:`wait`
+    until :meth:`clear` makes waiters wait again.
+
+    Parameters
+    ----------
+    name
+        Events with the same name are the same event: a string, bytes, a
+        number, or a list or tuple of those (default: a new random name).
+    client
+        The client to use (default: the worker's client inside a task, else
+        the default client, found when first used).
+
+    Examples
+    --------
+    >>> event = Event("ready")  # doctest: +SKIP
+    >>> event.wait(timeout=1)  # doctest: +SKIP
+    False
+    >>> event.set()  # doctest: +SKIP
+    >>> event.wait()  # doctest: +SKIP
+    True
+    """
+
+    def __init__(self, name: Any = None, client: Client | None = None) -> None:
+        self.name: Any = check_name(name) if name is not None else f"event-{uuid.uuid4().hex}"
+        self._client = client
+
+    @property
+    def client(self) -> Client:
+        """The client this event talks through."""
+        if self._client is None:
+            from distributed.worker import get_client
+
+            self._client = get_client()
+        return self._client
+
+    def wait(self, timeout: float | str | timedelta | None = None) -> Any:
+        """Wait until the event is set (an awaitable with an asynchronous client).
+
+        Parameters
+        ----------
+        timeout
+            Longest wait (seconds, a string such as ``"200ms"``, or a
+            ``timedelta``); None waits for as long as it takes.
+
+        Returns
+        -------
+        bool
+            Whether the event is set (False: ``timeout`` passed first).
+        """
+        t = parse_timedelta(timeout) if timeout is not None else None
+        return self.client.sync(self._call, m.EventWait(op="event_wait", name=self.name, timeout=t))
+
+    def set(self) -> Any:
+        """Set the event, waking every waiter (an awaitable with an asynchronous client)."""
+        return self.client.sync(self._call, m.EventSet(op="event_set", name=self.name))
+
+    def clear(self) -> Any:
+        """Clear the event: later waits wait again (an awaitable with an asynchronous client)."""
+        return self.client.sync(self._call, m.EventClear(op="event_clear", name=self.name))
+
+    def is_set(self) -> Any:
+        """Whether the event is set (an awaitable with an asynchronous client)."""
+        return self.client.sync(self._call, m.EventIsSet(op="event_is_set", name=self.name))
+
+    async def _call(self, msg: m.EventWait | m.EventSet | m.EventClear | m.EventIsSet) -> Any:
+        return await self.client.scheduler.call(msg)
+
+    def __reduce__(self) -> tuple[type[Event], tuple[Any]]:
+        return (Event, (self.name,))
+
+    def __repr__(self) -> str:
+        return f"<Event: {self.name}>"

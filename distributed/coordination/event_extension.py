@@ -1,0 +1,99 @@
+"""The scheduler side of :class:`distributed.Event`.
+
+Invariants: ``events[name]`` exists while event ``name`` is set or someone
+waits on it (``waiters[name]`` counts them); a clear event nobody waits on
+is forgotten, as it is indistinguishable from one never used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Hashable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from distributed.comm import Comm
+from distributed.coordination.names import normalize_name
+from distributed.core import Route
+from distributed.protocol import messages as m
+
+if TYPE_CHECKING:
+    from distributed.scheduler import Scheduler
+
+__all__ = ["EventExtension"]
+
+
+class EventExtension:
+    """Keeps every :class:`~distributed.Event` of a cluster.
+
+    Registered as ``scheduler.extensions["events"]``; answers ``event_set``,
+    ``event_clear``, ``event_is_set`` and ``event_wait``.
+
+    Parameters
+    ----------
+    scheduler
+        The scheduler it belongs to.
+    """
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
+        self.events: dict[Hashable, asyncio.Event] = {}
+        self.waiters: dict[Hashable, int] = {}
+
+    def routes(self) -> Mapping[str, Route[Any]]:
+        """The requests this extension answers."""
+        return {
+            "event_set": Route(m.EventSet, self.set),
+            "event_clear": Route(m.EventClear, self.clear),
+            "event_is_set": Route(m.EventIsSet, self.is_set),
+            "event_wait": Route(m.EventWait, self.wait),
+        }
+
+    def _event(self, name: Hashable) -> asyncio.Event:
+        event = self.events.get(name)
+        if event is None:
+            event = self.events[name] = asyncio.Event()
+        return event
+
+    def _forget_if_unused(self, name: Hashable) -> None:
+        event = self.events.get(name)
+        if event is not None and not event.is_set() and not self.waiters.get(name):
+            del self.events[name]
+
+    async def wait(self, comm: Comm, msg: m.EventWait) -> bool:
+        """Whether the event is set, waiting at most ``timeout`` for it."""
+        name = normalize_name(msg["name"])
+        event = self._event(name)
+        if event.is_set():
+            return True
+        timeout = msg.get("timeout")
+        if timeout is not None and timeout <= 0:
+            self._forget_if_unused(name)
+            return False
+        self.waiters[name] = self.waiters.get(name, 0) + 1
+        try:
+            await asyncio.wait_for(event.wait(), timeout)
+        except TimeoutError:
+            return False
+        finally:
+            self.waiters[name] -= 1
+            if not self.waiters[name]:
+                del self.waiters[name]
+            self._forget_if_unused(name)
+        return True
+
+    def set(self, comm: Comm, msg: m.EventSet) -> None:
+        """Set the event, waking its waiters."""
+        self._event(normalize_name(msg["name"])).set()
+
+    def clear(self, comm: Comm, msg: m.EventClear) -> None:
+        """Clear the event."""
+        name = normalize_name(msg["name"])
+        event = self.events.get(name)
+        if event is not None:
+            event.clear()
+            self._forget_if_unused(name)
+
+    def is_set(self, comm: Comm, msg: m.EventIsSet) -> bool:
+        """Whether the event is set."""
+        event = self.events.get(normalize_name(msg["name"]))
+        return event is not None and event.is_set()

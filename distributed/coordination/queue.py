@@ -1,0 +1,151 @@
+"""``distributed.Queue``: a first-in, first-out queue shared by every client and task of a cluster."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from dask.utils import parse_timedelta
+
+from distributed.coordination.held import from_item, to_item
+from distributed.coordination.names import check_name
+from distributed.protocol import messages as m
+
+if TYPE_CHECKING:
+    from distributed.client import Client
+
+__all__ = ["Queue"]
+
+
+class Queue:
+    """A first-in, first-out queue shared by every client and task of a cluster, by name.
+
+    Items are :class:`~distributed.Future` objects or any picklable objects.  A
+    future's task stays computed while the queue holds it; a getter receives
+    a future of its own client.  Other items are pickled where they are put
+    and unpickled where they are got: the scheduler only keeps their bytes.
+
+    Parameters
+    ----------
+    name
+        Queues with the same name are the same queue: a string, bytes, a
+        number, or a list or tuple of those (default: a new random name).
+    client
+        The client to use (default: the worker's client inside a task, else
+        the default client, found when first used).
+    maxsize
+        Most items the queue holds; ``put`` waits while it is full (0: no
+        limit).  The first use of a name sets its size; a different non-zero
+        ``maxsize`` for an existing queue is an error.
+
+    Examples
+    --------
+    >>> q = Queue("x")  # doctest: +SKIP
+    >>> q.put(123)  # doctest: +SKIP
+    >>> q.put(client.submit(inc, 1))  # doctest: +SKIP
+    >>> q.get()  # doctest: +SKIP
+    123
+    >>> q.get().result()  # doctest: +SKIP
+    2
+    """
+
+    def __init__(self, name: Any = None, client: Client | None = None, maxsize: int = 0) -> None:
+        if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize < 0:
+            raise ValueError(f"Queue(maxsize=...) must be an int >= 0, got {maxsize!r}")
+        self.name: Any = check_name(name) if name is not None else f"queue-{uuid.uuid4().hex}"
+        self.maxsize = maxsize
+        self._client = client
+
+    @property
+    def client(self) -> Client:
+        """The client this queue talks through."""
+        if self._client is None:
+            from distributed.worker import get_client
+
+            self._client = get_client()
+        return self._client
+
+    def put(self, value: Any, timeout: float | str | timedelta | None = None) -> Any:
+        """Append ``value``, waiting while the queue is full (an awaitable with an asynchronous client).
+
+        Parameters
+        ----------
+        value
+            A future (kept computed while queued) or any picklable object.
+        timeout
+            Longest wait for room (None: as long as it takes).
+
+        Raises
+        ------
+        TimeoutError
+            When there was no room within ``timeout``; nothing was put.
+        """
+        t = parse_timedelta(timeout) if timeout is not None else None
+        return self.client.sync(self._put, value, t)
+
+    async def _put(self, value: Any, timeout: float | None) -> None:
+        item = await to_item(self.client, value)
+        msg = m.QueuePut(op="queue_put", name=self.name, maxsize=self.maxsize, item=item, timeout=timeout)
+        if not await self.client.scheduler.call(msg):
+            raise TimeoutError(f"Queue {self.name!r} had no room within {timeout} s")
+
+    def get(self, timeout: float | str | timedelta | None = None, batch: bool | int = False) -> Any:
+        """Take the first item (an awaitable with an asynchronous client).
+
+        Parameters
+        ----------
+        timeout
+            Longest wait for items (None: as long as it takes).
+        batch
+            False: take one item, waiting for it.  True: take every item
+            there is now, without waiting (possibly none).  An int ``n``: take
+            ``n`` items, waiting until there are that many.
+
+        Returns
+        -------
+        The item (a future of this queue's client for a future), or a list of
+        them with ``batch``.
+
+        Raises
+        ------
+        TimeoutError
+            When the items were not there within ``timeout``; nothing was taken.
+        """
+        if not isinstance(batch, (bool, int)) or (not isinstance(batch, bool) and batch < 0):
+            raise ValueError(f"Queue.get(batch=...) must be a bool or an int >= 0, got {batch!r}")
+        t = parse_timedelta(timeout) if timeout is not None else None
+        return self.client.sync(self._get, t, batch)
+
+    async def _get(self, timeout: float | None, batch: bool | int) -> Any:
+        client = self.client
+        msg = m.QueueGet(
+            op="queue_get",
+            name=self.name,
+            maxsize=self.maxsize,
+            batch=batch,
+            timeout=timeout,
+            client=client.id,
+        )
+        reply: m.QueueGetReply = await client.scheduler.call(msg)
+        if reply["timed_out"]:
+            raise TimeoutError(f"Queue {self.name!r} had no items within {timeout} s")
+        items = [from_item(client, item) for item in reply["items"]]
+        if batch is False:
+            return items[0]
+        return items
+
+    def qsize(self) -> Any:
+        """How many items the queue holds (an awaitable with an asynchronous client)."""
+        return self.client.sync(self._qsize)
+
+    async def _qsize(self) -> int:
+        msg = m.QueueSize(op="queue_qsize", name=self.name, maxsize=self.maxsize)
+        n: int = await self.client.scheduler.call(msg)
+        return n
+
+    def __reduce__(self) -> tuple[type[Queue], tuple[Any, None, int]]:
+        return (Queue, (self.name, None, self.maxsize))
+
+    def __repr__(self) -> str:
+        return f"<Queue: {self.name}>"

@@ -1,0 +1,160 @@
+"""The scheduler side of :class:`distributed.Semaphore`.
+
+Invariants: ``max_leases[name]`` exists while semaphore ``name`` does (from
+its first acquisition until it is closed); ``leases[name]`` holds the lease
+ids holding it, never more than ``max_leases[name]``, each timed by
+:attr:`SemaphoreExtension.clock`; ``waiters[name]`` holds, in arrival order,
+the requests waiting for a lease with the future that answers them (True: a
+lease, False: the semaphore was closed).  A lease that ends goes straight to
+the first waiter, so waiters are served first come, first served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict, deque
+from collections.abc import Hashable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from distributed.comm import Comm
+from distributed.coordination.leases import LeaseClock
+from distributed.coordination.names import normalize_name
+from distributed.core import Route
+from distributed.protocol import messages as m
+
+if TYPE_CHECKING:
+    from distributed.scheduler import Scheduler
+
+__all__ = ["SemaphoreExtension"]
+
+logger = logging.getLogger(__name__)
+
+#: A waiting request: its lease id, its client, and the future that answers it.
+Waiter = tuple[str, str | None, "asyncio.Future[bool]"]
+
+
+class SemaphoreExtension:
+    """Keeps every :class:`~distributed.Semaphore` of a cluster.
+
+    Registered as ``scheduler.extensions["semaphores"]``; answers
+    ``semaphore_acquire``, ``semaphore_release``,
+    ``semaphore_refresh_leases``, ``semaphore_value`` and ``semaphore_close``.
+
+    Parameters
+    ----------
+    scheduler
+        The scheduler it belongs to.
+    """
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
+        self.max_leases: dict[Hashable, int] = {}
+        self.leases: defaultdict[Hashable, set[str]] = defaultdict(set)
+        self.waiters: defaultdict[Hashable, deque[Waiter]] = defaultdict(deque)
+        self.clock = LeaseClock(scheduler, self._expire)
+
+    def routes(self) -> Mapping[str, Route[Any]]:
+        """The requests this extension answers."""
+        return {
+            "semaphore_acquire": Route(m.SemaphoreAcquire, self.acquire),
+            "semaphore_release": Route(m.SemaphoreRelease, self.release),
+            "semaphore_refresh_leases": Route(m.SemaphoreRefresh, self.refresh),
+            "semaphore_value": Route(m.SemaphoreValue, self.value),
+            "semaphore_close": Route(m.SemaphoreClose, self.close),
+        }
+
+    def _grant(self, name: Hashable, lease: str, client: str | None) -> None:
+        self.leases[name].add(lease)
+        self.clock.add(name, lease, client)
+
+    async def acquire(self, comm: Comm, msg: m.SemaphoreAcquire) -> bool:
+        """Hold a lease as ``msg["id"]``; False when ``timeout`` passed first."""
+        name, lease, client = normalize_name(msg["name"]), msg["id"], msg.get("client")
+        max_leases = msg["max_leases"]
+        if max_leases < 1:
+            raise ValueError(f"max_leases must be >= 1, got {max_leases}")
+        known = self.max_leases.setdefault(name, max_leases)
+        if known != max_leases:
+            raise ValueError(f"Semaphore {name!r} exists with max_leases={known}, not {max_leases}")
+        held = self.leases[name]
+        if lease in held:
+            raise RuntimeError(f"Lease {lease!r} already holds semaphore {name!r}")
+        if len(held) < known and not self.waiters.get(name):
+            self._grant(name, lease, client)
+            return True
+        timeout = msg.get("timeout")
+        if timeout is not None and timeout <= 0:
+            return False
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        entry: Waiter = (lease, client, fut)
+        self.waiters[name].append(entry)
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), timeout)
+        except TimeoutError:
+            if fut.done():
+                return fut.result()  # answered right at the deadline
+            self._forget_waiter(name, entry)
+            return False
+        except asyncio.CancelledError:
+            # The request went away: nobody will use or release the lease.
+            if fut.done():
+                if fut.result():
+                    self._release(name, lease)
+            else:
+                self._forget_waiter(name, entry)
+            raise
+
+    def _forget_waiter(self, name: Hashable, entry: Waiter) -> None:
+        queue = self.waiters.get(name)
+        if queue is not None:
+            queue.remove(entry)
+            if not queue:
+                del self.waiters[name]
+
+    def release(self, comm: Comm, msg: m.SemaphoreRelease) -> bool:
+        """Give a lease back; False when it had ended already."""
+        name, lease = normalize_name(msg["name"]), msg["id"]
+        if lease not in self.leases.get(name, ()):
+            logger.warning("Lease %s of semaphore %r released after it ended", lease, name)
+            return False
+        self._release(name, lease)
+        return True
+
+    def _release(self, name: Hashable, lease: str) -> None:
+        held = self.leases[name]
+        held.discard(lease)
+        self.clock.discard(lease)
+        queue = self.waiters.get(name)
+        while queue and len(held) < self.max_leases.get(name, 0):
+            next_lease, client, fut = queue.popleft()
+            self._grant(name, next_lease, client)
+            fut.set_result(True)
+        if not queue:
+            self.waiters.pop(name, None)
+        if not held:
+            del self.leases[name]
+
+    def _expire(self, name: Hashable, lease: str) -> None:
+        if lease in self.leases.get(name, ()):
+            self._release(name, lease)
+
+    def refresh(self, comm: Comm, msg: m.SemaphoreRefresh) -> None:
+        """The holder of these leases lives."""
+        self.clock.refresh(msg["ids"])
+
+    def value(self, comm: Comm, msg: m.SemaphoreValue) -> int:
+        """How many leases of the semaphore are held."""
+        return len(self.leases.get(normalize_name(msg["name"]), ()))
+
+    def close(self, comm: Comm, msg: m.SemaphoreClose) -> None:
+        """Forget the semaphore: its leases end and its waiters get none."""
+        name = normalize_name(msg["name"])
+        held = self.leases.pop(name, set())
+        if held:
+            logger.warning("Semaphore %r closed while %d leases were held", name, len(held))
+        for lease in held:
+            self.clock.discard(lease)
+        for _, _, fut in self.waiters.pop(name, deque()):
+            fut.set_result(False)
+        self.max_leases.pop(name, None)

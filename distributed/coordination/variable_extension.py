@@ -1,0 +1,104 @@
+"""The scheduler side of :class:`distributed.Variable`.
+
+Invariants: ``values[name]`` is the item variable ``name`` holds, and a name
+is in ``values`` exactly while the variable has a value; a future's key in
+it is wanted by the holder ``variable-<name>`` (see
+:mod:`distributed.coordination.held`).  ``changed[name]`` exists while
+someone waits for a value of ``name``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Hashable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from distributed.comm import Comm
+from distributed.coordination.held import KeyHolds
+from distributed.coordination.names import normalize_name
+from distributed.core import Route
+from distributed.protocol import messages as m
+
+if TYPE_CHECKING:
+    from distributed.scheduler import Scheduler
+
+__all__ = ["VariableExtension"]
+
+
+class VariableExtension:
+    """Keeps every :class:`~distributed.Variable` of a cluster.
+
+    Registered as ``scheduler.extensions["variables"]``; answers
+    ``variable_set``, ``variable_get`` and ``variable_delete``.
+
+    Parameters
+    ----------
+    scheduler
+        The scheduler it belongs to.
+    """
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
+        self.values: dict[Hashable, m.HeldItem] = {}
+        self.changed: dict[Hashable, asyncio.Condition] = {}
+        self._waiting: dict[Hashable, int] = {}
+        self.holds = KeyHolds(scheduler)
+
+    def routes(self) -> Mapping[str, Route[Any]]:
+        """The requests this extension answers."""
+        return {
+            "variable_set": Route(m.VariableSet, self.set),
+            "variable_get": Route(m.VariableGet, self.get),
+            "variable_delete": Route(m.VariableDelete, self.delete),
+        }
+
+    @staticmethod
+    def holder(name: Hashable) -> str:
+        """The client id under which variable ``name`` wants the key it holds."""
+        return f"variable-{name!r}"
+
+    async def set(self, comm: Comm, msg: m.VariableSet) -> None:
+        """Hold ``msg["item"]`` as the value, letting the previous one go."""
+        name = normalize_name(msg["name"])
+        item = msg["item"]
+        holder = self.holder(name)
+        self.holds.hold(holder, item)  # before dropping the old one: it may be the same key
+        old = self.values.get(name)
+        self.values[name] = item
+        if old is not None:
+            self.holds.drop(holder, old)
+        cond = self.changed.get(name)
+        if cond is not None:
+            async with cond:
+                cond.notify_all()
+
+    async def get(self, comm: Comm, msg: m.VariableGet) -> m.VariableGetReply:
+        """The value, once there is one; no ``item`` when ``timeout`` passed first."""
+        name = normalize_name(msg["name"])
+        if name not in self.values:
+            timeout = msg.get("timeout")
+            cond = self.changed.get(name)
+            if cond is None:
+                cond = self.changed[name] = asyncio.Condition()
+            self._waiting[name] = self._waiting.get(name, 0) + 1
+            try:
+                async with asyncio.timeout(timeout):
+                    async with cond:
+                        await cond.wait_for(lambda: name in self.values)
+            except TimeoutError:
+                return m.VariableGetReply()
+            finally:
+                self._waiting[name] -= 1
+                if not self._waiting[name]:
+                    del self._waiting[name]
+                    del self.changed[name]
+        item = self.values[name]
+        self.holds.hand_over(msg.get("client"), item)
+        return m.VariableGetReply(item=item)
+
+    def delete(self, comm: Comm, msg: m.VariableDelete) -> None:
+        """Forget the value (keeping its future's task alive no more)."""
+        name = normalize_name(msg["name"])
+        old = self.values.pop(name, None)
+        if old is not None:
+            self.holds.drop(self.holder(name), old)
