@@ -88,6 +88,7 @@ _CAP = 40
 
 
 def _refused_at_least(socks: list[socket.socket], count: int) -> bool:
+    """Whether the peer closed at least ``count`` of ``socks``."""
     return sum(map(_closed_by_peer, socks)) >= count
 
 
@@ -170,7 +171,7 @@ def _identity_frames() -> bytes:
 
 
 @gen_test(config={"distributed.comm.timeouts.tcp": "1s"}, timeout=60)
-async def test_peer_stalling_mid_message_is_disconnected_by_every_server() -> None:
+async def test_silent_and_stalling_peers_are_disconnected_by_every_server() -> None:
     async with (
         Scheduler(port=0, host="127.0.0.1", dashboard=False) as s,
         Worker(s.address, nthreads=1) as w,
@@ -178,6 +179,14 @@ async def test_peer_stalling_mid_message_is_disconnected_by_every_server() -> No
         Client(s.address, asynchronous=True) as c,
     ):
         await c.wait_for_workers(2)
+        silent = {server: _open_silent(server.address, 20) for server in (s, w, n)}
+        try:
+            for socks in silent.values():
+                await async_poll_for(partial(_refused_at_least, socks, len(socks)), timeout=10)
+        finally:
+            for socks in silent.values():
+                for sock in socks:
+                    sock.close()
         for server in (s, w, n):
             host, port = server.address.removeprefix("tcp://").rsplit(":", 1)
             reader, writer = await asyncio.open_connection(host, int(port))
@@ -317,9 +326,11 @@ def _bad_message(rng: random.Random, routes: dict[str, Any]) -> dict[str, Any]:
             return msg
 
 
-async def _throw_raw(address: str, data: bytes) -> None:
+async def _throw_raw(address: str, data: bytes) -> int:
+    """Send ``data`` on a new connection, read until the server closes it; the local port."""
     host, port = address.removeprefix("tcp://").rsplit(":", 1)
     reader, writer = await asyncio.open_connection(host, int(port))
+    local_port: int = writer.get_extra_info("sockname")[1]
     try:
         writer.write(data)
         writer.write_eof()
@@ -330,6 +341,11 @@ async def _throw_raw(address: str, data: bytes) -> None:
         pass
     finally:
         writer.close()
+    return local_port
+
+
+def _port(address: str) -> int:
+    return int(address.rsplit(":", 1)[1])
 
 
 def _snapshot(s: Scheduler, w: Worker) -> Any:
@@ -338,29 +354,45 @@ def _snapshot(s: Scheduler, w: Worker) -> Any:
 
 
 @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)], timeout=60)
-async def test_fuzzed_input_leaves_scheduler_and_worker_working(c: Client, s: Scheduler, a: Worker) -> None:
+async def test_fuzzed_input_leaves_scheduler_worker_and_nanny_working(c: Client, s: Scheduler, a: Worker) -> None:
+    async with Nanny(s.address, nthreads=1) as n:
+        await _fuzz(c, s, a, n)
+
+
+async def _fuzz(c: Client, s: Scheduler, a: Worker, n: Nanny) -> None:
+    await async_poll_for(lambda: len(s.workers) == 2, timeout=20)
     rng = random.Random(8)
     before = _snapshot(s, a)
-    comms_before = (len(s._comms), len(a._comms))
-    targets = [(s.address, s.handlers), (a.address, a.handlers)]
+    nanny_before = (n.worker_address, n.pid, n.restarts)
+    used: set[int] = set()  # local ports of the connections thrown at the servers
+    targets = [(s.address, s.handlers), (a.address, a.handlers), (n.address, n.handlers)]
     for i in range(300):
-        address, routes = targets[i % 2]
+        address, routes = targets[i % 3]
         if rng.random() < 0.5:
-            await _throw_raw(address, _raw_case(rng))
+            used.add(await _throw_raw(address, _raw_case(rng)))
             continue
         comm = await connect(address)
+        used.add(_port(comm.local_address))
         try:
             msg = _bad_message(rng, routes)
             with pytest.raises(ValueError):
                 await asyncio.wait_for(send_recv(comm, msg), 5)
         finally:
             comm.abort()
-    await async_poll_for(lambda: (len(s._comms), len(a._comms)) == comms_before, timeout=10)
+
+    def none_left() -> bool:
+        # The cluster's own connections come and go (pooled); none of ours may stay.
+        return not any(_port(x.peer_address) in used for server in (s, a, n) for x in server._comms)
+
+    await async_poll_for(none_left, timeout=10)
     assert _snapshot(s, a) == before
-    # And they still compute.
+    assert (n.worker_address, n.pid, n.restarts) == nanny_before
+    # And they still compute, on the nanny's worker too.
     futures = c.map(inc, range(20))
     assert sum(await c.gather(futures)) == sum(range(1, 21))
     assert await c.submit(sum, futures) == sum(range(1, 21))
+    assert n.worker_address is not None
+    assert await c.submit(inc, 1, workers=[n.worker_address]) == 2
 
 
 # -- peers that vanish ------------------------------------------------------------------------
