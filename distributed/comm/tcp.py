@@ -150,8 +150,8 @@ class _FrameProtocol(asyncio.BufferedProtocol):
         self._silence_timer: asyncio.TimerHandle | None = None
         # Armed while a message is partly read: closed if no byte arrives in time.
         self._stall_timer: asyncio.TimerHandle | None = None
-        # Bytes received so far: the stall timer's measure of progress.
-        self._received = 0
+        # Set by every read, cleared by the stall timer: whether bytes came in since it last looked.
+        self._progress = False
 
     # -- asyncio callbacks --------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -184,7 +184,7 @@ class _FrameProtocol(asyncio.BufferedProtocol):
         return memoryview(self._buf)[self._end :]
 
     def buffer_updated(self, nbytes: int) -> None:
-        self._received += nbytes
+        self._progress = True
         if self._target_view is not None:
             self._target_pos += nbytes
             if self._target_pos < len(self._target_view):
@@ -202,23 +202,21 @@ class _FrameProtocol(asyncio.BufferedProtocol):
             self._parse()
         except ProtocolError as e:
             self._fail(e)
-            return
-        if self._stall_timer is None and (self._nframes >= 0 or self._start != self._end):
-            self._watch_stall()
 
     def _watch_stall(self) -> None:
         timeout = self.stall_timeout
         if timeout is not None and not self.closed:
             loop = asyncio.get_running_loop()
-            self._stall_timer = loop.call_later(timeout, self._check_stall, self._received)
+            self._progress = False
+            self._stall_timer = loop.call_later(timeout, self._check_stall)
 
-    def _check_stall(self, received: int) -> None:
+    def _check_stall(self) -> None:
         self._stall_timer = None
         if self.closed:
             return
         if self._nframes < 0 and self._start == self._end and self._target_view is None:
             return  # the message was completed meanwhile; nothing is partly read
-        if self._received == received and not self._reading_paused:
+        if not self._progress and not self._reading_paused:
             # Reading paused on our side is not the peer's stall.
             self._fail(ProtocolError(f"No progress for {self.stall_timeout} s in the middle of a message; dropping it"))
             return
@@ -328,6 +326,11 @@ class _FrameProtocol(asyncio.BufferedProtocol):
         if self._start == self._end:
             self._start = self._end = 0
             self._release_scratch()
+            if self._nframes < 0:
+                return  # between messages: nothing to watch
+        # A message is partly read: watch that it keeps coming.
+        if self._stall_timer is None:
+            self._watch_stall()
 
     def _release_scratch(self) -> None:
         # Only called with nothing left to parse in the buffer.
