@@ -20,6 +20,13 @@ messages (see :mod:`distributed.batched`), dispatched through
 Every background coroutine of a server is started with :meth:`Server.spawn`
 and cancelled and awaited by :meth:`Server.close`, so nothing outlives it.
 
+A server holds at most ``distributed.comm.max-accepted-connections`` accepted
+comms open at once (those a route took over included).  Past that, a new
+connection is closed as soon as it is accepted, and the refusals are logged
+at most once per :data:`REFUSAL_LOG_INTERVAL` seconds, so a flood of
+connections neither exhausts the process nor floods its log; the comms already
+open keep working.
+
 While it runs, a server keeps the last ``distributed.admin.log-length`` log
 records of its own modules (``distributed.scheduler*`` for a scheduler,
 ``distributed.worker*`` for a worker) in :attr:`Server.logs`, and answers
@@ -33,6 +40,7 @@ import enum
 import inspect
 import logging
 import sys
+import time
 import types
 import weakref
 from collections import defaultdict, deque
@@ -69,6 +77,17 @@ __all__ = [
 ]
 
 M = TypeVar("M", bound=Mapping[str, Any])
+
+#: Seconds between two log lines about connections refused at the limit.
+REFUSAL_LOG_INTERVAL = 10.0
+
+
+def max_accepted_connections() -> int:
+    """``distributed.comm.max-accepted-connections``, checked: a positive integer."""
+    value = dask.config.get("distributed.comm.max-accepted-connections")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"distributed.comm.max-accepted-connections must be a positive integer, got {value!r}")
+    return value
 
 
 class Status(enum.Enum):
@@ -296,6 +315,12 @@ class Server:
         # The tasks running handle_comm, one per accepted comm: close() ends them too.
         self._handlers: set[asyncio.Task[Any]] = set()
         self._comms: set[Comm] = set()
+        # Accepted comms open now, those a route took over included.
+        self._accepted = 0
+        self._max_accepted = max_accepted_connections()
+        # Connections refused at the limit since the last log line about them, and its time.
+        self._refused = 0
+        self._refusal_logged = -REFUSAL_LOG_INTERVAL
         self._finished: asyncio.Event | None = None
         self._start_lock: asyncio.Lock | None = None
         self._close_task: asyncio.Task[None] | None = None
@@ -475,6 +500,10 @@ class Server:
             # Accepted as the listener stopped: nothing would end this handler.
             comm.abort()
             return
+        if self._accepted >= self._max_accepted:
+            self._refuse(comm)
+            return
+        self._accepted += 1
         task = asyncio.current_task()
         if task is not None:
             self._handlers.add(task)
@@ -524,12 +553,31 @@ class Server:
                 if not await self._reply(comm, reply, response):
                     return
         finally:
+            self._accepted -= 1
             if task is not None:
                 self._handlers.discard(task)
             if not handed_over:
                 self._comms.discard(comm)
                 if not comm.closed():
                     comm.abort()
+
+    def _refuse(self, comm: Comm) -> None:
+        """Close a comm accepted past the limit; log it unless another was logged lately."""
+        comm.abort()
+        self._refused += 1
+        now = time.monotonic()
+        if now - self._refusal_logged >= REFUSAL_LOG_INTERVAL:
+            logger.warning(
+                "%s at %s refused %d connection(s) (the last from %s): %d accepted connections are open, "
+                "the limit set by distributed.comm.max-accepted-connections",
+                type(self).__name__,
+                self._address,
+                self._refused,
+                comm.peer_address,
+                self._accepted,
+            )
+            self._refused = 0
+            self._refusal_logged = now
 
     async def _reply(self, comm: Comm, reply: bool, response: dict[str, Any]) -> bool:
         if not reply:

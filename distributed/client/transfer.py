@@ -19,6 +19,10 @@ Invariants:
   declarations before they are used.
 - Scattered futures exist before the scheduler learns of their keys, and are
   finished (with their holders) only once it has acknowledged them.
+- A scatter whose worker cannot be reached (it died, maybe before the
+  scheduler noticed) places that worker's share on other live workers, among
+  those named by ``workers=`` when given, for at most
+  :data:`SCATTER_ROUNDS` rounds; it fails only when no such worker is left.
 """
 
 from __future__ import annotations
@@ -46,10 +50,22 @@ from distributed.protocol.serialize import Serialize, unwrap
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["FETCH_CONNECT_TIMEOUT", "DataTransfer", "same_container", "scatter_items", "spread", "substitute"]
+__all__ = [
+    "FETCH_CONNECT_TIMEOUT",
+    "SCATTER_ROUNDS",
+    "DataTransfer",
+    "same_container",
+    "scatter_items",
+    "spread",
+    "substitute",
+]
 
 #: Seconds a fetch waits for a holder to accept a connection before asking the scheduler again.
+#: A scatter waits as long for a worker before placing its share elsewhere.
 FETCH_CONNECT_TIMEOUT: Final = 1.0
+
+#: Most rounds of sending a scatter's data, each after a worker could not be reached.
+SCATTER_ROUNDS: Final = 5
 
 _CHECK_WHO_HAS: Final = checker(m.WhoHasReply)
 _CHECK_NTHREADS: Final = checker(m.NthreadsReply)
@@ -235,21 +251,7 @@ class DataTransfer:
             data = list(data)
         items, order = scatter_items(data, hash)
         addrs = await self.scatter_targets(workers, timeout)
-        assignment = spread(items, addrs, broadcast)
-        replies: list[m.UpdateDataReply] = await asyncio.gather(
-            *(self.pool.call(a, m.WorkerUpdateData(op="update_data", data=d)) for a, d in assignment.items())
-        )
-        if self.link.check_replies:
-            for a, reply in zip(assignment, replies):
-                raise_if_malformed(_CHECK_UPDATE_DATA, reply, f"'update_data' from {a}")
-        who_has: defaultdict[Key, list[str]] = defaultdict(list)
-        nbytes: dict[Key, int] = {}
-        types: dict[Key, str] = {}
-        for (a, d), reply in zip(assignment.items(), replies):
-            for k in d:
-                who_has[k].append(a)
-                nbytes[k] = reply["nbytes"].get(k, 0)
-                types[k] = reply["types"].get(k, "")
+        who_has, nbytes, types = await self.place(items, addrs, broadcast, workers, timeout)
         futures = {k: Future(k, self.registry.client) for k in items}
         for f in futures.values():
             fs = f.state
@@ -270,10 +272,100 @@ class DataTransfer:
             return futures[order[0]]
         return same_container(type(data), [futures[k] for k in order])
 
-    async def scatter_targets(self, workers: Any, timeout: Any = None) -> list[str]:
+    async def place(
+        self, items: Mapping[Key, Any], addrs: list[str], broadcast: bool | int, workers: Any, timeout: Any = None
+    ) -> tuple[dict[Key, list[str]], dict[Key, int], dict[Key, str]]:
+        """Put ``items`` on workers: who holds each key, and the sizes and type names the workers reported.
+
+        Starts from ``addrs`` (see :func:`spread`).  The share of a worker that
+        cannot be reached goes to live workers that do not hold those keys yet,
+        chosen again as :meth:`scatter_targets` does (among ``workers`` when
+        given), for at most :data:`SCATTER_ROUNDS` rounds.
+
+        Raises
+        ------
+        CommClosedError
+            When no worker that could take the data is left: every one named
+            by ``workers``, or every one of the cluster within ``timeout``,
+            could not be reached.
+        """
+        copies = len(addrs) if broadcast is True else max(min(int(broadcast), len(addrs)), 1)
+        assignment = spread(items, addrs, broadcast)
+        who_has: defaultdict[Key, list[str]] = defaultdict(list)
+        nbytes: dict[Key, int] = {}
+        types: dict[Key, str] = {}
+        unreachable: set[str] = set()
+        for _round in range(SCATTER_ROUNDS):
+            replies = await asyncio.gather(
+                *(self.update_data(a, d) for a, d in assignment.items()), return_exceptions=True
+            )
+            failed: dict[Key, Serialize] = {}
+            for (a, d), reply in zip(assignment.items(), replies):
+                if isinstance(reply, (OSError, TimeoutError)):  # CommClosedError is an OSError
+                    logger.info("Scatter to %s failed (%r): placing its %d keys elsewhere", a, reply, len(d))
+                    unreachable.add(a)
+                    failed.update(d)
+                    continue
+                if isinstance(reply, BaseException):
+                    raise reply
+                for k in d:
+                    who_has[k].append(a)
+                    nbytes[k] = reply["nbytes"].get(k, 0)
+                    types[k] = reply["types"].get(k, "")
+            if not failed:
+                return dict(who_has), nbytes, types
+            live = await self.scatter_targets(workers, timeout, exclude=unreachable)
+            assignment = {}
+            for i, (k, ser) in enumerate(failed.items()):
+                free = [a for a in live if a not in who_has[k]]
+                for j in range(min(copies - len(who_has[k]), len(free))):
+                    assignment.setdefault(free[(i + j) % len(free)], {})[k] = ser
+            if not assignment:
+                # Every key already has its copies on live workers (a broadcast lost one holder).
+                return dict(who_has), nbytes, types
+        raise CommClosedError(
+            f"Could not scatter: the workers {sorted(unreachable)} could not be reached "
+            f"in {SCATTER_ROUNDS} rounds of placing the data elsewhere"
+        )
+
+    async def update_data(self, worker: str, data: Mapping[Key, Serialize]) -> m.UpdateDataReply:
+        """Put ``data`` on ``worker`` with one ``update_data`` request; its reply, checked.
+
+        Raises
+        ------
+        OSError, CommClosedError, TimeoutError
+            When the worker cannot be reached (see :meth:`place`).
+        MessageError
+            When its reply is malformed.
+        """
+        # As in get_data: a worker that does not accept a connection at once is likely gone.
+        comm = await asyncio.wait_for(self.pool.connect(worker), min(FETCH_CONNECT_TIMEOUT, self.timeout))
+        ok = False
+        try:
+            response = await send_recv(comm, m.WorkerUpdateData(op="update_data", data=data))
+            ok = True
+        finally:
+            if not ok:
+                comm.abort()
+            self.pool.reuse(worker, comm)
+        if self.link.check_replies:
+            raise_if_malformed(_CHECK_UPDATE_DATA, response, f"'update_data' from {worker}")
+        reply: m.UpdateDataReply = response
+        return reply
+
+    async def scatter_targets(self, workers: Any, timeout: Any = None, exclude: Collection[str] = ()) -> list[str]:
         """Addresses of the workers to scatter to: all, or those named (by address, name or host).
 
         Waits (up to ``timeout``, default the connect timeout) until at least one such worker is connected.
+        Workers in ``exclude`` (found unreachable) do not count; when ``workers``
+        names some and all of them are excluded, this raises at once.
+
+        Raises
+        ------
+        TimeoutError
+            When no worker shows up in time.
+        CommClosedError
+            When every worker named by ``workers`` is excluded.
         """
         wanted = None if workers is None else [workers] if isinstance(workers, (str, int)) else list(workers)
         deadline = time.monotonic() + (self.timeout if timeout is None else parse_timedelta(timeout))
@@ -285,14 +377,26 @@ class DataTransfer:
                 addrs = sorted(nthreads)
             else:
                 info: m.SchedulerIdentity = await self.link.checked_request(m.Empty(op="identity"), _CHECK_IDENTITY)
-                addrs = sorted(
+                named = sorted(
                     addr
                     for addr, w in info["workers"].items()
                     if any(x == addr or x == w["name"] or x == w["host"] for x in wanted)
                 )
+                addrs = [a for a in named if a not in exclude]
+                if exclude and not addrs:
+                    raise CommClosedError(
+                        f"Could not scatter to workers={workers!r}: "
+                        f"none of them can be reached ({', '.join(sorted(exclude))} failed)"
+                    )
+            addrs = [a for a in addrs if a not in exclude]
             if addrs:
                 return addrs
             if time.monotonic() > deadline:
+                if exclude:
+                    raise CommClosedError(
+                        f"Could not scatter: no worker left to take the data of {', '.join(sorted(exclude))}, "
+                        "which could not be reached"
+                    )
                 raise TimeoutError(f"No valid workers found to scatter to (workers={workers!r})")
             await asyncio.sleep(0.05)
 

@@ -14,6 +14,13 @@ Scratch buffers are taken when bytes arrive and given back to a small shared
 pool as soon as everything in them is parsed, so an idle or silent connection
 holds none.  An accepted connection whose first message header has not
 arrived within ``distributed.comm.timeouts.tcp`` is closed.
+
+A connection holding part of a message is watched: when no byte of it arrives
+for ``distributed.comm.timeouts.tcp`` (a peer that sent a header and went
+silent, or vanished mid-transfer), the connection is closed and what was read
+of the message dropped.  Only progress counts, so a large transfer that keeps
+moving is never cut.  The watch is one timer armed when a read ends inside a
+message and checked once per timeout; a message read whole arms nothing.
 """
 
 from __future__ import annotations
@@ -65,8 +72,8 @@ def _limits() -> tuple[int, int]:
     return int(parse_bytes(size) if isinstance(size, str) else size), int(count)
 
 
-def _first_message_timeout() -> float | None:
-    """Seconds an accepted connection may stay silent (None: forever)."""
+def _tcp_timeout() -> float | None:
+    """Seconds a connection may stay silent before its first message, or mid-message (None: forever)."""
     from dask.utils import parse_timedelta
 
     value = dask.config.get("distributed.comm.timeouts.tcp", None)
@@ -113,9 +120,10 @@ def _frame_buffer(n: int) -> bytearray | memoryview:
 class _FrameProtocol(asyncio.BufferedProtocol):
     """Parses the byte stream into lists of frames and buffers writes."""
 
-    def __init__(self, max_frame_size: int, max_frames: int) -> None:
+    def __init__(self, max_frame_size: int, max_frames: int, stall_timeout: float | None) -> None:
         self.max_frame_size = max_frame_size
         self.max_frames = max_frames
+        self.stall_timeout = stall_timeout
         self.transport: asyncio.Transport | None = None
         # Taken from the pool when bytes arrive, given back once all is parsed.
         self._buf = _NO_BUFFER
@@ -140,13 +148,17 @@ class _FrameProtocol(asyncio.BufferedProtocol):
         self.on_connection: Any = None
         # Set on accepted connections: closed if no message header arrives in time.
         self._silence_timer: asyncio.TimerHandle | None = None
+        # Armed while a message is partly read: closed if no byte arrives in time.
+        self._stall_timer: asyncio.TimerHandle | None = None
+        # Set by every read, cleared by the stall timer: whether bytes came in since it last looked.
+        self._progress = False
 
     # -- asyncio callbacks --------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
         if self.on_connection is not None:
-            timeout = _first_message_timeout()
+            timeout = self.stall_timeout
             if timeout is not None:
                 loop = asyncio.get_running_loop()
                 self._silence_timer = loop.call_later(timeout, self._silent_too_long, timeout)
@@ -172,9 +184,12 @@ class _FrameProtocol(asyncio.BufferedProtocol):
         return memoryview(self._buf)[self._end :]
 
     def buffer_updated(self, nbytes: int) -> None:
+        self._progress = True
         if self._target_view is not None:
             self._target_pos += nbytes
             if self._target_pos < len(self._target_view):
+                if self._stall_timer is None:
+                    self._watch_stall()
                 return
             assert self._target is not None
             self._frames.append(self._target)
@@ -188,8 +203,28 @@ class _FrameProtocol(asyncio.BufferedProtocol):
         except ProtocolError as e:
             self._fail(e)
 
+    def _watch_stall(self) -> None:
+        timeout = self.stall_timeout
+        if timeout is not None and not self.closed:
+            loop = asyncio.get_running_loop()
+            self._progress = False
+            self._stall_timer = loop.call_later(timeout, self._check_stall)
+
+    def _check_stall(self) -> None:
+        self._stall_timer = None
+        if self.closed:
+            return
+        if self._nframes < 0 and self._start == self._end and self._target_view is None:
+            return  # the message was completed meanwhile; nothing is partly read
+        if not self._progress and not self._reading_paused:
+            # Reading paused on our side is not the peer's stall.
+            self._fail(ProtocolError(f"No progress for {self.stall_timeout} s in the middle of a message; dropping it"))
+            return
+        self._watch_stall()
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._spoke()
+        self._stop_stall_timer()
         self._release_scratch()
         self.closed = True
         if self.close_reason is None:
@@ -291,6 +326,11 @@ class _FrameProtocol(asyncio.BufferedProtocol):
         if self._start == self._end:
             self._start = self._end = 0
             self._release_scratch()
+            if self._nframes < 0:
+                return  # between messages: nothing to watch
+        # A message is partly read: watch that it keeps coming.
+        if self._stall_timer is None:
+            self._watch_stall()
 
     def _release_scratch(self) -> None:
         # Only called with nothing left to parse in the buffer.
@@ -300,9 +340,15 @@ class _FrameProtocol(asyncio.BufferedProtocol):
             self._start = self._end = 0
             _give_scratch(buf)
 
+    def _stop_stall_timer(self) -> None:
+        if self._stall_timer is not None:
+            self._stall_timer.cancel()
+            self._stall_timer = None
+
     def _fail(self, exc: BaseException) -> None:
         logger.warning("Closing connection: %s", exc)
         self._spoke()
+        self._stop_stall_timer()
         self.close_reason = exc
         self.closed = True
         if self.transport is not None:
@@ -439,12 +485,13 @@ async def tcp_connect(loc: str, timeout: float) -> TCPComm:
     host, port = parse_host_port(loc)
     loop = asyncio.get_running_loop()
     max_size, max_frames = _limits()
+    stall_timeout = _tcp_timeout()
     deadline = time.monotonic() + timeout
     delay = 0.01
     while True:
         try:
             transport, protocol = await asyncio.wait_for(
-                loop.create_connection(lambda: _FrameProtocol(max_size, max_frames), host, port),
+                loop.create_connection(lambda: _FrameProtocol(max_size, max_frames, stall_timeout), host, port),
                 timeout=max(deadline - time.monotonic(), 0.001),
             )
             break
@@ -499,10 +546,11 @@ class TCPListener(Listener):
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         max_size, max_frames = _limits()
+        stall_timeout = _tcp_timeout()
         backlog = int(dask.config.get("distributed.comm.socket-backlog", 2048))
 
         def factory() -> _FrameProtocol:
-            p = _FrameProtocol(max_size, max_frames)
+            p = _FrameProtocol(max_size, max_frames, stall_timeout)
             p.on_connection = self._on_connection
             return p
 

@@ -1,19 +1,29 @@
-"""Gathering and scattering, without sockets: structures, targets and the failover of a fetch."""
+"""Gathering and scattering: structures, targets, the failover of a fetch (without sockets),
+and the failover of a scatter (without sockets, and with worker processes killed by SIGKILL)."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from collections import namedtuple
-from typing import Any
+from collections.abc import Mapping
+from functools import partial
+from typing import Any, Literal
 
+import psutil
 import pytest
 
+from distributed import Client, LocalCluster
 from distributed.client.future import FutureState
 from distributed.client.transfer import DataTransfer, same_container, scatter_items, spread, substitute
+from distributed.comm import Comm, CommClosedError
 from distributed.core import ConnectionPool
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.protocol.schema import Check
+from distributed.protocol.serialize import Serialize
+from distributed.utils_test import async_poll_for, gen_test
 
 Point = namedtuple("Point", ["x", "y"])
 
@@ -126,3 +136,166 @@ def test_a_fetch_waits_for_a_key_nobody_holds_any_more() -> None:
         return await asyncio.wait_for(fetch, 5)
 
     assert asyncio.run(run()) == {"x": 7}
+
+
+# -- the failover of a scatter ---------------------------------------------------------------------
+
+
+class FakeScheduler:
+    """Lists workers (``nthreads``, ``identity``) from a table; ``named`` maps names to addresses."""
+
+    client_id = "c"
+    check_replies = True
+
+    def __init__(self, addrs: list[str]) -> None:
+        self.addrs = addrs
+
+    async def checked_request(self, msg: Any, check: Check) -> Any:
+        if msg["op"] == "nthreads":
+            reply: Any = {a: 1 for a in self.addrs}
+        else:
+            assert msg["op"] == "identity"
+            reply = {"workers": {a: {"name": a[-1], "host": "h"} for a in self.addrs}}
+        return reply
+
+
+class FakeScatter(DataTransfer):
+    """Workers that store what they are sent; those in ``dead`` cannot be reached."""
+
+    def __init__(self, addrs: list[str], dead: set[str]) -> None:
+        super().__init__(None, FakeScheduler(addrs), ConnectionPool(), 0.2)  # type: ignore[arg-type]  # placing needs no registry
+        self.dead = dead
+        self.stored: dict[str, set[Key]] = {}
+
+    async def update_data(self, worker: str, data: Mapping[Key, Serialize]) -> m.UpdateDataReply:
+        if worker in self.dead:
+            raise CommClosedError(f"{worker} is gone")
+        self.stored.setdefault(worker, set()).update(data)
+        return m.UpdateDataReply(nbytes={k: 8 for k in data}, types={k: "int" for k in data})
+
+
+def _place(transfer: FakeScatter, n: int, broadcast: bool | int = False, workers: Any = None) -> dict[Key, list[str]]:
+    items: dict[Key, Any] = {f"x{i}": i for i in range(n)}
+
+    async def run() -> dict[Key, list[str]]:
+        addrs = await transfer.scatter_targets(workers)
+        who_has, nbytes, _ = await transfer.place(items, addrs, broadcast, workers)
+        assert set(nbytes) == set(items)
+        return who_has
+
+    return asyncio.run(run())
+
+
+def test_a_scatter_places_the_share_of_an_unreachable_worker_elsewhere() -> None:
+    transfer = FakeScatter(["w1", "w2", "w3"], dead={"w1"})
+    who_has = _place(transfer, 6)
+    assert sorted(who_has) == [f"x{i}" for i in range(6)]
+    assert all(len(ws) == 1 and ws[0] != "w1" for ws in who_has.values())
+    assert transfer.stored.keys() == {"w2", "w3"}
+    # Copies stay on distinct workers.
+    transfer = FakeScatter(["w1", "w2", "w3"], dead={"w2"})
+    who_has = _place(transfer, 3, broadcast=2)
+    assert all(sorted(ws) == ["w1", "w3"] for ws in who_has.values())
+    # A broadcast needs nothing more: every live worker got its copy.
+    transfer = FakeScatter(["w1", "w2", "w3"], dead={"w3"})
+    who_has = _place(transfer, 3, broadcast=True)
+    assert all(sorted(ws) == ["w1", "w2"] for ws in who_has.values())
+
+
+def test_a_scatter_to_named_workers_that_are_all_unreachable_names_them() -> None:
+    transfer = FakeScatter(["w1", "w2", "w3"], dead={"w1", "w2"})
+    with pytest.raises(CommClosedError, match=r"workers=\['w1', 'w2'\].*w1, w2 failed"):
+        _place(transfer, 4, workers=["w1", "w2"])
+    assert not transfer.stored  # never placed on a worker that was not named
+    # Named by name: the live one among them takes everything.
+    transfer = FakeScatter(["w1", "w2", "w3"], dead={"w1"})
+    who_has = _place(transfer, 4, workers=["1", "2"])
+    assert all(ws == ["w2"] for ws in who_has.values())
+
+
+def test_a_scatter_with_no_live_worker_left_fails_naming_the_unreachable() -> None:
+    transfer = FakeScatter(["w1", "w2"], dead={"w1", "w2"})
+    with pytest.raises(CommClosedError, match="w1, w2"):
+        _place(transfer, 2)
+
+
+async def _worker_pids(c: Client[Literal[True]]) -> dict[str, int]:
+    pids: dict[str, int] = await c.run(os.getpid)
+    return pids
+
+
+def _dead(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+async def _sigkill(pid: int) -> None:
+    """SIGKILL ``pid`` and wait until it has died (without reaping it: its nanny may be its parent)."""
+    os.kill(pid, signal.SIGKILL)
+    await async_poll_for(partial(_dead, pid), timeout=10)
+
+
+@pytest.mark.parametrize("when", ["before-connecting", "after-connecting"])
+@gen_test(timeout=60)
+async def test_scatter_fails_over_from_a_worker_process_killed_during_it(
+    when: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, asynchronous=True, dashboard_address=None
+        ) as cluster,
+        Client(cluster, asynchronous=True) as c,
+    ):
+        pids = await _worker_pids(c)
+        victim = sorted(pids)[0]  # the first of the sorted targets gets the first item
+        pool = c.transfer.pool
+        connect = pool.connect
+        killed: list[str] = []
+
+        async def connect_and_kill(addr: str) -> Comm:
+            # The scatter is aimed at the victim: kill it (SIGKILL, no goodbye) as the
+            # scatter reaches for it, before the scheduler can notice.
+            if addr == victim and not killed and when == "before-connecting":
+                killed.append(addr)
+                await _sigkill(pids[addr])
+            comm = await connect(addr)
+            if addr == victim and not killed:
+                killed.append(addr)
+                await _sigkill(pids[addr])
+            return comm
+
+        monkeypatch.setattr(pool, "connect", connect_and_kill)
+        futures = await c.scatter(list(range(10)))
+        assert killed == [victim]
+        assert await c.gather(futures) == list(range(10))
+        who_has = await c.who_has(futures)
+        assert all(ws and victim not in ws for ws in who_has.values())
+        assert await c.submit(sum, futures) == 45
+
+
+@gen_test(timeout=60)
+async def test_scatter_to_named_workers_all_killed_raises_naming_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, asynchronous=True, dashboard_address=None
+        ) as cluster,
+        Client(cluster, asynchronous=True) as c,
+    ):
+        pids = await _worker_pids(c)
+        victim, other = sorted(pids)
+        pool = c.transfer.pool
+        connect = pool.connect
+
+        async def connect_and_kill(addr: str) -> Comm:
+            if addr == victim and psutil.pid_exists(pids[victim]):
+                await _sigkill(pids[victim])
+            return await connect(addr)
+
+        monkeypatch.setattr(pool, "connect", connect_and_kill)
+        with pytest.raises(CommClosedError, match=f"workers=\\['{victim}'\\].*{victim} failed"):
+            await c.scatter([1, 2, 3], workers=[victim])
+        # The other worker still takes data.
+        futures = await c.scatter([1, 2, 3], workers=[other])
+        assert await c.gather(futures) == [1, 2, 3]

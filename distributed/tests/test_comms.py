@@ -30,6 +30,7 @@ from distributed.comm import (
 )
 from distributed.comm.tcp import TCPListener
 from distributed.protocol import Serialize, Serialized, to_serialize, unwrap
+from distributed.protocol.framing import dumps
 from distributed.utils import LoopRunner
 from distributed.utils_test import async_poll_for, run_async
 
@@ -473,6 +474,74 @@ def test_tcp_mixed_frame_sizes_stream() -> None:
                 assert got["i"] == i
                 assert payload_of(got["b"]) == bytes([i % 256]) * s
             await sender
+
+    run_async(main)
+
+
+def _valid_message_bytes() -> bytes:
+    import msgpack
+
+    body: bytes = msgpack.packb({"hello": 1})
+    return struct.pack("<QQ", 1, len(body)) + body
+
+
+@pytest.mark.parametrize(
+    "partial",
+    [
+        struct.pack("<Q", 1)[:5],  # part of the frame count
+        struct.pack("<Q", 2) + struct.pack("<Q", 10),  # count, one of two lengths
+        struct.pack("<QQ", 1, 100) + b"x" * 10,  # a small frame, partly sent
+        struct.pack("<QQ", 1, 10 * 2**20) + b"x" * 200_000,  # a large frame, partly sent
+    ],
+    ids=["count", "lengths", "small-frame", "large-frame"],
+)
+def test_tcp_peer_stalling_mid_message_is_disconnected(partial: bytes) -> None:
+    async def main() -> None:
+        with dask.config.set({"distributed.comm.timeouts.tcp": "0.3s"}):
+            async with accepting("tcp") as (listener, accepted):
+                host, port = parse_host_port(parse_address(listener.contact_address)[1])
+                reader, writer = await asyncio.open_connection(host, port)
+                server_comm = await asyncio.wait_for(accepted.get(), 5)
+                # Spoke once (past the first-message timeout's concern), then stalls mid-message.
+                writer.write(_valid_message_bytes() + partial)
+                assert await asyncio.wait_for(server_comm.read(), 5) == {"hello": 1}
+                with pytest.raises(CommClosedError, match="No progress"):
+                    await asyncio.wait_for(server_comm.read(), 5)
+                await _expect_dropped(reader)
+                writer.close()
+                # The listener keeps serving.
+                comm = await connect(listener.contact_address, timeout=5)
+                server2 = await asyncio.wait_for(accepted.get(), 5)
+                await comm.write({"after": True})
+                assert await asyncio.wait_for(server2.read(), 5) == {"after": True}
+                comm.abort()
+
+    run_async(main)
+
+
+def test_tcp_slow_message_that_keeps_moving_is_not_cut() -> None:
+    async def main() -> None:
+        with dask.config.set({"distributed.comm.timeouts.tcp": "0.5s"}):
+            async with accepting("tcp") as (listener, accepted):
+                host, port = parse_host_port(parse_address(listener.contact_address)[1])
+                reader, writer = await asyncio.open_connection(host, port)
+                server_comm = await asyncio.wait_for(accepted.get(), 5)
+                blob = bytes(range(256)) * 4096  # 1 MiB: a large frame, received in place
+                frames = [bytes(f) for f in dumps({"blob": to_serialize(blob)})]
+                header = struct.pack(f"<{len(frames) + 1}Q", len(frames), *map(len, frames))
+                body = header + b"".join(frames)
+                read = asyncio.ensure_future(server_comm.read())
+                # Twelve pieces, 0.1 s apart: the whole takes more than twice the timeout,
+                # yet every interval between pieces is well within it.
+                step = len(body) // 12 + 1
+                for start in range(0, len(body), step):
+                    writer.write(body[start : start + step])
+                    await writer.drain()
+                    await asyncio.sleep(0.1)  # a slow peer, not a wait for the server
+                got = await asyncio.wait_for(read, 5)
+                assert payload_of(got["blob"]) == blob
+                assert not server_comm.closed()
+                writer.close()
 
     run_async(main)
 

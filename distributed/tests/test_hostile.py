@@ -4,6 +4,7 @@ malformed messages.  Everything stays on loopback and is bounded in count and ti
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import socket
 import struct
@@ -11,15 +12,16 @@ import sys
 import threading
 import time
 import typing
+from functools import partial
 from typing import Any
 
 import msgpack
 import psutil
 import pytest
 
-from distributed import Client, Future, LocalCluster
+from distributed import Client, Future, LocalCluster, Nanny
 from distributed.comm import CommClosedError, connect
-from distributed.core import Status, send_recv
+from distributed.core import Server, Status, send_recv
 from distributed.exceptions import FutureCancelledError
 from distributed.protocol.serialize import SerializationError
 from distributed.scheduler import Scheduler
@@ -69,6 +71,141 @@ async def test_silent_connections_cost_little_and_are_closed() -> None:
             talker.abort()
             for sock in socks:
                 sock.close()
+
+
+class _Records(logging.Handler):
+    """Keeps the records of one logger while attached."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+_CAP = 40
+
+
+def _refused_at_least(socks: list[socket.socket], count: int) -> bool:
+    """Whether the peer closed at least ``count`` of ``socks``."""
+    return sum(map(_closed_by_peer, socks)) >= count
+
+
+@gen_cluster(
+    client=True,
+    nthreads=[("127.0.0.1", 1)],
+    config={"distributed.comm.max-accepted-connections": _CAP},
+    timeout=60,
+)
+async def test_connections_past_the_limit_are_closed_at_once(c: Client, s: Scheduler, a: Worker) -> None:
+    # The client's pooled connection to the worker exists before the flood.
+    assert await c.submit(inc, 1) == 2
+    talker = await connect(s.address)
+    assert (await send_recv(talker, {"op": "identity"}))["address"] == s.address
+    records = _Records()
+    core_logger = logging.getLogger("distributed.core")
+    core_logger.addHandler(records)
+    proc = psutil.Process()
+    before = proc.memory_info().rss
+    n = 300  # per server, several times the limit
+    floods: dict[Server, list[socket.socket]] = {}
+    try:
+        for server in (s, a):
+            floods[server] = _open_silent(server.address, n)
+        for flooded, socks in floods.items():
+            # Silent sockets are only closed after distributed.comm.timeouts.tcp (30 s):
+            # those closed now were refused at the limit.
+            await async_poll_for(partial(_refused_at_least, socks, n - _CAP), timeout=20)
+            assert flooded._accepted <= _CAP
+            assert sum(not _closed_by_peer(x) for x in socks) <= _CAP
+        grown = proc.memory_info().rss - before
+        assert grown < 20 * 2**20, f"RSS grew by {grown / 2**20:.1f} MiB for {2 * n} connections"
+        # One log line per server for the whole flood.
+        refusals = [r for r in records.records if "max-accepted-connections" in r.getMessage()]
+        assert len(refusals) == 2, [r.getMessage() for r in refusals]
+        # Connections open before the flood keep working, and so does the cluster.
+        assert (await send_recv(talker, {"op": "identity"}))["address"] == s.address
+        futures = c.map(inc, range(20))
+        assert sum(await c.gather(futures)) == sum(range(1, 21))
+    finally:
+        core_logger.removeHandler(records)
+        for socks in floods.values():
+            for sock in socks:
+                sock.close()
+        talker.abort()
+    # Once the flood is gone, new connections are served again.
+    await async_poll_for(lambda: s._accepted < _CAP and a._accepted < _CAP, timeout=10)
+    for server in (s, a):
+        comm = await connect(server.address)
+        try:
+            assert (await send_recv(comm, {"op": "identity"}))["type"] == type(server).__name__
+        finally:
+            comm.abort()
+    assert await c.submit(sum, futures) == sum(range(1, 21))
+
+
+def test_max_accepted_connections_must_be_a_positive_integer() -> None:
+    import dask.config
+
+    for bad in (0, -1, "many", 2.5):
+        with dask.config.set({"distributed.comm.max-accepted-connections": bad}):
+            with pytest.raises(ValueError, match="max-accepted-connections"):
+                Server()
+
+
+async def _read_until_closed(reader: asyncio.StreamReader) -> int:
+    """Bytes read until the peer closes (or resets) the connection."""
+    total = 0
+    try:
+        while data := await reader.read(65536):
+            total += len(data)
+    except ConnectionResetError:
+        pass
+    return total
+
+
+def _identity_frames() -> bytes:
+    body: bytes = msgpack.packb({"op": "identity"})
+    return struct.pack("<QQ", 1, len(body)) + body
+
+
+@gen_test(config={"distributed.comm.timeouts.tcp": "1s"}, timeout=60)
+async def test_silent_and_stalling_peers_are_disconnected_by_every_server() -> None:
+    async with (
+        Scheduler(port=0, host="127.0.0.1", dashboard=False) as s,
+        Worker(s.address, nthreads=1) as w,
+        Nanny(s.address, nthreads=1) as n,
+        Client(s.address, asynchronous=True) as c,
+    ):
+        await c.wait_for_workers(2)
+        silent = {server: _open_silent(server.address, 20) for server in (s, w, n)}
+        try:
+            for socks in silent.values():
+                await async_poll_for(partial(_refused_at_least, socks, len(socks)), timeout=10)
+        finally:
+            for socks in silent.values():
+                for sock in socks:
+                    sock.close()
+        for server in (s, w, n):
+            host, port = server.address.removeprefix("tcp://").rsplit(":", 1)
+            reader, writer = await asyncio.open_connection(host, int(port))
+            try:
+                # A request answered, then a frame announced and partly sent, then silence:
+                # the server closes the connection (the identity reply is read on the way).
+                writer.write(_identity_frames() + struct.pack("<QQ", 1, 1000) + b"x" * 100)
+                assert await asyncio.wait_for(_read_until_closed(reader), 10) > 0
+            finally:
+                writer.close()
+        for server in (s, w, n):
+            comm = await connect(server.address)
+            try:
+                assert (await send_recv(comm, {"op": "identity"}))["type"] == type(server).__name__
+            finally:
+                comm.abort()
+        assert n.worker_address is not None
+        futures = c.map(inc, range(10), workers=[n.worker_address]) + c.map(inc, range(10), workers=[w.address])
+        assert await c.gather(futures) == list(range(1, 11)) * 2
 
 
 _GOOD_REGISTRATION = {
@@ -189,9 +326,11 @@ def _bad_message(rng: random.Random, routes: dict[str, Any]) -> dict[str, Any]:
             return msg
 
 
-async def _throw_raw(address: str, data: bytes) -> None:
+async def _throw_raw(address: str, data: bytes) -> int:
+    """Send ``data`` on a new connection, read until the server closes it; the local port."""
     host, port = address.removeprefix("tcp://").rsplit(":", 1)
     reader, writer = await asyncio.open_connection(host, int(port))
+    local_port: int = writer.get_extra_info("sockname")[1]
     try:
         writer.write(data)
         writer.write_eof()
@@ -202,6 +341,11 @@ async def _throw_raw(address: str, data: bytes) -> None:
         pass
     finally:
         writer.close()
+    return local_port
+
+
+def _port(address: str) -> int:
+    return int(address.rsplit(":", 1)[1])
 
 
 def _snapshot(s: Scheduler, w: Worker) -> Any:
@@ -210,29 +354,45 @@ def _snapshot(s: Scheduler, w: Worker) -> Any:
 
 
 @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)], timeout=60)
-async def test_fuzzed_input_leaves_scheduler_and_worker_working(c: Client, s: Scheduler, a: Worker) -> None:
+async def test_fuzzed_input_leaves_scheduler_worker_and_nanny_working(c: Client, s: Scheduler, a: Worker) -> None:
+    async with Nanny(s.address, nthreads=1) as n:
+        await _fuzz(c, s, a, n)
+
+
+async def _fuzz(c: Client, s: Scheduler, a: Worker, n: Nanny) -> None:
+    await async_poll_for(lambda: len(s.workers) == 2, timeout=20)
     rng = random.Random(8)
     before = _snapshot(s, a)
-    comms_before = (len(s._comms), len(a._comms))
-    targets = [(s.address, s.handlers), (a.address, a.handlers)]
+    nanny_before = (n.worker_address, n.pid, n.restarts)
+    used: set[int] = set()  # local ports of the connections thrown at the servers
+    targets = [(s.address, s.handlers), (a.address, a.handlers), (n.address, n.handlers)]
     for i in range(300):
-        address, routes = targets[i % 2]
+        address, routes = targets[i % 3]
         if rng.random() < 0.5:
-            await _throw_raw(address, _raw_case(rng))
+            used.add(await _throw_raw(address, _raw_case(rng)))
             continue
         comm = await connect(address)
+        used.add(_port(comm.local_address))
         try:
             msg = _bad_message(rng, routes)
             with pytest.raises(ValueError):
                 await asyncio.wait_for(send_recv(comm, msg), 5)
         finally:
             comm.abort()
-    await async_poll_for(lambda: (len(s._comms), len(a._comms)) == comms_before, timeout=10)
+
+    def none_left() -> bool:
+        # The cluster's own connections come and go (pooled); none of ours may stay.
+        return not any(_port(x.peer_address) in used for server in (s, a, n) for x in server._comms)
+
+    await async_poll_for(none_left, timeout=10)
     assert _snapshot(s, a) == before
-    # And they still compute.
+    assert (n.worker_address, n.pid, n.restarts) == nanny_before
+    # And they still compute, on the nanny's worker too.
     futures = c.map(inc, range(20))
     assert sum(await c.gather(futures)) == sum(range(1, 21))
     assert await c.submit(sum, futures) == sum(range(1, 21))
+    assert n.worker_address is not None
+    assert await c.submit(inc, 1, workers=[n.worker_address]) == 2
 
 
 # -- peers that vanish ------------------------------------------------------------------------
