@@ -411,11 +411,16 @@ class ClusterRequests:
         # Also nannies without a worker at the moment (starting, or replacing theirs).
         targets = [*by_nanny, *(self.nannies - by_nanny.keys())]
 
+        pool = self.scheduler.rpc
+
         async def one(nanny: str) -> tuple[str | None, Any]:
             try:
+                if nanny not in by_nanny:
+                    # Maybe gone for good: do not wait out the whole connect timeout on it.
+                    pool.reuse(nanny, await asyncio.wait_for(pool.connect(nanny), _PENDING_NANNY_CONNECT))
                 # The nanny replies with its plugin's outcome as data: the scheduler never opens it.
-                return by_nanny.get(nanny, nanny), await self.scheduler.rpc.call(nanny, request)
-            except (OSError, CommClosedError) as e:
+                return by_nanny.get(nanny, nanny), await pool.call(nanny, request)
+            except (OSError, CommClosedError, TimeoutError) as e:
                 if nanny not in by_nanny:
                     self.nannies.discard(nanny)  # gone, with no worker: forgotten quietly
                     return None, None
@@ -423,6 +428,10 @@ class ClusterRequests:
 
         replies = await asyncio.gather(*(one(a) for a in targets))
         return {addr: reply for addr, reply in replies if addr is not None}
+
+
+#: Seconds to reach a nanny that has no worker now before it is taken for gone.
+_PENDING_NANNY_CONNECT = 2.0
 
 
 def _rebalance_plan(
