@@ -50,8 +50,8 @@ import dask.config
 import psutil
 from dask.utils import parse_timedelta
 
-from distributed.comm import Comm, CommClosedError
-from distributed.core import Route, Server, Status, error_message
+from distributed.comm import Comm, CommClosedError, connect
+from distributed.core import Route, Server, Status, error_message, send_recv
 from distributed.deploy.spawn import ServerProcess, config_snapshot
 from distributed.diagnostics.plugin import NannyPlugin
 from distributed.protocol import messages as m
@@ -309,9 +309,13 @@ class Nanny(Server):
         deadline = time.monotonic() + timeout
         while True:
             try:
-                reply = await self.rpc.call(
-                    self.scheduler_addr, m.RegisterNanny(op="register_nanny", address=self.address)
+                comm = await connect(
+                    self.scheduler_addr, timeout=max(deadline - time.monotonic(), 0.1), name="nanny->scheduler"
                 )
+                try:
+                    reply = await send_recv(comm, m.RegisterNanny(op="register_nanny", address=self.address))
+                finally:
+                    await comm.close()
                 return dict(reply or {})
             except (OSError, CommClosedError):
                 if time.monotonic() > deadline:
