@@ -91,12 +91,14 @@ async def test_unregister_worker_plugin(c: Client[Literal[True]], s: Scheduler, 
         await c.unregister_worker_plugin("gone")
 
 
-@gen_cluster(client=True, nthreads=[])
-async def test_nanny_plugins_are_refused(c: Client[Literal[True]], s: Scheduler) -> None:
-    with pytest.raises(NotImplementedError, match="NannyPlugin"):
-        c.register_plugin(NannyPlugin())
-    with pytest.raises(NotImplementedError, match="nanny"):
-        c.unregister_worker_plugin("x", nanny=True)
+@gen_cluster(client=True)
+async def test_nanny_plugin_without_nannies(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
+    # Workers without a nanny do not run nanny plugins; the scheduler keeps it for nannies to come.
+    assert await c.register_plugin(NannyPlugin(), name="kept") == {}
+    assert list(s.requests.nanny_plugins) == ["kept"]
+    assert await c.unregister_worker_plugin("kept", nanny=True) == {}
+    with pytest.raises(ValueError, match="kept"):
+        await c.unregister_worker_plugin("kept", nanny=True)
 
 
 def test_register_worker_plugin_sync_with_worker_processes() -> None:
