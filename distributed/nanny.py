@@ -220,6 +220,8 @@ class Nanny(Server):
             **worker_kwargs,
         }
         if lifetime_restart:
+            if worker_kwargs.get("lifetime") is None:
+                raise ValueError("Nanny(lifetime_restart=True) needs lifetime=")
             self._worker_kwargs["lifetime_restart"] = True
         self.env = dict(env or {})
         self._config = dict(config or {})
@@ -423,7 +425,7 @@ class Nanny(Server):
         await self.kill(timeout=float(msg.get("timeout", 2)), reason=msg.get("reason", "nanny-kill"))
         return "OK"
 
-    def close_gracefully(self, reason: str = "nanny-close-gracefully") -> None:
+    async def close_gracefully(self, reason: str = "nanny-close-gracefully") -> None:
         """Close the nanny when its current worker process ends, instead of starting another.
 
         The worker calls this (``Worker.close(nanny=True)``) before it closes.
@@ -431,8 +433,8 @@ class Nanny(Server):
         logger.info("Worker %s closes on purpose (%s): its nanny %s closes after it", self.name, reason, self._address)
         self._leaving = self.process
 
-    def handle_close_gracefully(self, comm: Comm, msg: m.NannyCloseGracefully) -> str:
-        self.close_gracefully(reason=msg.get("reason", "nanny-close-gracefully"))
+    async def handle_close_gracefully(self, comm: Comm, msg: m.NannyCloseGracefully) -> str:
+        await self.close_gracefully(reason=msg.get("reason", "nanny-close-gracefully"))
         return "OK"
 
     # -- plugins ------------------------------------------------------------------------

@@ -149,6 +149,15 @@ class Worker(Server):
         Seconds to keep trying to reach the scheduler, at start and after losing
         it (a scheduler restarted at the same address gets the worker back);
         past it the worker closes.  Unset, a worker that loses its scheduler closes.
+    nanny
+        The address of this worker's :class:`~distributed.Nanny` (set by the
+        nanny that starts it).
+    lifetime, lifetime_stagger
+        Close gracefully (handing the data off) after this long, give or take
+        a random part of ``lifetime_stagger``.
+    lifetime_restart
+        At the end of ``lifetime``, have the nanny start a new worker rather
+        than close too (needs a nanny and a ``lifetime``).
 
     Examples
     --------
@@ -198,6 +207,8 @@ class Worker(Server):
             raise unsupported("Worker", "security", "TLS is not implemented")
         if lifetime_restart and nanny is None:
             raise unsupported("Worker", "lifetime_restart", "it needs a nanny to start the new worker")
+        if lifetime_restart and lifetime is None:
+            raise ValueError("Worker(lifetime_restart=True) needs lifetime=")
         if interface is not None:
             if host is not None:
                 raise ValueError("Worker: give host= or interface=, not both")

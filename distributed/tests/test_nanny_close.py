@@ -152,9 +152,13 @@ async def test_a_crash_with_exit_code_zero_is_restarted() -> None:
         assert a.status == Status.running and a.restarts == 2
 
 
-def test_restart_without_a_nanny_is_refused() -> None:
+def test_restart_without_a_nanny_or_a_lifetime_is_refused() -> None:
     with pytest.raises(NotImplementedError, match="lifetime_restart"):
         Worker("tcp://127.0.0.1:8786", lifetime="1s", lifetime_restart=True)
+    with pytest.raises(ValueError, match="lifetime_restart.*lifetime="):
+        Worker("tcp://127.0.0.1:8786", nanny="tcp://127.0.0.1:8787", lifetime_restart=True)
+    with pytest.raises(ValueError, match="lifetime_restart.*lifetime="):
+        Nanny("tcp://127.0.0.1:8786", lifetime_restart=True)
 
     async def main() -> None:
         async with Scheduler(host="127.0.0.1", dashboard=False) as s, Worker(s.address, nthreads=1) as w:
