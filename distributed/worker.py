@@ -280,6 +280,8 @@ class Worker(Server):
         self.outgoing_transfer_count = 0
         self._close_timeout = 30.0
         self._close_executor_wait = True
+        #: (tell the nanny to close too, why), from the first close() call.
+        self._close_nanny: tuple[bool, str] | None = None
         self.incoming_transfer_count = 0
         handlers: dict[str, Route[Any]] = {
             "get_data": Route(m.GetData, self.handle_get_data),
@@ -493,6 +495,10 @@ class Worker(Server):
         )
 
     async def _close(self) -> None:
+        # Here, not in close(): _close runs once, in a task that closing does not cancel.
+        close_nanny, reason = self._close_nanny or (False, "")
+        if close_nanny and self.nanny is not None:
+            await self._tell_nanny_to_close(reason)
         for name, plugin in list(self.plugins.items()):
             try:
                 result = plugin.teardown(self)
@@ -541,8 +547,9 @@ class Worker(Server):
         """
         if self.status not in (Status.closing, Status.closed):
             logger.info("Closing worker %s: %s", self._address or self.name, reason)
-            if nanny and self.nanny is not None:
-                await self._tell_nanny_to_close(reason)
+        if self._close_nanny is None:
+            # The first call decides; the nanny is told at the start of the one close (see _close).
+            self._close_nanny = (nanny, reason)
         self._close_timeout = timeout
         self._close_executor_wait = executor_wait
         await super().close()

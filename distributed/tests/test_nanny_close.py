@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from distributed import Client, Nanny, Scheduler, Status, Worker
+from distributed.deploy.spawn import ServerProcess
 from distributed.utils_test import async_poll_for, cluster, gen_test, poll_for
 
 
@@ -110,15 +111,21 @@ async def test_lifetime_restart_replaces_the_worker_and_keeps_the_data() -> None
 @pytest.mark.timeout(90)
 @gen_test(timeout=80)
 async def test_lost_scheduler_and_shutdown_close_the_nanny() -> None:
-    async with Scheduler(host="127.0.0.1", dashboard=False) as s:
-        a = await Nanny(s.address, nthreads=1, death_timeout="1s")
+    # A scheduler that dies without a word (SIGKILL).
+    sched = ServerProcess("scheduler", {"host": "127.0.0.1", "dashboard": False})
+    address = await sched.start()
+    try:
+        a = await Nanny(address, nthreads=1, death_timeout="1s")
         try:
-            await async_poll_for(lambda: len(s.workers) == 1, timeout=30)
+            proc = a.process
+            sched.kill()
+            # The worker gave up reconnecting after death_timeout: it closed, and its nanny with it.
+            await async_poll_for(lambda: a.status == Status.closed, timeout=30)
+            assert proc is not None and proc.exitcode == 0 and a.restarts == 0
         finally:
-            await s.close()
-        # The worker gave up reconnecting after death_timeout: it closed, and its nanny with it.
-        await async_poll_for(lambda: a.status == Status.closed, timeout=30)
-        assert a.restarts == 0
+            await a.close()
+    finally:
+        sched.kill()
     async with Scheduler(host="127.0.0.1", dashboard=False) as s:
         a = await Nanny(s.address, nthreads=1)
         try:
