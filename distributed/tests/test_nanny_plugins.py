@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from distributed import Client, Environ, Nanny, NannyPlugin, Scheduler, Status, Worker
-from distributed.utils_test import async_poll_for, gen_test
+from distributed import Client, Environ, LocalCluster, Nanny, NannyPlugin, Scheduler, Status, Worker
+from distributed.utils_test import async_poll_for, gen_test, poll_for
 
 ENV_NAME = "DISTRIBUTED_TEST_NANNY_PLUGIN_ENV"
 
@@ -193,3 +193,24 @@ async def test_run_on_nannies() -> None:
             with pytest.raises(ValueError, match=f"no nanny.*{bare.address}"):
                 await c.run(own_pid, nanny=True)
             assert await c.run(own_pid, nanny=True, workers=[a.worker_address]) == {a.worker_address: os.getpid()}
+
+
+@pytest.mark.timeout(90)
+def test_environ_on_a_local_cluster_with_processes() -> None:
+    os.environ.pop(ENV_NAME, None)
+    try:
+        with (
+            LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster,
+            Client(cluster) as c,
+        ):
+            c.wait_for_workers(2)
+            old = set(c.scheduler_info()["workers"])
+            replies = c.register_plugin(Environ({ENV_NAME: 42}))
+            assert isinstance(replies, dict) and set(replies) == old
+            assert all(r == {"status": "OK"} for r in replies.values())
+            # The workers were replaced (new addresses), and the new ones see the variable.
+            poll_for(lambda: len(now := set(c.scheduler_info()["workers"])) == 2 and not now & old, timeout=30)
+            assert set(c.run(read_env).values()) == {"42"}
+            assert c.submit(read_env).result() == "42"
+    finally:
+        os.environ.pop(ENV_NAME, None)
