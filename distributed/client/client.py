@@ -1540,7 +1540,8 @@ class Client(Generic[AsyncT]):
         -------
         ``"OK"`` for a scheduler plugin; for a worker or nanny plugin, each current
         worker's (or its nanny's) reply to the setup, by worker address
-        (``{"status": "OK"}``).
+        (``{"status": "OK"}``; a nanny without a worker at that moment, by its own
+        address).
 
         Raises
         ------
