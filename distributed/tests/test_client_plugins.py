@@ -7,6 +7,7 @@ from typing import Any, Literal
 import pytest
 
 from distributed import Client, LocalCluster, NannyPlugin, WorkerPlugin
+from distributed.protocol.serialize import Serialized
 from distributed.scheduler import Scheduler
 from distributed.utils_test import gen_cluster
 from distributed.worker import Worker
@@ -96,6 +97,7 @@ async def test_nanny_plugin_without_nannies(c: Client[Literal[True]], s: Schedul
     # Workers without a nanny do not run nanny plugins; the scheduler keeps it for nannies to come.
     assert await c.register_plugin(NannyPlugin(), name="kept") == {}
     assert list(s.requests.nanny_plugins) == ["kept"]
+    assert isinstance(s.requests.nanny_plugins["kept"], Serialized)  # kept unopened
     assert await c.unregister_worker_plugin("kept", nanny=True) == {}
     with pytest.raises(ValueError, match="kept"):
         await c.unregister_worker_plugin("kept", nanny=True)

@@ -214,3 +214,21 @@ def test_environ_on_a_local_cluster_with_processes() -> None:
             assert c.submit(read_env).result() == "42"
     finally:
         os.environ.pop(ENV_NAME, None)
+
+
+@pytest.mark.timeout(90)
+@gen_test(timeout=80)
+async def test_plugin_reaches_a_nanny_without_a_worker_and_skips_a_closed_one() -> None:
+    async with (
+        Scheduler(host="127.0.0.1", dashboard=False) as s,
+        Nanny(s.address, nthreads=1) as a,
+        Client(s.address, asynchronous=True) as c,
+    ):
+        async with Nanny(s.address, nthreads=1) as gone:
+            pass
+        await a.kill()  # a has no worker now (as while it replaces one)
+        await async_poll_for(lambda: not s.workers, timeout=30)
+        replies = await c.register_plugin(Recorder())
+        assert replies == {a.address: {"status": "OK"}}
+        assert "recorder" in a.plugins
+        assert gone.address not in s.requests.nannies  # forgotten once found closed
