@@ -29,20 +29,23 @@ if TYPE_CHECKING:
 
 __all__ = ["ClusterRequests"]
 
+#: Seconds to reach a nanny that has no worker now before it is taken for gone.
+_PENDING_NANNY_CONNECT = 2.0
+
 
 class ClusterRequests:
     """The scheduler's request handlers that are not task-state stimuli."""
 
     def __init__(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
-        #: Worker plugins by name, as registered (serialised; the scheduler never opens them).
-        #: Each worker that joins sets them up (see the register-worker reply).
-        self.worker_plugins: dict[str, m.Payload] = {}
         #: Nanny plugins by name, as registered (serialised, unopened); each nanny fetches them at start.
         self.nanny_plugins: dict[str, m.Payload] = {}
         #: Nannies that fetched the plugins (register_nanny): a plugin registered later reaches
         #: them even while they have no worker (starting, or replacing it).
         self.nannies: set[str] = set()
+        #: Worker plugins by name, as registered (serialised; the scheduler never opens them).
+        #: Each worker that joins sets them up (see the register-worker reply).
+        self.worker_plugins: dict[str, m.Payload] = {}
 
     def handle_terminate(self, comm: Comm, msg: m.Empty) -> str:
         """Close the scheduler (its workers close when their streams end)."""
@@ -428,10 +431,6 @@ class ClusterRequests:
 
         replies = await asyncio.gather(*(one(a) for a in targets))
         return {addr: reply for addr, reply in replies if addr is not None}
-
-
-#: Seconds to reach a nanny that has no worker now before it is taken for gone.
-_PENDING_NANNY_CONNECT = 2.0
 
 
 def _rebalance_plan(
