@@ -23,7 +23,7 @@ from distributed.client import (
 from distributed.coordination import Event, Lock, MultiLock, Queue, Semaphore, Variable
 from distributed.core import Status, rpc
 from distributed.deploy import LocalCluster
-from distributed.diagnostics.plugin import NannyPlugin, SchedulerPlugin, WorkerPlugin
+from distributed.diagnostics.plugin import Environ, NannyPlugin, SchedulerPlugin, WorkerPlugin
 from distributed.exceptions import CancelledError, KilledWorker, Reschedule, TimeoutError
 from distributed.nanny import Nanny
 from distributed.scheduler import Scheduler
@@ -38,6 +38,7 @@ __git_revision__ = "unknown"
 __all__ = [
     "CancelledError",
     "Client",
+    "Environ",
     "Event",
     "Future",
     "KilledWorker",

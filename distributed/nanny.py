@@ -11,14 +11,25 @@ scheduler reaches the nanny to restart or kill the worker.
 
 A watcher runs every ``distributed.worker.memory.monitor-interval``:
 
-* a worker process that exited with code 0 closed on purpose (retired, told
-  to close, lost its scheduler): the nanny closes too, as dask's does;
-* one that exited otherwise (a crash, ``os._exit``, SIGKILL) is started
-  again, under the same name, while the nanny runs (when that new worker
-  fails to start, the nanny closes);
+* a worker that closed on purpose with ``Worker.close(nanny=True)`` (the
+  default: retired, told to close, lost its scheduler, closed gracefully)
+  told its nanny first (``close_gracefully``): the nanny closes too, as
+  dask's does;
+* any other exit (a crash, ``os._exit``, SIGKILL, ``Worker.close(nanny=False)``,
+  ``close_gracefully(restart=True)``, ``lifetime_restart``) is followed by a
+  new worker process, under the same name, while the nanny runs (when that
+  new worker fails to start, the nanny closes);
 * one whose resident memory passed ``distributed.worker.memory.terminate``
   (a fraction of ``memory_limit``; false disables) is killed, then started
   again.
+
+:class:`~distributed.diagnostics.plugin.NannyPlugin` s registered with the
+scheduler (``Client.register_plugin``) are set up in the nanny's process: the
+ones registered before the nanny started are fetched from the scheduler
+(``register_nanny``) before the first worker starts; later ones are pushed by
+the scheduler (``plugin-add``).  A plugin with ``restart = True`` is followed
+by a new worker process, so that it sees what the plugin changed (e.g.
+environment variables).
 
 Closing the nanny (``await nanny.close()``, or SIGTERM/SIGINT of a
 ``dask worker`` process, which closes its nannies) SIGTERMs the worker
@@ -31,17 +42,20 @@ import asyncio
 import inspect
 import logging
 import os
-from collections.abc import Mapping
+import time
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import dask.config
 import psutil
 from dask.utils import parse_timedelta
 
-from distributed.comm import Comm
-from distributed.core import Route, Server, Status
+from distributed.comm import Comm, CommClosedError, connect
+from distributed.core import Route, Server, Status, error_message, send_recv
 from distributed.deploy.spawn import ServerProcess, config_snapshot
+from distributed.diagnostics.plugin import NannyPlugin
 from distributed.protocol import messages as m
+from distributed.protocol.serialize import Serialize, unwrap
 from distributed.utils import get_ip_interface, refuse_unsupported, scheduler_address
 from distributed.worker import Worker, parse_memory_limit
 from distributed.worker_options import check_unsupported_worker_kwargs
@@ -103,14 +117,21 @@ class Nanny(Server):
         Start the worker again when it dies unexpectedly (default True).
     quiet, silence_logs
         Log level for the worker process (``quiet=True`` means warnings only).
+    plugins
+        :class:`~distributed.diagnostics.plugin.NannyPlugin` s to set up at
+        start, before the first worker process starts.
+    lifetime_restart
+        With ``lifetime``: when the worker reaches its lifetime it hands its
+        data to other workers and the nanny starts a new worker (instead of
+        closing).
     **worker_kwargs
         Other :class:`~distributed.Worker` keywords.
 
     Raises
     ------
     NotImplementedError
-        For ``security``, ``services``, ``preload*``, ``plugins``, ``data``,
-        ``loop`` and ``lifetime_restart``: a nanny cannot honour them here.
+        For ``security``, ``services``, ``preload*``, ``data`` and ``loop``:
+        a nanny cannot honour them here.
 
     Examples
     --------
@@ -145,7 +166,7 @@ class Nanny(Server):
         preload_argv: Any = None,
         preload_nanny: Any = None,
         preload_nanny_argv: Any = None,
-        plugins: Any = None,
+        plugins: Iterable[NannyPlugin] = (),
         data: Any = None,
         lifetime_restart: bool = False,
         **worker_kwargs: Any,
@@ -159,9 +180,7 @@ class Nanny(Server):
             preload_argv=bool(preload_argv),
             preload_nanny=bool(preload_nanny),
             preload_nanny_argv=bool(preload_nanny_argv),
-            plugins=bool(plugins),
             data=data is not None,
-            lifetime_restart=bool(lifetime_restart),
         )
         for key in ("nanny", "scheduler_ip", "scheduler_port"):
             if key in worker_kwargs:
@@ -200,6 +219,10 @@ class Nanny(Server):
             "protocol": self._protocol,
             **worker_kwargs,
         }
+        if lifetime_restart:
+            if worker_kwargs.get("lifetime") is None:
+                raise ValueError("Nanny(lifetime_restart=True) needs lifetime=")
+            self._worker_kwargs["lifetime_restart"] = True
         self.env = dict(env or {})
         self._config = dict(config or {})
         self.auto_restart = auto_restart
@@ -215,10 +238,19 @@ class Nanny(Server):
         self._lock: asyncio.Lock | None = None
         self._terminate_at: float | None = None
         self._close_timeout = 5.0
+        #: Nanny plugins by name, set up in this process.
+        self.plugins: dict[str, NannyPlugin] = {}
+        self._initial_plugins = list(plugins)
+        # The worker process that said it closes on purpose: when it ends, the nanny closes too.
+        self._leaving: ServerProcess | None = None
         handlers: dict[str, Route[Any]] = {
             "restart": Route(m.NannyRestart, self.handle_restart),
             "kill": Route(m.NannyKill, self.handle_kill),
             "terminate": Route(m.Empty, self.handle_terminate),
+            "close_gracefully": Route(m.NannyCloseGracefully, self.handle_close_gracefully),
+            "plugin-add": Route(m.NannyPluginAdd, self.handle_plugin_add),
+            "plugin-remove": Route(m.NannyPluginRemove, self.handle_plugin_remove),
+            "run": Route(m.RunFunction, self.handle_run),
             "identity": Route(m.Empty, lambda comm, msg: self.identity()),
         }
         super().__init__(handlers)
@@ -260,10 +292,37 @@ class Nanny(Server):
         self._terminate_at = frac * self.memory_limit if frac is not None and self.memory_limit else None
         await self.listen(f"{self._protocol}://{self._host or '0.0.0.0'}:{self._port}")
         self._lock = asyncio.Lock()
+        for plugin in self._initial_plugins:
+            await self.plugin_add(plugin, restart=False)
+        for name, payload in (await self._register_with_scheduler()).items():
+            # Before the first worker starts: no restart needed for it to see the plugin.
+            reply = await self._plugin_add_payload(payload, name, restart=False)
+            if reply["status"] != "OK":
+                logger.error("Nanny plugin %s failed to set up on %s: %s", name, self.address, reply.get("text"))
         await self._start_worker()
         interval = float(parse_timedelta(dask.config.get("distributed.worker.memory.monitor-interval")) or 0.1)
         self.periodic(interval, self._watch, name="nanny-watch")
         logger.info("Nanny at %s, worker at %s", self.address, self.worker_address)
+
+    async def _register_with_scheduler(self) -> dict[str, Any]:
+        """The nanny plugins the scheduler holds, by name (asked until the worker's start timeout)."""
+        death_timeout = self._worker_kwargs.get("death_timeout")
+        timeout = float(parse_timedelta(death_timeout or dask.config.get("distributed.comm.timeouts.connect")) or 30)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                comm = await connect(
+                    self.scheduler_addr, timeout=max(deadline - time.monotonic(), 0.1), name="nanny->scheduler"
+                )
+                try:
+                    reply = await send_recv(comm, m.RegisterNanny(op="register_nanny", address=self.address))
+                finally:
+                    await comm.close()
+                return dict(reply or {})
+            except (OSError, CommClosedError):
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
 
     async def _start_worker(self) -> str:
         kwargs = {**self._worker_kwargs, "scheduler_ip": self.scheduler_addr, "nanny": self.address}
@@ -306,15 +365,19 @@ class Nanny(Server):
                     )
                     proc.kill()
             return
-        if proc.exitcode == 0:
+        if proc is self._leaving:
             logger.info("Worker %s closed; closing its nanny %s", self.name, self.address)
             self.process = None
-            self.spawn(self.close(), name="nanny-close")
+            self.spawn(self.close(reason="worker-closed"), name="nanny-close")
             return
         if not self.auto_restart:
             self.process = None
             return
-        logger.warning("Worker process %s exited with code %s: starting it again", proc.pid, proc.exitcode)
+        if proc.exitcode == 0:
+            # Worker.close(nanny=False), close_gracefully(restart=True), lifetime_restart.
+            logger.info("Worker process %s closed without closing its nanny: starting a new one", proc.pid)
+        else:
+            logger.warning("Worker process %s exited with code %s: starting it again", proc.pid, proc.exitcode)
         async with self._lock:
             try:
                 await self._replace(proc, timeout=0)
@@ -362,6 +425,90 @@ class Nanny(Server):
         await self.kill(timeout=float(msg.get("timeout", 2)), reason=msg.get("reason", "nanny-kill"))
         return "OK"
 
+    async def close_gracefully(self, reason: str = "nanny-close-gracefully") -> None:
+        """Close the nanny when its current worker process ends, instead of starting another.
+
+        The worker calls this (``Worker.close(nanny=True)``) before it closes.
+        """
+        logger.info("Worker %s closes on purpose (%s): its nanny %s closes after it", self.name, reason, self._address)
+        self._leaving = self.process
+
+    async def handle_close_gracefully(self, comm: Comm, msg: m.NannyCloseGracefully) -> str:
+        await self.close_gracefully(reason=msg.get("reason", "nanny-close-gracefully"))
+        return "OK"
+
+    # -- plugins ------------------------------------------------------------------------
+    async def plugin_add(self, plugin: NannyPlugin, name: str | None = None, restart: bool = True) -> None:
+        """Set ``plugin`` up in this nanny (replacing one of the same name).
+
+        With ``restart`` and a plugin whose ``restart`` attribute is true, the
+        worker process is then replaced, so that it sees what the plugin set up.
+
+        Raises
+        ------
+        Exception
+            Whatever the plugin's ``setup`` raised (the plugin is then not kept).
+        """
+        name = name or getattr(plugin, "name", None) or f"{type(plugin).__name__}-{id(plugin):x}"
+        if name in self.plugins:
+            await self.plugin_remove(name)
+        result = plugin.setup(self)
+        if inspect.isawaitable(result):
+            await result
+        self.plugins[name] = plugin
+        if restart and getattr(plugin, "restart", False) and self.process is not None:
+            await self.restart(reason=f"nanny-plugin-{name}-restart")
+
+    async def plugin_remove(self, name: str) -> None:
+        """Tear the plugin ``name`` down and forget it (a teardown error is logged)."""
+        plugin = self.plugins.pop(name, None)
+        if plugin is None:
+            return
+        try:
+            result = plugin.teardown(self)
+            if inspect.isawaitable(result):
+                await result
+        except Exception:
+            logger.exception("Nanny plugin %s teardown failed on %s", name, self._address)
+
+    async def _plugin_add_payload(self, payload: Any, name: str, restart: bool) -> dict[str, Any]:
+        # Errors travel as data: the scheduler forwards them to the client without opening them.
+        try:
+            await self.plugin_add(unwrap(payload), name=name, restart=restart)
+        except Exception as e:
+            logger.exception("Nanny plugin %s failed to set up on %s", name, self._address)
+            return error_message(e)
+        return {"status": "OK"}
+
+    async def handle_plugin_add(self, comm: Comm, msg: m.NannyPluginAdd) -> dict[str, Any]:
+        """Set up a plugin the scheduler sends; reply ``{"status": "OK"}`` or the setup's error."""
+        return await self._plugin_add_payload(msg["plugin"], msg["name"], restart=True)
+
+    async def handle_plugin_remove(self, comm: Comm, msg: m.NannyPluginRemove) -> dict[str, Any]:
+        """Tear down a plugin the scheduler no longer keeps."""
+        await self.plugin_remove(msg["name"])
+        return {"status": "OK"}
+
+    async def handle_run(self, comm: Comm, msg: m.RunFunction) -> Any:
+        """Run a user's function here (``Client.run(..., nanny=True)``); ``dask_worker`` receives the nanny."""
+        func = unwrap(msg["function"])
+        args = unwrap(msg.get("args")) or ()
+        kwargs = unwrap(msg.get("kwargs")) or {}
+        try:
+            takes_nanny = "dask_worker" in inspect.signature(func).parameters
+        except (TypeError, ValueError):
+            takes_nanny = False  # builtins without a signature
+        if takes_nanny:
+            kwargs["dask_worker"] = self
+        result = func(*args, **kwargs)
+        if inspect.isawaitable(result):
+            if msg.get("wait", True):
+                result = await result
+            else:
+                self.spawn(_consume(result), name="run")
+                result = None
+        return Serialize(result)
+
     def handle_terminate(self, comm: Comm, msg: m.Empty) -> str:
         asyncio.get_running_loop().call_soon(lambda: self.spawn(self.close(), name="terminate"))
         return "OK"
@@ -378,4 +525,10 @@ class Nanny(Server):
         proc, self.process = self.process, None
         if proc is not None:
             await proc.close(timeout=self._close_timeout)
+        for name in list(self.plugins):
+            await self.plugin_remove(name)
         await super()._close()
+
+
+async def _consume(aw: Any) -> None:
+    await aw

@@ -308,6 +308,9 @@ class Scheduler(Server):
             "restart_workers": Route(m.RestartWorkers, self.requests.handle_restart_workers),
             "register_scheduler_plugin": Route(m.RegisterPlugin, self.requests.handle_register_plugin),
             "unregister_scheduler_plugin": Route(m.UnregisterPlugin, self.requests.handle_unregister_plugin),
+            "register_nanny": Route(m.RegisterNanny, self.requests.handle_register_nanny),
+            "register_nanny_plugin": Route(m.RegisterNannyPlugin, self.requests.handle_register_nanny_plugin),
+            "unregister_nanny_plugin": Route(m.UnregisterNannyPlugin, self.requests.handle_unregister_nanny_plugin),
             "task_states": Route(m.OptionalKeysRequest, self.requests.handle_task_states),
             "terminate": Route(m.Empty, self.requests.handle_terminate),
         }

@@ -30,12 +30,20 @@ if TYPE_CHECKING:
 
 __all__ = ["ClusterRequests"]
 
+#: Seconds to reach a nanny that has no worker now before it is taken for gone.
+_PENDING_NANNY_CONNECT = 2.0
+
 
 class ClusterRequests:
     """The scheduler's request handlers that are not task-state stimuli."""
 
     def __init__(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
+        #: Nanny plugins by name, as registered (serialised, unopened); each nanny fetches them at start.
+        self.nanny_plugins: dict[str, m.Payload] = {}
+        #: Nannies that fetched the plugins (register_nanny): a plugin registered later reaches
+        #: them even while they have no worker (starting, or replacing it).
+        self.nannies: set[str] = set()
         #: Worker plugins by name, as registered (serialised; the scheduler never opens them).
         #: Each worker that joins sets them up (see the register-worker reply).
         self.worker_plugins: dict[str, m.Payload] = {}
@@ -111,21 +119,27 @@ class ClusterRequests:
     async def handle_broadcast(self, comm: Comm, msg: m.RunFunction) -> dict[str, Any]:
         """Run a function on workers; the payload goes through unopened."""
         workers = msg.get("workers")
-        targets = (
-            [ws.address for ws in self.select_workers(workers)] if workers is not None else list(self.scheduler.workers)
-        )
+        selected = self.select_workers(workers)
+        # With nanny=True the function runs in each worker's nanny; results stay keyed by worker.
+        if msg.get("nanny", False):
+            bare = [ws.address for ws in selected if not ws.nanny]
+            if bare:
+                raise ValueError(f"Client.run(nanny=True): these workers have no nanny: {bare}")
+            targets = {ws.address: str(ws.nanny) for ws in selected}
+        else:
+            targets = {ws.address: ws.address for ws in selected}
         request = m.RunFunction(op="run", function=msg["function"])
-        for field in ("args", "kwargs", "wait", "nanny"):
+        for field in ("args", "kwargs", "wait"):
             if field in msg:
                 request[field] = msg[field]
 
-        async def one(addr: str) -> tuple[str, Any]:
+        async def one(worker: str, addr: str) -> tuple[str, Any]:
             try:
-                return addr, {"status": "OK", "result": await self.scheduler.rpc.call(addr, request)}
+                return worker, {"status": "OK", "result": await self.scheduler.rpc.call(addr, request)}
             except Exception as e:
-                return addr, error_message(e)
+                return worker, error_message(e)
 
-        results = await asyncio.gather(*(one(a) for a in targets))
+        results = await asyncio.gather(*(one(w, a) for w, a in targets.items()))
         return dict(results)
 
     async def handle_retire_workers(self, comm: Comm, msg: m.RetireWorkers) -> dict[str, Any]:
@@ -372,6 +386,54 @@ class ClusterRequests:
                 return addr, error_message(e)
 
         return dict(await asyncio.gather(*(one(a) for a in list(self.scheduler.workers))))
+
+    def handle_register_nanny(self, comm: Comm, msg: m.RegisterNanny) -> dict[str, m.Payload]:
+        """A starting nanny's request: the nanny plugins registered so far."""
+        self.nannies.add(msg["address"])
+        return dict(self.nanny_plugins)
+
+    async def handle_register_nanny_plugin(self, comm: Comm, msg: m.RegisterNannyPlugin) -> dict[str, Any]:
+        """Keep a nanny plugin for nannies that start later, and set it up on the current ones.
+
+        Returns each current nanny's reply, by its worker's address (``{"status": "OK"}``
+        or the error its ``setup`` raised, as the nanny sent it).  With ``idempotent``,
+        a name already registered is left as it is.
+        """
+        name = msg["name"]
+        if msg.get("idempotent", False) and name in self.nanny_plugins:
+            return {}
+        self.nanny_plugins[name] = msg["plugin"]
+        return await self._on_nannies(m.NannyPluginAdd(op="plugin-add", plugin=msg["plugin"], name=name))
+
+    async def handle_unregister_nanny_plugin(self, comm: Comm, msg: m.UnregisterNannyPlugin) -> dict[str, Any]:
+        """Forget a nanny plugin and tear it down on the current nannies."""
+        name = msg["name"]
+        if self.nanny_plugins.pop(name, None) is None:
+            raise ValueError(f"No nanny plugin named {name!r}")
+        return await self._on_nannies(m.NannyPluginRemove(op="plugin-remove", name=name))
+
+    async def _on_nannies(self, request: m.NannyPluginAdd | m.NannyPluginRemove) -> dict[str, Any]:
+        by_nanny = {ws.nanny: ws.address for ws in self.scheduler.workers.values() if ws.nanny}
+        # Also nannies without a worker at the moment (starting, or replacing theirs).
+        targets = [*by_nanny, *(self.nannies - by_nanny.keys())]
+
+        pool = self.scheduler.rpc
+
+        async def one(nanny: str) -> tuple[str | None, Any]:
+            try:
+                if nanny not in by_nanny:
+                    # Maybe gone for good: do not wait out the whole connect timeout on it.
+                    pool.reuse(nanny, await asyncio.wait_for(pool.connect(nanny), _PENDING_NANNY_CONNECT))
+                # The nanny replies with its plugin's outcome as data: the scheduler never opens it.
+                return by_nanny.get(nanny, nanny), await pool.call(nanny, request)
+            except (OSError, CommClosedError, TimeoutError) as e:
+                if nanny not in by_nanny:
+                    self.nannies.discard(nanny)  # gone, with no worker: forgotten quietly
+                    return None, None
+                return by_nanny[nanny], error_message(e)
+
+        replies = await asyncio.gather(*(one(a) for a in targets))
+        return {addr: reply for addr, reply in replies if addr is not None}
 
 
 def _describe(failed: Iterable[tuple[WorkerState, Key]]) -> str:

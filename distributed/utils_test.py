@@ -516,11 +516,13 @@ def cluster(
     """A scheduler and ``nworkers`` workers, each in a child process.
 
     Yields ``({"address": scheduler_address}, [{"address": ..., "proc": weakref}, ...])``
-    once every worker has registered.  ``active_rpc_timeout`` and
-    ``should_check_state`` are accepted as dask's harness has them and have
-    no effect here; ``nanny=True`` is refused (this harness starts bare worker processes).
+    once every worker has registered.  With ``nanny=True`` each worker runs
+    under a :class:`~distributed.Nanny` in a child process of its own (the
+    worker in a grandchild); ``address`` is still the worker's, ``"nanny"``
+    the nanny's and ``proc`` the nanny's process.  ``active_rpc_timeout`` and
+    ``should_check_state`` are accepted as dask's harness has them and have no
+    effect here.
     """
-    refuse_unsupported("cluster", nanny=nanny)
     from distributed.deploy.spawn import ServerProcess
 
     child_config = {"distributed.scheduler.validate": True, "distributed.worker.validate": True, **(config or {})}
@@ -537,21 +539,35 @@ def cluster(
                 "host": "127.0.0.1",
                 **(worker_kwargs or {}),
             }
-            w = ServerProcess("worker", wkw, config=child_config, name=f"worker-{i}")
-            workers.append(w)
-            w.start_sync(timeout=30)
+            if nanny:
+                w = ServerProcess(
+                    "worker", wkw, config=child_config, name=f"nanny-{i}", server_class="distributed.nanny.Nanny"
+                )
+                # A daemonic process may not start children: the nanny's process is not one.
+                with dask.config.set({"distributed.worker.daemon": False}):
+                    w.start_sync(timeout=30)
+                workers.append(w)
+            else:
+                w = ServerProcess("worker", wkw, config=child_config, name=f"worker-{i}")
+                workers.append(w)
+                w.start_sync(timeout=30)
 
-        async def count() -> int:
+        async def registered() -> dict[str, Any]:
             async with _scheduler_rpc(saddr) as r:
-                info = await r.call("identity")
-                return len(info["workers"])
+                info: dict[str, Any] = await r.call("identity")
+                return dict(info["workers"])
 
         deadline = time.monotonic() + 20
-        while asyncio.run(count()) < nworkers:
+        while len(info := asyncio.run(registered())) < nworkers:
             if time.monotonic() > deadline:
                 raise TimeoutError("Workers did not register in time")
             time.sleep(0.05)
-        yield {"address": saddr}, [{"address": w.address, "proc": weakref.ref(w)} for w in workers]
+        if nanny:
+            by_nanny = {d.get("nanny"): addr for addr, d in info.items()}
+            described = [{"address": by_nanny[w.address], "nanny": w.address, "proc": weakref.ref(w)} for w in workers]
+        else:
+            described = [{"address": w.address, "proc": weakref.ref(w)} for w in workers]
+        yield {"address": saddr}, described
     finally:
         for w in workers:
             try:

@@ -149,6 +149,15 @@ class Worker(Server):
         Seconds to keep trying to reach the scheduler, at start and after losing
         it (a scheduler restarted at the same address gets the worker back);
         past it the worker closes.  Unset, a worker that loses its scheduler closes.
+    nanny
+        The address of this worker's :class:`~distributed.Nanny` (set by the
+        nanny that starts it).
+    lifetime, lifetime_stagger
+        Close gracefully (handing the data off) after this long, give or take
+        a random part of ``lifetime_stagger``.
+    lifetime_restart
+        At the end of ``lifetime``, have the nanny start a new worker rather
+        than close too (needs a nanny and a ``lifetime``).
 
     Examples
     --------
@@ -196,8 +205,10 @@ class Worker(Server):
         check_unsupported_worker_kwargs(kwargs)
         if security is not None:
             raise unsupported("Worker", "security", "TLS is not implemented")
-        if lifetime_restart:
-            raise unsupported("Worker", "lifetime_restart", "it needs a nanny")
+        if lifetime_restart and nanny is None:
+            raise unsupported("Worker", "lifetime_restart", "it needs a nanny to start the new worker")
+        if lifetime_restart and lifetime is None:
+            raise ValueError("Worker(lifetime_restart=True) needs lifetime=")
         if interface is not None:
             if host is not None:
                 raise ValueError("Worker: give host= or interface=, not both")
@@ -223,6 +234,8 @@ class Worker(Server):
         self.local_directory = os.path.join(base, "dask-scratch-space", f"worker-{self.id[len('Worker-') :]}")
         self._work_dir: WorkDir | None = None
         self.lifetime = parse_timedelta(lifetime) if lifetime is not None else None
+        #: At the end of ``lifetime``, have the nanny start a new worker (instead of closing it too).
+        self.lifetime_restart = bool(lifetime_restart)
         if self.lifetime is not None and lifetime_stagger is not None:
             stagger = float(parse_timedelta(lifetime_stagger) or 0)
             self.lifetime = max(self.lifetime + (random.random() * 2 - 1) * stagger, 0.0)
@@ -268,6 +281,8 @@ class Worker(Server):
         self.outgoing_transfer_count = 0
         self._close_timeout = 30.0
         self._close_executor_wait = True
+        #: (tell the nanny to close too, why), from the first close() call.
+        self._close_nanny: tuple[bool, str] | None = None
         self.incoming_transfer_count = 0
         handlers: dict[str, Route[Any]] = {
             "get_data": Route(m.GetData, self.handle_get_data),
@@ -476,7 +491,9 @@ class Worker(Server):
     async def _close_after_lifetime(self, lifetime: float) -> None:
         await asyncio.sleep(lifetime)
         logger.info("Worker %s reached its lifetime of %.1f s; closing gracefully", self.address, lifetime)
-        self.spawn(self.close_gracefully(reason="worker-lifetime"), name="lifetime-close")
+        self.spawn(
+            self.close_gracefully(restart=self.lifetime_restart, reason="worker-lifetime"), name="lifetime-close"
+        )
 
     async def _make_local_directory(self) -> None:
         """Create this worker's directory, owned while it lives; remove those of workers that died.
@@ -491,6 +508,10 @@ class Worker(Server):
         await asyncio.get_running_loop().run_in_executor(None, workspace.purge)
 
     async def _close(self) -> None:
+        # Here, not in close(): _close runs once, in a task that closing does not cancel.
+        close_nanny, reason = self._close_nanny or (False, "")
+        if close_nanny and self.nanny is not None:
+            await self._tell_nanny_to_close(reason)
         for name, plugin in list(self.plugins.items()):
             try:
                 result = plugin.teardown(self)
@@ -532,14 +553,17 @@ class Worker(Server):
         executor_wait
             Wait for running tasks to end (else leave their threads to finish alone).
         nanny
-            Accepted for compatibility: either value closes the worker.  A worker
-            under a :class:`~distributed.Nanny` then ends its process cleanly
-            (exit code 0) and the nanny closes too (it restarts only crashed workers).
+            For a worker under a :class:`~distributed.Nanny`: True (the default)
+            tells the nanny to close too once this worker's process ends; False
+            leaves the nanny running, and it starts a new worker.
         reason
             Why, for the logs.
         """
         if self.status not in (Status.closing, Status.closed):
             logger.info("Closing worker %s: %s", self._address or self.name, reason)
+        if self._close_nanny is None:
+            # The first call decides; the nanny is told at the start of the one close (see _close).
+            self._close_nanny = (nanny, reason)
         self._close_timeout = timeout
         self._close_executor_wait = executor_wait
         await super().close()
@@ -553,13 +577,21 @@ class Worker(Server):
         worker exists, or the copies do not arrive within the connect timeout, the
         worker closes anyway and the scheduler recomputes what it can.
 
+        Parameters
+        ----------
+        restart
+            Have this worker's nanny start a new worker afterwards (the nanny
+            otherwise closes with it).
+        reason
+            Why, for the logs.
+
         Raises
         ------
         NotImplementedError
-            For ``restart=True``, which needs a nanny.
+            For ``restart=True`` on a worker without a nanny (nothing would start the new one).
         """
-        if restart:
-            raise unsupported("Worker.close_gracefully", "restart", "it needs a nanny")
+        if restart and self.nanny is None:
+            raise unsupported("Worker.close_gracefully", "restart", "it needs a nanny to start the new worker")
         if self.status in (Status.closing, Status.closed, Status.closing_gracefully):
             await self.finished()
             return
@@ -572,7 +604,20 @@ class Worker(Server):
             )
         except (OSError, CommClosedError):
             logger.warning("Could not hand off data of %s before closing", self.address, exc_info=True)
-        await self.close(reason=reason)
+        await self.close(nanny=not restart, reason=reason)
+
+    async def _tell_nanny_to_close(self, reason: str) -> None:
+        """Ask our nanny to close after this process ends rather than start another worker."""
+        assert self.nanny is not None
+        timeout = float(parse_timedelta(dask.config.get("distributed.comm.timeouts.connect")) or 30)
+        try:
+            await asyncio.wait_for(
+                self.rpc.call(self.nanny, m.NannyCloseGracefully(op="close_gracefully", reason=reason)),
+                min(timeout, 5.0),
+            )
+        except (OSError, CommClosedError, TimeoutError):
+            # Without the message the nanny starts a new worker: better than no worker.
+            logger.warning("Could not tell nanny %s that worker %s closes", self.nanny, self._address, exc_info=True)
 
     async def _hand_off_data(self) -> None:
         """Have other workers fetch the keys held only here; wait until the scheduler knows."""

@@ -193,7 +193,7 @@ def parse_port_range(text: str | None, count: int) -> list[int]:
     "--lifetime-restart/--no-lifetime-restart",
     "lifetime_restart",
     default=False,
-    help="Restart after --lifetime (needs a nanny: not supported yet, refused)",
+    help="At the end of --lifetime, hand the data off and have the nanny start a new worker (needs a nanny)",
 )
 @click.option("--preload", type=str, multiple=True, help="Module to preload (not supported yet, refused)")
 @click.option("--preload-nanny", type=str, multiple=True, help="Module the nanny preloads (not supported yet: refused)")
@@ -266,8 +266,10 @@ def main(
         raise click.UsageError("--preload-nanny is not supported yet")
     if preload or preload_argv:
         raise click.UsageError(f"--preload is not supported yet (asked for {list(preload) + list(preload_argv)})")
-    if lifetime_restart:
-        raise click.UsageError("--lifetime-restart is not supported yet: it needs a nanny")
+    if lifetime_restart and not nanny:
+        raise click.UsageError("--lifetime-restart needs a nanny to start the new worker: drop --no-nanny")
+    if lifetime_restart and lifetime is None:
+        raise click.UsageError("--lifetime-restart needs --lifetime")
     if lifetime_stagger is not None and lifetime is None:
         raise click.UsageError("--lifetime-stagger needs --lifetime")
     if dashboard:
@@ -301,6 +303,8 @@ def main(
             "lifetime": lifetime,
             "lifetime_stagger": lifetime_stagger,
         }
+        if lifetime_restart:
+            kw["lifetime_restart"] = True
         if nanny:
             # The nanny listens on --nanny-port; its worker on --worker-port.
             kw["worker_port"] = kw.pop("port")

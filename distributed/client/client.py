@@ -1319,6 +1319,7 @@ class Client(Generic[AsyncT]):
                 kwargs=Serialize(kwargs),
                 workers=worker_list(workers),
                 wait=wait,
+                nanny=nanny,
             )
         )
         results: dict[str, Any] = {}
@@ -1412,8 +1413,10 @@ class Client(Generic[AsyncT]):
         """Run ``function(*args, **kwargs)`` on every worker (or some); return ``{address: result}``.
 
         A ``dask_worker`` keyword argument, if the function takes one, receives the worker.
+        With ``nanny=True`` the function runs in each worker's nanny process instead
+        (``dask_worker`` then receives the :class:`~distributed.Nanny`); results
+        are still keyed by worker address, and a worker without a nanny is an error.
         """
-        refuse_unsupported("Client.run", nanny=nanny)
         return self.sync(
             self._run,
             function,
@@ -1513,15 +1516,19 @@ class Client(Generic[AsyncT]):
         *,
         asynchronous: bool | None = None,
     ) -> str | dict[str, Any] | Awaitable[str | dict[str, Any]]:
-        """Register a scheduler or worker plugin.
+        """Register a scheduler, worker or nanny plugin.
 
         A :class:`~distributed.WorkerPlugin` is kept by the scheduler and set up on
-        every worker: those connected now and each one that joins later.
+        every worker: those connected now and each one that joins later.  A
+        :class:`~distributed.NannyPlugin` likewise on every nanny (workers without
+        one do not run it); when its ``restart`` attribute is true, each nanny
+        then replaces its worker process.
 
         Parameters
         ----------
         plugin
-            A :class:`~distributed.SchedulerPlugin` or :class:`~distributed.WorkerPlugin`.
+            A :class:`~distributed.SchedulerPlugin`, :class:`~distributed.WorkerPlugin`
+            or :class:`~distributed.NannyPlugin`.
         name
             The plugin's name; by default its ``name`` attribute, else one made up
             from its type.  Registering a name again replaces the plugin of that name.
@@ -1531,13 +1538,15 @@ class Client(Generic[AsyncT]):
 
         Returns
         -------
-        ``"OK"`` for a scheduler plugin; for a worker plugin, each current worker's
-        reply to the setup, by address (``{"status": "OK"}``).
+        ``"OK"`` for a scheduler plugin; for a worker or nanny plugin, each current
+        worker's (or its nanny's) reply to the setup, by worker address
+        (``{"status": "OK"}``; a nanny without a worker at that moment, by its own
+        address).
 
         Raises
         ------
         Exception
-            The first exception a worker's ``setup`` raised.
+            The first exception a worker's or nanny's ``setup`` raised.
         """
         from distributed.diagnostics.plugin import NannyPlugin, SchedulerPlugin, WorkerPlugin
 
@@ -1561,11 +1570,20 @@ class Client(Generic[AsyncT]):
                 asynchronous=asynchronous,
             )
         if isinstance(plugin, NannyPlugin):
-            raise NotImplementedError("Client.register_plugin(<NannyPlugin>) is not supported yet")
+            return self.sync(
+                self._worker_plugin_request,
+                m.RegisterNannyPlugin(
+                    op="register_nanny_plugin", plugin=Serialize(plugin), name=name, idempotent=idempotent
+                ),
+                asynchronous=asynchronous,
+            )
         raise TypeError(f"Unknown plugin type {type(plugin).__name__}")
 
-    async def _worker_plugin_request(self, msg: m.RegisterWorkerPlugin | m.UnregisterWorkerPlugin) -> dict[str, Any]:
-        """Send a worker plugin request; raise the first error a worker replied with."""
+    async def _worker_plugin_request(
+        self,
+        msg: m.RegisterWorkerPlugin | m.UnregisterWorkerPlugin | m.RegisterNannyPlugin | m.UnregisterNannyPlugin,
+    ) -> dict[str, Any]:
+        """Send a worker or nanny plugin request; raise the first error a worker or nanny replied with."""
         replies: dict[str, Any] = await self.link.request(msg)
         for reply in replies.values():
             if reply.get("status") == "error":
@@ -1601,23 +1619,28 @@ class Client(Generic[AsyncT]):
     ) -> dict[str, Any] | Awaitable[dict[str, Any]]:
         """Remove the worker plugin ``name``: torn down on every worker, given to no new one.
 
+        Parameters
+        ----------
+        name
+            The plugin's name.
+        nanny
+            True for a nanny plugin (torn down on every nanny, given to no new one).
+
         Returns
         -------
-        Each current worker's reply to the teardown, by address.
+        Each current worker's (or nanny's) reply to the teardown, by worker address.
 
         Raises
         ------
         ValueError
-            When no worker plugin of that name is registered.
-        NotImplementedError
-            For ``nanny=True`` (nanny plugins are not supported yet).
+            When no plugin of that name is registered.
         """
-        refuse_unsupported("Client.unregister_worker_plugin", nanny=bool(nanny))
-        return self.sync(
-            self._worker_plugin_request,
-            m.UnregisterWorkerPlugin(op="unregister_worker_plugin", name=name),
-            asynchronous=asynchronous,
+        msg: m.UnregisterWorkerPlugin | m.UnregisterNannyPlugin = (
+            m.UnregisterNannyPlugin(op="unregister_nanny_plugin", name=name)
+            if nanny
+            else m.UnregisterWorkerPlugin(op="unregister_worker_plugin", name=name)
         )
+        return self.sync(self._worker_plugin_request, msg, asynchronous=asynchronous)
 
     @overload
     def unregister_scheduler_plugin(

@@ -47,11 +47,13 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["SchedulerLink", "SchedulerRequest", "raise_if_malformed"]
 
-#: Every request a client sends its scheduler: its own, worker plugins' and coordination primitives'.
+#: Every request a client sends its scheduler: its own, worker and nanny plugins' and coordination primitives'.
 SchedulerRequest = (
     m.ClientRequest
     | m.RegisterWorkerPlugin
     | m.UnregisterWorkerPlugin
+    | m.RegisterNannyPlugin
+    | m.UnregisterNannyPlugin
     | m.CoordinationRequest
     | m.Restart
     | m.RestartWorkers

@@ -17,7 +17,9 @@ The child:
 4. runs until one of: a SIGTERM/SIGINT arrives, the server closes itself (a
    worker whose scheduler went away), or the parent process dies (noticed by
    polling ``os.getppid()``);
-5. closes the server and exits with code 0.
+5. closes the server and exits with code 0 (a worker closes with
+   ``nanny=False``: stopped from outside, it leaves its nanny, if any, to
+   decide whether another worker follows).
 
 The parent never waits without a deadline: :meth:`ServerProcess.close` sends
 SIGTERM, waits up to ``timeout`` seconds, then SIGKILLs; every exited child is
@@ -397,6 +399,16 @@ def _child_main(
         sys.exit(code)
 
 
+async def _close_server(server: Any) -> None:
+    from distributed.worker import Worker
+
+    if isinstance(server, Worker):
+        # Stopped from outside (its nanny, a signal, a dead parent): its nanny, if any, decides what follows.
+        await server.close(nanny=False)
+    else:
+        await server.close()
+
+
 def _report(conn: multiprocessing.connection.Connection, msg: tuple[str, Any]) -> None:
     try:
         conn.send(msg)
@@ -430,14 +442,14 @@ async def _child_run(
         # Asked to stop while starting: give up on the start.
         starting.cancel()
         await asyncio.gather(starting, return_exceptions=True)
-        await server.close()
+        await _close_server(server)
         return 0
     exc = starting.exception()
     if exc is not None:
         stopped.cancel()
         await asyncio.gather(stopped, return_exceptions=True)
         _report(conn, ("error", "".join(traceback.format_exception(exc))))
-        await server.close()
+        await _close_server(server)
         return 1
     _report(conn, ("address", server.address))
 
@@ -453,7 +465,7 @@ async def _child_run(
             w.cancel()
         await asyncio.gather(*waiters, return_exceptions=True)
         try:
-            await server.close()
+            await _close_server(server)
         except Exception:
             logger.exception("Closing the %s failed", kind)
     return 0

@@ -8,14 +8,15 @@ because a user registered them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import os
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
     from distributed.worker import Worker
 
-__all__ = ["NannyPlugin", "SchedulerPlugin", "WorkerPlugin"]
+__all__ = ["Environ", "NannyPlugin", "SchedulerPlugin", "WorkerPlugin"]
 
 
 class SchedulerPlugin:
@@ -120,16 +121,51 @@ class WorkerPlugin:
 
 
 class NannyPlugin:
-    """Hooks called by a nanny."""
+    """Hooks called by a nanny, in the nanny's process.
+
+    Register one with ``Client.register_plugin``: it is set up on every nanny,
+    those running now and each one that starts later.  With ``restart = True``
+    each nanny then replaces its worker process, so that the new worker sees
+    what ``setup`` changed (environment variables, files).
+
+    Examples
+    --------
+    >>> class Greeting(NannyPlugin):
+    ...     restart = True
+    ...     def setup(self, nanny):
+    ...         os.environ["GREETING"] = "hello"
+    """
 
     name: str | None = None
     restart: bool = False
 
     def setup(self, nanny: Any) -> Any:
-        """Run when the plugin is attached."""
+        """Run when the plugin is attached (may be a coroutine function)."""
 
     def teardown(self, nanny: Any) -> Any:
-        """Run when the nanny closes."""
+        """Run when the plugin is removed or the nanny closes (may be a coroutine function)."""
+
+
+class Environ(NannyPlugin):
+    """Set environment variables in every nanny's process, then restart its worker to see them.
+
+    Parameters
+    ----------
+    environ
+        Variable names and values (values are turned into strings).
+
+    Examples
+    --------
+    >>> client.register_plugin(Environ({"OMP_NUM_THREADS": "1"}))  # doctest: +SKIP
+    """
+
+    restart = True
+
+    def __init__(self, environ: Mapping[str, Any] | None = None) -> None:
+        self.environ = {str(k): str(v) for k, v in (environ or {}).items()}
+
+    def setup(self, nanny: Any) -> None:
+        os.environ.update(self.environ)
 
 
 def plugin_names(plugins: Iterable[Any]) -> list[str]:

@@ -832,3 +832,47 @@ class NannyKill(TypedDict):
     op: Literal["kill"]
     timeout: NotRequired[float]
     reason: NotRequired[str]
+
+
+# -- nanny plugins and nanny requests: client -> scheduler, nanny -> scheduler, scheduler/worker -> nanny ----
+class RegisterNannyPlugin(TypedDict):
+    """Set a plugin up on every nanny, now and on each nanny that starts later."""
+
+    op: Literal["register_nanny_plugin"]
+    plugin: Payload
+    name: str
+    idempotent: NotRequired[bool]
+
+
+class UnregisterNannyPlugin(TypedDict):
+    op: Literal["unregister_nanny_plugin"]
+    name: str
+
+
+class RegisterNanny(TypedDict):
+    """A starting nanny asks for the nanny plugins registered so far (reply: name -> plugin)."""
+
+    op: Literal["register_nanny"]
+    address: str
+
+
+class NannyPluginAdd(TypedDict):
+    """Scheduler -> nanny: set this plugin up (restarting the worker for ``restart = True`` plugins)."""
+
+    op: Literal["plugin-add"]
+    plugin: Payload
+    name: str
+
+
+class NannyPluginRemove(TypedDict):
+    """Scheduler -> nanny: tear this plugin down."""
+
+    op: Literal["plugin-remove"]
+    name: str
+
+
+class NannyCloseGracefully(TypedDict):
+    """Worker -> its nanny: the worker is closing on purpose; close too rather than start another."""
+
+    op: Literal["close_gracefully"]
+    reason: NotRequired[str]

@@ -180,7 +180,8 @@ def test_version(cmd: list[str]) -> None:
         ([*WORKER, "tcp://127.0.0.1:1", "--nworkers", "2", "--dashboard-address", ":8799"], "--dashboard-address"),
         ([*WORKER, "tcp://127.0.0.1:1", "--preload", "some_module"], "--preload"),
         ([*WORKER, "tcp://127.0.0.1:1", "--no-nanny", "--nanny-port", "9000"], "--nanny-port"),
-        ([*WORKER, "tcp://127.0.0.1:1", "--lifetime", "1s", "--lifetime-restart"], "--lifetime-restart"),
+        ([*WORKER, "tcp://127.0.0.1:1", "--no-nanny", "--lifetime", "1s", "--lifetime-restart"], "--lifetime-restart"),
+        ([*WORKER, "tcp://127.0.0.1:1", "--lifetime-restart"], "--lifetime"),
     ],
 )
 def test_bad_option(args: list[str], needle: str) -> None:
@@ -337,6 +338,35 @@ def test_nworkers(procs: Callable[..., Proc], tmp_path: Path, nanny: bool) -> No
     assert "Traceback" not in worker.stderr()
     # SIGTERM reached the worker processes through their nannies: they closed.
     assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert sched.signal_and_wait(signal.SIGTERM) == 0, sched.stderr()
+
+
+@pytest.mark.timeout(120)
+def test_lifetime_restart(procs: Callable[..., Proc], tmp_path: Path) -> None:
+    """With --lifetime --lifetime-restart each worker is replaced every lifetime; the data stays."""
+    from distributed import Client
+
+    sched, address, _ = start_scheduler(procs, tmp_path)
+    steady = procs([*WORKER, address, "--nthreads", "1", "--name", "steady"], name="steady")
+    args = [*WORKER, address, "--nthreads", "1", "--name", "mortal", "--lifetime", "1s", "--lifetime-restart"]
+    mortal = procs(args, name="mortal")
+    with Client(address, timeout=30) as client:
+
+        def mortal_pid(not_pid: int | None = None) -> int | None:
+            ws = client.scheduler_info()["workers"].values()
+            pids = [w["pid"] for w in ws if w["name"] == "mortal" and w["pid"] != not_pid]
+            return pids[0] if len(ws) == 2 and pids else None
+
+        first = poll_with_proc(mortal_pid, 60, "the mortal worker", mortal)
+        mortal_addr = next(a for a, w in client.scheduler_info()["workers"].items() if w["pid"] == first)
+        futures = client.scatter(list(range(10)), workers=[mortal_addr])
+        second = poll_with_proc(lambda: mortal_pid(first), 30, "a new mortal worker", mortal)
+        assert second != first and mortal.poll() is None and steady.poll() is None
+        assert client.gather(futures) == list(range(10))
+        poll_with_proc(lambda: mortal_pid(second), 30, "another new mortal worker", mortal)
+        assert client.gather(futures) == list(range(10))
+    assert mortal.signal_and_wait(signal.SIGTERM) == 0, mortal.stderr()
+    assert steady.signal_and_wait(signal.SIGTERM) == 0, steady.stderr()
     assert sched.signal_and_wait(signal.SIGTERM) == 0, sched.stderr()
 
 

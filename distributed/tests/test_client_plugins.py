@@ -7,6 +7,7 @@ from typing import Any, Literal
 import pytest
 
 from distributed import Client, LocalCluster, NannyPlugin, WorkerPlugin
+from distributed.protocol.serialize import Serialized
 from distributed.scheduler import Scheduler
 from distributed.utils_test import gen_cluster
 from distributed.worker import Worker
@@ -91,12 +92,15 @@ async def test_unregister_worker_plugin(c: Client[Literal[True]], s: Scheduler, 
         await c.unregister_worker_plugin("gone")
 
 
-@gen_cluster(client=True, nthreads=[])
-async def test_nanny_plugins_are_refused(c: Client[Literal[True]], s: Scheduler) -> None:
-    with pytest.raises(NotImplementedError, match="NannyPlugin"):
-        c.register_plugin(NannyPlugin())
-    with pytest.raises(NotImplementedError, match="nanny"):
-        c.unregister_worker_plugin("x", nanny=True)
+@gen_cluster(client=True)
+async def test_nanny_plugin_without_nannies(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
+    # Workers without a nanny do not run nanny plugins; the scheduler keeps it for nannies to come.
+    assert await c.register_plugin(NannyPlugin(), name="kept") == {}
+    assert list(s.requests.nanny_plugins) == ["kept"]
+    assert isinstance(s.requests.nanny_plugins["kept"], Serialized)  # kept unopened
+    assert await c.unregister_worker_plugin("kept", nanny=True) == {}
+    with pytest.raises(ValueError, match="kept"):
+        await c.unregister_worker_plugin("kept", nanny=True)
 
 
 def test_register_worker_plugin_sync_with_worker_processes() -> None:

@@ -191,10 +191,8 @@ def test_restart_without_nannies_is_refused() -> None:
     ("kwargs", "name"),
     [
         ({"security": object()}, "security"),
-        ({"plugins": [object()]}, "plugins"),
         ({"data": {}}, "data"),
         ({"preload": ["x"]}, "preload"),
-        ({"lifetime_restart": True}, "lifetime_restart"),
         ({"loop": object()}, "loop"),
     ],
 )

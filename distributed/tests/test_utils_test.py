@@ -11,7 +11,7 @@ import dask
 import pytest
 
 from distributed import Client, Scheduler, Worker
-from distributed.utils_test import async_poll_for, cluster, gen_cluster, gen_test, run_async
+from distributed.utils_test import async_poll_for, gen_cluster, gen_test, run_async
 
 
 # -- parametrize and fixtures after the harness's own arguments ----------------------------------
@@ -78,9 +78,6 @@ async def test_gen_cluster_config(c: Client, s: Scheduler, a: Worker, b: Worker)
 def test_harness_refuses_what_it_cannot_honour() -> None:
     with pytest.raises(NotImplementedError, match="security"):
         gen_cluster(security=object())
-    with pytest.raises(NotImplementedError, match="nanny"):
-        with cluster(nanny=True):
-            pass
 
 
 # -- run_async ------------------------------------------------------------------------------------
