@@ -23,7 +23,7 @@ from distributed.client import (
 from distributed.coordination import Event, Lock, MultiLock, Queue, Semaphore, Variable
 from distributed.core import Status, rpc
 from distributed.deploy import LocalCluster
-from distributed.diagnostics.plugin import Environ, NannyPlugin, SchedulerPlugin, WorkerPlugin
+from distributed.diagnostics.plugin import Environ, NannyPlugin, SchedulerPlugin, UploadFile, WorkerPlugin
 from distributed.exceptions import CancelledError, KilledWorker, Reschedule, TimeoutError
 from distributed.nanny import Nanny
 from distributed.scheduler import Scheduler
@@ -54,6 +54,7 @@ __all__ = [
     "Semaphore",
     "Status",
     "TimeoutError",
+    "UploadFile",
     "Variable",
     "Worker",
     "WorkerPlugin",

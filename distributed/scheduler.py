@@ -58,6 +58,7 @@ from distributed.exceptions import KilledWorker, LostDataError
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key, Payload
 from distributed.protocol.serialize import as_serialized
+from distributed.scheduler_events import EventLog
 from distributed.scheduler_extensions import ExtensionFactory, make_extensions
 from distributed.scheduler_requests import ClusterRequests
 from distributed.scheduler_state import (
@@ -251,7 +252,10 @@ class Scheduler(Server):
         self.transition_counter = 0
         log_length = int(dask.config.get("distributed.scheduler.transition-log-length", 100000))
         self.transition_log: deque[tuple[Key, TaskStateName, TaskStateName, str, float]] = deque(maxlen=log_length)
-        self.events: defaultdict[str, deque[tuple[float, Any]]] = defaultdict(lambda: deque(maxlen=100000))
+        #: Recent events by topic and the clients subscribed to topics.
+        self.event_log = EventLog(self)
+        self.events = self.event_log.events
+        self.event_subscriber = self.event_log.subscribers
         self.plugins: dict[str, SchedulerPlugin] = {}
         self._initial_plugins = list(plugins)
         self.stream_comms: dict[str, BatchedSend] = {}
@@ -313,8 +317,9 @@ class Scheduler(Server):
             "unregister_nanny_plugin": Route(m.UnregisterNannyPlugin, self.requests.handle_unregister_nanny_plugin),
             "task_states": Route(m.OptionalKeysRequest, self.requests.handle_task_states),
             "terminate": Route(m.Empty, self.requests.handle_terminate),
+            **self.event_log.routes(),
         }
-        stream_handlers = self.streams.stream_routes()
+        stream_handlers = {**self.streams.stream_routes(), **self.event_log.stream_routes()}
         super().__init__(handlers, stream_handlers)
         make_extensions(self, extensions, self._blocked_handlers())
 
@@ -458,13 +463,23 @@ class Scheduler(Server):
                 logger.exception("Plugin hook %s of %r failed", hook, plugin)
 
     def log_event(self, topic: str | Sequence[str], msg: Any) -> None:
-        """Record an event under one or more topics."""
-        topics = [topic] if isinstance(topic, str) else list(topic)
-        now = time.time()
-        for t in topics:
-            self.events[t].append((now, msg))
-            if self.plugins:
+        """Record an event under one or more topics, and send it to the clients subscribed to them."""
+        topics = self.event_log.log(topic, msg)
+        if self.plugins:
+            for t in topics:
                 self.call_plugins("log_event", t, msg)
+
+    def get_events(self, topic: str | None = None) -> tuple[tuple[float, Any], ...] | dict[str, Any]:
+        """The ``(time, msg)`` events of ``topic``, oldest first; of every topic, by topic, when None."""
+        return self.event_log.get(topic)
+
+    def subscribe_topic(self, topic: str, client: str) -> None:
+        """Send client ``client`` each new event of ``topic``."""
+        self.event_log.subscribe(topic, client)
+
+    def unsubscribe_topic(self, topic: str, client: str) -> None:
+        """Stop sending client ``client`` the events of ``topic``."""
+        self.event_log.unsubscribe(topic, client)
 
     def story(self, *keys_or_tasks: Any) -> list[tuple[Key, TaskStateName, TaskStateName, str, float]]:
         """The transitions of these keys: ``(key, start, finish, stimulus_id, time)``."""

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from distributed.coordination.event_extension import EventExtension
 from distributed.coordination.lock_extension import LockExtension
 from distributed.coordination.multi_lock_extension import MultiLockExtension
+from distributed.coordination.publish_extension import PublishExtension
 from distributed.coordination.queue_extension import QueueExtension
 from distributed.coordination.semaphore_extension import SemaphoreExtension
 from distributed.coordination.variable_extension import VariableExtension
@@ -43,6 +44,7 @@ DEFAULT_EXTENSIONS: Mapping[str, ExtensionFactory] = {
     "events": EventExtension,
     "semaphores": SemaphoreExtension,
     "multi_locks": MultiLockExtension,
+    "publish": PublishExtension,
 }
 
 

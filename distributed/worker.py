@@ -18,7 +18,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping, MutableMapping
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import dask
@@ -36,12 +36,13 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.exceptions import Reschedule
 from distributed.http.server import HTTPServerHandle
 from distributed.protocol import messages as m
-from distributed.protocol.framing import ProtocolError
+from distributed.protocol.framing import ProtocolError, is_msgpack_serializable
 from distributed.protocol.messages import Key
 from distributed.protocol.schema import checker
 from distributed.protocol.serialize import Serialize, unwrap
 from distributed.spill import SpillBuffer
 from distributed.threadpool import ThreadPool, current_pool
+from distributed.uploads import import_uploaded, save_upload
 from distributed.utils import get_ip_interface, scheduler_address, thread_state, unsupported
 from distributed.worker_memory import WorkerMemoryMonitor
 from distributed.worker_options import check_unsupported_worker_kwargs
@@ -1037,6 +1038,59 @@ class Worker(Server):
     def story(self, *keys: Key) -> list[tuple[Any, ...]]:
         """The transitions of ``keys`` on this worker."""
         return self.state.story(*keys) if self.state is not None else []
+
+    # -- events and uploaded files ---------------------------------------------------
+    def log_event(self, topic: str | Sequence[str], msg: Any) -> None:
+        """Log an event under ``topic`` (or each of several topics) on the scheduler; from any thread.
+
+        A dict ``msg`` is recorded with ``"worker"``: this worker's address.
+
+        Raises
+        ------
+        TypeError
+            When ``msg`` is not plain msgpack data.
+        """
+        if not is_msgpack_serializable(msg):
+            raise TypeError(f"Message must be msgpack serializable. Got {type(msg)=} instead.")
+        event = m.WorkerLogEvent(op="log-event", topic=topic, msg=msg, worker=self.address)
+        loop = self.loop
+        try:
+            on_loop = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop:
+            self._send_event(event)
+        elif loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._send_event, event)
+
+    def _send_event(self, event: m.WorkerLogEvent) -> None:
+        if self.batched_stream is None:
+            logger.warning("Not connected to the scheduler: event of topic %r dropped", event["topic"])
+            return
+        try:
+            self.batched_stream.send(event)
+        except CommClosedError:
+            logger.warning("Scheduler stream closed: event of topic %r dropped", event["topic"])
+
+    async def upload_file(self, filename: str, data: bytes | str, load: bool = True) -> dict[str, Any]:
+        """Save ``data`` as ``filename`` in the local directory, and import it when ``load``.
+
+        Returns
+        -------
+        ``{"status": "OK", "nbytes": <bytes saved>}``
+        """
+        loop = asyncio.get_running_loop()
+        if len(data) < 100_000:
+            path = save_upload(self.local_directory, filename, data)
+        else:
+            path = await loop.run_in_executor(None, save_upload, self.local_directory, filename, data)
+        if load:
+            try:
+                import_uploaded(path)
+            except Exception:
+                logger.exception("Importing uploaded file %s failed", filename)
+                raise
+        return {"status": "OK", "nbytes": len(data.encode() if isinstance(data, str) else data)}
 
     def secede_task(self, key: Key) -> None:
         """Called from a task thread that secedes (thread-safe)."""

@@ -81,6 +81,7 @@ from distributed.client.graphs import (
 from distributed.client.link import SchedulerLink, SchedulerRequest
 from distributed.client.outbox import Outbox
 from distributed.client.registry import FutureRegistry
+from distributed.client.topics import TopicSubscriptions
 from distributed.client.transfer import DataTransfer
 from distributed.core import ConnectionPool, rebuild_exception
 from distributed.dask_api import (
@@ -121,6 +122,8 @@ CollectionT = TypeVar("CollectionT", bound=DaskCollection)
 
 if TYPE_CHECKING:
     from typing_extensions import TypeVar as TypeVarWithDefault
+
+    from distributed.client.datasets import Datasets
 
     #: Whether a client is asynchronous, when known statically: ``Client()``
     #: is a ``Client[Literal[False]]``, ``Client(asynchronous=True)`` a
@@ -321,6 +324,11 @@ class Client(Generic[AsyncT]):
         self.link.address = address
         #: Gathers results from workers, scatters data to them.
         self.transfer = DataTransfer(self.registry, self.link, self.pool, self._timeout)
+        #: The topics this client subscribed to, and their event handlers.
+        self.topics = TopicSubscriptions(self.id, self.link.post)
+        self.link.add_route("event", self.topics.route())
+        #: The scheduler file this client was given or wrote (``write_scheduler_file``).
+        self.scheduler_file: str | None = scheduler_file
         if asynchronous and loop is None:
             try:
                 loop = asyncio.get_running_loop()
@@ -1666,6 +1674,529 @@ class Client(Generic[AsyncT]):
             asynchronous=asynchronous,
         )
 
+    # -- published datasets, events, uploaded files, logs ---------------------------------
+    @overload
+    def publish_dataset(
+        self: Client[Literal[False]],
+        *args: Any,
+        name: Any = None,
+        override: bool = False,
+        asynchronous: Literal[False] | None = None,
+        **kwargs: Any,
+    ) -> None: ...
+
+    @overload
+    def publish_dataset(
+        self: Client[Literal[True]],
+        *args: Any,
+        name: Any = None,
+        override: bool = False,
+        asynchronous: Literal[True] | None = None,
+        **kwargs: Any,
+    ) -> Awaitable[None]: ...
+
+    @overload
+    def publish_dataset(
+        self, *args: Any, name: Any = None, override: bool = False, asynchronous: Literal[True], **kwargs: Any
+    ) -> Awaitable[None]: ...
+
+    @overload
+    def publish_dataset(
+        self, *args: Any, name: Any = None, override: bool = False, asynchronous: bool | None = None, **kwargs: Any
+    ) -> Awaitable[None] | None: ...
+
+    def publish_dataset(
+        self, *args: Any, name: Any = None, override: bool = False, asynchronous: bool | None = None, **kwargs: Any
+    ) -> Awaitable[None] | None:
+        """Publish objects (futures, persisted collections, any picklable object) by name.
+
+        Published futures stay computed, their results in memory, until the
+        dataset is unpublished, even after this client closes.
+
+        Parameters
+        ----------
+        *args
+            One object (or several, published as a tuple) to publish as ``name``.
+        name
+            The name for ``args``.
+        override
+            Replace a dataset of the same name instead of raising.
+        **kwargs
+            More datasets, by name.
+
+        Raises
+        ------
+        KeyError
+            When a name is taken and ``override`` is false.
+        ValueError
+            When ``args`` come without a ``name``.
+
+        Examples
+        --------
+        >>> df = client.persist(df)  # doctest: +SKIP
+        >>> client.publish_dataset(my_df=df)  # doctest: +SKIP
+        >>> client.publish_dataset(df, name="my_df", override=True)  # doctest: +SKIP
+        """
+        from distributed.client.datasets import publish
+
+        datasets: dict[Any, Any] = {}
+        if name is not None:
+            if not args:
+                raise ValueError("If name is provided, expecting call signature like publish_dataset(df, name='ds')")
+            datasets[name] = args[0] if len(args) == 1 else args
+        elif args:
+            raise ValueError("Datasets given by position need a name: publish_dataset(df, name='ds')")
+        datasets.update(kwargs)
+        return self.sync(publish, self, datasets, override, asynchronous=asynchronous)
+
+    @overload
+    def unpublish_dataset(
+        self: Client[Literal[False]], name: Any, *, asynchronous: Literal[False] | None = None
+    ) -> None: ...
+
+    @overload
+    def unpublish_dataset(
+        self: Client[Literal[True]], name: Any, *, asynchronous: Literal[True] | None = None
+    ) -> Awaitable[None]: ...
+
+    @overload
+    def unpublish_dataset(self, name: Any, *, asynchronous: Literal[True]) -> Awaitable[None]: ...
+
+    @overload
+    def unpublish_dataset(self, name: Any, *, asynchronous: bool | None = None) -> Awaitable[None] | None: ...
+
+    def unpublish_dataset(self, name: Any, *, asynchronous: bool | None = None) -> Awaitable[None] | None:
+        """Remove the published dataset ``name``: its futures' results may go once no one else holds them."""
+        return self.sync(self.link.request, m.PublishDelete(op="publish_delete", name=name), asynchronous=asynchronous)
+
+    @overload
+    def list_datasets(self: Client[Literal[False]], *, asynchronous: Literal[False] | None = None) -> list[Any]: ...
+
+    @overload
+    def list_datasets(
+        self: Client[Literal[True]], *, asynchronous: Literal[True] | None = None
+    ) -> Awaitable[list[Any]]: ...
+
+    @overload
+    def list_datasets(self, *, asynchronous: Literal[True]) -> Awaitable[list[Any]]: ...
+
+    @overload
+    def list_datasets(self, *, asynchronous: bool | None = None) -> list[Any] | Awaitable[list[Any]]: ...
+
+    def list_datasets(self, *, asynchronous: bool | None = None) -> list[Any] | Awaitable[list[Any]]:
+        """The names of the published datasets."""
+
+        async def names() -> list[Any]:
+            return list(await self.link.request(m.PublishList(op="publish_list")))
+
+        return self.sync(names, asynchronous=asynchronous)
+
+    @overload
+    def get_dataset(
+        self: Client[Literal[False]],
+        name: Any,
+        default: Any = no_default,
+        *,
+        asynchronous: Literal[False] | None = None,
+    ) -> Any: ...
+
+    @overload
+    def get_dataset(
+        self: Client[Literal[True]], name: Any, default: Any = no_default, *, asynchronous: Literal[True] | None = None
+    ) -> Awaitable[Any]: ...
+
+    @overload
+    def get_dataset(self, name: Any, default: Any = no_default, *, asynchronous: Literal[True]) -> Awaitable[Any]: ...
+
+    @overload
+    def get_dataset(self, name: Any, default: Any = no_default, *, asynchronous: bool | None = None) -> Any: ...
+
+    def get_dataset(self, name: Any, default: Any = no_default, *, asynchronous: bool | None = None) -> Any:
+        """The published dataset ``name``, with futures of this client.
+
+        Parameters
+        ----------
+        name
+            The dataset's name.
+        default
+            Returned when there is no such dataset (by default, ``KeyError`` is raised).
+
+        Raises
+        ------
+        KeyError
+            When there is no dataset ``name`` and no ``default``.
+        """
+        from distributed.client.datasets import get_dataset
+
+        return self.sync(get_dataset, self, name, default, asynchronous=asynchronous)
+
+    @property
+    def datasets(self) -> Datasets:
+        """The published datasets as a mapping: ``client.datasets["x"] = df``, ``del``, ``in``, ``len``."""
+        from distributed.client.datasets import Datasets
+
+        return Datasets(self)
+
+    @overload
+    def log_event(
+        self: Client[Literal[False]],
+        topic: str | Collection[str],
+        msg: Any,
+        *,
+        asynchronous: Literal[False] | None = None,
+    ) -> None: ...
+
+    @overload
+    def log_event(
+        self: Client[Literal[True]],
+        topic: str | Collection[str],
+        msg: Any,
+        *,
+        asynchronous: Literal[True] | None = None,
+    ) -> Awaitable[None]: ...
+
+    @overload
+    def log_event(self, topic: str | Collection[str], msg: Any, *, asynchronous: Literal[True]) -> Awaitable[None]: ...
+
+    @overload
+    def log_event(
+        self, topic: str | Collection[str], msg: Any, *, asynchronous: bool | None = None
+    ) -> Awaitable[None] | None: ...
+
+    def log_event(
+        self, topic: str | Collection[str], msg: Any, *, asynchronous: bool | None = None
+    ) -> Awaitable[None] | None:
+        """Log an event ``msg`` under ``topic`` (or each of several topics) on the scheduler.
+
+        Parameters
+        ----------
+        topic
+            The topic, or several.
+        msg
+            Plain msgpack data (dicts, lists, strings, numbers...).
+
+        Raises
+        ------
+        TypeError
+            When ``msg`` is not plain msgpack data.
+
+        Examples
+        --------
+        >>> client.log_event("current-time", time.time())  # doctest: +SKIP
+        """
+        from distributed.protocol.framing import is_msgpack_serializable
+
+        if not is_msgpack_serializable(msg):
+            raise TypeError(f"Message must be msgpack serializable. Got {type(msg)=} instead.")
+        topics: str | list[str] = topic if isinstance(topic, str) else list(topic)
+        return self.sync(
+            self.link.request, m.LogEvent(op="log_event", topic=topics, msg=msg), asynchronous=asynchronous
+        )
+
+    @overload
+    def get_events(
+        self: Client[Literal[False]], topic: str | None = None, *, asynchronous: Literal[False] | None = None
+    ) -> Any: ...
+
+    @overload
+    def get_events(
+        self: Client[Literal[True]], topic: str | None = None, *, asynchronous: Literal[True] | None = None
+    ) -> Awaitable[Any]: ...
+
+    @overload
+    def get_events(self, topic: str | None = None, *, asynchronous: Literal[True]) -> Awaitable[Any]: ...
+
+    @overload
+    def get_events(self, topic: str | None = None, *, asynchronous: bool | None = None) -> Any: ...
+
+    def get_events(self, topic: str | None = None, *, asynchronous: bool | None = None) -> Any:
+        """The events the scheduler keeps: of ``topic`` as ``((time, msg), ...)``, oldest first.
+
+        With no topic, those of every topic in a dict by topic.
+        """
+
+        async def events() -> Any:
+            reply = await self.link.request(m.GetEvents(op="events", topic=topic))
+            if topic is not None:
+                return tuple(tuple(e) for e in reply)
+            return {t: tuple(tuple(e) for e in log) for t, log in reply.items()}
+
+        return self.sync(events, asynchronous=asynchronous)
+
+    def subscribe_topic(self, topic: str, handler: Callable[[tuple[float, Any]], Any]) -> None:
+        """Call ``handler`` with each event ``(time, msg)`` logged under ``topic`` from now on.
+
+        The handler runs on the client's event loop; one that returns an
+        awaitable is awaited.  Subscribing again replaces the handler.
+
+        Examples
+        --------
+        >>> client.subscribe_topic("status", lambda event: print(event[1]))  # doctest: +SKIP
+        """
+        self.topics.subscribe(topic, handler)
+
+    def unsubscribe_topic(self, topic: str) -> None:
+        """Stop handling the events of ``topic``.
+
+        Raises
+        ------
+        ValueError
+            When no handler is subscribed to ``topic``.
+        """
+        self.topics.unsubscribe(topic)
+
+    @overload
+    def upload_file(
+        self: Client[Literal[False]], filename: str, load: bool = True, *, asynchronous: Literal[False] | None = None
+    ) -> str | dict[str, Any]: ...
+
+    @overload
+    def upload_file(
+        self: Client[Literal[True]], filename: str, load: bool = True, *, asynchronous: Literal[True] | None = None
+    ) -> Awaitable[str | dict[str, Any]]: ...
+
+    @overload
+    def upload_file(
+        self, filename: str, load: bool = True, *, asynchronous: Literal[True]
+    ) -> Awaitable[str | dict[str, Any]]: ...
+
+    @overload
+    def upload_file(
+        self, filename: str, load: bool = True, *, asynchronous: bool | None = None
+    ) -> str | dict[str, Any] | Awaitable[str | dict[str, Any]]: ...
+
+    def upload_file(
+        self, filename: str, load: bool = True, *, asynchronous: bool | None = None
+    ) -> str | dict[str, Any] | Awaitable[str | dict[str, Any]]:
+        """Send a ``.py``, ``.egg`` or ``.zip`` file to every worker, now and joining later.
+
+        Each worker saves it in its local directory, which goes on its
+        ``sys.path``, and with ``load`` imports it (see
+        :class:`~distributed.diagnostics.plugin.UploadFile`).
+
+        Returns
+        -------
+        Each current worker's reply, by address.
+
+        Raises
+        ------
+        Exception
+            The first error a worker met saving or importing the file.
+
+        Examples
+        --------
+        >>> client.upload_file("mylibrary.egg")  # doctest: +SKIP
+        >>> from mylibrary import myfunc  # doctest: +SKIP
+        >>> client.submit(myfunc, 10)  # doctest: +SKIP
+        """
+        from distributed.diagnostics.plugin import UploadFile
+
+        plugin = UploadFile(filename, load=load)
+        return self.register_plugin(plugin, name=f"{filename}{uuid.uuid4()}", asynchronous=asynchronous)
+
+    @overload
+    def register_worker_callbacks(
+        self: Client[Literal[False]],
+        setup: Callable[..., Any] | None = None,
+        *,
+        asynchronous: Literal[False] | None = None,
+    ) -> str | dict[str, Any]: ...
+
+    @overload
+    def register_worker_callbacks(
+        self: Client[Literal[True]],
+        setup: Callable[..., Any] | None = None,
+        *,
+        asynchronous: Literal[True] | None = None,
+    ) -> Awaitable[str | dict[str, Any]]: ...
+
+    @overload
+    def register_worker_callbacks(
+        self, setup: Callable[..., Any] | None = None, *, asynchronous: Literal[True]
+    ) -> Awaitable[str | dict[str, Any]]: ...
+
+    @overload
+    def register_worker_callbacks(
+        self, setup: Callable[..., Any] | None = None, *, asynchronous: bool | None = None
+    ) -> str | dict[str, Any] | Awaitable[str | dict[str, Any]]: ...
+
+    def register_worker_callbacks(
+        self, setup: Callable[..., Any] | None = None, *, asynchronous: bool | None = None
+    ) -> str | dict[str, Any] | Awaitable[str | dict[str, Any]]:
+        """Run ``setup`` on every worker, now and on each one that joins later.
+
+        ``setup`` is called with no arguments, or with the worker as
+        ``dask_worker=`` when it takes that keyword.
+
+        Raises
+        ------
+        TypeError
+            When ``setup`` is not callable.
+        """
+        from distributed.diagnostics.plugin import WorkerSetupCallback
+
+        if setup is None:
+            raise TypeError("Client.register_worker_callbacks() needs a setup function")
+        return self.register_plugin(WorkerSetupCallback(setup), asynchronous=asynchronous)
+
+    @overload
+    def write_scheduler_file(
+        self: Client[Literal[False]], scheduler_file: str, *, asynchronous: Literal[False] | None = None
+    ) -> None: ...
+
+    @overload
+    def write_scheduler_file(
+        self: Client[Literal[True]], scheduler_file: str, *, asynchronous: Literal[True] | None = None
+    ) -> Awaitable[None]: ...
+
+    @overload
+    def write_scheduler_file(self, scheduler_file: str, *, asynchronous: Literal[True]) -> Awaitable[None]: ...
+
+    @overload
+    def write_scheduler_file(
+        self, scheduler_file: str, *, asynchronous: bool | None = None
+    ) -> Awaitable[None] | None: ...
+
+    def write_scheduler_file(self, scheduler_file: str, *, asynchronous: bool | None = None) -> Awaitable[None] | None:
+        """Write the scheduler's information (its address among it) as JSON to ``scheduler_file``.
+
+        Another client connects with ``Client(scheduler_file=scheduler_file)``.
+
+        Raises
+        ------
+        ValueError
+            When this client already has a scheduler file.
+        """
+        if self.scheduler_file is not None:
+            raise ValueError("Scheduler file already set")
+        self.scheduler_file = scheduler_file
+
+        async def write() -> None:
+            import json
+
+            info = await self.scheduler_info(asynchronous=True)
+            with open(scheduler_file, "w") as f:
+                json.dump(info, f, indent=2, default=str)
+
+        return self.sync(write, asynchronous=asynchronous)
+
+    @overload
+    def get_scheduler_logs(
+        self: Client[Literal[False]], n: int | None = None, *, asynchronous: Literal[False] | None = None
+    ) -> list[tuple[str, str]]: ...
+
+    @overload
+    def get_scheduler_logs(
+        self: Client[Literal[True]], n: int | None = None, *, asynchronous: Literal[True] | None = None
+    ) -> Awaitable[list[tuple[str, str]]]: ...
+
+    @overload
+    def get_scheduler_logs(
+        self, n: int | None = None, *, asynchronous: Literal[True]
+    ) -> Awaitable[list[tuple[str, str]]]: ...
+
+    @overload
+    def get_scheduler_logs(
+        self, n: int | None = None, *, asynchronous: bool | None = None
+    ) -> list[tuple[str, str]] | Awaitable[list[tuple[str, str]]]: ...
+
+    def get_scheduler_logs(
+        self, n: int | None = None, *, asynchronous: bool | None = None
+    ) -> list[tuple[str, str]] | Awaitable[list[tuple[str, str]]]:
+        """The scheduler's recent log records as ``(level, message)``, oldest first (the last ``n``)."""
+
+        async def logs() -> list[tuple[str, str]]:
+            return _as_log_records(await self.link.request(m.GetLogs(op="get_logs", n=n)))
+
+        return self.sync(logs, asynchronous=asynchronous)
+
+    @overload
+    def get_worker_logs(
+        self: Client[Literal[False]],
+        n: int | None = None,
+        workers: Collection[str] | None = None,
+        nanny: bool = False,
+        *,
+        asynchronous: Literal[False] | None = None,
+    ) -> dict[str, list[tuple[str, str]]]: ...
+
+    @overload
+    def get_worker_logs(
+        self: Client[Literal[True]],
+        n: int | None = None,
+        workers: Collection[str] | None = None,
+        nanny: bool = False,
+        *,
+        asynchronous: Literal[True] | None = None,
+    ) -> Awaitable[dict[str, list[tuple[str, str]]]]: ...
+
+    @overload
+    def get_worker_logs(
+        self,
+        n: int | None = None,
+        workers: Collection[str] | None = None,
+        nanny: bool = False,
+        *,
+        asynchronous: Literal[True],
+    ) -> Awaitable[dict[str, list[tuple[str, str]]]]: ...
+
+    @overload
+    def get_worker_logs(
+        self,
+        n: int | None = None,
+        workers: Collection[str] | None = None,
+        nanny: bool = False,
+        *,
+        asynchronous: bool | None = None,
+    ) -> dict[str, list[tuple[str, str]]] | Awaitable[dict[str, list[tuple[str, str]]]]: ...
+
+    def get_worker_logs(
+        self,
+        n: int | None = None,
+        workers: Collection[str] | None = None,
+        nanny: bool = False,
+        *,
+        asynchronous: bool | None = None,
+    ) -> dict[str, list[tuple[str, str]]] | Awaitable[dict[str, list[tuple[str, str]]]]:
+        """Recent log records of workers (or of their nannies) as ``(level, message)``, by worker address.
+
+        Parameters
+        ----------
+        n
+            The last ``n`` records of each (all kept when None).
+        workers
+            Addresses or names of the workers (default: all).
+        nanny
+            The records of the workers' nannies instead.
+
+        Raises
+        ------
+        ValueError
+            For a worker that is not known, or (with ``nanny``) that has no nanny.
+        """
+
+        async def logs() -> dict[str, list[tuple[str, str]]]:
+            info = await self.scheduler_info(n_workers=-1, asynchronous=True)
+            known: dict[str, Any] = dict(info.get("workers") or {})
+            if workers is None:
+                addresses = list(known)
+            else:
+                by_name = {str(w.get("name")): a for a, w in known.items()}
+                addresses = [w if w in known else by_name.get(str(w), w) for w in workers]
+                unknown = [a for a in addresses if a not in known]
+                if unknown:
+                    raise ValueError(f"Unknown workers: {unknown}")
+            targets = {a: known[a].get("nanny") if nanny else a for a in addresses}
+            if nanny:
+                bare = [a for a, t in targets.items() if not t]
+                if bare:
+                    raise ValueError(f"These workers have no nanny: {bare}")
+            request = m.GetLogs(op="get_logs", n=n)
+            replies = await asyncio.gather(*(self.pool.call(t, request) for t in targets.values()))
+            return {a: _as_log_records(r) for a, r in zip(targets, replies)}
+
+        return self.sync(logs, asynchronous=asynchronous)
+
     # -- information ----------------------------------------------------------------------
     @overload
     def scheduler_info(
@@ -2353,6 +2884,11 @@ _CHECK_IDENTITY: Final = checker(m.SchedulerIdentity)
 
 async def _noop() -> None:
     return None
+
+
+def _as_log_records(records: Any) -> list[tuple[str, str]]:
+    """Log records as they arrived (sequences) as ``(level, message)`` tuples."""
+    return [(str(r[0]), str(r[1])) for r in records or ()]
 
 
 def _format_dashboard_link(host: str, port: int) -> str:

@@ -57,6 +57,9 @@ SchedulerRequest = (
     | m.CoordinationRequest
     | m.Restart
     | m.RestartWorkers
+    | m.DatasetRequest
+    | m.EventLogRequest
+    | m.GetLogs
 )
 
 _CHECK_REGISTERED: Final = checker(m.RegisterClientReply)
@@ -140,6 +143,18 @@ class SchedulerLink:
             "lost-data": StreamRoute(m.LostData, self._on_lost_data),
             "stream-barrier": StreamRoute(m.StreamBarrierReached, self._on_stream_barrier),
         }
+
+    def add_route(self, op: str, route: StreamRoute[Any]) -> None:
+        """Handle the scheduler's stream messages ``op`` with ``route`` (a part of the client that has some).
+
+        Raises
+        ------
+        ValueError
+            When ``op`` is handled already.
+        """
+        if op in self._routes:
+            raise ValueError(f"Scheduler reports {op!r} are handled already")
+        self._routes[op] = route
 
     @property
     def connected(self) -> bool:

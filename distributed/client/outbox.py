@@ -32,7 +32,7 @@ from distributed.protocol.messages import Key
 __all__ = ["Outbox", "StreamMessage"]
 
 #: What a client sends on its stream to the scheduler.
-StreamMessage = m.UpdateGraph | m.ClientKeys | m.StreamBarrier | m.CloseClient
+StreamMessage = m.UpdateGraph | m.ClientKeys | m.StreamBarrier | m.CloseClient | m.TopicSubscription
 
 # Kinds of entries: a message, a key release, a graph's later parts.
 _MESSAGE: Final = 0

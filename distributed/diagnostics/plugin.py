@@ -8,15 +8,16 @@ because a user registered them.
 
 from __future__ import annotations
 
+import inspect
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
     from distributed.worker import Worker
 
-__all__ = ["Environ", "NannyPlugin", "SchedulerPlugin", "WorkerPlugin"]
+__all__ = ["Environ", "NannyPlugin", "SchedulerPlugin", "UploadFile", "WorkerPlugin", "WorkerSetupCallback"]
 
 
 class SchedulerPlugin:
@@ -118,6 +119,62 @@ class WorkerPlugin:
         worker's event loop for every task: keep it quick.  An exception is logged
         and does not stop the worker.
         """
+
+
+class UploadFile(WorkerPlugin):
+    """Save a file in each worker's local directory, and import it (``Client.upload_file``).
+
+    A ``.py`` file is imported as a module (imported afresh when it was
+    already); a ``.zip`` or ``.egg`` goes on ``sys.path`` with each top-level
+    module or package in it imported.  Registered with the scheduler, it
+    reaches every worker that joins later too.
+
+    Parameters
+    ----------
+    filepath
+        The file, read now.
+    load
+        Import it on the workers (otherwise it is only saved, and a ``.py``
+        can be imported by tasks later).
+    """
+
+    name = "upload_file"
+
+    def __init__(self, filepath: str | os.PathLike[str], load: bool = True) -> None:
+        with open(filepath, "rb") as f:
+            self.data = f.read()
+        self.filename = os.path.basename(os.fspath(filepath))
+        self.load = load
+
+    async def setup(self, worker: Worker) -> None:
+        """Save and import the file on ``worker``."""
+        reply = await worker.upload_file(self.filename, self.data, load=self.load)
+        if reply["nbytes"] != len(self.data):
+            raise OSError(f"{self.filename}: {reply['nbytes']} of {len(self.data)} bytes were saved")
+
+
+class WorkerSetupCallback(WorkerPlugin):
+    """Run a function when the plugin is set up on a worker (``Client.register_worker_callbacks``).
+
+    Parameters
+    ----------
+    setup
+        Called with no arguments, or with the worker as ``dask_worker=`` when
+        it takes that keyword; its awaitable, if it returns one, is awaited.
+    """
+
+    def __init__(self, setup: Callable[..., Any]) -> None:
+        if not callable(setup):
+            raise TypeError(f"A worker setup callback must be callable, got {setup!r}")
+        self.callback = setup
+
+    def setup(self, worker: Worker) -> Any:
+        """Call the callback."""
+        try:
+            takes_worker = "dask_worker" in inspect.signature(self.callback).parameters
+        except (TypeError, ValueError):  # a callable without a signature
+            takes_worker = False
+        return self.callback(dask_worker=worker) if takes_worker else self.callback()
 
 
 class NannyPlugin:

@@ -41,7 +41,7 @@ from distributed.protocol.serialize import (
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ProtocolError", "dumps", "loads"]
+__all__ = ["ProtocolError", "dumps", "is_msgpack_serializable", "loads"]
 
 EXT_SERIALIZED: Final = 1
 EXT_INLINE: Final = 2
@@ -93,6 +93,23 @@ def dumps(msg: Any, *, strict: bool = False) -> list[Frame]:
 
     frames[0] = msgpack.packb(msg, default=default, use_bin_type=True)
     return frames
+
+
+def is_msgpack_serializable(obj: Any) -> bool:
+    """Whether ``obj`` travels as plain msgpack (nothing pickled), as event messages must.
+
+    Examples
+    --------
+    >>> is_msgpack_serializable({"x": [1, 2.5, "a", None]})
+    True
+    >>> is_msgpack_serializable({1, 2})
+    False
+    """
+    try:
+        msgpack.packb(obj, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError):
+        return False
+    return True
 
 
 def loads(frames: Sequence[Frame], *, deserialize: bool = True) -> Any:

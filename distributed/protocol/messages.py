@@ -791,6 +791,97 @@ CoordinationRequest = (
 )
 
 
+# -- published datasets: client -> scheduler (requests) ----------------------------
+class PublishPut(TypedDict):
+    """Publish ``data`` (opaque to the scheduler) as ``name``, keeping the tasks of ``keys`` in memory.
+
+    Refused when ``name`` is taken, unless ``override``.
+    """
+
+    op: Literal["publish_put"]
+    name: PrimitiveName
+    keys: Sequence[Key]
+    data: Payload
+    override: bool
+    client: NotRequired[str | None]
+
+
+class PublishGet(TypedDict):
+    """The dataset ``name``; its keys are wanted by ``client`` (the getter) from then on."""
+
+    op: Literal["publish_get"]
+    name: PrimitiveName
+    client: NotRequired[str | None]
+
+
+class PublishGetReply(TypedDict):
+    """A published dataset (no ``data`` when there is none of that name)."""
+
+    data: NotRequired[Payload]
+    keys: NotRequired[Sequence[Key]]
+
+
+class PublishDelete(TypedDict):
+    op: Literal["publish_delete"]
+    name: PrimitiveName
+
+
+class PublishList(TypedDict):
+    op: Literal["publish_list"]
+
+
+#: Every request a client sends about published datasets.
+DatasetRequest = PublishPut | PublishGet | PublishDelete | PublishList
+
+
+# -- events and topics: client -> scheduler (requests) --------------------------------
+class LogEvent(TypedDict):
+    """Record ``msg`` (msgpack-able) under ``topic`` (or each of several topics)."""
+
+    op: Literal["log_event"]
+    topic: str | Sequence[str]
+    msg: Any
+
+
+class GetEvents(TypedDict):
+    """The events of ``topic`` as ``(time, msg)`` pairs; of every topic, by topic, when None."""
+
+    op: Literal["events"]
+    topic: NotRequired[str | None]
+
+
+#: Every request a client sends about events.
+EventLogRequest = LogEvent | GetEvents
+
+
+# -- events and topics: client -> scheduler (stream) ----------------------------------
+class TopicSubscription(TypedDict):
+    """Start or stop sending ``client`` the events of ``topic`` as they are logged."""
+
+    op: Literal["subscribe-topic", "unsubscribe-topic"]
+    topic: str
+    client: str
+
+
+# -- events and topics: worker -> scheduler (stream) ----------------------------------
+class WorkerLogEvent(TypedDict):
+    """Record ``msg`` under ``topic``; a dict ``msg`` gets the ``worker`` it came from."""
+
+    op: Literal["log-event"]
+    topic: str | Sequence[str]
+    msg: Any
+    worker: str
+
+
+# -- events and topics: scheduler -> client (stream) ----------------------------------
+class TopicEvent(TypedDict):
+    """An event of a topic the client subscribed to: ``event`` is ``(time, msg)``."""
+
+    op: Literal["event"]
+    topic: str
+    event: Sequence[Any]
+
+
 # -- logs (clusters and clients -> any server) ------------------------------------
 class GetLogs(TypedDict):
     """Ask a server for the log records it kept (the last ``n``; all when None)."""

@@ -1,0 +1,91 @@
+"""Client tools about the cluster: write_scheduler_file, register_worker_callbacks, scheduler and worker logs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+
+from distributed import Client, Nanny, Scheduler, Worker
+from distributed.utils_test import gen_cluster
+
+#: Calls of the setup callbacks below made in this process (the workers of these tests run here).
+CALLS: list[str] = []
+
+
+def mark_worker(dask_worker: Worker) -> None:
+    dask_worker.marked = True  # type: ignore[attr-defined]  # a user's attribute, as a callback would set
+    CALLS.append(dask_worker.address)
+
+
+def count_call() -> None:
+    CALLS.append("no-arguments")
+
+
+@gen_cluster(client=True)
+async def test_register_worker_callbacks(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
+    CALLS.clear()
+    await c.register_worker_callbacks(setup=mark_worker)
+    await c.register_worker_callbacks(count_call)
+    assert sorted(CALLS) == sorted([a.address, b.address, "no-arguments", "no-arguments"])
+    assert getattr(a, "marked", False) and getattr(b, "marked", False)
+    # A worker that joins later runs them too.
+    async with Worker(s.address, nthreads=1) as w:
+        assert getattr(w, "marked", False)
+        assert CALLS.count(w.address) == 1 and CALLS.count("no-arguments") == 3
+    with pytest.raises(TypeError, match="setup function"):
+        c.register_worker_callbacks()
+    with pytest.raises(TypeError, match="callable"):
+        c.register_worker_callbacks(setup=42)  # type: ignore[call-overload]  # refused at run time
+
+
+@gen_cluster(client=True, nthreads=[])
+async def test_write_scheduler_file(c: Client[Literal[True]], s: Scheduler, tmp_path: Path) -> None:
+    path = tmp_path / "scheduler.json"
+    await c.write_scheduler_file(str(path))
+    info = json.loads(path.read_text())
+    assert info["address"] == s.address
+    assert c.scheduler_file == str(path)
+    async with Client(scheduler_file=str(path), asynchronous=True, set_as_default=False) as other:
+        assert other.scheduler_address == s.address
+        assert other.scheduler_file == str(path)
+        with pytest.raises(ValueError, match="already set"):
+            other.write_scheduler_file(str(tmp_path / "again.json"))
+    with pytest.raises(ValueError, match="already set"):
+        c.write_scheduler_file(str(tmp_path / "again.json"))
+
+
+def _is_records(records: Any) -> bool:
+    return isinstance(records, list) and all(
+        isinstance(r, tuple) and len(r) == 2 and all(isinstance(x, str) for x in r) for r in records
+    )
+
+
+@gen_cluster(client=True)
+async def test_scheduler_and_worker_logs(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
+    logs = await c.get_scheduler_logs()
+    assert _is_records(logs)
+    assert any("Register worker" in text and level == "INFO" for level, text in logs)
+    assert len(await c.get_scheduler_logs(n=1)) == 1
+    worker_logs = await c.get_worker_logs()
+    assert set(worker_logs) == {a.address, b.address}
+    assert all(_is_records(records) for records in worker_logs.values())
+    assert any(f"at {a.address}" in text for _, text in worker_logs[a.address])
+    assert [len(r) for r in (await c.get_worker_logs(n=1)).values()] == [1, 1]
+    assert set(await c.get_worker_logs(workers=[b.address])) == {b.address}
+    assert set(await c.get_worker_logs(workers=[a.name])) == {a.address}  # by name
+    with pytest.raises(ValueError, match="Unknown workers"):
+        await c.get_worker_logs(workers=["tcp://127.0.0.1:1"])
+    with pytest.raises(ValueError, match="no nanny"):
+        await c.get_worker_logs(nanny=True)
+
+
+@gen_cluster(client=True, nthreads=[])
+async def test_nanny_logs(c: Client[Literal[True]], s: Scheduler) -> None:
+    async with Nanny(s.address, nthreads=1) as nanny:
+        await c.wait_for_workers(1)
+        logs = await c.get_worker_logs(nanny=True)
+        assert set(logs) == {nanny.worker_address}
+        assert any("Nanny at" in text for _, text in logs[str(nanny.worker_address)])
