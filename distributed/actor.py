@@ -39,7 +39,7 @@ import concurrent.futures
 import functools
 import inspect
 from collections.abc import Awaitable, Callable, Generator
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from dask._task_spec import TaskRef
 

@@ -1442,6 +1442,8 @@ class Scheduler(Server):
                 recs[ts] = "released"
         lost: list[TaskState] = []
         for ts in list(ws.has_what):
+            if ts.actor and ts in ws.actors:
+                continue  # see below
             if len(ts.who_has) > 1 or ts.state != "memory":
                 drop(ts.who_has, ws)
                 del ws.has_what[ts]
@@ -1453,13 +1455,13 @@ class Scheduler(Server):
         # Recommendations pop last-in first: lost data goes before the reruns,
         # and dependencies (earlier priority) before their dependents.
         for ts in sorted(lost, key=_priority_key, reverse=True):
-            if ts.actor:
-                # Its state lived only there: a new instance would silently start afresh.
-                lost_actor = ActorLostError(ts.key, address)
-                self._set_error(ts, as_serialized(lost_actor), None, str(lost_actor))
-                recs[ts] = "erred"
-            else:
-                recs[ts] = "released"
+            recs[ts] = "released"
+        for ts in list(ws.actors):
+            # The instance lived there (other holders have only proxies): a new
+            # instance would silently start afresh, so the key errs instead.
+            lost_actor = ActorLostError(ts.key, address)
+            self._set_error(ts, as_serialized(lost_actor), None, str(lost_actor))
+            recs[ts] = "erred"
         self.transitions(recs, stimulus_id, out)
         self.stream_comms.pop(address, None)
         self.rpc.remove(address)
@@ -1790,9 +1792,9 @@ class Scheduler(Server):
         if state == "erred":
             assert ts.exception_blame is not None, ("erred without blame", ts)
         if ts.actor and state == "memory":
-            assert len(ts.who_has) == 1, ("an actor in several places", ts, ts.who_has)
-            for ws in ts.who_has:
-                assert ts in ws.actors, ("actor link", ts, ws)
+            # Other holders keep copies of the proxy; the instance lives on one of them.
+            homes = [ws for ws in ts.who_has if ts in ws.actors]
+            assert len(homes) == 1, ("an actor must live on one of its holders", ts, ts.who_has)
 
     def validate_state(self) -> None:
         """Check every invariant of the whole state (raises AssertionError)."""

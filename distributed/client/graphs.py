@@ -48,8 +48,8 @@ from distributed.protocol.messages import Key
 
 __all__ = [
     "CollectionGraph",
-    "actor_keys",
     "TaskOptions",
+    "actor_keys",
     "expr_plan",
     "for_compute",
     "for_persist",
