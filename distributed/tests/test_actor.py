@@ -228,3 +228,42 @@ def test_pickled_proxy_binds_where_it_lands(c: Client[Literal[False]]) -> None:
     copy: Any = pickle.loads(pickle.dumps(counter))
     assert copy.key == counter.key and copy.address == counter.address
     assert copy.increment().result(timeout=10) == 2
+
+
+class Caller:
+    """An actor holding another actor's proxy, which it calls from its own methods."""
+
+    def __init__(self, other: Actor) -> None:
+        self.other = other
+
+    def poke(self) -> tuple[int, int]:
+        return self.other.increment().result(timeout=5), self.other.n
+
+
+@gen_cluster(client=True)
+async def test_actor_calls_actor_on_same_worker(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
+    # Both live on a, whose one actor thread runs poke: the inner call must not wait for that thread.
+    counter = c.submit(Counter, actor=True, workers=[a.address])
+    caller = await c.submit(Caller, counter, actor=True, workers=[a.address])
+    assert await caller.poke() == (1, 1)
+    assert await caller.poke() == (2, 2)
+
+
+@gen_cluster(client=True)
+async def test_home_worker_leaves_while_proxies_are_held_elsewhere(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
+) -> None:
+    future = c.submit(Counter, actor=True, workers=[a.address])
+    counter = await future
+    assert await c.submit(use_counter, future, 1, workers=[b.address]) == [1]
+    ts = s.tasks[future.key]
+    assert {ws.address for ws in ts.who_has} == {a.address, b.address}  # b holds a proxy
+    assert s.workers[a.address].actors == {ts} and not s.workers[b.address].actors
+    await a.close()
+    await async_poll_for(lambda: future.status == "error", timeout=10)
+    with pytest.raises(ActorLostError, match="was lost"):
+        await future
+    with pytest.raises(ActorLostError):
+        counter.increment()
+    await async_poll_for(lambda: future.key not in b.data, timeout=10)
+    assert ts.state == "erred" and not ts.who_has
