@@ -1654,8 +1654,8 @@ class Scheduler(Server):
             ts = self.tasks.get(key)
             if ts is None or ts.state != "memory" or ws not in ts.who_has or len(ts.who_has) < 2:
                 continue
-            if self.needed_on(ts, ws):
-                continue
+            if self.needed_on(ts, ws) or (ts.actor and ts in ws.actors):
+                continue  # an actor's instance lives on its home worker: that copy stays
             drop(ts.who_has, ws)
             del ws.has_what[ts]
             ws.nbytes -= max(ts.nbytes, 0)

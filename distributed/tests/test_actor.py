@@ -16,7 +16,7 @@ from dask.delayed import delayed
 import distributed
 from distributed import Actor, ActorFuture, BaseActorFuture, Client, Future, LocalCluster, Scheduler, Worker, wait
 from distributed.exceptions import ActorLostError
-from distributed.utils_test import async_poll_for, gen_cluster, poll_for
+from distributed.utils_test import async_poll_for, gen_cluster, inc, poll_for
 
 
 class Counter:
@@ -267,3 +267,17 @@ async def test_home_worker_leaves_while_proxies_are_held_elsewhere(
         counter.increment()
     await async_poll_for(lambda: future.key not in b.data, timeout=10)
     assert ts.state == "erred" and not ts.who_has
+
+
+@gen_cluster(client=True)
+async def test_replicate_keeps_the_home_copy(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
+    future = c.submit(Counter, actor=True, workers=[a.address])
+    counter = await future
+    await c.replicate([future], n=2)
+    assert future.key in b.data  # a proxy copy
+    # What replicate(n=1) and rebalance do to a copy they move away: the home copy stays.
+    s.send_all(s.drop_replicas(a.address, [future.key]))
+    # A task on a's stream comes after any free-keys sent to a before it.
+    assert await c.submit(inc, 1, workers=[a.address]) == 2
+    assert future.key in a.actors
+    assert await counter.increment() == 1
