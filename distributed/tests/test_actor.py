@@ -117,7 +117,7 @@ async def test_actor_as_task_argument(c: Client[Literal[True]], s: Scheduler, a:
     # The future as argument: the task receives the proxy, here on another worker.
     assert await c.submit(use_counter, future, 3, workers=[b.address]) == [1, 2, 3]
     # The proxy itself as argument: the key is a dependency as with a future.
-    assert await c.submit(use_counter, counter, 2, workers=[a.address], pure=False) == [4, 5]
+    assert await c.submit(use_counter, counter, 2, workers=[a.address]) == [4, 5]
     assert await counter.n == 5
     assert not b.actors
 
