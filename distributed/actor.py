@@ -265,9 +265,10 @@ class Actor(TaskRef):
         if callable(attr):
             return functools.partial(self._call_method, name)
         msg = m.ActorAttribute(op="actor_attribute", key=self.key, attribute=name)
+        loop, _ = self._channel()
         future = self._send(msg)
-        if _running_loop() is not None:
-            return future  # awaitable: a loop must not block on it
+        if _running_loop() is loop:
+            return future  # on the loop that makes the call (an asynchronous client): await it
         return future.result()
 
     def _call_method(self, name: str, *args: Any, **kwargs: Any) -> ActorFuture[Any]:

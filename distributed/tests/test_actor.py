@@ -109,6 +109,12 @@ def test_counter_sync_client(c: Client[Literal[False]]) -> None:
         counter.fail().result()
     assert counter.increment().result() == 5  # an error leaves the actor as it was
 
+    async def read_in_another_loop() -> Any:
+        return counter.n
+
+    # A synchronous client's proxy read inside some other event loop (a notebook's) still gives the value.
+    assert asyncio.run(read_in_another_loop()) == 5
+
 
 @gen_cluster(client=True)
 async def test_actor_as_task_argument(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
