@@ -10,6 +10,7 @@ from distributed import (
     config,
     lock,  # noqa: F401  (dask and users import distributed.lock.Lock)
 )
+from distributed.actor import Actor, ActorFuture, BaseActorFuture
 from distributed.client import (
     Client,
     Future,
@@ -36,6 +37,9 @@ __version__ = "2026.11.0"
 __git_revision__ = "unknown"
 
 __all__ = [
+    "Actor",
+    "ActorFuture",
+    "BaseActorFuture",
     "CancelledError",
     "Client",
     "Environ",

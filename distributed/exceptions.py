@@ -9,6 +9,7 @@ from typing import Any
 from distributed.comm.core import CommClosedError
 
 __all__ = [
+    "ActorLostError",
     "CancelledError",
     "CommClosedError",
     "FutureCancelledError",
@@ -73,6 +74,28 @@ class KilledWorker(Exception):
 
     def __reduce__(self) -> Any:
         return (type(self), (self.task, self.last_worker, self.allowed_failures))
+
+
+class ActorLostError(ValueError):
+    """The worker holding an actor left: the actor and its state are gone.
+
+    A ``ValueError``, as dask.distributed raises for calls on such an actor.
+
+    Parameters
+    ----------
+    key
+        The actor's key.
+    worker
+        The address of the worker that held it.
+    """
+
+    def __init__(self, key: Any, worker: str) -> None:
+        self.key = key
+        self.worker = worker
+        super().__init__(f"Worker holding Actor {key!r} was lost ({worker}): the actor and its state are gone")
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.key, self.worker))
 
 
 class LostDataError(Exception):

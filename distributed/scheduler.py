@@ -54,7 +54,7 @@ from distributed.batched import BatchedSend
 from distributed.comm import CommClosedError, validate_address
 from distributed.core import Route, Server
 from distributed.diagnostics.plugin import SchedulerPlugin
-from distributed.exceptions import KilledWorker, LostDataError
+from distributed.exceptions import ActorLostError, KilledWorker, LostDataError
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key, Payload
 from distributed.protocol.serialize import as_serialized
@@ -287,6 +287,7 @@ class Scheduler(Server):
             ("processing", "released"): self._processing_to_released,
             ("processing", "erred"): self._processing_to_erred_by_blame,
             ("memory", "released"): self._memory_to_released,
+            ("memory", "erred"): self._memory_to_erred,
             ("erred", "released"): self._erred_to_released,
         }
 
@@ -618,7 +619,8 @@ class Scheduler(Server):
             out.recs[ts] = "processing"
 
     def _is_queueable(self, ts: TaskState) -> bool:
-        return not ts.dependencies and not ts.has_restrictions and self.worker_saturation != math.inf
+        # Actors are not queued: each goes where the fewest actors live (decide_worker).
+        return not ts.dependencies and not ts.has_restrictions and self.worker_saturation != math.inf and not ts.actor
 
     def _slots(self, ws: WorkerState, duration: float) -> int:
         """Root tasks ``ws`` may take now, for tasks expected to run ``duration`` s.
@@ -726,6 +728,8 @@ class Scheduler(Server):
             msg["resources"] = ts.resource_restrictions
         if ts.annotations:
             msg["annotations"] = ts.annotations
+        if ts.actor:
+            msg["actor"] = True
         out.workers[ws.address].append(msg)
 
     def get_task_duration(self, ts: TaskState) -> float:
@@ -783,6 +787,8 @@ class Scheduler(Server):
             return None
         if not self.workers:
             return None
+        if ts.actor:
+            return self._decide_actor_worker(valid)
         candidates: Iterable[WorkerState]
         if ts.dependencies:
             holders: set[WorkerState] = set()
@@ -814,6 +820,18 @@ class Scheduler(Server):
             for ws in self.workers.values():
                 if ws.status == "running":
                     return ws
+        return best
+
+    def _decide_actor_worker(self, valid: set[WorkerState] | None) -> WorkerState | None:
+        """Where a new actor goes: the running worker with the fewest actors, then the least work."""
+        best: WorkerState | None = None
+        best_cost: tuple[float, float] = (math.inf, math.inf)
+        for ws in valid if valid is not None else self.workers.values():
+            if ws.status != "running":
+                continue
+            cost = (len(ws.actors) + sum(1 for pts in ws.processing if pts.actor), ws.occupancy / ws.nthreads)
+            if cost < best_cost:
+                best, best_cost = ws, cost
         return best
 
     def _valid_workers(self, ts: TaskState) -> set[WorkerState] | None:
@@ -905,6 +923,8 @@ class Scheduler(Server):
         ws.has_what[ts] = None
         ws.nbytes += nbytes
         ts.group.nbytes_total += nbytes
+        if ts.actor:
+            ws.actors.add(ts)
         self._notify_in_memory(ts, out)
         if self.plugins:
             return {"worker": ws.address, "nbytes": nbytes, "type": type_}
@@ -969,12 +989,7 @@ class Scheduler(Server):
         # clients wait again (it is recomputed, or errs if it cannot be).
         for cs in ts.who_wants:
             out.clients[cs.client_key].append(m.LostData(op="lost-data", key=ts.key))
-        for ws in ts.who_has:
-            del ws.has_what[ts]
-            ws.nbytes -= max(ts.nbytes, 0)
-            if ws.address in self.workers:
-                out.free[ws.address].append(ts.key)
-        ts.who_has = EMPTY
+        self._drop_holders(ts, out)
         ts.state = "released"
         for dts in ts.dependents:
             if dts.state in ("waiting", "queued", "no-worker"):
@@ -985,6 +1000,24 @@ class Scheduler(Server):
                 # Its worker may not be able to fetch this key any more.
                 out.recs[dts] = "released"
         self._after_release(ts, out)
+
+    def _drop_holders(self, ts: TaskState, out: Out) -> None:
+        """Forget every copy of ``ts``; the workers still here are told to drop theirs."""
+        for ws in ts.who_has:
+            del ws.has_what[ts]
+            ws.nbytes -= max(ts.nbytes, 0)
+            if ts.actor:
+                ws.actors.discard(ts)
+            if ws.address in self.workers:
+                out.free[ws.address].append(ts.key)
+        ts.who_has = EMPTY
+
+    def _memory_to_erred(self, ts: TaskState, out: Out) -> None:
+        """An actor whose worker left: its state cannot be recomputed, so its key errs (error set before)."""
+        self._drop_holders(ts, out)
+        if ts.exception_blame is None:
+            ts.exception_blame = ts
+        self._mark_erred(ts, out)
 
     def _erred_to_released(self, ts: TaskState, out: Out) -> None:
         ts.state = "released"
@@ -1130,6 +1163,8 @@ class Scheduler(Server):
             if ts is None:
                 ts = self.new_task(key, spec["run_spec"])
                 new.append(ts)
+                if spec.get("actor"):
+                    ts.actor = True
             else:
                 if ts.run_spec is None and spec["run_spec"] is not None and ts.state == "released":
                     ts.run_spec = spec["run_spec"]
@@ -1425,6 +1460,8 @@ class Scheduler(Server):
                 recs[ts] = "released"
         lost: list[TaskState] = []
         for ts in list(ws.has_what):
+            if ts.actor and ts in ws.actors:
+                continue  # see below
             if len(ts.who_has) > 1 or ts.state != "memory":
                 drop(ts.who_has, ws)
                 del ws.has_what[ts]
@@ -1437,6 +1474,12 @@ class Scheduler(Server):
         # and dependencies (earlier priority) before their dependents.
         for ts in sorted(lost, key=_priority_key, reverse=True):
             recs[ts] = "released"
+        for ts in list(ws.actors):
+            # The instance lived there (other holders have only proxies): a new
+            # instance would silently start afresh, so the key errs instead.
+            lost_actor = ActorLostError(ts.key, address)
+            self._set_error(ts, as_serialized(lost_actor), None, str(lost_actor))
+            recs[ts] = "erred"
         self.transitions(recs, stimulus_id, out)
         self.stream_comms.pop(address, None)
         self.rpc.remove(address)
@@ -1629,8 +1672,8 @@ class Scheduler(Server):
             ts = self.tasks.get(key)
             if ts is None or ts.state != "memory" or ws not in ts.who_has or len(ts.who_has) < 2:
                 continue
-            if self.needed_on(ts, ws):
-                continue
+            if self.needed_on(ts, ws) or (ts.actor and ts in ws.actors):
+                continue  # an actor's instance lives on its home worker: that copy stays
             drop(ts.who_has, ws)
             del ws.has_what[ts]
             ws.nbytes -= max(ts.nbytes, 0)
@@ -1766,6 +1809,10 @@ class Scheduler(Server):
             assert ts in self.unrunnable, ("no-worker not in unrunnable", ts)
         if state == "erred":
             assert ts.exception_blame is not None, ("erred without blame", ts)
+        if ts.actor and state == "memory":
+            # Other holders keep copies of the proxy; the instance lives on one of them.
+            homes = [ws for ws in ts.who_has if ts in ws.actors]
+            assert len(homes) == 1, ("an actor must live on one of its holders", ts, ts.who_has)
 
     def validate_state(self) -> None:
         """Check every invariant of the whole state (raises AssertionError)."""

@@ -155,6 +155,7 @@ class TaskState:
         "run_id",
         "metadata",
         "has_lost_dependencies",
+        "actor",
         "_hash",
         "__weakref__",
     )
@@ -194,6 +195,8 @@ class TaskState:
         self.run_id = -1
         self.metadata: dict[str, Any] | None = None
         self.has_lost_dependencies = False
+        #: The result is an actor: it lives on one worker, whose loss errs the task.
+        self.actor = False
         group.states["released"] += 1
         group.prefix.count += 1
 
@@ -322,6 +325,7 @@ class WorkerState:
         "versions",
         "executing_count",
         "unmanaged_history",
+        "actors",
         "_hash",
         "__weakref__",
     )
@@ -363,6 +367,8 @@ class WorkerState:
         self.executing_count = 0
         #: Unmanaged memory over the recent heartbeats (see ``memory``).
         self.unmanaged_history = UnmanagedHistory()
+        #: Actor tasks whose instance lives here (new actors go where there are fewest).
+        self.actors: set[TaskState] = set()
 
     def __hash__(self) -> int:
         return self._hash

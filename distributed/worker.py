@@ -9,6 +9,8 @@ returns (run a task, fetch data from a peer, message the scheduler).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import functools
 import inspect
 import logging
 import os
@@ -27,6 +29,7 @@ import psutil
 from dask.sizeof import sizeof
 from dask.utils import parse_bytes, parse_timedelta, typename
 
+from distributed.actor import Actor
 from distributed.batched import BatchedSend
 from distributed.comm import Comm, CommClosedError, connect
 from distributed.config import get_interval, silence_logging
@@ -285,6 +288,12 @@ class Worker(Server):
         #: (tell the nanny to close too, why), from the first close() call.
         self._close_nanny: tuple[bool, str] | None = None
         self.incoming_transfer_count = 0
+        #: Actor instances by key; the data store holds an Actor proxy for each (see distributed.actor).
+        self.actors: dict[Key, object] = {}
+        #: Keys the scheduler asked to keep as actors, until they are forgotten here.
+        self._actor_keys: set[Key] = set()
+        #: Runs the actors' (non-async) methods, one call at a time.
+        self.actor_executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="Dask-Actor-Threads")
         handlers: dict[str, Route[Any]] = {
             "get_data": Route(m.GetData, self.handle_get_data),
             "update_data": Route(m.WorkerUpdateData, self.handle_update_data),
@@ -295,6 +304,8 @@ class Worker(Server):
             "acquire-replicas": Route(m.AcquireReplicas, self.handle_acquire_replicas),
             "plugin-add": Route(m.PluginAdd, self.handle_plugin_add),
             "plugin-remove": Route(m.PluginRemove, self.handle_plugin_remove),
+            "actor_execute": Route(m.ActorExecute, self.handle_actor_execute),
+            "actor_attribute": Route(m.ActorAttribute, self.handle_actor_attribute),
         }
         stream_handlers: dict[str, StreamRoute[Any]] = {
             "compute-task": StreamRoute(m.ComputeTask, self._stream_compute_task),
@@ -432,6 +443,8 @@ class Worker(Server):
         old = self.state
         if old is not None:
             self.data.clear()
+            self.actors.clear()
+            self._actor_keys.clear()
             self.state = self._new_state_machine(old.transfer_limit, old.fetch_concurrency)
             self._update_transition_hook()
         deadline = time.monotonic() + timeout
@@ -537,6 +550,8 @@ class Worker(Server):
         await super()._close()
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self.executor.shutdown, self._close_executor_wait, self._close_timeout)
+        self.actor_executor.shutdown(wait=False, cancel_futures=True)
+        self.actors.clear()
         if isinstance(self.data, SpillBuffer):
             self.data.close()
         if self._work_dir is not None:
@@ -779,6 +794,8 @@ class Worker(Server):
             logger.error("Worker %s: %s failed", self.address, task.get_name(), exc_info=task.exception())
 
     def _stream_compute_task(self, msg: m.ComputeTask) -> None:
+        if msg.get("actor"):
+            self._actor_keys.add(msg["key"])
         self.handle_stimulus(
             ComputeTaskEvent(
                 stimulus_id=f"compute-task-{msg['run_id']}",
@@ -798,6 +815,8 @@ class Worker(Server):
         self.handle_stimulus(
             FreeKeysEvent(stimulus_id=msg.get("stimulus_id", f"free-keys-{time.time()}"), keys=tuple(msg["keys"]))
         )
+        if self._actor_keys:
+            self._prune_actors(msg["keys"])
 
     def _stream_close_worker(self, msg: m.CloseWorker) -> None:
         logger.info("Scheduler asked worker %s to close: %s", self.address, msg.get("reason", ""))
@@ -840,7 +859,10 @@ class Worker(Server):
         try:
             with _TaskContext(self, key):
                 value = node(args)
-            ev = _success(key, run_id, value, sizeof(value), typename(type(value)), start)
+            nbytes, type_name = sizeof(value), typename(type(value))
+            if key in self._actor_keys:
+                value = self._keep_actor(key, value)
+            ev = _success(key, run_id, value, nbytes, type_name, start)
         except Reschedule:
             ev = RescheduleEvent(stimulus_id=f"reschedule-{time.time()}", key=key, run_id=run_id)
         except BaseException as e:
@@ -868,6 +890,8 @@ class Worker(Server):
             self._results_wake_pending = False
         if events:
             self.handle_stimulus(*events)
+            if self._actor_keys:
+                self._prune_actors([ev.key for ev in events if isinstance(ev, ExecuteSuccess)])
 
     async def execute(self, key: Key, run_id: int) -> None:
         """Run one task and report how it went."""
@@ -900,6 +924,8 @@ class Worker(Server):
                 value, nbytes, type_name = await asyncio.wrap_future(
                     self.executor.submit(_run_in_thread, self, node, args, key, loop)
                 )
+            if key in self._actor_keys:
+                value = self._keep_actor(key, value)
             ev = _success(key, run_id, value, nbytes, type_name, start)
         except Reschedule:
             ev = RescheduleEvent(stimulus_id=f"reschedule-{time.time()}", key=key, run_id=run_id)
@@ -908,6 +934,8 @@ class Worker(Server):
         except BaseException as e:
             ev = _failure(e, key, run_id, start)
         self.handle_stimulus(ev)
+        if self._actor_keys:
+            self._prune_actors([key])
 
     async def gather_dep(self, worker: str, keys: tuple[Key, ...]) -> None:
         """Fetch ``keys`` from a peer and hand them to the state machine.
@@ -1012,6 +1040,49 @@ class Worker(Server):
     async def handle_close(self, comm: Comm, msg: m.WorkerClose) -> str:
         self.spawn(self.close(reason=msg.get("reason", "close-request")), name="close")
         return "OK"
+
+    # -- actors -------------------------------------------------------------------------------
+    def _keep_actor(self, key: Key, instance: object) -> Actor:
+        """Keep a new actor here; the proxy to store (and hand out) as the key's value."""
+        self.actors[key] = instance
+        return Actor(type(instance), self.address, key)
+
+    def _prune_actors(self, keys: Iterable[Key]) -> None:
+        """Drop the actors among ``keys`` that the state machine no longer holds in memory."""
+        state = self.state
+        for key in keys:
+            if key not in self._actor_keys:
+                continue
+            ts = state.tasks.get(key) if state is not None else None
+            if ts is None or ts.state != "memory":
+                self.actors.pop(key, None)
+            if ts is None:
+                self._actor_keys.discard(key)
+
+    def _actor(self, key: Key) -> object:
+        try:
+            return self.actors[key]
+        except KeyError:
+            raise ValueError(f"No actor {key!r} on worker {self.address}: it was released or never made") from None
+
+    async def handle_actor_execute(self, comm: Comm, msg: m.ActorExecute) -> Serialize:
+        """Call a method of an actor held here: ``async def`` ones on the loop, others in the actor thread."""
+        instance = self._actor(msg["key"])
+        method = getattr(instance, msg["function"])
+        args = unwrap(msg["args"])
+        kwargs = unwrap(msg["kwargs"])
+        if inspect.iscoroutinefunction(method):
+            result = await method(*args, **kwargs)
+        else:
+            loop = asyncio.get_running_loop()
+            result = await loop.run_in_executor(
+                self.actor_executor, functools.partial(_run_actor_method, self, method, args, kwargs)
+            )
+        return Serialize(result)
+
+    def handle_actor_attribute(self, comm: Comm, msg: m.ActorAttribute) -> Serialize:
+        """The value of an attribute of an actor held here (read on the loop: a read does not wait)."""
+        return Serialize(getattr(self._actor(msg["key"]), msg["attribute"]))
 
     # -- helpers for user code ----------------------------------------------------------
     def _get_client(self, timeout: float | None = None) -> Client:
@@ -1193,6 +1264,13 @@ class _TaskContext:
     def __exit__(self, *exc: object) -> None:
         for k, v in self.old.items():
             setattr(thread_state, k, v)
+
+
+def _run_actor_method(worker: Worker, method: Any, args: Any, kwargs: Any) -> Any:
+    """Run in the actor thread, which ``get_worker``/``get_client`` and actor proxies recognise."""
+    thread_state.worker = worker
+    thread_state.actor = True
+    return method(*args, **kwargs)
 
 
 def _run_in_thread(

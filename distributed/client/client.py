@@ -64,6 +64,7 @@ from distributed.client.future import Future, FutureState, collect_futures
 from distributed.client.graph_parts import GraphPlan
 from distributed.client.graphs import (
     TaskOptions,
+    actor_keys,
     expr_plan,
     for_compute,
     for_persist,
@@ -665,8 +666,10 @@ class Client(Generic[AsyncT]):
         ``key``, ``workers``, ``resources``, ``retries``, ``priority``,
         ``allow_other_workers`` and ``pure`` work as in dask.distributed.
         ``fifo_timeout`` is accepted as the hint it is there and has no effect
-        (tasks of one call are ordered by submission anyway).  ``actor=True``
-        and ``actors=True`` are refused (``NotImplementedError``).
+        (tasks of one call are ordered by submission anyway).  With
+        ``actor=True`` (or ``actors=True``), ``func`` is usually a class: its
+        instance stays on the worker that made it, and the future's result is
+        an :class:`~distributed.Actor` proxy whose method calls run there.
 
         Examples
         --------
@@ -675,7 +678,6 @@ class Client(Generic[AsyncT]):
         """
         if not callable(func):
             raise TypeError("First input to submit must be a callable function")
-        refuse_unsupported("Client.submit", actor=actor, actors=actors)
         if key is None:
             key = submit_key(func, args, kwargs, pure)
         else:
@@ -689,6 +691,7 @@ class Client(Generic[AsyncT]):
             priorities={key: 0},
             global_annotations=task_annotations(workers, resources, retries, allow_other_workers),
             user_priority=priority,
+            actors=actor or actors,
         )
         return self._send_plan(plan, [key])[0]
 
@@ -717,7 +720,6 @@ class Client(Generic[AsyncT]):
         """
         if not callable(func):
             raise TypeError("First input to map must be a callable function")
-        refuse_unsupported("Client.map", actor=actor, actors=actors)
         if all(isinstance(it, (Future,)) for it in iterables) and iterables:
             raise TypeError("map() needs iterables, not futures")
         seqs = [list(it) for it in iterables]
@@ -733,6 +735,7 @@ class Client(Generic[AsyncT]):
             batch_size=batch_size,
             global_annotations=task_annotations(workers, resources, retries, allow_other_workers),
             user_priority=priority,
+            actors=actor or actors,
         )
         return self._send_plan(plan, keys)
 
@@ -858,11 +861,11 @@ class Client(Generic[AsyncT]):
         set (anything else in it is returned as it is).  With ``sync=True``, the
         results instead: an awaitable of them on an asynchronous client.
         """
-        refuse_unsupported("Client.compute", actors=bool(actors), **{k: True for k in kwargs})
+        refuse_unsupported("Client.compute", **{k: True for k in kwargs})
         graph = for_compute(collections, optimize_graph, traverse)
         futures: list[Future] = []
         if graph.keys is not None:
-            options = TaskOptions(workers, resources, retries, allow_other_workers, priority)
+            options = TaskOptions(workers, resources, retries, allow_other_workers, priority, actor_keys(actors))
             futures = self._submit_expr(graph.expr, graph.keys, options)
         out = graph.place(futures)
         if sync:
@@ -922,11 +925,11 @@ class Client(Generic[AsyncT]):
         Nothing waits: this returns at once on synchronous and asynchronous
         clients alike.
         """
-        refuse_unsupported("Client.persist", actors=bool(actors), **{k: True for k in kwargs})
+        refuse_unsupported("Client.persist", **{k: True for k in kwargs})
         graph = for_persist(collections, optimize_graph)
         if graph.keys is None:
             return graph.place([])
-        options = TaskOptions(workers, resources, retries, allow_other_workers, priority)
+        options = TaskOptions(workers, resources, retries, allow_other_workers, priority, actor_keys(actors))
         return graph.rebuild(self._submit_expr(graph.expr, graph.keys, options))
 
     @overload
@@ -1064,12 +1067,12 @@ class Client(Generic[AsyncT]):
         in the same nesting): an awaitable of it on an asynchronous client.  With
         ``sync=False``, futures of the keys in that shape instead, at once.
         """
-        refuse_unsupported("Client.get", actors=bool(actors), direct=direct is False, **{k: True for k in kwargs})
+        refuse_unsupported("Client.get", direct=direct is False, **{k: True for k in kwargs})
         expr = graph_expr(dsk)
         flat = list(keys_of(keys))
         for k in flat:
             validate_key(k)
-        options = TaskOptions(workers, resources, retries, bool(allow_other_workers), priority)
+        options = TaskOptions(workers, resources, retries, bool(allow_other_workers), priority, actor_keys(actors))
         futures = self._submit_expr(expr, flat, options, cull=is_low_level_expr(expr))
         by_key = dict(zip(flat, futures))
         packed = pack_keys(keys, by_key)

@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict, deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from dask._task_spec import GraphNode
@@ -58,6 +58,8 @@ class GraphPlan:
         Order of each task among the graph's (default: its place in ``order``).
     annotations, global_annotations, user_priority
         Scheduling information, as in ``update-graph``.
+    actors
+        Keys whose tasks make actors (``True``: every wanted key).
     """
 
     def __init__(
@@ -73,8 +75,16 @@ class GraphPlan:
         annotations: Mapping[str, Mapping[Key, Any]] | None = None,
         global_annotations: Mapping[str, Any] | None = None,
         user_priority: int = 0,
+        actors: bool | Collection[Key] = False,
     ) -> None:
         self.client_id = client_id
+        self.actors: frozenset[Key]
+        if actors is True:
+            self.actors = frozenset(keys)
+        elif actors is False:
+            self.actors = frozenset()
+        else:
+            self.actors = frozenset(actors)
         self.node = node
         self.keys = keys
         self.all_wanted = all_wanted
@@ -166,6 +176,7 @@ class GraphPlan:
         priorities = self.priorities
         per_key = self._per_key
         functions = self._functions
+        actors = self.actors
         for j, key in enumerate(chunk, offset):
             node = self.node(key)
             spec = m.TaskSpec(
@@ -176,6 +187,8 @@ class GraphPlan:
             ann = per_key.get(key)
             if ann:
                 spec["annotations"] = ann
+            if actors and key in actors:
+                spec["actor"] = True
             specs[key] = spec
         return specs
 

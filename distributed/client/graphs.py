@@ -31,6 +31,7 @@ import dask.config
 from dask._task_spec import GraphNode, Task, convert_legacy_graph, parse_input
 from dask._task_spec import cull as cull_graph
 from dask.base import collections_to_expr, tokenize
+from dask.core import validate_key
 from dask.utils import funcname
 
 from distributed.client.future import Future
@@ -48,6 +49,7 @@ from distributed.protocol.messages import Key
 __all__ = [
     "CollectionGraph",
     "TaskOptions",
+    "actor_keys",
     "expr_plan",
     "for_compute",
     "for_persist",
@@ -108,10 +110,27 @@ class TaskOptions:
     retries: int | None = None
     allow_other_workers: bool = False
     priority: int = 0
+    #: Keys whose tasks make actors (``True``: every key futures are made for).
+    actors: bool | Collection[Key] = False
 
     def annotations(self) -> dict[str, Any]:
         """The annotations these options give every task (see :func:`task_annotations`)."""
         return task_annotations(self.workers, self.resources, self.retries, self.allow_other_workers)
+
+
+def actor_keys(actors: Any) -> bool | Collection[Key]:
+    """What ``actors=`` of ``compute``/``persist``/``get`` names: every wanted key (``True``), none, or these.
+
+    A list or set gives several keys; anything else is one key.
+    """
+    if actors is None or actors is False:
+        return False
+    if actors is True:
+        return True
+    keys = list(actors) if isinstance(actors, (list, set, frozenset)) else [actors]
+    for k in keys:
+        validate_key(k)
+    return keys
 
 
 def make_task(key: Key, func: Callable[..., Any], args: Iterable[Any], kwargs: Mapping[str, Any]) -> Task:
@@ -160,6 +179,7 @@ def graph_plan(
     annotations: Mapping[str, Mapping[Key, Any]] | None = None,
     global_annotations: Mapping[str, Any] | None = None,
     user_priority: int = 0,
+    actors: bool | Collection[Key] = False,
 ) -> GraphPlan:
     """The plan of a graph of GraphNodes, futures wanted for ``keys``.
 
@@ -178,6 +198,7 @@ def graph_plan(
         annotations=annotations,
         global_annotations=global_annotations,
         user_priority=user_priority,
+        actors=actors,
     )
 
 
@@ -191,6 +212,7 @@ def map_plan(
     batch_size: int | None,
     global_annotations: Mapping[str, Any],
     user_priority: int,
+    actors: bool = False,
 ) -> GraphPlan:
     """The plan of ``map``: one independent task per key, every one wanted.
 
@@ -211,6 +233,7 @@ def map_plan(
         all_wanted=True,
         global_annotations=global_annotations,
         user_priority=user_priority,
+        actors=actors,
     )
 
 
@@ -242,6 +265,7 @@ def expr_plan(client_id: str, expr: Any, keys: list[Key], options: TaskOptions, 
         annotations=annotations,
         global_annotations=options.annotations(),
         user_priority=int(options.priority or 0),
+        actors=options.actors,
     )
 
 

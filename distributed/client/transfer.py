@@ -38,6 +38,7 @@ from typing import Any, Final
 from dask.base import tokenize
 from dask.utils import parse_timedelta, typename
 
+from distributed.actor import Actor
 from distributed.client.future import Future, FutureState, collect_futures
 from distributed.client.link import SchedulerLink, raise_if_malformed
 from distributed.client.registry import FutureRegistry
@@ -127,6 +128,10 @@ class DataTransfer:
                 bad.add(key)
         wanted = [k for k in pending if k not in bad]
         data = await self.fetch(wanted, {k: pending[k] for k in wanted})
+        for value in data.values():
+            if type(value) is Actor:
+                # Calls go through this client, and the actor lives while the proxy does.
+                value.bind(self.registry.client)
         if errors == "skip":
             return substitute(futures, data, skip=bad)
         return substitute(futures, data)

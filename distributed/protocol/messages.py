@@ -179,6 +179,8 @@ class TaskSpec(TypedDict):
     dependencies: Sequence[Key]
     order: int
     annotations: NotRequired[Mapping[str, Any]]
+    #: The task's result is an actor: it stays on its worker, callers get a proxy.
+    actor: NotRequired[bool]
 
 
 # -- client -> scheduler (stream) ------------------------------------------------
@@ -464,6 +466,8 @@ class ComputeTask(TypedDict):
     duration: float
     resources: NotRequired[Mapping[str, float] | None]
     annotations: NotRequired[Mapping[str, Any] | None]
+    #: Keep the result as an actor (in ``Worker.actors``), not as data.
+    actor: NotRequired[bool]
 
 
 class FreeKeys(TypedDict):
@@ -967,3 +971,22 @@ class NannyCloseGracefully(TypedDict):
 
     op: Literal["close_gracefully"]
     reason: NotRequired[str]
+
+
+# -- actors: an actor's proxy (in a client or a task) -> the actor's worker (requests) ---
+class ActorExecute(TypedDict):
+    """Call method ``function`` of the actor ``key`` with ``args``/``kwargs``; the reply is its result."""
+
+    op: Literal["actor_execute"]
+    key: Key
+    function: str
+    args: Payload
+    kwargs: Payload
+
+
+class ActorAttribute(TypedDict):
+    """Read attribute ``attribute`` of the actor ``key``; the reply is its value."""
+
+    op: Literal["actor_attribute"]
+    key: Key
+    attribute: str

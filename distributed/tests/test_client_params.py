@@ -61,15 +61,8 @@ async def test_client_accepts_the_defaults_and_what_is_true_here(s: Scheduler, a
 async def test_work_submission_refusals(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
     x = delayed(inc)(1)
     cases: list[tuple[str, Callable[[], Any]]] = [
-        ("Client.submit(actor=...)", lambda: c.submit(inc, 1, actor=True)),
-        ("Client.submit(actors=...)", lambda: c.submit(inc, 1, actors=True)),
-        ("Client.map(actor=...)", lambda: c.map(inc, [1], actor=True)),
-        ("Client.map(actors=...)", lambda: c.map(inc, [1], actors=True)),
-        ("Client.compute(actors=...)", lambda: c.compute(x, actors=True)),
         ("Client.compute(optimize_kwarg=...)", lambda: c.compute(x, optimize_kwarg=1)),
-        ("Client.persist(actors=...)", lambda: c.persist(x, actors=True)),
         ("Client.persist(optimize_kwarg=...)", lambda: c.persist(x, optimize_kwarg=1)),
-        ("Client.get(actors=...)", lambda: c.get({"a": 1}, "a", actors=True)),
         ("Client.get(direct=...)", lambda: c.get({"a": 1}, "a", direct=False)),
         ("Client.get(optimize_kwarg=...)", lambda: c.get({"a": 1}, "a", optimize_kwarg=1)),
         ("Client.gather(direct=...)", lambda: c.gather([], direct=False)),
