@@ -161,7 +161,7 @@ class Future(TaskRef):
         """Attach to ``client`` (keeping the key wanted while we live)."""
         self._client = client
         if state is None:
-            self._state = client.registry.acquire(self.key)
+            self._state = client.registry.acquire(self.key, inform=inform)
         else:
             self._state = state
             client.registry.hold(self.key)
@@ -171,9 +171,9 @@ class Future(TaskRef):
     def client(self) -> Client:
         """The client this future belongs to."""
         if self._client is None:
-            from distributed.client.client import default_client
-
-            self.bind_client(default_client())
+            # Unpickled where no client was current (e.g. a task's arguments are
+            # loaded on the worker's loop): bind now, to the task's worker client.
+            self.bind_client(get_client_for_future())
         assert self._client is not None
         return self._client
 

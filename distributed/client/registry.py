@@ -63,14 +63,24 @@ class FutureRegistry:
         self._lock = threading.Lock()
 
     # -- what a Future calls --------------------------------------------------------------
-    def acquire(self, key: Key) -> FutureState:
-        """The shared state of ``key``, with one more reference (thread-safe)."""
+    def acquire(self, key: Key, inform: bool = False) -> FutureState:
+        """The shared state of ``key``, with one more reference (thread-safe).
+
+        With ``inform``, a key the client held no future of is announced to the
+        scheduler as wanted (``client-desires-keys``), which answers with its
+        status: a future made from a bare key (unpickled, or ``Future(key,
+        client)``) then learns when it finishes.
+        """
         with self._lock:
             fs = self.states.get(key)
+            new = fs is None
             if fs is None:
                 fs = self.states[key] = FutureState(key)
             self.counts[key] += 1
-            return fs
+        if new and inform:
+            self.outbox.post(m.ClientKeys(op="client-desires-keys", client=self.client.id, keys=[key]))
+            self._wake()
+        return fs
 
     def hold(self, key: Key) -> None:
         """One more reference to ``key``, whose state the caller has."""

@@ -257,7 +257,7 @@ class DataTransfer:
         items, order = scatter_items(data, hash)
         addrs = await self.scatter_targets(workers, timeout)
         who_has, nbytes, types = await self.place(items, addrs, broadcast, workers, timeout)
-        futures = {k: Future(k, self.registry.client) for k in items}
+        futures = {k: Future(k, self.registry.client, inform=False) for k in items}
         for f in futures.values():
             fs = f.state
             if fs.status != "finished":

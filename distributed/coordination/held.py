@@ -43,14 +43,12 @@ def from_item(client: Client, item: m.HeldItem) -> Any:
     """The object ``item`` stands for, on ``client`` (run on its loop).
 
     A key becomes a future of ``client``; the scheduler already counts the
-    client as wanting it, and sends its status once asked again here (after
-    the future's state exists to receive it).
+    client as wanting it, and sends its status when the new future asks for
+    it (after the future's state exists to receive it).
     """
     if "key" in item:
         key = item["key"]
-        future = Future(key, client)
-        client.link.post(m.ClientKeys(op="client-desires-keys", client=client.id, keys=[key]))
-        return future
+        return Future(key, client)  # a new future informs the scheduler, which then sends its status
     return unwrap(item.get("value"))
 
 

@@ -493,3 +493,37 @@ async def test_tokenize_futures_per_object(c: Client[Literal[True]], s: Schedule
     # Graphs that take different futures get different keys.
     assert c.submit(inc, x).key != c.submit(inc, y).key
     await wait([x, y])
+
+
+# -- futures made from a bare key -----------------------------------------------------------------
+@gen_cluster(client=True)
+async def test_future_of_a_key_on_another_client_learns_its_status(
+    c: Client, s: Scheduler, a: Worker, b: Worker
+) -> None:
+    x = c.submit(inc, 41)
+    assert await x == 42
+    async with Client(s.address, asynchronous=True) as c2:
+        y = Future(x.key, c2)
+        # The new client never submitted the key: the future asks the scheduler for it.
+        assert await y.result(timeout=5) == 42
+        assert y.status == "finished"
+
+
+class _Box:
+    """Hides a future from dask's argument traversal, so it travels pickled."""
+
+    def __init__(self, future: Future) -> None:
+        self.future = future
+
+
+def _unbox_plus_one(box: _Box) -> int:
+    return int(box.future.result(timeout=10)) + 1
+
+
+@pytest.mark.timeout(60)
+def test_future_unpickled_in_a_task_on_a_worker_process_binds_the_worker_client() -> None:
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=True, dashboard_address=None) as cluster:
+        with Client(cluster) as c:
+            x = c.submit(inc, 41)
+            assert x.result(timeout=10) == 42
+            assert c.submit(_unbox_plus_one, _Box(x)).result(timeout=30) == 43
