@@ -77,7 +77,7 @@ MAX_COST_MULTIPLIER: Final = 100.0
 #: Levels are the rounded log2 of the cost multiplier: 0 .. log2(MAX_COST_MULTIPLIER).
 N_LEVELS: Final = round(math.log2(MAX_COST_MULTIPLIER)) + 1
 #: Most tasks of one victim looked at per balance (its most recently assigned).
-MAX_SCAN: Final = 1000
+MAX_SCAN: Final = 256
 #: Worker states in which the victim gave the task up.
 GIVEN_UP: Final = frozenset({"waiting", "ready"})
 #: Worker answers meaning the victim does not hold the task at all.

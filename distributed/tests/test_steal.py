@@ -350,6 +350,35 @@ def test_thief_leaves_while_the_steal_travels() -> None:
     cl.validate()
 
 
+def test_victim_gives_up_a_task_still_fetching_its_input() -> None:
+    w = WorkerStateMachine(A, 1, validate=True)
+    ev = ComputeTaskEvent(
+        stimulus_id="compute", key="y", run_id=1, run_spec=None, priority=(0,), who_has={"x": [B]}, nbytes={"x": 8}
+    )
+    [gather] = [i for i in w.handle_stimulus(ev) if isinstance(i, GatherDep)]
+    assert w.tasks["y"].state == "waiting" and w.tasks["x"].state == "flight"
+    [reply] = [
+        i.msg
+        for i in w.handle_stimulus(StealRequestEvent(stimulus_id="steal-1", key="y"))
+        if isinstance(i, SendMessage)
+    ]
+    assert reply == {"op": "steal-response", "key": "y", "state": "waiting", "stimulus_id": "steal-1"}
+    assert "y" not in w.tasks and w.tasks["x"].state == "cancelled"
+    # The input arrives after all: nobody here needs it any more.
+    w.handle_stimulus(
+        GatherDepSuccess(stimulus_id="gathered", worker=B, keys=gather.keys, data={"x": 1}, nbytes={"x": 8})
+    )
+    assert not w.tasks and not w.data
+    # A request for a key the worker does not know is answered too: it holds nothing to give up.
+    [reply] = [
+        i.msg
+        for i in w.handle_stimulus(StealRequestEvent(stimulus_id="steal-2", key="y"))
+        if isinstance(i, SendMessage)
+    ]
+    assert reply["state"] is None
+    w.validate_state()
+
+
 def test_restrictions_are_honoured() -> None:
     # Everything lands on A first; the thieves join afterwards.
     s, streams = scheduler_with((A, 1, {"R": 100.0}))
@@ -424,7 +453,7 @@ async def test_idle_worker_takes_work_from_a_saturated_one(c: Any, s: Scheduler,
     elapsed = time.monotonic() - start
     ran_a, ran_b = a.state.executed_count, b.state.executed_count
     assert ran_a > 0 and ran_b > 0 and ran_a + ran_b == n  # both ran tasks, none ran twice
-    assert stealing(s).count == ran_b
+    assert stealing(s).count >= ran_b  # every task B ran was moved there (some maybe back and forth)
     assert elapsed < 0.8 * n * delay  # serially: 3 s
 
 
