@@ -356,7 +356,7 @@ def test_victim_gives_up_a_task_still_fetching_its_input() -> None:
         stimulus_id="compute", key="y", run_id=1, run_spec=None, priority=(0,), who_has={"x": [B]}, nbytes={"x": 8}
     )
     [gather] = [i for i in w.handle_stimulus(ev) if isinstance(i, GatherDep)]
-    assert w.tasks["y"].state == "waiting" and w.tasks["x"].state == "flight"
+    assert [w.tasks[k].state for k in ("y", "x")] == ["waiting", "flight"]
     [reply] = [
         i.msg
         for i in w.handle_stimulus(StealRequestEvent(stimulus_id="steal-1", key="y"))
