@@ -375,7 +375,7 @@ def test_victim_gives_up_a_task_still_fetching_its_input() -> None:
         for i in w.handle_stimulus(StealRequestEvent(stimulus_id="steal-2", key="y"))
         if isinstance(i, SendMessage)
     ]
-    assert reply["state"] is None
+    assert reply == {"op": "steal-response", "key": "y", "state": None, "stimulus_id": "steal-2"}
     w.validate_state()
 
 
