@@ -59,7 +59,7 @@ from distributed.protocol import messages as m
 from distributed.protocol.messages import Key, Payload
 from distributed.protocol.serialize import as_serialized
 from distributed.scheduler_events import EventLog
-from distributed.scheduler_extensions import ExtensionFactory, make_extensions
+from distributed.scheduler_extensions import ExtensionFactory, make_extensions, start_extensions
 from distributed.scheduler_requests import ClusterRequests
 from distributed.scheduler_state import (
     ALL_TASK_STATES,
@@ -107,11 +107,13 @@ class Out:
     It also carries what the transitions a stimulus asks for need to know
     from it: ``finished`` (the report of the task going from processing to
     memory), ``scattered`` (where scattered data landed, for released ->
-    memory) and ``opened`` (workers whose threads may have freed up: queued
-    tasks go there once the recommendations settle).
+    memory), ``opened`` (workers whose threads may have freed up: queued
+    tasks go there once the recommendations settle) and ``placements``
+    (workers chosen in advance for tasks about to go to processing: a stolen
+    task's thief, checked against its restrictions by whoever chose it).
     """
 
-    __slots__ = ("recs", "workers", "clients", "free", "opened", "target", "finished", "scattered")
+    __slots__ = ("recs", "workers", "clients", "free", "opened", "target", "finished", "scattered", "placements")
 
     def __init__(self) -> None:
         self.recs: dict[TaskState, TaskStateName] = {}
@@ -123,6 +125,7 @@ class Out:
         self.target: WorkerState | None = None
         self.finished: m.TaskFinished | None = None
         self.scattered: tuple[list[WorkerState], int, str | None] | None = None
+        self.placements: dict[TaskState, WorkerState] | None = None
 
 
 class Scheduler(Server):
@@ -339,6 +342,7 @@ class Scheduler(Server):
         await self.listen(addr)
         if self._contact_address:
             self._address = self._contact_address
+        start_extensions(self)
         for plugin in self._initial_plugins:
             await self.add_plugin(plugin)
         if self.worker_ttl:
@@ -661,6 +665,12 @@ class Scheduler(Server):
             self.unrunnable.discard(ts)
         elif start == "queued":
             self.n_queued -= 1
+        placements = out.placements
+        if placements is not None:
+            ws = placements.pop(ts, None)
+            if ws is not None and ws.status == "running" and self.workers.get(ws.address) is ws:
+                self._add_to_processing(ts, ws, out)
+                return
         if self._is_queueable(ts):
             ws = self._worker_with_room(ts.prefix.duration_average)
             if ws is None:
@@ -833,6 +843,10 @@ class Scheduler(Server):
             if cost < best_cost:
                 best, best_cost = ws, cost
         return best
+
+    def valid_workers(self, ts: TaskState) -> set[WorkerState] | None:
+        """Workers allowed to run ``ts`` now (restrictions, free resources), or None for all of them."""
+        return self._valid_workers(ts)
 
     def _valid_workers(self, ts: TaskState) -> set[WorkerState] | None:
         """Workers allowed to run ``ts``, or None for all of them."""

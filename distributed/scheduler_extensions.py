@@ -11,13 +11,18 @@ registers them right after making the extension, before it listens, so no
 handler is ever patched in later; an op that is already taken is an error, and
 ops listed in ``distributed.scheduler.blocked-handlers`` stay blocked.
 
-Without ``extensions=``, a scheduler gets :data:`DEFAULT_EXTENSIONS`.
+Without ``extensions=``, a scheduler gets :data:`DEFAULT_EXTENSIONS`, less
+``"stealing"`` when ``distributed.scheduler.work-stealing`` is off (as in
+dask.distributed).  An extension with an ``on_start()`` method has it called
+once the scheduler listens, to start periodic work on the scheduler's loop.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import dask.config
 
 from distributed.coordination.event_extension import EventExtension
 from distributed.coordination.lock_extension import LockExtension
@@ -27,11 +32,20 @@ from distributed.coordination.queue_extension import QueueExtension
 from distributed.coordination.semaphore_extension import SemaphoreExtension
 from distributed.coordination.variable_extension import VariableExtension
 from distributed.core import Route, StreamRoute
+from distributed.stealing import WorkStealing
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
 
-__all__ = ["DEFAULT_EXTENSIONS", "ExtensionFactory", "HasRoutes", "HasStreamRoutes", "make_extensions"]
+__all__ = [
+    "DEFAULT_EXTENSIONS",
+    "ExtensionFactory",
+    "HasRoutes",
+    "HasStart",
+    "HasStreamRoutes",
+    "make_extensions",
+    "start_extensions",
+]
 
 #: Makes an extension given the scheduler (usually the extension's class).
 ExtensionFactory = Callable[["Scheduler"], Any]
@@ -45,6 +59,7 @@ DEFAULT_EXTENSIONS: Mapping[str, ExtensionFactory] = {
     "semaphores": SemaphoreExtension,
     "multi_locks": MultiLockExtension,
     "publish": PublishExtension,
+    "stealing": WorkStealing,
 }
 
 
@@ -64,6 +79,14 @@ class HasStreamRoutes(Protocol):
         """Stream routes by op name."""
 
 
+@runtime_checkable
+class HasStart(Protocol):
+    """An extension with work of its own to start once the scheduler runs."""
+
+    def on_start(self) -> None:
+        """Called once the scheduler listens, on its event loop."""
+
+
 def make_extensions(
     scheduler: Scheduler, extensions: Mapping[str, ExtensionFactory] | None, blocked: list[str]
 ) -> None:
@@ -81,6 +104,8 @@ def make_extensions(
     """
     if extensions is None:
         extensions = DEFAULT_EXTENSIONS
+        if not dask.config.get("distributed.scheduler.work-stealing"):
+            extensions = {k: v for k, v in extensions.items() if k != "stealing"}
     if not isinstance(extensions, Mapping):
         raise TypeError(
             f"Scheduler(extensions=...) takes a mapping of names to extension classes, got {type(extensions).__name__}"
@@ -94,6 +119,13 @@ def make_extensions(
             _register(scheduler.handlers, ext.routes(), name, blocked)
         if isinstance(ext, HasStreamRoutes):
             _register(scheduler.stream_handlers, ext.stream_routes(), name, blocked)
+
+
+def start_extensions(scheduler: Scheduler) -> None:
+    """Call ``on_start()`` of each extension that has one."""
+    for ext in scheduler.extensions.values():
+        if isinstance(ext, HasStart):
+            ext.on_start()
 
 
 def _register(table: dict[str, Any], routes: Mapping[str, Any], ext_name: str, blocked: list[str]) -> None:

@@ -220,6 +220,10 @@ class SchedulerStreams:
         finally:
             self._current_worker = None
 
+    def sender(self) -> str:
+        """The address of the worker whose stream message is being handled (for extensions' stream handlers)."""
+        return self._sender()
+
     def _sender(self) -> str:
         ws = self._current_worker
         if ws is None:

@@ -65,6 +65,7 @@ from distributed.worker_state import (
     SecedeEvent,
     SendMessage,
     StateMachineEvent,
+    StealRequestEvent,
     TaskStateName,
     UpdateDataEvent,
     WorkerStateMachine,
@@ -313,6 +314,7 @@ class Worker(Server):
             "close-worker": StreamRoute(m.CloseWorker, self._stream_close_worker),
             # From the scheduler (replicate, rebalance): on the stream, so it comes after any free-keys sent before.
             "acquire-replicas": StreamRoute(m.AcquireReplicas, self._stream_acquire_replicas),
+            "steal-request": StreamRoute(m.StealRequest, self._stream_steal_request),
         }
         super().__init__(handlers, stream_handlers)
 
@@ -817,6 +819,9 @@ class Worker(Server):
         )
         if self._actor_keys:
             self._prune_actors(msg["keys"])
+
+    def _stream_steal_request(self, msg: m.StealRequest) -> None:
+        self.handle_stimulus(StealRequestEvent(stimulus_id=msg["stimulus_id"], key=msg["key"]))
 
     def _stream_close_worker(self, msg: m.CloseWorker) -> None:
         logger.info("Scheduler asked worker %s to close: %s", self.address, msg.get("reason", ""))

@@ -59,6 +59,7 @@ __all__ = [
     "SecedeEvent",
     "SendMessage",
     "StateMachineEvent",
+    "StealRequestEvent",
     "TaskStateName",
     "UpdateDataEvent",
     "WorkerStateMachine",
@@ -262,6 +263,13 @@ class AcquireReplicasEvent(StateMachineEvent):
 
     who_has: Mapping[Key, Iterable[str]]
     nbytes: Mapping[Key, int]
+
+
+@dataclass(frozen=True)
+class StealRequestEvent(StateMachineEvent):
+    """The scheduler wants to run ``key`` elsewhere (work stealing), if it has not started here."""
+
+    key: Key
 
 
 @dataclass(frozen=True)
@@ -802,6 +810,23 @@ class WorkerStateMachine:
             return
         self._transition(ts, "long-running", ev.stimulus_id, instructions)
 
+    def _handle_steal_request(self, ev: StealRequestEvent, instructions: list[Instruction]) -> None:
+        # A task that has not started (waiting for its inputs, or ready) is
+        # given up and forgotten; one that runs, ran or is arriving stays.
+        # Either way the scheduler hears which state it was in, after any
+        # task-finished sent before: it moves the task only on a give-up.
+        ts = self.tasks.get(ev.key)
+        state: TaskStateName | None = None if ts is None else ts.state
+        if ts is not None and (state == "waiting" or state == "ready"):
+            for dep in list(ts.dependents):
+                dep.dependencies.discard(ts)
+                dep.waiting_for_data.discard(ts)
+            ts.dependents.clear()
+            self._transition(ts, "forgotten", ev.stimulus_id, instructions)
+        instructions.append(
+            SendMessage(m.StealResponse(op="steal-response", key=ev.key, state=state, stimulus_id=ev.stimulus_id))
+        )
+
     def _handle_free_keys(self, ev: FreeKeysEvent, instructions: list[Instruction]) -> None:
         for key in ev.keys:
             ts = self.tasks.get(key)
@@ -1054,4 +1079,5 @@ _HANDLERS: dict[type, Any] = {
     GatherDepFailure: WorkerStateMachine._handle_gather_failure,
     UpdateDataEvent: WorkerStateMachine._handle_update_data,
     AcquireReplicasEvent: WorkerStateMachine._handle_acquire_replicas,
+    StealRequestEvent: WorkerStateMachine._handle_steal_request,
 }

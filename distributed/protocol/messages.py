@@ -448,9 +448,30 @@ class KeepAlive(TypedDict):
     op: Literal["keep-alive"]
 
 
+class StealResponse(TypedDict):
+    """The worker's answer to ``steal-request``: the state ``key`` was in when it arrived.
+
+    In state ``waiting`` or ``ready`` (not started) the worker dropped the
+    task, so the scheduler runs it elsewhere; in any other state the worker
+    keeps it.  ``state`` is None for a key the worker does not know.
+    """
+
+    op: Literal["steal-response"]
+    key: Key
+    state: str | None
+    stimulus_id: str
+
+
 #: What a worker's state machine sends the scheduler on its stream.
 WorkerStreamMessage = (
-    TaskFinished | WorkerTaskErred | AddKeys | ReleaseWorkerData | MissingData | Reschedule | LongRunning
+    TaskFinished
+    | WorkerTaskErred
+    | AddKeys
+    | ReleaseWorkerData
+    | MissingData
+    | Reschedule
+    | LongRunning
+    | StealResponse
 )
 
 
@@ -494,8 +515,16 @@ class AcquireReplicas(TypedDict):
     nbytes: Mapping[Key, int]
 
 
+class StealRequest(TypedDict):
+    """Give ``key`` up unless it started (work stealing); answered by ``steal-response``."""
+
+    op: Literal["steal-request"]
+    key: Key
+    stimulus_id: str
+
+
 #: Every message the scheduler sends on a worker's stream.
-SchedulerToWorker = ComputeTask | FreeKeys | CloseWorker | AcquireReplicas
+SchedulerToWorker = ComputeTask | FreeKeys | CloseWorker | AcquireReplicas | StealRequest
 
 
 # -- worker requests (from peers, clients, the scheduler) -----------------------
