@@ -54,7 +54,7 @@ from distributed.batched import BatchedSend
 from distributed.comm import CommClosedError, validate_address
 from distributed.core import Route, Server
 from distributed.diagnostics.plugin import SchedulerPlugin
-from distributed.exceptions import KilledWorker, LostDataError
+from distributed.exceptions import KilledWorker, LostDataError, NoValidWorkerError
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key, Payload
 from distributed.protocol.serialize import as_serialized
@@ -1425,6 +1425,40 @@ class Scheduler(Server):
         if self.plugins:
             self.call_plugins("remove_worker", self, address, stimulus_id=stimulus_id)
         return out
+
+    def reopen_worker_state(self, address: str, *, stimulus_id: str) -> Out:
+        """A worker that was to retire stays: it takes tasks again (queued ones and those waiting for it)."""
+        out = Out()
+        ws = self.workers.get(address)
+        if ws is None or ws.status == "running":
+            return out
+        ws.status = "running"
+        out.opened.append(ws)
+        recs: dict[TaskState, TaskStateName] = {ts: "processing" for ts in self.unrunnable if self._can_run_on(ts, ws)}
+        return self.transitions(recs, stimulus_id, out)
+
+    def fail_tasks_restricted_to(self, gone: Mapping[str, Any], *, stimulus_id: str, reason: str) -> Out:
+        """Err the tasks that may run only on workers that left for good.
+
+        ``gone`` maps the departed workers' addresses to their names.  A task
+        without ``allow_other_workers`` whose worker restrictions name one of
+        them, and which no worker left can run, errs with
+        :class:`~distributed.exceptions.NoValidWorkerError` instead of waiting
+        for a worker that will not come back.
+        """
+        out = Out()
+        idents = set(gone) | {str(n) for n in gone.values()}
+        recs: dict[TaskState, TaskStateName] = {}
+        for ts in list(self.unrunnable):
+            restrictions = ts.worker_restrictions
+            if ts.loose_restrictions or not restrictions:
+                continue
+            if not any(str(w) in idents for w in restrictions) or self._valid_workers(ts):
+                continue
+            exc = NoValidWorkerError(ts.key, sorted(str(w) for w in restrictions), reason)
+            self._set_error(ts, as_serialized(exc), None, str(exc))
+            recs[ts] = "erred"
+        return self.transitions(recs, stimulus_id, out)
 
     def client_releases_keys(self, client: str, keys: Iterable[Key], stimulus_id: str) -> Out:
         """A client no longer wants ``keys``."""

@@ -1,0 +1,337 @@
+"""Leaving gracefully: workers retired, scaled down or SIGTERMed hand their only copies over first.
+
+In-process tests drive the scheduler's ``retire_workers``; the others use real
+worker processes (``LocalCluster(processes=True)`` with nannies, and the
+``dask worker`` command line, signalled by PID).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import operator
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+import dask
+import dask.array as da
+import psutil
+import pytest
+
+from distributed import Client, LocalCluster, Scheduler, Worker, wait
+from distributed.exceptions import NoValidWorkerError
+from distributed.protocol.messages import Key
+from distributed.tests.test_cli import WORKER, Proc, poll_with_proc, procs, start_scheduler
+from distributed.utils_test import async_poll_for, gen_cluster, inc, poll_for, slowinc
+
+__all__ = ["procs"]  # the fixture, imported for the command-line tests
+
+
+#: Holds a task on its worker thread (workers here run in this process).
+_GATE = threading.Event()
+
+
+def _wait_gate() -> bool:
+    return _GATE.wait(10)
+
+
+def _only_on(s: Scheduler, key: str, address: str) -> bool:
+    return {ws.address for ws in s.tasks[key].who_has} == {address}
+
+
+# -- Client.retire_workers, in process ---------------------------------------------------
+@gen_cluster(client=True)
+async def test_retire_hands_off_scattered_and_computed(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
+) -> None:
+    [x] = await c.scatter([123], workers=[a.address])
+    y = c.submit(inc, 1, key="y", workers=[a.address])
+    arr = da.arange(40, chunks=10) + 1
+    z = c.compute(arr.sum(), workers=[a.address])
+    await y
+    await z
+    assert _only_on(s, x.key, a.address) and _only_on(s, "y", a.address)
+    retired = await c.retire_workers([a.address])
+    assert list(retired) == [a.address]
+    assert a.address not in s.workers
+    # Moved, not recomputed: b fetched them (scattered data cannot be recomputed at all).
+    assert _only_on(s, x.key, b.address) and _only_on(s, "y", b.address)
+    assert "executing" not in _states(b, "y")
+    assert await x == 123
+    assert await y == 2
+    assert await z == sum(range(1, 41))
+    assert await c.submit(inc, x) == 124
+    await async_poll_for(lambda: a.status.name == "closed", 10)
+
+
+@gen_cluster(client=True)
+async def test_retire_without_closing_keeps_the_worker_up(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
+) -> None:
+    [x] = await c.scatter([1], workers=[a.address])
+    retired = await c.retire_workers([a.address], close_workers=False)
+    assert list(retired) == [a.address]
+    assert a.address not in s.workers
+    assert _only_on(s, x.key, b.address)
+    assert a.status.name == "running"
+    assert await x == 1
+
+
+@gen_cluster(client=True)
+async def test_retire_remove_false_keeps_the_worker_known_but_idle(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
+) -> None:
+    [x] = await c.scatter([1], workers=[a.address])
+    retired = await c.retire_workers([a.address], close_workers=False, remove=False)
+    assert list(retired) == [a.address]
+    assert s.workers[a.address].status == "closing_gracefully"
+    assert b.address in {ws.address for ws in s.tasks[x.key].who_has}
+    # It takes no new tasks.
+    futures = c.map(inc, range(20))
+    await c.gather(futures)
+    assert all(s.tasks[f.key].who_has == {s.workers[b.address]} for f in futures)
+
+
+@gen_cluster(client=True)
+async def test_retire_by_name_and_by_count(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
+    [x] = await c.scatter([1], workers=[a.address])
+    retired = await c.retire_workers(names=[a.name], close_workers=False)
+    assert list(retired) == [a.address]
+    assert _only_on(s, x.key, b.address)
+    with pytest.raises(TypeError, match="workers= or names="):
+        await c.retire_workers([b.address], names=[b.name])
+    with pytest.raises(TypeError, match="n"):
+        await c.retire_workers([b.address], n=1)
+    with pytest.raises(NotImplementedError, match="key"):
+        await c.retire_workers(key=lambda ws: ws.host)
+    with pytest.raises(NotImplementedError, match="attribute"):
+        await c.retire_workers(attribute="name")
+    with pytest.raises(TypeError, match="bogus"):
+        await c.retire_workers(bogus=1)
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 3)
+async def test_retire_n_and_minimum(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker, w3: Worker) -> None:
+    data = await c.scatter(list(range(6)), broadcast=False)
+    # n=2 but minimum=2 of 3: only one goes.
+    retired = await c.retire_workers(n=2, minimum=2, close_workers=False)
+    assert len(retired) == 1
+    assert len(s.workers) == 2
+    assert await c.gather(data) == list(range(6))
+    # target=1: down to one worker, every value still there.
+    retired = await c.retire_workers(target=1, close_workers=False)
+    assert len(retired) == 1
+    assert len(s.workers) == 1
+    assert await c.gather(data) == list(range(6))
+    with pytest.raises(ValueError, match="n=-1"):
+        await c.retire_workers(n=-1)
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 2)
+async def test_retire_default_keeps_enough_memory(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
+    # No arguments: idle workers go while the rest keep twice the memory the data needs.
+    await c.scatter(list(range(4)))
+    retired = await c.retire_workers(close_workers=False)
+    assert len(retired) == 1
+    assert len(s.workers) == 1
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)])
+async def test_retire_the_last_worker_is_refused_and_it_stays(
+    c: Client[Literal[True]], s: Scheduler, a: Worker
+) -> None:
+    [x] = await c.scatter([42])
+    retired = await c.retire_workers([a.address])
+    assert retired == {}
+    assert s.workers[a.address].status == "running"
+    assert a.status.name == "running"
+    assert await x == 42
+    # It takes tasks again.
+    assert await c.submit(inc, 1) == 2
+
+
+@gen_cluster(client=True)
+async def test_retire_all_workers_keeps_those_holding_only_copies(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
+) -> None:
+    [x] = await c.scatter([1], workers=[a.address])
+    retired = await c.retire_workers([a.address, b.address])
+    # b holds nothing only it has: it goes; a has nowhere to put x: it stays.
+    assert list(retired) == [b.address]
+    assert list(s.workers) == [a.address]
+    assert await x == 1
+
+
+@gen_cluster(client=True)
+async def test_retire_with_no_data_is_immediate(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
+    retired = await c.retire_workers([b.address])
+    assert list(retired) == [b.address]
+    assert await c.submit(inc, 1) == 2
+
+
+@gen_cluster(client=True)
+async def test_tasks_restricted_to_the_retired_worker_err(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
+) -> None:
+    # One task runs on a (restricted to it), another waits behind it for a thread.
+    _GATE.clear()
+    running = c.submit(_wait_gate, key="running", workers=[a.address], allow_other_workers=False)
+    strict = c.submit(inc, 1, key="strict", workers=[a.address], allow_other_workers=False)
+    loose = c.submit(inc, 2, key="loose", workers=[a.address], allow_other_workers=True)
+    await async_poll_for(lambda: "running" in s.tasks and s.tasks["running"].state == "processing", 10)
+    await c.retire_workers([a.address])
+    _GATE.set()
+    for fut in (running, strict):
+        with pytest.raises(NoValidWorkerError, match=a.address.replace(".", r"\.")):
+            await asyncio.wait_for(fut, 10)
+    assert await asyncio.wait_for(loose, 10) == 3
+    # The cluster keeps computing.
+    assert await c.submit(inc, 10) == 11
+
+
+@gen_cluster(client=True)
+async def test_retire_while_computing_loses_nothing(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
+) -> None:
+    [x] = await c.scatter([5], workers=[a.address])
+    futures = c.map(slowinc, range(40), delay=0.01)
+    total = c.submit(sum, futures)
+    await async_poll_for(lambda: any(f.key in s.tasks and s.tasks[f.key].state == "memory" for f in futures), 10)
+    await c.retire_workers([a.address])
+    assert await asyncio.wait_for(total, 20) == sum(range(1, 41))
+    assert await x == 5
+
+
+# -- LocalCluster.scale down ----------------------------------------------------------
+@pytest.mark.parametrize("processes", [False, True])
+@pytest.mark.timeout(120)
+def test_scale_down_keeps_data(processes: bool) -> None:
+    with (
+        dask.config.set({"distributed.scheduler.work-stealing": False}),
+        LocalCluster(
+            n_workers=3, threads_per_worker=1, processes=processes, dashboard_address=None, memory_limit=0
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        client.wait_for_workers(3, timeout=60)
+        info = client.scheduler_info()["workers"]
+        by_name = {w["name"]: addr for addr, w in info.items()}
+        pids = {w["name"]: w["pid"] for w in info.values()}
+        leaving = [by_name[1], by_name[2]]
+        scattered = client.scatter(list(range(10)), workers=leaving)
+        computed = client.map(inc, range(10), workers=leaving, pure=False)
+        arr = client.compute((da.ones(100, chunks=10) * 2).sum(), workers=leaving)
+        wait(scattered + computed + [arr])
+        who = client.who_has(scattered + computed)
+        assert all(set(v) <= set(leaving) for v in who.values())
+
+        cluster.scale(1)
+        poll_for(lambda: len(client.scheduler_info()["workers"]) == 1, 60)
+        assert list(cluster.workers) == [0]
+        assert client.gather(scattered) == list(range(10))
+        assert client.gather(computed) == list(range(1, 11))
+        assert arr.result() == 200
+        # The data moved to the remaining worker rather than being recomputed there.
+        assert all(list(v) == [by_name[0]] for v in client.who_has(scattered + computed).values())
+        keys = [f.key for f in computed]
+        ran = client.run(lambda dask_worker: [k for k in keys if "executing" in _states(dask_worker, k)])
+        assert ran == {by_name[0]: []}
+        if processes:
+            # The removed worker processes are gone, and their nannies did not start them again.
+            poll_for(lambda: not any(psutil.pid_exists(pids[n]) for n in (1, 2)), 30)
+            assert [w["pid"] for w in client.scheduler_info()["workers"].values()] == [pids[0]]
+            assert len(psutil.Process().children()) == 1 + _resource_tracker()
+        assert client.submit(operator.add, 1, 2).result(timeout=30) == 3
+
+
+def _states(worker: Worker, key: Key) -> list[str]:
+    """The states ``key`` went through on ``worker``."""
+    assert worker.state is not None
+    return [str(e[2]) for e in worker.state.story(key)]
+
+
+def _resource_tracker() -> int:
+    """Children of this process that are multiprocessing's helpers, not workers."""
+    return sum("resource_tracker" in " ".join(p.cmdline()) for p in psutil.Process().children())
+
+
+@pytest.mark.timeout(60)
+def test_scale_from_a_client_asynchronously() -> None:
+    async def main() -> None:
+        async with (
+            LocalCluster(n_workers=2, processes=False, dashboard_address=None, asynchronous=True) as cluster,
+            Client(cluster, asynchronous=True) as client,
+        ):
+            await client.wait_for_workers(2)
+            workers = (await client.scheduler_info())["workers"]
+            last = next(a for a, w in workers.items() if w["name"] == 1)
+            [x] = await client.scatter([7], workers=[last])
+            assert client.cluster is cluster
+            await client.cluster.scale(1)
+            assert last not in (await client.scheduler_info())["workers"]
+            assert list(cluster.workers) == [0]
+            assert await x == 7
+            assert await client.submit(inc, x) == 8
+
+    asyncio.run(main())
+
+
+# -- SIGTERM / SIGINT of dask worker ----------------------------------------------------
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "nanny,sig",
+    [(True, signal.SIGTERM), (False, signal.SIGTERM), (True, signal.SIGINT), (False, signal.SIGINT)],
+)
+def test_signal_retires_dask_worker(
+    procs: Callable[..., Proc], tmp_path: Path, nanny: bool, sig: signal.Signals
+) -> None:
+    sched, address, _ = start_scheduler(procs, tmp_path)
+    flags = ["--nthreads", "1"] + ([] if nanny else ["--no-nanny"])
+    leaving = procs([*WORKER, address, *flags, "--name", "leaving"], name="leaving")
+    staying = procs([*WORKER, address, *flags, "--name", "staying"], name="staying")
+    with Client(address, timeout=30) as client:
+
+        def names() -> dict[Any, str]:
+            return {w["name"]: a for a, w in client.scheduler_info()["workers"].items()}
+
+        poll_with_proc(lambda: len(names()) == 2, 60, "two workers", leaving)
+        addr = names()["leaving"]
+        pid = next(w["pid"] for w in client.scheduler_info()["workers"].values() if w["name"] == "leaving")
+        [x] = client.scatter([b"scattered" * 100], workers=[addr])
+        y = client.submit(inc, 41, key="computed-y", workers=[addr])
+        assert y.result(timeout=30) == 42
+        assert all(list(v) == [addr] for v in client.who_has([x, y]).values())
+        assert leaving.signal_and_wait(sig, timeout=30) == 0, leaving.stderr()
+        assert "Traceback" not in leaving.stderr()
+        poll_for(lambda: list(names()) == [names().get("staying")], 30)
+        assert x.result(timeout=10) == b"scattered" * 100
+        assert y.result(timeout=10) == 42
+        other = names()["staying"]
+        assert all(list(v) == [other] for v in client.who_has([x, y]).values())
+        # Moved, not recomputed: the staying worker never ran y.
+        story = client.run(lambda dask_worker: [e[2] for e in dask_worker.state.story("computed-y")], workers=[other])
+        assert "executing" not in story[other]
+        poll_for(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, 10)
+    assert staying.signal_and_wait(signal.SIGTERM, timeout=30) == 0, staying.stderr()
+    assert sched.signal_and_wait(signal.SIGTERM) == 0, sched.stderr()
+
+
+@pytest.mark.timeout(120)
+def test_sigterm_of_the_last_worker_still_exits(procs: Callable[..., Proc], tmp_path: Path) -> None:
+    # No other worker to take its data: it exits anyway, within the bound.
+    sched, address, _ = start_scheduler(procs, tmp_path)
+    worker = procs([*WORKER, address, "--nthreads", "1"], name="worker")
+    with Client(address, timeout=30) as client:
+        poll_with_proc(lambda: len(client.scheduler_info()["workers"]) == 1, 60, "the worker", worker)
+        client.scatter([1])
+        assert worker.signal_and_wait(signal.SIGTERM, timeout=30) == 0, worker.stderr()
+    assert sched.signal_and_wait(signal.SIGTERM) == 0, sched.stderr()
+
+
+if sys.platform == "win32":  # pragma: no cover
+    pytestmark = pytest.mark.skip("POSIX signals")
+_ = os
