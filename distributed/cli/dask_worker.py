@@ -7,8 +7,10 @@ process, which starts it again when it dies; with ``--no-nanny`` they all run
 
 The scheduler address comes from the ``SCHEDULER`` argument or from
 ``--scheduler-file`` (waited for while it does not exist yet, up to
-``--death-timeout`` or the connect timeout). SIGINT or SIGTERM closes the
-workers and exits 0. When the scheduler goes away the workers close themselves
+``--death-timeout`` or the connect timeout). SIGINT or SIGTERM first has the
+scheduler retire the workers (the data only they hold moves to other workers,
+within ``distributed.comm.timeouts.tcp``; a second signal exits at once), then
+closes them and exits 0. When the scheduler goes away the workers close themselves
 and the process exits 0 too. Failing to start exits 1.
 """
 
@@ -373,6 +375,7 @@ async def _run(
 
     await run_unless_signalled(all_finished(), shutdown)
     if shutdown.received is not None:
+        await _retire(workers, address)
         logger.info("Closing %d worker(s)", len(workers))
     else:
         logger.info("The worker(s) closed themselves (the scheduler went away or asked them to)")
@@ -380,6 +383,40 @@ async def _run(
     shutdown.uninstall()
     logger.info("End worker")
     return 0
+
+
+async def _retire(workers: list[Worker | Nanny], scheduler: str) -> None:
+    """Have the scheduler retire these workers: the data only they hold moves to other workers first.
+
+    Bounded by ``distributed.comm.timeouts.tcp``; a second signal exits at
+    once.  Workers the scheduler keeps (no other worker can take their only
+    copies) are closed anyway, as are all of them when the scheduler cannot
+    be reached.
+    """
+    from distributed.comm import CommClosedError
+    from distributed.nanny import Nanny
+    from distributed.protocol import messages as m
+
+    addrs = [a for a in (w.worker_address if isinstance(w, Nanny) else w.address for w in workers) if a]
+    if not addrs:
+        return
+    timeout = float(parse_timedelta(dask.config.get("distributed.comm.timeouts.tcp")) or 30)
+    logger.info("Retiring %d worker(s): handing the data only they hold to other workers", len(addrs))
+    request = m.RetireWorkers(op="retire_workers", workers=addrs, close_workers=False, remove=True)
+    try:
+        retired = await asyncio.wait_for(workers[0].rpc.call(scheduler, request), timeout)
+    except (OSError, CommClosedError, TimeoutError) as e:
+        logger.warning("Could not retire the worker(s) gracefully (%s); closing them", e or type(e).__name__)
+        return
+    except Exception as e:
+        logger.warning("The scheduler refused to retire the worker(s) (%s); closing them", e)
+        return
+    kept = [a for a in addrs if a not in retired]
+    if kept:
+        logger.warning(
+            "No other worker could take the data only %s hold(s); closing anyway: the scheduler recomputes what it can",
+            kept,
+        )
 
 
 async def _close_all(workers: list[Worker | Nanny]) -> None:

@@ -307,7 +307,7 @@ def test_signal_retires_dask_worker(
         assert all(list(v) == [addr] for v in client.who_has([x, y]).values())
         assert leaving.signal_and_wait(sig, timeout=30) == 0, leaving.stderr()
         assert "Traceback" not in leaving.stderr()
-        poll_for(lambda: list(names()) == [names().get("staying")], 30)
+        poll_for(lambda: list(names()) == ["staying"], 30)
         assert x.result(timeout=10) == b"scattered" * 100
         assert y.result(timeout=10) == 42
         other = names()["staying"]
