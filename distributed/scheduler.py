@@ -1441,15 +1441,16 @@ class Scheduler(Server):
         """Err the tasks that may run only on workers that left for good.
 
         ``gone`` maps the departed workers' addresses to their names.  A task
-        without ``allow_other_workers`` whose worker restrictions name one of
-        them, and which no worker left can run, errs with
+        waiting or unrunnable, without ``allow_other_workers``, whose worker
+        restrictions name one of them, and which no worker left can run, errs with
         :class:`~distributed.exceptions.NoValidWorkerError` instead of waiting
         for a worker that will not come back.
         """
         out = Out()
         idents = set(gone) | {str(n) for n in gone.values()}
         recs: dict[TaskState, TaskStateName] = {}
-        for ts in list(self.unrunnable):
+        # Rare (a retirement), so a pass over the tasks is fine: waiting ones would end up unrunnable too.
+        for ts in [t for t in self.tasks.values() if t.state in ("no-worker", "waiting")]:
             restrictions = ts.worker_restrictions
             if ts.loose_restrictions or not restrictions:
                 continue

@@ -194,6 +194,24 @@ async def test_tasks_restricted_to_the_retired_worker_err(
 
 
 @gen_cluster(client=True)
+async def test_close_gracefully_tells_tasks_waiting_for_it(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
+) -> None:
+    _GATE.clear()
+    gate = c.submit(_wait_gate, key="gate", workers=[b.address])
+    strict = c.submit(inc, gate, key="after-gate", workers=[a.address], allow_other_workers=False)
+    [x] = await c.scatter([3], workers=[a.address])
+    await async_poll_for(lambda: "after-gate" in s.tasks and s.tasks["after-gate"].state == "waiting", 10)
+    await a.close_gracefully()
+    _GATE.set()
+    with pytest.raises(NoValidWorkerError, match="no such worker is left"):
+        await asyncio.wait_for(strict, 10)
+    assert await gate is True
+    assert await x == 3
+    assert _only_on(s, x.key, b.address)
+
+
+@gen_cluster(client=True)
 async def test_retire_while_computing_loses_nothing(
     c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
 ) -> None:
