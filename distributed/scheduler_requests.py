@@ -137,8 +137,8 @@ class ClusterRequests:
         Each key held only by retiring workers is copied to the running worker
         holding the fewest bytes; a worker whose only copies cannot go anywhere
         (no other worker, or every other one paused or retiring, or the copies
-        did not land) is not retired: it takes tasks again and is left out of
-        the result, as in dask.  The others are then forgotten (``remove``;
+        did not land) is not retired: it goes back to what it was (running, or
+        paused) and is left out of the result, as in dask.  The others are then forgotten (``remove``;
         what they were running runs elsewhere, tasks that may run only on them
         err with :class:`~distributed.exceptions.NoValidWorkerError`) and, with
         ``close_workers``, told to close.
@@ -169,24 +169,33 @@ class ClusterRequests:
                 memory_ratio=_opt_float(selection.get("memory_ratio")),
             )
         # A worker already retiring (another call) is that call's to finish.
-        targets = [ws for ws in dict.fromkeys(targets) if ws.status == "running"]
+        before = {ws: ws.status for ws in dict.fromkeys(targets) if ws.status in ("running", "paused")}
+        targets = list(before)
         if not targets:
             return {}
         stimulus_id = msg.get("stimulus_id") or f"retire-workers-{time.time()}"
         for ws in targets:
             ws.status = "closing_gracefully"
+
+        def stay(ws: WorkerState) -> None:
+            # Back as it was: a paused worker stays paused until it reports it resumed.
+            if before[ws] == "paused":
+                ws.status = "paused"
+            else:
+                s.send_all(s.reopen_worker_state(ws.address, stimulus_id=stimulus_id))
+
         try:
             stuck = await self._evacuate(targets)
         except BaseException:
             for ws in targets:
-                s.send_all(s.reopen_worker_state(ws.address, stimulus_id=stimulus_id))
+                stay(ws)
             raise
         retired: dict[str, Any] = {}
         gone: dict[str, Any] = {}
         for ws in targets:
             if ws in stuck:
-                logger.warning("Could not retire worker %s: %s; it stays and takes tasks again", ws.address, stuck[ws])
-                s.send_all(s.reopen_worker_state(ws.address, stimulus_id=stimulus_id))
+                logger.warning("Could not retire worker %s: %s; it stays", ws.address, stuck[ws])
+                stay(ws)
                 continue
             retired[ws.address] = ws.identity()
             bs = s.stream_comms.get(ws.address)

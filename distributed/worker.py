@@ -291,6 +291,23 @@ class Worker(Server):
     def _blocked_handlers(self) -> list[str]:
         return list(dask.config.get("distributed.worker.blocked-handlers", []))
 
+    @property
+    def status(self) -> Status:
+        """The worker's status; pausing and resuming are reported to the scheduler."""
+        return self._status
+
+    @status.setter
+    def status(self, value: Status) -> None:
+        old = getattr(self, "_status", None)
+        self._status = value
+        if old in (Status.running, Status.paused) and value in (Status.running, Status.paused) and old != value:
+            bs = self.batched_stream
+            if bs is not None:
+                try:
+                    bs.send(m.WorkerStatusChange(op="worker-status-change", status=value.value))
+                except CommClosedError:
+                    pass
+
     # -- life cycle ---------------------------------------------------------------
     async def start_unsafe(self) -> None:
         if self._listen_address:

@@ -457,6 +457,14 @@ class KeepAlive(TypedDict):
     op: Literal["keep-alive"]
 
 
+class WorkerStatusChange(TypedDict):
+    """The worker paused (its memory passed the pause threshold) or resumed: the scheduler sends
+    no new tasks or replicas to a paused worker."""
+
+    op: Literal["worker-status-change"]
+    status: Literal["running", "paused"]
+
+
 #: What a worker's state machine sends the scheduler on its stream.
 WorkerStreamMessage = (
     TaskFinished | WorkerTaskErred | AddKeys | ReleaseWorkerData | MissingData | Reschedule | LongRunning

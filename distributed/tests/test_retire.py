@@ -154,6 +154,38 @@ async def test_retire_the_last_worker_is_refused_and_it_stays(
     assert await c.submit(inc, 1) == 2
 
 
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)])
+async def test_retire_with_only_paused_workers_left_is_refused(
+    c: Client[Literal[True]], s: Scheduler, a: Worker
+) -> None:
+    [x] = await c.scatter([42], workers=[a.address])
+    # Any process is past 1% of 1 GiB: this worker pauses at its first memory check.
+    async with Worker(
+        s.address,
+        nthreads=1,
+        memory_limit="1 GiB",
+        memory_pause_fraction=0.01,
+        memory_target_fraction=False,
+        memory_spill_fraction=False,
+        memory_monitor_interval="10ms",
+    ) as w:
+        await async_poll_for(lambda: w.address in s.workers and s.workers[w.address].status == "paused", 10)
+        # A paused worker gets no new tasks.
+        assert await c.submit(inc, 1, key="on-a") == 2
+        assert s.tasks["on-a"].who_has == {s.workers[a.address]}
+        retired = await c.retire_workers([a.address])
+        assert retired == {}
+        assert s.workers[a.address].status == "running"
+        assert _only_on(s, x.key, a.address)
+        # Resumed, it can take a's data: a retires.
+        w.memory_monitor.pause_fraction = 0.99
+        await async_poll_for(lambda: s.workers[w.address].status == "running", 10)
+        retired = await c.retire_workers([a.address])
+        assert list(retired) == [a.address]
+        assert _only_on(s, x.key, w.address)
+        assert await x == 42
+
+
 @gen_cluster(client=True)
 async def test_retire_all_workers_keeps_those_holding_only_copies(
     c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
