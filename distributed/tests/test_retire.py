@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import operator
-import os
 import signal
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +20,7 @@ import dask.array as da
 import psutil
 import pytest
 
-from distributed import Client, LocalCluster, Scheduler, Worker, wait
+from distributed import Client, LocalCluster, Nanny, Scheduler, Worker, wait
 from distributed.exceptions import NoValidWorkerError
 from distributed.protocol.messages import Key
 from distributed.tests.test_cli import WORKER, Proc, poll_with_proc, procs, start_scheduler
@@ -279,6 +277,7 @@ def test_scale_down_keeps_data(processes: bool) -> None:
         who = client.who_has(scattered + computed)
         assert all(set(v) <= set(leaving) for v in who.values())
 
+        handles = dict(cluster.workers)
         cluster.scale(1)
         poll_for(lambda: len(client.scheduler_info()["workers"]) == 1, 60)
         assert list(cluster.workers) == [0]
@@ -291,10 +290,15 @@ def test_scale_down_keeps_data(processes: bool) -> None:
         ran = client.run(lambda dask_worker: [k for k in keys if "executing" in _states(dask_worker, k)])
         assert ran == {by_name[0]: []}
         if processes:
-            # The removed worker processes are gone, and their nannies did not start them again.
-            poll_for(lambda: not any(psutil.pid_exists(pids[n]) for n in (1, 2)), 30)
+            # The removed worker processes are gone, and their nannies closed (nothing starts them again).
+            for name in (1, 2):
+                nanny = handles[name]
+                assert isinstance(nanny, Nanny)
+                assert nanny.status.name == "closed" and nanny.process is None
+            poll_for(lambda: not any(_alive(pids[n]) for n in (1, 2)), 30)
+            children = {p.pid for p in psutil.Process().children(recursive=True)}
+            assert pids[0] in children and not children & {pids[1], pids[2]}
             assert [w["pid"] for w in client.scheduler_info()["workers"].values()] == [pids[0]]
-            assert len(psutil.Process().children()) == 1 + _resource_tracker()
         assert client.submit(operator.add, 1, 2).result(timeout=30) == 3
 
 
@@ -304,9 +308,11 @@ def _states(worker: Worker, key: Key) -> list[str]:
     return [str(e[2]) for e in worker.state.story(key)]
 
 
-def _resource_tracker() -> int:
-    """Children of this process that are multiprocessing's helpers, not workers."""
-    return sum("resource_tracker" in " ".join(p.cmdline()) for p in psutil.Process().children())
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 @pytest.mark.timeout(60)
@@ -365,7 +371,7 @@ def test_signal_retires_dask_worker(
         # Moved, not recomputed: the staying worker never ran y.
         story = client.run(lambda dask_worker: [e[2] for e in dask_worker.state.story("computed-y")], workers=[other])
         assert "executing" not in story[other]
-        poll_for(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, 10)
+        poll_for(lambda: not _alive(pid), 10)
     assert staying.signal_and_wait(signal.SIGTERM, timeout=30) == 0, staying.stderr()
     assert sched.signal_and_wait(signal.SIGTERM) == 0, sched.stderr()
 
@@ -377,11 +383,30 @@ def test_sigterm_of_the_last_worker_still_exits(procs: Callable[..., Proc], tmp_
     worker = procs([*WORKER, address, "--nthreads", "1"], name="worker")
     with Client(address, timeout=30) as client:
         poll_with_proc(lambda: len(client.scheduler_info()["workers"]) == 1, 60, "the worker", worker)
-        client.scatter([1])
+        kept = client.scatter([1])
         assert worker.signal_and_wait(signal.SIGTERM, timeout=30) == 0, worker.stderr()
+        assert "No other worker could take the data" in worker.stderr(), worker.stderr()
+        # Lost with the worker: it could not be moved anywhere.
+        poll_for(lambda: kept[0].status == "error", 10)
     assert sched.signal_and_wait(signal.SIGTERM) == 0, sched.stderr()
 
 
-if sys.platform == "win32":  # pragma: no cover
-    pytestmark = pytest.mark.skip("POSIX signals")
-_ = os
+@pytest.mark.timeout(120)
+def test_sigterm_mid_computation_loses_nothing(procs: Callable[..., Proc], tmp_path: Path) -> None:
+    sched, address, _ = start_scheduler(procs, tmp_path)
+    leaving = procs([*WORKER, address, "--nthreads", "2", "--name", "leaving"], name="leaving")
+    staying = procs([*WORKER, address, "--nthreads", "2", "--name", "staying"], name="staying")
+    with Client(address, timeout=30) as client:
+        poll_with_proc(lambda: len(client.scheduler_info()["workers"]) == 2, 60, "two workers", leaving)
+        addr = next(a for a, w in client.scheduler_info()["workers"].items() if w["name"] == "leaving")
+        scattered = client.scatter(list(range(20)), workers=[addr])
+        futures = client.map(slowinc, range(200), delay=0.02)
+        total = client.submit(sum, futures)
+        poll_for(lambda: sum(f.done() for f in futures) >= 20, 30)
+        assert not total.done()
+        assert leaving.signal_and_wait(signal.SIGTERM, timeout=30) == 0, leaving.stderr()
+        assert total.result(timeout=60) == sum(range(1, 201))
+        assert client.gather(futures) == list(range(1, 201))
+        assert client.gather(scattered) == list(range(20))
+    assert staying.signal_and_wait(signal.SIGTERM, timeout=30) == 0, staying.stderr()
+    assert sched.signal_and_wait(signal.SIGTERM) == 0, sched.stderr()
