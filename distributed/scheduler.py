@@ -1437,6 +1437,16 @@ class Scheduler(Server):
         recs: dict[TaskState, TaskStateName] = {ts: "processing" for ts in self.unrunnable if self._can_run_on(ts, ws)}
         return self.transitions(recs, stimulus_id, out)
 
+    def report_holders(self, tasks: Iterable[TaskState]) -> Out:
+        """Tell the clients wanting these keys where they are now (they moved: their old holders left)."""
+        out = Out()
+        for ts in tasks:
+            if ts.state == "memory" and ts.who_wants:
+                msg = self._key_in_memory(ts)
+                for cs in ts.who_wants:
+                    out.clients[cs.client_key].append(msg)
+        return out
+
     def fail_tasks_restricted_to(self, gone: Mapping[str, Any], *, stimulus_id: str, reason: str) -> Out:
         """Err the tasks that may run only on workers that left for good.
 

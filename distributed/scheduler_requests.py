@@ -184,8 +184,9 @@ class ClusterRequests:
             else:
                 s.send_all(s.reopen_worker_state(ws.address, stimulus_id=stimulus_id))
 
+        moved: set[TaskState] = set()
         try:
-            stuck = await self._evacuate(targets)
+            stuck = await self._evacuate(targets, moved)
         except BaseException:
             for ws in targets:
                 stay(ws)
@@ -209,6 +210,8 @@ class ClusterRequests:
                     pass
         if gone:
             s.send_all(s.fail_tasks_restricted_to(gone, stimulus_id=stimulus_id, reason="they were retired"))
+        # Clients would otherwise first try the holders that left.
+        s.send_all(s.report_holders(moved))
         return retired
 
     def workers_to_close(
@@ -254,12 +257,12 @@ class ClusterRequests:
             limit -= ws.memory_limit
         return chosen
 
-    async def _evacuate(self, leaving: Sequence[WorkerState]) -> dict[WorkerState, str]:
+    async def _evacuate(self, leaving: Sequence[WorkerState], moved: set[TaskState]) -> dict[WorkerState, str]:
         """Copy the keys only ``leaving`` workers hold to other running workers.
 
         Rounds repeat while tasks still finishing on the leaving workers leave
-        new only copies there.  Returns the leaving workers that still hold
-        only copies, with why.
+        new only copies there.  Adds the tasks copied to ``moved``.  Returns
+        the leaving workers that still hold only copies, with why.
         """
         s = self.scheduler
         out = set(leaving)
@@ -287,6 +290,7 @@ class ClusterRequests:
                     if ts in placed:
                         continue
                     placed.add(ts)
+                    moved.add(ts)
                     to = min(recipients, key=load.__getitem__)
                     plan.setdefault(to, {})[ts.key] = [h.address for h in ts.who_has]
                     load[to] += max(ts.nbytes, 1)

@@ -56,6 +56,8 @@ async def test_retire_hands_off_scattered_and_computed(
     retired = await c.retire_workers([a.address])
     assert list(retired) == [a.address]
     assert a.address not in s.workers
+    # The client hears where its keys are now (else it would first try the worker that left).
+    await async_poll_for(lambda: x.state.workers == [b.address] and y.state.workers == [b.address], 5)
     # Moved, not recomputed: b fetched them (scattered data cannot be recomputed at all).
     assert _only_on(s, x.key, b.address) and _only_on(s, "y", b.address)
     assert "executing" not in _states(b, "y")
