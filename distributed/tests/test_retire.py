@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import operator
+import os
 import signal
 import threading
 from collections.abc import Callable
@@ -411,4 +412,23 @@ def test_sigterm_mid_computation_loses_nothing(procs: Callable[..., Proc], tmp_p
         assert client.gather(futures) == list(range(1, 201))
         assert client.gather(scattered) == list(range(20))
     assert staying.signal_and_wait(signal.SIGTERM, timeout=30) == 0, staying.stderr()
+    assert sched.signal_and_wait(signal.SIGTERM) == 0, sched.stderr()
+
+
+@pytest.mark.timeout(120)
+def test_sigterm_exits_in_bounded_time_when_the_scheduler_hangs(
+    procs: Callable[..., Proc], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sched, address, _ = start_scheduler(procs, tmp_path)
+    # The worker's bound on retiring: distributed.comm.timeouts.tcp.
+    monkeypatch.setenv("DASK_DISTRIBUTED__COMM__TIMEOUTS__TCP", "2s")
+    worker = procs([*WORKER, address, "--nthreads", "1", "--no-nanny"], name="worker")
+    with Client(address, timeout=30) as client:
+        poll_with_proc(lambda: len(client.scheduler_info()["workers"]) == 1, 60, "the worker", worker)
+    os.kill(sched.pid, signal.SIGSTOP)
+    try:
+        assert worker.signal_and_wait(signal.SIGTERM, timeout=20) == 0, worker.stderr()
+        assert "Could not retire the worker(s) gracefully" in worker.stderr(), worker.stderr()
+    finally:
+        os.kill(sched.pid, signal.SIGCONT)
     assert sched.signal_and_wait(signal.SIGTERM) == 0, sched.stderr()
