@@ -550,10 +550,11 @@ class Worker(Server):
     async def close_gracefully(self, restart: bool | None = None, reason: str = "worker-close-gracefully") -> None:
         """Hand the data only this worker holds to other workers, leave the scheduler, then close.
 
-        Keys held nowhere else are fetched by the other workers (each told which
-        keys to take from here) and the scheduler records their copies before
-        this worker unregisters, so no result is lost or recomputed.  When no other
-        worker exists, or the copies do not arrive within the connect timeout, the
+        The scheduler retires this worker (as ``Client.retire_workers``): it
+        gets no new tasks while the keys held nowhere else are fetched by
+        running workers, and forgets it once their copies are recorded, so no
+        result is lost or recomputed.  When no other running worker exists, or
+        the copies do not land within ``distributed.comm.timeouts.tcp``, the
         worker closes anyway and the scheduler recomputes what it can.
 
         Raises
