@@ -826,6 +826,75 @@ class Scheduler(Server):
             return None
         return result
 
+    async def retire_workers(
+        self,
+        workers: Sequence[str] | None = None,
+        *,
+        names: Sequence[Any] | None = None,
+        close_workers: bool = False,
+        remove: bool = True,
+        stimulus_id: str | None = None,
+        **kwargs: Any,
+    ) -> dict[str, Any]:
+        """Retire workers gracefully: the data only they hold moves to other running workers first.
+
+        Parameters
+        ----------
+        workers, names
+            The workers to retire, by address or by name (not both).  With
+            neither, ``kwargs`` choose them as :meth:`workers_to_close` does.
+        close_workers
+            Also tell the retired workers to close.
+        remove
+            Forget the retired workers at once (else they stay known, taking no tasks).
+        stimulus_id
+            For the logs and stories.
+        **kwargs
+            ``n``, ``target``, ``minimum``, ``memory_ratio``.
+
+        Returns
+        -------
+        dict
+            The retired workers' identities by address; a worker whose only
+            copies could go nowhere stays and is not in it.
+        """
+        msg = m.RetireWorkers(
+            op="retire_workers", workers=workers, names=names, close_workers=close_workers, remove=remove
+        )
+        if stimulus_id is not None:
+            msg["stimulus_id"] = stimulus_id
+        for name, value in kwargs.items():
+            if name in ("n", "target", "minimum"):
+                msg[name] = value  # type: ignore[literal-required]  # one of the int fields checked just above
+            elif name == "memory_ratio":
+                msg["memory_ratio"] = value
+            elif name in ("key", "attribute"):
+                raise unsupported("Scheduler.retire_workers", name, "choose the workers by address or name")
+            else:
+                raise TypeError(f"Scheduler.retire_workers() got an unexpected keyword argument {name!r}")
+        return await self.requests.retire_workers(msg)
+
+    def workers_to_close(
+        self,
+        memory_ratio: float | None = None,
+        n: int | None = None,
+        key: Any = None,
+        minimum: int | None = None,
+        target: int | None = None,
+        attribute: str = "address",
+    ) -> list[Any]:
+        """Workers that can be closed at low cost (see ``retire_workers``), as their ``attribute``.
+
+        Raises
+        ------
+        NotImplementedError
+            For ``key`` (closing workers in groups).
+        """
+        if key is not None:
+            raise unsupported("Scheduler.workers_to_close", "key", "workers are chosen one by one")
+        chosen = self.requests.workers_to_close(n=n, target=target, minimum=minimum, memory_ratio=memory_ratio)
+        return [getattr(ws, attribute) for ws in chosen]
+
     async def wait_for_workers(self, n_workers: int) -> None:
         """Return once at least ``n_workers`` workers are connected."""
         while len(self.workers) < n_workers:

@@ -129,6 +129,9 @@ class ClusterRequests:
         return dict(results)
 
     async def handle_retire_workers(self, comm: Comm, msg: m.RetireWorkers) -> dict[str, Any]:
+        return await self.retire_workers(msg)
+
+    async def retire_workers(self, msg: m.RetireWorkers) -> dict[str, Any]:
         """Retire workers gracefully: the data only they hold moves to other workers first.
 
         The workers are chosen by ``workers`` (addresses or names) or ``names``,

@@ -132,6 +132,34 @@ async def test_retire_n_and_minimum(c: Client[Literal[True]], s: Scheduler, a: W
         await c.retire_workers(n=-1)
 
 
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 3)
+async def test_scheduler_retire_workers_and_workers_to_close(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker, w3: Worker
+) -> None:
+    [x] = await c.scatter([1], workers=[a.address])
+    # a holds data: the emptier workers are chosen first.
+    assert sorted(s.workers_to_close(n=2, attribute="name")) == sorted([b.name, w3.name])
+    assert s.workers_to_close(n=1, minimum=3) == []
+    with pytest.raises(NotImplementedError, match="key"):
+        s.workers_to_close(key=lambda ws: ws.host)
+    with pytest.raises(NotImplementedError, match="attribute"):
+        await s.retire_workers(attribute="name")
+    with pytest.raises(TypeError, match="bogus"):
+        await s.retire_workers(bogus=True)
+    _GATE.clear()
+    gated = c.submit(_wait_gate, key="gated", workers=[a.address], allow_other_workers=True)
+    await async_poll_for(lambda: "gated" in s.tasks and s.tasks["gated"].state == "processing", 10)
+    retired = await s.retire_workers(workers=[a.address], stimulus_id="test-retire")
+    assert list(retired) == [a.address]
+    # close_workers defaults to False on the scheduler, as in dask.
+    assert a.status.name == "running"
+    assert await x == 1
+    # What a was running runs elsewhere, under the caller's stimulus id.
+    assert ("gated", "processing", "released", "test-retire") in [e[:4] for e in s.story("gated")]
+    _GATE.set()
+    assert await gated is True
+
+
 @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 2)
 async def test_retire_default_keeps_enough_memory(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
     # No arguments: idle workers go while the rest keep twice the memory the data needs.
