@@ -166,10 +166,10 @@ class ClusterRequests:
             targets = self.select_workers(workers)
         else:
             targets = self.workers_to_close(
-                n=_opt_int(selection.get("n")),
-                target=_opt_int(selection.get("target")),
-                minimum=_opt_int(selection.get("minimum")),
-                memory_ratio=_opt_float(selection.get("memory_ratio")),
+                n=msg.get("n"),
+                target=msg.get("target"),
+                minimum=msg.get("minimum"),
+                memory_ratio=msg.get("memory_ratio"),
             )
         # A worker already retiring (another call) is that call's to finish.
         before = {ws: ws.status for ws in dict.fromkeys(targets) if ws.status in ("running", "paused")}
@@ -529,14 +529,6 @@ class ClusterRequests:
                 return addr, error_message(e)
 
         return dict(await asyncio.gather(*(one(a) for a in list(self.scheduler.workers))))
-
-
-def _opt_int(value: Any) -> int | None:
-    return None if value is None else int(value)
-
-
-def _opt_float(value: Any) -> float | None:
-    return None if value is None else float(value)
 
 
 def _rebalance_plan(
