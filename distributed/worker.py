@@ -394,6 +394,9 @@ class Worker(Server):
             name=f"{self.address}->scheduler",
         )
         self.batched_stream.start(comm)
+        if self.status == Status.paused:
+            # Paused before joining: the scheduler takes a new worker to be running.
+            self.batched_stream.send(m.WorkerStatusChange(op="worker-status-change", status="paused"))
         self._stream_task = self.spawn(self._read_scheduler_stream(comm), name="scheduler-stream")
 
     async def _read_scheduler_stream(self, comm: Comm) -> None:
