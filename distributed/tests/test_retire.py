@@ -21,7 +21,7 @@ import dask.array as da
 import psutil
 import pytest
 
-from distributed import Client, LocalCluster, Nanny, Scheduler, Worker, wait
+from distributed import Client, LocalCluster, Nanny, Scheduler, Worker, WorkerPlugin, wait
 from distributed.exceptions import NoValidWorkerError
 from distributed.protocol.messages import Key
 from distributed.tests.test_cli import WORKER, Proc, poll_with_proc, procs, start_scheduler
@@ -439,6 +439,44 @@ def test_sigterm_mid_computation_loses_nothing(procs: Callable[..., Proc], tmp_p
         assert total.result(timeout=60) == sum(range(1, 201))
         assert client.gather(futures) == list(range(1, 201))
         assert client.gather(scattered) == list(range(20))
+    assert staying.signal_and_wait(signal.SIGTERM, timeout=30) == 0, staying.stderr()
+    assert sched.signal_and_wait(signal.SIGTERM) == 0, sched.stderr()
+
+
+class HoldStart(WorkerPlugin):
+    """Holds the start of the worker named ``leaving`` (after it joined the scheduler) until ``path`` exists."""
+
+    name = "hold-start"
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    async def setup(self, worker: Worker) -> None:
+        while worker.name == "leaving" and not os.path.exists(self.path):
+            await asyncio.sleep(0.02)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("nanny", [True, False])
+def test_sigterm_while_starting_still_retires(procs: Callable[..., Proc], tmp_path: Path, nanny: bool) -> None:
+    # The worker joined and was given data, but the command has not finished starting it.
+    sched, address, _ = start_scheduler(procs, tmp_path)
+    flags = ["--nthreads", "1"] + ([] if nanny else ["--no-nanny"])
+    staying = procs([*WORKER, address, *flags, "--name", "staying"], name="staying")
+    with Client(address, timeout=30) as client:
+        poll_with_proc(lambda: len(client.scheduler_info()["workers"]) == 1, 60, "a worker", staying)
+        client.register_plugin(HoldStart(str(tmp_path / "go")))
+        leaving = procs([*WORKER, address, *flags, "--name", "leaving"], name="leaving")
+
+        def joined() -> str | None:
+            return next((a for a, w in client.scheduler_info()["workers"].items() if w["name"] == "leaving"), None)
+
+        addr = poll_with_proc(joined, 60, "the leaving worker to join", leaving)
+        [x] = client.scatter([b"early"], workers=[addr])
+        assert "at:" not in leaving.stderr()  # the command is still starting it
+        assert leaving.signal_and_wait(signal.SIGTERM, timeout=30) == 0, leaving.stderr()
+        assert x.result(timeout=10) == b"early"
+        assert all(list(v) != [addr] for v in client.who_has([x]).values())
     assert staying.signal_and_wait(signal.SIGTERM, timeout=30) == 0, staying.stderr()
     assert sched.signal_and_wait(signal.SIGTERM) == 0, sched.stderr()
 
