@@ -76,6 +76,10 @@ class KilledWorker(Exception):
         return (type(self), (self.task, self.last_worker, self.allowed_failures))
 
 
+class LostDataError(Exception):
+    """Data held only by workers that left, and which cannot be recomputed."""
+
+
 class NoValidWorkerError(Exception):
     """A task may run only on workers that left the cluster for good (retired).
 
@@ -100,10 +104,6 @@ class NoValidWorkerError(Exception):
 
     def __reduce__(self) -> Any:
         return (type(self), (self.task, self.workers, self.reason))
-
-
-class LostDataError(Exception):
-    """Data held only by workers that left, and which cannot be recomputed."""
 
 
 class Reschedule(Exception):
