@@ -15,6 +15,7 @@ __all__ = [
     "FutureCancelledError",
     "KilledWorker",
     "LostDataError",
+    "NoValidWorkerError",
     "Reschedule",
     "TimeoutError",
     "keep_cause_chain",
@@ -100,6 +101,32 @@ class ActorLostError(ValueError):
 
 class LostDataError(Exception):
     """Data held only by workers that left, and which cannot be recomputed."""
+
+
+class NoValidWorkerError(Exception):
+    """A task may run only on workers that left the cluster for good (retired).
+
+    Parameters
+    ----------
+    task
+        The task's key.
+    workers
+        The workers it was restricted to.
+    reason
+        Why they are gone.
+    """
+
+    def __init__(self, task: Any, workers: Any, reason: str = "retired") -> None:
+        self.task = task
+        self.workers = workers
+        self.reason = reason
+        super().__init__(
+            f"Task {task!r} may run only on {workers} (workers=..., allow_other_workers=False), "
+            f"and no such worker is left: {reason}."
+        )
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.task, self.workers, self.reason))
 
 
 class Reschedule(Exception):

@@ -54,7 +54,7 @@ from distributed.batched import BatchedSend
 from distributed.comm import CommClosedError, validate_address
 from distributed.core import Route, Server
 from distributed.diagnostics.plugin import SchedulerPlugin
-from distributed.exceptions import ActorLostError, KilledWorker, LostDataError
+from distributed.exceptions import ActorLostError, KilledWorker, LostDataError, NoValidWorkerError
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key, Payload
 from distributed.protocol.serialize import as_serialized
@@ -876,6 +876,75 @@ class Scheduler(Server):
             return None
         return result
 
+    async def retire_workers(
+        self,
+        workers: Sequence[str] | None = None,
+        *,
+        names: Sequence[Any] | None = None,
+        close_workers: bool = False,
+        remove: bool = True,
+        stimulus_id: str | None = None,
+        **kwargs: Any,
+    ) -> dict[str, Any]:
+        """Retire workers gracefully: the data only they hold moves to other running workers first.
+
+        Parameters
+        ----------
+        workers, names
+            The workers to retire, by address or by name (not both).  With
+            neither, ``kwargs`` choose them as :meth:`workers_to_close` does.
+        close_workers
+            Also tell the retired workers to close.
+        remove
+            Forget the retired workers at once (else they stay known, taking no tasks).
+        stimulus_id
+            For the logs and stories.
+        **kwargs
+            ``n``, ``target``, ``minimum``, ``memory_ratio``.
+
+        Returns
+        -------
+        dict
+            The retired workers' identities by address; a worker whose only
+            copies could go nowhere stays and is not in it.
+        """
+        msg = m.RetireWorkers(
+            op="retire_workers", workers=workers, names=names, close_workers=close_workers, remove=remove
+        )
+        if stimulus_id is not None:
+            msg["stimulus_id"] = stimulus_id
+        for name, value in kwargs.items():
+            if name in ("n", "target", "minimum"):
+                msg[name] = value  # type: ignore[literal-required]  # one of the int fields checked just above
+            elif name == "memory_ratio":
+                msg["memory_ratio"] = value
+            elif name in ("key", "attribute"):
+                raise unsupported("Scheduler.retire_workers", name, "choose the workers by address or name")
+            else:
+                raise TypeError(f"Scheduler.retire_workers() got an unexpected keyword argument {name!r}")
+        return await self.requests.retire_workers(msg)
+
+    def workers_to_close(
+        self,
+        memory_ratio: float | None = None,
+        n: int | None = None,
+        key: Any = None,
+        minimum: int | None = None,
+        target: int | None = None,
+        attribute: str = "address",
+    ) -> list[Any]:
+        """Workers that can be closed at low cost (see ``retire_workers``), as their ``attribute``.
+
+        Raises
+        ------
+        NotImplementedError
+            For ``key`` (closing workers in groups).
+        """
+        if key is not None:
+            raise unsupported("Scheduler.workers_to_close", "key", "workers are chosen one by one")
+        chosen = self.requests.workers_to_close(n=n, target=target, minimum=minimum, memory_ratio=memory_ratio)
+        return [getattr(ws, attribute) for ws in chosen]
+
     async def wait_for_workers(self, n_workers: int) -> None:
         """Return once at least ``n_workers`` workers are connected."""
         while len(self.workers) < n_workers:
@@ -1500,6 +1569,51 @@ class Scheduler(Server):
         if self.plugins:
             self.call_plugins("remove_worker", self, address, stimulus_id=stimulus_id)
         return out
+
+    def reopen_worker_state(self, address: str, *, stimulus_id: str) -> Out:
+        """A worker that was to retire stays: it takes tasks again (queued ones and those waiting for it)."""
+        out = Out()
+        ws = self.workers.get(address)
+        if ws is None or ws.status == "running":
+            return out
+        ws.status = "running"
+        out.opened.append(ws)
+        recs: dict[TaskState, TaskStateName] = {ts: "processing" for ts in self.unrunnable if self._can_run_on(ts, ws)}
+        return self.transitions(recs, stimulus_id, out)
+
+    def report_holders(self, tasks: Iterable[TaskState]) -> Out:
+        """Tell the clients wanting these keys where they are now (they moved: their old holders left)."""
+        out = Out()
+        for ts in tasks:
+            if ts.state == "memory" and ts.who_wants:
+                msg = self._key_in_memory(ts)
+                for cs in ts.who_wants:
+                    out.clients[cs.client_key].append(msg)
+        return out
+
+    def fail_tasks_restricted_to(self, gone: Mapping[str, Any], *, stimulus_id: str, reason: str) -> Out:
+        """Err the tasks that may run only on workers that left for good.
+
+        ``gone`` maps the departed workers' addresses to their names.  A task
+        waiting or unrunnable, without ``allow_other_workers``, whose worker
+        restrictions name one of them, and which no worker left can run, errs with
+        :class:`~distributed.exceptions.NoValidWorkerError` instead of waiting
+        for a worker that will not come back.
+        """
+        out = Out()
+        idents = set(gone) | {str(n) for n in gone.values()}
+        recs: dict[TaskState, TaskStateName] = {}
+        # Rare (a retirement), so a pass over the tasks is fine: waiting ones would end up unrunnable too.
+        for ts in [t for t in self.tasks.values() if t.state in ("no-worker", "waiting")]:
+            restrictions = ts.worker_restrictions
+            if ts.loose_restrictions or not restrictions:
+                continue
+            if not any(str(w) in idents for w in restrictions) or self._valid_workers(ts):
+                continue
+            exc = NoValidWorkerError(ts.key, sorted(str(w) for w in restrictions), reason)
+            self._set_error(ts, as_serialized(exc), None, str(exc))
+            recs[ts] = "erred"
+        return self.transitions(recs, stimulus_id, out)
 
     def client_releases_keys(self, client: str, keys: Iterable[Key], stimulus_id: str) -> Out:
         """A client no longer wants ``keys``."""

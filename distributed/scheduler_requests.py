@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,8 @@ from distributed.scheduler_state import TaskState, WorkerState
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["ClusterRequests"]
 
@@ -143,25 +146,182 @@ class ClusterRequests:
         return dict(results)
 
     async def handle_retire_workers(self, comm: Comm, msg: m.RetireWorkers) -> dict[str, Any]:
+        return await self.retire_workers(msg)
+
+    async def retire_workers(self, msg: m.RetireWorkers) -> dict[str, Any]:
+        """Retire workers gracefully: the data only they hold moves to other workers first.
+
+        The workers are chosen by ``workers`` (addresses or names) or ``names``,
+        else by ``n``/``target``/``minimum``/``memory_ratio`` (see
+        :meth:`workers_to_close`).  While they retire they take no new tasks.
+        Each key held only by retiring workers is copied to the running worker
+        holding the fewest bytes; a worker whose only copies cannot go anywhere
+        (no other worker, or every other one paused or retiring, or the copies
+        did not land) is not retired: it goes back to what it was (running, or
+        paused) and is left out of the result, as in dask.  The others are then forgotten (``remove``;
+        what they were running runs elsewhere, tasks that may run only on them
+        err with :class:`~distributed.exceptions.NoValidWorkerError`) and, with
+        ``close_workers``, told to close.
+
+        Returns the retired workers' identities by address.
+        """
+        s = self.scheduler
         workers = msg.get("workers")
-        if workers is None:
-            n = msg.get("n") or 0
-            targets = sorted(self.scheduler.workers.values(), key=lambda ws: len(ws.has_what))[:n]
-        else:
-            targets = self.select_workers(workers)
-        retired: dict[str, Any] = {}
-        for ws in targets:
-            retired[ws.address] = ws.identity()
-            bs = self.scheduler.stream_comms.get(ws.address)
-            self.scheduler.send_all(
-                self.scheduler.remove_worker_state(ws.address, stimulus_id=f"retire-{time.time()}", safe=True)
+        names = msg.get("names")
+        selection = {k: msg.get(k) for k in ("n", "target", "minimum", "memory_ratio") if msg.get(k) is not None}
+        if workers is not None and names is not None:
+            raise TypeError("retire_workers: give workers= or names=, not both")
+        if (workers is not None or names is not None) and selection:
+            raise TypeError(
+                f"retire_workers: {', '.join(sorted(selection))} choose which workers to retire; "
+                "they cannot be combined with workers= or names="
             )
-            if bs is not None and msg.get("close_workers", True):
+        if names is not None:
+            wanted = {str(nm) for nm in names}
+            targets = [ws for ws in s.workers.values() if str(ws.name) in wanted]
+        elif workers is not None:
+            targets = self.select_workers(workers)
+        else:
+            targets = self.workers_to_close(
+                n=msg.get("n"),
+                target=msg.get("target"),
+                minimum=msg.get("minimum"),
+                memory_ratio=msg.get("memory_ratio"),
+            )
+        # A worker already retiring (another call) is that call's to finish.
+        before = {ws: ws.status for ws in dict.fromkeys(targets) if ws.status in ("running", "paused")}
+        targets = list(before)
+        if not targets:
+            return {}
+        stimulus_id = msg.get("stimulus_id") or f"retire-workers-{time.time()}"
+        for ws in targets:
+            ws.status = "closing_gracefully"
+
+        def stay(ws: WorkerState) -> None:
+            # Back as it was: a paused worker stays paused until it reports it resumed.
+            if before[ws] == "paused":
+                ws.status = "paused"
+            else:
+                s.send_all(s.reopen_worker_state(ws.address, stimulus_id=stimulus_id))
+
+        moved: set[TaskState] = set()
+        try:
+            stuck = await self._evacuate(targets, moved)
+        except BaseException:
+            for ws in targets:
+                stay(ws)
+            raise
+        retired: dict[str, Any] = {}
+        gone: dict[str, Any] = {}
+        for ws in targets:
+            if ws in stuck:
+                logger.warning("Could not retire worker %s: %s; it stays", ws.address, stuck[ws])
+                stay(ws)
+                continue
+            retired[ws.address] = ws.identity()
+            bs = s.stream_comms.get(ws.address)
+            if msg.get("remove", True) and s.workers.get(ws.address) is ws:
+                s.send_all(s.remove_worker_state(ws.address, stimulus_id=stimulus_id, safe=True))
+                gone[ws.address] = ws.name
+            if bs is not None and msg.get("close_workers", False):
                 try:
                     bs.send(m.CloseWorker(op="close-worker", reason="retired"))
                 except CommClosedError:
                     pass
+        if gone:
+            s.send_all(s.fail_tasks_restricted_to(gone, stimulus_id=stimulus_id, reason="they were retired"))
+        # Clients would otherwise first try the holders that left.
+        s.send_all(s.report_holders(moved))
         return retired
+
+    def workers_to_close(
+        self,
+        n: int | None = None,
+        target: int | None = None,
+        minimum: int | None = None,
+        memory_ratio: float | None = None,
+    ) -> list[WorkerState]:
+        """Workers that can be closed at low cost, those holding the least data first.
+
+        ``n`` workers (or as many as leave ``target``); without either, idle
+        workers as long as those left have ``memory_ratio`` (default 2) times
+        the memory limit the data held needs.  Never leaves fewer than
+        ``minimum`` workers; without ``n``/``target`` a busy worker is never chosen.
+        """
+        s = self.scheduler
+        for what, value in (("n", n), ("target", target), ("minimum", minimum)):
+            if value is not None and value < 0:
+                raise ValueError(f"retire_workers({what}={value}): it must not be negative")
+        if memory_ratio is not None and memory_ratio < 0:
+            raise ValueError(f"retire_workers(memory_ratio={memory_ratio}): it must not be negative")
+        live = [ws for ws in s.workers.values() if ws.status == "running"]
+        if target is not None and n is None:
+            n = max(len(live) - target, 0)
+        if n is None and memory_ratio is None:
+            memory_ratio = 2
+        held = sum(max(ws.nbytes, 0) for ws in live)
+        limit = sum(ws.memory_limit for ws in live)
+        chosen: list[WorkerState] = []
+        for ws in sorted(live, key=lambda w: (bool(w.processing), w.nbytes)):
+            left = len(live) - len(chosen) - 1
+            if minimum is not None and left < minimum:
+                break
+            if n is not None:
+                if len(chosen) >= n:
+                    break
+            else:
+                assert memory_ratio is not None
+                if ws.processing or limit - ws.memory_limit < memory_ratio * held:
+                    break
+            chosen.append(ws)
+            limit -= ws.memory_limit
+        return chosen
+
+    async def _evacuate(self, leaving: Sequence[WorkerState], moved: set[TaskState]) -> dict[WorkerState, str]:
+        """Copy the keys only ``leaving`` workers hold to other running workers.
+
+        Rounds repeat while tasks still finishing on the leaving workers leave
+        new only copies there.  Adds the tasks copied to ``moved``.  Returns
+        the leaving workers that still hold only copies, with why.
+        """
+        s = self.scheduler
+        out = set(leaving)
+        stuck: dict[WorkerState, str] = {}
+        while True:
+            present = [ws for ws in leaving if s.workers.get(ws.address) is ws and ws not in stuck]
+            only: dict[WorkerState, list[TaskState]] = {}
+            for ws in present:
+                keys = [ts for ts in ws.has_what if ts.state == "memory" and all(h in out for h in ts.who_has)]
+                if keys:
+                    only[ws] = keys
+            if not only:
+                return stuck
+            recipients = [ws for ws in s.workers.values() if ws not in out and ws.status == "running"]
+            if not recipients:
+                why = "no other running worker can take the data only it holds"
+                for ws, keys in only.items():
+                    stuck[ws] = f"{why} ({len(keys)} keys)"
+                return stuck
+            load = {ws: max(ws.nbytes, 0) for ws in recipients}
+            plan: dict[WorkerState, dict[Key, list[str]]] = {}
+            placed: set[TaskState] = set()
+            for keys in only.values():
+                for ts in sorted(keys, key=lambda t: -t.nbytes):
+                    if ts in placed:
+                        continue
+                    placed.add(ts)
+                    moved.add(ts)
+                    to = min(recipients, key=load.__getitem__)
+                    plan.setdefault(to, {})[ts.key] = [h.address for h in ts.who_has]
+                    load[to] += max(ts.nbytes, 1)
+            failed = await self._copy(plan)
+            # A copy whose target left meanwhile is tried again elsewhere next round;
+            # one refused or not landing in time on a worker still here is not.
+            refused = {k for to, k in failed if s.workers.get(to.address) is to}
+            for ws, keys in only.items():
+                n_failed = sum(ts.key in refused and all(h in out for h in ts.who_has) for ts in keys)
+                if n_failed:
+                    stuck[ws] = f"{n_failed} of the only copies it holds did not reach another worker"
 
     # -- replicas ------------------------------------------------------------------------------
     async def handle_replicate(self, comm: Comm, msg: m.Replicate) -> str:

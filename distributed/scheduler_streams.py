@@ -108,6 +108,7 @@ class SchedulerStreams:
             "reschedule": StreamRoute(m.Reschedule, self._reschedule),
             "long-running": StreamRoute(m.LongRunning, self._long_running),
             "keep-alive": StreamRoute(m.KeepAlive, lambda msg: None),
+            "worker-status-change": StreamRoute(m.WorkerStatusChange, self._worker_status_change),
             # from clients
             "update-graph": StreamRoute(m.UpdateGraph, self._update_graph),
             "client-desires-keys": StreamRoute(m.ClientKeys, self._client_desires_keys),
@@ -241,6 +242,17 @@ class SchedulerStreams:
     def _add_keys(self, msg: m.AddKeys) -> None:
         s = self.scheduler
         s.send_all(s.add_keys(self._sender(), msg["keys"]))
+
+    def _worker_status_change(self, msg: m.WorkerStatusChange) -> None:
+        """A worker paused or resumed; one that is retiring stays so."""
+        s = self.scheduler
+        ws = s.workers.get(self._sender())
+        if ws is None or ws.status not in ("running", "paused"):
+            return
+        if msg["status"] == "paused":
+            ws.status = "paused"
+        else:
+            s.send_all(s.reopen_worker_state(ws.address, stimulus_id=f"worker-resumed-{time.time()}"))
 
     def _release_worker_data(self, msg: m.ReleaseWorkerData) -> None:
         s = self.scheduler

@@ -321,6 +321,23 @@ class Worker(Server):
     def _blocked_handlers(self) -> list[str]:
         return list(dask.config.get("distributed.worker.blocked-handlers", []))
 
+    @property
+    def status(self) -> Status:
+        """The worker's status; pausing and resuming are reported to the scheduler."""
+        return self._status
+
+    @status.setter
+    def status(self, value: Status) -> None:
+        old = getattr(self, "_status", None)
+        self._status = value
+        if old in (Status.running, Status.paused) and value in (Status.running, Status.paused) and old != value:
+            bs = self.batched_stream
+            if bs is not None:
+                try:
+                    bs.send(m.WorkerStatusChange(op="worker-status-change", status=value.value))
+                except CommClosedError:
+                    pass
+
     # -- life cycle ---------------------------------------------------------------
     async def start_unsafe(self) -> None:
         if self._listen_address:
@@ -407,6 +424,9 @@ class Worker(Server):
             name=f"{self.address}->scheduler",
         )
         self.batched_stream.start(comm)
+        if self.status == Status.paused:
+            # Paused before joining: the scheduler takes a new worker to be running.
+            self.batched_stream.send(m.WorkerStatusChange(op="worker-status-change", status="paused"))
         self._stream_task = self.spawn(self._read_scheduler_stream(comm), name="scheduler-stream")
 
     async def _read_scheduler_stream(self, comm: Comm) -> None:
@@ -589,10 +609,11 @@ class Worker(Server):
     async def close_gracefully(self, restart: bool | None = None, reason: str = "worker-close-gracefully") -> None:
         """Hand the data only this worker holds to other workers, leave the scheduler, then close.
 
-        Keys held nowhere else are fetched by the other workers (each told which
-        keys to take from here) and the scheduler records their copies before
-        this worker unregisters, so no result is lost or recomputed.  When no other
-        worker exists, or the copies do not arrive within the connect timeout, the
+        The scheduler retires this worker (as ``Client.retire_workers``): it
+        gets no new tasks while the keys held nowhere else are fetched by
+        running workers, and forgets it once their copies are recorded, so no
+        result is lost or recomputed.  When no other running worker exists, or
+        the copies do not land within ``distributed.comm.timeouts.tcp``, the
         worker closes anyway and the scheduler recomputes what it can.
 
         Parameters
@@ -638,54 +659,27 @@ class Worker(Server):
             logger.warning("Could not tell nanny %s that worker %s closes", self.nanny, self._address, exc_info=True)
 
     async def _hand_off_data(self) -> None:
-        """Have other workers fetch the keys held only here; wait until the scheduler knows."""
-        state = self.state
-        if state is None:
-            return
-        keys = [ts.key for ts in state.tasks.values() if ts.state == "memory"]
-        if not keys:
-            return
-        sched = self.scheduler_addr
-        who_has = await self.rpc.call(sched, m.OptionalKeysRequest(op="who_has", keys=keys))
-        only_here = [k for k in keys if list(who_has.get(k) or ()) == [self.address]]
-        if not only_here:
-            return
-        nthreads = await self.rpc.call(sched, m.WorkersRequest(op="nthreads", workers=None))
-        peers = sorted(a for a in nthreads if a != self.address)
-        if not peers:
-            logger.warning("No other worker to hand %d keys to; they will be recomputed", len(only_here))
-            return
-        # Spread the keys over the peers, largest first onto the least loaded.
-        load = dict.fromkeys(peers, 0)
-        plan: dict[str, dict[Key, int]] = {p: {} for p in peers}
-        for key in sorted(only_here, key=lambda k: -state.tasks[k].nbytes):
-            peer = min(peers, key=load.__getitem__)
-            n = state.tasks[key].nbytes
-            plan[peer][key] = n
-            load[peer] += max(n, 1)
+        """Have the scheduler retire this worker: it takes no new tasks, and its only copies move elsewhere.
 
-        async def ask(peer: str, nbytes: dict[Key, int]) -> None:
-            try:
-                await self.rpc.call(
-                    peer,
-                    m.AcquireReplicas(
-                        op="acquire-replicas", who_has={k: [self.address] for k in nbytes}, nbytes=nbytes
-                    ),
-                )
-            except (OSError, CommClosedError):
-                logger.info("Peer %s could not take data from %s", peer, self.address)
-
-        await asyncio.gather(*(ask(p, n) for p, n in plan.items() if n))
-        timeout = float(parse_timedelta(dask.config.get("distributed.comm.timeouts.connect")) or 30)
-        deadline = time.monotonic() + timeout
-        pending = list(only_here)
-        while pending and time.monotonic() < deadline:
-            who_has = await self.rpc.call(sched, m.OptionalKeysRequest(op="who_has", keys=pending))
-            pending = [k for k in pending if not set(who_has.get(k) or ()) - {self.address}]
-            if pending:
-                await asyncio.sleep(0.02)
-        if pending:
-            logger.warning("%d keys of %s found no other holder in time", len(pending), self.address)
+        The scheduler forgets this worker once the copies have landed (what it
+        was running runs elsewhere); when no other worker can take them it
+        keeps the worker, which closes anyway.
+        """
+        timeout = float(parse_timedelta(dask.config.get("distributed.comm.timeouts.tcp")) or 30)
+        request = m.RetireWorkers(
+            op="retire_workers",
+            workers=[self.address],
+            close_workers=False,
+            remove=True,
+            stimulus_id=f"worker-close-gracefully-{time.time()}",
+        )
+        try:
+            retired = await asyncio.wait_for(self.rpc.call(self.scheduler_addr, request), timeout)
+        except TimeoutError:
+            logger.warning("The data of %s found no other holder within %s s", self.address, timeout)
+            return
+        if self.address not in retired:
+            logger.warning("No other worker could take the data only %s holds; it will be recomputed", self.address)
 
     def identity(self) -> dict[str, Any]:
         """A summary of this worker."""

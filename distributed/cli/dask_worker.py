@@ -7,8 +7,10 @@ process, which starts it again when it dies; with ``--no-nanny`` they all run
 
 The scheduler address comes from the ``SCHEDULER`` argument or from
 ``--scheduler-file`` (waited for while it does not exist yet, up to
-``--death-timeout`` or the connect timeout). SIGINT or SIGTERM closes the
-workers and exits 0. When the scheduler goes away the workers close themselves
+``--death-timeout`` or the connect timeout). SIGINT or SIGTERM first has the
+scheduler retire the workers (the data only they hold moves to other workers,
+within ``distributed.comm.timeouts.tcp``; a second signal exits at once), then
+closes them and exits 0. When the scheduler goes away the workers close themselves
 and the process exits 0 too. Failing to start exits 1.
 """
 
@@ -353,13 +355,23 @@ async def _run(
     async def start_all() -> None:
         await asyncio.gather(*(w.start() for w in workers))
 
+    # Shielded: on a signal the starts go on while those workers that already
+    # joined the scheduler (and may hold data) are retired; then they are cut short.
+    starting = asyncio.ensure_future(start_all())
+
+    async def started() -> None:
+        await asyncio.shield(starting)
+
     try:
-        await run_unless_signalled(start_all(), shutdown)
+        await run_unless_signalled(started(), shutdown)
     except Exception as e:
         logger.error("Could not start the worker(s) for scheduler %s: %s", address, e)
         await _close_all(workers)
         return 1
     if shutdown.received is not None:
+        await _retire(workers, address)
+        starting.cancel()
+        await asyncio.gather(starting, return_exceptions=True)
         await _close_all(workers)
         return 0
 
@@ -377,6 +389,7 @@ async def _run(
 
     await run_unless_signalled(all_finished(), shutdown)
     if shutdown.received is not None:
+        await _retire(workers, address)
         logger.info("Closing %d worker(s)", len(workers))
     else:
         logger.info("The worker(s) closed themselves (the scheduler went away or asked them to)")
@@ -384,6 +397,61 @@ async def _run(
     shutdown.uninstall()
     logger.info("End worker")
     return 0
+
+
+async def _retire(workers: list[Worker | Nanny], scheduler: str) -> None:
+    """Have the scheduler retire these workers: the data only they hold moves to other workers first.
+
+    Bounded by ``distributed.comm.timeouts.tcp``; a second signal exits at
+    once.  Workers the scheduler keeps (no other worker can take their only
+    copies) are closed anyway, as are all of them when the scheduler cannot
+    be reached.
+    """
+    from distributed.comm import CommClosedError
+    from distributed.nanny import Nanny
+    from distributed.protocol import messages as m
+
+    addrs = [a for a in map(_worker_address, workers) if a]
+    # A nanny learns its worker's address only once that worker has started, which
+    # is after it joined the scheduler: the scheduler knows it by its nanny.
+    unknown = {_listening(w) for w in workers if isinstance(w, Nanny) and not w.worker_address} - {None}
+    timeout = float(parse_timedelta(dask.config.get("distributed.comm.timeouts.tcp")) or 30)
+    try:
+        async with asyncio.timeout(timeout):
+            if unknown:
+                info = await workers[0].rpc.call(scheduler, m.Empty(op="identity"))
+                addrs += [a for a, ws in dict(info.get("workers") or {}).items() if ws.get("nanny") in unknown]
+            if not addrs:
+                return
+            logger.info("Retiring %d worker(s): handing the data only they hold to other workers", len(addrs))
+            request = m.RetireWorkers(op="retire_workers", workers=addrs, close_workers=False, remove=True)
+            retired = await workers[0].rpc.call(scheduler, request)
+    except (OSError, CommClosedError, TimeoutError) as e:
+        logger.warning("Could not retire the worker(s) gracefully (%s); closing them", e or type(e).__name__)
+        return
+    except Exception as e:
+        logger.warning("The scheduler refused to retire the worker(s) (%s); closing them", e)
+        return
+    kept = [a for a in addrs if a not in retired]
+    if kept:
+        logger.warning(
+            "No other worker could take the data only %s hold(s); closing anyway: the scheduler recomputes what it can",
+            kept,
+        )
+
+
+def _listening(w: Worker | Nanny) -> str | None:
+    try:
+        return w.address
+    except ValueError:
+        return None
+
+
+def _worker_address(w: Worker | Nanny) -> str | None:
+    """The worker's address, None while it does not listen (or, under a nanny, while no process runs)."""
+    from distributed.nanny import Nanny
+
+    return w.worker_address if isinstance(w, Nanny) else _listening(w)
 
 
 async def _close_all(workers: list[Worker | Nanny]) -> None:

@@ -2452,6 +2452,7 @@ class Client(Generic[AsyncT]):
         close_workers: bool = True,
         *,
         asynchronous: Literal[False] | None = None,
+        **kwargs: Any,
     ) -> dict[str, Any]: ...
 
     @overload
@@ -2461,27 +2462,67 @@ class Client(Generic[AsyncT]):
         close_workers: bool = True,
         *,
         asynchronous: Literal[True] | None = None,
+        **kwargs: Any,
     ) -> Awaitable[dict[str, Any]]: ...
 
     @overload
     def retire_workers(
-        self, workers: Any = None, close_workers: bool = True, *, asynchronous: Literal[True]
+        self, workers: Any = None, close_workers: bool = True, *, asynchronous: Literal[True], **kwargs: Any
     ) -> Awaitable[dict[str, Any]]: ...
 
     @overload
     def retire_workers(
-        self, workers: Any = None, close_workers: bool = True, *, asynchronous: bool | None = None
+        self, workers: Any = None, close_workers: bool = True, *, asynchronous: bool | None = None, **kwargs: Any
     ) -> dict[str, Any] | Awaitable[dict[str, Any]]: ...
 
     def retire_workers(
-        self, workers: Any = None, close_workers: bool = True, *, asynchronous: bool | None = None
+        self, workers: Any = None, close_workers: bool = True, *, asynchronous: bool | None = None, **kwargs: Any
     ) -> dict[str, Any] | Awaitable[dict[str, Any]]:
-        """Remove workers from the cluster (their tasks move elsewhere)."""
-        return self.sync(
-            self.link.request,
-            m.RetireWorkers(op="retire_workers", workers=worker_list(workers), close_workers=close_workers),
-            asynchronous=asynchronous,
-        )
+        """Retire workers gracefully: the data only they hold moves to other workers first.
+
+        Parameters
+        ----------
+        workers
+            Addresses (or names) of the workers to retire.  When None, the
+            scheduler chooses them from ``n``, ``target``, ``minimum`` and
+            ``memory_ratio`` (by default: idle workers, while the others keep
+            twice the memory the data needs).
+        close_workers
+            Also close the retired workers (else they stay up, out of the cluster).
+        **kwargs
+            As the scheduler's ``retire_workers``: ``names`` (workers by name),
+            ``n``, ``target``, ``minimum``, ``memory_ratio``, ``remove``
+            (forget the workers at once; default True) and ``stimulus_id``.
+            ``key`` and ``attribute`` are not supported and are refused.
+
+        Returns
+        -------
+        dict
+            The identity of each retired worker, by address.  A worker whose
+            only copies of some data can go nowhere (no other running worker)
+            is not retired and is not in it.
+        """
+        for unsupported_kw in ("key", "attribute"):
+            if unsupported_kw in kwargs:
+                raise NotImplementedError(f"Client.retire_workers({unsupported_kw}=...) is not supported yet")
+        allowed = {"names", "n", "target", "minimum", "memory_ratio", "remove", "stimulus_id"}
+        unknown = sorted(set(kwargs) - allowed)
+        if unknown:
+            raise TypeError(f"Client.retire_workers() got unexpected keyword arguments {unknown}")
+        msg = m.RetireWorkers(op="retire_workers", workers=worker_list(workers), close_workers=close_workers)
+        if kwargs.get("names") is not None:
+            names = kwargs["names"]
+            msg["names"] = [names] if isinstance(names, (str, int)) else list(names)
+        for field in ("n", "target", "minimum"):
+            if kwargs.get(field) is not None:
+                msg[field] = int(kwargs[field])
+        if kwargs.get("memory_ratio") is not None:
+            msg["memory_ratio"] = float(kwargs["memory_ratio"])
+        if "remove" in kwargs:
+            msg["remove"] = bool(kwargs["remove"])
+        if kwargs.get("stimulus_id") is not None:
+            msg["stimulus_id"] = str(kwargs["stimulus_id"])
+        return self.sync(self.link.request, msg, asynchronous=asynchronous)
 
     # -- replicas -----------------------------------------------------------------------------
     @overload

@@ -14,8 +14,9 @@ Workers run either
   way the workers talk TCP on 127.0.0.1 (by default).
 
 Workers are named ``0, 1, 2, ...`` in the order they are added; scaling down
-retires the most recently added workers first (the scheduler forgets them at
-once, then they are closed).
+retires the most recently added workers first: the scheduler moves the data
+only they hold to the remaining workers and forgets them, then they are closed
+(a nanny does not start a retired worker again).
 
 Default sizes (``cores`` is ``os.cpu_count()``):
 
@@ -395,25 +396,35 @@ class LocalCluster(Cluster):
             elif len(self.workers) > n:
                 names_out = list(self.workers)[n:]
                 handles = [self.workers.pop(nm) for nm in names_out]
-                if self._pool is not None:
-                    try:
-                        await self._pool.call(
-                            self.scheduler_address,
-                            m.RetireWorkers(
-                                op="retire_workers",
-                                workers=[
-                                    (h.worker_address or "") if isinstance(h, Nanny) else h.address for h in handles
-                                ],
-                                close_workers=True,
-                            ),
-                        )
-                    except Exception:
-                        logger.debug("Retiring workers failed; closing them anyway", exc_info=True)
+                await self._retire(handles)
                 results = await asyncio.gather(*(h.close() for h in handles), return_exceptions=True)
                 for r in results:
                     if isinstance(r, BaseException):
                         logger.warning("Closing a worker failed: %r", r)
             await self._refresh_scheduler_info()
+
+    async def _retire(self, handles: list[WorkerHandle]) -> None:
+        """Have the scheduler retire these workers: the data only they hold moves to the others first.
+
+        The workers are closed afterwards by their handles (a nanny then does
+        not start its worker again).  Those the scheduler keeps, because no
+        other worker can take their only copies, are closed all the same (as
+        in dask.distributed): what they held is recomputed where it can be.
+        """
+        addrs = [a for a in ((h.worker_address if isinstance(h, Nanny) else h.address) for h in handles) if a]
+        if self._pool is None or not addrs:
+            return
+        try:
+            retired = await self._pool.call(
+                self.scheduler_address,
+                m.RetireWorkers(op="retire_workers", workers=addrs, close_workers=False, remove=True),
+            )
+        except Exception as e:
+            logger.warning("%s: retiring workers %s failed (%s); closing them anyway", self.name, addrs, e)
+            return
+        kept = [a for a in addrs if a not in retired]
+        if kept:
+            logger.warning("%s: no other worker could take the data only %s hold; closing them anyway", self.name, kept)
 
     def __repr__(self) -> str:
         base = super().__repr__()

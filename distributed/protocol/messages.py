@@ -129,11 +129,22 @@ class StoryRequest(TypedDict):
 
 
 class RetireWorkers(TypedDict):
+    """Retire workers: move the data only they hold to others, then forget (``remove``) and close them.
+
+    ``workers`` (addresses) or ``names`` say which; else ``n``, ``target``,
+    ``minimum`` and ``memory_ratio`` choose them (as ``workers_to_close``).
+    """
+
     op: Literal["retire_workers"]
     workers: NotRequired[Sequence[str] | None]
+    names: NotRequired[Sequence[Any] | None]
     n: NotRequired[int | None]
+    target: NotRequired[int | None]
+    minimum: NotRequired[int | None]
+    memory_ratio: NotRequired[float | None]
     close_workers: NotRequired[bool]
     remove: NotRequired[bool]
+    stimulus_id: NotRequired[str | None]
 
 
 class Replicate(TypedDict):
@@ -460,6 +471,14 @@ class StealResponse(TypedDict):
     key: Key
     state: str | None
     stimulus_id: str
+
+
+class WorkerStatusChange(TypedDict):
+    """The worker paused (its memory passed the pause threshold) or resumed: the scheduler sends
+    no new tasks or replicas to a paused worker."""
+
+    op: Literal["worker-status-change"]
+    status: Literal["running", "paused"]
 
 
 #: What a worker's state machine sends the scheduler on its stream.
