@@ -11,10 +11,11 @@ environment variables and a dask config mapping.
 The child:
 
 1. sets the environment variables and applies the config;
-2. installs SIGTERM and SIGINT handlers on its event loop;
+2. installs a SIGTERM handler on its event loop and ignores SIGINT (a
+   terminal's Ctrl-C reaches the whole process group; the parent decides);
 3. builds and starts the server and reports ``("address", addr)`` (or
    ``("error", text)``) on a one-way pipe;
-4. runs until one of: a SIGTERM/SIGINT arrives, the server closes itself (a
+4. runs until one of: a SIGTERM arrives, the server closes itself (a
    worker whose scheduler went away), or the parent process dies (noticed by
    polling ``os.getppid()``);
 5. closes the server and exits with code 0 (a worker closes with
@@ -425,8 +426,11 @@ async def _child_run(
 ) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    # Ctrl-C in a terminal reaches the whole process group: the parent (a nanny,
+    # ``dask worker``, a LocalCluster's script) decides, e.g. retiring the worker
+    # so its data moves first, then stops this child with SIGTERM.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     async def watch_parent() -> None:
         while os.getppid() == parent_pid:

@@ -408,6 +408,32 @@ def test_signal_retires_dask_worker(
 
 
 @pytest.mark.timeout(120)
+def test_ctrl_c_reaching_the_worker_process_too_still_hands_off(procs: Callable[..., Proc], tmp_path: Path) -> None:
+    # A terminal's Ctrl-C sends SIGINT to the whole process group: the nanny's
+    # worker process gets it as well as `dask worker`; the data must still move.
+    sched, address, _ = start_scheduler(procs, tmp_path)
+    leaving = procs([*WORKER, address, "--nthreads", "1", "--name", "leaving"], name="leaving")
+    staying = procs([*WORKER, address, "--nthreads", "1", "--name", "staying"], name="staying")
+    with Client(address, timeout=30) as client:
+
+        def names() -> dict[Any, str]:
+            return {w["name"]: a for a, w in client.scheduler_info()["workers"].items()}
+
+        poll_with_proc(lambda: len(names()) == 2, 60, "two workers", leaving)
+        addr = names()["leaving"]
+        pid = next(w["pid"] for w in client.scheduler_info()["workers"].values() if w["name"] == "leaving")
+        [x] = client.scatter([b"only here" * 100], workers=[addr])
+        os.kill(pid, signal.SIGINT)  # the worker process first: it must not close on its own
+        assert leaving.signal_and_wait(signal.SIGINT, timeout=30) == 0, leaving.stderr()
+        poll_for(lambda: list(names()) == ["staying"], 30)
+        assert x.result(timeout=10) == b"only here" * 100
+        assert [list(v) for v in client.who_has([x]).values()] == [[names()["staying"]]]
+        poll_for(lambda: not _alive(pid), 10)
+    assert staying.signal_and_wait(signal.SIGTERM, timeout=30) == 0, staying.stderr()
+    assert sched.signal_and_wait(signal.SIGTERM) == 0, sched.stderr()
+
+
+@pytest.mark.timeout(120)
 def test_sigterm_of_the_last_worker_still_exits(procs: Callable[..., Proc], tmp_path: Path) -> None:
     # No other worker to take its data: it exits anyway, within the bound.
     sched, address, _ = start_scheduler(procs, tmp_path)
