@@ -412,7 +412,10 @@ class Server:
     async def _end_owned_tasks(self) -> None:
         """Cancel and await the background and comm-handler tasks, until none is left.
 
-        A task may spawn another as it ends (a stream handler's cleanup), hence the loop.
+        A task may spawn another as it ends (a stream handler's cleanup), hence
+        the loop; one that swallowed its cancellation (it can happen inside
+        ``asyncio.wait_for`` when the inner call finishes at the same moment) is
+        cancelled again after a second rather than awaited forever.
         """
         current = asyncio.current_task()
         while True:
@@ -421,7 +424,10 @@ class Server:
                 return
             for t in tasks:
                 t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            done, _ = await asyncio.wait(tasks, timeout=1.0)
+            for t in done:
+                if not t.cancelled():
+                    t.exception()  # retrieved: the task's own callbacks logged what matters
 
     # -- background work ----------------------------------------------------
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str | None = None) -> asyncio.Task[Any]:

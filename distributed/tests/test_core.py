@@ -572,6 +572,30 @@ def test_server_await_and_addresses() -> None:
     run_async(main)
 
 
+@pytest.mark.timeout(30)
+def test_close_cancels_again_a_task_that_swallowed_its_cancellation() -> None:
+    async def main() -> None:
+        server = MyServer("inproc://")
+        await server.start()
+        started, swallowed = asyncio.Event(), asyncio.Event()
+
+        async def stubborn() -> None:
+            started.set()
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                swallowed.set()  # as a racing wait_for can: the cancellation is lost
+            await asyncio.Event().wait()
+
+        task = server.spawn(stubborn(), name="stubborn")
+        await started.wait()
+        await asyncio.wait_for(server.close(), 10)
+        assert swallowed.is_set() and task.cancelled()
+        assert server.status == Status.closed
+
+    run_async(main)
+
+
 def test_failed_start_closes() -> None:
     class Broken(MyServer):
         async def start_unsafe(self) -> None:
