@@ -144,6 +144,7 @@ class SpecCluster(Cluster):
         #: The scheduler, once started.
         self.scheduler: Any = None
         self._i = 0
+        self._used_names: set[Any] = set()
         self._old_log_level: int | None = None
         self._correct_lock: asyncio.Lock | None = None
         self._adaptive: Adaptive | None = None
@@ -245,6 +246,7 @@ class SpecCluster(Cluster):
         cls = _spec_class(spec, f"worker {name!r}")
         opts = _options(spec)
         opts.setdefault("name", name)
+        self._used_names.add(name)
         worker = cls(self.scheduler_address, **opts)
         await worker.start()  # a failed start closes what it started
         return cast(WorkerHandle, worker)
@@ -297,7 +299,8 @@ class SpecCluster(Cluster):
         if self.new_spec is None:
             raise ValueError(f"{self.name} has no worker template (SpecCluster(worker=...)): it cannot add workers")
         name = self._new_worker_name(self._i)
-        while name in self.worker_spec:
+        # A name once used is not given again: the scheduler may still know the worker that had it.
+        while name in self.worker_spec or name in self._used_names:
             self._i += 1
             name = self._new_worker_name(self._i)
         self._i += 1
