@@ -165,6 +165,13 @@ class AdaptiveCore:
             self._adapting = False
 
 
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
 def _config(name: str, given: Any) -> Any:
     return dask.config.get(name) if given is None else given
 
@@ -228,28 +235,22 @@ class Adaptive(AdaptiveCore):
         if self.target_duration <= 0:
             raise ValueError(f"Adaptive(target_duration={target_duration!r}): it must be positive")
         self._stopped = False
-        self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         loop = cluster.loop
         if loop is None or loop.is_closed():
             raise RuntimeError(f"{cluster.name} has no running event loop: start it before adapting")
-        if cluster._in_loop_thread():
+        if _running_loop() is loop:
             self._start()
         else:
             loop.call_soon_threadsafe(self._start)
 
     def _start(self) -> None:
         if not self._stopped:
-            self._task = self.cluster._spawn(self._run(), name="adaptive")
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="adaptive")
 
     async def _run(self) -> None:
         while not self._stopped:
-            try:
-                await asyncio.wait_for(self._wake.wait(), self.interval)
-            except TimeoutError:
-                pass
-            if self._stopped:
-                return
+            await asyncio.sleep(self.interval)
             try:
                 await self.adapt()
             except asyncio.CancelledError:
@@ -260,13 +261,17 @@ class Adaptive(AdaptiveCore):
                 )
 
     def stop(self) -> None:
-        """Stop adapting (a look in progress finishes first); the cluster keeps its workers."""
+        """Stop adapting; the cluster keeps its workers (a scaling under way completes)."""
         self._stopped = True
         loop = self.cluster.loop
-        if self.cluster._in_loop_thread():
-            self._wake.set()
+        if _running_loop() is loop:
+            self._cancel()
         elif loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(self._wake.set)
+            loop.call_soon_threadsafe(self._cancel)
+
+    def _cancel(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop | None:
@@ -308,8 +313,9 @@ class Adaptive(AdaptiveCore):
         return self.scheduler.workers_to_close(target=target, attribute="name")
 
     async def scale_up(self, n: int) -> None:
-        """Have the cluster grow to ``n`` workers."""
-        await self.cluster._scale_to(n)
+        """Have the cluster grow to ``n`` workers (its ``scale_up``, which keeps adapting on)."""
+        # Shielded: stopping adaptive scaling must not cut a scaling short.
+        await asyncio.shield(self.cluster.scale_up(n))
 
     async def scale_down(self, workers: Iterable[Any]) -> None:
         """Retire these workers through the scheduler, then have the cluster close the ones retired.
@@ -326,7 +332,7 @@ class Adaptive(AdaptiveCore):
         retired = await self.scheduler.retire_workers(names=names, remove=True, close_workers=False)
         gone = {str(info.get("name")) for info in retired.values()}
         leaving = [nm for nm in names if str(nm) in gone or str(nm) not in arrived]
-        await self.cluster._scale_down(leaving)
+        await asyncio.shield(self.cluster.scale_down(leaving))
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__}: minimum={self.minimum} maximum={self.maximum}>"

@@ -366,15 +366,16 @@ class SpecCluster(Cluster):
         Blocks until done on a synchronous cluster; on an asynchronous one,
         returns a task (awaiting it is optional: it runs either way).
         """
-        target = self._workers_for(n, memory, cores)
+        self._workers_for(n, memory, cores)  # a bad request leaves adaptive scaling alone
         if self._adaptive is not None:
             self._adaptive.stop()
             self._adaptive = None
-        return self._run(self._scale_to(target), f"scale-{target}")
+        return self.scale_up(n, memory=memory, cores=cores)
 
     def scale_up(self, n: int = 0, memory: str | int | None = None, cores: int | None = None) -> Any:
-        """Scale to ``n`` workers (as :meth:`scale`)."""
-        return self.scale(n, memory=memory, cores=cores)
+        """Scale to ``n`` workers, as :meth:`scale`, but leave adaptive scaling on (it is what calls this)."""
+        target = self._workers_for(n, memory, cores)
+        return self._run(self._scale_to(target), f"scale-{target}")
 
     def scale_down(self, workers: Iterable[Any]) -> Any:
         """Close these workers (by name, or by address), retiring them through the scheduler first."""
