@@ -27,9 +27,11 @@ are serialised by a lock, so concurrent scalings end in the last one's state.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import copy
 import logging
 import math
+import weakref
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
@@ -48,7 +50,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SpecCluster"]
+__all__ = ["SpecCluster", "close_clusters"]
 
 #: One entry of a spec: ``{"cls": ..., "options": {...}}``.
 Spec = dict[str, Any]
@@ -71,6 +73,23 @@ def _options(spec: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(opts, Mapping):
         raise TypeError(f"A spec's options must be a dict, got {opts!r}")
     return dict(opts)
+
+
+#: Synchronous clusters made with ``shutdown_on_close=True``, closed at exit if still open.
+_to_close_at_exit: weakref.WeakSet[SpecCluster] = weakref.WeakSet()
+
+
+def close_clusters() -> None:
+    """Close the synchronous clusters made with ``shutdown_on_close=True`` that are still open (run at exit)."""
+    for cluster in list(_to_close_at_exit):
+        if cluster.status not in (Status.closed, Status.closing):
+            try:
+                cluster.close(timeout=10)
+            except Exception:
+                logger.debug("Closing %s at exit failed", cluster.name, exc_info=True)
+
+
+atexit.register(close_clusters)
 
 
 class SpecCluster(Cluster):
@@ -98,8 +117,8 @@ class SpecCluster(Cluster):
     name
         A name for ``repr``.
     shutdown_on_close
-        Close the cluster when the interpreter exits (only True is supported:
-        the cluster's servers never outlive this process).
+        Close the cluster when the interpreter exits, if still open (a
+        synchronous cluster: an asynchronous one's loop is its caller's, gone by then).
     scheduler_sync_interval
         Seconds between refreshes of ``scheduler_info``.
 
@@ -124,7 +143,7 @@ class SpecCluster(Cluster):
         shutdown_on_close: bool = True,
         scheduler_sync_interval: float | str = 1,
     ) -> None:
-        refuse_unsupported("SpecCluster", security=security is not None, shutdown_on_close=not shutdown_on_close)
+        refuse_unsupported("SpecCluster", security=security is not None)
         super().__init__(
             asynchronous=asynchronous, loop=loop, name=name, scheduler_sync_interval=scheduler_sync_interval
         )
@@ -149,6 +168,9 @@ class SpecCluster(Cluster):
         self._correct_lock: asyncio.Lock | None = None
         self._adaptive: Adaptive | None = None
         self._adaptive_options: dict[str, Any] = {}
+        self.shutdown_on_close = shutdown_on_close
+        if shutdown_on_close and not asynchronous:
+            _to_close_at_exit.add(self)
         if not asynchronous:
             self._start_sync()
 

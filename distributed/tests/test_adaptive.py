@@ -14,7 +14,7 @@ from distributed import Adaptive, LocalCluster
 from distributed.client import Client
 from distributed.deploy.adaptive import AdaptiveCore
 from distributed.scheduler import Scheduler
-from distributed.utils_test import async_poll_for, gen_cluster, gen_test, inc, slowinc
+from distributed.utils_test import async_poll_for, gen_cluster, gen_test, inc, poll_for, slowinc
 from distributed.worker import Worker
 
 
@@ -249,3 +249,31 @@ async def test_adaptive_target_without_workers_asks_for_one() -> None:
         start = time.monotonic()
         assert await future == 2
         assert time.monotonic() - start < 10
+
+
+def test_synchronous_cluster_adapts_from_its_loop_thread() -> None:
+    with LocalCluster(
+        n_workers=0, threads_per_worker=1, processes=False, dashboard_address=None, memory_limit="1GB"
+    ) as cluster:
+        adaptive = cluster.adapt(minimum=2, maximum=3, interval="10ms")
+        poll_for(lambda: len(cluster.workers) == 2, timeout=10, what="adaptive to start the minimum")
+        assert isinstance(adaptive, Adaptive)
+        cluster.scale(1)  # the user takes over: adapting stops, the size stays
+        assert len(cluster.workers) == 1
+        poll_for(lambda: adaptive._task is not None and adaptive._task.done(), timeout=5, what="adaptive to stop")
+        assert len(cluster.workers) == 1
+
+
+@gen_test()
+async def test_worker_processes_grow_and_shrink_keeping_results() -> None:
+    async with (
+        local(processes=True, protocol="tcp") as cluster,
+        Client(cluster, asynchronous=True) as c,
+    ):
+        cluster.adapt(minimum=0, maximum=2, interval="20ms", target_duration="100ms", wait_count=2)
+        futures = c.map(slowinc, range(12), delay=0.2)
+        await async_poll_for(lambda: n_workers(cluster) == 2, timeout=30)
+        assert await c.gather(futures) == list(range(1, 13))
+        # Idle: one worker process is retired, its results handed to the other.
+        await async_poll_for(lambda: n_workers(cluster) == 1 and len(cluster.workers) == 1, timeout=30)
+        assert await c.gather(futures) == list(range(1, 13))

@@ -10,6 +10,7 @@ from distributed import Adaptive, SpecCluster
 from distributed.client import Client
 from distributed.core import Status
 from distributed.deploy import LocalCluster
+from distributed.deploy.spec import close_clusters
 from distributed.nanny import Nanny
 from distributed.scheduler import Scheduler
 from distributed.utils_test import async_poll_for, gen_test, inc
@@ -126,8 +127,6 @@ async def test_nanny_spec_keeps_results_across_scale_down() -> None:
 def test_refused_parameters() -> None:
     with pytest.raises(NotImplementedError, match=r"SpecCluster\(security=...\)"):
         SpecCluster(scheduler=SCHEDULER, security=object(), asynchronous=True)
-    with pytest.raises(NotImplementedError, match=r"SpecCluster\(shutdown_on_close=...\)"):
-        SpecCluster(scheduler=SCHEDULER, shutdown_on_close=False, asynchronous=True)
     with pytest.raises(TypeError, match="worker spec"):
         SpecCluster(scheduler=SCHEDULER, worker={"options": {}}, asynchronous=True)
 
@@ -146,3 +145,15 @@ def test_local_cluster_is_a_spec_cluster() -> None:
         assert cluster.status == Status.running
         adaptive = cluster.adapt(minimum=1, maximum=2)
         assert isinstance(adaptive, Adaptive)
+
+
+def test_shutdown_on_close_closes_open_clusters_at_exit() -> None:
+    closing = SpecCluster(workers={"a": worker_spec()}, scheduler=SCHEDULER)
+    staying = SpecCluster(workers={"a": worker_spec()}, scheduler=SCHEDULER, shutdown_on_close=False)
+    try:
+        close_clusters()  # what runs at exit
+        assert closing.status == Status.closed
+        assert staying.status == Status.running
+    finally:
+        closing.close()
+        staying.close()
