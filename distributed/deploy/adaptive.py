@@ -236,6 +236,8 @@ class Adaptive(AdaptiveCore):
             raise ValueError(f"Adaptive(target_duration={target_duration!r}): it must be positive")
         self._stopped = False
         self._task: asyncio.Task[None] | None = None
+        if cluster.scheduler is not None:
+            self.scheduler  # noqa: B018  # refuses a scheduler not in this process now, not at each look
         loop = cluster.loop
         if loop is None or loop.is_closed():
             raise RuntimeError(f"{cluster.name} has no running event loop: start it before adapting")

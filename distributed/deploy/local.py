@@ -105,6 +105,10 @@ def _interface_address(interface: str) -> str:
 class LocalCluster(SpecCluster):
     """A scheduler and workers on this machine.
 
+    A :class:`~distributed.deploy.SpecCluster` whose specs the parameters
+    below fill in: ``worker_spec`` holds one entry per worker, ``new_spec`` is
+    the template :meth:`scale` copies, and :meth:`adapt` sizes it by load.
+
     Parameters
     ----------
     n_workers

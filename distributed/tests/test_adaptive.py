@@ -10,7 +10,7 @@ from typing import Any
 import dask
 import pytest
 
-from distributed import Adaptive, LocalCluster
+from distributed import Adaptive, LocalCluster, SpecCluster
 from distributed.client import Client
 from distributed.deploy.adaptive import AdaptiveCore
 from distributed.scheduler import Scheduler
@@ -277,3 +277,28 @@ async def test_worker_processes_grow_and_shrink_keeping_results() -> None:
         # Idle: one worker process is retired, its results handed to the other.
         await async_poll_for(lambda: n_workers(cluster) == 1 and len(cluster.workers) == 1, timeout=30)
         assert await c.gather(futures) == list(range(1, 13))
+
+
+class SchedulerElsewhere:
+    """Stands for a scheduler run out of this process (as a job or a pod): only its address is known."""
+
+    def __init__(self, **options: Any) -> None:
+        self.inner = Scheduler(**options)
+
+    async def start(self) -> None:
+        await self.inner.start()
+
+    @property
+    def address(self) -> str:
+        return self.inner.address
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+@gen_test()
+async def test_adapt_refuses_a_scheduler_out_of_this_process() -> None:
+    spec = {"cls": SchedulerElsewhere, "options": {"dashboard": False, "host": "127.0.0.1", "protocol": "tcp"}}
+    async with SpecCluster(scheduler=spec, asynchronous=True) as cluster:
+        with pytest.raises(NotImplementedError, match="in this process"):
+            cluster.adapt()
