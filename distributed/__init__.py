@@ -23,7 +23,7 @@ from distributed.client import (
 )
 from distributed.coordination import Event, Lock, MultiLock, Queue, Semaphore, Variable
 from distributed.core import Status, rpc
-from distributed.deploy import LocalCluster
+from distributed.deploy import Adaptive, LocalCluster, SpecCluster
 from distributed.diagnostics.plugin import Environ, NannyPlugin, SchedulerPlugin, UploadFile, WorkerPlugin
 from distributed.exceptions import CancelledError, KilledWorker, Reschedule, TimeoutError
 from distributed.nanny import Nanny
@@ -39,6 +39,7 @@ __git_revision__ = "unknown"
 __all__ = [
     "Actor",
     "ActorFuture",
+    "Adaptive",
     "BaseActorFuture",
     "CancelledError",
     "Client",
@@ -56,6 +57,7 @@ __all__ = [
     "Scheduler",
     "SchedulerPlugin",
     "Semaphore",
+    "SpecCluster",
     "Status",
     "TimeoutError",
     "UploadFile",

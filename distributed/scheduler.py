@@ -945,6 +945,54 @@ class Scheduler(Server):
         chosen = self.requests.workers_to_close(n=n, target=target, minimum=minimum, memory_ratio=memory_ratio)
         return [getattr(ws, attribute) for ws in chosen]
 
+    def adaptive_target(self, target_duration: float | str | None = None) -> int:
+        """How many workers the current load wants, for adaptive scaling.
+
+        Enough threads to get through the work in hand (the expected time of
+        the tasks processing, queued and unrunnable) within ``target_duration``,
+        but never more threads than there are tasks to run; turned into workers
+        by the mean threads per worker.  At least one worker while tasks wait
+        and none runs; twice the workers when the data held fills more than 60%
+        of their memory limits.  Below the current count, only the workers that
+        :meth:`workers_to_close` would let go (idle, with room for their data
+        elsewhere) are given up.
+
+        Parameters
+        ----------
+        target_duration
+            How long the work in hand should take (default
+            ``distributed.adaptive.target-duration``); shorter asks for more workers.
+        """
+        if target_duration is None:
+            target_duration = dask.config.get("distributed.adaptive.target-duration")
+        duration = float(parse_timedelta(target_duration, "s") or 0)
+        if duration <= 0:
+            raise ValueError(f"adaptive_target(target_duration={target_duration!r}): it must be positive")
+        workers = list(self.workers.values())
+        busy = sum(ws.occupancy for ws in workers)
+        n_tasks = self.n_queued + len(self.unrunnable) + sum(len(ws.processing) for ws in workers)
+        # Waiting work: measured on a sample, so that a long queue costs no more than 100 lookups.
+        waiting = self.n_queued + len(self.unrunnable)
+        sample = [ts for _, ts in itertools.islice(self.queued, 200) if ts.state == "queued"][:100]
+        sample += list(itertools.islice(self.unrunnable, 100 - len(sample)))
+        if sample:
+            busy += sum(self.get_task_duration(ts) for ts in sample) * waiting / len(sample)
+        threads = min(math.ceil(busy / duration), n_tasks)
+        if workers:
+            per_worker = sum(ws.nthreads for ws in workers) / len(workers)
+            cpu = math.ceil(threads / max(per_worker, 1))
+        else:
+            cpu = threads
+        if waiting and not workers:
+            cpu = max(cpu, 1)
+        limit = sum(ws.memory_limit for ws in workers)
+        held = sum(max(ws.nbytes, 0) for ws in workers)
+        memory = 2 * len(workers) if limit > 0 and held > 0.6 * limit else 0
+        target = max(cpu, memory)
+        if target >= len(workers):
+            return target
+        return len(workers) - len(self.workers_to_close())
+
     async def wait_for_workers(self, n_workers: int) -> None:
         """Return once at least ``n_workers`` workers are connected."""
         while len(self.workers) < n_workers:

@@ -1,9 +1,11 @@
-"""Deploying clusters: a base class, a local cluster, and servers in child processes."""
+"""Deploying clusters: a base class, clusters from specs, a local cluster, adaptive scaling, servers in child processes."""
 
 from __future__ import annotations
 
+from distributed.deploy.adaptive import Adaptive
 from distributed.deploy.cluster import Cluster
 from distributed.deploy.local import LocalCluster
-from distributed.deploy.spawn import ServerProcess
+from distributed.deploy.spawn import ServerProcess, WorkerProcess
+from distributed.deploy.spec import SpecCluster
 
-__all__ = ["Cluster", "LocalCluster", "ServerProcess"]
+__all__ = ["Adaptive", "Cluster", "LocalCluster", "ServerProcess", "SpecCluster", "WorkerProcess"]

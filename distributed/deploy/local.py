@@ -38,7 +38,6 @@ processes must do so under ``if __name__ == "__main__":``.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import os
@@ -46,12 +45,9 @@ from typing import Any
 
 import psutil
 
-from distributed.config import silence_logging
-from distributed.core import Status
-from distributed.deploy.cluster import Cluster, WorkerHandle
-from distributed.deploy.spawn import ServerProcess, config_snapshot
+from distributed.deploy.spawn import WorkerProcess
+from distributed.deploy.spec import SpecCluster
 from distributed.nanny import Nanny
-from distributed.protocol import messages as m
 from distributed.scheduler import Scheduler
 from distributed.utils import import_term, refuse_unsupported
 from distributed.worker import Worker, parse_memory_limit
@@ -106,8 +102,12 @@ def _interface_address(interface: str) -> str:
     raise ValueError(f"Network interface {interface!r} has no IPv4 address")
 
 
-class LocalCluster(Cluster):
+class LocalCluster(SpecCluster):
     """A scheduler and workers on this machine.
+
+    A :class:`~distributed.deploy.SpecCluster` whose specs the parameters
+    below fill in: ``worker_spec`` holds one entry per worker, ``new_spec`` is
+    the template :meth:`scale` copies, and :meth:`adapt` sizes it by load.
 
     Parameters
     ----------
@@ -214,9 +214,6 @@ class LocalCluster(Cluster):
             service_kwargs=bool(service_kwargs),
             worker_dashboard_address=bool(worker_dashboard_address),
         )
-        super().__init__(
-            asynchronous=asynchronous, loop=loop, name=name, scheduler_sync_interval=scheduler_sync_interval
-        )
         if threads_per_worker is None:
             threads_per_worker = nthreads
         elif nthreads is not None and nthreads != threads_per_worker:
@@ -249,7 +246,6 @@ class LocalCluster(Cluster):
             threads_per_worker = max(1, cores // max(1, n_workers))
         if n_workers < 0 or threads_per_worker < 1:
             raise ValueError(f"Need n_workers >= 0 and threads_per_worker >= 1, got {n_workers}, {threads_per_worker}")
-        self._n_workers = n_workers
         self.threads_per_worker = threads_per_worker
         if memory_limit == "auto":
             self.memory_limit: str | float | None = psutil.virtual_memory().total // max(1, n_workers)
@@ -282,149 +278,47 @@ class LocalCluster(Cluster):
         self._blocked_handlers = list(blocked_handlers or ())
         self._worker_kwargs = dict(worker_kwargs)
 
-        self.silence_logs = silence_logs
-        self._old_log_level: int | None = None
-        self.scheduler: Scheduler | None = None
-        self._next_name = 0
-        self._scale_lock: asyncio.Lock | None = None
-
-        if not asynchronous:
-            self._start_sync()
-
-    # -- life cycle -----------------------------------------------------------------------
-    def _log_level(self) -> int | str | None:
-        if not self.silence_logs:
-            return None
-        return logging.WARN if self.silence_logs is True else self.silence_logs
-
-    def _silence(self) -> None:
-        level = self._log_level()
-        if level is not None and self._old_log_level is None:
-            self._old_log_level = silence_logging(level)
-
-    def _unsilence(self) -> None:
-        if self._old_log_level is not None:
-            silence_logging(self._old_log_level)
-            self._old_log_level = None
-
-    async def _start_cluster(self) -> None:
-        self._silence()
-        scheduler = Scheduler(
-            host=self.host, port=self.scheduler_port, protocol=self.protocol, **self._scheduler_kwargs
-        )
-        for op in self._blocked_handlers:
-            scheduler.handlers.pop(op, None)
-        self.scheduler = scheduler
-        await scheduler.start()
-        self._scheduler_address = scheduler.address
-        logger.info("%s: scheduler at %s", self.name, scheduler.address)
-        await self._scale_to(self._n_workers)
-
-    async def _close_cluster(self) -> None:
-        try:
-            if self.workers:
-                handles = list(self.workers.values())
-                self.workers.clear()
-                results = await asyncio.gather(*(h.close() for h in handles), return_exceptions=True)
-                for r in results:
-                    if isinstance(r, BaseException):
-                        logger.warning("Closing a worker failed: %r", r)
-            if self.scheduler is not None:
-                await self.scheduler.close()
-        finally:
-            self._unsilence()
-
-    # -- workers --------------------------------------------------------------------------
-    def _new_worker_kwargs(self, name: int) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {
-            "scheduler_ip": self.scheduler_address,
+        # What each worker is started from, as a SpecCluster worker spec.
+        options: dict[str, Any] = {
             "nthreads": self.threads_per_worker,
             "memory_limit": self.memory_limit,
-            "name": name,
             "protocol": self.protocol,
         }
         if self.protocol != "inproc":
-            kwargs["host"] = self.host
-        kwargs.update(self._worker_kwargs)
-        return kwargs
-
-    async def _start_worker(self, name: int) -> WorkerHandle:
-        kwargs = self._new_worker_kwargs(name)
+            options["host"] = self.host
+        options.update(worker_kwargs)
+        level = silence_logs if silence_logs is not True else logging.WARN
+        worker_cls: Any
         if self.nannies:
-            nanny_cls = self._worker_cls or Nanny
-            nanny = nanny_cls(silence_logs=self._log_level() or None, **kwargs)
-            await nanny.start()  # a failed start closes the nanny and its process
-            nanny_handle: WorkerHandle = nanny
-            return nanny_handle
-        if self.processes:
-            proc = ServerProcess(
-                "worker",
-                kwargs,
-                name=f"dask-worker-{name}",
-                config=config_snapshot(),
-                server_class=self._worker_class_path,
-                log_level=self._log_level(),
-            )
-            await proc.start()
-            return proc
-        cls = self._worker_cls or Worker
-        worker = cls(**kwargs)
-        await worker.start()  # a failed start closes the worker
-        handle: WorkerHandle = worker
-        return handle
+            worker_cls = self._worker_cls or Nanny
+            options["silence_logs"] = level or None
+        elif self.processes:
+            worker_cls = WorkerProcess
+            options["server_class"] = self._worker_class_path
+            options["log_level"] = level or None
+        else:
+            worker_cls = self._worker_cls or Worker
+        worker_spec = {"cls": worker_cls, "options": options}
+        scheduler_options: dict[str, Any] = {
+            "host": self.host,
+            "port": self.scheduler_port,
+            "protocol": self.protocol,
+            **self._scheduler_kwargs,
+        }
+        super().__init__(
+            workers={i: {"cls": worker_cls, "options": dict(options)} for i in range(n_workers)},
+            scheduler={"cls": Scheduler, "options": scheduler_options},
+            worker=worker_spec,
+            asynchronous=asynchronous,
+            loop=loop,
+            silence_logs=silence_logs,
+            name=name,
+            scheduler_sync_interval=scheduler_sync_interval,
+        )
 
-    async def _scale_to(self, n: int) -> None:
-        if self._scale_lock is None:
-            self._scale_lock = asyncio.Lock()
-        async with self._scale_lock:
-            if self.status in (Status.closing, Status.closed):
-                return
-            if len(self.workers) != n:
-                logger.info("%s: scaling from %d to %d workers", self.name, len(self.workers), n)
-            if len(self.workers) < n:
-                names = list(range(self._next_name, self._next_name + n - len(self.workers)))
-                self._next_name += len(names)
-                results = await asyncio.gather(*(self._start_worker(nm) for nm in names), return_exceptions=True)
-                errors: list[BaseException] = []
-                for nm, r in zip(names, results):
-                    if isinstance(r, BaseException):
-                        errors.append(r)
-                    else:
-                        self.workers[nm] = r
-                if errors:
-                    raise errors[0]
-            elif len(self.workers) > n:
-                names_out = list(self.workers)[n:]
-                handles = [self.workers.pop(nm) for nm in names_out]
-                await self._retire(handles)
-                results = await asyncio.gather(*(h.close() for h in handles), return_exceptions=True)
-                for r in results:
-                    if isinstance(r, BaseException):
-                        logger.warning("Closing a worker failed: %r", r)
-            await self._refresh_scheduler_info()
-
-    async def _retire(self, handles: list[WorkerHandle]) -> None:
-        """Have the scheduler retire these workers: the data only they hold moves to the others first.
-
-        The workers are closed afterwards by their handles (a nanny then does
-        not start its worker again).  Those the scheduler keeps, because no
-        other worker can take their only copies, are closed all the same (as
-        in dask.distributed): what they held is recomputed where it can be.
-        """
-        addrs = [a for a in ((h.worker_address if isinstance(h, Nanny) else h.address) for h in handles) if a]
-        if self._pool is None or not addrs:
-            return
-        try:
-            retired = await self._pool.call(
-                self.scheduler_address,
-                m.RetireWorkers(op="retire_workers", workers=addrs, close_workers=False, remove=True),
-            )
-        except Exception as e:
-            logger.warning("%s: retiring workers %s failed (%s); closing them anyway", self.name, addrs, e)
-            return
-        kept = [a for a in addrs if a not in retired]
-        if kept:
-            logger.warning("%s: no other worker could take the data only %s hold; closing them anyway", self.name, kept)
+    async def _scheduler_started(self, scheduler: Any) -> None:
+        for op in self._blocked_handlers:
+            scheduler.handlers.pop(op, None)
 
     def __repr__(self) -> str:
         base = super().__repr__()

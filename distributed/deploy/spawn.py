@@ -48,7 +48,7 @@ import dask.config
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ServerProcess", "config_snapshot"]
+__all__ = ["ServerProcess", "WorkerProcess", "config_snapshot"]
 
 ServerKind = Literal["scheduler", "worker"]
 
@@ -328,6 +328,42 @@ class ServerProcess:
                 raise TimeoutError(f"{self!r} still running after {timeout} s")
             await asyncio.sleep(0.05)
         return self._exitcode
+
+
+class WorkerProcess(ServerProcess):
+    """A worker in a child process of its own, made the way a SpecCluster makes workers.
+
+    ``WorkerProcess(scheduler_address, name=..., **worker_kwargs)``, then
+    ``await start()``; the child gets this process's dask config as it is now.
+
+    Parameters
+    ----------
+    scheduler_ip
+        The scheduler's address.
+    server_class
+        The dotted path of the worker class (default :class:`~distributed.Worker`).
+    log_level
+        The ``distributed`` logger's level in the child.
+    **worker_kwargs
+        Keyword arguments for the worker (plain, picklable data).
+    """
+
+    def __init__(
+        self,
+        scheduler_ip: str,
+        *,
+        server_class: str | None = None,
+        log_level: int | str | None = None,
+        **worker_kwargs: Any,
+    ) -> None:
+        super().__init__(
+            "worker",
+            {"scheduler_ip": scheduler_ip, **worker_kwargs},
+            name=f"dask-worker-{worker_kwargs.get('name', '')}",
+            config=config_snapshot(),
+            server_class=server_class,
+            log_level=log_level,
+        )
 
 
 def config_snapshot() -> dict[str, Any]:

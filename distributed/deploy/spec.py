@@ -1,0 +1,512 @@
+"""SpecCluster: a cluster described by specifications of its scheduler and workers.
+
+Theory of operation
+-------------------
+A :class:`SpecCluster` holds what it *should* run and reconciles what it *does*
+run with it:
+
+* ``scheduler_spec``: ``{"cls": SchedulerClass, "options": {...}}``, started
+  once, in this process, on the cluster's loop.
+* ``worker_spec``: ``{name: {"cls": WorkerClass, "options": {...}}}``, the
+  workers wanted.  Each is started as ``cls(scheduler_address, name=name,
+  **options)``, then awaited via its ``start()``; it must offer ``address`` and
+  ``close()`` (a :class:`~distributed.Worker`, a :class:`~distributed.Nanny`,
+  or any class in their image, as dask-jobqueue's jobs).
+* ``new_spec``: the template :meth:`new_worker_spec` copies when scaling up.
+
+:meth:`scale` only edits ``worker_spec``; :meth:`_correct_state` then closes
+the running workers no longer in it (the scheduler first retires them, moving
+the data only they hold to the others) and starts those missing.  Calls to it
+are serialised by a lock, so concurrent scalings end in the last one's state.
+
+:meth:`adapt` hands the number of workers to an
+:class:`~distributed.deploy.adaptive.Adaptive`, which asks the scheduler's
+``adaptive_target()`` for it; a call to :meth:`scale` by the user stops it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import copy
+import logging
+import math
+import weakref
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, cast
+
+from dask.utils import parse_bytes
+
+from distributed.config import silence_logging
+from distributed.core import Status
+from distributed.deploy.cluster import Cluster, WorkerHandle
+from distributed.nanny import Nanny
+from distributed.protocol import messages as m
+from distributed.scheduler import Scheduler
+from distributed.utils import import_term, refuse_unsupported
+
+if TYPE_CHECKING:
+    from distributed.deploy.adaptive import Adaptive
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["SpecCluster", "close_clusters"]
+
+#: One entry of a spec: ``{"cls": ..., "options": {...}}``.
+Spec = dict[str, Any]
+
+
+def _spec_class(spec: Mapping[str, Any], what: str) -> Any:
+    """The class of a spec entry (a class or its dotted import path)."""
+    if not isinstance(spec, Mapping) or "cls" not in spec:
+        raise TypeError(f"A {what} spec is a dict {{'cls': ..., 'options': {{...}}}}, got {spec!r}")
+    cls = spec["cls"]
+    if isinstance(cls, str):
+        cls = import_term(cls)
+    if not callable(cls):
+        raise TypeError(f"The {what} spec's cls must be a class, got {cls!r}")
+    return cls
+
+
+def _options(spec: Mapping[str, Any]) -> dict[str, Any]:
+    opts = spec.get("options") or {}
+    if not isinstance(opts, Mapping):
+        raise TypeError(f"A spec's options must be a dict, got {opts!r}")
+    return dict(opts)
+
+
+#: Synchronous clusters made with ``shutdown_on_close=True``, closed at exit if still open.
+_to_close_at_exit: weakref.WeakSet[SpecCluster] = weakref.WeakSet()
+
+
+def close_clusters() -> None:
+    """Close the synchronous clusters made with ``shutdown_on_close=True`` that are still open (run at exit)."""
+    for cluster in list(_to_close_at_exit):
+        if cluster.status not in (Status.closed, Status.closing):
+            try:
+                cluster.close(timeout=10)
+            except Exception:
+                logger.debug("Closing %s at exit failed", cluster.name, exc_info=True)
+
+
+atexit.register(close_clusters)
+
+
+class SpecCluster(Cluster):
+    """A cluster from specifications of its scheduler and workers.
+
+    Parameters
+    ----------
+    workers
+        The workers to start: ``{name: {"cls": WorkerClass, "options": {...}}}``.
+    scheduler
+        The scheduler: ``{"cls": Scheduler, "options": {...}}`` (default: a
+        :class:`~distributed.Scheduler` serving a dashboard).
+    worker
+        The spec of workers added by :meth:`scale` (default: none, so the
+        cluster cannot grow beyond ``workers``).
+    asynchronous
+        Run on the caller's loop (await the cluster to start it).
+    loop
+        A loop running in another thread to use (synchronous clusters only).
+    security
+        Not supported yet: only None (comms are plain TCP).
+    silence_logs
+        A log level for the ``distributed`` logger while the cluster runs
+        (falsy leaves logging alone).
+    name
+        A name for ``repr``.
+    shutdown_on_close
+        Close the cluster when the interpreter exits, if still open (a
+        synchronous cluster: an asynchronous one's loop is its caller's, gone by then).
+    scheduler_sync_interval
+        Seconds between refreshes of ``scheduler_info``.
+
+    Examples
+    --------
+    >>> spec = {"cls": Worker, "options": {"nthreads": 1}}  # doctest: +SKIP
+    >>> cluster = SpecCluster(workers={"a": spec}, worker=spec,
+    ...                       scheduler={"cls": Scheduler, "options": {"dashboard_address": None}})  # doctest: +SKIP
+    >>> cluster.scale(3)  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        workers: Mapping[Any, Spec] | None = None,
+        scheduler: Spec | None = None,
+        worker: Spec | None = None,
+        asynchronous: bool = False,
+        loop: Any = None,
+        security: Any = None,
+        silence_logs: int | str | bool = False,
+        name: str | None = None,
+        shutdown_on_close: bool = True,
+        scheduler_sync_interval: float | str = 1,
+    ) -> None:
+        refuse_unsupported("SpecCluster", security=security is not None)
+        super().__init__(
+            asynchronous=asynchronous, loop=loop, name=name, scheduler_sync_interval=scheduler_sync_interval
+        )
+        for nm, spec in (workers or {}).items():
+            _spec_class(spec, f"worker {nm!r}")
+        if worker is not None:
+            _spec_class(worker, "worker")
+        if scheduler is not None:
+            _spec_class(scheduler, "scheduler")
+        #: The workers wanted, by name.
+        self.worker_spec: dict[Any, Spec] = copy.copy(dict(workers or {}))
+        #: The scheduler's spec.
+        self.scheduler_spec: Spec | None = copy.copy(scheduler)
+        #: The spec copied for each worker added by :meth:`scale`.
+        self.new_spec: Spec | None = copy.copy(worker)
+        self.silence_logs = silence_logs
+        #: The scheduler, once started.
+        self.scheduler: Any = None
+        self._i = 0
+        self._used_names: set[Any] = set()
+        self._old_log_level: int | None = None
+        self._correct_lock: asyncio.Lock | None = None
+        self._adaptive: Adaptive | None = None
+        self._adaptive_options: dict[str, Any] = {}
+        self.shutdown_on_close = shutdown_on_close
+        if shutdown_on_close and not asynchronous:
+            _to_close_at_exit.add(self)
+        if not asynchronous:
+            self._start_sync()
+
+    # -- logging --------------------------------------------------------------------------
+    def _log_level(self) -> int | str | None:
+        if not self.silence_logs:
+            return None
+        return logging.WARN if self.silence_logs is True else self.silence_logs
+
+    def _silence(self) -> None:
+        level = self._log_level()
+        if level is not None and self._old_log_level is None:
+            self._old_log_level = silence_logging(level)
+
+    def _unsilence(self) -> None:
+        if self._old_log_level is not None:
+            silence_logging(self._old_log_level)
+            self._old_log_level = None
+
+    # -- life cycle -----------------------------------------------------------------------
+    async def _start_cluster(self) -> None:
+        self._silence()
+        if self.scheduler_spec is None:
+            self.scheduler_spec = {"cls": Scheduler, "options": {"dashboard": True}}
+        cls = _spec_class(self.scheduler_spec, "scheduler")
+        scheduler = cls(**_options(self.scheduler_spec))
+        self.scheduler = scheduler
+        await scheduler.start()
+        self._scheduler_address = str(scheduler.address)
+        logger.info("%s: scheduler at %s", self.name, scheduler.address)
+        await self._scheduler_started(scheduler)
+        await self._correct_state()
+
+    async def _scheduler_started(self, scheduler: Any) -> None:
+        """Subclass hook: the scheduler runs, no worker is started yet."""
+
+    async def _close_cluster(self) -> None:
+        try:
+            if self._adaptive is not None:
+                self._adaptive.stop()
+            if self.workers:
+                handles = list(self.workers.values())
+                self.workers.clear()
+                results = await asyncio.gather(*(h.close() for h in handles), return_exceptions=True)
+                for r in results:
+                    if isinstance(r, BaseException):
+                        logger.warning("Closing a worker failed: %r", r)
+            if self.scheduler is not None:
+                await self.scheduler.close()
+        finally:
+            self._unsilence()
+
+    # -- reconciling ----------------------------------------------------------------------
+    async def _correct_state(self) -> None:
+        """Close the running workers not in ``worker_spec``, then start those missing from ``workers``.
+
+        Workers leaving are retired by the scheduler first, so the data only
+        they hold moves to the others.  Raises the first error of a worker
+        that failed to start (the others started all the same).
+        """
+        if self._correct_lock is None:
+            self._correct_lock = asyncio.Lock()
+        async with self._correct_lock:
+            if self.status in (Status.closing, Status.closed) or self._scheduler_address is None:
+                return
+            leaving = [nm for nm in self.workers if nm not in self.worker_spec]
+            if leaving:
+                logger.info("%s: closing workers %s", self.name, leaving)
+                handles = [self.workers.pop(nm) for nm in leaving]
+                await self._retire(handles)
+                results = await asyncio.gather(*(h.close() for h in handles), return_exceptions=True)
+                for r in results:
+                    if isinstance(r, BaseException):
+                        logger.warning("Closing a worker failed: %r", r)
+            joining = [nm for nm in self.worker_spec if nm not in self.workers]
+            if joining:
+                logger.info("%s: starting workers %s", self.name, joining)
+                started = await asyncio.gather(
+                    *(self._start_worker(nm, self.worker_spec[nm]) for nm in joining), return_exceptions=True
+                )
+                errors: list[BaseException] = []
+                for nm, r in zip(joining, started):
+                    if isinstance(r, BaseException):
+                        errors.append(r)
+                        # Not wanted any more: a later correction would only fail again.
+                        self.worker_spec.pop(nm, None)
+                    else:
+                        self.workers[nm] = r
+                if errors:
+                    raise errors[0]
+            await self._refresh_scheduler_info()
+
+    async def _start_worker(self, name: Any, spec: Spec) -> WorkerHandle:
+        """Start the worker ``name`` from its spec: ``cls(scheduler_address, name=name, **options)``."""
+        cls = _spec_class(spec, f"worker {name!r}")
+        opts = _options(spec)
+        opts.setdefault("name", name)
+        self._used_names.add(name)
+        worker = cls(self.scheduler_address, **opts)
+        await worker.start()  # a failed start closes what it started
+        return cast(WorkerHandle, worker)
+
+    async def _retire(self, handles: list[WorkerHandle]) -> None:
+        """Have the scheduler retire these workers: the data only they hold moves to the others first.
+
+        The workers are closed afterwards by their handles (a nanny then does
+        not start its worker again).  Those the scheduler keeps, because no
+        other worker can take their only copies, are closed all the same (as
+        in dask.distributed): what they held is recomputed where it can be.
+        """
+        addrs = [a for a in (self._worker_address(h) for h in handles) if a]
+        if self._pool is None or not addrs:
+            return
+        try:
+            retired = await self._pool.call(
+                self.scheduler_address,
+                m.RetireWorkers(op="retire_workers", workers=addrs, close_workers=False, remove=True),
+            )
+        except Exception as e:
+            logger.warning("%s: retiring workers %s failed (%s); closing them anyway", self.name, addrs, e)
+            return
+        kept = [a for a in addrs if a not in retired]
+        if kept:
+            logger.warning("%s: no other worker could take the data only %s hold; closing them anyway", self.name, kept)
+
+    @staticmethod
+    def _worker_address(handle: WorkerHandle) -> str | None:
+        if isinstance(handle, Nanny):
+            return handle.worker_address
+        try:
+            return handle.address
+        except (AttributeError, ValueError, RuntimeError):
+            return None
+
+    # -- scaling --------------------------------------------------------------------------
+    def _new_worker_name(self, worker_number: int) -> Any:
+        """The name of the ``worker_number``-th worker added by :meth:`new_worker_spec`."""
+        return worker_number
+
+    def new_worker_spec(self) -> dict[Any, Spec]:
+        """The spec of one more worker, as ``{name: spec}`` (a name not yet in ``worker_spec``).
+
+        Raises
+        ------
+        ValueError
+            When the cluster was given no ``worker`` template.
+        """
+        if self.new_spec is None:
+            raise ValueError(f"{self.name} has no worker template (SpecCluster(worker=...)): it cannot add workers")
+        name = self._new_worker_name(self._i)
+        # A name once used is not given again: the scheduler may still know the worker that had it.
+        while name in self.worker_spec or name in self._used_names:
+            self._i += 1
+            name = self._new_worker_name(self._i)
+        self._i += 1
+        # Options are copied one level deep: they may hold objects that cannot be deep-copied.
+        return {name: {**self.new_spec, "options": _options(self.new_spec)}}
+
+    def _template_option(self, *keys: str) -> Any:
+        opts = _options(self.new_spec) if self.new_spec is not None else {}
+        for key in keys:
+            if opts.get(key) is not None:
+                return opts[key]
+        return None
+
+    def _threads_per_worker(self) -> int:
+        """Threads each new worker has (from the worker template's ``nthreads``)."""
+        n = self._template_option("nthreads", "threads_per_worker", "ncores")
+        if n is None:
+            raise ValueError(f"{self.name}: the worker template sets no nthreads: cannot count workers by cores")
+        return max(1, int(n))
+
+    def _memory_per_worker(self) -> int:
+        """Bytes each new worker may use (from the worker template's ``memory_limit``)."""
+        mem = self._template_option("memory_limit")
+        if mem is None or mem == "auto":
+            raise ValueError(f"{self.name}: the worker template sets no memory_limit: cannot count workers by memory")
+        n = parse_bytes(mem) if isinstance(mem, str) else int(mem)
+        if n <= 0:
+            raise ValueError(f"{self.name}: the worker template's memory_limit is unlimited: cannot count by memory")
+        return int(n)
+
+    def _workers_for(self, n: int, memory: str | int | None, cores: int | None) -> int:
+        """``n``, raised to cover ``memory`` bytes and ``cores`` threads with whole workers."""
+        if memory is not None:
+            per = self._memory_per_worker()
+            n = max(n, math.ceil(parse_bytes(memory) / per))
+        if cores is not None:
+            n = max(n, math.ceil(cores / self._threads_per_worker()))
+        if n < 0:
+            raise ValueError(f"Cannot scale to a negative number of workers: {n}")
+        return n
+
+    def _set_target(self, n: int) -> None:
+        """Edit ``worker_spec`` to name ``n`` workers: those not yet arrived go first, then the newest."""
+        if len(self.worker_spec) > n:
+            arrived = {str(w.get("name")) for w in self.scheduler_info.get("workers", {}).values()}
+            pending = [nm for nm in reversed(self.worker_spec) if nm not in self.workers or str(nm) not in arrived]
+            for nm in pending:
+                if len(self.worker_spec) <= n:
+                    break
+                del self.worker_spec[nm]
+            while len(self.worker_spec) > n:
+                self.worker_spec.popitem()
+        if self.status not in (Status.closing, Status.closed):
+            while len(self.worker_spec) < n:
+                self.worker_spec.update(self.new_worker_spec())
+
+    def scale(self, n: int = 0, memory: str | int | None = None, cores: int | None = None) -> Any:
+        """Scale to ``n`` workers, or to enough for ``memory`` bytes or ``cores`` threads.
+
+        With ``memory`` or ``cores``, the number of workers is rounded up
+        (from the worker template's ``memory_limit``/``nthreads``) and is at
+        least ``n``.  Stops adaptive scaling, as the user now sets the size.
+        Blocks until done on a synchronous cluster; on an asynchronous one,
+        returns a task (awaiting it is optional: it runs either way).
+        """
+        self._workers_for(n, memory, cores)  # a bad request leaves adaptive scaling alone
+        if self._adaptive is not None:
+            self._adaptive.stop()
+            self._adaptive = None
+        return self.scale_up(n, memory=memory, cores=cores)
+
+    def scale_up(self, n: int = 0, memory: str | int | None = None, cores: int | None = None) -> Any:
+        """Scale to ``n`` workers, as :meth:`scale`, but leave adaptive scaling on (it is what calls this)."""
+        target = self._workers_for(n, memory, cores)
+        return self._run(self._scale_to(target), f"scale-{target}")
+
+    def scale_down(self, workers: Iterable[Any]) -> Any:
+        """Close these workers (by name, or by address), retiring them through the scheduler first."""
+        return self._run(self._scale_down(list(workers)), "scale-down")
+
+    def _run(self, coro: Any, name: str) -> Any:
+        if self.asynchronous or self._in_loop_thread():
+            return self._spawn(coro, name=name)
+
+        async def run() -> Any:
+            return await coro
+
+        return self.sync(run)
+
+    async def _scale_to(self, n: int) -> None:
+        self._set_target(n)
+        await self._correct_state()
+
+    async def _scale_down(self, workers: list[Any]) -> None:
+        names = set(self._names_of(workers))
+        for nm in list(self.worker_spec):
+            if nm in names:
+                del self.worker_spec[nm]
+        await self._correct_state()
+
+    def _names_of(self, workers: Iterable[Any]) -> list[Any]:
+        """Names in ``worker_spec`` of these workers, given by name or by address."""
+        by_str = {str(nm): nm for nm in self.worker_spec}
+        by_addr: dict[str, Any] = {}
+        for nm, h in self.workers.items():
+            addr = self._worker_address(h)
+            if addr:
+                by_addr[addr] = nm
+        for addr, info in self.scheduler_info.get("workers", {}).items():
+            if str(info.get("name")) in by_str:
+                by_addr.setdefault(addr, by_str[str(info.get("name"))])
+        out = []
+        for w in workers:
+            if w in self.worker_spec:
+                out.append(w)
+            elif str(w) in by_str:
+                out.append(by_str[str(w)])
+            elif w in by_addr:
+                out.append(by_addr[w])
+        return out
+
+    # -- what adaptive scaling looks at ---------------------------------------------------
+    @property
+    def plan(self) -> set[Any]:
+        """Names of the workers wanted (``worker_spec``)."""
+        return set(self.worker_spec)
+
+    @property
+    def requested(self) -> set[Any]:
+        """Names of the workers asked for: those wanted (one worker per spec here)."""
+        return set(self.worker_spec)
+
+    @property
+    def observed(self) -> set[Any]:
+        """Names of the workers the scheduler knows (as last refreshed)."""
+        by_str = {str(nm): nm for nm in self.worker_spec}
+        out: set[Any] = set()
+        for info in self.scheduler_info.get("workers", {}).values():
+            nm = info.get("name")
+            out.add(by_str.get(str(nm), nm))
+        return out
+
+    def adapt(
+        self,
+        Adaptive: type[Adaptive] | None = None,
+        minimum: int = 0,
+        maximum: float = math.inf,
+        minimum_cores: int | None = None,
+        maximum_cores: int | None = None,
+        minimum_memory: str | int | None = None,
+        maximum_memory: str | int | None = None,
+        **kwargs: Any,
+    ) -> Adaptive:
+        """Let the scheduler's load set the number of workers, between bounds.
+
+        Replaces any previous adaptive scaling (its options are kept unless
+        given again); :meth:`scale` stops it.
+
+        Parameters
+        ----------
+        Adaptive
+            The class to use (default :class:`~distributed.deploy.Adaptive`).
+        minimum, maximum
+            Bounds on the number of workers.
+        minimum_cores, maximum_cores, minimum_memory, maximum_memory
+            Bounds in threads or bytes, turned into workers from the worker
+            template (the minimum rounded up, the maximum down).
+        **kwargs
+            For the Adaptive: ``interval``, ``target_duration``, ``wait_count``.
+        """
+        from distributed.deploy.adaptive import Adaptive as DefaultAdaptive
+
+        cls = Adaptive or DefaultAdaptive
+        if minimum_cores is not None:
+            minimum = max(minimum or 0, math.ceil(minimum_cores / self._threads_per_worker()))
+        if minimum_memory is not None:
+            minimum = max(minimum or 0, math.ceil(parse_bytes(minimum_memory) / self._memory_per_worker()))
+        if maximum_cores is not None:
+            maximum = min(maximum, math.floor(maximum_cores / self._threads_per_worker()))
+        if maximum_memory is not None:
+            maximum = min(maximum, math.floor(parse_bytes(maximum_memory) / self._memory_per_worker()))
+        if self._adaptive is not None:
+            self._adaptive.stop()
+        self._adaptive_options.update(kwargs)
+        self._adaptive_options.update(minimum=minimum, maximum=maximum)
+        self._adaptive = cls(self, **self._adaptive_options)
+        return self._adaptive

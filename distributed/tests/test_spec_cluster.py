@@ -1,0 +1,159 @@
+"""SpecCluster: clusters from scheduler and worker specs, scaled by count, memory or cores."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from distributed import Adaptive, SpecCluster
+from distributed.client import Client
+from distributed.core import Status
+from distributed.deploy import LocalCluster
+from distributed.deploy.spec import close_clusters
+from distributed.nanny import Nanny
+from distributed.scheduler import Scheduler
+from distributed.utils_test import async_poll_for, gen_test, inc
+from distributed.worker import Worker
+
+SCHEDULER: dict[str, Any] = {"cls": Scheduler, "options": {"dashboard": False, "host": "127.0.0.1", "protocol": "tcp"}}
+
+
+class MyWorker(Worker):
+    """A worker class of the user's, to show the spec's cls is honoured."""
+
+
+def worker_spec(cls: Any = Worker, **options: Any) -> dict[str, Any]:
+    return {"cls": cls, "options": {"nthreads": 1, "host": "127.0.0.1", "protocol": "tcp", **options}}
+
+
+def scheduler_names(cluster: SpecCluster) -> set[str]:
+    s = cluster.scheduler
+    assert isinstance(s, Scheduler)
+    return {str(ws.name) for ws in s.workers.values()}
+
+
+@gen_test()
+async def test_custom_worker_spec_scale_up_and_down() -> None:
+    async with SpecCluster(
+        workers={"a": worker_spec(MyWorker), "b": worker_spec(MyWorker)},
+        scheduler=SCHEDULER,
+        worker=worker_spec(MyWorker, nthreads=2),
+        asynchronous=True,
+    ) as cluster:
+        assert set(cluster.workers) == {"a", "b"}
+        assert all(type(w) is MyWorker for w in cluster.workers.values())
+        assert scheduler_names(cluster) == {"a", "b"}
+        assert cluster.plan == cluster.requested == cluster.observed == {"a", "b"}
+        async with Client(cluster, asynchronous=True) as c:
+            await cluster.scale(4)
+            assert len(cluster.worker_spec) == len(cluster.workers) == 4
+            assert scheduler_names(cluster) == {"a", "b", "0", "1"}
+            assert cluster.workers[0].state.nthreads == 2  # type: ignore[attr-defined]  # a MyWorker
+            futures = c.map(inc, range(20))
+            assert await c.gather(futures) == list(range(1, 21))
+            # Scaling down retires the newest workers; the results they held move to the others.
+            await cluster.scale(1)
+            assert set(cluster.worker_spec) == set(cluster.workers) == {"a"}
+            assert scheduler_names(cluster) == {"a"}
+            assert await c.gather(futures) == list(range(1, 21))
+            s = cluster.scheduler
+            assert isinstance(s, Scheduler)
+            assert all(ts.state == "memory" for ts in s.tasks.values())
+
+
+@gen_test()
+async def test_scale_down_by_name_and_address_and_correct_state() -> None:
+    async with SpecCluster(
+        workers={n: worker_spec() for n in "abc"}, scheduler=SCHEDULER, asynchronous=True
+    ) as cluster:
+        b_address = cluster.workers["b"].address
+        await cluster.scale_down(["a", b_address])
+        assert set(cluster.workers) == {"c"}
+        assert scheduler_names(cluster) == {"c"}
+        # Editing the spec by hand, then correcting the state, starts what is missing.
+        cluster.worker_spec["d"] = worker_spec()
+        await cluster._correct_state()
+        assert set(cluster.workers) == {"c", "d"}
+        assert scheduler_names(cluster) == {"c", "d"}
+
+
+@gen_test()
+async def test_scale_by_memory_and_cores_rounds_up() -> None:
+    async with SpecCluster(
+        scheduler=SCHEDULER, worker=worker_spec(nthreads=2, memory_limit="1GB"), asynchronous=True
+    ) as cluster:
+        assert cluster.workers == {}
+        await cluster.scale(cores=3)  # 3 threads need two 2-thread workers
+        assert len(cluster.workers) == 2
+        await cluster.scale(memory="2.5 GB")  # 2.5 GB needs three 1 GB workers
+        assert len(cluster.workers) == 3
+        await cluster.scale(2, cores=1)  # at least n
+        assert len(cluster.workers) == 2
+        await cluster.scale(memory=1, cores=1)
+        assert len(cluster.workers) == 1
+        await async_poll_for(lambda: len(cluster.scheduler.workers) == 1, timeout=10)
+        assert sum(ws.nthreads for ws in cluster.scheduler.workers.values()) == 2
+
+
+@gen_test()
+async def test_scale_by_memory_needs_a_memory_limit() -> None:
+    async with SpecCluster(scheduler=SCHEDULER, worker=worker_spec(memory_limit=None), asynchronous=True) as cluster:
+        with pytest.raises(ValueError, match="memory_limit"):
+            cluster.scale(memory="1GB")
+        cluster.new_spec = None
+        with pytest.raises(ValueError, match="no worker template"):
+            cluster.new_worker_spec()
+        with pytest.raises(ValueError, match="no worker template"):
+            await cluster.scale(1)
+
+
+@gen_test()
+async def test_nanny_spec_keeps_results_across_scale_down() -> None:
+    spec = worker_spec(Nanny)
+    async with SpecCluster(workers={0: spec, 1: spec}, scheduler=SCHEDULER, worker=spec, asynchronous=True) as cluster:
+        assert all(isinstance(w, Nanny) for w in cluster.workers.values())
+        async with Client(cluster, asynchronous=True) as c:
+            futures = c.map(inc, range(10))
+            await c.gather(futures)
+            await cluster.scale(1)
+            assert len(cluster.workers) == 1
+            assert scheduler_names(cluster) == {"0"}
+            assert await c.gather(futures) == list(range(1, 11))
+            await cluster.scale(2)
+            assert scheduler_names(cluster) == {"0", "2"}  # names are never reused
+
+
+def test_refused_parameters() -> None:
+    with pytest.raises(NotImplementedError, match=r"SpecCluster\(security=...\)"):
+        SpecCluster(scheduler=SCHEDULER, security=object(), asynchronous=True)
+    with pytest.raises(TypeError, match="worker spec"):
+        SpecCluster(scheduler=SCHEDULER, worker={"options": {}}, asynchronous=True)
+
+
+def test_local_cluster_is_a_spec_cluster() -> None:
+    with LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None, memory_limit="1GB"
+    ) as cluster:
+        assert isinstance(cluster, SpecCluster)
+        assert set(cluster.worker_spec) == set(cluster.workers) == {0, 1}
+        assert cluster.scheduler_spec is not None and cluster.scheduler_spec["cls"] is Scheduler
+        cluster.scale(cores=3)
+        assert set(cluster.workers) == {0, 1, 2}
+        cluster.scale(memory="1GB")
+        assert set(cluster.workers) == {0}
+        assert cluster.status == Status.running
+        adaptive = cluster.adapt(minimum=1, maximum=2)
+        assert isinstance(adaptive, Adaptive)
+
+
+def test_shutdown_on_close_closes_open_clusters_at_exit() -> None:
+    closing = SpecCluster(workers={"a": worker_spec()}, scheduler=SCHEDULER)
+    staying = SpecCluster(workers={"a": worker_spec()}, scheduler=SCHEDULER, shutdown_on_close=False)
+    try:
+        close_clusters()  # what runs at exit
+        assert closing.status == Status.closed
+        assert staying.status == Status.running
+    finally:
+        closing.close()
+        staying.close()
