@@ -30,6 +30,7 @@ from distributed.nanny import Nanny
 from distributed.scheduler import Scheduler
 from distributed.utils import sync
 from distributed.worker import Worker, get_client, get_worker, rejoin, secede
+from distributed.worker_client import worker_client
 
 config.initialize_logging()
 
@@ -74,4 +75,5 @@ __all__ = [
     "secede",
     "sync",
     "wait",
+    "worker_client",
 ]

@@ -1332,12 +1332,19 @@ def get_client(address: str | None = None, timeout: float | str | None = None, r
 
 
 def secede() -> None:
-    """Leave the worker's thread pool while this task waits on others."""
+    """Leave the worker's thread pool while this task waits on others.
+
+    The pool starts another thread in its place, and the worker tells the
+    scheduler the task is long-running, so that both give its slot to other
+    tasks.  A coroutine task (run on the worker's event loop, holding no pool
+    thread) only gives up its slot.  A no-op outside a task.
+    """
     worker = getattr(thread_state, "worker", None)
     key = getattr(thread_state, "key", None)
-    pool = current_pool()
-    if isinstance(worker, Worker) and pool is not None and key is not None:
-        pool.secede_current_thread()
+    if isinstance(worker, Worker) and key is not None:
+        pool = current_pool()
+        if pool is not None:
+            pool.secede_current_thread()
         worker.secede_task(key)
 
 

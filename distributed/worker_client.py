@@ -1,0 +1,60 @@
+"""A client for use inside a task, that lets the task leave its thread while it waits."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from distributed.worker import get_client, get_worker, rejoin, secede
+
+if TYPE_CHECKING:
+    from distributed.client import Client
+
+__all__ = ["worker_client"]
+
+
+@contextmanager
+def worker_client(timeout: float | str | None = None, separate_thread: bool = True) -> Iterator[Client]:
+    """The client of the worker running the current task, for use in a ``with`` block.
+
+    Inside the block the task can submit tasks, and wait for them, from its
+    worker.  With ``separate_thread`` (the default) the task leaves its
+    worker's thread pool for the block (:func:`distributed.secede`), so that
+    the tasks it waits on can take its thread, and takes a thread of the pool
+    again on the way out (:func:`distributed.rejoin`), waiting for one to be
+    free.  Tasks that launch tasks that launch tasks, many levels deep, thus
+    finish on a worker with a single thread.
+
+    Parameters
+    ----------
+    timeout
+        How long to wait for the client to connect to the scheduler (a number
+        of seconds or a string such as ``"10s"``); defaults to
+        ``distributed.comm.timeouts.connect``.
+    separate_thread
+        Whether the task leaves its worker's thread pool within the block.
+
+    Raises
+    ------
+    ValueError
+        When not called from within a task.
+
+    Examples
+    --------
+    >>> def fib(n):  # doctest: +SKIP
+    ...     if n < 2:
+    ...         return n
+    ...     with worker_client() as client:
+    ...         a, b = client.submit(fib, n - 1), client.submit(fib, n - 2)
+    ...         return a.result() + b.result()
+    """
+    get_worker()  # raises ValueError outside a task
+    client = get_client(timeout=timeout)
+    if separate_thread:
+        secede()
+    try:
+        yield client
+    finally:
+        if separate_thread:
+            rejoin()
