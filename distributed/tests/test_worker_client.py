@@ -257,3 +257,33 @@ async def test_rejoin_waits_while_another_task_holds_the_only_thread(c: Client, 
         C_GO.set()
     assert await c.gather([fa, fc]) == ["a", "c"]
     assert ACTIVE.most == 1
+
+
+def run_then_secede() -> int:
+    """Hold the thread until A_GO, then wait in a worker_client block until C_GO."""
+    if not A_GO.wait(timeout=20):
+        raise TimeoutError("A_GO never set")
+    with worker_client():
+        if not C_GO.wait(timeout=20):
+            raise TimeoutError("C_GO never set")
+    return 1
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)])
+async def test_seceded_task_leaves_the_workers_occupancy(c: Client, s: Scheduler, a: Worker) -> None:
+    A_GO.clear()
+    C_GO.clear()
+    try:
+        fut = c.submit(run_then_secede)
+        ws = s.workers[a.address]
+        await async_poll_for(lambda: bool(ws.processing), timeout=10)
+        assert ws.occupancy == pytest.approx(s.unknown_duration)  # a task not seen before
+        A_GO.set()
+        await async_poll_for(lambda: bool(ws.long_running), timeout=10)
+        # It holds no thread: new work should not count it as load.
+        assert ws.occupancy == 0
+    finally:
+        A_GO.set()
+        C_GO.set()
+    assert await fut == 1
+    assert ws.occupancy == 0
