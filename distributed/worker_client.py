@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
 from distributed.worker import get_client, get_worker, rejoin, secede
@@ -12,6 +13,10 @@ if TYPE_CHECKING:
     from distributed.client import Client
 
 __all__ = ["worker_client"]
+
+#: How many seceding ``worker_client`` blocks the running task has open (a context
+#: variable, not a thread-local: coroutine tasks share the event loop's thread).
+_depth: ContextVar[int] = ContextVar("worker_client_depth", default=0)
 
 
 @contextmanager
@@ -51,10 +56,16 @@ def worker_client(timeout: float | str | None = None, separate_thread: bool = Tr
     """
     get_worker()  # raises ValueError outside a task
     client = get_client(timeout=timeout)
-    if separate_thread:
+    # Only the outermost seceding block of a task rejoins: an inner one that rejoined
+    # would hold the thread while the outer block still waits on other tasks.
+    depth = _depth.get()
+    leaves = separate_thread and depth == 0
+    if leaves:
         secede()
+    token = _depth.set(depth + 1 if separate_thread else depth)
     try:
         yield client
     finally:
-        if separate_thread:
+        _depth.reset(token)
+        if leaves:
             rejoin()

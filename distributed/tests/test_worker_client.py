@@ -287,3 +287,28 @@ async def test_seceded_task_leaves_the_workers_occupancy(c: Client, s: Scheduler
         C_GO.set()
     assert await fut == 1
     assert ws.occupancy == 0
+
+
+def nested_blocks(x: int) -> int:
+    with worker_client() as outer:
+        with worker_client() as inner:
+            y = int(inner.submit(inc, x).result())
+        # Still inside the outer block: the task must not hold the only thread here.
+        return int(outer.submit(inc, y).result())
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)], timeout=20)
+async def test_nested_blocks_rejoin_only_on_leaving_the_outermost(c: Client, s: Scheduler, a: Worker) -> None:
+    assert await c.submit(nested_blocks, 1) == 3
+    assert a.executor.waiting_to_rejoin == 0
+
+
+async def async_block_then_submit(x: int) -> int:
+    with worker_client() as c:
+        return int(await c.submit(inc, x))
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)], timeout=20)
+async def test_concurrent_coroutine_tasks_each_leave_their_slot(c: Client, s: Scheduler, a: Worker) -> None:
+    # Coroutine tasks interleave on the event loop's one thread; each gives its slot up for its block.
+    assert await c.gather(c.map(async_block_then_submit, range(4))) == [1, 2, 3, 4]
