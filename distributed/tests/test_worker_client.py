@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
 import pytest
 
 import distributed
-from distributed import Client, LocalCluster, worker_client
+from distributed import Client, LocalCluster, get_worker, worker_client
 from distributed.scheduler import Scheduler
 from distributed.utils_test import async_poll_for, gen_cluster, inc
 from distributed.worker import Worker
@@ -209,9 +210,10 @@ def test_worker_processes() -> None:
             assert c.submit(fib, 9).result(timeout=60) == 34
 
 
-def test_rejoin_outside_a_seceded_task_is_a_no_op() -> None:
+def test_secede_outside_a_task_raises_and_rejoin_does_nothing() -> None:
+    with pytest.raises(ValueError, match="within a task"):
+        distributed.secede()
     distributed.rejoin()
-    distributed.secede()
 
 
 A_GO = threading.Event()
@@ -312,3 +314,19 @@ async def async_block_then_submit(x: int) -> int:
 async def test_concurrent_coroutine_tasks_each_leave_their_slot(c: Client, s: Scheduler, a: Worker) -> None:
     # Coroutine tasks interleave on the event loop's one thread; each gives its slot up for its block.
     assert await c.gather(c.map(async_block_then_submit, range(4))) == [1, 2, 3, 4]
+    # Their task state did not stay behind on the event loop's thread (where this test runs).
+    with pytest.raises(ValueError):
+        get_worker()
+
+
+async def where_after_awaiting(i: int) -> str:
+    await asyncio.sleep(0.01)  # lets the other coroutine tasks on the loop run meanwhile
+    return str(get_worker().address)
+
+
+@gen_cluster(client=True)
+async def test_interleaved_coroutine_tasks_see_their_own_worker(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    on_a = c.map(where_after_awaiting, range(6), workers=[a.address])
+    on_b = c.map(where_after_awaiting, range(6, 12), workers=[b.address])
+    assert await c.gather(on_a) == [a.address] * 6
+    assert await c.gather(on_b) == [b.address] * 6
