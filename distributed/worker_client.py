@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
@@ -12,7 +13,7 @@ from distributed.worker import get_client, get_worker, rejoin, secede
 if TYPE_CHECKING:
     from distributed.client import Client
 
-__all__ = ["worker_client"]
+__all__ = ["local_client", "worker_client"]
 
 #: How many seceding ``worker_client`` blocks the running task has open (a context
 #: variable, not a thread-local: coroutine tasks share the event loop's thread).
@@ -69,3 +70,9 @@ def worker_client(timeout: float | str | None = None, separate_thread: bool = Tr
         _depth.reset(token)
         if leaves:
             rejoin()
+
+
+def local_client(timeout: float | str | None = None, separate_thread: bool = True) -> AbstractContextManager[Client]:
+    """The former name of :func:`worker_client`: warns, then is the same."""
+    warnings.warn("local_client has moved to worker_client", UserWarning, stacklevel=2)
+    return worker_client(timeout=timeout, separate_thread=separate_thread)

@@ -84,6 +84,23 @@ def test_exported() -> None:
 
     assert from_package is from_module
     assert "worker_client" in distributed.__all__
+    assert "local_client" in distributed.__all__
+
+
+def submit_through_local_client(x: int) -> int:
+    with distributed.local_client() as c:
+        return int(c.submit(inc, x).result())
+
+
+@pytest.mark.filterwarnings("ignore:local_client has moved")
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)])
+async def test_local_client_is_the_former_name(c: Client, s: Scheduler, a: Worker) -> None:
+    with pytest.warns(UserWarning, match="local_client has moved to worker_client"):
+        block = distributed.local_client()
+    with pytest.raises(ValueError, match="within a task"):
+        with block:
+            pass
+    assert await c.submit(submit_through_local_client, 1) == 2
 
 
 def test_outside_a_task_raises() -> None:
