@@ -30,6 +30,7 @@ from distributed.nanny import Nanny
 from distributed.scheduler import Scheduler
 from distributed.utils import sync
 from distributed.worker import Worker, get_client, get_worker, rejoin, secede
+from distributed.worker_client import local_client, worker_client
 
 config.initialize_logging()
 
@@ -71,9 +72,11 @@ __all__ = [
     "get_client",
     "get_task_metadata",
     "get_worker",
+    "local_client",
     "rejoin",
     "rpc",
     "secede",
     "sync",
     "wait",
+    "worker_client",
 ]

@@ -1916,6 +1916,12 @@ class Scheduler(Server):
         if ws is None or ts is None or ts.processing_on is not ws or ts.run_id != msg["run_id"]:
             return out
         ws.long_running.add(ts)
+        # It no longer occupies a thread: take its expected time off the worker's load
+        # (kept at zero until it finishes, so that leaving processing takes nothing more off).
+        duration = ws.processing.get(ts, 0.0)
+        if duration:
+            ws.processing[ts] = 0.0
+            ws.occupancy = max(ws.occupancy - duration, 0.0)
         out.opened.append(ws)
         return self.transitions({}, stimulus_id, out)
 

@@ -20,7 +20,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import Generator, Iterable, Mapping, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import dask
@@ -916,8 +916,7 @@ class Worker(Server):
         try:
             node = await _deserialize_spec(run_spec, loop, self.executor)
             if getattr(node, "is_coro", False):
-                with _TaskContext(self, key):
-                    value = await node(args)
+                value = await _StepsInTaskContext(node(args), self, key)
                 nbytes, type_name = sizeof(value), typename(type(value))
             else:
                 value, nbytes, type_name = await asyncio.wrap_future(
@@ -1265,6 +1264,35 @@ class _TaskContext:
             setattr(thread_state, k, v)
 
 
+class _StepsInTaskContext:
+    """Await a coroutine task with its thread state set during each of its steps only.
+
+    Coroutine tasks share the event loop's thread: state set for the whole
+    ``await`` would be seen by whatever else runs on the loop meanwhile, and
+    tasks that interleave would restore each other's state on leaving.
+    """
+
+    def __init__(self, coro: Any, worker: Worker, key: Key) -> None:
+        self.coro = coro
+        self.worker = worker
+        self.key = key
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        steps = self.coro.__await__()
+        send: Any = None
+        error: BaseException | None = None
+        while True:
+            with _TaskContext(self.worker, self.key):
+                try:
+                    yielded = steps.throw(error) if error is not None else steps.send(send)
+                except StopIteration as stop:
+                    return stop.value
+            try:
+                send, error = (yield yielded), None
+            except BaseException as e:  # delivered into the coroutine (cancellation included)
+                send, error = None, e
+
+
 def _run_actor_method(worker: Worker, method: Any, args: Any, kwargs: Any) -> Any:
     """Run in the actor thread, which ``get_worker``/``get_client`` and actor proxies recognise."""
     thread_state.worker = worker
@@ -1326,12 +1354,24 @@ def get_client(address: str | None = None, timeout: float | str | None = None, r
 
 
 def secede() -> None:
-    """Leave the worker's thread pool while this task waits on others."""
-    worker = getattr(thread_state, "worker", None)
+    """Leave the worker's thread pool while this task waits on others.
+
+    The pool starts another thread in its place, and the worker tells the
+    scheduler the task is long-running, so that both give its slot to other
+    tasks.  A coroutine task (run on the worker's event loop, holding no pool
+    thread) only gives up its slot.
+
+    Raises
+    ------
+    ValueError
+        When not called from within a task.
+    """
+    worker = get_worker()
     key = getattr(thread_state, "key", None)
-    pool = current_pool()
-    if isinstance(worker, Worker) and pool is not None and key is not None:
-        pool.secede_current_thread()
+    if key is not None:
+        pool = current_pool()
+        if pool is not None:
+            pool.secede_current_thread()
         worker.secede_task(key)
 
 

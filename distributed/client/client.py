@@ -343,7 +343,13 @@ class Client(Generic[AsyncT]):
         self.set_as_default = set_as_default
         if set_as_default:
             self.context.make_default()
-        if not asynchronous:
+        if not asynchronous and self._in_loop_thread():
+            # Made on its own running loop (a worker's client asked for by a coroutine task):
+            # it cannot block there, so it connects in the background; what it is asked to
+            # send meanwhile waits in its outbox.
+            self.status = "connecting"
+            self._started = asyncio.ensure_future(self._start())
+        elif not asynchronous:
             self._loop_runner.start()
             try:
                 self.sync(self._start)
