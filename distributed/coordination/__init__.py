@@ -12,8 +12,11 @@ Each primitive has two halves in two modules:
   its requests: :mod:`.lock_extension` holds :class:`LockExtension`, and so
   on for each primitive.
 
-Shared parts: :mod:`.names` (names of primitives), :mod:`.leases` (Lock and
-Semaphore leases that end when their holder dies) and :mod:`.held` (what a
+Shared parts: :mod:`.names` (names of primitives), :mod:`.primitive` (the
+client a user-side object binds to and talks through), :mod:`.leases` (Lock
+and Semaphore leases that end when their holder dies) with
+:mod:`.lease_holder` (the leases one object holds), :mod:`.waiting` (requests
+waiting in an extension, at most for their timeout) and :mod:`.held` (what a
 Queue or Variable holds: user objects as opaque frames, futures as keys the
 scheduler keeps computed).
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import uuid
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from dask.utils import parse_timedelta
 
-from distributed.coordination.names import check_name
+from distributed.coordination.names import name_or_new
+from distributed.coordination.primitive import ClientBound
 from distributed.protocol import messages as m
 
 if TYPE_CHECKING:
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 __all__ = ["Event"]
 
 
-class Event:
+class Event(ClientBound, noun="event"):
     """A flag shared by every client and task of a cluster, by name, as :class:`asyncio.Event`.
 
     An event starts clear; :meth:`set` wakes everyone in :meth:`wait`
@@ -43,17 +43,8 @@ class Event:
     """
 
     def __init__(self, name: Any = None, client: Client | None = None) -> None:
-        self.name: Any = check_name(name) if name is not None else f"event-{uuid.uuid4().hex}"
-        self._client = client
-
-    @property
-    def client(self) -> Client:
-        """The client this event talks through."""
-        if self._client is None:
-            from distributed.worker import get_client
-
-            self._client = get_client()
-        return self._client
+        super().__init__(client)
+        self.name: Any = name_or_new(name, "event")
 
     def wait(self, timeout: float | str | timedelta | None = None) -> Any:
         """Wait until the event is set (an awaitable with an asynchronous client).
@@ -70,22 +61,19 @@ class Event:
             Whether the event is set (False: ``timeout`` passed first).
         """
         t = parse_timedelta(timeout) if timeout is not None else None
-        return self.client.sync(self._call, m.EventWait(op="event_wait", name=self.name, timeout=t))
+        return self._request(m.EventWait(op="event_wait", name=self.name, timeout=t))
 
     def set(self) -> Any:
         """Set the event, waking every waiter (an awaitable with an asynchronous client)."""
-        return self.client.sync(self._call, m.EventSet(op="event_set", name=self.name))
+        return self._request(m.EventSet(op="event_set", name=self.name))
 
     def clear(self) -> Any:
         """Clear the event: later waits wait again (an awaitable with an asynchronous client)."""
-        return self.client.sync(self._call, m.EventClear(op="event_clear", name=self.name))
+        return self._request(m.EventClear(op="event_clear", name=self.name))
 
     def is_set(self) -> Any:
         """Whether the event is set (an awaitable with an asynchronous client)."""
-        return self.client.sync(self._call, m.EventIsSet(op="event_is_set", name=self.name))
-
-    async def _call(self, msg: m.EventWait | m.EventSet | m.EventClear | m.EventIsSet) -> Any:
-        return await self.client.scheduler.call(msg)
+        return self._request(m.EventIsSet(op="event_is_set", name=self.name))
 
     def __reduce__(self) -> tuple[type[Event], tuple[Any]]:
         return (Event, (self.name,))

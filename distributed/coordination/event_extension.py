@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from distributed.comm import Comm
 from distributed.coordination.names import normalize_name
+from distributed.coordination.waiting import counted, gives_up_at_once
 from distributed.core import Route
 from distributed.protocol import messages as m
 
@@ -66,18 +67,15 @@ class EventExtension:
         if event.is_set():
             return True
         timeout = msg.get("timeout")
-        if timeout is not None and timeout <= 0:
+        if gives_up_at_once(timeout):
             self._forget_if_unused(name)
             return False
-        self.waiters[name] = self.waiters.get(name, 0) + 1
         try:
-            await asyncio.wait_for(event.wait(), timeout)
+            with counted(self.waiters, name):
+                await asyncio.wait_for(event.wait(), timeout)
         except TimeoutError:
             return False
         finally:
-            self.waiters[name] -= 1
-            if not self.waiters[name]:
-                del self.waiters[name]
             self._forget_if_unused(name)
         return True
 

@@ -14,16 +14,14 @@ out.  Leases end when their holder dies, as a Semaphore's do (see
 
 from __future__ import annotations
 
-import threading
 import uuid
-from collections import deque
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from dask.utils import parse_timedelta
 
-from distributed.coordination.leases import LeaseKeeper
-from distributed.coordination.names import check_name
+from distributed.coordination.lease_holder import LeaseHolder
+from distributed.coordination.names import name_or_new
 from distributed.protocol import messages as m
 from distributed.utils import unsupported
 
@@ -33,7 +31,7 @@ if TYPE_CHECKING:
 __all__ = ["Lock"]
 
 
-class Lock:
+class Lock(LeaseHolder, noun="lock"):
     """A lock shared by every client and task of a cluster.
 
     A holder that dies loses the lock: when its client leaves the scheduler,
@@ -68,24 +66,8 @@ class Lock:
             raise unsupported("Lock", "scheduler_rpc", "give client= instead")
         if loop is not None:
             raise unsupported("Lock", "loop", "the lock uses its client's loop")
-        self.name: Any = check_name(name) if name is not None else f"lock-{uuid.uuid4().hex}"
-        self._client = client
-        self._leases: deque[str] = deque()
-        self._leases_lock = threading.Lock()
-        self._keeper = LeaseKeeper(self._held, self._refresh)
-
-    @property
-    def client(self) -> Client:
-        """The client this lock talks through."""
-        if self._client is None:
-            from distributed.worker import get_client
-
-            self._client = get_client()
-        return self._client
-
-    def _held(self) -> list[str]:
-        with self._leases_lock:
-            return list(self._leases)
+        super().__init__(client)
+        self.name: Any = name_or_new(name, "lock")
 
     async def _refresh(self, ids: list[str]) -> None:
         await self.client.scheduler.call(m.LockRefresh(op="lock_refresh_leases", name=self.name, ids=ids))
@@ -93,8 +75,8 @@ class Lock:
     @property
     def id(self) -> str | None:
         """The lease id this object holds the lock by (None when it holds none)."""
-        with self._leases_lock:
-            return self._leases[0] if self._leases else None
+        held = self._held()
+        return held[0] if held else None
 
     def acquire(self, blocking: bool = True, timeout: float | str | timedelta | None = None) -> Any:
         """Acquire the lock.
@@ -128,14 +110,8 @@ class Lock:
 
     async def _acquire(self, timeout: float | None) -> bool:
         lease = uuid.uuid4().hex
-        client = self.client
-        msg = m.LockAcquire(op="lock_acquire", name=self.name, id=lease, timeout=timeout, client=client.id)
-        acquired = bool(await client.scheduler.call(msg))
-        if acquired:
-            with self._leases_lock:
-                self._leases.append(lease)
-            self._keeper.start()
-        return acquired
+        msg = m.LockAcquire(op="lock_acquire", name=self.name, id=lease, timeout=timeout, client=self.client.id)
+        return await self._take(lease, msg)
 
     def release(self) -> Any:
         """Release the lock (an awaitable with an asynchronous client).
@@ -145,39 +121,15 @@ class Lock:
         RuntimeError
             When this object does not hold the lock.
         """
-        with self._leases_lock:
-            if not self._leases:
-                raise RuntimeError(f"Released too often: {self!r} is not held")
-            lease = self._leases.popleft()
+        lease = self._pop_oldest(f"Released too often: {self!r} is not held")
         return self.client.sync(self._release, lease)
 
     async def _release(self, lease: str) -> None:
-        if not self._held():
-            self._keeper.stop()
-        msg = m.LockRelease(op="lock_release", name=self.name, id=lease)
-        await self.client.scheduler.call(msg)
+        await self._give_back(m.LockRelease(op="lock_release", name=self.name, id=lease))
 
     def locked(self) -> Any:
         """Whether anyone holds the lock (an awaitable with an asynchronous client)."""
-        return self.client.sync(self._locked)
-
-    async def _locked(self) -> bool:
-        msg = m.LockLocked(op="lock_locked", name=self.name)
-        return bool(await self.client.scheduler.call(msg))
-
-    def __enter__(self) -> Lock:
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
-    async def __aenter__(self) -> Lock:
-        await self.acquire()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.release()
+        return self._request(m.LockLocked(op="lock_locked", name=self.name))
 
     def __reduce__(self) -> tuple[type[Lock], tuple[Any]]:
         return (Lock, (self.name,))

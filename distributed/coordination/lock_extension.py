@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from distributed.comm import Comm
 from distributed.coordination.leases import LeaseClock
 from distributed.coordination.names import normalize_name
+from distributed.coordination.waiting import await_grant, gives_up_at_once
 from distributed.core import Route
 from distributed.protocol import messages as m
 
@@ -46,7 +47,7 @@ class LockExtension:
     def __init__(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
         self.holders: dict[Hashable, str] = {}
-        self.waiters: defaultdict[Hashable, deque[tuple[str, asyncio.Future[None]]]] = defaultdict(deque)
+        self.waiters: defaultdict[Hashable, deque[tuple[str, asyncio.Future[bool]]]] = defaultdict(deque)
         #: The client of each waiting lease (its holder once granted).
         self.waiting_clients: dict[str, str | None] = {}
         self.clock = LeaseClock(scheduler, self._expire)
@@ -70,30 +71,20 @@ class LockExtension:
             self.clock.add(name, lease, msg.get("client"))
             return True
         timeout = msg.get("timeout")
-        if timeout is not None and timeout <= 0:
+        if gives_up_at_once(timeout):
             return False
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         entry = (lease, fut)
         self.waiters[name].append(entry)
         self.waiting_clients[lease] = msg.get("client")
-        try:
-            await asyncio.wait_for(asyncio.shield(fut), timeout)
-        except TimeoutError:
-            if fut.done():
-                return True  # granted right at the deadline
-            self._forget_waiter(name, entry)
-            return False
-        except asyncio.CancelledError:
-            # The request went away (the scheduler closes): nobody will use
-            # or release the lock, so do not keep it or wait for it.
-            if fut.done():
-                self._release(name, lease)
-            else:
-                self._forget_waiter(name, entry)
-            raise
-        return True
+        return await await_grant(
+            fut,
+            timeout,
+            forget=lambda: self._forget_waiter(name, entry),
+            give_back=lambda: self._release(name, lease),
+        )
 
-    def _forget_waiter(self, name: Hashable, entry: tuple[str, asyncio.Future[None]]) -> None:
+    def _forget_waiter(self, name: Hashable, entry: tuple[str, asyncio.Future[bool]]) -> None:
         self.waiting_clients.pop(entry[0], None)
         queue = self.waiters[name]
         queue.remove(entry)
@@ -117,7 +108,7 @@ class LockExtension:
                 del self.waiters[name]
             self.holders[name] = next_lease
             self.clock.add(name, next_lease, self.waiting_clients.pop(next_lease, None))
-            fut.set_result(None)
+            fut.set_result(True)
         else:
             del self.holders[name]
 

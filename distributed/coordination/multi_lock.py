@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from dask.utils import parse_timedelta
 
 from distributed.coordination.names import check_name, normalize_name
+from distributed.coordination.primitive import Acquirable
 from distributed.protocol import messages as m
 
 if TYPE_CHECKING:
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 __all__ = ["MultiLock"]
 
 
-class MultiLock:
+class MultiLock(Acquirable, noun="lock"):
     """Several locks, by name, taken together: all of them (or ``num_locks`` of them) or none.
 
     Requests are served in arrival order: a request waits behind every
@@ -45,19 +46,10 @@ class MultiLock:
     """
 
     def __init__(self, names: Iterable[Any] = (), client: Client | None = None) -> None:
+        super().__init__(client)
         self.names: list[Any] = [check_name(n) for n in names]
         self.id = uuid.uuid4().hex
-        self._client = client
         self._locked = False
-
-    @property
-    def client(self) -> Client:
-        """The client this lock talks through."""
-        if self._client is None:
-            from distributed.worker import get_client
-
-            self._client = get_client()
-        return self._client
 
     def acquire(
         self, blocking: bool = True, timeout: float | str | timedelta | None = None, num_locks: int | None = None
@@ -125,28 +117,11 @@ class MultiLock:
         if not self._locked:
             raise ValueError(f"{self!r} is not held")
         self._locked = False
-        return self.client.sync(self._release)
-
-    async def _release(self) -> None:
-        await self.client.scheduler.call(m.MultiLockRelease(op="multi_lock_release", id=self.id))
+        return self._request(m.MultiLockRelease(op="multi_lock_release", id=self.id))
 
     def locked(self) -> bool:
         """Whether this object holds its locks."""
         return self._locked
-
-    def __enter__(self) -> MultiLock:
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
-    async def __aenter__(self) -> MultiLock:
-        await self.acquire()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.release()
 
     def __reduce__(self) -> tuple[type[MultiLock], tuple[list[Any]]]:
         return (MultiLock, (self.names,))

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from distributed.comm import Comm
 from distributed.coordination.leases import LeaseClock
 from distributed.coordination.names import normalize_name
+from distributed.coordination.waiting import await_grant, gives_up_at_once
 from distributed.core import Route
 from distributed.protocol import messages as m
 
@@ -45,7 +46,7 @@ class MultiLockExtension:
         self.queues: dict[Hashable, list[str]] = {}
         self.requests: dict[str, tuple[list[Hashable], int]] = {}
         self.granted: set[str] = set()
-        self.waiting: dict[str, asyncio.Future[None]] = {}
+        self.waiting: dict[str, asyncio.Future[bool]] = {}
         #: The client of each request, until it is granted.
         self.clients: dict[str, str | None] = {}
         self.clock = LeaseClock(scheduler, self._expire, refreshed=False)
@@ -76,7 +77,7 @@ class MultiLockExtension:
         self.clock.add(tuple(keep), rid, self.clients.pop(rid, None))
         fut = self.waiting.pop(rid, None)
         if fut is not None and not fut.done():
-            fut.set_result(None)
+            fut.set_result(True)
         return left
 
     def _leave(self, name: Hashable, rid: str) -> None:
@@ -124,23 +125,19 @@ class MultiLockExtension:
         if rid in self.granted:
             return True
         timeout = msg.get("timeout")
-        if timeout is not None and timeout <= 0:
+        if gives_up_at_once(timeout):
             self._withdraw(rid)
             return False
-        fut = self.waiting[rid] = asyncio.get_running_loop().create_future()
-        try:
-            await asyncio.wait_for(asyncio.shield(fut), timeout)
-        except TimeoutError:
-            if rid in self.granted:
-                return True  # granted right at the deadline
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self.waiting[rid] = fut
+        return await await_grant(
+            fut, timeout, forget=lambda: self._withdraw(rid), give_back=lambda: self._withdraw_if_there(rid)
+        )
+
+    def _withdraw_if_there(self, rid: str) -> None:
+        # A granted request may have ended already (its client left).
+        if rid in self.requests:
             self._withdraw(rid)
-            return False
-        except asyncio.CancelledError:
-            # The request went away: nobody will use or release the locks.
-            if rid in self.requests:
-                self._withdraw(rid)
-            raise
-        return True
 
     def _expire(self, names: Hashable, rid: str) -> None:
         if rid in self.granted:

@@ -8,12 +8,13 @@ list and the tuple with the same items are the same name.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Hashable
 from typing import Any
 
 from distributed.protocol.messages import PrimitiveName
 
-__all__ = ["check_name", "normalize_name"]
+__all__ = ["check_name", "name_or_new", "normalize_name"]
 
 _SCALARS = (str, bytes, int, float)
 
@@ -26,6 +27,11 @@ def check_name(name: Any) -> PrimitiveName:
         )
     result: PrimitiveName = name
     return result
+
+
+def name_or_new(name: Any, prefix: str) -> Any:
+    """``name`` checked by :func:`check_name`, or a new random name ``"<prefix>-<hex>"`` when it is None."""
+    return check_name(name) if name is not None else f"{prefix}-{uuid.uuid4().hex}"
 
 
 def _is_name(x: Any) -> bool:

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import uuid
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from dask.utils import parse_timedelta
 
 from distributed.coordination.held import from_item, to_item
-from distributed.coordination.names import check_name
+from distributed.coordination.names import name_or_new
+from distributed.coordination.primitive import ClientBound
 from distributed.protocol import messages as m
 
 if TYPE_CHECKING:
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 __all__ = ["Queue"]
 
 
-class Queue:
+class Queue(ClientBound, noun="queue"):
     """A first-in, first-out queue shared by every client and task of a cluster, by name.
 
     Items are :class:`~distributed.Future` objects or any picklable objects.  A
@@ -53,18 +53,9 @@ class Queue:
     def __init__(self, name: Any = None, client: Client | None = None, maxsize: int = 0) -> None:
         if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize < 0:
             raise ValueError(f"Queue(maxsize=...) must be an int >= 0, got {maxsize!r}")
-        self.name: Any = check_name(name) if name is not None else f"queue-{uuid.uuid4().hex}"
+        super().__init__(client)
+        self.name: Any = name_or_new(name, "queue")
         self.maxsize = maxsize
-        self._client = client
-
-    @property
-    def client(self) -> Client:
-        """The client this queue talks through."""
-        if self._client is None:
-            from distributed.worker import get_client
-
-            self._client = get_client()
-        return self._client
 
     def put(self, value: Any, timeout: float | str | timedelta | None = None) -> Any:
         """Append ``value``, waiting while the queue is full (an awaitable with an asynchronous client).
@@ -137,12 +128,7 @@ class Queue:
 
     def qsize(self) -> Any:
         """How many items the queue holds (an awaitable with an asynchronous client)."""
-        return self.client.sync(self._qsize)
-
-    async def _qsize(self) -> int:
-        msg = m.QueueSize(op="queue_qsize", name=self.name, maxsize=self.maxsize)
-        n: int = await self.client.scheduler.call(msg)
-        return n
+        return self._request(m.QueueSize(op="queue_qsize", name=self.name, maxsize=self.maxsize))
 
     def __reduce__(self) -> tuple[type[Queue], tuple[Any, None, int]]:
         return (Queue, (self.name, None, self.maxsize))

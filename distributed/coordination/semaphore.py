@@ -8,16 +8,14 @@ does not keep others out for ever.  Leases are released first in, first out.
 
 from __future__ import annotations
 
-import threading
 import uuid
-from collections import deque
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from dask.utils import parse_timedelta
 
-from distributed.coordination.leases import LeaseKeeper
-from distributed.coordination.names import check_name
+from distributed.coordination.lease_holder import LeaseHolder
+from distributed.coordination.names import name_or_new
 from distributed.protocol import messages as m
 from distributed.utils import unsupported
 
@@ -27,7 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["Semaphore"]
 
 
-class Semaphore:
+class Semaphore(LeaseHolder, noun="semaphore"):
     """A semaphore shared by every client and task of a cluster: at most ``max_leases`` holders at once.
 
     Leases of a holder that dies end: when its client leaves the scheduler,
@@ -73,26 +71,10 @@ class Semaphore:
             raise unsupported("Semaphore", "loop", "the semaphore uses its client's loop")
         if isinstance(max_leases, bool) or not isinstance(max_leases, int) or max_leases < 1:
             raise ValueError(f"max_leases must be a positive int, got {max_leases!r}")
+        super().__init__(client)
         self.max_leases = max_leases
-        self.name: Any = check_name(name) if name is not None else f"semaphore-{uuid.uuid4().hex}"
-        self._client = client
-        self._leases: deque[str] = deque()
-        self._leases_lock = threading.Lock()
-        self._keeper = LeaseKeeper(self._held, self._refresh)
+        self.name: Any = name_or_new(name, "semaphore")
         self._closed = False
-
-    @property
-    def client(self) -> Client:
-        """The client this semaphore talks through."""
-        if self._client is None:
-            from distributed.worker import get_client
-
-            self._client = get_client()
-        return self._client
-
-    def _held(self) -> list[str]:
-        with self._leases_lock:
-            return list(self._leases)
 
     async def _refresh(self, ids: list[str]) -> None:
         await self.client.scheduler.call(m.SemaphoreRefresh(op="semaphore_refresh_leases", name=self.name, ids=ids))
@@ -124,7 +106,6 @@ class Semaphore:
         return self.client.sync(self._acquire, t)
 
     async def _acquire(self, timeout: float | None) -> bool:
-        client = self.client
         lease = uuid.uuid4().hex
         msg = m.SemaphoreAcquire(
             op="semaphore_acquire",
@@ -132,14 +113,9 @@ class Semaphore:
             id=lease,
             max_leases=self.max_leases,
             timeout=timeout,
-            client=client.id,
+            client=self.client.id,
         )
-        acquired = bool(await client.scheduler.call(msg))
-        if acquired:
-            with self._leases_lock:
-                self._leases.append(lease)
-            self._keeper.start()
-        return acquired
+        return await self._take(lease, msg)
 
     def release(self) -> Any:
         """Give the oldest lease of this object back.
@@ -155,25 +131,15 @@ class Semaphore:
         RuntimeError
             When this object holds no lease.
         """
-        with self._leases_lock:
-            if not self._leases:
-                raise RuntimeError(f"Released too often: {self!r} holds no lease")
-            lease = self._leases.popleft()
+        lease = self._pop_oldest(f"Released too often: {self!r} holds no lease")
         return self.client.sync(self._release, lease)
 
     async def _release(self, lease: str) -> bool:
-        if not self._held():
-            self._keeper.stop()
-        msg = m.SemaphoreRelease(op="semaphore_release", name=self.name, id=lease)
-        return bool(await self.client.scheduler.call(msg))
+        return bool(await self._give_back(m.SemaphoreRelease(op="semaphore_release", name=self.name, id=lease)))
 
     def get_value(self) -> Any:
         """How many leases are held, by anyone (an awaitable with an asynchronous client)."""
-        return self.client.sync(self._get_value)
-
-    async def _get_value(self) -> int:
-        n: int = await self.client.scheduler.call(m.SemaphoreValue(op="semaphore_value", name=self.name))
-        return n
+        return self._request(m.SemaphoreValue(op="semaphore_value", name=self.name))
 
     def close(self) -> Any:
         """Remove the semaphore from the scheduler: every lease ends, waiters get none.
@@ -186,24 +152,8 @@ class Semaphore:
         return self.client.sync(self._close)
 
     async def _close(self) -> None:
-        with self._leases_lock:
-            self._leases.clear()
-        self._keeper.stop()
+        self._drop_all()
         await self.client.scheduler.call(m.SemaphoreClose(op="semaphore_close", name=self.name))
-
-    def __enter__(self) -> Semaphore:
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
-    async def __aenter__(self) -> Semaphore:
-        await self.acquire()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.release()
 
     def __reduce__(self) -> tuple[type[Semaphore], tuple[int, Any]]:
         return (Semaphore, (self.max_leases, self.name))

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from distributed.comm import Comm
 from distributed.coordination.leases import LeaseClock
 from distributed.coordination.names import normalize_name
+from distributed.coordination.waiting import await_grant, gives_up_at_once
 from distributed.core import Route
 from distributed.protocol import messages as m
 
@@ -84,26 +85,17 @@ class SemaphoreExtension:
             self._grant(name, lease, client)
             return True
         timeout = msg.get("timeout")
-        if timeout is not None and timeout <= 0:
+        if gives_up_at_once(timeout):
             return False
         fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         entry: Waiter = (lease, client, fut)
         self.waiters[name].append(entry)
-        try:
-            return await asyncio.wait_for(asyncio.shield(fut), timeout)
-        except TimeoutError:
-            if fut.done():
-                return fut.result()  # answered right at the deadline
-            self._forget_waiter(name, entry)
-            return False
-        except asyncio.CancelledError:
-            # The request went away: nobody will use or release the lease.
-            if fut.done():
-                if fut.result():
-                    self._release(name, lease)
-            else:
-                self._forget_waiter(name, entry)
-            raise
+        return await await_grant(
+            fut,
+            timeout,
+            forget=lambda: self._forget_waiter(name, entry),
+            give_back=lambda: self._release(name, lease),
+        )
 
     def _forget_waiter(self, name: Hashable, entry: Waiter) -> None:
         queue = self.waiters.get(name)

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from dask.utils import parse_timedelta
 
 from distributed.coordination.held import from_item, to_item
-from distributed.coordination.names import check_name
+from distributed.coordination.names import name_or_new
+from distributed.coordination.primitive import ClientBound
 from distributed.protocol import messages as m
 
 if TYPE_CHECKING:
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 __all__ = ["Variable"]
 
 
-class Variable:
+class Variable(ClientBound, noun="variable"):
     """A value shared by every client and task of a cluster, by name.
 
     The value is a :class:`~distributed.Future` or any picklable object.  A
@@ -49,17 +49,8 @@ class Variable:
     """
 
     def __init__(self, name: Any = None, client: Client | None = None) -> None:
-        self.name: Any = check_name(name) if name is not None else f"variable-{uuid.uuid4().hex}"
-        self._client = client
-
-    @property
-    def client(self) -> Client:
-        """The client this variable talks through."""
-        if self._client is None:
-            from distributed.worker import get_client
-
-            self._client = get_client()
-        return self._client
+        super().__init__(client)
+        self.name: Any = name_or_new(name, "variable")
 
     def set(self, value: Any, timeout: float | str | timedelta | None = "30 s") -> Any:
         """Set the value (an awaitable with an asynchronous client).
@@ -120,10 +111,7 @@ class Variable:
 
     def delete(self) -> Any:
         """Delete the variable (its value goes for every client; an awaitable with an asynchronous client)."""
-        return self.client.sync(self._delete)
-
-    async def _delete(self) -> None:
-        await self.client.scheduler.call(m.VariableDelete(op="variable_delete", name=self.name))
+        return self._request(m.VariableDelete(op="variable_delete", name=self.name))
 
     def __reduce__(self) -> tuple[type[Variable], tuple[Any]]:
         return (Variable, (self.name,))

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from distributed.comm import Comm
 from distributed.coordination.held import KeyHolds
 from distributed.coordination.names import normalize_name
+from distributed.coordination.waiting import counted
 from distributed.core import Route
 from distributed.protocol import messages as m
 
@@ -80,17 +81,15 @@ class VariableExtension:
             cond = self.changed.get(name)
             if cond is None:
                 cond = self.changed[name] = asyncio.Condition()
-            self._waiting[name] = self._waiting.get(name, 0) + 1
             try:
-                async with asyncio.timeout(timeout):
-                    async with cond:
-                        await cond.wait_for(lambda: name in self.values)
+                with counted(self._waiting, name):
+                    async with asyncio.timeout(timeout):
+                        async with cond:
+                            await cond.wait_for(lambda: name in self.values)
             except TimeoutError:
                 return m.VariableGetReply()
             finally:
-                self._waiting[name] -= 1
-                if not self._waiting[name]:
-                    del self._waiting[name]
+                if name not in self._waiting:
                     del self.changed[name]
         item = self.values[name]
         self.holds.hand_over(msg.get("client"), item)
