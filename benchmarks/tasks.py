@@ -51,3 +51,13 @@ def partition_rows(df: Any) -> int:
 def scheduler_task_count(dask_scheduler: Any = None) -> int:
     """How many tasks the scheduler still tracks (run with ``Client.run_on_scheduler``)."""
     return len(getattr(dask_scheduler, "tasks", ()))
+
+
+def sleep_slower_on(x: Any, slow_worker: str, seconds: float, factor: float) -> Any:
+    """Sleep ``seconds`` (``factor`` times longer on the worker at ``slow_worker``); return ``x``."""
+    import time
+
+    from distributed import get_worker
+
+    time.sleep(seconds * factor if get_worker().address == slow_worker else seconds)
+    return x

@@ -482,6 +482,36 @@ def scheduler_cpu_per_task(p: Params, repeat: int) -> list[Metric]:
     ]
 
 
+def stealing(p: Params, repeat: int) -> list[Metric]:
+    """One slow worker holding the input of ``n`` sleeping tasks: wall with work stealing on and off.
+
+    Every task depends on data scattered to the slow worker (``factor`` times
+    slower), so the scheduler places them all there; only stealing moves them
+    to the idle worker.  Not gated: it shows what stealing pays.
+    """
+    n, seconds, factor = int(p["n"]), float(p.get("seconds", 0.02)), float(p.get("factor", 3.0))
+
+    def run(steal: bool) -> list[float]:
+        with dask.config.set({"distributed.scheduler.work-stealing": steal}), local_cluster(False) as client:
+            slow = sorted(client.scheduler_info()["workers"])[0]
+
+            def once() -> object:
+                [x] = client.scatter([0], workers=[slow])
+                fs = [client.submit(tasks.sleep_slower_on, x, slow, seconds, factor, pure=False) for _ in range(n)]
+                return client.gather(fs)
+
+            return timed(once, repeat, between=lambda: settle(client))
+
+    on, off = run(True), run(False)
+    return [
+        metric(
+            "wall_stealing_on", "s", on, note=f"both workers busy: about {n * seconds * factor / (factor + 1):.2f} s"
+        ),
+        metric("wall_stealing_off", "s", off, note=f"all on the slow worker: about {n * seconds * factor:.2f} s"),
+        metric("off_over_on", "x", [b / a for a, b in zip(on, off, strict=True)], higher_is_better=True),
+    ]
+
+
 WORKLOADS: dict[str, Callable[[Params, int], list[Metric]]] = {
     "map_noop": map_noop,
     "submit_chain": submit_chain,
@@ -492,4 +522,5 @@ WORKLOADS: dict[str, Callable[[Params, int], list[Metric]]] = {
     "large_graph": large_graph,
     "startup": startup,
     "scheduler_cpu_per_task": scheduler_cpu_per_task,
+    "stealing": stealing,
 }
