@@ -1,4 +1,8 @@
-"""Deploying clusters: a base class, clusters from specs, a local cluster, adaptive scaling, servers in child processes."""
+"""Deploying clusters.
+
+A base class, clusters made from specs, a local cluster, adaptive scaling and
+servers in child processes.
+"""
 
 from __future__ import annotations
 
