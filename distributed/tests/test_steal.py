@@ -485,3 +485,26 @@ async def test_restricted_tasks_stay_on_their_worker(c: Any, s: Scheduler, a: An
     await c.gather(futs)
     assert a.state.executed_count == 8 and b.state.executed_count == 0
     assert not any(e[4] == "request" for e in stealing(s).log)
+
+
+def slow_on(slow_address: str, x: int, delay: float) -> int:
+    """Sleep ``delay``, three times longer on the worker at ``slow_address``."""
+    from distributed import get_worker
+
+    time.sleep(delay * 3 if get_worker().address == slow_address else delay)
+    return x + 1
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1), ("127.0.0.1", 1)])
+async def test_fast_worker_takes_most_work_from_a_slow_one(c: Any, s: Scheduler, a: Any, b: Any) -> None:
+    # every task depends on data held only by the slow worker `a`, so without stealing all run there
+    x = await c.scatter(1, workers=[a.address])
+    n, delay = 16, 0.1
+    start = time.monotonic()
+    futs = [c.submit(slow_on, a.address, x, delay, pure=False) for _ in range(n)]
+    assert await c.gather(futs) == [2] * n
+    elapsed = time.monotonic() - start
+    ran_slow, ran_fast = a.state.executed_count, b.state.executed_count
+    assert ran_slow + ran_fast == n
+    assert ran_fast > ran_slow
+    assert elapsed < 0.75 * n * delay * 3  # all on the slow worker: 4.8 s
