@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from distributed.client import Client
     from distributed.scheduler import Scheduler
 
-__all__ = ["KeyHolds", "from_item", "to_item"]
+__all__ = ["KeyHolds", "before_get", "from_item", "to_item"]
 
 
 async def to_item(client: Client, value: Any) -> m.HeldItem:
@@ -37,6 +37,17 @@ async def to_item(client: Client, value: Any) -> m.HeldItem:
         await client.link.stream_handled()
         return m.HeldItem(key=value.key)
     return m.HeldItem(value=Serialize(value))
+
+
+async def before_get(client: Client) -> None:
+    """Wait until the scheduler has handled what ``client`` queued on its stream.
+
+    A release of a future this client dropped (say the one it just put) may
+    still be queued there; were the get to overtake it, the scheduler would
+    hand the key to the client and then apply the stale release, forgetting
+    the task.
+    """
+    await client.link.stream_handled()
 
 
 def from_item(client: Client, item: m.HeldItem) -> Any:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from dask.utils import parse_timedelta
 
-from distributed.coordination.held import from_item, to_item
+from distributed.coordination.held import before_get, from_item, to_item
 from distributed.coordination.names import name_or_new
 from distributed.coordination.primitive import ClientBound
 from distributed.protocol import messages as m
@@ -118,6 +118,7 @@ class Queue(ClientBound, noun="queue"):
             timeout=timeout,
             client=client.id,
         )
+        await before_get(client)
         reply: m.QueueGetReply = await client.scheduler.call(msg)
         if reply["timed_out"]:
             raise TimeoutError(f"Queue {self.name!r} had no items within {timeout} s")

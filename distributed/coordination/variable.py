@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from dask.utils import parse_timedelta
 
-from distributed.coordination.held import from_item, to_item
+from distributed.coordination.held import before_get, from_item, to_item
 from distributed.coordination.names import name_or_new
 from distributed.coordination.primitive import ClientBound
 from distributed.protocol import messages as m
@@ -104,6 +104,7 @@ class Variable(ClientBound, noun="variable"):
     async def _get(self, timeout: float | None) -> Any:
         client = self.client
         msg = m.VariableGet(op="variable_get", name=self.name, timeout=timeout, client=client.id)
+        await before_get(client)
         reply: m.VariableGetReply = await client.scheduler.call(msg)
         if "item" not in reply:
             raise TimeoutError(f"Variable {self.name!r} had no value within {timeout} s")

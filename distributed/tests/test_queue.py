@@ -12,7 +12,7 @@ from distributed import Client, Future, LocalCluster, Queue, Scheduler, Worker, 
 from distributed.coordination import QueueExtension
 from distributed.protocol.serialize import Serialized
 from distributed.scheduler_extensions import DEFAULT_EXTENSIONS
-from distributed.utils_test import async_poll_for, gen_cluster, inc
+from distributed.utils_test import async_poll_for, gen_cluster, inc, slowinc
 
 
 def test_queue_import_paths() -> None:
@@ -146,3 +146,13 @@ async def test_getter_whose_client_left_takes_nothing(c: Client, s: Scheduler, a
     assert await q.get(timeout=5) == "for the living"
     ghost.cancel()
     await async_poll_for(lambda: s.extensions["queues"].queues["x"].getters == 0, timeout=5)
+
+
+@gen_cluster(client=True)
+async def test_get_right_after_dropping_the_put_future(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    # The release of the dropped future travels on the client's stream; the get must not overtake it,
+    # or the release lands after the queue handed the key back to the same client and the task is lost.
+    q = Queue("x", client=c)
+    await q.put(c.submit(slowinc, 1, delay=0.2))
+    fut = await q.get()
+    assert await fut == 2

@@ -12,7 +12,7 @@ import distributed
 from distributed import Client, Future, LocalCluster, Scheduler, Variable, Worker, wait
 from distributed.coordination import VariableExtension
 from distributed.scheduler_extensions import DEFAULT_EXTENSIONS
-from distributed.utils_test import async_poll_for, gen_cluster, inc
+from distributed.utils_test import async_poll_for, gen_cluster, inc, slowinc
 
 
 def test_variable_import_paths() -> None:
@@ -148,3 +148,13 @@ def test_variable_on_a_synchronous_client() -> None:
                 return Variable(name).get(timeout=5)
 
             assert client.submit(read, v.name).result() == "from the client"
+
+
+@gen_cluster(client=True)
+async def test_get_right_after_dropping_the_set_future(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    # as for Queue: the get must not overtake the release of the dropped future on the client's stream
+    v = Variable("x", client=c)
+    await v.set(c.submit(slowinc, 1, delay=0.2))
+    fut = await v.get()
+    await v.delete()
+    assert await fut == 2
