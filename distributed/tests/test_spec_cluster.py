@@ -10,7 +10,7 @@ from distributed import Adaptive, SpecCluster
 from distributed.client import Client
 from distributed.core import Status
 from distributed.deploy import LocalCluster
-from distributed.deploy.spec import close_clusters
+from distributed.deploy.spec import ProcessInterface, close_clusters
 from distributed.nanny import Nanny
 from distributed.scheduler import Scheduler
 from distributed.utils_test import async_poll_for, gen_test, inc
@@ -157,3 +157,64 @@ def test_shutdown_on_close_closes_open_clusters_at_exit() -> None:
     finally:
         closing.close()
         staying.close()
+
+
+class InProcessJob(ProcessInterface):
+    """A job class written the way dask-jobqueue writes its own: a worker behind ProcessInterface."""
+
+    def __init__(self, scheduler: str | None = None, name: Any = None, **options: Any) -> None:
+        super().__init__(scheduler=scheduler, name=name)
+        self.worker = Worker(scheduler, name=name, nthreads=1, host="127.0.0.1", protocol="tcp", **options)
+
+    async def start(self) -> None:
+        await self.worker.start()
+        self.address = self.worker.address
+        await super().start()
+
+    async def close(self) -> None:
+        await self.worker.close()
+        await super().close()
+
+
+@gen_test()
+async def test_process_interface_jobs_scale_up_and_down() -> None:
+    async with SpecCluster(
+        scheduler=SCHEDULER, worker={"cls": InProcessJob, "options": {}}, asynchronous=True
+    ) as cluster:
+        async with Client(cluster, asynchronous=True) as c:
+            await cluster.scale(2)
+            await c.wait_for_workers(2)
+            handles: list[Any] = list(cluster.workers.values())
+            assert len(handles) == 2 and all(isinstance(j, InProcessJob) for j in handles)
+            jobs: list[InProcessJob] = handles
+            assert all(j.status == Status.running for j in jobs)
+            futures = c.map(inc, range(10))
+            assert await c.gather(futures) == list(range(1, 11))
+            await cluster.scale(1)
+            assert len(cluster.workers) == 1
+            assert await c.gather(futures) == list(range(1, 11))
+            remaining: list[Any] = list(cluster.workers.values())
+            closed = [j for j in jobs if j not in remaining]
+            assert len(closed) == 1 and closed[0].status == Status.closed
+            await closed[0].finished()
+
+
+def status_of(process: ProcessInterface) -> Status:
+    return process.status
+
+
+@gen_test()
+async def test_process_interface_awaits_and_context() -> None:
+    job = ProcessInterface(scheduler="tcp://127.0.0.1:1", name="j")
+    assert status_of(job) == Status.created and job.address is None
+    assert await job is job
+    assert status_of(job) == Status.running
+    async with ProcessInterface() as other:
+        assert status_of(other) == Status.running
+    assert status_of(other) == Status.closed
+    await other.finished()
+
+
+def test_group_spec_refused() -> None:
+    with pytest.raises(NotImplementedError, match="group"):
+        SpecCluster(scheduler=SCHEDULER, worker={**worker_spec(), "group": ["-0", "-1"]}, asynchronous=True)
