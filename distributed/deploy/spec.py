@@ -348,6 +348,12 @@ class SpecCluster(Cluster):
         addrs = [a for a in (self._worker_address(h) for h in handles) if a]
         if self._pool is None or not addrs:
             return
+        # Those already retired (by Adaptive, before it asks to close them) are not the scheduler's any more.
+        await self._refresh_scheduler_info()
+        known = self.scheduler_info.get("workers", {})
+        addrs = [a for a in addrs if a in known]
+        if not addrs:
+            return
         try:
             retired = await self._pool.call(
                 self.scheduler_address,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -218,3 +219,39 @@ async def test_process_interface_awaits_and_context() -> None:
 def test_group_spec_refused() -> None:
     with pytest.raises(NotImplementedError, match="group"):
         SpecCluster(scheduler=SCHEDULER, worker={**worker_spec(), "group": ["-0", "-1"]}, asynchronous=True)
+
+
+class CollectRecords(logging.Handler):
+    """Keeps the records it is given (the ``distributed`` loggers do not propagate to pytest's)."""
+
+    def __init__(self, level: int) -> None:
+        super().__init__(level)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@gen_test()
+async def test_closing_workers_the_scheduler_already_retired_warns_nothing() -> None:
+    # What Adaptive does: the scheduler retires the workers (moving their data), then the cluster closes them.
+    async with SpecCluster(
+        workers={"a": worker_spec(), "b": worker_spec()}, scheduler=SCHEDULER, asynchronous=True
+    ) as cluster:
+        async with Client(cluster, asynchronous=True) as c:
+            futures = c.map(inc, range(10))
+            await c.gather(futures)
+            s = cluster.scheduler
+            assert isinstance(s, Scheduler)
+            retired = await s.retire_workers(names=["b"], remove=True, close_workers=False)
+            assert len(retired) == 1
+            handler = CollectRecords(logging.WARNING)
+            spec_logger = logging.getLogger("distributed.deploy.spec")
+            spec_logger.addHandler(handler)
+            try:
+                await cluster.scale_down(["b"])
+            finally:
+                spec_logger.removeHandler(handler)
+            assert set(cluster.workers) == {"a"}
+            assert not handler.records, [r.getMessage() for r in handler.records]
+            assert await c.gather(futures) == list(range(1, 11))
