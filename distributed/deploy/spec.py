@@ -303,9 +303,9 @@ class SpecCluster(Cluster):
             leaving = [nm for nm in self.workers if nm not in self.worker_spec]
             if leaving:
                 logger.info("%s: closing workers %s", self.name, leaving)
-                handles = [self.workers.pop(nm) for nm in leaving]
+                handles = {nm: self.workers.pop(nm) for nm in leaving}
                 await self._retire(handles)
-                results = await asyncio.gather(*(h.close() for h in handles), return_exceptions=True)
+                results = await asyncio.gather(*(h.close() for h in handles.values()), return_exceptions=True)
                 for r in results:
                     if isinstance(r, BaseException):
                         logger.warning("Closing a worker failed: %r", r)
@@ -337,7 +337,7 @@ class SpecCluster(Cluster):
         await worker.start()  # a failed start closes what it started
         return cast(WorkerHandle, worker)
 
-    async def _retire(self, handles: list[WorkerHandle]) -> None:
+    async def _retire(self, handles: Mapping[Any, WorkerHandle]) -> None:
         """Have the scheduler retire these workers: the data only they hold moves to the others first.
 
         The workers are closed afterwards by their handles (a nanny then does
@@ -345,13 +345,15 @@ class SpecCluster(Cluster):
         other worker can take their only copies, are closed all the same (as
         in dask.distributed): what they held is recomputed where it can be.
         """
-        addrs = [a for a in (self._worker_address(h) for h in handles) if a]
-        if self._pool is None or not addrs:
+        if self._pool is None or not handles:
             return
-        # Those already retired (by Adaptive, before it asks to close them) are not the scheduler's any more.
         await self._refresh_scheduler_info()
-        known = self.scheduler_info.get("workers", {})
-        addrs = [a for a in addrs if a in known]
+        known: dict[str, Any] = self.scheduler_info.get("workers", {})
+        # A job behind a ProcessInterface may not know its worker's address: the scheduler knows it by name.
+        by_name = {str(info.get("name")): a for a, info in known.items() if isinstance(info, Mapping)}
+        found = (self._worker_address(h) or by_name.get(str(nm)) for nm, h in handles.items())
+        # Those already retired (by Adaptive, before it asks to close them) are not the scheduler's any more.
+        addrs = [a for a in found if a and a in known]
         if not addrs:
             return
         try:

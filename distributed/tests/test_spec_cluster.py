@@ -255,3 +255,38 @@ async def test_closing_workers_the_scheduler_already_retired_warns_nothing() -> 
             assert set(cluster.workers) == {"a"}
             assert not handler.records, [r.getMessage() for r in handler.records]
             assert await c.gather(futures) == list(range(1, 11))
+
+
+CALLS: list[int] = []
+
+
+def counted_inc(x: int) -> int:
+    CALLS.append(x)
+    return x + 1
+
+
+class AddresslessJob(InProcessJob):
+    """Like dask-jobqueue's jobs: the job never learns its worker's address."""
+
+    async def start(self) -> None:
+        await super().start()
+        self.address = None
+
+
+@gen_test()
+async def test_scaling_down_jobs_without_address_moves_their_data() -> None:
+    CALLS.clear()
+    async with SpecCluster(
+        scheduler=SCHEDULER, worker={"cls": AddresslessJob, "options": {}}, asynchronous=True
+    ) as cluster:
+        async with Client(cluster, asynchronous=True) as c:
+            await cluster.scale(2)
+            await c.wait_for_workers(2)
+            workers = list((await c.scheduler_info())["workers"])
+            futures = [c.submit(counted_inc, i, workers=[workers[i % 2]]) for i in range(10)]
+            assert await c.gather(futures) == list(range(1, 11))
+            await cluster.scale(1)
+            assert len(cluster.workers) == 1
+            # The data of the job closed was handed over before it closed, not recomputed.
+            assert await c.gather(futures) == list(range(1, 11))
+            assert sorted(CALLS) == list(range(10))
