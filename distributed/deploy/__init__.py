@@ -10,6 +10,6 @@ from distributed.deploy.adaptive import Adaptive
 from distributed.deploy.cluster import Cluster
 from distributed.deploy.local import LocalCluster
 from distributed.deploy.spawn import ServerProcess, WorkerProcess
-from distributed.deploy.spec import SpecCluster
+from distributed.deploy.spec import ProcessInterface, SpecCluster
 
-__all__ = ["Adaptive", "Cluster", "LocalCluster", "ServerProcess", "SpecCluster", "WorkerProcess"]
+__all__ = ["Adaptive", "Cluster", "LocalCluster", "ProcessInterface", "ServerProcess", "SpecCluster", "WorkerProcess"]

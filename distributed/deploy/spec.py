@@ -32,7 +32,7 @@ import copy
 import logging
 import math
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Generator, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from dask.utils import parse_bytes
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SpecCluster", "close_clusters"]
+__all__ = ["ProcessInterface", "SpecCluster", "close_clusters"]
 
 #: One entry of a spec: ``{"cls": ..., "options": {...}}``.
 Spec = dict[str, Any]
@@ -65,6 +65,11 @@ def _spec_class(spec: Mapping[str, Any], what: str) -> Any:
         cls = import_term(cls)
     if not callable(cls):
         raise TypeError(f"The {what} spec's cls must be a class, got {cls!r}")
+    if "group" in spec:
+        # Several workers per spec entry (dask-jobqueue's processes > 1) would need scaling by group.
+        raise NotImplementedError(
+            f"SpecCluster: the {what} spec's 'group' (several workers per entry) is not supported yet"
+        )
     return cls
 
 
@@ -73,6 +78,65 @@ def _options(spec: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(opts, Mapping):
         raise TypeError(f"A spec's options must be a dict, got {opts!r}")
     return dict(opts)
+
+
+class ProcessInterface:
+    """A worker (or other process) a :class:`SpecCluster` starts and stops through a resource manager.
+
+    The base of the job classes of dask-jobqueue and the like: a subclass's
+    :meth:`start` submits the process (to SLURM, Kubernetes...) and need not
+    wait for it to connect; its :meth:`close` removes it, forcefully if need
+    be (the scheduler has already retired the worker by then).  Subclasses
+    call ``super().start()`` / ``super().close()`` last.
+
+    Parameters
+    ----------
+    scheduler
+        The address of the scheduler the process is to connect to.
+    name
+        The worker's name, its key in ``SpecCluster.worker_spec``.
+    """
+
+    def __init__(self, scheduler: str | None = None, name: Any = None) -> None:
+        #: The process's contact address, once known (subclasses may set it in ``start``).
+        self.address: str | None = getattr(self, "address", None)
+        #: An address to reach the process from outside its network, if different.
+        self.external_address: str | None = None
+        #: Serialises starting and closing.
+        self.lock = asyncio.Lock()
+        self.status = Status.created
+        self._event_finished = asyncio.Event()
+
+    async def start(self) -> None:
+        """Submit the process; the base marks it running."""
+        self.status = Status.running
+
+    async def close(self) -> None:
+        """Remove the process; the base marks it closed and wakes :meth:`finished`."""
+        self.status = Status.closed
+        self._event_finished.set()
+
+    async def finished(self) -> None:
+        """Wait until the process is closed."""
+        await self._event_finished.wait()
+
+    async def _start_once(self) -> ProcessInterface:
+        async with self.lock:
+            if self.status == Status.created:
+                await self.start()
+        return self
+
+    def __await__(self) -> Generator[Any, None, ProcessInterface]:
+        return self._start_once().__await__()
+
+    async def __aenter__(self) -> ProcessInterface:
+        return await self._start_once()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__}: status={self.status.name}>"
 
 
 #: Synchronous clusters made with ``shutdown_on_close=True``, closed at exit if still open.
@@ -239,9 +303,9 @@ class SpecCluster(Cluster):
             leaving = [nm for nm in self.workers if nm not in self.worker_spec]
             if leaving:
                 logger.info("%s: closing workers %s", self.name, leaving)
-                handles = [self.workers.pop(nm) for nm in leaving]
+                handles = {nm: self.workers.pop(nm) for nm in leaving}
                 await self._retire(handles)
-                results = await asyncio.gather(*(h.close() for h in handles), return_exceptions=True)
+                results = await asyncio.gather(*(h.close() for h in handles.values()), return_exceptions=True)
                 for r in results:
                     if isinstance(r, BaseException):
                         logger.warning("Closing a worker failed: %r", r)
@@ -273,7 +337,7 @@ class SpecCluster(Cluster):
         await worker.start()  # a failed start closes what it started
         return cast(WorkerHandle, worker)
 
-    async def _retire(self, handles: list[WorkerHandle]) -> None:
+    async def _retire(self, handles: Mapping[Any, WorkerHandle]) -> None:
         """Have the scheduler retire these workers: the data only they hold moves to the others first.
 
         The workers are closed afterwards by their handles (a nanny then does
@@ -281,8 +345,16 @@ class SpecCluster(Cluster):
         other worker can take their only copies, are closed all the same (as
         in dask.distributed): what they held is recomputed where it can be.
         """
-        addrs = [a for a in (self._worker_address(h) for h in handles) if a]
-        if self._pool is None or not addrs:
+        if self._pool is None or not handles:
+            return
+        await self._refresh_scheduler_info()
+        known: dict[str, Any] = self.scheduler_info.get("workers", {})
+        # A job behind a ProcessInterface may not know its worker's address: the scheduler knows it by name.
+        by_name = {str(info.get("name")): a for a, info in known.items() if isinstance(info, Mapping)}
+        found = (self._worker_address(h) or by_name.get(str(nm)) for nm, h in handles.items())
+        # Those already retired (by Adaptive, before it asks to close them) are not the scheduler's any more.
+        addrs = [a for a in found if a and a in known]
+        if not addrs:
             return
         try:
             retired = await self._pool.call(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -10,7 +11,7 @@ from distributed import Adaptive, SpecCluster
 from distributed.client import Client
 from distributed.core import Status
 from distributed.deploy import LocalCluster
-from distributed.deploy.spec import close_clusters
+from distributed.deploy.spec import ProcessInterface, close_clusters
 from distributed.nanny import Nanny
 from distributed.scheduler import Scheduler
 from distributed.utils_test import async_poll_for, gen_test, inc
@@ -157,3 +158,135 @@ def test_shutdown_on_close_closes_open_clusters_at_exit() -> None:
     finally:
         closing.close()
         staying.close()
+
+
+class InProcessJob(ProcessInterface):
+    """A job class written the way dask-jobqueue writes its own: a worker behind ProcessInterface."""
+
+    def __init__(self, scheduler: str | None = None, name: Any = None, **options: Any) -> None:
+        super().__init__(scheduler=scheduler, name=name)
+        self.worker = Worker(scheduler, name=name, nthreads=1, host="127.0.0.1", protocol="tcp", **options)
+
+    async def start(self) -> None:
+        await self.worker.start()
+        self.address = self.worker.address
+        await super().start()
+
+    async def close(self) -> None:
+        await self.worker.close()
+        await super().close()
+
+
+@gen_test()
+async def test_process_interface_jobs_scale_up_and_down() -> None:
+    async with SpecCluster(
+        scheduler=SCHEDULER, worker={"cls": InProcessJob, "options": {}}, asynchronous=True
+    ) as cluster:
+        async with Client(cluster, asynchronous=True) as c:
+            await cluster.scale(2)
+            await c.wait_for_workers(2)
+            handles: list[Any] = list(cluster.workers.values())
+            assert len(handles) == 2 and all(isinstance(j, InProcessJob) for j in handles)
+            jobs: list[InProcessJob] = handles
+            assert all(j.status == Status.running for j in jobs)
+            futures = c.map(inc, range(10))
+            assert await c.gather(futures) == list(range(1, 11))
+            await cluster.scale(1)
+            assert len(cluster.workers) == 1
+            assert await c.gather(futures) == list(range(1, 11))
+            remaining: list[Any] = list(cluster.workers.values())
+            closed = [j for j in jobs if j not in remaining]
+            assert len(closed) == 1 and closed[0].status == Status.closed
+            await closed[0].finished()
+
+
+def status_of(process: ProcessInterface) -> Status:
+    return process.status
+
+
+@gen_test()
+async def test_process_interface_awaits_and_context() -> None:
+    job = ProcessInterface(scheduler="tcp://127.0.0.1:1", name="j")
+    assert status_of(job) == Status.created and job.address is None
+    assert await job is job
+    assert status_of(job) == Status.running
+    async with ProcessInterface() as other:
+        assert status_of(other) == Status.running
+    assert status_of(other) == Status.closed
+    await other.finished()
+
+
+def test_group_spec_refused() -> None:
+    with pytest.raises(NotImplementedError, match="group"):
+        SpecCluster(scheduler=SCHEDULER, worker={**worker_spec(), "group": ["-0", "-1"]}, asynchronous=True)
+
+
+class CollectRecords(logging.Handler):
+    """Keeps the records it is given (the ``distributed`` loggers do not propagate to pytest's)."""
+
+    def __init__(self, level: int) -> None:
+        super().__init__(level)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@gen_test()
+async def test_closing_workers_the_scheduler_already_retired_warns_nothing() -> None:
+    # What Adaptive does: the scheduler retires the workers (moving their data), then the cluster closes them.
+    async with SpecCluster(
+        workers={"a": worker_spec(), "b": worker_spec()}, scheduler=SCHEDULER, asynchronous=True
+    ) as cluster:
+        async with Client(cluster, asynchronous=True) as c:
+            futures = c.map(inc, range(10))
+            await c.gather(futures)
+            s = cluster.scheduler
+            assert isinstance(s, Scheduler)
+            retired = await s.retire_workers(names=["b"], remove=True, close_workers=False)
+            assert len(retired) == 1
+            handler = CollectRecords(logging.WARNING)
+            spec_logger = logging.getLogger("distributed.deploy.spec")
+            spec_logger.addHandler(handler)
+            try:
+                await cluster.scale_down(["b"])
+            finally:
+                spec_logger.removeHandler(handler)
+            assert set(cluster.workers) == {"a"}
+            assert not handler.records, [r.getMessage() for r in handler.records]
+            assert await c.gather(futures) == list(range(1, 11))
+
+
+CALLS: list[int] = []
+
+
+def counted_inc(x: int) -> int:
+    CALLS.append(x)
+    return x + 1
+
+
+class AddresslessJob(InProcessJob):
+    """Like dask-jobqueue's jobs: the job never learns its worker's address."""
+
+    async def start(self) -> None:
+        await super().start()
+        self.address = None
+
+
+@gen_test()
+async def test_scaling_down_jobs_without_address_moves_their_data() -> None:
+    CALLS.clear()
+    async with SpecCluster(
+        scheduler=SCHEDULER, worker={"cls": AddresslessJob, "options": {}}, asynchronous=True
+    ) as cluster:
+        async with Client(cluster, asynchronous=True) as c:
+            await cluster.scale(2)
+            await c.wait_for_workers(2)
+            workers = list((await c.scheduler_info())["workers"])
+            futures = [c.submit(counted_inc, i, workers=[workers[i % 2]]) for i in range(10)]
+            assert await c.gather(futures) == list(range(1, 11))
+            await cluster.scale(1)
+            assert len(cluster.workers) == 1
+            # The data of the job closed was handed over before it closed, not recomputed.
+            assert await c.gather(futures) == list(range(1, 11))
+            assert sorted(CALLS) == list(range(10))
