@@ -303,16 +303,35 @@ class Adaptive(AdaptiveCore):
     @property
     def observed(self) -> set[Any]:
         """Names of the workers the scheduler knows."""
-        by_str = {str(nm): nm for nm in self.cluster.worker_spec}
-        return {by_str.get(str(ws.name), ws.name) for ws in self.scheduler.workers.values()}
+        return self.cluster.names_known(ws.name for ws in self.scheduler.workers.values())
 
     async def target(self) -> int:
         """The scheduler's ``adaptive_target(target_duration)``."""
         return self.scheduler.adaptive_target(target_duration=self.target_duration)
 
     async def workers_to_close(self, target: int) -> list[Any]:
-        """Names of the workers the scheduler would retire to leave ``target``."""
-        return self.scheduler.workers_to_close(target=target, attribute="name")
+        """Names of the workers the scheduler would retire to leave ``target``.
+
+        The cluster closes whole entries of its spec: the workers of an entry
+        that starts a group go together, and only while at least ``target``
+        workers are left planned.
+        """
+        names = self.scheduler.workers_to_close(target=target, attribute="name")
+        groups = self.cluster.worker_groups()
+        if all(len(members) == 1 for members in groups.values()):
+            return list(names)
+        entry_of = {str(w): nm for nm, members in groups.items() for w in members}
+        left = sum(len(members) for members in groups.values())
+        out: list[Any] = []
+        chosen: set[Any] = set()
+        for w in names:
+            nm = entry_of.get(str(w))
+            if nm is None or nm in chosen or left - len(groups[nm]) < target:
+                continue
+            chosen.add(nm)
+            left -= len(groups[nm])
+            out += groups[nm]
+        return out
 
     async def scale_up(self, n: int) -> None:
         """Have the cluster grow to ``n`` workers (its ``scale_up``, which keeps adapting on)."""

@@ -11,7 +11,10 @@ run with it:
   workers wanted.  Each is started as ``cls(scheduler_address, name=name,
   **options)``, then awaited via its ``start()``; it must offer ``address`` and
   ``close()`` (a :class:`~distributed.Worker`, a :class:`~distributed.Nanny`,
-  or any class in their image, as dask-jobqueue's jobs).
+  or any class in their image, as dask-jobqueue's jobs).  An entry with a
+  ``"group": [suffix, ...]`` key starts several workers (one job running
+  several worker processes), named ``str(name) + suffix``: the cluster counts
+  workers, but starts and closes whole entries.
 * ``new_spec``: the template :meth:`new_worker_spec` copies when scaling up.
 
 :meth:`scale` only edits ``worker_spec``; :meth:`_correct_state` then closes
@@ -50,7 +53,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ProcessInterface", "SpecCluster", "close_clusters"]
+__all__ = ["ProcessInterface", "SpecCluster", "close_clusters", "worker_names"]
 
 #: One entry of a spec: ``{"cls": ..., "options": {...}}``.
 Spec = dict[str, Any]
@@ -65,12 +68,22 @@ def _spec_class(spec: Mapping[str, Any], what: str) -> Any:
         cls = import_term(cls)
     if not callable(cls):
         raise TypeError(f"The {what} spec's cls must be a class, got {cls!r}")
-    if "group" in spec:
-        # Several workers per spec entry (dask-jobqueue's processes > 1) would need scaling by group.
-        raise NotImplementedError(
-            f"SpecCluster: the {what} spec's 'group' (several workers per entry) is not supported yet"
-        )
+    group = spec.get("group")
+    if group is not None and (
+        isinstance(group, str) or not isinstance(group, Iterable) or not all(isinstance(g, str) for g in group)
+    ):
+        raise TypeError(f"The {what} spec's group is a list of name suffixes (str), got {group!r}")
+    if group is not None and not list(group):
+        raise ValueError(f"The {what} spec's group is empty: an entry must start at least one worker")
     return cls
+
+
+def worker_names(name: Any, spec: Mapping[str, Any]) -> list[Any]:
+    """Names of the workers one spec entry starts: ``name``, or ``str(name) + suffix`` for each of its ``group``."""
+    group = spec.get("group")
+    if group is None:
+        return [name]
+    return [f"{name}{suffix}" for suffix in group]
 
 
 def _options(spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -228,6 +241,8 @@ class SpecCluster(Cluster):
         self.scheduler: Any = None
         self._i = 0
         self._used_names: set[Any] = set()
+        # The spec each running entry was started from (its group, once gone from worker_spec).
+        self._started_specs: dict[Any, Spec] = {}
         self._old_log_level: int | None = None
         self._correct_lock: asyncio.Lock | None = None
         self._adaptive: Adaptive | None = None
@@ -305,6 +320,8 @@ class SpecCluster(Cluster):
                 logger.info("%s: closing workers %s", self.name, leaving)
                 handles = {nm: self.workers.pop(nm) for nm in leaving}
                 await self._retire(handles)
+                for nm in leaving:
+                    self._started_specs.pop(nm, None)
                 results = await asyncio.gather(*(h.close() for h in handles.values()), return_exceptions=True)
                 for r in results:
                     if isinstance(r, BaseException):
@@ -333,6 +350,7 @@ class SpecCluster(Cluster):
         opts = _options(spec)
         opts.setdefault("name", name)
         self._used_names.add(name)
+        self._started_specs[name] = spec
         worker = cls(self.scheduler_address, **opts)
         await worker.start()  # a failed start closes what it started
         return cast(WorkerHandle, worker)
@@ -351,7 +369,14 @@ class SpecCluster(Cluster):
         known: dict[str, Any] = self.scheduler_info.get("workers", {})
         # A job behind a ProcessInterface may not know its worker's address: the scheduler knows it by name.
         by_name = {str(info.get("name")): a for a, info in known.items() if isinstance(info, Mapping)}
-        found = (self._worker_address(h) or by_name.get(str(nm)) for nm, h in handles.items())
+        found: list[str | None] = []
+        for nm, h in handles.items():
+            spec = self.worker_spec.get(nm) or self._started_specs.get(nm) or {}
+            if spec.get("group") is not None:
+                # Every worker of the entry goes: each hands its data off.
+                found += [by_name.get(str(member)) for member in worker_names(nm, spec)]
+            else:
+                found.append(self._worker_address(h) or by_name.get(str(nm)))
         # Those already retired (by Adaptive, before it asks to close them) are not the scheduler's any more.
         addrs = [a for a in found if a and a in known]
         if not addrs:
@@ -436,11 +461,23 @@ class SpecCluster(Cluster):
             raise ValueError(f"Cannot scale to a negative number of workers: {n}")
         return n
 
+    def _entries_for(self, n: int) -> int:
+        """Spec entries to run ``n`` workers: with a template starting a group, enough whole groups."""
+        group = self.new_spec.get("group") if self.new_spec is not None else None
+        if group is None:
+            return n
+        return math.ceil(n / len(list(group)))
+
     def _set_target(self, n: int) -> None:
-        """Edit ``worker_spec`` to name ``n`` workers: those not yet arrived go first, then the newest."""
+        """Edit ``worker_spec`` to run ``n`` workers: entries not yet arrived go first, then the newest."""
+        n = self._entries_for(n)
         if len(self.worker_spec) > n:
             arrived = {str(w.get("name")) for w in self.scheduler_info.get("workers", {}).values()}
-            pending = [nm for nm in reversed(self.worker_spec) if nm not in self.workers or str(nm) not in arrived]
+            pending = [
+                nm
+                for nm, spec in reversed(self.worker_spec.items())
+                if nm not in self.workers or not all(str(w) in arrived for w in worker_names(nm, spec))
+            ]
             for nm in pending:
                 if len(self.worker_spec) <= n:
                     break
@@ -453,6 +490,9 @@ class SpecCluster(Cluster):
 
     def scale(self, n: int = 0, memory: str | int | None = None, cores: int | None = None) -> Any:
         """Scale to ``n`` workers, or to enough for ``memory`` bytes or ``cores`` threads.
+
+        With a worker template starting a ``group`` of workers per entry, as
+        many whole entries as cover ``n`` workers run (``n`` rounded up).
 
         With ``memory`` or ``cores``, the number of workers is rounded up
         (from the worker template's ``memory_limit``/``nthreads``) and is at
@@ -472,7 +512,11 @@ class SpecCluster(Cluster):
         return self._run(self._scale_to(target), f"scale-{target}")
 
     def scale_down(self, workers: Iterable[Any]) -> Any:
-        """Close these workers (by name, or by address), retiring them through the scheduler first."""
+        """Close these workers (by name, or by address), retiring them through the scheduler first.
+
+        A worker of a group stands for its whole entry: every worker of the
+        entry is retired and closed.
+        """
         return self._run(self._scale_down(list(workers)), "scale-down")
 
     def _run(self, coro: Any, name: str) -> Any:
@@ -496,8 +540,12 @@ class SpecCluster(Cluster):
         await self._correct_state()
 
     def _names_of(self, workers: Iterable[Any]) -> list[Any]:
-        """Names in ``worker_spec`` of these workers, given by name or by address."""
-        by_str = {str(nm): nm for nm in self.worker_spec}
+        """Names in ``worker_spec`` of the entries of these workers, given by name or by address."""
+        by_str: dict[str, Any] = {}
+        for nm, spec in self.worker_spec.items():
+            by_str[str(nm)] = nm
+            for member in worker_names(nm, spec):
+                by_str[str(member)] = nm
         by_addr: dict[str, Any] = {}
         for nm, h in self.workers.items():
             addr = self._worker_address(h)
@@ -506,36 +554,44 @@ class SpecCluster(Cluster):
         for addr, info in self.scheduler_info.get("workers", {}).items():
             if str(info.get("name")) in by_str:
                 by_addr.setdefault(addr, by_str[str(info.get("name"))])
-        out = []
+        out: list[Any] = []
         for w in workers:
             if w in self.worker_spec:
-                out.append(w)
+                nm = w
             elif str(w) in by_str:
-                out.append(by_str[str(w)])
+                nm = by_str[str(w)]
             elif w in by_addr:
-                out.append(by_addr[w])
+                nm = by_addr[w]
+            else:
+                continue
+            if nm not in out:
+                out.append(nm)
         return out
+
+    def worker_groups(self) -> dict[Any, list[Any]]:
+        """The names of the workers each entry of ``worker_spec`` runs, by entry name."""
+        return {nm: worker_names(nm, spec) for nm, spec in self.worker_spec.items()}
 
     # -- what adaptive scaling looks at ---------------------------------------------------
     @property
     def plan(self) -> set[Any]:
-        """Names of the workers wanted (``worker_spec``)."""
-        return set(self.worker_spec)
+        """Names of the workers wanted (those of ``worker_spec``'s entries)."""
+        return {w for members in self.worker_groups().values() for w in members}
 
     @property
     def requested(self) -> set[Any]:
-        """Names of the workers asked for: those wanted (one worker per spec here)."""
-        return set(self.worker_spec)
+        """Names of the workers asked for: those wanted."""
+        return self.plan
 
     @property
     def observed(self) -> set[Any]:
         """Names of the workers the scheduler knows (as last refreshed)."""
-        by_str = {str(nm): nm for nm in self.worker_spec}
-        out: set[Any] = set()
-        for info in self.scheduler_info.get("workers", {}).values():
-            nm = info.get("name")
-            out.add(by_str.get(str(nm), nm))
-        return out
+        return self.names_known([info.get("name") for info in self.scheduler_info.get("workers", {}).values()])
+
+    def names_known(self, names: Iterable[Any]) -> set[Any]:
+        """These names reported by workers, as the cluster names them (a name sent as text maps back to its key)."""
+        by_str = {str(w): w for w in self.plan}
+        return {by_str.get(str(nm), nm) for nm in names}
 
     def adapt(
         self,

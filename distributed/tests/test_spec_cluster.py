@@ -216,9 +216,108 @@ async def test_process_interface_awaits_and_context() -> None:
     await other.finished()
 
 
-def test_group_spec_refused() -> None:
-    with pytest.raises(NotImplementedError, match="group"):
-        SpecCluster(scheduler=SCHEDULER, worker={**worker_spec(), "group": ["-0", "-1"]}, asynchronous=True)
+def test_group_spec_must_be_a_list_of_suffixes() -> None:
+    with pytest.raises(TypeError, match="group"):
+        SpecCluster(scheduler=SCHEDULER, worker={**worker_spec(), "group": "-0"}, asynchronous=True)
+    with pytest.raises(ValueError, match="group"):
+        SpecCluster(scheduler=SCHEDULER, worker={**worker_spec(), "group": []}, asynchronous=True)
+
+
+class TwoWorkerJob(ProcessInterface):
+    """A job running two workers, named as dask-jobqueue's with processes=2: its name plus "-0" and "-1"."""
+
+    def __init__(self, scheduler: str | None = None, name: Any = None, **options: Any) -> None:
+        super().__init__(scheduler=scheduler, name=name)
+        self.workers = [
+            Worker(scheduler, name=f"{name}-{i}", nthreads=1, host="127.0.0.1", protocol="tcp", **options)
+            for i in range(2)
+        ]
+
+    async def start(self) -> None:
+        for w in self.workers:
+            await w.start()
+        await super().start()
+
+    async def close(self) -> None:
+        for w in self.workers:
+            await w.close()
+        await super().close()
+
+
+GROUP_SPEC: dict[str, Any] = {"cls": TwoWorkerJob, "options": {}, "group": ["-0", "-1"]}
+
+
+@gen_test()
+async def test_group_scale_starts_and_closes_whole_entries_handing_data_off() -> None:
+    CALLS.clear()
+    async with SpecCluster(scheduler=SCHEDULER, worker=GROUP_SPEC, asynchronous=True) as cluster:
+        async with Client(cluster, asynchronous=True) as c:
+            await cluster.scale(4)
+            await c.wait_for_workers(4)
+            assert set(cluster.worker_spec) == {0, 1} and len(cluster.workers) == 2
+            names = {"0-0", "0-1", "1-0", "1-1"}
+            assert cluster.plan == names and cluster.requested == names
+            await async_poll_for(lambda: scheduler_names(cluster) == names, timeout=5)
+            await async_poll_for(lambda: cluster.observed == names, timeout=5)
+            infos = (await c.scheduler_info())["workers"]
+            by_name = {str(info["name"]): addr for addr, info in infos.items()}
+            futures = [c.submit(counted_inc, i, workers=[by_name[sorted(names)[i % 4]]]) for i in range(12)]
+            assert await c.gather(futures) == list(range(1, 13))
+            jobs: list[Any] = list(cluster.workers.values())
+            # Three workers round up to the same two entries.
+            await cluster.scale(3)
+            assert set(cluster.worker_spec) == {0, 1}
+            await cluster.scale(2)
+            assert set(cluster.worker_spec) == {0} and set(cluster.workers) == {0}
+            assert scheduler_names(cluster) == {"0-0", "0-1"}
+            assert cluster.plan == {"0-0", "0-1"}
+            assert jobs[1].status == Status.closed
+            # Both workers of the closed entry handed their data off: nothing was recomputed.
+            assert await c.gather(futures) == list(range(1, 13))
+            assert sorted(CALLS) == list(range(12))
+
+
+@gen_test()
+async def test_group_scale_down_by_member_name_or_address_closes_its_entry() -> None:
+    async with SpecCluster(scheduler=SCHEDULER, worker=GROUP_SPEC, asynchronous=True) as cluster:
+        async with Client(cluster, asynchronous=True) as c:
+            await cluster.scale(6)
+            await c.wait_for_workers(6)
+            await cluster.scale_down(["1-1"])
+            assert set(cluster.worker_spec) == {0, 2}
+            assert scheduler_names(cluster) == {"0-0", "0-1", "2-0", "2-1"}
+            infos = (await c.scheduler_info())["workers"]
+            addr = next(a for a, info in infos.items() if str(info["name"]) == "2-0")
+            await cluster.scale_down([addr])
+            assert set(cluster.worker_spec) == {0}
+            assert scheduler_names(cluster) == {"0-0", "0-1"}
+
+
+class LookCountingAdaptive(Adaptive):
+    """An Adaptive that counts its looks."""
+
+    looks = 0
+
+    async def target(self) -> int:
+        self.looks += 1
+        return await super().target()
+
+
+@gen_test()
+async def test_adapt_with_groups_grows_and_shrinks_by_entries() -> None:
+    async with SpecCluster(scheduler=SCHEDULER, worker=GROUP_SPEC, asynchronous=True) as cluster:
+        cluster.adapt(minimum=3, maximum=4, interval="10ms", wait_count=1)
+        await async_poll_for(lambda: len(scheduler_names(cluster)) == 4, timeout=10)
+        assert set(cluster.worker_spec) == {0, 1}
+        # One worker wanted: one entry of two stays (closing both would leave fewer than wanted).
+        adaptive = cluster.adapt(LookCountingAdaptive, minimum=1, maximum=1, interval="10ms", wait_count=1)
+        assert isinstance(adaptive, LookCountingAdaptive)
+        await async_poll_for(lambda: len(cluster.workers) == 1 and len(scheduler_names(cluster)) == 2, timeout=10)
+        kept, looks, acted = set(cluster.worker_spec), adaptive.looks, len(adaptive.log)
+        await async_poll_for(lambda: adaptive.looks >= looks + 10, timeout=10)
+        # Settled: the entry left is not closed and started again.
+        assert set(cluster.worker_spec) == kept and len(adaptive.log) == acted
+        assert len(scheduler_names(cluster)) == 2
 
 
 class CollectRecords(logging.Handler):
