@@ -195,7 +195,8 @@ class Adaptive(AdaptiveCore):
     target_duration
         How long the work in hand should take (see ``Scheduler.adaptive_target``).
     worker_key
-        Not supported yet: only None (workers are closed one by one, not in groups).
+        Not supported yet: only None.  The workers of one entry of a
+        :class:`SpecCluster`'s spec with a ``group`` are closed together without it.
     **kwargs
         Not supported: none is accepted.
 
@@ -316,7 +317,24 @@ class Adaptive(AdaptiveCore):
         that starts a group go together, and only while at least ``target``
         workers are left planned.
         """
-        names = self.scheduler.workers_to_close(target=target, attribute="name")
+        return self._whole_entries(self.scheduler.workers_to_close(target=target, attribute="name"), target)
+
+    async def recommendations(self, target: int) -> Recommendation:
+        """As the policy's, but closing whole entries of the cluster's spec, leaving at least ``target`` workers.
+
+        Workers asked for and not yet arrived are dropped first, by the
+        policy: with groups, they too stand for their whole entry.
+        """
+        rec = await super().recommendations(target)
+        if rec["status"] != "down":
+            return rec
+        workers = self._whole_entries(rec["workers"], target)
+        if not workers:
+            return Recommendation(status="same")
+        return Recommendation(status="down", workers=workers)
+
+    def _whole_entries(self, names: Iterable[Any], target: int) -> list[Any]:
+        """The workers of the entries these workers belong to, while ``target`` workers are left planned."""
         groups = self.cluster.worker_groups()
         if all(len(members) == 1 for members in groups.values()):
             return list(names)
@@ -353,6 +371,12 @@ class Adaptive(AdaptiveCore):
         retired = await self.scheduler.retire_workers(names=names, remove=True, close_workers=False)
         gone = {str(info.get("name")) for info in retired.values()}
         leaving = [nm for nm in names if str(nm) in gone or str(nm) not in arrived]
+        # The cluster closes whole entries: one whose worker the scheduler kept stays, with all its workers.
+        kept = {str(nm) for nm in names if str(nm) in arrived and str(nm) not in gone}
+        for members in self.cluster.worker_groups().values() if kept else ():
+            staying = {str(w) for w in members}
+            if staying & kept:
+                leaving = [nm for nm in leaving if str(nm) not in staying]
         await asyncio.shield(self.cluster.scale_down(leaving))
 
     def __repr__(self) -> str:

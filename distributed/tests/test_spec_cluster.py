@@ -389,3 +389,26 @@ async def test_scaling_down_jobs_without_address_moves_their_data() -> None:
             # The data of the job closed was handed over before it closed, not recomputed.
             assert await c.gather(futures) == list(range(1, 11))
             assert sorted(CALLS) == list(range(10))
+
+
+@gen_test()
+async def test_adapt_keeps_an_entry_whole_while_one_of_its_workers_holds_the_only_results() -> None:
+    CALLS.clear()
+    async with SpecCluster(
+        workers={0: GROUP_SPEC}, worker=GROUP_SPEC, scheduler=SCHEDULER, asynchronous=True
+    ) as cluster:
+        async with Client(cluster, asynchronous=True) as c:
+            await c.wait_for_workers(2)
+            infos = (await c.scheduler_info())["workers"]
+            addr = next(a for a, info in infos.items() if str(info["name"]) == "0-0")
+            futures = [c.submit(counted_inc, i, workers=[addr]) for i in range(4)]
+            assert await c.gather(futures) == [1, 2, 3, 4]
+            adaptive = cluster.adapt(LookCountingAdaptive, minimum=0, maximum=0, interval="10ms", wait_count=1)
+            assert isinstance(adaptive, LookCountingAdaptive)
+            await async_poll_for(lambda: adaptive.looks >= 20, timeout=10)
+            # The scheduler cannot retire "0-0" (its results could go nowhere): its entry stays, both workers too.
+            assert set(cluster.workers) == {0}
+            assert await c.gather(futures) == [1, 2, 3, 4]
+            assert sorted(CALLS) == [0, 1, 2, 3]
+            del futures
+            await async_poll_for(lambda: not cluster.workers and not scheduler_names(cluster), timeout=10)
