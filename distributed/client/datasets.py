@@ -76,14 +76,11 @@ async def get_dataset(client: Client, name: Any, default: Any = no_default) -> A
         return default
     with client.as_current():
         data = unwrap(reply["data"])
+    # The scheduler counts the client as wanting the keys already; each future
+    # new to this client asks for its key's status as it binds (see FutureRegistry.acquire).
     for future in futures_of(data):
         if future.bound_client is not client:
             future.bind_client(client)
-    keys = list(reply.get("keys") or ())
-    if keys:
-        # The scheduler counts the client as wanting the keys already; asked
-        # again now that their futures exist here, it reports their status.
-        client.link.post(m.ClientKeys(op="client-desires-keys", client=client.id, keys=keys))
     return data
 
 

@@ -99,7 +99,7 @@ class PublishExtension:
         if client is not None and ds.keys:
             s = self.scheduler
             s.send_all(s.client_desires_keys(client, ds.keys, f"publish-get-{time.time()}"))
-        return m.PublishGetReply(data=ds.data, keys=ds.keys)
+        return m.PublishGetReply(data=ds.data)
 
     def delete(self, comm: Comm | None, msg: m.PublishDelete) -> None:
         """Unpublish ``name`` (nothing happens when it is not published)."""

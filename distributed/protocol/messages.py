@@ -870,7 +870,6 @@ class PublishGetReply(TypedDict):
     """A published dataset (no ``data`` when there is none of that name)."""
 
     data: NotRequired[Payload]
-    keys: NotRequired[Sequence[Key]]
 
 
 class PublishDelete(TypedDict):
