@@ -43,7 +43,7 @@ import os
 import time
 import uuid
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 import dask
@@ -57,7 +57,7 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 from distributed.exceptions import ActorLostError, KilledWorker, LostDataError, NoValidWorkerError
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key, Payload
-from distributed.protocol.serialize import as_serialized
+from distributed.protocol.serialize import as_serialized, to_serialize
 from distributed.scheduler_events import EventLog
 from distributed.scheduler_extensions import ExtensionFactory, make_extensions, start_extensions
 from distributed.scheduler_requests import ClusterRequests
@@ -321,6 +321,8 @@ class Scheduler(Server):
             "unregister_nanny_plugin": Route(m.UnregisterNannyPlugin, self.requests.handle_unregister_nanny_plugin),
             "task_states": Route(m.OptionalKeysRequest, self.requests.handle_task_states),
             "terminate": Route(m.Empty, self.requests.handle_terminate),
+            "workers_to_close": Route(m.WorkersToClose, self.requests.handle_workers_to_close),
+            "adaptive_target": Route(m.AdaptiveTarget, self.requests.handle_adaptive_target),
             **self.event_log.routes(),
         }
         stream_handlers = {**self.streams.stream_routes(), **self.event_log.stream_routes()}
@@ -900,7 +902,8 @@ class Scheduler(Server):
         stimulus_id
             For the logs and stories.
         **kwargs
-            ``n``, ``target``, ``minimum``, ``memory_ratio``.
+            ``n``, ``target``, ``minimum``, ``memory_ratio`` and ``key`` (a
+            callable ``WorkerState -> group``: groups are retired whole).
 
         Returns
         -------
@@ -918,8 +921,14 @@ class Scheduler(Server):
                 msg[name] = value  # type: ignore[literal-required]  # one of the int fields checked just above
             elif name == "memory_ratio":
                 msg["memory_ratio"] = value
-            elif name in ("key", "attribute"):
-                raise unsupported("Scheduler.retire_workers", name, "choose the workers by address or name")
+            elif name == "key":
+                # In process: the caller's own callable, handed over as it is.
+                msg["key"] = None if value is None else to_serialize(value)
+            elif name == "attribute":
+                raise TypeError(
+                    "Scheduler.retire_workers(attribute=...): it returns the retired workers' identities by address; "
+                    "use workers_to_close(attribute=...) to choose workers by another attribute"
+                )
             else:
                 raise TypeError(f"Scheduler.retire_workers() got an unexpected keyword argument {name!r}")
         return await self.requests.retire_workers(msg)
@@ -928,21 +937,45 @@ class Scheduler(Server):
         self,
         memory_ratio: float | None = None,
         n: int | None = None,
-        key: Any = None,
+        key: Callable[[WorkerState], Hashable] | None = None,
         minimum: int | None = None,
         target: int | None = None,
         attribute: str = "address",
     ) -> list[Any]:
         """Workers that can be closed at low cost (see ``retire_workers``), as their ``attribute``.
 
-        Raises
-        ------
-        NotImplementedError
-            For ``key`` (closing workers in groups).
+        Idle workers holding the least data come first.  Called in process,
+        ``key`` runs as given; over the ``workers_to_close`` request, the
+        caller sends it pickled and the scheduler unpickles and runs it, as
+        it runs a function sent to ``run_on_scheduler``: sending one is an
+        explicit request to run that code here.
+
+        Parameters
+        ----------
+        memory_ratio
+            Without ``n``/``target``: close idle workers as long as those left
+            have this many times (default 2) the memory the data held needs.
+        n
+            How many workers to close.
+        key
+            A callable ``WorkerState -> group`` (say ``lambda ws: ws.host``):
+            the workers of one group are closed together or not at all.
+        minimum
+            Workers to leave at least.
+        target
+            Workers to leave (``n`` is then the excess).
+        attribute
+            The :class:`WorkerState` attribute to return of each worker
+            (``"address"``, ``"name"``, ``"host"``...).
+
+        Examples
+        --------
+        >>> scheduler.workers_to_close(key=lambda ws: ws.host, attribute="name")  # doctest: +SKIP
+        ['job-1-0', 'job-1-1']
         """
-        if key is not None:
-            raise unsupported("Scheduler.workers_to_close", "key", "workers are chosen one by one")
-        chosen = self.requests.workers_to_close(n=n, target=target, minimum=minimum, memory_ratio=memory_ratio)
+        if not isinstance(attribute, str) or attribute.startswith("_") or not hasattr(WorkerState, attribute):
+            raise ValueError(f"workers_to_close(attribute={attribute!r}): not an attribute of WorkerState")
+        chosen = self.requests.workers_to_close(n=n, target=target, minimum=minimum, memory_ratio=memory_ratio, key=key)
         return [getattr(ws, attribute) for ws in chosen]
 
     def adaptive_target(self, target_duration: float | str | None = None) -> int:

@@ -12,8 +12,8 @@ import asyncio
 import inspect
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import dask.config
 from dask.utils import parse_timedelta
@@ -57,6 +57,32 @@ class ClusterRequests:
         """Close the scheduler (its workers close when their streams end)."""
         asyncio.get_running_loop().call_soon(lambda: self.scheduler.spawn(self.scheduler.close(), name="terminate"))
         return "OK"
+
+    def handle_workers_to_close(self, comm: Comm, msg: m.WorkersToClose) -> list[Any]:
+        return self.scheduler.workers_to_close(
+            n=msg.get("n"),
+            target=msg.get("target"),
+            minimum=msg.get("minimum"),
+            memory_ratio=msg.get("memory_ratio"),
+            key=self.group_key(msg.get("key"), "workers_to_close"),
+            attribute=msg.get("attribute", "address"),
+        )
+
+    def handle_adaptive_target(self, comm: Comm, msg: m.AdaptiveTarget) -> int:
+        return self.scheduler.adaptive_target(target_duration=msg.get("target_duration"))
+
+    @staticmethod
+    def group_key(payload: m.Payload | None, what: str) -> Callable[[WorkerState], Hashable] | None:
+        """The ``key=`` callable a caller sent, unpickled.
+
+        The caller pickled it to have the scheduler run it on each worker's
+        state: an explicit request to run user code here, as with
+        ``run_on_scheduler`` (the scheduler never unpickles task code).
+        """
+        key = unwrap(payload)
+        if key is not None and not callable(key):
+            raise TypeError(f"{what}(key={key!r}): it must be a callable taking a WorkerState")
+        return cast("Callable[[WorkerState], Hashable] | None", key)
 
     def handle_identity(self, comm: Comm, msg: m.Empty) -> dict[str, Any]:
         return self.scheduler.identity()
@@ -168,7 +194,7 @@ class ClusterRequests:
         s = self.scheduler
         workers = msg.get("workers")
         names = msg.get("names")
-        selection = {k: msg.get(k) for k in ("n", "target", "minimum", "memory_ratio") if msg.get(k) is not None}
+        selection = {k: msg.get(k) for k in ("n", "target", "minimum", "memory_ratio", "key") if msg.get(k) is not None}
         if workers is not None and names is not None:
             raise TypeError("retire_workers: give workers= or names=, not both")
         if (workers is not None or names is not None) and selection:
@@ -187,6 +213,7 @@ class ClusterRequests:
                 target=msg.get("target"),
                 minimum=msg.get("minimum"),
                 memory_ratio=msg.get("memory_ratio"),
+                key=self.group_key(msg.get("key"), "retire_workers"),
             )
         # A worker already retiring (another call) is that call's to finish.
         before = {ws: ws.status for ws in dict.fromkeys(targets) if ws.status in ("running", "paused")}
@@ -240,6 +267,7 @@ class ClusterRequests:
         target: int | None = None,
         minimum: int | None = None,
         memory_ratio: float | None = None,
+        key: Callable[[WorkerState], Hashable] | None = None,
     ) -> list[WorkerState]:
         """Workers that can be closed at low cost, those holding the least data first.
 
@@ -247,6 +275,9 @@ class ClusterRequests:
         workers as long as those left have ``memory_ratio`` (default 2) times
         the memory limit the data held needs.  Never leaves fewer than
         ``minimum`` workers; without ``n``/``target`` a busy worker is never chosen.
+        With ``key``, workers with the same ``key(ws)`` (one job's processes,
+        one host) are chosen together or not at all, and count as a group for
+        all of the above.
         """
         s = self.scheduler
         for what, value in (("n", n), ("target", target), ("minimum", minimum)):
@@ -254,6 +285,8 @@ class ClusterRequests:
                 raise ValueError(f"retire_workers({what}={value}): it must not be negative")
         if memory_ratio is not None and memory_ratio < 0:
             raise ValueError(f"retire_workers(memory_ratio={memory_ratio}): it must not be negative")
+        if key is not None and not callable(key):
+            raise TypeError(f"workers_to_close(key={key!r}): it must be a callable taking a WorkerState")
         live = [ws for ws in s.workers.values() if ws.status == "running"]
         if target is not None and n is None:
             n = max(len(live) - target, 0)
@@ -261,20 +294,26 @@ class ClusterRequests:
             memory_ratio = 2
         held = sum(max(ws.nbytes, 0) for ws in live)
         limit = sum(ws.memory_limit for ws in live)
+        groups: dict[Hashable, list[WorkerState]] = {}
+        for ws in live:
+            groups.setdefault(ws if key is None else key(ws), []).append(ws)
+        # Idle groups first, then those holding the least data.
+        order = sorted(groups.values(), key=lambda g: (any(w.processing for w in g), sum(w.nbytes for w in g)))
         chosen: list[WorkerState] = []
-        for ws in sorted(live, key=lambda w: (bool(w.processing), w.nbytes)):
-            left = len(live) - len(chosen) - 1
+        for group in order:
+            left = len(live) - len(chosen) - len(group)
             if minimum is not None and left < minimum:
                 break
+            group_limit = sum(w.memory_limit for w in group)
             if n is not None:
-                if len(chosen) >= n:
+                if len(chosen) + len(group) > n:
                     break
             else:
                 assert memory_ratio is not None
-                if ws.processing or limit - ws.memory_limit < memory_ratio * held:
+                if any(w.processing for w in group) or limit - group_limit < memory_ratio * held:
                     break
-            chosen.append(ws)
-            limit -= ws.memory_limit
+            chosen += group
+            limit -= group_limit
         return chosen
 
     async def _evacuate(self, leaving: Sequence[WorkerState], moved: set[TaskState]) -> dict[WorkerState, str]:

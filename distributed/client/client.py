@@ -2498,8 +2498,11 @@ class Client(Generic[AsyncT]):
         **kwargs
             As the scheduler's ``retire_workers``: ``names`` (workers by name),
             ``n``, ``target``, ``minimum``, ``memory_ratio``, ``remove``
-            (forget the workers at once; default True) and ``stimulus_id``.
-            ``key`` and ``attribute`` are not supported and are refused.
+            (forget the workers at once; default True), ``stimulus_id`` and
+            ``key``: a callable ``WorkerState -> group`` choosing whole groups
+            of workers.  It is pickled and run on the scheduler, as with
+            :meth:`run_on_scheduler`.  ``attribute`` does not apply (the
+            result is by address) and is refused.
 
         Returns
         -------
@@ -2508,10 +2511,12 @@ class Client(Generic[AsyncT]):
             only copies of some data can go nowhere (no other running worker)
             is not retired and is not in it.
         """
-        for unsupported_kw in ("key", "attribute"):
-            if unsupported_kw in kwargs:
-                raise NotImplementedError(f"Client.retire_workers({unsupported_kw}=...) is not supported yet")
-        allowed = {"names", "n", "target", "minimum", "memory_ratio", "remove", "stimulus_id"}
+        if "attribute" in kwargs:
+            raise TypeError(
+                "Client.retire_workers(attribute=...): the result is by address; "
+                "Scheduler.workers_to_close(attribute=...) chooses workers by another attribute"
+            )
+        allowed = {"names", "n", "target", "minimum", "memory_ratio", "remove", "stimulus_id", "key"}
         unknown = sorted(set(kwargs) - allowed)
         if unknown:
             raise TypeError(f"Client.retire_workers() got unexpected keyword arguments {unknown}")
@@ -2524,6 +2529,12 @@ class Client(Generic[AsyncT]):
                 msg[field] = int(kwargs[field])
         if kwargs.get("memory_ratio") is not None:
             msg["memory_ratio"] = float(kwargs["memory_ratio"])
+        if kwargs.get("key") is not None:
+            if not callable(kwargs["key"]):
+                raise TypeError(
+                    f"Client.retire_workers(key={kwargs['key']!r}): it must be a callable taking a WorkerState"
+                )
+            msg["key"] = Serialize(kwargs["key"])
         if "remove" in kwargs:
             msg["remove"] = bool(kwargs["remove"])
         if kwargs.get("stimulus_id") is not None:

@@ -142,9 +142,35 @@ class RetireWorkers(TypedDict):
     target: NotRequired[int | None]
     minimum: NotRequired[int | None]
     memory_ratio: NotRequired[float | None]
+    #: A callable ``WorkerState -> group``, pickled by the caller: groups are retired whole.
+    key: NotRequired[Payload | None]
     close_workers: NotRequired[bool]
     remove: NotRequired[bool]
     stimulus_id: NotRequired[str | None]
+
+
+class WorkersToClose(TypedDict):
+    """Which workers could be retired at low cost (``Scheduler.workers_to_close``), as their ``attribute``.
+
+    ``key`` is a callable ``WorkerState -> group``, pickled by the caller (the
+    scheduler runs it, as it runs a function sent to ``run_on_scheduler``):
+    the workers of a group are chosen together or not at all.
+    """
+
+    op: Literal["workers_to_close"]
+    n: NotRequired[int | None]
+    target: NotRequired[int | None]
+    minimum: NotRequired[int | None]
+    memory_ratio: NotRequired[float | None]
+    key: NotRequired[Payload | None]
+    attribute: NotRequired[str]
+
+
+class AdaptiveTarget(TypedDict):
+    """How many workers the scheduler's load wants (``Scheduler.adaptive_target``)."""
+
+    op: Literal["adaptive_target"]
+    target_duration: NotRequired[float | None]
 
 
 class Replicate(TypedDict):

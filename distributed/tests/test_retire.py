@@ -22,8 +22,11 @@ import psutil
 import pytest
 
 from distributed import Client, LocalCluster, Nanny, Scheduler, Worker, WorkerPlugin, wait
+from distributed.core import rpc
 from distributed.exceptions import NoValidWorkerError
+from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
+from distributed.protocol.serialize import Serialize
 from distributed.tests.test_cli import WORKER, Proc, poll_with_proc, procs, start_scheduler
 from distributed.utils_test import async_poll_for, gen_cluster, inc, poll_for, slowinc
 
@@ -107,9 +110,11 @@ async def test_retire_by_name_and_by_count(c: Client[Literal[True]], s: Schedule
         await c.retire_workers([b.address], names=[b.name])
     with pytest.raises(TypeError, match="cannot be combined"):
         await c.retire_workers([b.address], n=1)
-    with pytest.raises(NotImplementedError, match="key"):
-        await c.retire_workers(key=lambda ws: ws.host)
-    with pytest.raises(NotImplementedError, match="attribute"):
+    with pytest.raises(TypeError, match="key"):
+        await c.retire_workers([b.address], key=lambda ws: ws.host)
+    with pytest.raises(TypeError, match="key="):
+        await c.retire_workers(key="host")
+    with pytest.raises(TypeError, match="attribute"):
         await c.retire_workers(attribute="name")
     with pytest.raises(TypeError, match="bogus"):
         await c.retire_workers(bogus=1)
@@ -140,9 +145,13 @@ async def test_scheduler_retire_workers_and_workers_to_close(
     # a holds data: the emptier workers are chosen first.
     assert sorted(s.workers_to_close(n=2, attribute="name")) == sorted([b.name, w3.name])
     assert s.workers_to_close(n=1, minimum=3) == []
-    with pytest.raises(NotImplementedError, match="key"):
-        s.workers_to_close(key=lambda ws: ws.host)
-    with pytest.raises(NotImplementedError, match="attribute"):
+    with pytest.raises(TypeError, match="key="):
+        s.workers_to_close(key="host")  # type: ignore[arg-type]  # a wrong type, refused at run time
+    with pytest.raises(ValueError, match="attribute='_secret'"):
+        s.workers_to_close(attribute="_secret")
+    with pytest.raises(ValueError, match="attribute='bogus'"):
+        s.workers_to_close(attribute="bogus")
+    with pytest.raises(TypeError, match="attribute"):
         await s.retire_workers(attribute="name")
     with pytest.raises(TypeError, match="bogus"):
         await s.retire_workers(bogus=True)
@@ -158,6 +167,49 @@ async def test_scheduler_retire_workers_and_workers_to_close(
     assert ("gated", "processing", "released", "test-retire") in [e[:4] for e in s.story("gated")]
     _GATE.set()
     assert await gated is True
+
+
+def _pair_of(ws: Any) -> int:
+    """Workers 0 and 1 are one group, 2 and 3 another (a job running two workers)."""
+    return int(ws.name) // 2
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 4)
+async def test_workers_to_close_key_closes_whole_groups(c: Client[Literal[True]], s: Scheduler, *ws: Worker) -> None:
+    w0, w1, w2, w3 = ws
+    assert [w.name for w in ws] == [0, 1, 2, 3]
+    big = await c.scatter([b"x" * 100_000], workers=[w0.address])
+    small = await c.scatter([1], workers=[w2.address])
+    # One by one, the two empty workers go; by pairs, the pair holding less.
+    assert sorted(s.workers_to_close(n=2, attribute="name")) == [1, 3]
+    assert sorted(s.workers_to_close(n=2, key=_pair_of, attribute="name")) == [2, 3]
+    # n=1 cannot take a whole pair; minimum=3 neither.
+    assert s.workers_to_close(n=1, key=_pair_of) == []
+    assert s.workers_to_close(n=2, minimum=3, key=_pair_of) == []
+    assert sorted(s.workers_to_close(target=2, key=_pair_of)) == sorted([w2.address, w3.address])
+    assert sorted(s.workers_to_close(n=2, key=_pair_of, attribute="host")) == ["127.0.0.1"] * 2
+    # Over the wire, as a cluster asks it: the callable travels pickled, the attribute as text.
+    request = m.WorkersToClose(op="workers_to_close", n=2, key=Serialize(_pair_of), attribute="name")
+    async with rpc(s.address) as r:
+        assert sorted(await r.call(**request)) == [2, 3]
+        assert sorted(await r.call("workers_to_close", n=2, attribute="name")) == [1, 3]
+        with pytest.raises(ValueError, match="attribute='_"):
+            await r.call("workers_to_close", attribute="__class__")
+    # The client's retire_workers(key=...) retires whole groups, their data moved to the others.
+    retired = await c.retire_workers(n=2, key=_pair_of, close_workers=False)
+    assert sorted(retired) == sorted([w2.address, w3.address])
+    assert set(s.workers) == {w0.address, w1.address}
+    assert await c.gather(small) == [1]
+    assert await c.gather(big) == [b"x" * 100_000]
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 4)
+async def test_scheduler_retire_workers_key_in_process(c: Client[Literal[True]], s: Scheduler, *ws: Worker) -> None:
+    futures = await c.scatter(list(range(8)), broadcast=False)
+    retired = await s.retire_workers(target=2, key=_pair_of)
+    assert sorted(info["name"] for info in retired.values()) in ([0, 1], [2, 3])
+    assert len(s.workers) == 2
+    assert await c.gather(futures) == list(range(8))
 
 
 @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 2)
