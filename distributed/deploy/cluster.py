@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Generator
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from typing import Any, Protocol, Self, TypeVar
 
 import dask.config
@@ -260,6 +260,21 @@ class Cluster:
         if self._scheduler_address is None:
             raise AttributeError(f"{self.name} has not started yet: no scheduler address")
         return self._scheduler_address
+
+    async def scheduler_request(self, msg: Mapping[str, Any]) -> Any:
+        """Send the request ``msg`` to the scheduler over the cluster's connections and return the reply.
+
+        The one way the cluster talks to its scheduler, whether that runs in
+        this process or elsewhere (behind a ``ProcessInterface``).
+
+        Raises
+        ------
+        RuntimeError
+            Before the cluster has a scheduler to talk to, or after it closed.
+        """
+        if self._pool is None or self._scheduler_address is None:
+            raise RuntimeError(f"{self.name} has no scheduler to send {msg.get('op')!r} to")
+        return await self._pool.call(self._scheduler_address, msg)
 
     async def _refresh_scheduler_info(self) -> None:
         if self._pool is None or self._scheduler_address is None:

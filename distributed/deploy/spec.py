@@ -6,7 +6,11 @@ A :class:`SpecCluster` holds what it *should* run and reconciles what it *does*
 run with it:
 
 * ``scheduler_spec``: ``{"cls": SchedulerClass, "options": {...}}``, started
-  once, in this process, on the cluster's loop.
+  once, on the cluster's loop: a :class:`~distributed.Scheduler` in this
+  process, or a :class:`ProcessInterface` whose ``start()`` runs one
+  elsewhere (a process, a pod, a cloud machine) and sets its ``address``.
+  The cluster talks to it only through requests to that address (worker
+  info, retiring workers, logs, ``terminate`` on close), so both work alike.
 * ``worker_spec``: ``{name: {"cls": WorkerClass, "options": {...}}}``, the
   workers wanted.  Each is started as ``cls(scheduler_address, name=name,
   **options)``, then awaited via its ``start()``; it must offer ``address`` and
@@ -178,7 +182,10 @@ class SpecCluster(Cluster):
         The workers to start: ``{name: {"cls": WorkerClass, "options": {...}}}``.
     scheduler
         The scheduler: ``{"cls": Scheduler, "options": {...}}`` (default: a
-        :class:`~distributed.Scheduler` serving a dashboard).
+        :class:`~distributed.Scheduler` serving a dashboard), or a
+        :class:`ProcessInterface` subclass that starts one elsewhere and sets
+        its ``address`` (``external_address`` first, when set); on close the
+        cluster sends it ``terminate``, then closes the handle.
     worker
         The spec of workers added by :meth:`scale` (default: none, so the
         cluster cannot grow beyond ``workers``).
@@ -277,11 +284,31 @@ class SpecCluster(Cluster):
         cls = _spec_class(self.scheduler_spec, "scheduler")
         scheduler = cls(**_options(self.scheduler_spec))
         self.scheduler = scheduler
-        await scheduler.start()
-        self._scheduler_address = str(scheduler.address)
-        logger.info("%s: scheduler at %s", self.name, scheduler.address)
+        if isinstance(scheduler, ProcessInterface):
+            # The scheduler runs elsewhere: its start() submits it and learns its address.
+            await scheduler
+            address = scheduler.external_address or scheduler.address
+            if not address:
+                raise RuntimeError(f"{self.name}: the scheduler {scheduler!r} started without an address")
+            self._scheduler_address = str(address)
+            # Waits (within the connect timeout) until it listens: workers start against it next.
+            await self._refresh_scheduler_info()
+        else:
+            await scheduler.start()
+            self._scheduler_address = str(scheduler.address)
+        logger.info("%s: scheduler at %s", self.name, self._scheduler_address)
         await self._scheduler_started(scheduler)
         await self._correct_state()
+
+    @property
+    def scheduler_is_remote(self) -> bool:
+        """Whether the scheduler runs outside this process (behind a :class:`ProcessInterface`).
+
+        Everything the cluster does goes through requests to the scheduler's
+        address either way; only this tells whether ``scheduler`` is the
+        :class:`~distributed.Scheduler` itself.
+        """
+        return not isinstance(self.scheduler, Scheduler)
 
     async def _scheduler_started(self, scheduler: Any) -> None:
         """Subclass hook: the scheduler runs, no worker is started yet."""
@@ -297,10 +324,25 @@ class SpecCluster(Cluster):
                 for r in results:
                     if isinstance(r, BaseException):
                         logger.warning("Closing a worker failed: %r", r)
-            if self.scheduler is not None:
+            if isinstance(self.scheduler, ProcessInterface):
+                await self._terminate_remote_scheduler(self.scheduler)
+            elif self.scheduler is not None:
                 await self.scheduler.close()
         finally:
             self._unsilence()
+
+    async def _terminate_remote_scheduler(self, scheduler: ProcessInterface) -> None:
+        """Ask the scheduler to close (``terminate``), then have its handle remove the process.
+
+        The request lets the scheduler shut down in order; the handle's
+        ``close()`` then ends what is left (a job, a pod, a process).
+        """
+        if self._scheduler_address is not None and self._pool is not None:
+            try:
+                await self.scheduler_request(m.Empty(op="terminate"))
+            except Exception as e:  # gone already: the handle still closes
+                logger.debug("%s: terminating the scheduler at %s failed: %r", self.name, self._scheduler_address, e)
+        await scheduler.close()
 
     # -- reconciling ----------------------------------------------------------------------
     async def _correct_state(self) -> None:

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +20,8 @@ from distributed.deploy import LocalCluster
 from distributed.deploy.spec import ProcessInterface, close_clusters
 from distributed.nanny import Nanny
 from distributed.scheduler import Scheduler
+from distributed.tests.test_cli import REPO_ROOT, read_scheduler_file
+from distributed.tests.test_cli import SCHEDULER as SCHEDULER_CMD
 from distributed.utils_test import async_poll_for, gen_test, inc
 from distributed.worker import Worker
 
@@ -412,3 +420,101 @@ async def test_adapt_keeps_an_entry_whole_while_one_of_its_workers_holds_the_onl
             assert sorted(CALLS) == [0, 1, 2, 3]
             del futures
             await async_poll_for(lambda: not cluster.workers and not scheduler_names(cluster), timeout=10)
+
+
+class SchedulerProcess(ProcessInterface):
+    """A scheduler in a process of its own (``dask scheduler``), as dask-cloudprovider runs one on a VM.
+
+    Only its address is known here, read from the scheduler file it writes.
+    :meth:`close` waits for the process to exit (the cluster asks the
+    scheduler to terminate first) and kills it by PID only past a deadline,
+    noting it in ``killed``.
+    """
+
+    def __init__(self, directory: str, dashboard: bool = False) -> None:
+        super().__init__()
+        self.scheduler_file = Path(directory) / "scheduler.json"
+        self.log = Path(directory) / "scheduler.log"
+        self.dashboard = dashboard
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.killed = False
+
+    async def start(self) -> None:
+        args = [*SCHEDULER_CMD, "--host", "127.0.0.1", "--port", "0", "--scheduler-file", str(self.scheduler_file)]
+        args += ["--dashboard-address", "127.0.0.1:0"] if self.dashboard else ["--no-dashboard"]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (REPO_ROOT, os.environ.get("PYTHONPATH")) if p)}
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, env=env)
+        deadline = time.monotonic() + 30
+        while (info := read_scheduler_file(self.scheduler_file)) is None:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError(f"The scheduler process wrote no scheduler file:\n{self.log.read_text()}")
+            await asyncio.sleep(0.05)
+        self.address = str(info["address"])
+        await super().start()
+
+    async def close(self) -> None:
+        if self.proc is not None:
+            deadline = time.monotonic() + 15
+            while self.proc.poll() is None and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            if self.proc.poll() is None:
+                self.killed = True
+                self.kill()
+        await super().close()
+
+    def kill(self) -> None:
+        """Kill the process by PID if it still runs (test cleanup)."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+
+def started_scheduler(cluster: SpecCluster) -> SchedulerProcess:
+    job = cluster.scheduler
+    assert isinstance(job, SchedulerProcess)
+    return job
+
+
+@gen_test(timeout=60)
+async def test_scheduler_in_a_process_of_its_own(tmp_path: Path) -> None:
+    spec = {"cls": SchedulerProcess, "options": {"directory": str(tmp_path), "dashboard": True}}
+    cluster = SpecCluster(scheduler=spec, worker=worker_spec(), asynchronous=True)
+    try:
+        async with cluster:
+            job = started_scheduler(cluster)
+            assert job.proc is not None and job.proc.poll() is None
+            assert cluster.scheduler_is_remote
+            assert cluster.scheduler_address == job.address
+            assert cluster.scheduler_info["address"] == job.address
+            port = cluster.scheduler_info["services"]["dashboard"]
+            assert cluster.dashboard_link == f"http://127.0.0.1:{port}/status"
+            async with Client(cluster, asynchronous=True) as c:
+                await cluster.scale(3)
+                await c.wait_for_workers(3)
+                assert set(cluster.workers) == {0, 1, 2}
+                assert {str(w["name"]) for w in cluster.scheduler_info["workers"].values()} == {"0", "1", "2"}
+                futures = c.map(inc, range(30))
+                assert await c.gather(futures) == list(range(1, 31))
+                # Down to one: the scheduler (over its address) moves the results to the worker that stays.
+                await cluster.scale(1)
+                assert set(cluster.workers) == {0}
+                assert len(cluster.scheduler_info["workers"]) == 1
+                assert len((await c.scheduler_info())["workers"]) == 1
+                assert await c.gather(futures) == list(range(1, 31))
+                await cluster.scale_down([0])
+                assert not cluster.workers and not cluster.scheduler_info["workers"]
+                await cluster.scale(1)
+                assert await c.submit(inc, 41) == 42
+                logs = await cluster.get_logs()
+                assert set(logs) == {"Cluster", "Scheduler", *cluster.scheduler_info["workers"]}
+                # The scheduler's records come from its own process, over its address.
+                assert "Register worker" in logs["Scheduler"]
+        # Closing asked the scheduler to terminate: its process exited without being killed.
+        assert job.proc.poll() is not None and not job.killed
+        assert cluster.status == Status.closed
+    finally:
+        started = cluster.scheduler
+        if isinstance(started, SchedulerProcess):
+            started.kill()
