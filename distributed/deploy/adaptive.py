@@ -12,12 +12,15 @@ takes a target number of workers (:meth:`~AdaptiveCore.target`, bounded by
   once it has been picked on ``wait_count`` looks in a row, so a short lull
   does not cost a worker that is needed again a second later.
 
-:class:`Adaptive` binds the policy to a :class:`~distributed.deploy.SpecCluster`
-whose scheduler runs in this process: the target is the scheduler's
-``adaptive_target()``, and workers are retired by the scheduler (the data only
-they hold moves to the others; one whose data can go nowhere is kept) before
-the cluster closes them.  It looks every ``interval`` in a task on the
-cluster's loop, until :meth:`Adaptive.stop` or the cluster closes.
+:class:`Adaptive` binds the policy to a :class:`~distributed.deploy.SpecCluster`:
+the target is the scheduler's ``adaptive_target()``, the workers to let go are
+those its ``workers_to_close()`` picks, and they are retired by the scheduler
+(the data only they hold moves to the others; one whose data can go nowhere is
+kept) before the cluster closes them.  A scheduler in this process is called
+directly; one elsewhere (behind a ``ProcessInterface``) gets the same questions
+as requests (``adaptive_target``, ``workers_to_close``, ``retire_workers``),
+a look at its workers (``identity``) first.  It looks every ``interval`` in a
+task on the cluster's loop, until :meth:`Adaptive.stop` or the cluster closes.
 """
 
 from __future__ import annotations
@@ -27,14 +30,15 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 import dask.config
 from dask.utils import parse_timedelta
 
+from distributed.protocol import messages as m
+from distributed.protocol.serialize import Serialize
 from distributed.scheduler import Scheduler
-from distributed.utils import unsupported
 
 if TYPE_CHECKING:
     from distributed.deploy.spec import SpecCluster
@@ -185,7 +189,7 @@ class Adaptive(AdaptiveCore):
     Parameters
     ----------
     cluster
-        The cluster to scale; its scheduler must run in this process.
+        The cluster to scale; its scheduler runs in this process or elsewhere.
     interval
         Time between looks.
     minimum, maximum
@@ -195,8 +199,13 @@ class Adaptive(AdaptiveCore):
     target_duration
         How long the work in hand should take (see ``Scheduler.adaptive_target``).
     worker_key
-        Not supported yet: only None.  The workers of one entry of a
-        :class:`SpecCluster`'s spec with a ``group`` are closed together without it.
+        A callable ``WorkerState -> group`` (``Scheduler.workers_to_close``'s
+        ``key``): workers of one group are closed together or not at all.  It
+        runs on the scheduler: with a scheduler elsewhere it is pickled and
+        sent there, as a function given to ``run_on_scheduler`` is (so it
+        must be importable, or picklable by value, there).  The workers of one
+        entry of a :class:`SpecCluster`'s spec with a ``group`` are closed
+        together without it.
     **kwargs
         Not supported: none is accepted.
 
@@ -217,8 +226,8 @@ class Adaptive(AdaptiveCore):
         worker_key: Any = None,
         **kwargs: Any,
     ) -> None:
-        if worker_key is not None:
-            raise unsupported("Adaptive", "worker_key", "workers are closed one by one")
+        if worker_key is not None and not callable(worker_key):
+            raise TypeError(f"Adaptive(worker_key={worker_key!r}): it must be a callable taking a WorkerState")
         for name in kwargs:
             raise TypeError(f"Adaptive() got an unexpected keyword argument {name!r}")
         super().__init__(
@@ -235,10 +244,12 @@ class Adaptive(AdaptiveCore):
         )
         if self.target_duration <= 0:
             raise ValueError(f"Adaptive(target_duration={target_duration!r}): it must be positive")
+        #: Groups workers closed together (see ``Scheduler.workers_to_close``'s ``key``).
+        self.worker_key: Callable[[Any], Hashable] | None = worker_key
         self._stopped = False
         self._task: asyncio.Task[None] | None = None
-        if cluster.scheduler is not None:
-            self.scheduler  # noqa: B018  # refuses a scheduler not in this process now, not at each look
+        # Names of the workers a scheduler elsewhere knows, as of this look.
+        self._remote_names: list[Any] = []
         loop = cluster.loop
         if loop is None or loop.is_closed():
             raise RuntimeError(f"{cluster.name} has no running event loop: start it before adapting")
@@ -283,13 +294,21 @@ class Adaptive(AdaptiveCore):
 
     @property
     def scheduler(self) -> Scheduler:
-        """The cluster's scheduler (in this process)."""
+        """The cluster's scheduler, when it runs in this process.
+
+        Raises
+        ------
+        NotImplementedError
+            When it runs elsewhere: ask it through the cluster's requests then.
+        """
         s = self.cluster.scheduler
         if not isinstance(s, Scheduler):
-            raise NotImplementedError(
-                f"Adaptive needs the cluster's scheduler in this process; {self.cluster.name} has {s!r}"
-            )
+            raise NotImplementedError(f"{self.cluster.name}'s scheduler does not run in this process ({s!r})")
         return s
+
+    def _local(self) -> Scheduler | None:
+        s = self.cluster.scheduler
+        return s if isinstance(s, Scheduler) else None
 
     @property
     def plan(self) -> set[Any]:
@@ -303,21 +322,46 @@ class Adaptive(AdaptiveCore):
 
     @property
     def observed(self) -> set[Any]:
-        """Names of the workers the scheduler knows."""
-        return self.cluster.names_known(ws.name for ws in self.scheduler.workers.values())
+        """Names of the workers the scheduler knows (a scheduler elsewhere: as of this look)."""
+        s = self._local()
+        if s is None:
+            return self.cluster.names_known(self._remote_names)
+        return self.cluster.names_known(ws.name for ws in s.workers.values())
+
+    async def adapt(self) -> None:
+        """Take one look and act on it; a scheduler elsewhere is first asked which workers it has."""
+        if self._local() is None and not self._adapting:
+            info = await self.cluster.scheduler_request(m.Empty(op="identity"))
+            workers = info.get("workers", {}) if isinstance(info, Mapping) else {}
+            self._remote_names = [w.get("name") for w in workers.values() if isinstance(w, Mapping)]
+        await super().adapt()
 
     async def target(self) -> int:
         """The scheduler's ``adaptive_target(target_duration)``."""
-        return self.scheduler.adaptive_target(target_duration=self.target_duration)
+        s = self._local()
+        if s is not None:
+            return s.adaptive_target(target_duration=self.target_duration)
+        n = await self.cluster.scheduler_request(
+            m.AdaptiveTarget(op="adaptive_target", target_duration=self.target_duration)
+        )
+        return int(n)
 
     async def workers_to_close(self, target: int) -> list[Any]:
-        """Names of the workers the scheduler would retire to leave ``target``.
+        """Names of the workers the scheduler would retire to leave ``target`` (in groups by ``worker_key``).
 
         The cluster closes whole entries of its spec: the workers of an entry
         that starts a group go together, and only while at least ``target``
         workers are left planned.
         """
-        return self._whole_entries(self.scheduler.workers_to_close(target=target, attribute="name"), target)
+        s = self._local()
+        if s is not None:
+            names = s.workers_to_close(target=target, key=self.worker_key, attribute="name")
+        else:
+            request = m.WorkersToClose(op="workers_to_close", target=target, attribute="name")
+            if self.worker_key is not None:
+                request["key"] = Serialize(self.worker_key)  # pickled on the way: the scheduler runs it
+            names = list(await self.cluster.scheduler_request(request))
+        return self._whole_entries(names, target)
 
     async def recommendations(self, target: int) -> Recommendation:
         """As the policy's, but closing whole entries of the cluster's spec, leaving at least ``target`` workers.
@@ -368,7 +412,13 @@ class Adaptive(AdaptiveCore):
         logger.info("%s: retiring workers %s", self.cluster.name, names)
         # A worker that has not arrived yet is not the scheduler's to retire.
         arrived = {str(nm) for nm in self.observed}
-        retired = await self.scheduler.retire_workers(names=names, remove=True, close_workers=False)
+        s = self._local()
+        if s is not None:
+            retired = await s.retire_workers(names=names, remove=True, close_workers=False)
+        else:
+            retired = await self.cluster.scheduler_request(
+                m.RetireWorkers(op="retire_workers", names=names, remove=True, close_workers=False)
+            )
         gone = {str(info.get("name")) for info in retired.values()}
         leaving = [nm for nm in names if str(nm) in gone or str(nm) not in arrived]
         # The cluster closes whole entries: one whose worker the scheduler kept stays, with all its workers.

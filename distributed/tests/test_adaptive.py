@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 import dask
 import pytest
@@ -14,6 +15,7 @@ from distributed import Adaptive, LocalCluster, SpecCluster
 from distributed.client import Client
 from distributed.deploy.adaptive import AdaptiveCore
 from distributed.scheduler import Scheduler
+from distributed.tests.test_spec_cluster import SchedulerProcess
 from distributed.utils_test import async_poll_for, gen_cluster, gen_test, inc, poll_for, slowinc
 from distributed.worker import Worker
 
@@ -211,8 +213,8 @@ async def test_defaults_from_config() -> None:
             assert adaptive.minimum == 0 and adaptive.maximum == math.inf
         finally:
             adaptive.stop()
-        with pytest.raises(NotImplementedError, match=r"Adaptive\(worker_key=...\)"):
-            Adaptive(cluster, worker_key=lambda ws: ws.host)
+        with pytest.raises(TypeError, match=r"worker_key='host'"):
+            Adaptive(cluster, worker_key="host")
         with pytest.raises(TypeError, match="bogus"):
             Adaptive(cluster, bogus=1)
 
@@ -279,26 +281,99 @@ async def test_worker_processes_grow_and_shrink_keeping_results() -> None:
         assert await c.gather(futures) == list(range(1, 13))
 
 
-class SchedulerElsewhere:
-    """Stands for a scheduler run out of this process (as a job or a pod): only its address is known."""
+def pair_of(ws: Any) -> int:
+    """Workers 0 and 1 are one group, 2 and 3 another (one job running two workers).
 
-    def __init__(self, **options: Any) -> None:
-        self.inner = Scheduler(**options)
+    Importable by name, so a scheduler in another process can unpickle it.
+    """
+    return int(ws.name) // 2
 
-    async def start(self) -> None:
-        await self.inner.start()
 
-    @property
-    def address(self) -> str:
-        return self.inner.address
+def worker(**options: Any) -> dict[str, Any]:
+    return {"cls": Worker, "options": {"nthreads": 1, "host": "127.0.0.1", "protocol": "tcp", **options}}
 
-    async def close(self) -> None:
-        await self.inner.close()
+
+SCHEDULER: dict[str, Any] = {"cls": Scheduler, "options": {"dashboard": False, "host": "127.0.0.1", "protocol": "tcp"}}
+
+
+def scheduler_elsewhere(tmp_path: Path) -> dict[str, Any]:
+    return {"cls": SchedulerProcess, "options": {"directory": str(tmp_path)}}
+
+
+async def names_at_the_scheduler(c: Client[Literal[True]]) -> set[str]:
+    info = await c.scheduler_info()
+    return {str(w["name"]) for w in info["workers"].values()}
+
+
+async def hold_data_on_0_and_2(c: Client[Literal[True]], cluster: SpecCluster) -> list[Any]:
+    """More data on worker 0 than on worker 2; 1 and 3 hold none."""
+    await c.wait_for_workers(4)
+    addresses = {str(w["name"]): a for a, w in (await c.scheduler_info())["workers"].items()}
+    big = await c.scatter([b"x" * 200_000], workers=[addresses["0"]])
+    small = await c.scatter([b"y"], workers=[addresses["2"]])
+    return [*big, *small]
 
 
 @gen_test()
-async def test_adapt_refuses_a_scheduler_out_of_this_process() -> None:
-    spec = {"cls": SchedulerElsewhere, "options": {"dashboard": False, "host": "127.0.0.1", "protocol": "tcp"}}
-    async with SpecCluster(scheduler=spec, asynchronous=True) as cluster:
-        with pytest.raises(NotImplementedError, match="in this process"):
-            cluster.adapt()
+async def test_worker_key_closes_whole_groups_in_process() -> None:
+    workers = {i: worker() for i in range(4)}
+    async with (
+        SpecCluster(workers=workers, scheduler=SCHEDULER, worker=worker(), asynchronous=True) as cluster,
+        Client(cluster, asynchronous=True) as c,
+    ):
+        held = await hold_data_on_0_and_2(c, cluster)
+        # Worker by worker, 1 and 3 (holding nothing) would go; by pairs, the pair {2, 3} holding less.
+        cluster.adapt(minimum=2, maximum=2, interval="10ms", wait_count=1, worker_key=pair_of)
+        await async_poll_for(lambda: set(cluster.workers) == {0, 1}, timeout=10)
+        assert await names_at_the_scheduler(c) == {"0", "1"}
+        assert await c.gather(held) == [b"x" * 200_000, b"y"]
+
+
+@gen_test(timeout=60)
+async def test_adapt_with_a_scheduler_in_another_process(tmp_path: Path) -> None:
+    cluster = SpecCluster(scheduler=scheduler_elsewhere(tmp_path), worker=worker(), asynchronous=True)
+    try:
+        async with cluster, Client(cluster, asynchronous=True) as c:
+            adaptive = cluster.adapt(minimum=1, maximum=3, interval="20ms", target_duration="100ms", wait_count=2)
+            assert isinstance(adaptive, Adaptive)
+            with pytest.raises(NotImplementedError, match="does not run in this process"):
+                adaptive.scheduler  # the property refuses: everything goes through requests
+            await async_poll_for(lambda: len(cluster.workers) == 1, timeout=10)
+            most = 0
+
+            def grown() -> bool:
+                nonlocal most
+                most = max(most, len(cluster.workers))
+                return most == 3
+
+            futures = c.map(slowinc, range(30), delay=0.2)
+            await async_poll_for(grown, timeout=20)
+            assert await c.gather(futures) == list(range(1, 31))
+            # Idle: back to the minimum, retired by the scheduler over its address, no result lost.
+            await async_poll_for(lambda: len(cluster.workers) == 1, timeout=20)
+            assert len(await names_at_the_scheduler(c)) == 1
+            assert await c.gather(futures) == list(range(1, 31))
+            assert any(rec["status"] == "up" for _, rec in adaptive.log)
+            assert any(rec["status"] == "down" for _, rec in adaptive.log)
+        job = cluster.scheduler
+        assert isinstance(job, SchedulerProcess) and job.proc is not None
+        assert job.proc.poll() is not None and not job.killed
+    finally:
+        if isinstance(cluster.scheduler, SchedulerProcess):
+            cluster.scheduler.kill()
+
+
+@gen_test(timeout=60)
+async def test_worker_key_runs_on_a_scheduler_in_another_process(tmp_path: Path) -> None:
+    workers = {i: worker() for i in range(4)}
+    cluster = SpecCluster(workers=workers, scheduler=scheduler_elsewhere(tmp_path), worker=worker(), asynchronous=True)
+    try:
+        async with cluster, Client(cluster, asynchronous=True) as c:
+            held = await hold_data_on_0_and_2(c, cluster)
+            cluster.adapt(minimum=2, maximum=2, interval="10ms", wait_count=1, worker_key=pair_of)
+            await async_poll_for(lambda: set(cluster.workers) == {0, 1}, timeout=10)
+            assert await names_at_the_scheduler(c) == {"0", "1"}
+            assert await c.gather(held) == [b"x" * 200_000, b"y"]
+    finally:
+        if isinstance(cluster.scheduler, SchedulerProcess):
+            cluster.scheduler.kill()
