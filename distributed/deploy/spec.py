@@ -300,16 +300,6 @@ class SpecCluster(Cluster):
         await self._scheduler_started(scheduler)
         await self._correct_state()
 
-    @property
-    def scheduler_is_remote(self) -> bool:
-        """Whether the scheduler runs outside this process (behind a :class:`ProcessInterface`).
-
-        Everything the cluster does goes through requests to the scheduler's
-        address either way; only this tells whether ``scheduler`` is the
-        :class:`~distributed.Scheduler` itself.
-        """
-        return not isinstance(self.scheduler, Scheduler)
-
     async def _scheduler_started(self, scheduler: Any) -> None:
         """Subclass hook: the scheduler runs, no worker is started yet."""
 

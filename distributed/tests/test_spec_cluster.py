@@ -485,7 +485,7 @@ async def test_scheduler_in_a_process_of_its_own(tmp_path: Path) -> None:
         async with cluster:
             job = started_scheduler(cluster)
             assert job.proc is not None and job.proc.poll() is None
-            assert cluster.scheduler_is_remote
+            assert not isinstance(cluster.scheduler, Scheduler)
             assert cluster.scheduler_address == job.address
             assert cluster.scheduler_info["address"] == job.address
             port = cluster.scheduler_info["services"]["dashboard"]
@@ -518,3 +518,35 @@ async def test_scheduler_in_a_process_of_its_own(tmp_path: Path) -> None:
         started = cluster.scheduler
         if isinstance(started, SchedulerProcess):
             started.kill()
+
+
+class SchedulerBehindANat(ProcessInterface):
+    """A scheduler reached at its ``external_address``; its own ``address`` is not reachable from here."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = Scheduler(dashboard=False, host="127.0.0.1", protocol="tcp")
+
+    async def start(self) -> None:
+        await self.inner.start()
+        self.address = "tcp://10.255.255.1:1"  # what the scheduler calls itself inside its network
+        self.external_address = self.inner.address
+        await super().start()
+
+    async def close(self) -> None:
+        # The cluster asked it to terminate first: by now it is closing on its own.
+        await self.inner.finished()
+        await super().close()
+
+
+@gen_test()
+async def test_scheduler_handle_external_address_and_terminate() -> None:
+    async with SpecCluster(
+        scheduler={"cls": SchedulerBehindANat, "options": {}}, workers={"a": worker_spec()}, asynchronous=True
+    ) as cluster:
+        handle = cluster.scheduler
+        assert isinstance(handle, SchedulerBehindANat)
+        assert cluster.scheduler_address == handle.inner.address
+        assert set(cluster.scheduler_info["workers"]) == {cluster.workers["a"].address}
+    assert handle.inner.status == Status.closed
+    assert handle.status == Status.closed
