@@ -195,6 +195,10 @@ async def test_workers_to_close_key_closes_whole_groups(c: Client[Literal[True]]
         assert sorted(await r.call("workers_to_close", n=2, attribute="name")) == [1, 3]
         with pytest.raises(ValueError, match="attribute='_"):
             await r.call("workers_to_close", attribute="__class__")
+        with pytest.raises(TypeError, match="workers_to_close\\(key='host'\\)"):
+            await r.call("workers_to_close", key=Serialize("host"))
+        with pytest.raises(TypeError, match="retire_workers\\(key='host'\\)"):
+            await r.call("retire_workers", key=Serialize("host"))
     # The client's retire_workers(key=...) retires whole groups, their data moved to the others.
     retired = await c.retire_workers(n=2, key=_pair_of, close_workers=False)
     assert sorted(retired) == sorted([w2.address, w3.address])
