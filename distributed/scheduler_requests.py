@@ -59,14 +59,23 @@ class ClusterRequests:
         return "OK"
 
     def handle_workers_to_close(self, comm: Comm, msg: m.WorkersToClose) -> list[Any]:
-        return self.scheduler.workers_to_close(
+        attribute = msg.get("attribute", "address")
+        chosen = self.scheduler.workers_to_close(
             n=msg.get("n"),
             target=msg.get("target"),
             minimum=msg.get("minimum"),
             memory_ratio=msg.get("memory_ratio"),
             key=self.group_key(msg.get("key"), "workers_to_close"),
-            attribute=msg.get("attribute", "address"),
+            attribute=attribute,
         )
+        # The scheduler's own objects (task states, sets of them) do not leave it: only plain values travel.
+        for value in chosen:
+            if not _is_plain(value):
+                raise TypeError(
+                    f"workers_to_close(attribute={attribute!r}): over the wire only plain values "
+                    f"(str, numbers, None and tuples/lists of them) are returned, not {type(value).__name__}"
+                )
+        return chosen
 
     def handle_adaptive_target(self, comm: Comm, msg: m.AdaptiveTarget) -> int:
         return self.scheduler.adaptive_target(target_duration=msg.get("target_duration"))
@@ -657,3 +666,12 @@ def _accepts(func: Any, name: str) -> bool:
 
 async def _await(aw: Any) -> None:
     await aw
+
+
+def _is_plain(value: object) -> bool:
+    """Whether ``value`` is a str, number, bool or None, or a tuple/list of such values."""
+    if value is None or isinstance(value, str | int | float | bool):
+        return True
+    if isinstance(value, tuple | list):
+        return all(_is_plain(v) for v in value)
+    return False

@@ -195,6 +195,9 @@ async def test_workers_to_close_key_closes_whole_groups(c: Client[Literal[True]]
         assert sorted(await r.call("workers_to_close", n=2, attribute="name")) == [1, 3]
         with pytest.raises(ValueError, match="attribute='_"):
             await r.call("workers_to_close", attribute="__class__")
+        # The scheduler's own objects stay in it.
+        with pytest.raises(TypeError, match="attribute='has_what'.*only plain values"):
+            await r.call("workers_to_close", n=1, attribute="has_what")
         with pytest.raises(TypeError, match="workers_to_close\\(key='host'\\)"):
             await r.call("workers_to_close", key=Serialize("host"))
         with pytest.raises(TypeError, match="retire_workers\\(key='host'\\)"):
