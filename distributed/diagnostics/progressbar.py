@@ -20,6 +20,7 @@ import asyncio
 import concurrent.futures
 import html
 import logging
+import shutil
 import sys
 from collections.abc import Generator, Iterable, Mapping
 from timeit import default_timer
@@ -81,14 +82,24 @@ def _client_of(keys: list[Any], scheduler: Any) -> Client:
 
 
 def _rate_text(done: int, elapsed: float, left: int) -> str:
-    """``| 12.3 tasks/s | ETA 4.5s`` (rate of the tasks done since the bar started)."""
+    """`` | 12.3/s | ETA 4.5s``: the rate of the tasks done since the bar started, and the time left at it."""
     if done <= 0 or elapsed <= 0:
         return ""
     rate = done / elapsed
-    text = f" | {rate:.1f} tasks/s"
+    text = f" | {rate:.1f}/s"
     if left:
-        text += f" | ETA {format_time(left / rate)}"
+        text += f" | ETA {_short_time(left / rate)}"
     return text
+
+
+def _short_time(seconds: float) -> str:
+    """``4.5s``, ``2m05s``, ``1h02m``: a duration in few characters."""
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    return f"{minutes // 60}h{minutes % 60:02d}m"
 
 
 class ProgressBar:
@@ -261,6 +272,7 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
 
 
 def _bar_text(done: int, total: int, width: int) -> tuple[str, float]:
+    """``[####      ]`` (``width`` characters inside the brackets) and the fraction done."""
     frac = done / total if total else 1.0
     n = int(width * frac)
     return f"[{'#' * n}{' ' * (width - n)}]", frac
@@ -269,7 +281,8 @@ def _bar_text(done: int, total: int, width: int) -> tuple[str, float]:
 class TextProgressBar(ProgressBar):
     """One bar in the terminal, redrawn in place on its line.
 
-    ``[######              ] |  30% | 30/100 tasks | 1.2s | 25.0 tasks/s | ETA 2.8s``
+    ``[######              ] |  30% | 30/100 | 1.2s | 25.0/s | ETA 2.8s`` (done/total, elapsed,
+    tasks done per second since the bar started, and the time left at that rate).
 
     Parameters
     ----------
@@ -303,6 +316,8 @@ class TextProgressBar(ProgressBar):
         super().__init__(keys, scheduler, interval, complete)
         self.width = width
         self.stream = stream
+        self._last_length = 0
+        self._line_width: int | None = None
         if start:
             self._run()
 
@@ -314,9 +329,16 @@ class TextProgressBar(ProgressBar):
         except ValueError:
             pass  # closed by now (interpreter shutting down)
 
+    def _bar_width(self, others: int) -> int:
+        """The bar's width on a line with ``others`` more characters: narrower when the terminal is."""
+        if not self._isatty():
+            return self.width
+        room = shutil.get_terminal_size().columns - 1 - others - 2
+        return max(min(self.width, room), 10)
+
     def _line(self) -> str:
         total, left = self.total, self.left
-        bar, frac = _bar_text(total - left, total, self.width)
+        frac = (total - left) / total if total else 1.0
         if self.status == "finished":
             what = f"{frac:4.0%} Completed"
         elif self.status == "error":
@@ -324,14 +346,40 @@ class TextProgressBar(ProgressBar):
         else:
             what = f"{frac:4.0%}"
         rate = _rate_text(self.done_since_start, self.elapsed, left if self.status not in _FINAL else 0)
-        return f"{bar} | {what} | {total - left}/{total} tasks | {format_time(self.elapsed)}{rate}"
+        if self._line_width is None and self.status is not None:
+            # Chosen once, for the longest line this bar can draw, so that the bar does not jump about.
+            longest = f" | 100% Completed | {total}/{total} | 00m00s | 999.9/s | ETA 00m00s"
+            self._line_width = self._bar_width(len(longest))
+        rest = f" | {what} | {total - left}/{total} | {_short_time(self.elapsed)}{rate}"
+        return _bar_text(total - left, total, self._line_width or self.width)[0] + rest
+
+    def _isatty(self) -> bool:
+        stream = self.stream or sys.stdout
+        try:
+            return stream.isatty()
+        except (AttributeError, ValueError):
+            return False
+
+    def _fit(self, line: str) -> str:
+        """``line``, cut to the terminal's width: a wrapped line could not be redrawn in place."""
+        if self._isatty():
+            columns = shutil.get_terminal_size().columns
+            if len(line) >= columns:
+                return line[: max(columns - 1, 1)]
+        return line
+
+    def _in_place(self) -> str:
+        line = self._fit(self._line())
+        # Trailing spaces cover what a longer previous line left.
+        padded = "\r" + line + " " * max(self._last_length - len(line), 0)
+        self._last_length = len(line)
+        return padded
 
     def _draw_bar(self) -> None:
-        # Trailing spaces cover what a longer previous line left.
-        self._write(f"\r{self._line():<100}")
+        self._write(self._in_place())
 
     def _draw_stop(self) -> None:
-        text = f"\r{self._line():<100}\n"
+        text = self._in_place() + "\n"
         if self.status == "error":
             text += f"Task {self.erred_key!r} erred: {self.exception}\n"
         self._write(text)
@@ -380,18 +428,14 @@ class MultiProgressBar(TextProgressBar):
         names = _ordered(self.all)
         if names:
             name_width = min(max(len(n) for n in names), 30)
+            most = max(self.all.values())
+            longest = f"  100% | {most}/{most}"
             for name in names:
                 total, left = self.all[name], self.remaining.get(name, 0)
-                bar, frac = _bar_text(total - left, total, self.width)
-                lines.append(f"{name[:name_width]:<{name_width}} {bar} {frac:4.0%} | {total - left}/{total}")
+                rest = f" {(total - left) / total if total else 1.0:4.0%} | {total - left}/{total}"
+                bar = _bar_text(total - left, total, self._bar_width(name_width + len(longest)))[0]
+                lines.append(f"{name[:name_width]:<{name_width}} {bar}{rest}")
         return lines
-
-    def _isatty(self) -> bool:
-        stream = self.stream or sys.stdout
-        try:
-            return stream.isatty()
-        except (AttributeError, ValueError):
-            return False
 
     def _draw_bar(self) -> None:
         if self._isatty():
@@ -400,7 +444,7 @@ class MultiProgressBar(TextProgressBar):
     def _redraw(self, lines: list[str]) -> None:
         # Back to the first line drawn last time, then each line cleared and written.
         up = f"\x1b[{self._drawn_lines}F" if self._drawn_lines else "\r"
-        self._write(up + "".join(f"\x1b[2K{line}\n" for line in lines))
+        self._write(up + "".join(f"\x1b[2K{self._fit(line)}\n" for line in lines))
         self._drawn_lines = len(lines)
 
     def _draw_stop(self) -> None:
@@ -600,7 +644,7 @@ def progress(
     --------
     >>> x = client.persist(x)  # doctest: +SKIP
     >>> progress(x)  # doctest: +SKIP
-    [########################################] | 100% Completed | 10/10 tasks | 1.7s | 5.9 tasks/s
+    [########################################] | 100% Completed | 10/10 | 1.7s | 5.9/s
     """
     found = futures_of(futures)
     if not found:
