@@ -69,8 +69,15 @@ def test_progress_is_exported() -> None:
 @gen_cluster(client=True)
 async def test_counts_per_prefix_of_a_delayed_graph(c: AsyncClient, s: Scheduler, a: Worker, b: Worker) -> None:
     total = c.persist(graph(6))
-    bar = MultiProgressBar([total], start=False, interval="10ms", stream=io.StringIO())
+    buf = io.StringIO()
+    bar = MultiProgressBar([total], start=False, interval="10ms", stream=buf)
     await bar.listen()
+    # Not a terminal: no cursor movement, only the final lines (totals, then the largest groups first).
+    lines = buf.getvalue().splitlines()
+    assert "\x1b" not in buf.getvalue() and len(lines) == 4
+    assert "100% Completed | 13/13 |" in lines[0]
+    assert [line.split()[0] for line in lines[1:]] == ["add", "inc", "total"]
+    assert lines[1].endswith("100% | 6/6") and lines[3].endswith("100% | 1/1")
     assert bar.status == "finished"
     assert bar.all == {"inc": 6, "add": 6, "total": 1}
     assert bar.remaining == {"inc": 0, "add": 0, "total": 0}
