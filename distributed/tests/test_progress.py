@@ -17,6 +17,7 @@ from operator import add
 from typing import Any, Literal
 
 import dask.array as da
+import numpy as np
 import pytest
 from dask.base import optimize
 from dask.delayed import delayed
@@ -31,6 +32,7 @@ from distributed.diagnostics.progressbar import (
     ProgressBar,
     ProgressWidget,
     TextProgressBar,
+    is_kernel,
     progress,
 )
 from distributed.scheduler_extensions import DEFAULT_EXTENSIONS
@@ -154,6 +156,25 @@ async def test_erred_task_stops_the_bar(c: AsyncClient, s: Scheduler, a: Worker,
     late = TextProgressBar([y], start=False, interval="10ms", stream=io.StringIO())
     await late.listen()
     assert late.status == "error" and "ZeroDivisionError" in (late.exception or "")
+
+
+def boom(block: Any) -> Any:
+    raise RuntimeError("boom")
+
+
+@gen_cluster(client=True)
+async def test_erred_block_of_a_dask_array(c: AsyncClient, s: Scheduler, a: Worker, b: Worker) -> None:
+    x = c.persist(da.ones(20, chunks=5).map_blocks(boom, dtype=float, meta=np.array(())))
+    buf = io.StringIO()
+    bar = MultiProgressBar([x], start=False, interval="10ms", stream=buf)
+    await bar.listen()
+    assert bar.status == "error" and "RuntimeError: boom" in (bar.exception or "")
+    assert isinstance(bar.erred_key, tuple) and bar.erred_key[0].startswith("boom-")
+    assert f"Task {bar.erred_key!r} erred: RuntimeError: boom" in buf.getvalue()
+
+
+def test_not_in_a_kernel() -> None:
+    assert is_kernel() is False
 
 
 @gen_cluster(client=True)
@@ -301,6 +322,7 @@ async def test_scheduler_plugins_usable_directly(c: AsyncClient, s: Scheduler, a
 _SCRIPT = """
 import sys
 import dask.array as da
+import numpy as np
 from distributed import Client, progress
 
 with Client(sys.argv[1]) as c:
