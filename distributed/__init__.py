@@ -25,6 +25,7 @@ from distributed.coordination import Event, Lock, MultiLock, Queue, Semaphore, V
 from distributed.core import Status, rpc
 from distributed.deploy import Adaptive, LocalCluster, SpecCluster
 from distributed.diagnostics.plugin import Environ, NannyPlugin, SchedulerPlugin, UploadFile, WorkerPlugin
+from distributed.diagnostics.progressbar import progress
 from distributed.exceptions import CancelledError, KilledWorker, Reschedule, TimeoutError
 from distributed.nanny import Nanny
 from distributed.scheduler import Scheduler
@@ -73,6 +74,7 @@ __all__ = [
     "get_task_metadata",
     "get_worker",
     "local_client",
+    "progress",
     "rejoin",
     "rpc",
     "secede",

@@ -32,6 +32,7 @@ from distributed.coordination.queue_extension import QueueExtension
 from distributed.coordination.semaphore_extension import SemaphoreExtension
 from distributed.coordination.variable_extension import VariableExtension
 from distributed.core import Route, StreamRoute
+from distributed.diagnostics.progress import ProgressExtension
 from distributed.stealing import WorkStealing
 
 if TYPE_CHECKING:
@@ -59,6 +60,7 @@ DEFAULT_EXTENSIONS: Mapping[str, ExtensionFactory] = {
     "semaphores": SemaphoreExtension,
     "multi_locks": MultiLockExtension,
     "publish": PublishExtension,
+    "progress": ProgressExtension,
     "stealing": WorkStealing,
 }
 

@@ -220,6 +220,37 @@ class TaskSpec(TypedDict):
     actor: NotRequired[bool]
 
 
+class ProgressWatch(TypedDict):
+    """Watch the tasks ``keys`` need that are not done yet (``distributed.progress``).
+
+    The reply is a :class:`ProgressState` carrying the watch's ``id`` to poll
+    with.  ``group_by="prefix"`` counts per task prefix, None in one group;
+    ``complete`` counts the tasks done already as well.  The watch ends when
+    its state is final and has been polled, on ``progress_stop``, or when
+    ``client`` leaves.
+    """
+
+    op: Literal["progress_watch"]
+    keys: Sequence[Key]
+    group_by: Literal["prefix"] | None
+    complete: bool
+    client: NotRequired[str | None]
+
+
+class ProgressPoll(TypedDict):
+    """The current :class:`ProgressState` of watch ``id``."""
+
+    op: Literal["progress_poll"]
+    id: str
+
+
+class ProgressStop(TypedDict):
+    """End watch ``id`` (nothing happens when it has ended already)."""
+
+    op: Literal["progress_stop"]
+    id: str
+
+
 # -- client -> scheduler (stream) ------------------------------------------------
 class UpdateGraph(TypedDict):
     op: Literal["update-graph"]
@@ -304,6 +335,22 @@ class SchedulerIdentity(TypedDict):
 Acknowledged = Literal["OK"]
 
 
+class ProgressState(TypedDict):
+    """A progress watch's state: tasks by group, all counted and not yet done.
+
+    ``status`` is ``pending`` while some keys are not known to the scheduler
+    yet, ``running``, then ``finished`` or ``error`` (a task erred or a key was
+    cancelled: ``erred_key`` and ``exception``, the error's text).
+    """
+
+    id: str
+    status: Literal["pending", "running", "finished", "error"]
+    all: Mapping[str, int]
+    remaining: Mapping[str, int]
+    erred_key: NotRequired[Key]
+    exception: NotRequired[str]
+
+
 #: Every request a client makes of the scheduler.
 ClientRequest = (
     RegisterClient
@@ -322,6 +369,9 @@ ClientRequest = (
     | WaitForWorkers
     | RegisterPlugin
     | UnregisterPlugin
+    | ProgressWatch
+    | ProgressPoll
+    | ProgressStop
 )
 
 
