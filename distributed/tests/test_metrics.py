@@ -21,7 +21,7 @@ from distributed.loop_health import LoopHealth
 from distributed.spill import SpillBuffer
 from distributed.utils_test import async_poll_for, gen_cluster, gen_test, inc
 
-HTTP = {"dashboard": True, "dashboard_address": "127.0.0.1:0"}
+HTTP: dict[str, Any] = {"dashboard": True, "dashboard_address": "127.0.0.1:0"}
 
 #: ``{(sample name, sorted label items): value}`` of one scrape.
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
