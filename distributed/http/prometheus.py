@@ -19,7 +19,14 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Generic, TypeVar
 
 import dask.config
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    GCCollector,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
@@ -69,10 +76,18 @@ _registries: weakref.WeakKeyDictionary[object, CollectorRegistry] = weakref.Weak
 
 
 def registry_for(node: N, collectors: Callable[[N], Iterable[Collector]]) -> CollectorRegistry:
-    """The registry of ``node``'s metrics, made with ``collectors(node)`` on first use."""
+    """The registry of ``node``'s metrics, made with ``collectors(node)`` on first use.
+
+    It also holds prometheus_client's process, platform and garbage-collector
+    collectors (``process_*``, ``python_info``, ``python_gc_*``), which the
+    default registry would have given, as on dask.distributed's nodes.
+    """
     registry = _registries.get(node)
     if registry is None:
         registry = CollectorRegistry(auto_describe=False)
+        ProcessCollector(registry=registry)
+        PlatformCollector(registry=registry)
+        GCCollector(registry=registry)
         for collector in collectors(node):
             registry.register(collector)
         _registries[node] = registry

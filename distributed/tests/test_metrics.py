@@ -88,6 +88,8 @@ async def test_metrics_after_a_computation_with_a_transfer(c: Client, s: Schedul
     assert set(labelled(samples, "dask_scheduler_memory_bytes", "type")) == {"managed", "unmanaged", "spilled"}
     assert value(samples, "dask_scheduler_tick_count_total") > 0
     assert value(samples, "dask_scheduler_tick_duration_maximum_seconds") > 0
+    assert "python_info" in types  # prometheus_client's own collectors too
+    assert types["python_gc_objects_collected"] == "counter"
 
     # The worker that fetched, and the one that served.
     b_samples, b_types, _ = await scrape(port_of(b))
