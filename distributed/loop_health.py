@@ -6,7 +6,8 @@ time between two firings is a *tick duration*: the interval itself on an idle
 loop, more when something held the loop (a long handler, a large message being
 (de)serialised, a thread holding the GIL).  What exceeds the interval is counted
 as *blocked time*.  A tick longer than ``distributed.admin.tick.limit`` (3 s) is
-logged, as dask.distributed does.
+logged, as dask.distributed does.  Every ``distributed.admin.tick.cycle`` (1 s)
+the mean tick duration over that cycle becomes :attr:`LoopHealth.interval_observed`.
 
 The cost is one timer callback per interval and per server, independent of the
 number of tasks.  The figures feed the ``/metrics`` routes
@@ -26,9 +27,10 @@ __all__ = ["LoopHealth"]
 
 logger = logging.getLogger("distributed.core")
 
-#: Defaults of ``distributed.admin.tick.interval`` and ``distributed.admin.tick.limit``, in seconds.
+#: Defaults of ``distributed.admin.tick.interval``, ``.limit`` and ``.cycle``, in seconds.
 DEFAULT_TICK_INTERVAL = 0.02
 DEFAULT_TICK_LIMIT = 3.0
+DEFAULT_TICK_CYCLE = 1.0
 
 
 class LoopHealth:
@@ -42,6 +44,8 @@ class LoopHealth:
         Seconds between ticks (default ``distributed.admin.tick.interval``).
     limit
         A tick longer than this many seconds is logged (default ``distributed.admin.tick.limit``).
+    cycle
+        Seconds over which :attr:`interval_observed` averages (default ``distributed.admin.tick.cycle``).
     """
 
     __slots__ = (
@@ -52,20 +56,33 @@ class LoopHealth:
         "last_tick",
         "last_duration",
         "blocked_total",
+        "cycle",
+        "interval_observed",
+        "_cycle_start",
+        "_cycle_count",
         "_max_since_taken",
         "_handle",
     )
 
-    def __init__(self, owner: str, interval: float | None = None, limit: float | None = None) -> None:
+    def __init__(
+        self, owner: str, interval: float | None = None, limit: float | None = None, cycle: float | None = None
+    ) -> None:
         self.owner = owner
         if interval is None:
             interval = get_interval("distributed.admin.tick.interval", DEFAULT_TICK_INTERVAL)
         if limit is None:
             limit = get_interval("distributed.admin.tick.limit", DEFAULT_TICK_LIMIT)
+        if cycle is None:
+            cycle = get_interval("distributed.admin.tick.cycle", DEFAULT_TICK_CYCLE)
         if not interval > 0:
             raise ValueError(f"distributed.admin.tick.interval must be a positive duration, got {interval!r}")
+        if not cycle > 0:
+            raise ValueError(f"distributed.admin.tick.cycle must be a positive duration, got {cycle!r}")
         self.interval: float = interval
         self.limit: float = limit
+        self.cycle: float = cycle
+        #: Mean tick duration over the last full cycle (``interval`` until one has passed).
+        self.interval_observed: float = interval
         #: Ticks observed since the loop was armed.
         self.count = 0
         #: ``time.monotonic()`` of the last tick (or of arming).
@@ -74,6 +91,8 @@ class LoopHealth:
         self.last_duration = 0.0
         #: Seconds by which ticks came later than ``interval``, summed.
         self.blocked_total = 0.0
+        self._cycle_start = self.last_tick
+        self._cycle_count = 0
         self._max_since_taken = 0.0
         self._handle: asyncio.TimerHandle | None = None
 
@@ -81,7 +100,8 @@ class LoopHealth:
         """Start ticking on ``loop`` (idempotent); :meth:`disarm` stops it."""
         if self._handle is not None:
             return
-        self.last_tick = time.monotonic()
+        self.last_tick = self._cycle_start = time.monotonic()
+        self._cycle_count = self.count
         self._handle = loop.call_later(self.interval, self._fire, loop)
 
     def disarm(self) -> None:
@@ -110,6 +130,10 @@ class LoopHealth:
             self._max_since_taken = duration
         if duration > self.interval:
             self.blocked_total += duration - self.interval
+        if now - self._cycle_start >= self.cycle:
+            self.interval_observed = (now - self._cycle_start) / (self.count - self._cycle_count)
+            self._cycle_start = now
+            self._cycle_count = self.count
         if duration > self.limit:
             logger.info(
                 "Event loop was unresponsive in %s for %.2fs. Long-running functions holding the GIL, "

@@ -119,9 +119,10 @@ def loop_health_metrics(c: NodeCollector[N], health: LoopHealth) -> Iterator[Met
         c.name("tick_duration_last"), "Duration of the last tick", value=health.last_duration, unit="seconds"
     )
     yield GaugeMetricFamily(
-        c.name("tick_interval"),
-        "The configured tick interval (distributed.admin.tick.interval)",
-        value=health.interval,
+        c.name("tick_interval_observed"),
+        "Mean tick duration over the last distributed.admin.tick.cycle; "
+        "distributed.admin.tick.interval when the event loop keeps up",
+        value=health.interval_observed,
         unit="seconds",
     )
     yield CounterMetricFamily(

@@ -141,6 +141,7 @@ async def test_tick_count_rises(c: Client, s: Scheduler) -> None:
         await asyncio.sleep(0.01)
     assert s.loop_health.count > 0
     assert s.loop_health.interval == pytest.approx(0.02)
+    assert s.loop_health.cycle == pytest.approx(1.0)
 
 
 class Records(logging.Handler):
@@ -211,7 +212,7 @@ async def test_worker_spill_metrics(c: Client, s: Scheduler, a: Worker) -> None:
 
 
 def test_loop_health_counts_lateness() -> None:
-    h = LoopHealth("Test", interval=0.02, limit=1.0)
+    h = LoopHealth("Test", interval=0.02, limit=1.0, cycle=10.0)
     start = h.last_tick
     assert h.tick(start + 0.02) == pytest.approx(0.02)
     assert h.tick(start + 0.52) == pytest.approx(0.5)
@@ -222,3 +223,18 @@ def test_loop_health_counts_lateness() -> None:
     assert h.take_maximum() == 0.0
     with pytest.raises(ValueError, match="tick.interval"):
         LoopHealth("Test", interval=0.0)
+    with pytest.raises(ValueError, match="tick.cycle"):
+        LoopHealth("Test", cycle=-1.0)
+
+
+def test_loop_health_observed_interval_per_cycle() -> None:
+    h = LoopHealth("Test", interval=0.1, limit=10.0, cycle=1.0)
+    start = h.last_tick
+    assert h.interval_observed == 0.1
+    for i in range(1, 5):
+        h.tick(start + 0.25 * i)  # four ticks of 250 ms fill the cycle
+    assert h.interval_observed == pytest.approx(0.25)
+    h.tick(start + 1.5)
+    assert h.interval_observed == pytest.approx(0.25)  # the next cycle is not over yet
+    h.tick(start + 2.0)
+    assert h.interval_observed == pytest.approx(0.5)
