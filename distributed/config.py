@@ -1,8 +1,10 @@
-"""Configuration: registers ``distributed.yaml`` as dask config defaults.
+"""Configuration: registers ``distributed.yaml`` as dask config defaults and applies the logging config.
 
 Importing this module is idempotent: ``dask.distributed.protocol`` may load our
 subpackages a second time, and registering the same defaults twice must not
-change anything.
+change anything; the logging part of the config (:func:`initialize_logging`) is
+applied once per process, on the first import, before the package's other
+modules make their loggers.
 """
 
 from __future__ import annotations
