@@ -7,7 +7,7 @@ probes for it on every ``compute`` and catches only that.
 from __future__ import annotations
 
 from distributed import (
-    config,
+    config,  # noqa: F401  (first: applies the logging config before other modules make their loggers)
     lock,  # noqa: F401  (dask and users import distributed.lock.Lock)
 )
 from distributed.actor import Actor, ActorFuture, BaseActorFuture
@@ -32,8 +32,6 @@ from distributed.scheduler import Scheduler
 from distributed.utils import sync
 from distributed.worker import Worker, get_client, get_worker, rejoin, secede
 from distributed.worker_client import local_client, worker_client
-
-config.initialize_logging()
 
 __version__ = "2026.11.0"
 __git_revision__ = "unknown"

@@ -1,13 +1,16 @@
-"""Configuration: registers ``distributed.yaml`` as dask config defaults.
+"""Configuration: registers ``distributed.yaml`` as dask config defaults and applies the logging config.
 
 Importing this module is idempotent: ``dask.distributed.protocol`` may load our
 subpackages a second time, and registering the same defaults twice must not
-change anything.
+change anything; the logging part of the config (:func:`initialize_logging`) is
+applied once per process, on the first import, before the package's other
+modules make their loggers.
 """
 
 from __future__ import annotations
 
 import logging
+import logging.config
 import os
 import sys
 from collections.abc import Mapping
@@ -18,6 +21,7 @@ import dask.config
 import yaml
 
 __all__ = [
+    "DEFAULT_LOGGER_LEVELS",
     "DEFAULT_LOG_FORMAT",
     "get",
     "get_bytes",
@@ -58,40 +62,127 @@ def load_defaults() -> dict[str, Any]:
 defaults = load_defaults()
 
 
-def initialize_logging() -> None:
-    """Give the loggers in ``distributed.logging`` their levels and ``distributed`` a stderr handler.
+#: Logger levels used unless the ``logging:`` section of the config names others, as in dask.distributed.
+DEFAULT_LOGGER_LEVELS: dict[str, str] = {
+    "distributed": "info",
+    "distributed.client": "warning",
+    "bokeh": "error",
+    "tornado": "critical",
+    "tornado.application": "error",
+}
 
-    As in dask.distributed: the ``distributed`` logger lets INFO through (so
-    servers keep INFO records for ``get_logs``) and writes to stderr with its
-    own handler instead of propagating to the root logger, whose handlers a
-    user may have set to let everything through.  Idempotent.
-    ``silence_logging`` raises that handler's level, not the logger's.
+#: Set on the ``distributed`` logger once the config's logging section was applied in this process.
+_APPLIED_MARK = "_distributed_logging_applied"
+
+
+def _logging_section(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Where the logging keys live: ``distributed`` when it has ``logging`` or ``logging-file-config``, else the top."""
+    dist = config.get("distributed")
+    if isinstance(dist, Mapping) and ("logging" in dist or "logging-file-config" in dist):
+        return dist
+    return config
+
+
+def _level(name: str, level: Any) -> int:
+    if isinstance(level, bool) or not isinstance(level, (int, str)):
+        raise TypeError(f"Logging level of {name!r} must be a level name or number, not {level!r}")
+    if isinstance(level, int):
+        return level
+    number = logging.getLevelName(level.upper())
+    if not isinstance(number, int):
+        raise ValueError(f"Unknown logging level {level!r} for logger {name!r}")
+    return number
+
+
+def _stderr_handler(fmt: str) -> logging.Handler:
+    """The one stderr handler this package puts on the loggers it configures (shared, so one level silences all)."""
+    for name in ("distributed", *DEFAULT_LOGGER_LEVELS):
+        for h in logging.getLogger(name).handlers:
+            if getattr(h, _HANDLER_MARK, False):
+                return h
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(fmt))
+    setattr(handler, _HANDLER_MARK, True)
+    return handler
+
+
+def _apply_levels(levels: Mapping[str, Any], fmt: str) -> None:
+    """The mapping form: each logger gets its level; the topmost ones write to stderr and stop propagating."""
+    merged: dict[str, Any] = {**DEFAULT_LOGGER_LEVELS, **{str(k): v for k, v in levels.items()}}
+    handler = _stderr_handler(fmt)
+    for name, level in merged.items():
+        logger = logging.getLogger(name)
+        logger.setLevel(_level(name, level))
+        parts = name.split(".")
+        if any(handler in logging.getLogger(".".join(parts[:i])).handlers for i in range(1, len(parts))):
+            continue  # an ancestor writes these records already
+        if handler not in logger.handlers:
+            logger.addHandler(handler)
+        logger.propagate = False
+
+
+def initialize_logging(config: Mapping[str, Any] | None = None) -> None:
+    """Apply the logging part of dask config, in one of the three forms dask.distributed accepts.
+
+    The keys are read under ``distributed`` when it has either of them, else at
+    the top level of the config:
+
+    ``logging: {logger name: level}``
+        Each logger gets its level (names such as ``info`` or numbers), on top
+        of :data:`DEFAULT_LOGGER_LEVELS`. The topmost of those loggers write to
+        stderr, in ``distributed.admin.log-format``, through one handler of
+        this package, and do not propagate to the root logger.
+    ``logging: {version: 1, ...}``
+        A :func:`logging.config.dictConfig` schema, applied as given.
+    ``logging-file-config: path``
+        A :func:`logging.config.fileConfig` file (existing loggers stay enabled).
+
+    Without ``config``, applies ``dask.config.config`` once per process (later
+    calls do nothing); with it, applies it every time.  Importing
+    ``distributed`` applies it.
+
+    Raises
+    ------
+    RuntimeError
+        When both ``logging`` and ``logging-file-config`` are set.
+    TypeError, ValueError
+        On a malformed section (as ``logging.config`` raises them, or an unknown level).
     """
-    levels = dask.config.get("distributed.logging", {}) or {}
-    if not isinstance(levels, Mapping):
-        raise TypeError(f"distributed.logging must be a mapping of logger name to level, not {levels!r}")
-    for name, level in levels.items():
-        logging.getLogger(str(name)).setLevel(str(level).upper() if isinstance(level, str) else int(level))
     dist = logging.getLogger("distributed")
-    if not any(getattr(h, _HANDLER_MARK, False) for h in dist.handlers):
-        fmt = dask.config.get("distributed.admin.log-format", None) or DEFAULT_LOG_FORMAT
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter(str(fmt)))
-        setattr(handler, _HANDLER_MARK, True)
-        dist.addHandler(handler)
-    dist.propagate = False
+    if config is None:
+        if getattr(dist, _APPLIED_MARK, False):
+            return
+        config = dask.config.config
+    base = _logging_section(config)
+    section = base.get("logging")
+    file_config = base.get("logging-file-config")
+    if file_config is not None:
+        if section is not None:
+            raise RuntimeError("Config options 'logging-file-config' and 'logging' are mutually exclusive.")
+        logging.config.fileConfig(os.fspath(file_config), disable_existing_loggers=False)
+    elif isinstance(section, Mapping) and "version" in section:
+        # logging.config insists on an int, which environment variables do not give.
+        logging.config.dictConfig({**section, "version": int(section["version"])})
+    elif section is None or isinstance(section, Mapping):
+        fmt = dask.config.get("distributed.admin.log-format", None, config=dict(config)) or DEFAULT_LOG_FORMAT
+        _apply_levels(section or {}, str(fmt))
+    else:
+        raise TypeError(f"The 'logging' config must be a mapping of logger name to level, not {section!r}")
+    setattr(dist, _APPLIED_MARK, True)
 
 
 def silence_logging(level: int | str) -> int:
-    """Show only records at ``level`` or above on the ``distributed`` stderr handler; return its old level.
+    """Show only records at ``level`` or above on the ``distributed`` logger's stderr handlers; return the old level.
 
     Records below it are still kept by servers' log buffers (see ``Server.get_logs``).
     """
     initialize_logging()
     old = logging.NOTSET
+    first = True
     for h in logging.getLogger("distributed").handlers:
-        if getattr(h, _HANDLER_MARK, False):
-            old = h.level
+        if isinstance(h, logging.StreamHandler):
+            if first:
+                old, first = h.level, False
             h.setLevel(level.upper() if isinstance(level, str) else level)
     return old
 
@@ -129,3 +220,15 @@ def get_bytes(key: str) -> int:
     if isinstance(value, int):
         return value
     return int(parse_bytes(value))
+
+
+def _initialize_logging_on_import() -> None:
+    # ``import distributed`` may raise only ImportError (dask probes for the package
+    # and catches just that), so a broken logging config surfaces as one, naming the problem.
+    try:
+        initialize_logging()
+    except Exception as e:
+        raise ImportError(f"The logging part of dask config could not be applied: {e}") from e
+
+
+_initialize_logging_on_import()

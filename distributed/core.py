@@ -27,6 +27,11 @@ at most once per :data:`REFUSAL_LOG_INTERVAL` seconds, so a flood of
 connections neither exhausts the process nor floods its log; the comms already
 open keep working.
 
+While it runs, a server measures how promptly its event loop runs a periodic
+tick (:attr:`Server.loop_health`, :mod:`distributed.loop_health`): one timer
+callback every ``distributed.admin.tick.interval``, logged when a tick comes
+later than ``distributed.admin.tick.limit``.
+
 While it runs, a server keeps the last ``distributed.admin.log-length`` log
 records of its own modules (``distributed.scheduler*`` for a scheduler,
 ``distributed.worker*`` for a worker) in :attr:`Server.logs`, and answers
@@ -54,6 +59,7 @@ import tblib
 from distributed.comm import Comm, CommClosedError, connect, listen, normalize_address
 from distributed.comm.core import Listener
 from distributed.exceptions import keep_cause_chain
+from distributed.loop_health import LoopHealth
 from distributed.protocol import messages as m
 from distributed.protocol.framing import ProtocolError
 from distributed.protocol.schema import Check, checker
@@ -307,6 +313,8 @@ class Server:
         self.handlers.setdefault("get_logs", Route(m.GetLogs, self.handle_get_logs))
         #: This server's recent log records (kept while it runs).
         self.logs = LogBuffer(type(self).__module__)
+        #: How late this server's event loop runs a periodic tick (see :mod:`distributed.loop_health`).
+        self.loop_health = LoopHealth(type(self).__name__)
         self.stream_handlers: dict[str, StreamRoute[Any]] = dict(stream_handlers or {})
         self.listeners: list[Listener] = []
         self.status = Status.init
@@ -347,6 +355,7 @@ class Server:
             self._finished = asyncio.Event()
             self.status = Status.starting
             self.logs.attach()
+            self.loop_health.arm(self.loop)
             try:
                 await self.start_unsafe()
             except BaseException:
@@ -382,6 +391,7 @@ class Server:
 
     async def _close(self) -> None:
         self.status = Status.closing
+        self.loop_health.disarm()
         for listener in self.listeners:
             listener.stop()
         await self._end_owned_tasks()

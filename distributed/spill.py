@@ -26,7 +26,7 @@ from dask.sizeof import sizeof
 from distributed.protocol.messages import Key
 from distributed.protocol.serialize import SerializationError, pickle_dumps, pickle_loads
 
-__all__ = ["SpillBuffer", "SpilledSize"]
+__all__ = ["SpillActivity", "SpillBuffer", "SpilledSize"]
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +82,18 @@ class SpilledSize:
         self.disk = disk
 
 
+class SpillActivity:
+    """Disk accesses of a spill buffer since it was made: values written and read, and their bytes on disk."""
+
+    __slots__ = ("write_count", "write_bytes", "read_count", "read_bytes")
+
+    def __init__(self) -> None:
+        self.write_count = 0
+        self.write_bytes = 0
+        self.read_count = 0
+        self.read_bytes = 0
+
+
 class _Unpicklable(Exception):
     """Raised by the disk store for a value it cannot write; the value stays in memory."""
 
@@ -104,6 +116,8 @@ class _DiskStore(MutableMapping[Key, Any]):
         self.sizes: dict[Key, tuple[int, int]] = {}
         self._counter = 0
         self.total = SpilledSize()
+        #: Values written and read back since the store was made, and their bytes on disk.
+        self.activity = SpillActivity()
 
     def __setitem__(self, key: Key, value: Any) -> None:
         try:
@@ -122,9 +136,14 @@ class _DiskStore(MutableMapping[Key, Any]):
         self.sizes[key] = (mem, disk)
         self.total.memory += mem
         self.total.disk += disk
+        self.activity.write_count += 1
+        self.activity.write_bytes += disk
 
     def __getitem__(self, key: Key) -> Any:
-        return _load(self.files[self.names[key]])
+        value = _load(self.files[self.names[key]])
+        self.activity.read_count += 1
+        self.activity.read_bytes += self.sizes[key][1]
+        return value
 
     def __delitem__(self, key: Key) -> None:
         name = self.names.pop(key)
@@ -272,6 +291,11 @@ class SpillBuffer(zict.Buffer[Key, Any]):
     def spilled(self) -> SpilledSize:
         """Bytes spilled to disk: their size in memory (by sizeof) and their size on disk."""
         return self.disk.total
+
+    @property
+    def activity(self) -> SpillActivity:
+        """Values spilled and read back from disk so far, with their bytes on disk."""
+        return self.disk.activity
 
     def evict_until_below_target(self, n: float | None = None) -> None:
         """Spill least-recently-used values until the in-memory bytes are at most ``n`` (default: target)."""

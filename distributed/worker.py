@@ -284,6 +284,9 @@ class Worker(Server):
         self._results_lock = threading.Lock()
         self._results_wake_pending = False
         self.outgoing_transfer_count = 0
+        #: Bytes (by sizeof) sent to and received from other workers since the worker started.
+        self.transfer_outgoing_bytes_total = 0
+        self.transfer_incoming_bytes_total = 0
         self._close_timeout = 30.0
         self._close_executor_wait = True
         #: (tell the nanny to close too, why), from the first close() call.
@@ -521,6 +524,10 @@ class Worker(Server):
             spilled_bytes=m.SpilledBytes(
                 memory=spilled.memory if spilled is not None else 0,
                 disk=spilled.disk if spilled is not None else 0,
+            ),
+            transfer=m.TransferTotals(
+                incoming_bytes_total=self.transfer_incoming_bytes_total,
+                outgoing_bytes_total=self.transfer_outgoing_bytes_total,
             ),
         )
 
@@ -949,6 +956,7 @@ class Worker(Server):
         try:
             response = await self.rpc.call(worker, m.GetData(op="get_data", keys=list(keys), who=self.address))
             data, nbytes = _read_get_data_reply(worker, response)
+            self.transfer_incoming_bytes_total += sum(nbytes.values())
             ev = GatherDepSuccess(
                 stimulus_id=f"gather-dep-success-{time.time()}", worker=worker, keys=keys, data=data, nbytes=nbytes
             )
@@ -982,6 +990,7 @@ class Worker(Server):
                 ts = state.tasks.get(key) if state is not None else None
                 if ts is not None:
                     nbytes[key] = ts.nbytes
+        self.transfer_outgoing_bytes_total += sum(nbytes.values())
         return m.GetDataReply(status="OK", data=data, nbytes=nbytes)
 
     def handle_update_data(self, comm: Comm, msg: m.WorkerUpdateData) -> m.UpdateDataReply:

@@ -8,8 +8,8 @@ Routes
     :meth:`Scheduler.identity` as JSON, made JSON-safe (tuple keys become
     strings, non-finite floats become ``null``, unknown objects their ``str``).
 ``GET /metrics``
-    Prometheus text exposition: ``dask_scheduler_workers``,
-    ``dask_scheduler_clients`` and ``dask_scheduler_tasks{state=...}``.
+    Prometheus text exposition through prometheus_client (see
+    :mod:`distributed.http.scheduler_metrics` for the metrics).
 ``GET /status`` (``/`` redirects there)
     A minimal HTML summary; the full dashboard is not part of this package.
 """
@@ -22,31 +22,13 @@ from typing import TYPE_CHECKING
 
 import tornado.web
 
-from distributed.http.server import DEFAULT_HTTP_PORT, HTTPServerHandle, PrometheusText, Route, common_routes, serve
+from distributed.http.scheduler_metrics import prometheus_metrics
+from distributed.http.server import DEFAULT_HTTP_PORT, HTTPServerHandle, Route, common_routes, serve
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
 
 __all__ = ["make_routes", "prometheus_metrics", "start_http_server"]
-
-#: Task states always reported by ``/metrics``, even at zero, so dashboards see every series.
-TASK_STATES = ("released", "waiting", "no-worker", "queued", "processing", "memory", "erred", "forgotten")
-
-#: Client ids the scheduler uses internally rather than for connected clients.
-_PSEUDO_CLIENTS = frozenset({"fire-and-forget"})
-
-
-def prometheus_metrics(scheduler: Scheduler) -> str:
-    """The scheduler's metrics in Prometheus text exposition format (version 0.0.4)."""
-    out = PrometheusText("scheduler")
-    out.gauge("workers", "Number of workers connected.", len(scheduler.workers))
-    out.gauge("clients", "Number of clients connected.", sum(1 for c in scheduler.clients if c not in _PSEUDO_CLIENTS))
-    counts = Counter[str](ts.state for ts in scheduler.tasks.values())
-    states = list(TASK_STATES) + sorted(s for s in counts if s not in TASK_STATES)
-    out.labelled_gauge(
-        "tasks", "Number of tasks known by the scheduler, by state.", "state", [(s, counts.get(s, 0)) for s in states]
-    )
-    return out.text()
 
 
 class StatusHandler(tornado.web.RequestHandler):

@@ -18,13 +18,14 @@ import errno
 import json
 import math
 import socket
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any, TypeAlias
 
-import dask.config
 import tornado.httpserver
 import tornado.web
 from tornado.log import access_log
+
+from distributed.http.prometheus import CONTENT_TYPE
 
 __all__ = [
     "DEFAULT_HTTP_PORT",
@@ -32,7 +33,6 @@ __all__ = [
     "HealthHandler",
     "InfoHandler",
     "MetricsHandler",
-    "PrometheusText",
     "Route",
     "bind_sockets",
     "common_routes",
@@ -121,56 +121,6 @@ def _json_key(key: Any) -> str:
     return str(key)
 
 
-class PrometheusText:
-    """Gauges written in Prometheus text exposition format (version 0.0.4).
-
-    Metric names are ``<namespace>_<subsystem>_<name>``, the namespace from
-    ``distributed.dashboard.prometheus.namespace`` (``dask`` by default).
-
-    Examples
-    --------
-    >>> out = PrometheusText("worker")
-    >>> out.gauge("threads", "Number of threads that run tasks.", 2)
-    >>> print(out.text(), end="")
-    # HELP dask_worker_threads Number of threads that run tasks.
-    # TYPE dask_worker_threads gauge
-    dask_worker_threads 2
-    """
-
-    #: The ``Content-Type`` of :meth:`text`.
-    CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
-    def __init__(self, subsystem: str) -> None:
-        namespace = str(dask.config.get("distributed.dashboard.prometheus.namespace", "dask") or "dask")
-        self._prefix = f"{namespace}_{subsystem}_"
-        self._lines: list[str] = []
-
-    def gauge(self, name: str, help_text: str, value: float) -> None:
-        """Add a gauge with a single, unlabelled sample."""
-        self._header(name, help_text)
-        self._lines.append(f"{self._prefix}{name} {value:g}")
-
-    def labelled_gauge(self, name: str, help_text: str, label: str, samples: Iterable[tuple[str, float]]) -> None:
-        """Add a gauge with one sample per ``(label value, value)``, in the order given."""
-        full = self._header(name, help_text)
-        for label_value, value in samples:
-            self._lines.append(f'{full}{{{label}="{_escape_label(label_value)}"}} {value:g}')
-
-    def _header(self, name: str, help_text: str) -> str:
-        full = self._prefix + name
-        self._lines.append(f"# HELP {full} {help_text}")
-        self._lines.append(f"# TYPE {full} gauge")
-        return full
-
-    def text(self) -> str:
-        """The exposition of every gauge added so far."""
-        return "\n".join(self._lines) + "\n"
-
-
-def _escape_label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
 def bind_sockets(host: str, port: int, backlog: int = 128) -> list[socket.socket]:
     """Listening sockets for every address ``host`` resolves to (all interfaces for ``""``).
 
@@ -243,7 +193,7 @@ class InfoHandler(tornado.web.RequestHandler):
 
 
 class MetricsHandler(tornado.web.RequestHandler):
-    """``GET``: what ``metrics()`` returns, as Prometheus text (see :class:`PrometheusText`)."""
+    """``GET``: what ``metrics()`` returns, as Prometheus text (see :mod:`distributed.http.prometheus`)."""
 
     metrics: Callable[[], str]
 
@@ -251,7 +201,7 @@ class MetricsHandler(tornado.web.RequestHandler):
         self.metrics = metrics
 
     def get(self) -> None:
-        self.set_header("Content-Type", PrometheusText.CONTENT_TYPE)
+        self.set_header("Content-Type", CONTENT_TYPE)
         self.write(self.metrics())
 
 

@@ -456,11 +456,19 @@ class SpilledBytes(TypedDict):
     disk: int
 
 
+class TransferTotals(TypedDict):
+    """Bytes (by sizeof) a worker received from and sent to other workers since it started."""
+
+    incoming_bytes_total: int
+    outgoing_bytes_total: int
+
+
 class WorkerMetrics(TypedDict):
     """What a worker reports in its heartbeat.
 
     ``memory`` is the process's RSS; ``managed_bytes`` the results it holds (by
-    sizeof, spilled ones included), ``spilled_bytes`` the part of them on disk.
+    sizeof, spilled ones included), ``spilled_bytes`` the part of them on disk;
+    ``transfer`` the bytes exchanged with other workers so far.
     """
 
     memory: int
@@ -469,6 +477,7 @@ class WorkerMetrics(TypedDict):
     in_memory: int
     managed_bytes: int
     spilled_bytes: SpilledBytes
+    transfer: NotRequired[TransferTotals]
 
 
 # -- worker -> scheduler (stream) ----------------------------------------------

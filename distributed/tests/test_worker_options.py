@@ -117,8 +117,8 @@ async def test_dashboard_serves_health_and_metrics(c: Client, s: Scheduler) -> N
 
         assert await asyncio.to_thread(get, "/health") == "ok"
         metrics = await asyncio.to_thread(get, "/metrics")
-        assert 'dask_worker_tasks{state="memory"} 1' in metrics
-        assert "dask_worker_threads 1" in metrics
+        assert 'dask_worker_tasks{state="memory"} 1.0' in metrics
+        assert "dask_worker_threads 1.0" in metrics
         assert w.address in await asyncio.to_thread(get, "/info")
     assert w.http_server.sockets[0].fileno() == -1  # closed with the worker
 
