@@ -21,6 +21,7 @@ from dask.utils import parse_timedelta
 from distributed import rebalance
 from distributed.comm import Comm, CommClosedError
 from distributed.core import error_message
+from distributed.diagnostics.task_stream import ensure_task_stream
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.protocol.serialize import Serialize, unwrap
@@ -93,6 +94,11 @@ class ClusterRequests:
         if keys is None:
             return {k: ts.nbytes for k, ts in self.scheduler.tasks.items() if ts.state == "memory"}
         return {k: self.scheduler.tasks[k].nbytes for k in keys if k in self.scheduler.tasks}
+
+    async def handle_get_task_stream(self, comm: Comm, msg: m.GetTaskStream) -> list[dict[str, Any]]:
+        """The task stream's records between ``start`` and ``stop`` (recording starts with the first request)."""
+        plugin = await ensure_task_stream(self.scheduler)
+        return plugin.collect(start=msg.get("start"), stop=msg.get("stop"), count=msg.get("count"))
 
     def handle_task_states(self, comm: Comm, msg: m.OptionalKeysRequest) -> dict[Key, str]:
         keys = msg.get("keys")

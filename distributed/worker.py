@@ -947,10 +947,18 @@ class Worker(Server):
         self.incoming_transfer_count += 1
         ev: StateMachineEvent
         try:
+            start = time.time()
             response = await self.rpc.call(worker, m.GetData(op="get_data", keys=list(keys), who=self.address))
             data, nbytes = _read_get_data_reply(worker, response)
+            stop = time.time()
             ev = GatherDepSuccess(
-                stimulus_id=f"gather-dep-success-{time.time()}", worker=worker, keys=keys, data=data, nbytes=nbytes
+                stimulus_id=f"gather-dep-success-{stop}",
+                worker=worker,
+                keys=keys,
+                data=data,
+                nbytes=nbytes,
+                start=start,
+                stop=stop,
             )
         except asyncio.CancelledError:
             raise

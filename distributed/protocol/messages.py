@@ -194,6 +194,15 @@ class TaskSpec(TypedDict):
     actor: NotRequired[bool]
 
 
+class GetTaskStream(TypedDict):
+    """Ask for the task stream's records (``Client.get_task_stream``); starts recording if it was not."""
+
+    op: Literal["get_task_stream"]
+    start: NotRequired[float | None]
+    stop: NotRequired[float | None]
+    count: NotRequired[int | None]
+
+
 # -- client -> scheduler (stream) ------------------------------------------------
 class UpdateGraph(TypedDict):
     op: Literal["update-graph"]
@@ -274,6 +283,9 @@ class SchedulerIdentity(TypedDict):
     workers: Mapping[str, WorkerIdentity]
 
 
+#: The reply to ``get_task_stream``: task stream records (see ``distributed.diagnostics.task_stream``).
+TaskStreamReply = Sequence[Mapping[str, Any]]
+
 #: The reply to requests that only acknowledge (``update-data``, ``cancel-keys``, ...).
 Acknowledged = Literal["OK"]
 
@@ -296,6 +308,7 @@ ClientRequest = (
     | WaitForWorkers
     | RegisterPlugin
     | UnregisterPlugin
+    | GetTaskStream
 )
 
 
@@ -396,6 +409,16 @@ class WorkerMetrics(TypedDict):
 
 
 # -- worker -> scheduler (stream) ----------------------------------------------
+class TransferSpan(TypedDict):
+    """One fetch of dependencies for a task: from which peer, when (worker clock), which keys."""
+
+    source: str
+    start: float
+    stop: float
+    keys: Sequence[Key]
+    nbytes: int
+
+
 class TaskFinished(TypedDict):
     op: Literal["task-finished"]
     key: Key
@@ -404,6 +427,8 @@ class TaskFinished(TypedDict):
     type: str
     start: float
     stop: float
+    #: The fetches of this task's dependencies, sent only when there were any.
+    transfers: NotRequired[Sequence[TransferSpan]]
 
 
 class WorkerTaskErred(TypedDict):
@@ -415,6 +440,7 @@ class WorkerTaskErred(TypedDict):
     text: str
     start: NotRequired[float]
     stop: NotRequired[float]
+    transfers: NotRequired[Sequence[TransferSpan]]
 
 
 class AddKeys(TypedDict):
