@@ -19,6 +19,7 @@ from distributed.client import (
     fire_and_forget,
     futures_of,
     get_task_metadata,
+    get_task_stream,
     wait,
 )
 from distributed.coordination import Event, Lock, MultiLock, Queue, Semaphore, Variable
@@ -71,6 +72,7 @@ __all__ = [
     "futures_of",
     "get_client",
     "get_task_metadata",
+    "get_task_stream",
     "get_worker",
     "local_client",
     "rejoin",

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import operator
-from typing import Any
+from typing import Any, Literal
 
 import dask
 import dask.bag as db
 import pytest
 
-from distributed import Client
+from distributed import Client, LocalCluster, get_task_stream
 from distributed.diagnostics.task_stream import TaskStreamPlugin, ensure_task_stream, rectangles
 from distributed.scheduler import Scheduler
 from distributed.utils_test import gen_cluster, inc, slowinc
@@ -127,3 +127,51 @@ def test_rectangles_lanes() -> None:
     assert data["action"] == ["compute", "compute", "transfer", "compute"]
     assert data["start"][0] == 0.0 and data["duration"][0] == 1000.0
     assert data["source"][2] == "w1"
+
+
+# -- Client.get_task_stream and the get_task_stream context manager ----------------------------
+@gen_cluster(client=True)
+async def test_client_get_task_stream_starts_recording(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
+) -> None:
+    assert TaskStreamPlugin.name not in s.plugins
+    assert await c.get_task_stream() == []
+    assert TaskStreamPlugin.name in s.plugins
+    await c.gather(c.map(inc, range(5), key=[f"inc-{i}" for i in range(5)]))
+    records = await c.get_task_stream()
+    assert isinstance(records, list)
+    assert sorted(r["key"] for r in records) == [f"inc-{i}" for i in range(5)]
+    assert len(await c.get_task_stream(count=2)) == 2
+    assert await c.get_task_stream(start="1h", stop=0) == []
+    plotted = await c.get_task_stream(plot=True)
+    assert isinstance(plotted, tuple)
+    records2, fig = plotted
+    assert len(records2) == 5
+    renderer: Any = fig.renderers[0]
+    assert len(renderer.data_source.data["key"]) == 5
+    with pytest.raises(ValueError, match="plot"):
+        await c.get_task_stream(plot="yes")
+
+
+@gen_cluster(client=True)
+async def test_get_task_stream_context_manager_async(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    await c.submit(inc, 0, key="before-1")
+    async with get_task_stream(client=c) as ts:
+        await c.gather([c.submit(inc, 1, key="inside-1"), c.submit(inc, 2, key="inside-2")])
+    assert sorted(r["key"] for r in ts.data) == ["inside-1", "inside-2"]
+
+
+def test_get_task_stream_context_manager_sync_with_processes(tmp_path: Any) -> None:
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        with Client(cluster) as client:
+            w1, w2 = sorted(client.scheduler_info()["workers"])
+            x = client.submit(inc, 1, key="x-1", workers=[w1])
+            with get_task_stream(plot="save", filename=str(tmp_path / "ts.html")) as ts:
+                y = client.submit(plus_one, x, key="y-1", workers=[w2])
+                assert y.result() == 3
+    keys = {r["key"] for r in ts.data}
+    assert "y-1" in keys
+    [ry] = [r for r in ts.data if r["key"] == "y-1"]
+    assert [ss["action"] for ss in ry["startstops"]] == ["transfer", "compute"]
+    assert ts.figure is not None
+    assert "y-1" in (tmp_path / "ts.html").read_text()
