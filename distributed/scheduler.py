@@ -346,6 +346,8 @@ class Scheduler(Server):
             "unregister_nanny_plugin": Route(m.UnregisterNannyPlugin, self.requests.handle_unregister_nanny_plugin),
             "task_states": Route(m.OptionalKeysRequest, self.requests.handle_task_states),
             "get_task_stream": Route(m.GetTaskStream, self.requests.handle_get_task_stream),
+            "profile": Route(m.GetProfile, self.requests.handle_profile),
+            "profile_metadata": Route(m.GetProfileMetadata, self.requests.handle_profile_metadata),
             "terminate": Route(m.Empty, self.requests.handle_terminate),
             **self.event_log.routes(),
         }
@@ -414,6 +416,7 @@ class Scheduler(Server):
                 logger.exception("Plugin close failed")
         if self.http_server is not None:
             await self.http_server.close()
+        self.requests.close()
         if self.scheduler_file and self._wrote_scheduler_file and os.path.exists(self.scheduler_file):
             try:
                 os.remove(self.scheduler_file)

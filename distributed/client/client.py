@@ -137,6 +137,10 @@ else:
 #: What ``Client.get_task_stream`` returns: the records, and with ``plot`` a bokeh figure of them.
 TaskStreamResult: TypeAlias = "list[dict[str, Any]] | tuple[list[dict[str, Any]], figure]"
 
+#: What ``Client.profile`` returns: the profile tree (trees by worker without ``merge_workers``),
+#: and with ``plot`` a bokeh figure of it.
+ProfileResult: TypeAlias = "dict[str, Any] | tuple[dict[str, Any], figure]"
+
 FIRST_COMPLETED: Literal["FIRST_COMPLETED"] = "FIRST_COMPLETED"
 ALL_COMPLETED: Literal["ALL_COMPLETED"] = "ALL_COMPLETED"
 
@@ -2543,6 +2547,149 @@ class Client(Generic[AsyncT]):
 
                 save(fig, filename=filename, resources=bokeh_resources or CDN, title="Dask Task Stream")
             return records, fig
+
+        return self.sync(fetch, asynchronous=asynchronous)
+
+    @overload
+    def profile(
+        self: Client[Literal[False]],
+        key: str | None = None,
+        start: float | str | None = None,
+        stop: float | str | None = None,
+        workers: Any = None,
+        merge_workers: bool = True,
+        plot: bool | str = False,
+        filename: str | None = None,
+        server: bool = False,
+        scheduler: bool = False,
+        *,
+        asynchronous: Literal[False] | None = None,
+    ) -> ProfileResult: ...
+
+    @overload
+    def profile(
+        self: Client[Literal[True]],
+        key: str | None = None,
+        start: float | str | None = None,
+        stop: float | str | None = None,
+        workers: Any = None,
+        merge_workers: bool = True,
+        plot: bool | str = False,
+        filename: str | None = None,
+        server: bool = False,
+        scheduler: bool = False,
+        *,
+        asynchronous: Literal[True] | None = None,
+    ) -> Awaitable[ProfileResult]: ...
+
+    @overload
+    def profile(
+        self,
+        key: str | None = None,
+        start: float | str | None = None,
+        stop: float | str | None = None,
+        workers: Any = None,
+        merge_workers: bool = True,
+        plot: bool | str = False,
+        filename: str | None = None,
+        server: bool = False,
+        scheduler: bool = False,
+        *,
+        asynchronous: Literal[True],
+    ) -> Awaitable[ProfileResult]: ...
+
+    @overload
+    def profile(
+        self,
+        key: str | None = None,
+        start: float | str | None = None,
+        stop: float | str | None = None,
+        workers: Any = None,
+        merge_workers: bool = True,
+        plot: bool | str = False,
+        filename: str | None = None,
+        server: bool = False,
+        scheduler: bool = False,
+        *,
+        asynchronous: bool | None = None,
+    ) -> ProfileResult | Awaitable[ProfileResult]: ...
+
+    def profile(
+        self,
+        key: str | None = None,
+        start: float | str | None = None,
+        stop: float | str | None = None,
+        workers: Any = None,
+        merge_workers: bool = True,
+        plot: bool | str = False,
+        filename: str | None = None,
+        server: bool = False,
+        scheduler: bool = False,
+        *,
+        asynchronous: bool | None = None,
+    ) -> ProfileResult | Awaitable[ProfileResult]:
+        """The workers' statistical profile: where the threads running tasks spent their time.
+
+        Each worker samples its task threads' stacks every
+        ``distributed.worker.profile.interval`` (see :mod:`distributed.profile`).
+
+        Parameters
+        ----------
+        key
+            Only tasks of this key prefix (``"inc"`` for ``inc-<token>``).
+        start, stop
+            Only samples between these times (``time.time()`` values, or
+            durations before now such as ``"10s"``), by whole profile cycles.
+        workers
+            Only these workers (addresses or names); all by default.
+        merge_workers
+            One tree for all workers (else a dict of trees by worker).
+        plot
+            ``True``: also return a bokeh figure; ``"save"``: also save it
+            (in ``filename``, ``"dask-profile.html"`` by default).
+        filename
+            Save the figure here (implies ``plot``).
+        server
+            The workers' event loop threads instead of their task threads.
+        scheduler
+            The scheduler's event loop instead (sampled from the first such
+            request on).
+
+        Returns
+        -------
+        The profile: ``{"count", "children", "identifier", "description"}``,
+        and the figure with ``plot``.
+        """
+        if plot not in (False, True, "save"):
+            raise ValueError(f"plot must be True, False or 'save', got {plot!r}")
+        if not merge_workers and (plot or filename):
+            raise ValueError("Client.profile(merge_workers=False) returns a profile per worker: it cannot plot them")
+
+        async def fetch() -> ProfileResult:
+            state = await self.link.request(
+                m.GetProfile(
+                    op="profile",
+                    key=key,
+                    start=_time_before_now(start),
+                    stop=_time_before_now(stop),
+                    workers=worker_list(workers),
+                    merge_workers=merge_workers,
+                    server=server,
+                    scheduler=scheduler,
+                )
+            )
+            if not plot and filename is None:
+                return state  # type: ignore[no-any-return]  # the scheduler's reply, a profile tree
+            from distributed.dashboard.components.profile import profile_figure
+
+            fig = profile_figure(state)
+            out = filename if filename is not None else "dask-profile.html" if plot == "save" else None
+            if out is not None:
+                from bokeh.io import save
+                from bokeh.resources import CDN
+
+                save(fig, filename=out, resources=CDN, title="Dask Profile")
+            return state, fig
 
         return self.sync(fetch, asynchronous=asynchronous)
 

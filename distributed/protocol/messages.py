@@ -203,6 +203,28 @@ class GetTaskStream(TypedDict):
     count: NotRequired[int | None]
 
 
+class GetProfile(TypedDict):
+    """Ask for the workers' (or the scheduler's) statistical profile (``Client.profile``)."""
+
+    op: Literal["profile"]
+    key: NotRequired[str | None]
+    start: NotRequired[float | None]
+    stop: NotRequired[float | None]
+    workers: NotRequired[Sequence[str] | None]
+    merge_workers: NotRequired[bool]
+    server: NotRequired[bool]
+    scheduler: NotRequired[bool]
+
+
+class GetProfileMetadata(TypedDict):
+    """Ask for the workers' profile sample counts per cycle (merged over workers)."""
+
+    op: Literal["profile_metadata"]
+    workers: NotRequired[Sequence[str] | None]
+    start: NotRequired[float]
+    stop: NotRequired[float | None]
+
+
 # -- client -> scheduler (stream) ------------------------------------------------
 class UpdateGraph(TypedDict):
     op: Literal["update-graph"]
@@ -309,6 +331,8 @@ ClientRequest = (
     | RegisterPlugin
     | UnregisterPlugin
     | GetTaskStream
+    | GetProfile
+    | GetProfileMetadata
 )
 
 
@@ -590,6 +614,24 @@ class WorkerUpdateData(TypedDict):
 class WorkerClose(TypedDict):
     op: Literal["close"]
     reason: NotRequired[str]
+
+
+class WorkerProfile(TypedDict):
+    """Ask a worker for its profile between ``start`` and ``stop``, of a key prefix or its event loop."""
+
+    op: Literal["profile"]
+    start: NotRequired[float | None]
+    stop: NotRequired[float | None]
+    key: NotRequired[str | None]
+    server: NotRequired[bool]
+
+
+class WorkerProfileMetadata(TypedDict):
+    """Ask a worker for its profile sample counts per cycle."""
+
+    op: Literal["profile_metadata"]
+    start: NotRequired[float]
+    stop: NotRequired[float | None]
 
 
 # -- worker -> worker (and replies of worker requests) ----------------------------
