@@ -20,6 +20,7 @@ from distributed.client import (
     futures_of,
     get_task_metadata,
     get_task_stream,
+    performance_report,
     wait,
 )
 from distributed.coordination import Event, Lock, MultiLock, Queue, Semaphore, Variable
@@ -75,6 +76,7 @@ __all__ = [
     "get_task_stream",
     "get_worker",
     "local_client",
+    "performance_report",
     "rejoin",
     "rpc",
     "secede",

@@ -101,7 +101,9 @@ def _startstops(msg: m.TaskFinished | m.WorkerTaskErred) -> list[dict[str, Any]]
     """The intervals a worker reported for a task (transfers of its inputs, then its compute), for plugins."""
     spans: list[dict[str, Any]] = []
     for t in msg.get("transfers", ()):
-        spans.append({"action": "transfer", "start": t["start"], "stop": t["stop"], "source": t["source"]})
+        spans.append(
+            {"action": "transfer", "start": t["start"], "stop": t["stop"], "source": t["source"], "nbytes": t["nbytes"]}
+        )
     start = msg.get("start")
     stop = msg.get("stop")
     if start is not None and stop is not None and stop > 0:

@@ -17,7 +17,7 @@ from distributed.client.client import (
 )
 from distributed.client.future import Future, FutureState
 from distributed.client.futures import DoneAndNotDoneFutures, as_completed, fire_and_forget, futures_of, wait
-from distributed.client.reports import get_task_stream
+from distributed.client.reports import get_task_stream, performance_report
 
 __all__ = [
     "ALL_COMPLETED",
@@ -32,5 +32,6 @@ __all__ = [
     "futures_of",
     "get_task_metadata",
     "get_task_stream",
+    "performance_report",
     "wait",
 ]

@@ -92,8 +92,10 @@ class TaskStream:
         self.source.data = task_stream_data(records, start_boundary)
 
 
-def task_stream_figure(records: Sequence[Mapping[str, Any]], **kwargs: Any) -> figure:
-    """A bokeh figure of ``records`` (``kwargs`` go to :class:`TaskStream`)."""
+def task_stream_figure(
+    records: Sequence[Mapping[str, Any]], start_boundary: float | None = None, **kwargs: Any
+) -> figure:
+    """A bokeh figure of ``records``, times from ``start_boundary`` (``kwargs`` go to :class:`TaskStream`)."""
     ts = TaskStream(**kwargs)
-    ts.update(records)
+    ts.update(records, start_boundary)
     return ts.root
