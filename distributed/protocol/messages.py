@@ -249,6 +249,35 @@ class ProgressStop(TypedDict):
 
     op: Literal["progress_stop"]
     id: str
+class GetTaskStream(TypedDict):
+    """Ask for the task stream's records (``Client.get_task_stream``); starts recording if it was not."""
+
+    op: Literal["get_task_stream"]
+    start: NotRequired[float | None]
+    stop: NotRequired[float | None]
+    count: NotRequired[int | None]
+
+
+class GetProfile(TypedDict):
+    """Ask for the workers' (or the scheduler's) statistical profile (``Client.profile``)."""
+
+    op: Literal["profile"]
+    key: NotRequired[str | None]
+    start: NotRequired[float | None]
+    stop: NotRequired[float | None]
+    workers: NotRequired[Sequence[str] | None]
+    merge_workers: NotRequired[bool]
+    server: NotRequired[bool]
+    scheduler: NotRequired[bool]
+
+
+class GetProfileMetadata(TypedDict):
+    """Ask for the workers' profile sample counts per cycle (merged over workers)."""
+
+    op: Literal["profile_metadata"]
+    workers: NotRequired[Sequence[str] | None]
+    start: NotRequired[float]
+    stop: NotRequired[float | None]
 
 
 # -- client -> scheduler (stream) ------------------------------------------------
@@ -331,6 +360,9 @@ class SchedulerIdentity(TypedDict):
     workers: Mapping[str, WorkerIdentity]
 
 
+#: The reply to ``get_task_stream``: task stream records (see ``distributed.diagnostics.task_stream``).
+TaskStreamReply = Sequence[Mapping[str, Any]]
+
 #: The reply to requests that only acknowledge (``update-data``, ``cancel-keys``, ...).
 Acknowledged = Literal["OK"]
 
@@ -372,6 +404,9 @@ ClientRequest = (
     | ProgressWatch
     | ProgressPoll
     | ProgressStop
+    | GetTaskStream
+    | GetProfile
+    | GetProfileMetadata
 )
 
 
@@ -481,6 +516,16 @@ class WorkerMetrics(TypedDict):
 
 
 # -- worker -> scheduler (stream) ----------------------------------------------
+class TransferSpan(TypedDict):
+    """One fetch of dependencies for a task: from which peer, when (worker clock), which keys."""
+
+    source: str
+    start: float
+    stop: float
+    keys: Sequence[Key]
+    nbytes: int
+
+
 class TaskFinished(TypedDict):
     op: Literal["task-finished"]
     key: Key
@@ -489,6 +534,8 @@ class TaskFinished(TypedDict):
     type: str
     start: float
     stop: float
+    #: The fetches of this task's dependencies, sent only when there were any.
+    transfers: NotRequired[Sequence[TransferSpan]]
 
 
 class WorkerTaskErred(TypedDict):
@@ -500,6 +547,7 @@ class WorkerTaskErred(TypedDict):
     text: str
     start: NotRequired[float]
     stop: NotRequired[float]
+    transfers: NotRequired[Sequence[TransferSpan]]
 
 
 class AddKeys(TypedDict):
@@ -649,6 +697,24 @@ class WorkerUpdateData(TypedDict):
 class WorkerClose(TypedDict):
     op: Literal["close"]
     reason: NotRequired[str]
+
+
+class WorkerProfile(TypedDict):
+    """Ask a worker for its profile between ``start`` and ``stop``, of a key prefix or its event loop."""
+
+    op: Literal["profile"]
+    start: NotRequired[float | None]
+    stop: NotRequired[float | None]
+    key: NotRequired[str | None]
+    server: NotRequired[bool]
+
+
+class WorkerProfileMetadata(TypedDict):
+    """Ask a worker for its profile sample counts per cycle."""
+
+    op: Literal["profile_metadata"]
+    start: NotRequired[float]
+    stop: NotRequired[float | None]
 
 
 # -- worker -> worker (and replies of worker requests) ----------------------------

@@ -1,0 +1,1 @@
+"""Bokeh figures of the cluster's activity, for the dashboard and for static reports."""

@@ -1,0 +1,1 @@
+"""Figure builders: functions and classes that take data and return bokeh models."""
