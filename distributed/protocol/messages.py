@@ -249,6 +249,8 @@ class ProgressStop(TypedDict):
 
     op: Literal["progress_stop"]
     id: str
+
+
 class GetTaskStream(TypedDict):
     """Ask for the task stream's records (``Client.get_task_stream``); starts recording if it was not."""
 
