@@ -267,12 +267,22 @@ def common_routes(info: Callable[[], Any], metrics: Callable[[], str]) -> list[R
 class HTTPServerHandle:
     """A running HTTP server: its bound :attr:`port` and a way to stop it."""
 
-    def __init__(self, server: tornado.httpserver.HTTPServer, sockets: list[socket.socket], host: str) -> None:
+    def __init__(
+        self,
+        server: tornado.httpserver.HTTPServer,
+        sockets: list[socket.socket],
+        host: str,
+        application: tornado.web.Application | None = None,
+    ) -> None:
         self.server = server
         self.sockets = sockets
         self.host = host
+        #: The tornado application serving the routes (more can be added to it while it runs).
+        self.application = application
         #: The port actually bound (useful when asked for port 0).
         self.port: int = int(sockets[0].getsockname()[1])
+        #: Called once when the server stops, e.g. to end what was served behind it.
+        self.on_stop: list[Callable[[], None]] = []
         self._stopped = False
 
     def stop(self) -> None:
@@ -281,6 +291,8 @@ class HTTPServerHandle:
             return
         self._stopped = True
         self.server.stop()
+        for callback in self.on_stop:
+            callback()
 
     async def close(self) -> None:
         """Stop accepting connections and close the open ones."""
@@ -310,6 +322,7 @@ def serve(routes: list[Route], address: str | int | None, default_port: int = DE
     """
     host, port = parse_http_address(address, default_port=default_port)
     sockets = bind_sockets(host, port)
-    server = tornado.httpserver.HTTPServer(tornado.web.Application(routes, log_function=_quiet_log))
+    application = tornado.web.Application(routes, log_function=_quiet_log)
+    server = tornado.httpserver.HTTPServer(application)
     server.add_sockets(sockets)
-    return HTTPServerHandle(server, sockets, host)
+    return HTTPServerHandle(server, sockets, host, application)

@@ -1,0 +1,13 @@
+"""The scheduler's dashboard: bokeh documents served by the scheduler's own HTTP server.
+
+:mod:`distributed.dashboard.core` embeds a bokeh server application in the
+scheduler's tornado application; :mod:`distributed.dashboard.scheduler` says
+which pages there are; :mod:`distributed.dashboard.components` has the plots
+and tables the pages are made of.
+"""
+
+from __future__ import annotations
+
+from distributed.dashboard.core import BokehDashboard, bokeh_available
+
+__all__ = ["BokehDashboard", "bokeh_available"]
