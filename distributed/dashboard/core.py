@@ -135,7 +135,7 @@ class BokehDashboard:
 
     def session_count(self) -> int:
         """The number of open bokeh sessions (browser tabs showing a page), over all pages."""
-        return sum(len(self.bokeh.get_sessions(path)) for path in self.paths)
+        return sum(not session.destroyed for path in self.paths for session in self.bokeh.get_sessions(path))
 
     def close(self) -> None:
         """End every session (their periodic callbacks stop) and bokeh's housekeeping. Idempotent."""
