@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import dask.config
-from bokeh.models import ColumnDataSource, DataRange1d, FactorRange, HoverTool, Model, Range1d
+from bokeh.models import ColumnDataSource, DataRange1d, FactorRange, HoverTool, Model, NumeralTickFormatter, Range1d
 from bokeh.models.widgets.markups import Div
 from bokeh.models.widgets.tables import DataTable, NumberFormatter, TableColumn
 from bokeh.plotting import figure
@@ -268,6 +268,7 @@ class MemoryByWorker:
         fig.hbar(y="worker", left="x_managed", right="x_unmanaged", height=0.8, color="#9ecae1", source=self.source)
         fig.hbar(y="worker", left="x_unmanaged", right="x_spilled", height=0.8, color="#969696", source=self.source)
         fig.xaxis.axis_label = "bytes"
+        fig.xaxis.formatter = NumeralTickFormatter(format="0.0 b")
         fig.add_tools(
             HoverTool(
                 tooltips=[

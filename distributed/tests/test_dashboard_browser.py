@@ -1,0 +1,91 @@
+"""The dashboard as a person sees it: /status in headless Chromium while tasks run on worker processes.
+
+The page is checked from inside the browser (DevTools ``Runtime.evaluate``):
+the bokeh document arrived over its websocket, the plots' views exist, and
+their canvases hold coloured pixels (bars and task rectangles are coloured;
+axes, text and background are grey, black or white), not just that the HTML
+loaded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from distributed import Client, LocalCluster
+from distributed.tests.chromium import HeadlessChromium, require_chromium
+from distributed.utils_test import slowinc
+
+#: The plots /status must draw, by bokeh model name.
+DRAWN = ("task_stream", "task_progress", "processing", "worker_memory")
+
+#: For each named plot: whether its view exists, its size and how many of its pixels are coloured.
+MEASURE_JS = """
+(() => {
+  const B = window.Bokeh;
+  if (!B || !B.documents || B.documents.length === 0) return {ready: false};
+  const doc = B.documents[0];
+  const out = {ready: true, plots: {}};
+  for (const name of %s) {
+    const model = doc.get_model_by_name(name);
+    if (model == null) { out.plots[name] = {found: false}; continue; }
+    const view = B.index.find_one(model);
+    if (view == null) { out.plots[name] = {found: true, view: false}; continue; }
+    const canvas = view.export("png").canvas;
+    const {width, height} = canvas;
+    const data = canvas.getContext("2d").getImageData(0, 0, width, height).data;
+    let colored = 0;
+    for (let i = 0; i < data.length; i += 4) {
+      const r = data[i], g = data[i + 1], b = data[i + 2];
+      if (data[i + 3] > 0 && Math.max(r, g, b) - Math.min(r, g, b) > 60) colored++;
+    }
+    const rows = model.renderers.map((r) => (r.data_source ? r.data_source.get_length() || 0 : 0));
+    out.plots[name] = {found: true, view: true, width, height, colored, rows: Math.max(0, ...rows)};
+  }
+  return out;
+})()
+"""
+
+
+async def measure_until_drawn(url: str, tmp_path: Path, timeout: float = 60) -> dict[str, Any]:
+    async with HeadlessChromium(url, tmp_path) as browser:
+        deadline = time.monotonic() + timeout
+        js = MEASURE_JS % repr(list(DRAWN)).replace("'", '"')
+        while True:
+            state = await browser.evaluate(js)
+            plots = state.get("plots", {}) if state else {}
+            if all(plots.get(n, {}).get("colored", 0) > 200 for n in DRAWN):
+                await browser.screenshot(tmp_path / "status.png")
+                return dict(state)
+            if time.monotonic() > deadline:
+                await browser.screenshot(tmp_path / "status.png")
+                pytest.fail(f"/status not drawn within {timeout} s (screenshot in {tmp_path}): {state}")
+            await asyncio.sleep(0.2)
+
+
+@pytest.mark.timeout(180)
+def test_status_page_draws_the_task_stream_and_progress(tmp_path: Path) -> None:
+    require_chromium()
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address="127.0.0.1:0") as cluster,
+        Client(cluster) as client,
+    ):
+        # Tasks that keep flowing while the browser loads and draws the page (about 20 s of work).
+        futures = client.map(slowinc, range(400), delay=0.1, pure=False)
+        link = client.dashboard_link
+        assert link is not None
+        try:
+            state = asyncio.run(measure_until_drawn(link, tmp_path))
+        finally:
+            client.cancel(futures)
+        plots = state["plots"]
+        # The progress bars and the task stream hold data sent over the websocket, and drew it.
+        assert plots["task_progress"]["rows"] >= 1
+        assert plots["task_stream"]["rows"] >= 1
+        for name in DRAWN:
+            assert plots[name]["width"] > 100 and plots[name]["height"] > 50, (name, plots[name])
+        assert (tmp_path / "status.png").stat().st_size > 10_000
