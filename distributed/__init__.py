@@ -19,6 +19,8 @@ from distributed.client import (
     fire_and_forget,
     futures_of,
     get_task_metadata,
+    get_task_stream,
+    performance_report,
     wait,
 )
 from distributed.coordination import Event, Lock, MultiLock, Queue, Semaphore, Variable
@@ -71,8 +73,10 @@ __all__ = [
     "futures_of",
     "get_client",
     "get_task_metadata",
+    "get_task_stream",
     "get_worker",
     "local_client",
+    "performance_report",
     "rejoin",
     "rpc",
     "secede",

@@ -100,6 +100,20 @@ _ACTIVE: Final[frozenset[TaskStateName]] = frozenset({"waiting", "queued", "no-w
 PluginKwargs = dict[str, Any] | None
 
 
+def _startstops(msg: m.TaskFinished | m.WorkerTaskErred) -> list[dict[str, Any]]:
+    """The intervals a worker reported for a task (transfers of its inputs, then its compute), for plugins."""
+    spans: list[dict[str, Any]] = []
+    for t in msg.get("transfers", ()):
+        spans.append(
+            {"action": "transfer", "start": t["start"], "stop": t["stop"], "source": t["source"], "nbytes": t["nbytes"]}
+        )
+    start = msg.get("start")
+    stop = msg.get("stop")
+    if start is not None and stop is not None and stop > 0:
+        spans.append({"action": "compute", "start": start, "stop": stop})
+    return spans
+
+
 class InvalidTransition(RuntimeError):
     """A transition the table does not allow (raised in validation mode)."""
 
@@ -116,7 +130,18 @@ class Out:
     task's thief, checked against its restrictions by whoever chose it).
     """
 
-    __slots__ = ("recs", "workers", "clients", "free", "opened", "target", "finished", "scattered", "placements")
+    __slots__ = (
+        "recs",
+        "workers",
+        "clients",
+        "free",
+        "opened",
+        "target",
+        "finished",
+        "erred",
+        "scattered",
+        "placements",
+    )
 
     def __init__(self) -> None:
         self.recs: dict[TaskState, TaskStateName] = {}
@@ -127,6 +152,8 @@ class Out:
         #: The worker a queued task was pulled for (set just before queued -> processing).
         self.target: WorkerState | None = None
         self.finished: m.TaskFinished | None = None
+        #: The worker's report of a task that raised (set only when plugins are there to see it).
+        self.erred: m.WorkerTaskErred | None = None
         self.scattered: tuple[list[WorkerState], int, str | None] | None = None
         self.placements: dict[TaskState, WorkerState] | None = None
 
@@ -325,6 +352,9 @@ class Scheduler(Server):
             "register_nanny_plugin": Route(m.RegisterNannyPlugin, self.requests.handle_register_nanny_plugin),
             "unregister_nanny_plugin": Route(m.UnregisterNannyPlugin, self.requests.handle_unregister_nanny_plugin),
             "task_states": Route(m.OptionalKeysRequest, self.requests.handle_task_states),
+            "get_task_stream": Route(m.GetTaskStream, self.requests.handle_get_task_stream),
+            "profile": Route(m.GetProfile, self.requests.handle_profile),
+            "profile_metadata": Route(m.GetProfileMetadata, self.requests.handle_profile_metadata),
             "terminate": Route(m.Empty, self.requests.handle_terminate),
             **self.event_log.routes(),
         }
@@ -393,6 +423,7 @@ class Scheduler(Server):
                 logger.exception("Plugin close failed")
         if self.http_server is not None:
             await self.http_server.close()
+        self.requests.close()
         if self.scheduler_file and self._wrote_scheduler_file and os.path.exists(self.scheduler_file):
             try:
                 os.remove(self.scheduler_file)
@@ -1063,7 +1094,13 @@ class Scheduler(Server):
             ws.actors.add(ts)
         self._notify_in_memory(ts, out)
         if self.plugins:
-            return {"worker": ws.address, "nbytes": nbytes, "type": type_}
+            return {
+                "worker": ws.address,
+                "nbytes": nbytes,
+                "type": type_,
+                "typename": type_,
+                "startstops": _startstops(finished),
+            }
         return None
 
     def _released_to_memory(self, ts: TaskState, out: Out) -> PluginKwargs:
@@ -1214,13 +1251,22 @@ class Scheduler(Server):
             ts.exception_blame = ts
         self._mark_erred(ts, out)
 
-    def _processing_to_erred_by_blame(self, ts: TaskState, out: Out) -> None:
+    def _processing_to_erred_by_blame(self, ts: TaskState, out: Out) -> PluginKwargs:
         ws = self._exit_processing(ts, out)
         if ws is not None and ws.address in self.workers:
             out.free[ws.address].append(ts.key)
         if ts.exception_blame is None:
             ts.exception_blame = ts
         self._mark_erred(ts, out)
+        if not self.plugins:
+            return None
+        erred = out.erred
+        out.erred = None
+        extra: dict[str, Any] = {"worker": ws.address if ws is not None else None}
+        if erred is not None and erred["key"] == ts.key:
+            extra["startstops"] = _startstops(erred)
+            extra["text"] = erred["text"]
+        return extra
 
     # ======================================================================
     # Stimuli (pure: they change state and return what to send)
@@ -1522,6 +1568,8 @@ class Scheduler(Server):
         if ts.erred_on is None:
             ts.erred_on = set()
         ts.erred_on.add(worker)
+        if self.plugins:
+            out.erred = msg
         return self.transitions({ts: "erred"}, stimulus_id, out)
 
     def add_worker_state(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -18,9 +19,10 @@ from typing import TYPE_CHECKING, Any
 import dask.config
 from dask.utils import parse_timedelta
 
-from distributed import rebalance
+from distributed import profile, rebalance
 from distributed.comm import Comm, CommClosedError
 from distributed.core import error_message
+from distributed.diagnostics.task_stream import ensure_task_stream
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.protocol.serialize import Serialize, unwrap
@@ -52,6 +54,14 @@ class ClusterRequests:
         self.worker_plugins: dict[str, m.Payload] = {}
         #: ``distributed.worker.memory.rebalance.*``, read (and checked) when the scheduler starts.
         self.rebalance_settings = rebalance.RebalanceSettings.from_config()
+        #: Samples the scheduler's event loop, from the first ``profile(scheduler=True)`` on.
+        self.loop_profiler: profile.Profiler | None = None
+
+    def close(self) -> None:
+        """Stop what the requests started (the event loop profiler)."""
+        if self.loop_profiler is not None:
+            self.loop_profiler.close()
+            self.loop_profiler = None
 
     def handle_terminate(self, comm: Comm, msg: m.Empty) -> str:
         """Close the scheduler (its workers close when their streams end)."""
@@ -93,6 +103,56 @@ class ClusterRequests:
         if keys is None:
             return {k: ts.nbytes for k, ts in self.scheduler.tasks.items() if ts.state == "memory"}
         return {k: self.scheduler.tasks[k].nbytes for k in keys if k in self.scheduler.tasks}
+
+    async def handle_get_task_stream(self, comm: Comm, msg: m.GetTaskStream) -> list[dict[str, Any]]:
+        """The task stream's records between ``start`` and ``stop`` (recording starts with the first request)."""
+        plugin = await ensure_task_stream(self.scheduler)
+        return plugin.collect(start=msg.get("start"), stop=msg.get("stop"), count=msg.get("count"))
+
+    async def handle_profile(self, comm: Comm, msg: m.GetProfile) -> Any:
+        """The workers' profiles merged (or by worker); the scheduler's event loop with ``scheduler``."""
+        start, stop = msg.get("start"), msg.get("stop")
+        if msg.get("scheduler", False):
+            if self.loop_profiler is None:
+                # Sampling the scheduler costs CPU: only once someone asks for it.
+                settings = profile.ProfileSettings()
+                self.loop_profiler = profile.Profiler({}, threading.get_ident(), settings.interval, settings.cycle)
+                self.loop_profiler.start()
+            return self.loop_profiler.get_profile(start=start, stop=stop, server=True)
+        request = m.WorkerProfile(
+            op="profile", start=start, stop=stop, key=msg.get("key"), server=msg.get("server", False)
+        )
+        addrs = [ws.address for ws in self.select_workers(msg.get("workers"))]
+        results = await asyncio.gather(*(self._ask_worker(a, request) for a in addrs))
+        if msg.get("merge_workers", True):
+            return profile.merge(*(r for r in results if r is not None))
+        return {a: r for a, r in zip(addrs, results, strict=True) if r is not None}
+
+    async def handle_profile_metadata(self, comm: Comm, msg: m.GetProfileMetadata) -> dict[str, Any]:
+        """The workers' sample counts per cycle, added up by cycle end (rounded to the second)."""
+        request = m.WorkerProfileMetadata(op="profile_metadata", start=msg.get("start", 0), stop=msg.get("stop"))
+        addrs = [ws.address for ws in self.select_workers(msg.get("workers"))]
+        results = await asyncio.gather(*(self._ask_worker(a, request) for a in addrs))
+        counts: dict[float, int] = {}
+        keys: dict[float, dict[str, int]] = {}
+        for r in results:
+            if r is None:
+                continue
+            for t, n in r["counts"]:
+                counts[round(t)] = counts.get(round(t), 0) + n
+            for t, per_key in r["keys"]:
+                slot = keys.setdefault(round(t), {})
+                for k, n in per_key.items():
+                    slot[k] = slot.get(k, 0) + n
+        return {"counts": sorted(counts.items()), "keys": sorted(keys.items())}
+
+    async def _ask_worker(self, addr: str, request: Mapping[str, Any]) -> Any:
+        """A worker's reply, or None when it left or failed meanwhile (its part is missing)."""
+        try:
+            return await self.scheduler.rpc.call(addr, request)
+        except (OSError, CommClosedError):
+            logger.info("Worker %s did not answer %s", addr, request["op"])
+            return None
 
     def handle_task_states(self, comm: Comm, msg: m.OptionalKeysRequest) -> dict[Key, str]:
         keys = msg.get("keys")

@@ -38,6 +38,7 @@ from distributed.dask_api import dask_version
 from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.exceptions import Reschedule
 from distributed.http.server import HTTPServerHandle
+from distributed.profile import Profiler, ProfileSettings, ProfileState, create
 from distributed.protocol import messages as m
 from distributed.protocol.framing import ProtocolError, is_msgpack_serializable
 from distributed.protocol.messages import Key
@@ -295,6 +296,12 @@ class Worker(Server):
         self._actor_keys: set[Key] = set()
         #: Runs the actors' (non-async) methods, one call at a time.
         self.actor_executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="Dask-Actor-Threads")
+        #: Thread id -> key of the task it runs now (the profiler reads it to attribute samples).
+        self.active_threads: dict[int, Key] = {}
+        # Read (and checked) now: a setting refused must stop the worker before it starts.
+        self._profile_settings = ProfileSettings()
+        #: The statistical profiler, while the worker runs (None when disabled).
+        self.profiler: Profiler | None = None
         handlers: dict[str, Route[Any]] = {
             "get_data": Route(m.GetData, self.handle_get_data),
             "update_data": Route(m.WorkerUpdateData, self.handle_update_data),
@@ -307,6 +314,8 @@ class Worker(Server):
             "plugin-remove": Route(m.PluginRemove, self.handle_plugin_remove),
             "actor_execute": Route(m.ActorExecute, self.handle_actor_execute),
             "actor_attribute": Route(m.ActorAttribute, self.handle_actor_attribute),
+            "profile": Route(m.WorkerProfile, self.handle_profile),
+            "profile_metadata": Route(m.WorkerProfileMetadata, self.handle_profile_metadata),
         }
         stream_handlers: dict[str, StreamRoute[Any]] = {
             "compute-task": StreamRoute(m.ComputeTask, self._stream_compute_task),
@@ -369,6 +378,10 @@ class Worker(Server):
         for plugin in self._initial_plugins:
             await self.add_plugin(plugin)
         await self._register_with_scheduler()
+        settings = self._profile_settings
+        if settings.enabled:
+            self.profiler = Profiler(self.active_threads, threading.get_ident(), settings.interval, settings.cycle)
+            self.profiler.start()
         self.periodic(self.heartbeat_interval, self.heartbeat, name="heartbeat")
         if self.memory_limit:
             self.periodic(self.memory_monitor_interval, self.memory_monitor.check, name="memory-monitor")
@@ -545,6 +558,8 @@ class Worker(Server):
 
     async def _close(self) -> None:
         # Here, not in close(): _close runs once, in a task that closing does not cancel.
+        if self.profiler is not None:
+            self.profiler.close()  # wakes at once; the join waits at most for one sample
         close_nanny, reason = self._close_nanny or (False, "")
         if close_nanny and self.nanny is not None:
             await self._tell_nanny_to_close(reason)
@@ -947,10 +962,18 @@ class Worker(Server):
         self.incoming_transfer_count += 1
         ev: StateMachineEvent
         try:
+            start = time.time()
             response = await self.rpc.call(worker, m.GetData(op="get_data", keys=list(keys), who=self.address))
             data, nbytes = _read_get_data_reply(worker, response)
+            stop = time.time()
             ev = GatherDepSuccess(
-                stimulus_id=f"gather-dep-success-{time.time()}", worker=worker, keys=keys, data=data, nbytes=nbytes
+                stimulus_id=f"gather-dep-success-{stop}",
+                worker=worker,
+                keys=keys,
+                data=data,
+                nbytes=nbytes,
+                start=start,
+                stop=stop,
             )
         except asyncio.CancelledError:
             raise
@@ -1031,6 +1054,25 @@ class Worker(Server):
                 self.spawn(_consume(result))
                 result = None
         return Serialize(result)
+
+    def get_profile(
+        self, start: float | None = None, stop: float | None = None, key: str | None = None, server: bool = False
+    ) -> ProfileState:
+        """The statistical profile of the tasks run here (of key prefix ``key``; of the event loop with ``server``).
+
+        Empty when profiling is disabled (``distributed.worker.profile.enabled``).
+        """
+        if self.profiler is None:
+            return create()
+        return self.profiler.get_profile(start=start, stop=stop, key=key, server=server)
+
+    def handle_profile(self, comm: Comm, msg: m.WorkerProfile) -> ProfileState:
+        return self.get_profile(msg.get("start"), msg.get("stop"), msg.get("key"), msg.get("server", False))
+
+    def handle_profile_metadata(self, comm: Comm, msg: m.WorkerProfileMetadata) -> dict[str, Any]:
+        if self.profiler is None:
+            return {"counts": [], "keys": []}
+        return self.profiler.get_metadata(msg.get("start", 0), msg.get("stop"))
 
     def handle_identity(self, comm: Comm, msg: m.Empty) -> dict[str, Any]:
         return self.identity()
@@ -1252,16 +1294,25 @@ class _TaskContext:
         self.worker = worker
         self.key = key
         self.old: dict[str, Any] = {}
+        self.ident = 0
 
     def __enter__(self) -> None:
         self.old = {k: getattr(thread_state, k, None) for k in ("execution_state", "key", "worker")}
         thread_state.execution_state = {"worker": self.worker, "key": self.key}
         thread_state.key = self.key
         thread_state.worker = self.worker
+        # One dict store per task: which task this thread runs, for the profiler.
+        self.ident = threading.get_ident()
+        self.worker.active_threads[self.ident] = self.key
 
     def __exit__(self, *exc: object) -> None:
         for k, v in self.old.items():
             setattr(thread_state, k, v)
+        outer = self.old["key"]
+        if outer is None:
+            self.worker.active_threads.pop(self.ident, None)
+        else:  # a task run inside another on this thread (the outer one resumes)
+            self.worker.active_threads[self.ident] = outer
 
 
 class _StepsInTaskContext:

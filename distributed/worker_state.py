@@ -115,6 +115,7 @@ class WorkerTask:
         "coming_from",
         "computed",
         "type",
+        "transfers",
     )
 
     def __init__(self, key: Key) -> None:
@@ -137,6 +138,8 @@ class WorkerTask:
         #: Whether this worker computes the key (as opposed to fetching it).
         self.computed = False
         self.type: str | None = None
+        #: Fetches of this task's dependencies since it was last reported (None: none).
+        self.transfers: list[m.TransferSpan] | None = None
 
     def __repr__(self) -> str:
         return f"<WorkerTask {self.key!r} {self.state}>"
@@ -237,6 +240,9 @@ class GatherDepSuccess(StateMachineEvent):
     keys: tuple[Key, ...]
     data: Mapping[Key, Any]
     nbytes: Mapping[Key, int]
+    #: When the fetch began and ended (``time.time()``; 0.0: not measured).
+    start: float = 0.0
+    stop: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -643,7 +649,7 @@ class WorkerStateMachine:
         return any(ts in d.waiting_for_data for d in ts.dependents)
 
     def _finished_msg(self, ts: WorkerTask, start: float, stop: float) -> m.TaskFinished:
-        return m.TaskFinished(
+        msg = m.TaskFinished(
             op="task-finished",
             key=ts.key,
             run_id=ts.run_id,
@@ -652,6 +658,10 @@ class WorkerStateMachine:
             start=start,
             stop=stop,
         )
+        if ts.transfers is not None:
+            msg["transfers"] = ts.transfers
+            ts.transfers = None
+        return msg
 
     def _release_resources(self, ts: WorkerTask) -> None:
         if ts.resources:
@@ -769,20 +779,20 @@ class WorkerStateMachine:
         if ts.state not in ("executing", "long-running"):
             return
         self._transition(ts, "error", ev.stimulus_id, instructions)
-        instructions.append(
-            SendMessage(
-                m.WorkerTaskErred(
-                    op="task-erred",
-                    key=ts.key,
-                    run_id=ts.run_id,
-                    exception=ev.exception,
-                    traceback=ev.traceback,
-                    text=ev.text,
-                    start=ev.start,
-                    stop=ev.stop,
-                )
-            )
+        erred = m.WorkerTaskErred(
+            op="task-erred",
+            key=ts.key,
+            run_id=ts.run_id,
+            exception=ev.exception,
+            traceback=ev.traceback,
+            text=ev.text,
+            start=ev.start,
+            stop=ev.stop,
         )
+        if ts.transfers is not None:
+            erred["transfers"] = ts.transfers
+            ts.transfers = None
+        instructions.append(SendMessage(erred))
 
     def _handle_execute_abandoned(self, ev: ExecuteAbandoned, instructions: list[Instruction]) -> None:
         ts = self.tasks.get(ev.key)
@@ -879,6 +889,25 @@ class WorkerStateMachine:
                 self._fetch_failed(ts, ev.worker, sid, instructions)
         if added:
             instructions.append(SendMessage(m.AddKeys(op="add-keys", keys=added, nbytes=nbytes)))
+            if ev.stop:
+                self._note_transfer(ev, added, nbytes)
+
+    def _note_transfer(self, ev: GatherDepSuccess, added: list[Key], nbytes: dict[Key, int]) -> None:
+        """Remember the fetch on each task here that waits for what it brought (sent with its result)."""
+        span = m.TransferSpan(source=ev.worker, start=ev.start, stop=ev.stop, keys=added, nbytes=sum(nbytes.values()))
+        tasks = self.tasks
+        for key in added:
+            dts = tasks.get(key)
+            if dts is None:
+                continue
+            for ts in dts.dependents:
+                if not ts.computed:
+                    continue
+                spans = ts.transfers
+                if spans is None:
+                    ts.transfers = [span]
+                elif spans[-1] is not span:
+                    spans.append(span)
 
     def _handle_gather_failure(self, ev: GatherDepFailure, instructions: list[Instruction]) -> None:
         asked = self.in_flight_workers.pop(ev.worker, set())

@@ -17,6 +17,7 @@ from distributed.client.client import (
 )
 from distributed.client.future import Future, FutureState
 from distributed.client.futures import DoneAndNotDoneFutures, as_completed, fire_and_forget, futures_of, wait
+from distributed.client.reports import get_task_stream, performance_report
 
 __all__ = [
     "ALL_COMPLETED",
@@ -30,5 +31,7 @@ __all__ = [
     "fire_and_forget",
     "futures_of",
     "get_task_metadata",
+    "get_task_stream",
+    "performance_report",
     "wait",
 ]

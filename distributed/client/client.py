@@ -42,7 +42,7 @@ import uuid
 import weakref
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Collection, Generator, Iterator
-from typing import TYPE_CHECKING, Any, Final, Generic, Literal, Protocol, Self, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Final, Generic, Literal, Protocol, Self, TypeAlias, TypeVar, overload
 
 import dask
 import dask.config
@@ -122,6 +122,7 @@ class DaskCollection(Protocol):
 CollectionT = TypeVar("CollectionT", bound=DaskCollection)
 
 if TYPE_CHECKING:
+    from bokeh.plotting import figure
     from typing_extensions import TypeVar as TypeVarWithDefault
 
     from distributed.client.datasets import Datasets
@@ -132,6 +133,13 @@ if TYPE_CHECKING:
     AsyncT = TypeVarWithDefault("AsyncT", bound=bool, default=bool, covariant=True)
 else:
     AsyncT = TypeVar("AsyncT", bound=bool, covariant=True)
+
+#: What ``Client.get_task_stream`` returns: the records, and with ``plot`` a bokeh figure of them.
+TaskStreamResult: TypeAlias = "list[dict[str, Any]] | tuple[list[dict[str, Any]], figure]"
+
+#: What ``Client.profile`` returns: the profile tree (trees by worker without ``merge_workers``),
+#: and with ``plot`` a bokeh figure of it.
+ProfileResult: TypeAlias = "dict[str, Any] | tuple[dict[str, Any], figure]"
 
 FIRST_COMPLETED: Literal["FIRST_COMPLETED"] = "FIRST_COMPLETED"
 ALL_COMPLETED: Literal["ALL_COMPLETED"] = "ALL_COMPLETED"
@@ -2421,6 +2429,271 @@ class Client(Generic[AsyncT]):
         return self.sync(self.link.request, m.StoryRequest(op="story", keys=keys), asynchronous=asynchronous)
 
     @overload
+    def get_task_stream(
+        self: Client[Literal[False]],
+        start: float | str | None = None,
+        stop: float | str | None = None,
+        count: int | None = None,
+        plot: bool | str = False,
+        filename: str = "task-stream.html",
+        bokeh_resources: Any = None,
+        *,
+        asynchronous: Literal[False] | None = None,
+    ) -> TaskStreamResult: ...
+
+    @overload
+    def get_task_stream(
+        self: Client[Literal[True]],
+        start: float | str | None = None,
+        stop: float | str | None = None,
+        count: int | None = None,
+        plot: bool | str = False,
+        filename: str = "task-stream.html",
+        bokeh_resources: Any = None,
+        *,
+        asynchronous: Literal[True] | None = None,
+    ) -> Awaitable[TaskStreamResult]: ...
+
+    @overload
+    def get_task_stream(
+        self,
+        start: float | str | None = None,
+        stop: float | str | None = None,
+        count: int | None = None,
+        plot: bool | str = False,
+        filename: str = "task-stream.html",
+        bokeh_resources: Any = None,
+        *,
+        asynchronous: Literal[True],
+    ) -> Awaitable[TaskStreamResult]: ...
+
+    @overload
+    def get_task_stream(
+        self,
+        start: float | str | None = None,
+        stop: float | str | None = None,
+        count: int | None = None,
+        plot: bool | str = False,
+        filename: str = "task-stream.html",
+        bokeh_resources: Any = None,
+        *,
+        asynchronous: bool | None = None,
+    ) -> TaskStreamResult | Awaitable[TaskStreamResult]: ...
+
+    def get_task_stream(
+        self,
+        start: float | str | None = None,
+        stop: float | str | None = None,
+        count: int | None = None,
+        plot: bool | str = False,
+        filename: str = "task-stream.html",
+        bokeh_resources: Any = None,
+        *,
+        asynchronous: bool | None = None,
+    ) -> TaskStreamResult | Awaitable[TaskStreamResult]:
+        """The tasks that ran on the cluster: worker, key, and their compute and transfer intervals.
+
+        The scheduler records tasks from the first time anyone asks (this
+        call, :class:`~distributed.get_task_stream`, a performance report or
+        the dashboard) on; earlier tasks are not in the stream.
+
+        Parameters
+        ----------
+        start, stop
+            Only tasks that ran between these times: ``time.time()`` values,
+            or strings giving a time before now (``"60s"``, ``"500 ms"``).
+        count
+            At most this many records (the last ones; the first ones after
+            ``start`` when it is given).
+        plot
+            ``True``: also return a bokeh figure of the records; ``"save"``:
+            also save it as HTML in ``filename``.
+        filename
+            Where ``plot="save"`` writes the figure.
+        bokeh_resources
+            The bokeh ``Resources`` the saved file loads (bokeh's default when None).
+
+        Returns
+        -------
+        The list of records (dicts with ``key``, ``worker``, ``status``,
+        ``nbytes``, ``typename`` and ``startstops``: a list of
+        ``{"action": "compute" | "transfer", "start", "stop"}``, transfers
+        with their ``source``), and with ``plot`` the figure too.
+
+        Examples
+        --------
+        >>> client.get_task_stream(start="10s")  # doctest: +SKIP
+        [{'key': 'inc-...', 'worker': 'tcp://...', 'startstops': [...], ...}]
+        """
+        if plot not in (False, True, "save"):
+            raise ValueError(f"plot must be True, False or 'save', got {plot!r}")
+
+        async def fetch() -> TaskStreamResult:
+            records: list[dict[str, Any]] = list(
+                await self.link.request(
+                    m.GetTaskStream(
+                        op="get_task_stream", start=_time_before_now(start), stop=_time_before_now(stop), count=count
+                    )
+                )
+            )
+            if not plot:
+                return records
+            from distributed.dashboard.components.task_stream import task_stream_figure
+
+            fig = task_stream_figure(records)
+            if plot == "save":
+                from bokeh.io import save
+                from bokeh.resources import CDN
+
+                save(fig, filename=filename, resources=bokeh_resources or CDN, title="Dask Task Stream")
+            return records, fig
+
+        return self.sync(fetch, asynchronous=asynchronous)
+
+    @overload
+    def profile(
+        self: Client[Literal[False]],
+        key: str | None = None,
+        start: float | str | None = None,
+        stop: float | str | None = None,
+        workers: Any = None,
+        merge_workers: bool = True,
+        plot: bool | str = False,
+        filename: str | None = None,
+        server: bool = False,
+        scheduler: bool = False,
+        *,
+        asynchronous: Literal[False] | None = None,
+    ) -> ProfileResult: ...
+
+    @overload
+    def profile(
+        self: Client[Literal[True]],
+        key: str | None = None,
+        start: float | str | None = None,
+        stop: float | str | None = None,
+        workers: Any = None,
+        merge_workers: bool = True,
+        plot: bool | str = False,
+        filename: str | None = None,
+        server: bool = False,
+        scheduler: bool = False,
+        *,
+        asynchronous: Literal[True] | None = None,
+    ) -> Awaitable[ProfileResult]: ...
+
+    @overload
+    def profile(
+        self,
+        key: str | None = None,
+        start: float | str | None = None,
+        stop: float | str | None = None,
+        workers: Any = None,
+        merge_workers: bool = True,
+        plot: bool | str = False,
+        filename: str | None = None,
+        server: bool = False,
+        scheduler: bool = False,
+        *,
+        asynchronous: Literal[True],
+    ) -> Awaitable[ProfileResult]: ...
+
+    @overload
+    def profile(
+        self,
+        key: str | None = None,
+        start: float | str | None = None,
+        stop: float | str | None = None,
+        workers: Any = None,
+        merge_workers: bool = True,
+        plot: bool | str = False,
+        filename: str | None = None,
+        server: bool = False,
+        scheduler: bool = False,
+        *,
+        asynchronous: bool | None = None,
+    ) -> ProfileResult | Awaitable[ProfileResult]: ...
+
+    def profile(
+        self,
+        key: str | None = None,
+        start: float | str | None = None,
+        stop: float | str | None = None,
+        workers: Any = None,
+        merge_workers: bool = True,
+        plot: bool | str = False,
+        filename: str | None = None,
+        server: bool = False,
+        scheduler: bool = False,
+        *,
+        asynchronous: bool | None = None,
+    ) -> ProfileResult | Awaitable[ProfileResult]:
+        """The workers' statistical profile: where the threads running tasks spent their time.
+
+        Each worker samples its task threads' stacks every
+        ``distributed.worker.profile.interval`` (see :mod:`distributed.profile`).
+
+        Parameters
+        ----------
+        key
+            Only tasks of this key prefix (``"inc"`` for ``inc-<token>``).
+        start, stop
+            Only samples between these times (``time.time()`` values, or
+            durations before now such as ``"10s"``), by whole profile cycles.
+        workers
+            Only these workers (addresses or names); all by default.
+        merge_workers
+            One tree for all workers (else a dict of trees by worker).
+        plot
+            ``True``: also return a bokeh figure; ``"save"``: also save it
+            (in ``filename``, ``"dask-profile.html"`` by default).
+        filename
+            Save the figure here (implies ``plot``).
+        server
+            The workers' event loop threads instead of their task threads.
+        scheduler
+            The scheduler's event loop instead (sampled from the first such
+            request on).
+
+        Returns
+        -------
+        The profile: ``{"count", "children", "identifier", "description"}``,
+        and the figure with ``plot``.
+        """
+        if plot not in (False, True, "save"):
+            raise ValueError(f"plot must be True, False or 'save', got {plot!r}")
+        if not merge_workers and (plot or filename):
+            raise ValueError("Client.profile(merge_workers=False) returns a profile per worker: it cannot plot them")
+
+        async def fetch() -> ProfileResult:
+            state = await self.link.request(
+                m.GetProfile(
+                    op="profile",
+                    key=key,
+                    start=_time_before_now(start),
+                    stop=_time_before_now(stop),
+                    workers=worker_list(workers),
+                    merge_workers=merge_workers,
+                    server=server,
+                    scheduler=scheduler,
+                )
+            )
+            if not plot and filename is None:
+                return state  # type: ignore[no-any-return]  # the scheduler's reply, a profile tree
+            from distributed.dashboard.components.profile import profile_figure
+
+            fig = profile_figure(state)
+            out = filename if filename is not None else "dask-profile.html" if plot == "save" else None
+            if out is not None:
+                from bokeh.io import save
+                from bokeh.resources import CDN
+
+                save(fig, filename=out, resources=CDN, title="Dask Profile")
+            return state, fig
+
+        return self.sync(fetch, asynchronous=asynchronous)
+
+    @overload
     def wait_for_workers(
         self: Client[Literal[False]], n_workers: int, timeout: Any = None, *, asynchronous: Literal[False] | None = None
     ) -> None: ...
@@ -2939,6 +3212,13 @@ async def _noop() -> None:
 def _as_log_records(records: Any) -> list[tuple[str, str]]:
     """Log records as they arrived (sequences) as ``(level, message)`` tuples."""
     return [(str(r[0]), str(r[1])) for r in records or ()]
+
+
+def _time_before_now(t: float | str | None) -> float | None:
+    """A ``time.time()`` value from a time or a duration before now (``"60s"``)."""
+    if isinstance(t, str):
+        return time.time() - parse_timedelta(t)
+    return t
 
 
 def _format_dashboard_link(host: str, port: int) -> str:

@@ -1,9 +1,9 @@
-"""The scheduler's dashboard: bokeh documents served by the scheduler's own HTTP server.
+"""Bokeh figures of the cluster's activity: the scheduler's live dashboard and static reports.
 
 :mod:`distributed.dashboard.core` embeds a bokeh server application in the
 scheduler's tornado application; :mod:`distributed.dashboard.scheduler` says
 which pages there are; :mod:`distributed.dashboard.components` has the plots
-and tables the pages are made of.
+and tables they, and the reports (:mod:`distributed.dashboard.report`), are made of.
 """
 
 from __future__ import annotations

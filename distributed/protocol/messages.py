@@ -194,6 +194,37 @@ class TaskSpec(TypedDict):
     actor: NotRequired[bool]
 
 
+class GetTaskStream(TypedDict):
+    """Ask for the task stream's records (``Client.get_task_stream``); starts recording if it was not."""
+
+    op: Literal["get_task_stream"]
+    start: NotRequired[float | None]
+    stop: NotRequired[float | None]
+    count: NotRequired[int | None]
+
+
+class GetProfile(TypedDict):
+    """Ask for the workers' (or the scheduler's) statistical profile (``Client.profile``)."""
+
+    op: Literal["profile"]
+    key: NotRequired[str | None]
+    start: NotRequired[float | None]
+    stop: NotRequired[float | None]
+    workers: NotRequired[Sequence[str] | None]
+    merge_workers: NotRequired[bool]
+    server: NotRequired[bool]
+    scheduler: NotRequired[bool]
+
+
+class GetProfileMetadata(TypedDict):
+    """Ask for the workers' profile sample counts per cycle (merged over workers)."""
+
+    op: Literal["profile_metadata"]
+    workers: NotRequired[Sequence[str] | None]
+    start: NotRequired[float]
+    stop: NotRequired[float | None]
+
+
 # -- client -> scheduler (stream) ------------------------------------------------
 class UpdateGraph(TypedDict):
     op: Literal["update-graph"]
@@ -274,6 +305,9 @@ class SchedulerIdentity(TypedDict):
     workers: Mapping[str, WorkerIdentity]
 
 
+#: The reply to ``get_task_stream``: task stream records (see ``distributed.diagnostics.task_stream``).
+TaskStreamReply = Sequence[Mapping[str, Any]]
+
 #: The reply to requests that only acknowledge (``update-data``, ``cancel-keys``, ...).
 Acknowledged = Literal["OK"]
 
@@ -296,6 +330,9 @@ ClientRequest = (
     | WaitForWorkers
     | RegisterPlugin
     | UnregisterPlugin
+    | GetTaskStream
+    | GetProfile
+    | GetProfileMetadata
 )
 
 
@@ -396,6 +433,16 @@ class WorkerMetrics(TypedDict):
 
 
 # -- worker -> scheduler (stream) ----------------------------------------------
+class TransferSpan(TypedDict):
+    """One fetch of dependencies for a task: from which peer, when (worker clock), which keys."""
+
+    source: str
+    start: float
+    stop: float
+    keys: Sequence[Key]
+    nbytes: int
+
+
 class TaskFinished(TypedDict):
     op: Literal["task-finished"]
     key: Key
@@ -404,6 +451,8 @@ class TaskFinished(TypedDict):
     type: str
     start: float
     stop: float
+    #: The fetches of this task's dependencies, sent only when there were any.
+    transfers: NotRequired[Sequence[TransferSpan]]
 
 
 class WorkerTaskErred(TypedDict):
@@ -415,6 +464,7 @@ class WorkerTaskErred(TypedDict):
     text: str
     start: NotRequired[float]
     stop: NotRequired[float]
+    transfers: NotRequired[Sequence[TransferSpan]]
 
 
 class AddKeys(TypedDict):
@@ -564,6 +614,24 @@ class WorkerUpdateData(TypedDict):
 class WorkerClose(TypedDict):
     op: Literal["close"]
     reason: NotRequired[str]
+
+
+class WorkerProfile(TypedDict):
+    """Ask a worker for its profile between ``start`` and ``stop``, of a key prefix or its event loop."""
+
+    op: Literal["profile"]
+    start: NotRequired[float | None]
+    stop: NotRequired[float | None]
+    key: NotRequired[str | None]
+    server: NotRequired[bool]
+
+
+class WorkerProfileMetadata(TypedDict):
+    """Ask a worker for its profile sample counts per cycle."""
+
+    op: Literal["profile_metadata"]
+    start: NotRequired[float]
+    stop: NotRequired[float | None]
 
 
 # -- worker -> worker (and replies of worker requests) ----------------------------

@@ -101,7 +101,13 @@ def test_queued_root_tasks_pass_through_the_table() -> None:
     assert len(pulled) == 9
     for k in tasks:
         assert ("processing", "memory") in rec.seen[k]
-        assert rec.kwargs[(k, "processing", "memory")] == {"worker": A, "nbytes": 8, "type": "int"}
+        assert rec.kwargs[(k, "processing", "memory")] == {
+            "worker": A,
+            "nbytes": 8,
+            "type": "int",
+            "typename": "int",
+            "startstops": [{"action": "compute", "start": 1000.0, "stop": 1000.01}],
+        }
     assert_plugin_saw_the_story(s, rec)
     assert s.task_groups["x"].states["memory"] == 10
 

@@ -1,0 +1,101 @@
+"""The task stream figure: one bar per computation or transfer, one row per worker thread.
+
+:func:`task_stream_figure` draws a list of task stream records (see
+:mod:`distributed.diagnostics.task_stream`) once, for a report or
+``Client.get_task_stream(plot=True)``; :class:`TaskStream` keeps a figure and
+its data source so that a live page can redraw it with newer records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from bokeh.models import ColumnDataSource, HoverTool
+from bokeh.plotting import figure
+
+from distributed.diagnostics.task_stream import rectangles
+
+__all__ = ["TaskStream", "task_stream_data", "task_stream_figure"]
+
+#: Columns of the figure's data source.
+COLUMNS = ("x", "start", "duration", "worker", "lane", "y", "key", "name", "action", "color", "alpha", "source")
+
+
+def task_stream_data(records: Iterable[Mapping[str, Any]], start_boundary: float | None = None) -> dict[str, list[Any]]:
+    """Column data for the figure: :func:`~distributed.diagnostics.task_stream.rectangles` plus bar centres.
+
+    Times are milliseconds since ``start_boundary`` (default: the earliest
+    start among the records).
+    """
+    recs = [dict(r) for r in records]
+    if start_boundary is None:
+        starts = [ss["start"] for r in recs for ss in r.get("startstops", ())]
+        start_boundary = min(starts) if starts else 0.0
+    data = rectangles(recs, start_boundary=start_boundary)
+    data["x"] = [s + d / 2 for s, d in zip(data["start"], data["duration"], strict=True)]
+    return data
+
+
+class TaskStream:
+    """A task stream figure and its data source.
+
+    Parameters
+    ----------
+    height, width, sizing_mode
+        Passed to the bokeh figure.
+    title
+        The figure's title.
+    """
+
+    def __init__(
+        self, height: int = 400, width: int = 800, sizing_mode: str = "stretch_width", title: str = "Task Stream"
+    ) -> None:
+        self.source = ColumnDataSource(data={c: [] for c in COLUMNS})
+        fig = figure(
+            title=title,
+            height=height,
+            width=width,
+            sizing_mode=sizing_mode,  # type: ignore[arg-type]  # bokeh declares a Literal of mode names
+            x_axis_label="time (ms)",
+            y_axis_label="worker thread",
+            tools="xpan,xwheel_zoom,box_zoom,reset,save",
+            name="task_stream",
+        )
+        fig.rect(
+            source=self.source,
+            x="x",
+            y="y",
+            width="duration",
+            height=0.8,
+            fill_color="color",
+            fill_alpha="alpha",
+            line_color=None,
+        )
+        fig.yaxis.visible = False
+        fig.ygrid.visible = False
+        fig.add_tools(
+            HoverTool(
+                tooltips=[
+                    ("key", "@key"),
+                    ("action", "@action"),
+                    ("worker", "@worker"),
+                    ("from", "@source"),
+                    ("duration (ms)", "@duration{0.000}"),
+                ]
+            )
+        )
+        self.root = fig
+
+    def update(self, records: Sequence[Mapping[str, Any]], start_boundary: float | None = None) -> None:
+        """Show ``records`` (replacing what was shown)."""
+        self.source.data = task_stream_data(records, start_boundary)
+
+
+def task_stream_figure(
+    records: Sequence[Mapping[str, Any]], start_boundary: float | None = None, **kwargs: Any
+) -> figure:
+    """A bokeh figure of ``records``, times from ``start_boundary`` (``kwargs`` go to :class:`TaskStream`)."""
+    ts = TaskStream(**kwargs)
+    ts.update(records, start_boundary)
+    return ts.root

@@ -1,0 +1,180 @@
+"""The workers' statistical profiler and Client.profile."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import pytest
+
+from distributed import Client
+from distributed.profile import Profiler, create, merge, plot_data, process
+from distributed.scheduler import Scheduler
+from distributed.utils_test import gen_cluster, gen_test, inc
+from distributed.worker import Worker
+
+FAST = {"distributed.worker.profile.interval": "5ms", "distributed.worker.profile.cycle": "100ms"}
+
+
+def spin_in_named_function(seconds: float) -> int:
+    """Busy for ``seconds``: the profiler should find this frame."""
+    deadline = time.time() + seconds
+    n = 0
+    while time.time() < deadline:
+        n += 1
+    return n
+
+
+async def tree(c: Client[Literal[True]], **kwargs: Any) -> dict[str, Any]:
+    """``c.profile(**kwargs)``, without a figure."""
+    state = await c.profile(**kwargs)
+    assert isinstance(state, dict)
+    return state
+
+
+def names(state: Mapping[str, Any]) -> set[str]:
+    """Every function name in a profile tree."""
+    out = set()
+    todo: list[Mapping[str, Any]] = [state]
+    while todo:
+        node = todo.pop()
+        for child in node["children"].values():
+            out.add(child["description"]["name"])
+            todo.append(child)
+    return out
+
+
+def test_process_and_merge_build_counted_trees() -> None:
+    here = sys._getframe()
+    state = create()
+    assert process(here, state) and process(here, state)
+    assert state["count"] == 2
+    leaf_path = [state]
+    while leaf_path[-1]["children"]:
+        [child] = leaf_path[-1]["children"].values()
+        assert child["count"] == 2
+        leaf_path.append(child)
+    leaf = leaf_path[-1]
+    assert leaf["description"]["name"] == "test_process_and_merge_build_counted_trees"
+    assert "process(here, state)" in leaf["description"]["line"]  # the line running when first sampled
+    assert leaf["identifier"].startswith("test_process_and_merge_build_counted_trees;")
+    both = merge(state, state)
+    assert both["count"] == 4 and state["count"] == 2  # inputs unchanged
+    # stop= cuts the stack at the innermost frame of that file (this one): nothing of it is left.
+    cut = create()
+    process(here, cut, stop=__file__)
+    assert cut["count"] == 1 and cut["children"] == {}
+    data = plot_data(state)
+    assert data["name"][-1] == "test_process_and_merge_build_counted_trees"
+    assert all(0 <= left < right <= 1 for left, right in zip(data["left"], data["right"], strict=True))
+
+
+def test_profiler_samples_only_threads_running_tasks() -> None:
+    active: dict[int, Any] = {}
+    stop = threading.Event()
+    ready = threading.Event()
+
+    def busy() -> None:
+        active[threading.get_ident()] = "spin-1"
+        ready.set()
+        while not stop.is_set():
+            spin_in_named_function(0.001)
+
+    t = threading.Thread(target=busy)
+    t.start()
+    ready.wait()
+    prof = Profiler(active, None, interval=0.001, cycle=0.05, stop=None)
+    try:
+        for _ in range(5):
+            prof.sample()
+        prof.close_cycle()
+        prof.sample()
+    finally:
+        stop.set()
+        t.join()
+    assert "spin_in_named_function" in names(prof.get_profile())
+    assert prof.get_profile()["count"] == 6
+    assert prof.get_profile(key="spin")["count"] == 6
+    assert prof.get_profile(key="other")["count"] == 0
+    assert prof.get_profile(stop=0)["count"] == 5  # the closed cycle only, not the current samples
+    assert prof.get_metadata()["keys"][0][1] == {"spin": 5}
+
+
+@gen_cluster(client=True, config=FAST)
+async def test_client_profile_finds_the_task_function(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
+) -> None:
+    await c.submit(spin_in_named_function, 0.3, key="spin-1", workers=[a.address])
+    await c.submit(inc, 1, key="inc-1")
+    state = await c.profile()
+    assert isinstance(state, dict)
+    assert state["count"] > 10
+    assert "spin_in_named_function" in names(state)
+    # The tree starts at the task's own code: none of the worker's frames.
+    assert not any(
+        child["description"]["filename"].endswith("distributed/worker.py") for child in state["children"].values()
+    )
+    only = await c.profile(key="spin")
+    assert isinstance(only, dict)
+    assert "spin_in_named_function" in names(only) and only["count"] <= state["count"]
+    other = await c.profile(key="nothing-like-it")
+    assert other == create()
+    per_worker = await c.profile(merge_workers=False)
+    assert isinstance(per_worker, dict)
+    assert set(per_worker) == {a.address, b.address}
+    assert "spin_in_named_function" in names(per_worker[a.address])
+    assert "spin_in_named_function" not in names(per_worker[b.address])
+    assert await c.profile(workers=[b.address], key="spin") == create()
+    assert (await tree(c, start=time.time() + 3600))["count"] == 0
+    plotted = await c.profile(plot=True)
+    assert isinstance(plotted, tuple)
+    fig: Any = plotted[1]
+    assert "spin_in_named_function" in fig.renderers[0].data_source.data["name"]
+    meta = await s.requests.handle_profile_metadata(None, {"op": "profile_metadata"})  # type: ignore[arg-type]
+    assert sum(n for _, n in meta["counts"]) > 0
+
+
+@gen_cluster(client=True, config=FAST)
+async def test_profile_of_event_loops(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
+    deadline = time.monotonic() + 10
+    while (await tree(c, server=True))["count"] == 0:
+        assert time.monotonic() < deadline
+    assert s.requests.loop_profiler is None
+    await c.profile(scheduler=True)  # starts sampling the scheduler's loop
+    assert s.requests.loop_profiler is not None
+    thread = s.requests.loop_profiler.thread
+    while (await tree(c, scheduler=True))["count"] == 0:
+        assert time.monotonic() < deadline
+    await s.close()
+    assert thread is not None and not thread.is_alive()
+
+
+@gen_test(config=FAST)
+async def test_sampler_thread_stops_with_the_worker() -> None:
+    async with Scheduler(port=0, dashboard=False) as s:
+        w = Worker(s.address, nthreads=1)
+        await w
+        assert w.profiler is not None
+        thread = w.profiler.thread
+        assert thread is not None and thread.is_alive()
+        assert thread.name == "Profile"
+        await w.close()
+        assert not thread.is_alive()
+
+
+@gen_test(config={"distributed.worker.profile.enabled": False})
+async def test_disabled_profiler_runs_no_thread() -> None:
+    async with Scheduler(port=0, dashboard=False) as s, Worker(s.address, nthreads=1) as w:
+        assert w.profiler is None
+        assert w.get_profile() == create()
+
+
+def test_low_level_is_refused() -> None:
+    import dask
+
+    with dask.config.set({"distributed.worker.profile.low-level": True}):
+        with pytest.raises(NotImplementedError, match="low-level"):
+            Worker("tcp://127.0.0.1:1", nthreads=1)
