@@ -77,8 +77,14 @@ def status_doc(scheduler: Scheduler, doc: Document) -> None:
 
 
 def _task_stream(scheduler: Scheduler) -> Any:
-    """The task stream component, when the package provides one; None otherwise."""
-    return None
+    """The live task stream, when the scheduler records one (:func:`start_dashboard` makes sure it does)."""
+    from distributed.dashboard.components.scheduler import LiveTaskStream
+    from distributed.diagnostics.task_stream import TaskStreamPlugin
+
+    plugin = scheduler.plugins.get(TaskStreamPlugin.name)
+    if not isinstance(plugin, TaskStreamPlugin):
+        return None
+    return LiveTaskStream(plugin, height=300, sizing_mode="stretch_width")
 
 
 def workers_doc(scheduler: Scheduler, doc: Document) -> None:
@@ -109,8 +115,15 @@ def graph_doc(scheduler: Scheduler, doc: Document) -> None:
 PAGES: dict[str, Page] = {"/status": status_doc, "/workers": workers_doc, "/graph": graph_doc}
 
 
-def start_dashboard(scheduler: Scheduler, app: tornado.web.Application) -> BokehDashboard:
-    """Serve the dashboard's pages for ``scheduler`` behind ``app``, on the running loop."""
+async def start_dashboard(scheduler: Scheduler, app: tornado.web.Application) -> BokehDashboard:
+    """Serve the dashboard's pages for ``scheduler`` behind ``app``, on the running loop.
+
+    Adds the task stream plugin to the scheduler (if it has none) for the
+    status page's task stream.
+    """
+    from distributed.diagnostics.task_stream import ensure_task_stream
+
+    await ensure_task_stream(scheduler)
     dashboard = BokehDashboard(scheduler, PAGES)
     dashboard.attach(app)
     return dashboard

@@ -16,6 +16,7 @@ from tornado.httpclient import AsyncHTTPClient, HTTPResponse
 
 from distributed import Client, Event, Scheduler, Worker, wait
 from distributed.dashboard.components.scheduler import (
+    LiveTaskStream,
     MemoryByWorker,
     ProcessingByWorker,
     TaskGraph,
@@ -26,6 +27,7 @@ from distributed.dashboard.components.scheduler import (
     worker_memory,
 )
 from distributed.dashboard.scheduler import PAGES, graph_doc, status_doc, workers_doc
+from distributed.diagnostics.task_stream import TaskStreamPlugin
 from distributed.utils_test import async_poll_for, gen_cluster, inc, run_async
 
 DASHBOARD: dict[str, Any] = {"dashboard": True, "dashboard_address": "127.0.0.1:0"}
@@ -220,8 +222,10 @@ def test_graph_layout_places_tasks_after_their_dependencies() -> None:
     run_async(body, timeout=45)
 
 
-@gen_cluster(client=True)
+@gen_cluster(client=True, scheduler_kwargs=DASHBOARD)
 async def test_pages_build_documents_with_periodic_updates(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    # The dashboard records the task stream from its start.
+    assert isinstance(s.plugins.get(TaskStreamPlugin.name), TaskStreamPlugin)
     await wait(c.map(inc, range(3)))
     for page in (status_doc, workers_doc, graph_doc):
         doc = Document()
@@ -239,6 +243,29 @@ async def test_pages_build_documents_with_periodic_updates(c: Client, s: Schedul
         status_doc(s, doc)
     assert next(iter(doc.session_callbacks)).period == 2000  # type: ignore[attr-defined]  # a PeriodicCallback
     assert doc.get_model_by_name("task_progress") is not None
+    stream = doc.get_model_by_name("task_stream")
+    assert stream is not None
+    (source,) = {r.data_source for r in stream.renderers}  # type: ignore[attr-defined]  # a figure
+    assert sorted(source.data["key"]) == sorted(str(k) for k in s.tasks)
+    # Later tasks reach the page's stream at the next tick.
+    await wait(c.map(inc, range(10, 12)))
+    next(iter(doc.session_callbacks)).callback()
+    assert len(source.data["key"]) == 5
+
+
+@gen_cluster(client=True, scheduler_kwargs=DASHBOARD)
+async def test_live_task_stream_reads_only_new_records(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    plugin = s.plugins[TaskStreamPlugin.name]
+    assert isinstance(plugin, TaskStreamPlugin)
+    await wait(c.map(inc, range(5)))
+    live = LiveTaskStream(plugin, n=3)
+    assert len(live.records) == 3  # the last n only
+    data = live.source.data
+    live.update()
+    assert live.source.data is data  # nothing new: nothing redrawn or sent
+    await wait(c.map(inc, range(5, 7)))
+    live.update()
+    assert [r["key"] for r in live.records] == [r["key"] for r in list(plugin.buffer)[-3:]]
 
 
 def test_sessions_end_with_the_scheduler() -> None:

@@ -10,6 +10,7 @@ source's data only when it changed, so an idle page sends nothing.
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -20,10 +21,12 @@ from bokeh.models.widgets.tables import DataTable, NumberFormatter, TableColumn
 from bokeh.plotting import figure
 
 if TYPE_CHECKING:
+    from distributed.diagnostics.task_stream import TaskRecord, TaskStreamPlugin
     from distributed.scheduler import Scheduler
     from distributed.scheduler_state import TaskState
 
 __all__ = [
+    "LiveTaskStream",
     "MemoryByWorker",
     "ProcessingByWorker",
     "TaskGraph",
@@ -463,3 +466,47 @@ class TaskGraph:
                     "color": [(slice(0, len(states)), [STATE_COLORS.get(s, "#c7c7c7") for s in states])],
                 }
             )
+
+
+class LiveTaskStream:
+    """The task stream of the last ``n`` finished tasks, read incrementally from the scheduler's plugin.
+
+    Each tick asks the plugin only for the records added since the last one
+    (:meth:`TaskStreamPlugin.since`) and redraws nothing when there are none;
+    times are milliseconds since the first record shown, so the axis stays put.
+
+    Parameters
+    ----------
+    plugin
+        The scheduler's task stream plugin.
+    n
+        Records shown; by default ``distributed.scheduler.dashboard.status.task-stream-length``.
+    """
+
+    def __init__(self, plugin: TaskStreamPlugin, n: int | None = None, **kwargs: Any) -> None:
+        from distributed.dashboard.components.task_stream import TaskStream
+
+        if n is None:
+            n = int(dask.config.get("distributed.scheduler.dashboard.status.task-stream-length"))
+        self.plugin = plugin
+        self.records: deque[TaskRecord] = deque(maxlen=max(n, 1))
+        self.index = max(plugin.index - n, 0)
+        self.start_boundary: float | None = None
+        self.stream = TaskStream(**kwargs)
+        self.source = self.stream.source
+        self.root: Model = self.stream.root
+        self.update()
+
+    def update(self) -> None:
+        """Add the tasks finished since the last update, if any."""
+        index, new = self.plugin.since(self.index)
+        self.index = index
+        if not new:
+            return
+        self.records.extend(new)
+        if self.start_boundary is None:
+            starts = [ss["start"] for r in self.records for ss in r.get("startstops", ())]
+            if not starts:
+                return
+            self.start_boundary = min(starts)
+        self.stream.update(list(self.records), self.start_boundary)
