@@ -74,8 +74,8 @@ def test_status_page_draws_the_task_stream_and_progress(tmp_path: Path) -> None:
         LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address="127.0.0.1:0") as cluster,
         Client(cluster) as client,
     ):
-        # Tasks that keep flowing while the browser loads and draws the page (about 20 s of work).
-        futures = client.map(slowinc, range(400), delay=0.1, pure=False)
+        # Tasks that keep flowing while the browser loads and draws the page (about 50 s of work).
+        futures = client.map(slowinc, range(1000), delay=0.1, pure=False)
         link = client.dashboard_link
         assert link is not None
         try:
