@@ -30,6 +30,7 @@ from tornado.ioloop import IOLoop
 
 if TYPE_CHECKING:
     from bokeh.document import Document
+    from bokeh.server.session import ServerSession
     from bokeh.server.tornado import BokehTornado
 
     from distributed.scheduler import Scheduler
@@ -133,16 +134,29 @@ class BokehDashboard:
         self.bokeh.start()
         self._started = True
 
+    def sessions(self) -> list[ServerSession]:
+        """The bokeh sessions (one per page a browser opened) not yet discarded, over all pages."""
+        return [session for path in self.paths for session in self.bokeh.get_sessions(path) if not session.destroyed]
+
     def session_count(self) -> int:
-        """The number of open bokeh sessions (browser tabs showing a page), over all pages."""
-        return sum(not session.destroyed for path in self.paths for session in self.bokeh.get_sessions(path))
+        """The number of bokeh sessions (browser tabs showing a page), over all pages."""
+        return len(self.sessions())
 
     def close(self) -> None:
-        """End every session (their periodic callbacks stop) and bokeh's housekeeping. Idempotent."""
+        """Stop every session's updates and bokeh's housekeeping. Idempotent.
+
+        Sessions are not destroyed here: a browser still connected would make
+        bokeh touch a destroyed session when its websocket closes. Without
+        their periodic callbacks they no longer read the scheduler.
+        """
         if not self._started:
             return
+        from bokeh.server.callbacks import PeriodicCallback
+
         self._started = False
-        for path in self.paths:
-            for session in self.bokeh.get_sessions(path):
-                session.destroy()
+        for session in self.sessions():
+            doc = session.document
+            for callback in list(doc.session_callbacks):
+                if isinstance(callback, PeriodicCallback):
+                    doc.remove_periodic_callback(callback)
         self.bokeh.stop()

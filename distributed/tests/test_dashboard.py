@@ -268,7 +268,7 @@ async def test_live_task_stream_reads_only_new_records(c: Client, s: Scheduler, 
     assert [r["key"] for r in live.records] == [r["key"] for r in list(plugin.buffer)[-3:]]
 
 
-def test_sessions_end_with_the_scheduler() -> None:
+def test_sessions_stop_updating_when_the_scheduler_closes() -> None:
     async def body() -> None:
         s = Scheduler(host="127.0.0.1", port=0, **DASHBOARD)
         await s
@@ -278,9 +278,12 @@ def test_sessions_end_with_the_scheduler() -> None:
             await fetch(s.http_server.port, "/status")
             assert s.dashboard_server.session_count() == 1
             board = s.dashboard_server
+            (session,) = board.sessions()
+            assert session.document.session_callbacks
         finally:
             await s.close()
-        assert board.session_count() == 0
+        # The page no longer reads the (closed) scheduler.
+        assert not session.document.session_callbacks
 
     run_async(body, timeout=45)
 
