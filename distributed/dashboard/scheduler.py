@@ -8,6 +8,7 @@ them all. Nothing is computed while no page is open.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -77,14 +78,26 @@ def status_doc(scheduler: Scheduler, doc: Document) -> None:
 
 
 def _task_stream(scheduler: Scheduler) -> Any:
-    """The live task stream, when the scheduler records one (:func:`start_dashboard` makes sure it does)."""
-    from distributed.dashboard.components.scheduler import LiveTaskStream
-    from distributed.diagnostics.task_stream import TaskStreamPlugin
+    """The live task stream; the first status page opened starts the scheduler's recording of it.
 
-    plugin = scheduler.plugins.get(TaskStreamPlugin.name)
-    if not isinstance(plugin, TaskStreamPlugin):
-        return None
-    return LiveTaskStream(plugin, height=300, sizing_mode="stretch_width")
+    Recording costs the scheduler a plugin call on every transition, so, as in
+    dask.distributed, it starts when someone first looks (this page,
+    ``get_task_stream``, ``performance_report``) rather than with the server.
+    The stream then shows the tasks that finished since.
+    """
+    from distributed.dashboard.components.scheduler import LiveTaskStream
+    from distributed.diagnostics.task_stream import TaskStreamPlugin, ensure_task_stream
+
+    if not isinstance(scheduler.plugins.get(TaskStreamPlugin.name), TaskStreamPlugin):
+        # Pages are built on the scheduler's loop; the plugin is added right after, on that loop.
+        task = asyncio.ensure_future(ensure_task_stream(scheduler))
+        _pending.add(task)
+        task.add_done_callback(_pending.discard)
+    return LiveTaskStream(scheduler, height=300, sizing_mode="stretch_width")
+
+
+#: Tasks adding the task stream plugin, kept until done (the loop holds only weak references).
+_pending: set[asyncio.Future[Any]] = set()
 
 
 def workers_doc(scheduler: Scheduler, doc: Document) -> None:
@@ -115,15 +128,8 @@ def graph_doc(scheduler: Scheduler, doc: Document) -> None:
 PAGES: dict[str, Page] = {"/status": status_doc, "/workers": workers_doc, "/graph": graph_doc}
 
 
-async def start_dashboard(scheduler: Scheduler, app: tornado.web.Application) -> BokehDashboard:
-    """Serve the dashboard's pages for ``scheduler`` behind ``app``, on the running loop.
-
-    Adds the task stream plugin to the scheduler (if it has none) for the
-    status page's task stream.
-    """
-    from distributed.diagnostics.task_stream import ensure_task_stream
-
-    await ensure_task_stream(scheduler)
+def start_dashboard(scheduler: Scheduler, app: tornado.web.Application) -> BokehDashboard:
+    """Serve the dashboard's pages for ``scheduler`` behind ``app``, on the running loop."""
     dashboard = BokehDashboard(scheduler, PAGES)
     dashboard.attach(app)
     return dashboard

@@ -150,7 +150,7 @@ async def start_http_server(scheduler: Scheduler, address: str | int | None) -> 
         from distributed.dashboard.scheduler import start_dashboard
 
         try:
-            board = await start_dashboard(scheduler, handle.application)
+            board = start_dashboard(scheduler, handle.application)
         except BaseException:
             await handle.close()
             raise

@@ -6,6 +6,7 @@ import json
 import re
 import urllib.parse
 import warnings
+from collections import deque
 from typing import Any
 
 import dask
@@ -27,7 +28,7 @@ from distributed.dashboard.components.scheduler import (
     worker_memory,
 )
 from distributed.dashboard.scheduler import PAGES, graph_doc, status_doc, workers_doc
-from distributed.diagnostics.task_stream import TaskStreamPlugin
+from distributed.diagnostics.task_stream import TaskStreamPlugin, ensure_task_stream
 from distributed.utils_test import async_poll_for, gen_cluster, inc, run_async
 
 DASHBOARD: dict[str, Any] = {"dashboard": True, "dashboard_address": "127.0.0.1:0"}
@@ -224,8 +225,10 @@ def test_graph_layout_places_tasks_after_their_dependencies() -> None:
 
 @gen_cluster(client=True, scheduler_kwargs=DASHBOARD)
 async def test_pages_build_documents_with_periodic_updates(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
-    # The dashboard records the task stream from its start.
-    assert isinstance(s.plugins.get(TaskStreamPlugin.name), TaskStreamPlugin)
+    # Nothing is recorded for the task stream until a status page is opened: it costs every transition.
+    assert TaskStreamPlugin.name not in s.plugins
+    await fetch(s.http_server.port, "/status")
+    await async_poll_for(lambda: isinstance(s.plugins.get(TaskStreamPlugin.name), TaskStreamPlugin))
     await wait(c.map(inc, range(3)))
     for page in (status_doc, workers_doc, graph_doc):
         doc = Document()
@@ -255,10 +258,13 @@ async def test_pages_build_documents_with_periodic_updates(c: Client, s: Schedul
 
 @gen_cluster(client=True, scheduler_kwargs=DASHBOARD)
 async def test_live_task_stream_reads_only_new_records(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
-    plugin = s.plugins[TaskStreamPlugin.name]
-    assert isinstance(plugin, TaskStreamPlugin)
+    live = LiveTaskStream(s, n=3)  # before the plugin exists: shows nothing until it does
+    assert live.records == deque()
+    plugin = await ensure_task_stream(s)
     await wait(c.map(inc, range(5)))
-    live = LiveTaskStream(plugin, n=3)
+    live.update()
+    assert len(live.records) == 3
+    live = LiveTaskStream(s, n=3)
     assert len(live.records) == 3  # the last n only
     data = live.source.data
     live.update()

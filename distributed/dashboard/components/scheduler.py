@@ -471,26 +471,30 @@ class TaskGraph:
 class LiveTaskStream:
     """The task stream of the last ``n`` finished tasks, read incrementally from the scheduler's plugin.
 
-    Each tick asks the plugin only for the records added since the last one
-    (:meth:`TaskStreamPlugin.since`) and redraws nothing when there are none;
-    times are milliseconds since the first record shown, so the axis stays put.
+    Each tick asks the scheduler's :class:`TaskStreamPlugin` (looked up by
+    name, so the page may be built before the plugin is added) only for the
+    records added since the last one (:meth:`TaskStreamPlugin.since`), and
+    redraws nothing when there are none; times are milliseconds since the
+    first record shown, so the axis stays put.
 
     Parameters
     ----------
-    plugin
-        The scheduler's task stream plugin.
+    scheduler
+        The scheduler whose task stream plugin is read.
     n
         Records shown; by default ``distributed.scheduler.dashboard.status.task-stream-length``.
     """
 
-    def __init__(self, plugin: TaskStreamPlugin, n: int | None = None, **kwargs: Any) -> None:
+    def __init__(self, scheduler: Scheduler, n: int | None = None, **kwargs: Any) -> None:
         from distributed.dashboard.components.task_stream import TaskStream
 
         if n is None:
             n = int(dask.config.get("distributed.scheduler.dashboard.status.task-stream-length"))
-        self.plugin = plugin
-        self.records: deque[TaskRecord] = deque(maxlen=max(n, 1))
-        self.index = max(plugin.index - n, 0)
+        self.scheduler = scheduler
+        self.n = max(n, 1)
+        self.records: deque[TaskRecord] = deque(maxlen=self.n)
+        self.plugin: TaskStreamPlugin | None = None
+        self.index = 0
         self.start_boundary: float | None = None
         self.stream = TaskStream(**kwargs)
         self.source = self.stream.source
@@ -499,7 +503,15 @@ class LiveTaskStream:
 
     def update(self) -> None:
         """Add the tasks finished since the last update, if any."""
-        index, new = self.plugin.since(self.index)
+        from distributed.diagnostics.task_stream import TaskStreamPlugin
+
+        plugin = self.scheduler.plugins.get(TaskStreamPlugin.name)
+        if not isinstance(plugin, TaskStreamPlugin):
+            return
+        if plugin is not self.plugin:  # first seen, or replaced: start from its last n records
+            self.plugin = plugin
+            self.index = max(plugin.index - self.n, 0)
+        index, new = plugin.since(self.index)
         self.index = index
         if not new:
             return
