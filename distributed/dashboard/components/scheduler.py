@@ -67,10 +67,11 @@ def _worker_label(address: str, name: Any) -> str:
 def prefix_progress(scheduler: Scheduler) -> Data:
     """Per task prefix with any task not yet forgotten: counts by state and the bars' extents.
 
-    ``done`` counts tasks in memory, erred, and those already forgotten after
-    running (their results were released); the bar of a prefix goes from 0 to
-    1 in segments: done in memory, done and released, erred, processing,
-    and still to run (waiting, queued, no-worker, released before running).
+    ``done`` counts tasks in memory, erred, and forgotten (mostly results
+    released after running; a task cancelled before it ran is forgotten
+    too, and counted here as well); the bar of a prefix goes from 0 to 1 in
+    segments: in memory, forgotten, erred, processing, and still to run
+    (waiting, queued, no-worker, released).
     """
     rows: list[tuple[str, int, int, int, int, int, int]] = []
     for name, tp in scheduler.task_prefixes.items():
