@@ -89,3 +89,73 @@ def test_status_page_draws_the_task_stream_and_progress(tmp_path: Path) -> None:
         for name in DRAWN:
             assert plots[name]["width"] > 100 and plots[name]["height"] > 50, (name, plots[name])
         assert (tmp_path / "status.png").stat().st_size > 10_000
+
+
+GRAPH_AND_TABLE_JS = """
+(() => {
+  const B = window.Bokeh;
+  if (!B || !B.documents || B.documents.length === 0) return null;
+  const doc = B.documents[0];
+  const graph = doc.get_model_by_name("task_graph");
+  const table = doc.get_model_by_name("workers_table");
+  const out = {};
+  if (graph != null) {
+    const view = B.index.find_one(graph);
+    if (view != null) {
+      const canvas = view.export("png").canvas;
+      const data = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
+      let colored = 0;
+      for (let i = 0; i < data.length; i += 4) {
+        const r = data[i], g = data[i + 1], b = data[i + 2];
+        if (data[i + 3] > 0 && Math.max(r, g, b) - Math.min(r, g, b) > 60) colored++;
+      }
+      out.graph = {colored, nodes: graph.renderers[1].data_source.get_length()};
+    }
+  }
+  if (table != null && B.index.find_one(table) != null) {
+    out.table = {rows: table.source.get_length(), addresses: table.source.data.address};
+  }
+  return out;
+})()
+"""
+
+
+async def poll_page(url: str, tmp_path: Path, ready: Any, timeout: float = 60) -> dict[str, Any]:
+    async with HeadlessChromium(url, tmp_path) as browser:
+        deadline = time.monotonic() + timeout
+        while True:
+            state = await browser.evaluate(GRAPH_AND_TABLE_JS)
+            if state and ready(state):
+                return dict(state)
+            if time.monotonic() > deadline:
+                await browser.screenshot(tmp_path / "page.png")
+                pytest.fail(f"{url} not drawn within {timeout} s (screenshot in {tmp_path}): {state}")
+            await asyncio.sleep(0.2)
+
+
+@pytest.mark.timeout(180)
+def test_graph_and_workers_pages_draw(tmp_path: Path) -> None:
+    require_chromium()
+    from dask.delayed import delayed
+
+    from distributed.utils_test import inc
+
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address="127.0.0.1:0") as cluster,
+        Client(cluster) as client,
+    ):
+        parts = [delayed(inc)(i, dask_key_name=f"part-{i}") for i in range(5)]
+        total = delayed(sum)(parts, dask_key_name="total")
+        futures = client.compute([total, *parts])  # all six held, so all stay in the graph
+        assert client.gather(futures) == [15, 1, 2, 3, 4, 5]
+        link = client.dashboard_link
+        assert link is not None
+        base = link.rsplit("/", 1)[0]
+        graph = asyncio.run(
+            poll_page(f"{base}/graph", tmp_path / "graph", lambda s: s.get("graph", {}).get("colored", 0) > 50)
+        )
+        assert graph["graph"]["nodes"] == 6  # five parts and their sum
+        table = asyncio.run(
+            poll_page(f"{base}/workers", tmp_path / "workers", lambda s: s.get("table", {}).get("rows", 0) == 2)
+        )
+        assert sorted(table["table"]["addresses"]) == sorted(cluster.scheduler_info["workers"])
