@@ -85,6 +85,24 @@ def _log_errors_only(handler: tornado.web.RequestHandler) -> None:
         logger.error("%d %s %s", handler.get_status(), handler.request.method, handler.request.uri)
 
 
+def _make_bokeh_tornado(applications: Mapping[str, Any], **kwargs: Any) -> BokehTornado:
+    """A ``BokehTornado`` that remembers its open websockets, so that closing the dashboard can close them."""
+    import weakref
+
+    from bokeh.server.tornado import BokehTornado
+
+    class _Tornado(BokehTornado):
+        def __init__(self, *args: Any, **kw: Any) -> None:
+            super().__init__(*args, **kw)
+            self.websockets: weakref.WeakSet[Any] = weakref.WeakSet()
+
+        def new_connection(self, protocol: Any, socket: Any, application_context: Any, session: Any) -> Any:
+            self.websockets.add(socket)
+            return super().new_connection(protocol, socket, application_context, session)
+
+    return _Tornado(applications, **kwargs)
+
+
 def _run_page(page: Page, scheduler: Scheduler, doc: Document) -> None:
     page(scheduler, doc)
 
@@ -103,7 +121,6 @@ class BokehDashboard:
     def __init__(self, scheduler: Scheduler, pages: Mapping[str, Page]) -> None:
         from bokeh.application import Application
         from bokeh.application.handlers.function import FunctionHandler
-        from bokeh.server.tornado import BokehTornado
 
         self.scheduler = scheduler
         self.paths = list(pages)
@@ -113,7 +130,7 @@ class BokehDashboard:
             path: Application(FunctionHandler(functools.partial(_run_page, page, scheduler)))
             for path, page in pages.items()
         }
-        self.bokeh: BokehTornado = BokehTornado(
+        self.bokeh: BokehTornado = _make_bokeh_tornado(
             applications,
             extra_websocket_origins=origins,
             use_index=False,
@@ -159,4 +176,7 @@ class BokehDashboard:
             for callback in list(doc.session_callbacks):
                 if isinstance(callback, PeriodicCallback):
                     doc.remove_periodic_callback(callback)
+        # The HTTP server closes its HTTP connections; websockets left it when they upgraded.
+        for socket in list(getattr(self.bokeh, "websockets", ())):
+            socket.close()
         self.bokeh.stop()

@@ -159,3 +159,38 @@ def test_graph_and_workers_pages_draw(tmp_path: Path) -> None:
             poll_page(f"{base}/workers", tmp_path / "workers", lambda s: s.get("table", {}).get("rows", 0) == 2)
         )
         assert sorted(table["table"]["addresses"]) == sorted(cluster.scheduler_info["workers"])
+
+
+@pytest.mark.timeout(120)
+def test_closing_the_scheduler_closes_the_pages_websockets(tmp_path: Path) -> None:
+    require_chromium()
+    import psutil
+
+    from distributed import Scheduler
+    from distributed.utils_test import async_poll_for
+
+    def established(port: int) -> int:
+        return sum(
+            1
+            for c in psutil.Process().net_connections("tcp")
+            if c.laddr and c.laddr.port == port and c.status == psutil.CONN_ESTABLISHED
+        )
+
+    async def body() -> None:
+        s = Scheduler(host="127.0.0.1", port=0, dashboard=True, dashboard_address="127.0.0.1:0")
+        await s
+        try:
+            port = s.http_server.port
+            async with HeadlessChromium(f"http://127.0.0.1:{port}/status", tmp_path) as browser:
+                # The document arrives over the page's websocket.
+                deadline = time.monotonic() + 60
+                while not await browser.evaluate("!!(window.Bokeh && Bokeh.documents.length)"):
+                    assert time.monotonic() < deadline, "the page's document never arrived"
+                    await asyncio.sleep(0.1)
+                assert established(port) >= 1
+                await s.close()
+                await async_poll_for(lambda: established(port) == 0, timeout=10)
+        finally:
+            await s.close()
+
+    asyncio.run(body())
