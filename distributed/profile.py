@@ -311,22 +311,30 @@ class Profiler:
     def sample(self, me: int | None = None) -> None:
         """Add the current stack of each task thread (and of the event loop thread)."""
         frames = sys._current_frames()
-        active = dict(self.active_threads)  # copied in one step: the loop and pool threads change it
-        with self.lock:
-            for ident, key in active.items():
-                frame = frames.get(ident)
-                if frame is None or ident == me:
-                    continue
-                prefix = key_split(key)
-                tree = self.keys.get(prefix)
-                if tree is None:
-                    tree = self.keys[prefix] = create()
-                if process(frame, self.recent, stop=self.stop_at):
-                    process(frame, tree, stop=self.stop_at)
-            if self.loop_thread is not None and self.loop_thread not in active:
-                frame = frames.get(self.loop_thread)
-                if frame is not None:
-                    process(frame, self.server_recent)
+        try:
+            # Our own frame in the dict would close a reference cycle (this frame's locals hold the
+            # dict) keeping every sampled frame, and the task data in their locals, until the
+            # garbage collector runs.
+            frames.pop(threading.get_ident(), None)
+            active = dict(self.active_threads)  # copied in one step: the loop and pool threads change it
+            with self.lock:
+                for ident, key in active.items():
+                    frame = frames.get(ident)
+                    if frame is None or ident == me:
+                        continue
+                    prefix = key_split(key)
+                    tree = self.keys.get(prefix)
+                    if tree is None:
+                        tree = self.keys[prefix] = create()
+                    if process(frame, self.recent, stop=self.stop_at):
+                        process(frame, tree, stop=self.stop_at)
+                if self.loop_thread is not None and self.loop_thread not in active:
+                    frame = frames.get(self.loop_thread)
+                    if frame is not None:
+                        process(frame, self.server_recent)
+        finally:
+            frames.clear()
+            frame = None
 
     def close_cycle(self, now: float | None = None) -> None:
         """Move the current trees into the history, stamped ``now``."""
@@ -345,7 +353,8 @@ class Profiler:
         """The tree of the samples taken between ``start`` and ``stop`` (of the key prefix ``key``).
 
         Whole cycles count: those closed after ``start`` up to the first
-        closed after ``stop``, plus the current one when ``stop`` is None.
+        closed after ``stop``, plus the current one when ``stop`` is None
+        (and ``start`` is not in the future).
         """
         with self.lock:
             history: list[tuple[float, ProfileState]]
@@ -362,7 +371,7 @@ class Profiler:
             istart = 0 if start is None else bisect.bisect_left(times, start)
             istop = len(history) if stop is None else min(bisect.bisect_right(times, stop) + 1, len(history))
             trees = [tree for _, tree in history[istart:istop]]
-            if stop is None:
+            if stop is None and (start is None or start <= self.clock()):
                 trees.append(recent)
             return merge(*trees)
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -178,3 +180,37 @@ def test_low_level_is_refused() -> None:
     with dask.config.set({"distributed.worker.profile.low-level": True}):
         with pytest.raises(NotImplementedError, match="low-level"):
             Worker("tcp://127.0.0.1:1", nthreads=1)
+
+
+class Payload:
+    """Stands for a task's data."""
+
+
+def test_sampling_keeps_no_frame_and_its_data_alive() -> None:
+    # A sampled frame that outlives its function keeps its locals (a task's data) alive: nothing
+    # the sampler does may keep one past the sample, not even until the garbage collector runs.
+    active: dict[int, Any] = {}
+    started, release = threading.Event(), threading.Event()
+    refs: list[weakref.ref[Payload]] = []
+
+    def task() -> None:
+        data = Payload()
+        refs.append(weakref.ref(data))
+        active[threading.get_ident()] = "hold-1"
+        started.set()
+        release.wait()
+        del active[threading.get_ident()]
+
+    t = threading.Thread(target=task)
+    t.start()
+    started.wait()
+    prof = Profiler(active, threading.get_ident(), interval=0.001, cycle=1.0, stop=None)
+    gc.disable()
+    try:
+        prof.sample()
+        release.set()
+        t.join()
+        assert refs[0]() is None
+    finally:
+        gc.enable()
+    assert prof.get_profile(key="hold")["count"] == 1
