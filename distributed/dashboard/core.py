@@ -124,6 +124,7 @@ class BokehDashboard:
 
         self.scheduler = scheduler
         self.paths = list(pages)
+        update_interval_ms()  # a bad interval fails here, not in every page a browser opens
         options = _bokeh_options()
         origins = [str(o) for o in options.pop("allow_websocket_origin", ["*"]) or []]
         applications = {

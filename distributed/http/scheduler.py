@@ -143,7 +143,7 @@ async def start_http_server(scheduler: Scheduler, address: str | int | None) -> 
             f"Port {port} is already in use.\n"
             "Perhaps you already have a cluster running?\n"
             f"Hosting the HTTP server on port {handle.port} instead",
-            RuntimeWarning,
+            UserWarning,
             stacklevel=2,
         )
     if dashboard and handle.application is not None:

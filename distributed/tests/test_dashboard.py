@@ -299,7 +299,7 @@ def test_client_without_address_serves_the_dashboard() -> None:
     import urllib.request
 
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Port 8787 is already in use", category=RuntimeWarning)
+        warnings.filterwarnings("ignore", message="Port 8787 is already in use", category=UserWarning)
         with Client(n_workers=1, threads_per_worker=1, processes=False) as client:
             link = client.dashboard_link
             assert link is not None and link.endswith("/status")
@@ -318,6 +318,12 @@ def test_bokeh_application_config_is_checked() -> None:
                 from distributed.http.scheduler import start_http_server
 
                 with pytest.raises(ValueError, match="no_such_option"):
+                    await start_http_server(s, "127.0.0.1:0")
+                with (
+                    dask.config.set({"distributed.scheduler.dashboard.bokeh-application": {}}),
+                    dask.config.set({"distributed.dashboard.update-interval": "0s"}),
+                    pytest.raises(ValueError, match="update-interval"),
+                ):
                     await start_http_server(s, "127.0.0.1:0")
             finally:
                 await s.close()

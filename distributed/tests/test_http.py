@@ -116,7 +116,7 @@ def test_dashboard_port_taken_falls_back_to_a_free_port() -> None:
             sock.bind(("127.0.0.1", 0))
             sock.listen()
             taken = sock.getsockname()[1]
-            with pytest.warns(RuntimeWarning, match=f"Port {taken} is already in use"):
+            with pytest.warns(UserWarning, match=f"Port {taken} is already in use"):
                 s = Scheduler(host="127.0.0.1", port=0, dashboard=True, dashboard_address=f"127.0.0.1:{taken}")
                 await s
             try:
