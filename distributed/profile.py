@@ -267,14 +267,6 @@ class Profiler:
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
 
-    @classmethod
-    def from_config(cls, active_threads: Mapping[int, Any], loop_thread: int | None) -> Profiler | None:
-        """A profiler as ``distributed.worker.profile.*`` asks (None when disabled)."""
-        settings = ProfileSettings()
-        if not settings.enabled:
-            return None
-        return cls(active_threads, loop_thread, settings.interval, settings.cycle)
-
     @property
     def thread(self) -> threading.Thread | None:
         """The sampling thread, while it runs."""
