@@ -6,6 +6,8 @@
   scheduler's own CPU time and memory can be read with psutil.
 * :class:`StallProbe`: a separate process that times ``Client.scheduler_info()``
   round trips, to see how long the scheduler's event loop stops answering.
+* :class:`HeadlessBrowser`: headless Chromium showing a dashboard page, so the
+  scheduler's cost of serving it can be measured.
 """
 
 from __future__ import annotations
@@ -108,9 +110,12 @@ def _rss_peak_bytes(pid: int) -> int | None:
 class CliCluster:
     """Scheduler and workers as separate processes, started from their command lines."""
 
-    def __init__(self, nworkers: int = NWORKERS, nthreads: int = THREADS_PER_WORKER) -> None:
+    def __init__(self, nworkers: int = NWORKERS, nthreads: int = THREADS_PER_WORKER, dashboard: bool = False) -> None:
         self.nworkers = nworkers
         self.nthreads = nthreads
+        #: Serve the scheduler's dashboard on a free port of 127.0.0.1 (see :attr:`dashboard_port`).
+        self.dashboard = dashboard
+        self.dashboard_port: int | None = None
         self._tmp = tempfile.TemporaryDirectory(prefix="bench-cluster-")
         self.dir = Path(self._tmp.name)
         self.scheduler_file = self.dir / "scheduler.json"
@@ -145,7 +150,7 @@ class CliCluster:
                 "127.0.0.1",
                 "--port",
                 "0",
-                "--no-dashboard",
+                *(["--dashboard-address", "127.0.0.1:0"] if self.dashboard else ["--no-dashboard"]),
                 "--scheduler-file",
                 str(self.scheduler_file),
             ],
@@ -156,7 +161,10 @@ class CliCluster:
             if self.scheduler.poll() is not None:
                 raise RuntimeError(f"scheduler exited with {self.scheduler.returncode}\n{self.log_tail()}")
             try:
-                self.address = json.loads(self.scheduler_file.read_text())["address"]
+                identity = json.loads(self.scheduler_file.read_text())
+                self.address = identity["address"]
+                if self.dashboard:
+                    self.dashboard_port = int(identity["services"]["dashboard"])
                 break
             except (OSError, ValueError, KeyError):
                 pass
@@ -303,3 +311,71 @@ def run_probe(address: str, out: str, stop: str, ready: str, interval: float, li
             samples.append((sent, time.perf_counter() - t0))
             time.sleep(interval)
     Path(out).write_text(json.dumps(samples))
+
+
+def find_chromium() -> str | None:
+    """A Chromium executable on PATH (Debian's ``chromium`` first), or None."""
+    import shutil
+
+    return next((p for p in (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")) if p), None)
+
+
+class HeadlessBrowser:
+    """Headless Chromium showing ``url``, with no network beyond 127.0.0.1; killed by its PID on close."""
+
+    def __init__(self, url: str, executable: str) -> None:
+        self.url = url
+        self._tmp = tempfile.TemporaryDirectory(prefix="bench-browser-")
+        profile = Path(self._tmp.name)
+        with open(profile / "chromium.log", "wb") as log:
+            self.proc = subprocess.Popen(
+                [
+                    executable,
+                    "--headless=new",
+                    "--no-sandbox",
+                    "--disable-gpu",
+                    "--remote-debugging-port=0",
+                    "--remote-debugging-address=127.0.0.1",
+                    f"--user-data-dir={profile / 'profile'}",
+                    "--window-size=1400,1000",
+                    "--no-first-run",
+                    "--disable-background-networking",
+                    "--disable-component-update",
+                    "--disable-extensions",
+                    "--disable-sync",
+                    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+                    url,
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
+        self._port_file = profile / "profile" / "DevToolsActivePort"
+
+    def wait_loaded(self, title: str, timeout: float = 60.0) -> None:
+        """Wait until the page's title contains ``title`` (it is set once the page's HTML arrived)."""
+        import urllib.request
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("the browser exited")
+            try:
+                port = int(self._port_file.read_text().split()[0])
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=5) as r:
+                    if any(title in t.get("title", "") for t in json.loads(r.read())):
+                        return
+            except (OSError, ValueError, IndexError):
+                pass
+            time.sleep(0.1)
+        raise TimeoutError(f"{self.url} did not load in the browser within {timeout} s")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait(30)
+        self._tmp.cleanup()

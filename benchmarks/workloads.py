@@ -20,7 +20,15 @@ from typing import Any, TypedDict
 import dask
 
 from benchmarks import tasks
-from benchmarks.clusters import NTHREADS, CliCluster, StallProbe, local_cluster, settle
+from benchmarks.clusters import (
+    NTHREADS,
+    CliCluster,
+    HeadlessBrowser,
+    StallProbe,
+    find_chromium,
+    local_cluster,
+    settle,
+)
 
 Params = dict[str, Any]
 
@@ -482,6 +490,89 @@ def scheduler_cpu_per_task(p: Params, repeat: int) -> list[Metric]:
     ]
 
 
+def dashboard_cpu(p: Params, repeat: int) -> list[Metric]:
+    """The scheduler's extra CPU with ``/status`` open in headless Chromium while ``map_noop`` runs.
+
+    The scheduler runs in its own process (command line); its CPU time
+    (psutil) is read around each ``map`` of ``n`` no-op tasks: with the
+    dashboard served but no page open, then with the status page open in a
+    headless browser, and on a second cluster with no dashboard at all.
+    ``extra_cpu_pct`` is, per run with the page open, the CPU seconds beyond
+    the median run without it, as a percentage of one core over that run's
+    wall time; ``dashboard_on_cpu_pct`` compares the runs with the dashboard
+    served (no page) with those without a dashboard the same way (what the
+    task stream's recording costs). The idle cost (cluster idle, page open)
+    is measured over ``idle_s`` seconds. Needs ``chromium`` on PATH.
+    """
+    from distributed import wait
+
+    n = int(p["n"])
+    idle_s = float(p.get("idle_s", 5.0))
+    executable = find_chromium()
+    if executable is None:
+        raise RuntimeError("dashboard_cpu needs a Chromium browser on PATH ('chromium')")
+
+    def runs(cluster: CliCluster) -> tuple[list[float], list[float]]:
+        client = cluster.client
+        cpu: list[float] = []
+        wall: list[float] = []
+        for i in range(repeat + 1):
+            settle(client)
+            c0, t0 = cluster.scheduler_cpu(), time.perf_counter()
+            wait(client.map(tasks.noop, range(n), pure=False))
+            c1, t1 = cluster.scheduler_cpu(), time.perf_counter()
+            if i > 0:  # the first is a warm-up (and, with the page, lets it connect)
+                cpu.append(c1 - c0)
+                wall.append(t1 - t0)
+        return cpu, wall
+
+    def idle_pct(cluster: CliCluster) -> float:
+        settle(cluster.client)
+        c0, t0 = cluster.scheduler_cpu(), time.perf_counter()
+        time.sleep(idle_s)
+        return 100 * (cluster.scheduler_cpu() - c0) / (time.perf_counter() - t0)
+
+    def extra_pct(cpu: list[float], wall: list[float], base_cpu: list[float]) -> list[float]:
+        base = sorted(base_cpu)[len(base_cpu) // 2]
+        return [100 * (c - base) / w for c, w in zip(cpu, wall, strict=True)]
+
+    with CliCluster(dashboard=False) as cluster:
+        cpu_off, wall_off = runs(cluster)
+    with CliCluster(dashboard=True) as cluster:
+        cpu_without, wall_without = runs(cluster)
+        idle_without = idle_pct(cluster)
+        browser = HeadlessBrowser(f"http://127.0.0.1:{cluster.dashboard_port}/status", executable)
+        try:
+            browser.wait_loaded("Status")
+            cpu_with, wall_with = runs(cluster)
+            idle_with = idle_pct(cluster)
+        finally:
+            browser.close()
+
+    return [
+        metric(
+            "extra_cpu_pct",
+            "%",
+            extra_pct(cpu_with, wall_with, cpu_without),
+            note="page open vs dashboard served with no page: scheduler CPU beyond the median, % of a core",
+        ),
+        metric(
+            "dashboard_on_cpu_pct",
+            "%",
+            extra_pct(cpu_without, wall_without, cpu_off),
+            note="dashboard served, no page, vs no dashboard: scheduler CPU beyond the median, % of a core",
+        ),
+        metric("cpu_no_dashboard", "s", cpu_off),
+        metric("cpu_without_page", "s", cpu_without),
+        metric("cpu_with_page", "s", cpu_with),
+        metric("wall_no_dashboard", "s", wall_off),
+        metric("wall_without_page", "s", wall_without),
+        metric("wall_with_page", "s", wall_with),
+        metric("idle_cpu_pct_without_page", "%", [idle_without]),
+        metric("idle_cpu_pct_with_page", "%", [idle_with]),
+    ]
+
+
 def stealing(p: Params, repeat: int) -> list[Metric]:
     """One slow worker holding the input of ``n`` sleeping tasks: wall with work stealing on and off.
 
@@ -523,4 +614,5 @@ WORKLOADS: dict[str, Callable[[Params, int], list[Metric]]] = {
     "startup": startup,
     "scheduler_cpu_per_task": scheduler_cpu_per_task,
     "stealing": stealing,
+    "dashboard_cpu": dashboard_cpu,
 }

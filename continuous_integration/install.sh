@@ -1,5 +1,17 @@
 #!/usr/bin/env bash
-# Install the package in editable mode with its test dependencies.
+# Install the package in editable mode with its test dependencies, and the
+# headless browser the dashboard's browser tests use (Debian's chromium).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 python -m pip install -e ".[test]"
+
+# The dashboard tests open /status in headless Chromium. Install it with apt when
+# it is missing and we may (root, apt-get present); otherwise those tests skip
+# locally, and fail in CI (where CI is set) so that they cannot silently stop running.
+if ! command -v chromium >/dev/null 2>&1; then
+    if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+        echo "Installing chromium (apt-get)"
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
+    fi
+fi

@@ -44,7 +44,7 @@ import time
 import uuid
 from collections import defaultdict, deque
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import dask
 import dask.config
@@ -75,6 +75,9 @@ from distributed.scheduler_state import (
 )
 from distributed.scheduler_streams import SchedulerStreams
 from distributed.utils import get_ip_interface, refuse_unsupported, unsupported
+
+if TYPE_CHECKING:
+    from distributed.dashboard.core import BokehDashboard
 
 logger = logging.getLogger(__name__)
 
@@ -296,6 +299,8 @@ class Scheduler(Server):
         self.idle_since: float | None = time.time()
         self.extensions: dict[str, Any] = {}
         self.http_server: Any = None
+        #: The bokeh dashboard served by ``http_server`` (None without one).
+        self.dashboard_server: BokehDashboard | None = None
 
         self._transitions_table: dict[tuple[TaskStateName, TaskStateName], Callable[[TaskState, Out], PluginKwargs]] = {
             ("released", "waiting"): self._released_to_waiting,

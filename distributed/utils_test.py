@@ -446,9 +446,7 @@ def gen_cluster(
         @functools.wraps(func)
         def test_func(*args: Any, **kwargs: Any) -> Any:
             async def run() -> Any:
-                s = Scheduler(
-                    **{"host": scheduler, "port": 0, "dashboard": False, "validate": True, **scheduler_kwargs}
-                )
+                s = Scheduler(host=scheduler, port=0, **{"dashboard": False, "validate": True, **scheduler_kwargs})
                 workers: list[Any] = []
                 c: Client | None = None
                 try:

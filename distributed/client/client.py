@@ -399,9 +399,9 @@ class Client(Generic[AsyncT]):
         if self.scheduler_address is None and self.cluster is None:
             from distributed.deploy.local import LocalCluster
 
-            kwargs = dict(self._cluster_kwargs)
-            kwargs.setdefault("dashboard_address", None)
-            self.cluster = await LocalCluster(asynchronous=True, **kwargs)
+            # As in dask.distributed, the cluster serves its dashboard (":8787",
+            # or a free port when that one is taken) unless told otherwise.
+            self.cluster = await LocalCluster(asynchronous=True, **self._cluster_kwargs)
             self._own_cluster = True
             self.scheduler_address = self.cluster.scheduler_address
         elif self.cluster is not None and self.scheduler_address is None:

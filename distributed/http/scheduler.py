@@ -10,20 +10,33 @@ Routes
 ``GET /metrics``
     Prometheus text exposition through prometheus_client (see
     :mod:`distributed.http.scheduler_metrics` for the metrics).
-``GET /status`` (``/`` redirects there)
-    A minimal HTML summary; the full dashboard is not part of this package.
+``GET /status``, ``/workers``, ``/graph`` (``/`` redirects to ``/status``)
+    The bokeh dashboard (:mod:`distributed.dashboard`); without bokeh,
+    ``/status`` is a minimal HTML summary.
+``GET /json/...``, ``/sitemap.json``, ``/info/...``
+    See :mod:`distributed.http.scheduler_info`.
 """
 
 from __future__ import annotations
 
+import errno
 import html
+import warnings
 from collections import Counter
 from typing import TYPE_CHECKING
 
 import tornado.web
 
+from distributed.http.scheduler_info import info_routes
 from distributed.http.scheduler_metrics import prometheus_metrics
-from distributed.http.server import DEFAULT_HTTP_PORT, HTTPServerHandle, Route, common_routes, serve
+from distributed.http.server import (
+    DEFAULT_HTTP_PORT,
+    HTTPServerHandle,
+    Route,
+    common_routes,
+    parse_http_address,
+    serve,
+)
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
@@ -58,19 +71,70 @@ class StatusHandler(tornado.web.RequestHandler):
         )
 
 
-def make_routes(scheduler: Scheduler) -> list[Route]:
-    """The routes serving ``scheduler``: the common ones, ``/status``, and ``/`` redirecting to it."""
-    return [
-        *common_routes(scheduler.identity, lambda: prometheus_metrics(scheduler)),
-        (r"/status/?", StatusHandler, {"scheduler": scheduler}),
-        (r"/", tornado.web.RedirectHandler, {"url": "status", "permanent": False}),
-    ]
+def make_routes(scheduler: Scheduler, dashboard: bool = False) -> list[Route]:
+    """The routes serving ``scheduler``: the common ones, the JSON and info routes, and ``/`` redirecting to ``/status``.
+
+    With ``dashboard`` the bokeh pages (``/status``, ``/workers``, ``/graph``)
+    are served behind these routes (see :func:`start_http_server`); without
+    it ``/status`` is a minimal HTML summary.
+    """
+    routes: list[Route] = [*common_routes(scheduler.identity, lambda: prometheus_metrics(scheduler))]
+    if not dashboard:
+        routes.append((r"/status/?", StatusHandler, {"scheduler": scheduler}))
+    routes.append((r"/", tornado.web.RedirectHandler, {"url": "status", "permanent": False}))
+
+    def paths() -> list[str]:
+        listed = [_route_path(r[0]) for r in routes]
+        if dashboard:
+            from distributed.dashboard.scheduler import PAGES
+
+            listed.extend(PAGES)
+        return sorted(set(listed))
+
+    routes[-1:-1] = info_routes(scheduler, paths)
+    return routes
+
+
+def _route_path(pattern: str) -> str:
+    """A route pattern written as a path: ``/info/worker/(.+)\\.html`` -> ``/info/worker/{}.html``."""
+    return pattern.replace("(.+)", "{}").replace("\\", "").removesuffix("/?") or "/"
 
 
 async def start_http_server(scheduler: Scheduler, address: str | int | None) -> HTTPServerHandle:
-    """Serve ``scheduler``'s HTTP routes at ``address`` (``":8787"``, ``"127.0.0.1:0"``).
+    """Serve ``scheduler``'s HTTP routes and dashboard at ``address`` (``":8787"``, ``"127.0.0.1:0"``).
 
-    Must be called from the running loop the scheduler uses; raises as
-    :func:`~distributed.http.server.serve` does (``OSError``, ``ValueError``).
+    When the port is taken, serves on a free port instead and warns, as
+    dask.distributed does. The bokeh dashboard is served when bokeh can be
+    imported. Must be called from the running loop the scheduler uses;
+    raises as :func:`~distributed.http.server.serve` does (``ValueError``, or
+    ``OSError`` other than a port in use).
     """
-    return serve(make_routes(scheduler), address, default_port=DEFAULT_HTTP_PORT)
+    from distributed.dashboard.core import bokeh_available
+
+    dashboard = bokeh_available()
+    routes = make_routes(scheduler, dashboard=dashboard)
+    try:
+        handle = serve(routes, address, default_port=DEFAULT_HTTP_PORT)
+    except OSError as e:
+        host, port = parse_http_address(address, default_port=DEFAULT_HTTP_PORT)
+        if e.errno != errno.EADDRINUSE or port == 0:
+            raise
+        handle = serve(routes, f"[{host}]:0" if ":" in host else f"{host}:0", default_port=DEFAULT_HTTP_PORT)
+        warnings.warn(
+            f"Port {port} is already in use.\n"
+            "Perhaps you already have a cluster running?\n"
+            f"Hosting the HTTP server on port {handle.port} instead",
+            UserWarning,
+            stacklevel=2,
+        )
+    if dashboard and handle.application is not None:
+        from distributed.dashboard.scheduler import start_dashboard
+
+        try:
+            board = start_dashboard(scheduler, handle.application)
+        except BaseException:
+            await handle.close()
+            raise
+        handle.on_stop.append(board.close)
+        scheduler.dashboard_server = board
+    return handle

@@ -3,9 +3,9 @@
 Each node states its own routes and metrics (:mod:`distributed.http.scheduler`,
 :mod:`distributed.http.worker`); this module has the rest: parsing the listen
 address, binding one port on every address of a host, the handle that stops the
-server, the ``/health``, ``/info`` (JSON) and ``/metrics`` handlers, and the
-Prometheus text exposition.  prometheus_client is not a dependency, so the few
-gauges are written by hand, in :class:`PrometheusText` only.
+server, and the ``/health``, ``/info`` (JSON) and ``/metrics`` handlers (the
+metrics themselves are collected through prometheus_client, see
+:mod:`distributed.http.prometheus`).
 
 A server runs on its node's own asyncio loop (tornado's IOLoop wraps the running
 asyncio loop), so handlers read the node's state directly without locks: they
@@ -217,12 +217,22 @@ def common_routes(info: Callable[[], Any], metrics: Callable[[], str]) -> list[R
 class HTTPServerHandle:
     """A running HTTP server: its bound :attr:`port` and a way to stop it."""
 
-    def __init__(self, server: tornado.httpserver.HTTPServer, sockets: list[socket.socket], host: str) -> None:
+    def __init__(
+        self,
+        server: tornado.httpserver.HTTPServer,
+        sockets: list[socket.socket],
+        host: str,
+        application: tornado.web.Application | None = None,
+    ) -> None:
         self.server = server
         self.sockets = sockets
         self.host = host
+        #: The tornado application serving the routes (more can be added to it while it runs).
+        self.application = application
         #: The port actually bound (useful when asked for port 0).
         self.port: int = int(sockets[0].getsockname()[1])
+        #: Called once when the server stops, e.g. to end what was served behind it.
+        self.on_stop: list[Callable[[], None]] = []
         self._stopped = False
 
     def stop(self) -> None:
@@ -231,6 +241,8 @@ class HTTPServerHandle:
             return
         self._stopped = True
         self.server.stop()
+        for callback in self.on_stop:
+            callback()
 
     async def close(self) -> None:
         """Stop accepting connections and close the open ones."""
@@ -260,6 +272,7 @@ def serve(routes: list[Route], address: str | int | None, default_port: int = DE
     """
     host, port = parse_http_address(address, default_port=default_port)
     sockets = bind_sockets(host, port)
-    server = tornado.httpserver.HTTPServer(tornado.web.Application(routes, log_function=_quiet_log))
+    application = tornado.web.Application(routes, log_function=_quiet_log)
+    server = tornado.httpserver.HTTPServer(application)
     server.add_sockets(sockets)
-    return HTTPServerHandle(server, sockets, host)
+    return HTTPServerHandle(server, sockets, host, application)

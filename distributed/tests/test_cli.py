@@ -461,6 +461,8 @@ def test_scheduler_dashboard(procs: Callable[..., Proc], tmp_path: Path) -> None
         assert r.read() == b"ok"
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/info", timeout=10) as r:
         assert json.loads(r.read())["address"] == address
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=10) as r:
+        assert b"/static/js/bokeh" in r.read()  # the bokeh dashboard, not a plain summary
     assert f"dashboard at:   http://127.0.0.1:{port}/status" in sched.stderr()
     assert sched.signal_and_wait(signal.SIGTERM) == 0, sched.stderr()
 

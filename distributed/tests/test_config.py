@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import dask
+import pytest
 import yaml
 
 import distributed
@@ -64,3 +65,26 @@ def test_every_default_key_is_read() -> None:
 def test_defaults_are_registered() -> None:
     assert dask.config.get("distributed.admin.log-length") == 10000
     assert dask.config.get("distributed.scheduler.allowed-failures") == 3
+
+
+class _NoDuplicatesLoader(yaml.SafeLoader):
+    """A YAML loader that refuses a key repeated in one mapping (PyYAML keeps the last silently)."""
+
+
+def _mapping_without_duplicates(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    keys = [loader.construct_object(k) for k, _ in node.value]
+    repeated = sorted({str(k) for k in keys if keys.count(k) > 1})
+    if repeated:
+        raise yaml.constructor.ConstructorError(None, None, f"repeated keys {repeated}", node.start_mark)
+    return loader.construct_mapping(node)
+
+
+_NoDuplicatesLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
+
+
+def test_no_key_is_repeated_in_a_section() -> None:
+    """A section written twice (say after merging two changes) would silently lose the first one's keys."""
+    text = (PACKAGE / "distributed.yaml").read_text()
+    yaml.load(text, Loader=_NoDuplicatesLoader)
+    with pytest.raises(yaml.constructor.ConstructorError, match="repeated keys"):
+        yaml.load("a:\n  b: 1\na:\n  c: 2\n", Loader=_NoDuplicatesLoader)

@@ -92,8 +92,9 @@ def test_metrics_follow_the_cluster() -> None:
                     assert len(info["workers"]) == 2
                     assert info["n_workers"] == 2
 
-                    status = (await fetch(port, "/status")).body.decode()
-                    assert "Workers: 2" in status
+                    counts = json.loads((await fetch(port, "/json/counts.json")).body)
+                    assert counts["workers"] == 2
+                    assert counts["memory"] == 5
 
     run_async(body, timeout=45)
 
@@ -113,15 +114,24 @@ def test_root_redirects_and_unknown_paths_404() -> None:
     run_async(body, timeout=45)
 
 
-def test_dashboard_port_taken_scheduler_carries_on() -> None:
+def test_dashboard_port_taken_falls_back_to_a_free_port() -> None:
+    """As in dask.distributed: a warning, and the server on another port."""
+
     async def body() -> None:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             sock.listen()
             taken = sock.getsockname()[1]
-            async with Scheduler(host="127.0.0.1", port=0, dashboard=True, dashboard_address=f"127.0.0.1:{taken}") as s:
-                assert s.http_server is None
-                assert s.identity()["services"] == {}
+            with pytest.warns(UserWarning, match=f"Port {taken} is already in use"):
+                s = Scheduler(host="127.0.0.1", port=0, dashboard=True, dashboard_address=f"127.0.0.1:{taken}")
+                await s
+            try:
+                assert s.http_server is not None
+                assert s.http_server.port != taken
+                assert s.identity()["services"] == {"dashboard": s.http_server.port}
+                assert (await fetch(s.http_server.port, "/health")).body == b"ok"
+            finally:
+                await s.close()
 
     run_async(body, timeout=45)
 

@@ -420,7 +420,9 @@ def test_client_without_address_starts_local_cluster(no_leaks: None) -> None:
         cluster = client.cluster
         assert isinstance(cluster, LocalCluster)
         assert cluster.processes is True
-        assert cluster.dashboard_link is None
+        # The dashboard is on, as in dask.distributed (:8787, or a free port when that is taken).
+        assert cluster.dashboard_link is not None and cluster.dashboard_link.endswith("/status")
+        assert client.dashboard_link == cluster.dashboard_link
         assert client.submit(operator.add, 1, 2).result() == 3
         handles = list(cluster.workers.values())
         assert handles and all(isinstance(h, Nanny) for h in handles)

@@ -1,0 +1,183 @@
+"""A bokeh server application inside the scheduler's own tornado application.
+
+Bokeh's server (``BokehTornado``) is a tornado application; it is put behind
+the scheduler's routes as their fallback, so ``/status``, ``/workers``,
+``/graph`` (each a bokeh document per browser session), their websockets and
+BokehJS's static files (``/static/...``, from the installed bokeh package: no
+CDN) are served by the same server, on the same port and loop, as ``/health``
+and the JSON routes. Documents update themselves with periodic callbacks on
+that loop, at ``distributed.dashboard.update-interval``; these read the
+scheduler's state directly, between the scheduler's own callbacks.
+
+Configuration: ``distributed.scheduler.dashboard.bokeh-application`` holds
+keywords for ``BokehTornado`` (as in dask.distributed), among them
+``allow_websocket_origin`` (hosts whose pages may open the websocket;
+``["*"]`` by default).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import dask.config
+import tornado.routing
+import tornado.web
+from dask.utils import parse_timedelta
+from tornado.ioloop import IOLoop
+
+if TYPE_CHECKING:
+    from bokeh.document import Document
+    from bokeh.server.session import ServerSession
+    from bokeh.server.tornado import BokehTornado
+
+    from distributed.scheduler import Scheduler
+
+__all__ = ["BokehDashboard", "Page", "bokeh_available", "update_interval_ms"]
+
+logger = logging.getLogger(__name__)
+
+#: A page: fills a new bokeh document (one per browser session) for the scheduler.
+Page = Callable[["Scheduler", "Document"], None]
+
+#: ``BokehTornado`` keywords that ``bokeh-application`` may set besides ``allow_websocket_origin``.
+_BOKEH_KEYWORDS = frozenset(
+    {
+        "keep_alive_milliseconds",
+        "check_unused_sessions_milliseconds",
+        "unused_session_lifetime_milliseconds",
+        "websocket_max_message_size_bytes",
+    }
+)
+
+
+def bokeh_available() -> bool:
+    """Whether bokeh (3.1 or newer) can be imported, so that the dashboard can be served."""
+    try:
+        import bokeh
+    except ImportError:
+        return False
+    major, minor = (int(p) for p in bokeh.__version__.split(".")[:2])
+    return (major, minor) >= (3, 1)
+
+
+def update_interval_ms() -> int:
+    """How often, in milliseconds, an open page re-reads the scheduler (``distributed.dashboard.update-interval``)."""
+    seconds = parse_timedelta(dask.config.get("distributed.dashboard.update-interval"), default="ms")
+    if seconds is None or seconds <= 0:
+        raise ValueError("distributed.dashboard.update-interval must be a positive duration")
+    return max(int(seconds * 1000), 50)
+
+
+def _bokeh_options() -> dict[str, Any]:
+    options = dict(dask.config.get("distributed.scheduler.dashboard.bokeh-application") or {})
+    unknown = set(options) - _BOKEH_KEYWORDS - {"allow_websocket_origin"}
+    if unknown:
+        raise ValueError(f"distributed.scheduler.dashboard.bokeh-application: unsupported keys {sorted(unknown)}")
+    return options
+
+
+def _log_errors_only(handler: tornado.web.RequestHandler) -> None:
+    # A log line for every static file or 404 would drown the scheduler's log.
+    if handler.get_status() >= 500:
+        logger.error("%d %s %s", handler.get_status(), handler.request.method, handler.request.uri)
+
+
+def _make_bokeh_tornado(applications: Mapping[str, Any], **kwargs: Any) -> BokehTornado:
+    """A ``BokehTornado`` that remembers its open websockets, so that closing the dashboard can close them."""
+    import weakref
+
+    from bokeh.server.tornado import BokehTornado
+
+    class _Tornado(BokehTornado):
+        def __init__(self, *args: Any, **kw: Any) -> None:
+            super().__init__(*args, **kw)
+            self.websockets: weakref.WeakSet[Any] = weakref.WeakSet()
+
+        def new_connection(self, protocol: Any, socket: Any, application_context: Any, session: Any) -> Any:
+            self.websockets.add(socket)
+            return super().new_connection(protocol, socket, application_context, session)
+
+    return _Tornado(applications, **kwargs)
+
+
+def _run_page(page: Page, scheduler: Scheduler, doc: Document) -> None:
+    page(scheduler, doc)
+
+
+class BokehDashboard:
+    """The dashboard's bokeh pages, served behind an existing tornado application.
+
+    Parameters
+    ----------
+    scheduler
+        The scheduler whose state the pages show.
+    pages
+        URL path (``"/status"``) to the function that fills a new document.
+    """
+
+    def __init__(self, scheduler: Scheduler, pages: Mapping[str, Page]) -> None:
+        from bokeh.application import Application
+        from bokeh.application.handlers.function import FunctionHandler
+
+        self.scheduler = scheduler
+        self.paths = list(pages)
+        update_interval_ms()  # a bad interval fails here, not in every page a browser opens
+        options = _bokeh_options()
+        origins = [str(o) for o in options.pop("allow_websocket_origin", ["*"]) or []]
+        applications = {
+            path: Application(FunctionHandler(functools.partial(_run_page, page, scheduler)))
+            for path, page in pages.items()
+        }
+        self.bokeh: BokehTornado = _make_bokeh_tornado(
+            applications,
+            extra_websocket_origins=origins,
+            use_index=False,
+            redirect_root=False,
+            log_function=_log_errors_only,
+            **options,
+        )
+        self._started = False
+
+    def attach(self, app: tornado.web.Application) -> None:
+        """Serve the pages behind ``app``: any path ``app`` does not route goes to bokeh.
+
+        Starts bokeh's own housekeeping (dropping sessions whose browser left)
+        on the current loop.
+        """
+        self.bokeh.initialize(IOLoop.current())
+        app.wildcard_router.add_rules([(tornado.routing.AnyMatches(), self.bokeh)])
+        self.bokeh.start()
+        self._started = True
+
+    def sessions(self) -> list[ServerSession]:
+        """The bokeh sessions (one per page a browser opened) not yet discarded, over all pages."""
+        return [session for path in self.paths for session in self.bokeh.get_sessions(path) if not session.destroyed]
+
+    def session_count(self) -> int:
+        """The number of bokeh sessions (browser tabs showing a page), over all pages."""
+        return len(self.sessions())
+
+    def close(self) -> None:
+        """Stop every session's updates and bokeh's housekeeping. Idempotent.
+
+        Sessions are not destroyed here: a browser still connected would make
+        bokeh touch a destroyed session when its websocket closes. Without
+        their periodic callbacks they no longer read the scheduler.
+        """
+        if not self._started:
+            return
+        from bokeh.server.callbacks import PeriodicCallback
+
+        self._started = False
+        for session in self.sessions():
+            doc = session.document
+            for callback in list(doc.session_callbacks):
+                if isinstance(callback, PeriodicCallback):
+                    doc.remove_periodic_callback(callback)
+        # The HTTP server closes its HTTP connections; websockets left it when they upgraded.
+        for socket in list(getattr(self.bokeh, "websockets", ())):
+            socket.close()
+        self.bokeh.stop()

@@ -1,0 +1,331 @@
+"""The scheduler's dashboard: every route answers, and the pages show the scheduler's state."""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.parse
+import warnings
+from collections import deque
+from typing import Any
+
+import dask
+import pytest
+from bokeh.document import Document
+from dask.delayed import delayed
+from tornado.httpclient import AsyncHTTPClient, HTTPResponse
+
+from distributed import Client, Event, Scheduler, Worker, wait
+from distributed.dashboard.components.scheduler import (
+    LiveTaskStream,
+    MemoryByWorker,
+    ProcessingByWorker,
+    TaskGraph,
+    TaskProgress,
+    WorkerTable,
+    graph_layout,
+    prefix_progress,
+    worker_memory,
+)
+from distributed.dashboard.scheduler import PAGES, graph_doc, status_doc, workers_doc
+from distributed.diagnostics.task_stream import TaskStreamPlugin, ensure_task_stream
+from distributed.utils_test import async_poll_for, gen_cluster, inc, run_async
+
+DASHBOARD: dict[str, Any] = {"dashboard": True, "dashboard_address": "127.0.0.1:0"}
+
+
+async def fetch(port: int, path: str, **kwargs: Any) -> HTTPResponse:
+    return await AsyncHTTPClient().fetch(f"http://127.0.0.1:{port}{path}", request_timeout=10, **kwargs)
+
+
+def content_type(r: HTTPResponse) -> str:
+    return r.headers["Content-Type"].split(";")[0].strip()
+
+
+def block_on(ev: Event) -> int:
+    ev.wait()
+    return 1
+
+
+#: What each kind of route must answer with.
+EXPECTED_TYPES = {
+    "/health": "text/plain",
+    "/metrics": "text/plain",
+    "/info": "application/json",
+}
+
+
+@gen_cluster(client=True, scheduler_kwargs=DASHBOARD)
+async def test_every_route_answers(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    futures = c.map(inc, range(5))
+    await wait(futures)
+    port = s.http_server.port
+    sitemap = json.loads((await fetch(port, "/sitemap.json")).body)
+    paths = sitemap["paths"]
+    for required in (
+        "/status",
+        "/workers",
+        "/graph",
+        "/json/counts.json",
+        "/json/identity.json",
+        "/sitemap.json",
+        "/info/main/workers.html",
+        "/health",
+        "/metrics",
+        "/info",
+    ):
+        assert required in paths
+    fill = {
+        "/info/worker/{}.html": urllib.parse.quote(a.address, safe=""),
+        "/info/task/{}.html": urllib.parse.quote(str(futures[0].key), safe=""),
+    }
+    seen_scripts: set[str] = set()
+    for path in paths:
+        url = path.replace("{}", fill[path]) if "{}" in path else path
+        r = await fetch(port, url)
+        assert r.code == 200, path
+        kind = content_type(r)
+        if path in EXPECTED_TYPES:
+            assert kind == EXPECTED_TYPES[path], path
+        elif path.endswith(".json"):
+            assert kind == "application/json", path
+            json.loads(r.body)
+        else:
+            assert kind == "text/html", path
+        body = r.body.decode()
+        if path in PAGES:
+            # A bokeh page, with BokehJS from this server, not a CDN.
+            assert "cdn.bokeh.org" not in body
+            scripts = re.findall(r'<script[^>]+src="([^"]+)"', body)
+            assert any(src.startswith("/static/js/bokeh.min.js") for src in scripts), scripts
+            seen_scripts.update(scripts)
+    # "/" goes to the status page.
+    r = await fetch(port, "/", follow_redirects=False, raise_error=False)
+    assert r.code == 302 and r.headers["Location"] == "status"
+    for src in sorted(seen_scripts):
+        r = await fetch(port, src)
+        assert r.code == 200 and "javascript" in content_type(r), src
+    # Specific pages show what they are about.
+    workers_html = (await fetch(port, "/info/main/workers.html")).body.decode()
+    assert a.address in workers_html and b.address in workers_html
+    worker_html = (await fetch(port, "/info/worker/" + fill["/info/worker/{}.html"] + ".html")).body.decode()
+    assert "In memory" in worker_html and a.address in worker_html
+    task_html = (await fetch(port, "/info/task/" + fill["/info/task/{}.html"] + ".html")).body.decode()
+    assert "memory" in task_html
+    r = await fetch(port, "/info/worker/tcp%3A%2F%2Fnowhere%3A1.html", raise_error=False)
+    assert r.code == 404
+
+
+@gen_cluster(client=True, scheduler_kwargs=DASHBOARD)
+async def test_counts_and_identity_json(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    ev = Event()
+    blocked = c.submit(block_on, ev, key="blocked")
+    done = c.map(inc, range(3))
+    await wait(done)
+    await async_poll_for(lambda: "blocked" in s.tasks and s.tasks["blocked"].state == "processing")
+    port = s.http_server.port
+    counts = json.loads((await fetch(port, "/json/counts.json")).body)
+    assert counts["workers"] == 2
+    assert counts["cores"] == 3
+    assert counts["memory"] == 3
+    assert counts["processing"] == 1
+    assert counts["tasks"] == 4
+    # This test's client, and the one the worker made for the task waiting on the Event.
+    assert counts["clients"] == 2
+    assert counts["hosts"] == 1
+    assert counts["erred"] == 0
+    identity = json.loads((await fetch(port, "/json/identity.json")).body)
+    assert identity["address"] == s.address
+    assert set(identity["workers"]) == {a.address, b.address}
+    await ev.set()
+    await blocked
+
+
+@gen_cluster(client=True)
+async def test_component_data_follows_the_scheduler(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    done = c.map(inc, range(4))
+    await wait(done)
+    ev = Event()
+    blocked = c.map(block_on, [ev] * 2, pure=False)
+    await async_poll_for(lambda: sum(len(ws.processing) for ws in s.workers.values()) == 2)
+
+    data = prefix_progress(s)
+    rows = {name: i for i, name in enumerate(data["name"])}
+    assert set(rows) >= {"inc", "block_on"}
+    i, j = rows["inc"], rows["block_on"]
+    assert (data["memory"][i], data["total"][i], data["done"][i]) == (4, 4, 4)
+    assert (data["processing"][j], data["done"][j], data["total"][j]) == (2, 0, 2)
+    # The bars' segments end where the counts say: inc all in memory, block_on all processing.
+    assert data["x_memory"][i] == 1.0
+    assert data["x_memory"][j] == 0.0 and data["x_processing"][j] == 1.0
+
+    progress = TaskProgress(s)
+    assert list(progress.y_range.factors) == data["name"]
+    processing = ProcessingByWorker(s)
+    assert sum(processing.source.data["processing"]) == 2
+    assert sorted(processing.source.data["address"]) == sorted(s.workers)
+    table = WorkerTable(s)
+    assert sorted(table.source.data["address"]) == sorted(s.workers)
+    assert sum(table.source.data["in_memory"]) == 4
+
+    # Updating with nothing changed sends nothing (the data object is kept).
+    before = progress.source.data
+    progress.update()
+    assert progress.source.data is before
+
+    await ev.set()
+    await wait(blocked)
+    del done
+    await async_poll_for(lambda: "inc" not in prefix_progress(s)["name"])
+    progress.update()
+    assert "inc" not in progress.source.data["name"]
+    assert "inc" not in list(progress.y_range.factors)
+    processing.update()
+    assert sum(processing.source.data["processing"]) == 0
+
+
+@gen_cluster(client=True, worker_kwargs={"memory_limit": "1 GiB"})
+async def test_memory_by_worker_splits_managed_unmanaged_spilled(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    ws = s.workers[a.address]
+    ws.metrics = {**ws.metrics, "memory": 500, "managed_bytes": 300, "spilled_bytes": {"memory": 100, "disk": 80}}
+    data = worker_memory(s)
+    i = data["address"].index(a.address)
+    assert (data["managed"][i], data["unmanaged"][i], data["spilled"][i]) == (200, 300, 100)
+    assert (data["x_managed"][i], data["x_unmanaged"][i], data["x_spilled"][i]) == (200, 500, 600)
+    assert data["limit"][i] == 2**30
+    memory = MemoryByWorker(s)
+    assert memory.source.data["spilled"][i] == 100
+
+
+def test_graph_layout_places_tasks_after_their_dependencies() -> None:
+    async def body() -> None:
+        async with Scheduler(host="127.0.0.1", port=0, dashboard=False) as s:
+            async with Worker(s.address, nthreads=1), Client(s.address, asynchronous=True) as c:
+                x = delayed(inc)(1, dask_key_name="x")
+                y = delayed(inc)(x, dask_key_name="y")
+                z = delayed(inc)(x, dask_key_name="z")
+                total = delayed(sum)([y, z], dask_key_name="total")
+                fut = c.compute(total)
+                assert await fut == 6
+                pos, edges = graph_layout(s.tasks)
+                assert pos["x"][0] < pos["y"][0] == pos["z"][0] < pos["total"][0]
+                assert pos["y"][1] != pos["z"][1]
+                assert sorted(edges) == [("x", "y"), ("x", "z"), ("y", "total"), ("z", "total")]
+
+                graph = TaskGraph(s)
+                assert sorted(graph.node_source.data["key"]) == sorted(str(k) for k in s.tasks)
+                assert set(graph.node_source.data["state"]) == {s.tasks[k].state for k in s.tasks}
+                with dask.config.set({"distributed.dashboard.graph-max-items": 2}):
+                    capped = TaskGraph(s)
+                assert capped.node_source.data["key"] == []
+                assert "graph-max-items" in capped.message.text
+
+    run_async(body, timeout=45)
+
+
+@gen_cluster(client=True, scheduler_kwargs=DASHBOARD)
+async def test_pages_build_documents_with_periodic_updates(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    # Nothing is recorded for the task stream until a status page is opened: it costs every transition.
+    assert TaskStreamPlugin.name not in s.plugins
+    await fetch(s.http_server.port, "/status")
+    await async_poll_for(lambda: isinstance(s.plugins.get(TaskStreamPlugin.name), TaskStreamPlugin))
+    await wait(c.map(inc, range(3)))
+    for page in (status_doc, workers_doc, graph_doc):
+        doc = Document()
+        page(s, doc)
+        assert doc.roots
+        callbacks = doc.session_callbacks
+        assert len(callbacks) == 1
+        (callback,) = callbacks
+        assert callback.period == 500  # type: ignore[attr-defined]  # a PeriodicCallback
+        callback.callback()  # an update with the scheduler as it is runs cleanly
+    names = {m.name for m in Document().models}  # an empty document has no named models
+    assert not names
+    doc = Document()
+    with dask.config.set({"distributed.dashboard.update-interval": "2s"}):
+        status_doc(s, doc)
+    assert next(iter(doc.session_callbacks)).period == 2000  # type: ignore[attr-defined]  # a PeriodicCallback
+    assert doc.get_model_by_name("task_progress") is not None
+    stream = doc.get_model_by_name("task_stream")
+    assert stream is not None
+    (source,) = {r.data_source for r in stream.renderers}  # type: ignore[attr-defined]  # a figure
+    assert sorted(source.data["key"]) == sorted(str(k) for k in s.tasks)
+    # Later tasks reach the page's stream at the next tick.
+    await wait(c.map(inc, range(10, 12)))
+    next(iter(doc.session_callbacks)).callback()
+    assert len(source.data["key"]) == 5
+
+
+@gen_cluster(client=True, scheduler_kwargs=DASHBOARD)
+async def test_live_task_stream_reads_only_new_records(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    live = LiveTaskStream(s, n=3)  # before the plugin exists: shows nothing until it does
+    assert live.records == deque()
+    plugin = await ensure_task_stream(s)
+    await wait(c.map(inc, range(5)))
+    live.update()
+    assert len(live.records) == 3
+    live = LiveTaskStream(s, n=3)
+    assert len(live.records) == 3  # the last n only
+    data = live.source.data
+    live.update()
+    assert live.source.data is data  # nothing new: nothing redrawn or sent
+    await wait(c.map(inc, range(5, 7)))
+    live.update()
+    assert [r["key"] for r in live.records] == [r["key"] for r in list(plugin.buffer)[-3:]]
+
+
+def test_sessions_stop_updating_when_the_scheduler_closes() -> None:
+    async def body() -> None:
+        s = Scheduler(host="127.0.0.1", port=0, **DASHBOARD)
+        await s
+        try:
+            assert s.dashboard_server is not None
+            assert s.dashboard_server.session_count() == 0
+            await fetch(s.http_server.port, "/status")
+            assert s.dashboard_server.session_count() == 1
+            board = s.dashboard_server
+            (session,) = board.sessions()
+            assert session.document.session_callbacks
+        finally:
+            await s.close()
+        # The page no longer reads the (closed) scheduler.
+        assert not session.document.session_callbacks
+
+    run_async(body, timeout=45)
+
+
+def test_client_without_address_serves_the_dashboard() -> None:
+    """``Client()`` starts a LocalCluster with its dashboard, as dask.distributed does (":8787" or a free port)."""
+    import urllib.request
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Port 8787 is already in use", category=UserWarning)
+        with Client(n_workers=1, threads_per_worker=1, processes=False) as client:
+            link = client.dashboard_link
+            assert link is not None and link.endswith("/status")
+            with urllib.request.urlopen(link, timeout=10) as r:
+                assert r.status == 200
+                assert b"/static/js/bokeh" in r.read()
+
+
+def test_bokeh_application_config_is_checked() -> None:
+    async def body() -> None:
+        bad = {"distributed.scheduler.dashboard.bokeh-application": {"no_such_option": 1}}
+        with dask.config.set(bad):
+            s = Scheduler(host="127.0.0.1", port=0, dashboard=False)
+            await s
+            try:
+                from distributed.http.scheduler import start_http_server
+
+                with pytest.raises(ValueError, match="no_such_option"):
+                    await start_http_server(s, "127.0.0.1:0")
+                with (
+                    dask.config.set({"distributed.scheduler.dashboard.bokeh-application": {}}),
+                    dask.config.set({"distributed.dashboard.update-interval": "0s"}),
+                    pytest.raises(ValueError, match="update-interval"),
+                ):
+                    await start_http_server(s, "127.0.0.1:0")
+            finally:
+                await s.close()
+
+    run_async(body, timeout=45)
