@@ -382,7 +382,12 @@ async def test_reduction_over_more_than_the_cluster_memory(c: Client, s: Schedul
     x = da.arange(n, chunks=500_000, dtype="i8")
     x = c.persist(x)
     await async_poll_for(lambda: len(a.data) + len(b.data) == 40, 10)
-    assert all(isinstance(w.data, SpillBuffer) and len(w.data.disk) > 0 for w in (a, b))
+    # How the 40 chunks split between the two workers depends on timing; a worker
+    # holding more than its target (60 % of 40 MB) must have spilled.
+    for w in (a, b):
+        assert isinstance(w.data, SpillBuffer)
+        if len(w.data) * 4 * MB > 0.6 * 40e6:
+            assert len(w.data.disk) > 0, (w.address, len(w.data))
     total = await c.compute(x.sum())
     assert total == n * (n - 1) // 2
     del x
