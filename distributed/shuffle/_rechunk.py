@@ -1,0 +1,256 @@
+"""Peer-to-peer rechunking of dask arrays.
+
+Theory of operation
+-------------------
+A rechunk from ``old`` to ``new`` chunks is a shuffle whose input partitions are the
+input chunks and whose output partitions are the output chunks.  Every input chunk
+is cut into the pieces that fall into each output chunk it overlaps; each piece
+travels to the worker that will build that output chunk; once every input chunk
+has been cut (the barrier), each output chunk is assembled from its pieces.
+
+The plan is made axis by axis (:class:`RechunkPlan`).  Along one axis, input chunk
+``i`` overlaps output chunks ``j`` at intervals, and output chunk ``j`` is the
+concatenation of its overlaps in order; the *position* of a piece is its rank in
+that order.  An n-dimensional piece is the product of one axis piece per axis, so
+its destination is the tuple of the axes' ``j`` and its place inside the output
+chunk is the tuple of their positions.
+
+Invariants the plan keeps:
+
+* every output chunk receives at least one piece along every axis, so every output
+  chunk receives at least one n-dimensional piece, and the pieces it receives tile
+  it exactly: a grid whose extent along each axis is the axis' piece count.  A
+  zero-length output chunk takes an empty piece of the input chunk at its position,
+  which carries the dtype and chunk type across;
+* an axis whose chunks do not change maps every chunk onto itself whole, which
+  also works when its sizes are unknown (NaN);
+* partitions are named by their linear (C-order) index in the chunk grid, so a
+  shuffle's description holds plain integers.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+ChunkIndex = tuple[int, ...]
+Chunks = tuple[tuple[float, ...], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AxisPiece:
+    """The part of one input chunk that lands in one output chunk, along one axis.
+
+    Attributes
+    ----------
+    old_index, new_index
+        Index of the input and of the output chunk along the axis.
+    start, stop
+        The piece inside the input chunk; both ``None`` for a whole chunk of an axis
+        whose chunks do not change (its size may be unknown).
+    position
+        Rank of the piece among the pieces of output chunk ``new_index``.
+    """
+
+    old_index: int
+    new_index: int
+    start: int | None
+    stop: int | None
+    position: int
+
+    def as_slice(self) -> slice:
+        return slice(self.start, self.stop)
+
+
+def _axis_pieces(old: Sequence[float], new: Sequence[float]) -> list[AxisPiece]:
+    """The pieces of one axis, ordered by output chunk then position."""
+    if tuple(old) == tuple(new):
+        return [AxisPiece(i, i, None, None, 0) for i in range(len(old))]
+    if any(math.isnan(c) for c in itertools.chain(old, new)):
+        raise ValueError(
+            f"p2p rechunk cannot change an axis with unknown chunk sizes: {tuple(old)} -> {tuple(new)}; "
+            "compute the chunk sizes first (x.compute_chunk_sizes())"
+        )
+    old_sizes = [int(c) for c in old]
+    new_sizes = [int(c) for c in new]
+    if sum(old_sizes) != sum(new_sizes):
+        raise ValueError(f"chunks {tuple(new)} do not cover the same length as {tuple(old)}")
+    old_starts = list(itertools.accumulate(old_sizes, initial=0))[:-1]
+    pieces: list[AxisPiece] = []
+    new_start = 0
+    for j, size in enumerate(new_sizes):
+        new_stop = new_start + size
+        if size == 0:
+            # An empty output chunk still needs one piece: an empty slice of the input
+            # chunk at its position, to carry the dtype and chunk type across.
+            i = max(bisect.bisect_right(old_starts, new_start) - 1, 0)
+            offset = new_start - old_starts[i]
+            pieces.append(AxisPiece(i, j, offset, offset, 0))
+        else:
+            i = bisect.bisect_right(old_starts, new_start) - 1
+            position = 0
+            while i < len(old_sizes) and old_starts[i] < new_stop:
+                lo = max(new_start, old_starts[i])
+                hi = min(new_stop, old_starts[i] + old_sizes[i])
+                if hi > lo:
+                    pieces.append(AxisPiece(i, j, lo - old_starts[i], hi - old_starts[i], position))
+                    position += 1
+                i += 1
+        new_start = new_stop
+    return pieces
+
+
+def _linear(index: ChunkIndex, shape: Sequence[int]) -> int:
+    n = 0
+    for i, extent in zip(index, shape):
+        n = n * extent + i
+    return n
+
+
+def _unlinear(n: int, shape: Sequence[int]) -> ChunkIndex:
+    out = []
+    for extent in reversed(shape):
+        n, i = divmod(n, extent)
+        out.append(i)
+    return tuple(reversed(out))
+
+
+@dataclass(frozen=True)
+class RechunkPlan:
+    """Which piece of which input chunk goes where in which output chunk.
+
+    Build it with :meth:`from_chunks`.  Pure: it holds no array data and does no I/O.
+    """
+
+    old: Chunks
+    new: Chunks
+    #: ``by_old[axis][old_index]``: the pieces of that input chunk along the axis.
+    by_old: tuple[tuple[tuple[AxisPiece, ...], ...], ...]
+    #: ``grid[axis][new_index]``: how many pieces make up that output chunk along the axis.
+    grid: tuple[tuple[int, ...], ...]
+
+    @classmethod
+    def from_chunks(cls, old: Chunks, new: Chunks) -> RechunkPlan:
+        """Plan a rechunk from ``old`` to ``new`` chunks (tuples of tuples, one per axis)."""
+        old = tuple(tuple(axis) for axis in old)
+        new = tuple(tuple(axis) for axis in new)
+        if len(old) != len(new):
+            raise ValueError(f"chunks {new} do not have the {len(old)} dimensions of {old}")
+        by_old: list[tuple[tuple[AxisPiece, ...], ...]] = []
+        grid: list[tuple[int, ...]] = []
+        for old_axis, new_axis in zip(old, new):
+            pieces = _axis_pieces(old_axis, new_axis)
+            per_old: list[list[AxisPiece]] = [[] for _ in old_axis]
+            counts = [0] * len(new_axis)
+            for p in pieces:
+                per_old[p.old_index].append(p)
+                counts[p.new_index] += 1
+            by_old.append(tuple(tuple(ps) for ps in per_old))
+            grid.append(tuple(counts))
+        return cls(old, new, tuple(by_old), tuple(grid))
+
+    @property
+    def ndim(self) -> int:
+        return len(self.old)
+
+    @property
+    def old_shape(self) -> tuple[int, ...]:
+        """Number of input chunks along each axis."""
+        return tuple(len(axis) for axis in self.old)
+
+    @property
+    def new_shape(self) -> tuple[int, ...]:
+        """Number of output chunks along each axis."""
+        return tuple(len(axis) for axis in self.new)
+
+    @property
+    def n_inputs(self) -> int:
+        return math.prod(self.old_shape)
+
+    @property
+    def n_outputs(self) -> int:
+        return math.prod(self.new_shape)
+
+    def old_partition(self, index: ChunkIndex) -> int:
+        """The linear id of input chunk ``index``."""
+        return _linear(index, self.old_shape)
+
+    def new_partition(self, index: ChunkIndex) -> int:
+        """The linear id of output chunk ``index``."""
+        return _linear(index, self.new_shape)
+
+    def old_index(self, partition: int) -> ChunkIndex:
+        return _unlinear(partition, self.old_shape)
+
+    def new_index(self, partition: int) -> ChunkIndex:
+        return _unlinear(partition, self.new_shape)
+
+    def old_indices(self) -> Iterator[ChunkIndex]:
+        """Input chunk indices in C order (so in order of their linear ids)."""
+        return itertools.product(*(range(n) for n in self.old_shape))
+
+    def new_indices(self) -> Iterator[ChunkIndex]:
+        """Output chunk indices in C order (so in order of their linear ids)."""
+        return itertools.product(*(range(n) for n in self.new_shape))
+
+    def destinations(self, old_index: ChunkIndex) -> Iterator[ChunkIndex]:
+        """The output chunks that input chunk ``old_index`` contributes to."""
+        per_axis = [[p.new_index for p in self.by_old[axis][i]] for axis, i in enumerate(old_index)]
+        return itertools.product(*per_axis)
+
+    def pieces_of(self, new_index: ChunkIndex) -> int:
+        """How many pieces output chunk ``new_index`` is assembled from."""
+        return math.prod(self.grid[axis][j] for axis, j in enumerate(new_index))
+
+    def split(self, chunk: Any, old_index: ChunkIndex) -> Iterator[tuple[ChunkIndex, ChunkIndex, Any]]:
+        """Cut input chunk ``old_index`` into its pieces.
+
+        Yields ``(new_index, position, piece)``: the output chunk a piece belongs to,
+        its place in that chunk's grid of pieces, and the piece (a view of ``chunk``).
+        """
+        expected = tuple(self.old[axis][i] for axis, i in enumerate(old_index))
+        shape = getattr(chunk, "shape", None)
+        if shape is None or len(shape) != self.ndim:
+            raise ValueError(f"input chunk {old_index} is not a {self.ndim}-dimensional array: {type(chunk).__name__}")
+        for axis, (got, want) in enumerate(zip(shape, expected)):
+            if not math.isnan(want) and got != want:
+                raise ValueError(f"input chunk {old_index} has shape {tuple(shape)}, expected {expected} (axis {axis})")
+        per_axis = [self.by_old[axis][i] for axis, i in enumerate(old_index)]
+        for combo in itertools.product(*per_axis):
+            new_index = tuple(p.new_index for p in combo)
+            position = tuple(p.position for p in combo)
+            yield new_index, position, chunk[tuple(p.as_slice() for p in combo)]
+
+    def assemble(
+        self, new_index: ChunkIndex, pieces: Mapping[ChunkIndex, Any] | Iterable[tuple[ChunkIndex, Any]]
+    ) -> Any:
+        """Build output chunk ``new_index`` from its pieces, keyed by position."""
+        by_position = dict(pieces.items() if isinstance(pieces, Mapping) else pieces)
+        grid = tuple(self.grid[axis][j] for axis, j in enumerate(new_index))
+        expected = math.prod(grid)
+        if len(by_position) != expected or any(
+            len(pos) != self.ndim or not all(0 <= p < n for p, n in zip(pos, grid)) for pos in by_position
+        ):
+            raise RuntimeError(
+                f"output chunk {new_index} expects pieces at a {grid} grid, got positions {sorted(by_position)}"
+            )
+        if expected == 1:
+            (only,) = by_position.values()
+            return only
+        return _concatenate_grid(by_position, grid)
+
+
+def _concatenate_grid(by_position: Mapping[ChunkIndex, Any], grid: tuple[int, ...]) -> Any:
+    """Join a full grid of pieces into one array."""
+    from dask.array.core import concatenate3
+
+    def nest(prefix: ChunkIndex) -> Any:
+        if len(prefix) == len(grid):
+            return by_position[prefix]
+        return [nest((*prefix, k)) for k in range(grid[len(prefix)])]
+
+    return concatenate3(nest(()))  # type: ignore[no-untyped-call]  # dask.array is untyped

@@ -1,0 +1,156 @@
+"""P2P rechunking: the pure plan (cutting input chunks, assembling output chunks) and
+the rechunk on a real cluster."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+import pytest
+
+from distributed.shuffle._rechunk import ChunkIndex, Chunks, RechunkPlan
+
+
+def blocks(x: np.ndarray, chunks: Chunks) -> dict[ChunkIndex, np.ndarray]:
+    """The chunks of ``x`` by index, cut directly with numpy."""
+    starts = [list(itertools.accumulate((int(c) for c in axis), initial=0)) for axis in chunks]
+    out = {}
+    for index in itertools.product(*(range(len(axis)) for axis in chunks)):
+        out[index] = x[tuple(slice(starts[a][i], starts[a][i + 1]) for a, i in enumerate(index))]
+    return out
+
+
+def rechunk_through_plan(x: np.ndarray, old: Chunks, new: Chunks) -> dict[ChunkIndex, Any]:
+    """Cut every input chunk, route the pieces, and assemble every output chunk."""
+    plan = RechunkPlan.from_chunks(old, new)
+    received: dict[ChunkIndex, dict[ChunkIndex, Any]] = defaultdict(dict)
+    for old_index, chunk in blocks(x, old).items():
+        assert set(plan.destinations(old_index)) == {d for d, _, _ in plan.split(chunk, old_index)}
+        for new_index, position, piece in plan.split(chunk, old_index):
+            assert position not in received[new_index], "two pieces at one position"
+            received[new_index][position] = piece
+    out = {}
+    for new_index in plan.new_indices():
+        assert len(received[new_index]) == plan.pieces_of(new_index)
+        out[new_index] = plan.assemble(new_index, received[new_index])
+    return out
+
+
+def random_chunks(rng: random.Random, length: int, allow_zero: bool) -> tuple[int, ...]:
+    if length == 0:
+        return (0,)
+    cuts = sorted(rng.sample(range(1, length), rng.randint(0, min(length - 1, 5)))) if length > 1 else []
+    bounds = [0, *cuts, length]
+    chunks = [b - a for a, b in itertools.pairwise(bounds)]
+    if allow_zero and rng.random() < 0.3:
+        chunks.insert(rng.randint(0, len(chunks)), 0)
+    return tuple(chunks)
+
+
+def check(x: np.ndarray, old: Chunks, new: Chunks) -> None:
+    got = rechunk_through_plan(x, old, new)
+    want = blocks(x, new)
+    assert got.keys() == want.keys()
+    for index, expected in want.items():
+        assert got[index].shape == expected.shape, index
+        assert got[index].dtype == x.dtype
+        np.testing.assert_array_equal(got[index], expected)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_plan_random_shapes_and_chunks(seed: int) -> None:
+    rng = random.Random(seed)
+    ndim = rng.randint(1, 4)
+    shape = tuple(rng.randint(0 if rng.random() < 0.1 else 1, 9) for _ in range(ndim))
+    old = tuple(random_chunks(rng, n, allow_zero=True) for n in shape)
+    new = tuple(random_chunks(rng, n, allow_zero=True) for n in shape)
+    x = np.random.default_rng(seed).integers(0, 1000, size=shape)
+    check(x, old, new)
+
+
+def test_plan_partial_overlaps_2d() -> None:
+    x = np.arange(70).reshape(7, 10)
+    check(x, ((3, 4), (5, 5)), ((2, 2, 3), (1, 3, 4, 2)))
+
+
+def test_plan_every_axis_changes_3d() -> None:
+    x = np.arange(5 * 6 * 7, dtype="f8").reshape(5, 6, 7)
+    check(x, ((2, 3), (6,), (1, 1, 5)), ((5,), (1, 2, 3), (4, 3)))
+
+
+def test_plan_counts_and_ids() -> None:
+    plan = RechunkPlan.from_chunks(((3, 4), (5, 5)), ((2, 2, 3), (10,)))
+    assert plan.old_shape == (2, 2)
+    assert plan.new_shape == (3, 1)
+    # input (0, *) covers rows 0..2, which touch output rows 0 and 1
+    assert sorted(plan.destinations((0, 1))) == [(0, 0), (1, 0)]
+    assert sorted(plan.destinations((1, 0))) == [(1, 0), (2, 0)]
+    # output row 1 (rows 2..3) takes one row from each input row and both input columns
+    assert plan.pieces_of((1, 0)) == 4
+    assert plan.pieces_of((0, 0)) == 2
+    for i, index in enumerate(plan.new_indices()):
+        assert plan.new_partition(index) == i
+        assert plan.new_index(i) == index
+    for i, index in enumerate(plan.old_indices()):
+        assert plan.old_partition(index) == i
+        assert plan.old_index(i) == index
+
+
+def test_plan_empty_output_chunk_keeps_dtype() -> None:
+    x = np.arange(6, dtype="i2")
+    got = rechunk_through_plan(x, ((6,),), ((3, 0, 3, 0),))
+    assert [c.shape for c in got.values()] == [(3,), (0,), (3,), (0,)]
+    assert all(c.dtype == np.dtype("i2") for c in got.values())
+
+
+def test_plan_unchanged_axis_with_unknown_sizes() -> None:
+    nan = math.nan
+    plan = RechunkPlan.from_chunks(((nan, nan), (2, 2)), ((nan, nan), (4,)))
+    x = np.arange(5 * 4).reshape(5, 4)
+    top, bottom = x[:3], x[3:]
+    received: dict[ChunkIndex, dict[ChunkIndex, Any]] = defaultdict(dict)
+    for row, part in enumerate((top, bottom)):
+        for col in range(2):
+            for new_index, position, piece in plan.split(part[:, 2 * col : 2 * col + 2], (row, col)):
+                received[new_index][position] = piece
+    np.testing.assert_array_equal(plan.assemble((0, 0), received[(0, 0)]), top)
+    np.testing.assert_array_equal(plan.assemble((1, 0), received[(1, 0)]), bottom)
+
+
+def test_plan_refuses_changing_an_axis_of_unknown_size() -> None:
+    with pytest.raises(ValueError, match="unknown chunk sizes"):
+        RechunkPlan.from_chunks(((math.nan, math.nan),), ((math.nan,),))
+
+
+def test_plan_refuses_mismatched_lengths_and_dims() -> None:
+    with pytest.raises(ValueError, match="same length"):
+        RechunkPlan.from_chunks(((3, 3),), ((5,),))
+    with pytest.raises(ValueError, match="dimensions"):
+        RechunkPlan.from_chunks(((3, 3),), ((6,), (1,)))
+
+
+def test_split_checks_the_chunk_shape() -> None:
+    plan = RechunkPlan.from_chunks(((3, 3),), ((6,),))
+    with pytest.raises(ValueError, match="expected"):
+        list(plan.split(np.zeros(4), (0,)))
+    with pytest.raises(ValueError, match="1-dimensional"):
+        list(plan.split(np.zeros((3, 1)), (0,)))
+
+
+def test_assemble_refuses_a_missing_piece() -> None:
+    plan = RechunkPlan.from_chunks(((3, 3),), ((6,),))
+    only_first: dict[ChunkIndex, Any] = {(0,): np.zeros(3)}
+    with pytest.raises(RuntimeError, match="grid"):
+        plan.assemble((0,), only_first)
+
+
+def test_assemble_keeps_masked_arrays() -> None:
+    x = np.ma.masked_array(np.arange(6), mask=np.array([0, 1, 0, 0, 1, 0], dtype=bool))
+    got = rechunk_through_plan(x, ((2, 4),), ((3, 3),))
+    assert isinstance(got[(0,)], np.ma.MaskedArray)
+    np.testing.assert_array_equal(np.ma.getmaskarray(got[(0,)]), [False, True, False])
+    np.testing.assert_array_equal(np.ma.getmaskarray(got[(1,)]), [False, True, False])
