@@ -254,3 +254,67 @@ def _concatenate_grid(by_position: Mapping[ChunkIndex, Any], grid: tuple[int, ..
         return [nest((*prefix, k)) for k in range(grid[len(prefix)])]
 
     return concatenate3(nest(()))  # type: ignore[no-untyped-call]  # dask.array is untyped
+
+
+def _merged_axis(old: tuple[float, ...], new: tuple[float, ...], cap: float) -> tuple[float, ...]:
+    """Merge neighbouring chunks of ``old`` where their boundary is not one of ``new``, up to ``cap`` long.
+
+    Joining two chunks at a point inside an output chunk joins the two pieces that
+    meet there into one: the shuffle gets fewer pieces and fewer transfer tasks.  A
+    boundary that ``new`` shares is kept, since joining there would save nothing.
+    """
+    new_stops = set(itertools.accumulate(int(c) for c in new))
+    out: list[float] = []
+    run = 0
+    position = 0
+    for size in (int(c) for c in old):
+        start, position = position, position + size
+        if run and (start in new_stops or run + size > cap):
+            out.append(run)
+            run = 0
+        run += size
+    if run or not out:
+        out.append(run)
+    return tuple(out)
+
+
+def prechunk(old: Chunks, new: Chunks, itemsize: int, block_size_limit: float) -> Chunks:
+    """Input chunks to rechunk to (by tasks) before a P2P rechunk from ``old`` to ``new``.
+
+    Many small input chunks make many transfer tasks and many small pieces.  Input
+    chunks that meet inside an output chunk are merged first, as far as blocks stay
+    within ``block_size_limit`` bytes (or the largest input block, when
+    that is larger already).  Returns ``old`` when nothing is worth merging.
+    """
+    known = [
+        a
+        for a, (o, n) in enumerate(zip(old, new))
+        if o != n and not any(math.isnan(c) for c in itertools.chain(o, n)) and len(o) > 1
+    ]
+    if not known:
+        return old
+
+    def block_bytes(chunks: Chunks) -> float:
+        return math.prod(max(axis, default=0) for axis in chunks) * itemsize
+
+    limit = max(block_size_limit, block_bytes(old))
+
+    def candidate(factor: float) -> Chunks:
+        out = list(old)
+        for a in known:
+            out[a] = _merged_axis(old[a], new[a], max(old[a]) * factor)
+        return tuple(out)
+
+    # The block size grows with the factor: find the largest factor within the limit.
+    lo, hi = 1.0, float(max(sum(int(c) for c in old[a]) for a in known))
+    if block_bytes(candidate(hi)) <= limit:
+        best = candidate(hi)
+    else:
+        for _ in range(40):
+            mid = (lo + hi) / 2
+            if block_bytes(candidate(mid)) <= limit:
+                lo = mid
+            else:
+                hi = mid
+        best = candidate(lo)
+    return best if best != old else old

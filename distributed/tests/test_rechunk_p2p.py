@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from distributed.shuffle._rechunk import ChunkIndex, Chunks, RechunkPlan
+from distributed.shuffle._rechunk import ChunkIndex, Chunks, RechunkPlan, prechunk
 
 
 def blocks(x: np.ndarray, chunks: Chunks) -> dict[ChunkIndex, np.ndarray]:
@@ -154,3 +154,40 @@ def test_assemble_keeps_masked_arrays() -> None:
     assert isinstance(got[(0,)], np.ma.MaskedArray)
     np.testing.assert_array_equal(np.ma.getmaskarray(got[(0,)]), [False, True, False])
     np.testing.assert_array_equal(np.ma.getmaskarray(got[(1,)]), [False, True, False])
+
+
+def boundaries(axis: tuple[float, ...]) -> set[int]:
+    return set(itertools.accumulate((int(c) for c in axis), initial=0))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_prechunk_only_merges_inside_output_chunks(seed: int) -> None:
+    rng = random.Random(seed)
+    ndim = rng.randint(1, 3)
+    shape = tuple(rng.randint(1, 40) for _ in range(ndim))
+    old = tuple(random_chunks(rng, n, allow_zero=False) for n in shape)
+    new = tuple(random_chunks(rng, n, allow_zero=False) for n in shape)
+    limit = rng.choice([8, 64, 800, 10**9])
+    got = prechunk(old, new, 8, limit)
+    old_block = math.prod(max(a) for a in old) * 8
+    assert math.prod(max(a) for a in got) * 8 <= max(limit, old_block)
+    for o, n, g in zip(old, new, got):
+        assert sum(g) == sum(o)
+        # only merges: every boundary is an old one, and every old or new boundary shared by both stays
+        assert boundaries(g) <= boundaries(o)
+        assert boundaries(o) & boundaries(n) <= boundaries(g)
+    x = np.arange(math.prod(shape)).reshape(shape)
+    check(x, got, new)
+
+
+def test_prechunk_merges_small_input_chunks() -> None:
+    # ten columns of width 1 going to rows: the columns can be joined first
+    assert prechunk(((10,), (1,) * 10), ((1,) * 10, (10,)), 8, 2**20) == ((10,), (10,))
+    # within the limit only: at most 4 columns of 10 float64 per block
+    got = prechunk(((10,), (1,) * 10), ((1,) * 10, (10,)), 8, 320)
+    assert max(got[1]) == 4
+    # joining at a point that is no output boundary joins two pieces into one
+    assert prechunk(((3, 3, 3),), ((2, 2, 2, 3),), 8, 2**20) == ((6, 3),)
+    # nothing to merge when every input boundary is an output boundary
+    old = ((3, 3, 3),)
+    assert prechunk(old, ((1, 2, 1, 2, 3),), 8, 2**20) is old
