@@ -132,6 +132,8 @@ class RechunkPlan:
     by_old: tuple[tuple[tuple[AxisPiece, ...], ...], ...]
     #: ``grid[axis][new_index]``: how many pieces make up that output chunk along the axis.
     grid: tuple[tuple[int, ...], ...]
+    #: ``sources[axis][new_index]``: the input chunks of those pieces along the axis, in order.
+    sources: tuple[tuple[tuple[int, ...], ...], ...]
 
     @classmethod
     def from_chunks(cls, old: Chunks, new: Chunks) -> RechunkPlan:
@@ -141,17 +143,18 @@ class RechunkPlan:
         if len(old) != len(new):
             raise ValueError(f"chunks {new} do not have the {len(old)} dimensions of {old}")
         by_old: list[tuple[tuple[AxisPiece, ...], ...]] = []
-        grid: list[tuple[int, ...]] = []
+        sources: list[tuple[tuple[int, ...], ...]] = []
         for old_axis, new_axis in zip(old, new):
             pieces = _axis_pieces(old_axis, new_axis)
             per_old: list[list[AxisPiece]] = [[] for _ in old_axis]
-            counts = [0] * len(new_axis)
+            per_new: list[list[int]] = [[] for _ in new_axis]
             for p in pieces:
                 per_old[p.old_index].append(p)
-                counts[p.new_index] += 1
+                per_new[p.new_index].append(p.old_index)
             by_old.append(tuple(tuple(ps) for ps in per_old))
-            grid.append(tuple(counts))
-        return cls(old, new, tuple(by_old), tuple(grid))
+            sources.append(tuple(tuple(olds) for olds in per_new))
+        grid = tuple(tuple(len(olds) for olds in axis) for axis in sources)
+        return cls(old, new, tuple(by_old), grid, tuple(sources))
 
     @property
     def ndim(self) -> int:
@@ -205,6 +208,13 @@ class RechunkPlan:
     def pieces_of(self, new_index: ChunkIndex) -> int:
         """How many pieces output chunk ``new_index`` is assembled from."""
         return math.prod(self.grid[axis][j] for axis, j in enumerate(new_index))
+
+    def position(self, new_index: ChunkIndex, old_index: ChunkIndex) -> ChunkIndex:
+        """Where the piece of input chunk ``old_index`` sits in output chunk ``new_index``'s grid of pieces."""
+        try:
+            return tuple(self.sources[axis][j].index(i) for axis, (j, i) in enumerate(zip(new_index, old_index)))
+        except ValueError:
+            raise ValueError(f"input chunk {old_index} has no piece in output chunk {new_index}") from None
 
     def split(self, chunk: Any, old_index: ChunkIndex) -> Iterator[tuple[ChunkIndex, ChunkIndex, Any]]:
         """Cut input chunk ``old_index`` into its pieces.

@@ -32,6 +32,7 @@ def rechunk_through_plan(x: np.ndarray, old: Chunks, new: Chunks) -> dict[ChunkI
         assert set(plan.destinations(old_index)) == {d for d, _, _ in plan.split(chunk, old_index)}
         for new_index, position, piece in plan.split(chunk, old_index):
             assert position not in received[new_index], "two pieces at one position"
+            assert plan.position(new_index, old_index) == position
             received[new_index][position] = piece
     out = {}
     for new_index in plan.new_indices():
@@ -98,6 +99,13 @@ def test_plan_counts_and_ids() -> None:
     for i, index in enumerate(plan.old_indices()):
         assert plan.old_partition(index) == i
         assert plan.old_index(i) == index
+
+
+def test_position_of_a_source_that_does_not_contribute() -> None:
+    plan = RechunkPlan.from_chunks(((3, 4),), ((2, 5),))
+    assert plan.position((1,), (1,)) == (1,)
+    with pytest.raises(ValueError, match="no piece"):
+        plan.position((0,), (1,))
 
 
 def test_plan_empty_output_chunk_keeps_dtype() -> None:
