@@ -295,6 +295,8 @@ class Scheduler(Server):
         self.time_started = time.time()
         self.idle_since: float | None = time.time()
         self.extensions: dict[str, Any] = {}
+        #: ``hook(address, stimulus_id, out)`` of each extension that acts when a worker leaves.
+        self.remove_worker_hooks: list[Callable[[str, str, Out], None]] = []
         self.http_server: Any = None
 
         self._transitions_table: dict[tuple[TaskStateName, TaskStateName], Callable[[TaskState, Out], PluginKwargs]] = {
@@ -1695,6 +1697,8 @@ class Scheduler(Server):
         self.transitions(recs, stimulus_id, out)
         self.stream_comms.pop(address, None)
         self.rpc.remove(address)
+        for hook in self.remove_worker_hooks:
+            hook(address, stimulus_id, out)
         if self.plugins:
             self.call_plugins("remove_worker", self, address, stimulus_id=stimulus_id)
         return out

@@ -14,7 +14,9 @@ ops listed in ``distributed.scheduler.blocked-handlers`` stay blocked.
 Without ``extensions=``, a scheduler gets :data:`DEFAULT_EXTENSIONS`, less
 ``"stealing"`` when ``distributed.scheduler.work-stealing`` is off (as in
 dask.distributed).  An extension with an ``on_start()`` method has it called
-once the scheduler listens, to start periodic work on the scheduler's loop.
+once the scheduler listens, to start periodic work on the scheduler's loop; one
+with an ``on_remove_worker(address, stimulus_id, out)`` method has it called
+each time a worker leaves, after the scheduler's own transitions for it.
 """
 
 from __future__ import annotations
@@ -33,14 +35,16 @@ from distributed.coordination.semaphore_extension import SemaphoreExtension
 from distributed.coordination.variable_extension import VariableExtension
 from distributed.core import Route, StreamRoute
 from distributed.diagnostics.progress import ProgressExtension
+from distributed.shuffle import ShuffleSchedulerExtension
 from distributed.stealing import WorkStealing
 
 if TYPE_CHECKING:
-    from distributed.scheduler import Scheduler
+    from distributed.scheduler import Out, Scheduler
 
 __all__ = [
     "DEFAULT_EXTENSIONS",
     "ExtensionFactory",
+    "HasRemoveWorker",
     "HasRoutes",
     "HasStart",
     "HasStreamRoutes",
@@ -62,6 +66,7 @@ DEFAULT_EXTENSIONS: Mapping[str, ExtensionFactory] = {
     "publish": PublishExtension,
     "progress": ProgressExtension,
     "stealing": WorkStealing,
+    "shuffle": ShuffleSchedulerExtension,
 }
 
 
@@ -87,6 +92,14 @@ class HasStart(Protocol):
 
     def on_start(self) -> None:
         """Called once the scheduler listens, on its event loop."""
+
+
+@runtime_checkable
+class HasRemoveWorker(Protocol):
+    """An extension acting when a worker leaves."""
+
+    def on_remove_worker(self, address: str, stimulus_id: str, out: Out) -> None:
+        """Called once the scheduler's own transitions for the departed worker are done."""
 
 
 def make_extensions(
@@ -121,6 +134,8 @@ def make_extensions(
             _register(scheduler.handlers, ext.routes(), name, blocked)
         if isinstance(ext, HasStreamRoutes):
             _register(scheduler.stream_handlers, ext.stream_routes(), name, blocked)
+        if isinstance(ext, HasRemoveWorker):
+            scheduler.remove_worker_hooks.append(ext.on_remove_worker)
 
 
 def start_extensions(scheduler: Scheduler) -> None:

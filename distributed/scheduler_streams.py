@@ -341,6 +341,15 @@ class SchedulerStreams:
 
     def _update_graph(self, msg: m.UpdateGraph) -> None:
         s = self.scheduler
+        shuffles = msg.get("shuffles")
+        if shuffles:
+            ext = s.extensions.get("shuffle")
+            if ext is None:
+                logger.warning(
+                    "A graph of client %s has P2P shuffles, but this scheduler has no shuffle extension", msg["client"]
+                )
+            else:
+                ext.add_descriptions(shuffles)
         out = s.update_graph(
             msg["client"],
             msg["tasks"],

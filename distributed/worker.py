@@ -44,6 +44,7 @@ from distributed.protocol.framing import ProtocolError, is_msgpack_serializable
 from distributed.protocol.messages import Key
 from distributed.protocol.schema import checker
 from distributed.protocol.serialize import Serialize, unwrap
+from distributed.shuffle import ShuffleWorkerExtension
 from distributed.spill import SpillBuffer
 from distributed.threadpool import ThreadPool, current_pool
 from distributed.uploads import import_uploaded, save_upload
@@ -328,6 +329,9 @@ class Worker(Server):
             "acquire-replicas": StreamRoute(m.AcquireReplicas, self._stream_acquire_replicas),
             "steal-request": StreamRoute(m.StealRequest, self._stream_steal_request),
         }
+        #: The worker's part of P2P shuffles (transfer, barrier and unpack tasks reach it).
+        self.shuffle = ShuffleWorkerExtension(self)
+        handlers.update(self.shuffle.routes())
         super().__init__(handlers, stream_handlers)
 
     def _blocked_handlers(self) -> list[str]:
@@ -596,6 +600,7 @@ class Worker(Server):
         await loop.run_in_executor(None, self.executor.shutdown, self._close_executor_wait, self._close_timeout)
         self.actor_executor.shutdown(wait=False, cancel_futures=True)
         self.actors.clear()
+        self.shuffle.close()
         if isinstance(self.data, SpillBuffer):
             self.data.close()
         if self._work_dir is not None:

@@ -60,6 +60,8 @@ class GraphPlan:
         Scheduling information, as in ``update-graph``.
     actors
         Keys whose tasks make actors (``True``: every wanted key).
+    shuffles
+        The P2P shuffles of the graph, sent with its first part.
     """
 
     def __init__(
@@ -76,8 +78,10 @@ class GraphPlan:
         global_annotations: Mapping[str, Any] | None = None,
         user_priority: int = 0,
         actors: bool | Collection[Key] = False,
+        shuffles: Sequence[m.ShuffleDescription] = (),
     ) -> None:
         self.client_id = client_id
+        self.shuffles = list(shuffles)
         self.actors: frozenset[Key]
         if actors is True:
             self.actors = frozenset(keys)
@@ -139,6 +143,8 @@ class GraphPlan:
             msg["final"] = final
         if self.global_annotations:
             msg["annotations"] = dict(self.global_annotations)
+        if i == 0 and self.shuffles:
+            msg["shuffles"] = self.shuffles
         return msg
 
     def abandon_message(self) -> m.UpdateGraph | None:

@@ -22,7 +22,7 @@ Invariants:
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +44,9 @@ from distributed.dask_api import (
     get_annotations,
     is_dask_collection,
 )
+from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
+from distributed.shuffle import describe_shuffles
 
 __all__ = [
     "CollectionGraph",
@@ -180,6 +182,7 @@ def graph_plan(
     global_annotations: Mapping[str, Any] | None = None,
     user_priority: int = 0,
     actors: bool | Collection[Key] = False,
+    shuffles: Sequence[m.ShuffleDescription] = (),
 ) -> GraphPlan:
     """The plan of a graph of GraphNodes, futures wanted for ``keys``.
 
@@ -199,6 +202,7 @@ def graph_plan(
         global_annotations=global_annotations,
         user_priority=user_priority,
         actors=actors,
+        shuffles=shuffles,
     )
 
 
@@ -266,6 +270,7 @@ def expr_plan(client_id: str, expr: Any, keys: list[Key], options: TaskOptions, 
         global_annotations=options.annotations(),
         user_priority=int(options.priority or 0),
         actors=options.actors,
+        shuffles=describe_shuffles(graph),
     )
 
 

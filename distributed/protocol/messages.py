@@ -294,6 +294,8 @@ class UpdateGraph(TypedDict):
     #: A graph sent in several messages: all share ``graph``; only the last has ``final``.
     graph: NotRequired[str]
     final: NotRequired[bool]
+    #: The P2P shuffles whose barrier tasks are in this graph (sent with its first part).
+    shuffles: NotRequired[Sequence[ShuffleDescription]]
 
 
 class ClientKeys(TypedDict):
@@ -1190,3 +1192,79 @@ class ActorAttribute(TypedDict):
     op: Literal["actor_attribute"]
     key: Key
     attribute: str
+
+
+# -- P2P shuffle: client -> scheduler (inside update-graph), worker -> scheduler (requests),
+# -- scheduler -> worker (requests), worker -> worker (requests) ---------------------------------
+class ShuffleDescription(TypedDict):
+    """What the scheduler learns of one P2P shuffle in a graph (the client reads it off the barrier task)."""
+
+    id: str
+    #: The key of the shuffle's barrier task.
+    barrier: Key
+    #: How many output partitions there are.
+    npartitions: int
+    #: ``[key, position]`` of each unpack task: the position of the output partition it reads.
+    outputs: Sequence[Sequence[Any]]
+    disk: bool
+    #: The pickled spec: the scheduler passes it on to workers without opening it.
+    spec: bytes
+
+
+class ShuffleGetOrCreate(TypedDict):
+    """A transfer task asks for the current run of a shuffle, which starts one if there is none."""
+
+    op: Literal["shuffle_get_or_create"]
+    id: str
+    worker: str
+
+
+class ShuffleGet(TypedDict):
+    """A worker asks for the current run of a shuffle (None when none runs)."""
+
+    op: Literal["shuffle_get"]
+    id: str
+
+
+class ShuffleRunInfo(TypedDict):
+    """One run of a shuffle, as the scheduler tells workers."""
+
+    id: str
+    run_id: int
+    #: The worker owning each output partition, by position.
+    worker_for: Sequence[str]
+    #: The pickled spec, as the client sent it.
+    spec: bytes
+
+
+class ShuffleBarrierRequest(TypedDict):
+    """The barrier task of a shuffle ran: every transfer of run ``run_id`` is done."""
+
+    op: Literal["shuffle_barrier"]
+    id: str
+    run_id: int
+
+
+class ShuffleInputsDone(TypedDict):
+    """Scheduler to participating worker: no more shards will come for this run."""
+
+    op: Literal["shuffle_inputs_done"]
+    id: str
+    run_id: int
+
+
+class ShuffleForget(TypedDict):
+    """Scheduler to worker: drop this shuffle's runs up to ``run_id`` and their files."""
+
+    op: Literal["shuffle_forget"]
+    id: str
+    run_id: int
+
+
+class ShuffleReceive(TypedDict):
+    """Worker to worker: shards ``[input partition, output partition, bytes]`` of one run."""
+
+    op: Literal["shuffle_receive"]
+    id: str
+    run_id: int
+    shards: Sequence[Sequence[Any]]

@@ -1,0 +1,157 @@
+"""Where a worker keeps the shards it receives for one shuffle run: memory, then disk.
+
+Shards are kept in memory up to a limit (``distributed.p2p.storage.buffer``);
+past it, everything in memory is appended to one file per output partition in
+the run's directory (when the shuffle allows disk).  A receiver waits for that
+write before it acknowledges the shards, which is what makes senders wait for
+a full receiver.
+
+A shard is identified by (input partition, output partition): one sent twice
+(a transfer task that ran again within the same run) is stored once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import struct
+import threading
+from collections.abc import Iterable, Sequence
+
+import msgpack
+
+from distributed.shuffle._core import PartitionId, as_partition_id
+
+__all__ = ["ShardStore"]
+
+_HEADER = struct.Struct("!IQ")
+
+
+class ShardStore:
+    """The shards one worker received for one shuffle run.
+
+    Parameters
+    ----------
+    directory
+        Where spilled shards go (made when first needed, removed by :meth:`close`).
+    memory_limit
+        Bytes of shards kept in memory before spilling.
+    disk
+        Whether spilling is allowed (if not, everything stays in memory).
+    partitions
+        The output partitions (file names come from positions in it).
+    """
+
+    def __init__(self, directory: str, memory_limit: int, disk: bool, partitions: Sequence[PartitionId]) -> None:
+        self.directory = directory
+        self.memory_limit = memory_limit
+        self.disk = disk
+        self._position = {p: i for i, p in enumerate(partitions)}
+        self._memory: dict[PartitionId, dict[PartitionId, bytes]] = {}
+        self._seen: set[tuple[PartitionId, PartitionId]] = set()
+        self._lock = threading.Lock()
+        self._spill_task: asyncio.Future[None] | None = None
+        self._closed = False
+        #: Bytes of shards in memory now.
+        self.memory_bytes = 0
+        #: Bytes written to disk in total, and the files written.
+        self.disk_bytes_written = 0
+        self.files_written: set[str] = set()
+        #: Bytes received in total (duplicates not counted).
+        self.bytes_received = 0
+
+    async def put(self, shards: Iterable[tuple[PartitionId, PartitionId, bytes]]) -> None:
+        """Keep ``shards`` ``(input, output, bytes)``; returns once memory is within the limit again."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError(f"Shards arrived for a closed shuffle run in {self.directory}")
+            for inp, out, payload in shards:
+                ident = (inp, out)
+                if ident in self._seen:
+                    continue
+                self._seen.add(ident)
+                self._memory.setdefault(out, {})[inp] = payload
+                self.memory_bytes += len(payload)
+                self.bytes_received += len(payload)
+            over = self.disk and self.memory_bytes > self.memory_limit
+        if over:
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Write what is in memory to disk (if disk is allowed), waiting for a write already under way."""
+        while self._spill_task is not None:
+            await asyncio.shield(self._spill_task)
+        if not self.disk or not self._memory:
+            return
+        loop = asyncio.get_running_loop()
+        self._spill_task = loop.run_in_executor(None, self._spill)
+        try:
+            await asyncio.shield(self._spill_task)
+        finally:
+            self._spill_task = None
+
+    async def flush_pending(self) -> None:
+        """Wait for a write to disk under way, if any."""
+        while self._spill_task is not None:
+            await asyncio.shield(self._spill_task)
+
+    def _spill(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            batch, self._memory = self._memory, {}
+            os.makedirs(self.directory, exist_ok=True)
+            # Written under the lock: a read() must see a shard in memory or on disk.
+            written = 0
+            for out, by_input in batch.items():
+                path = self._path(out)
+                with open(path, "ab") as f:
+                    for inp, payload in by_input.items():
+                        ident = msgpack.packb(inp)
+                        f.write(_HEADER.pack(len(ident), len(payload)))
+                        f.write(ident)
+                        f.write(payload)
+                        written += len(payload)
+                self.files_written.add(path)
+            self.memory_bytes -= written
+            self.disk_bytes_written += written
+
+    def _path(self, partition: PartitionId) -> str:
+        return os.path.join(self.directory, f"{self._position[partition]}.shards")
+
+    def read(self, partition: PartitionId) -> list[tuple[PartitionId, bytes]]:
+        """The shards of ``partition`` ``(input, bytes)``, sorted by input partition.
+
+        They stay here until the store is closed: an unpack task may run
+        again (its output lost), and a self-join reads a partition twice.
+        Memory stays bounded by the spill limit all the same.
+        """
+        with self._lock:
+            found = dict(self._memory.get(partition, {}))
+            path = self._path(partition)
+            data = b""
+            if path in self.files_written:
+                with open(path, "rb") as f:
+                    data = f.read()
+        offset = 0
+        while offset < len(data):
+            n_ident, n_payload = _HEADER.unpack_from(data, offset)
+            offset += _HEADER.size
+            inp = as_partition_id(msgpack.unpackb(data[offset : offset + n_ident]))
+            offset += n_ident
+            found[inp] = data[offset : offset + n_payload]
+            offset += n_payload
+        return sorted(found.items(), key=lambda item: _order(item[0]))
+
+    def close(self) -> None:
+        """Drop every shard and remove the directory."""
+        with self._lock:
+            self._closed = True
+            self._memory.clear()
+            self.memory_bytes = 0
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _order(p: PartitionId) -> tuple[int, ...]:
+    return (p,) if isinstance(p, int) else p

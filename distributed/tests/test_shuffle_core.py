@@ -1,0 +1,126 @@
+"""The shared pieces of P2P shuffles, without a cluster: ids, the barrier task, the shard store, descriptions."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pickle
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dask._task_spec import GraphNode, Task, TaskRef
+
+from distributed.protocol.pickle import loads
+from distributed.shuffle import (
+    P2PBarrierTask,
+    PartitionId,
+    RunContext,
+    ShuffleId,
+    ShuffleRun,
+    ShuffleSpec,
+    barrier_key,
+    describe_shuffles,
+    id_from_key,
+    p2p_barrier,
+)
+from distributed.shuffle._disk import ShardStore
+
+
+def unpack(shuffle_id: str, part: int, run_id: int) -> int:
+    return part
+
+
+@dataclass(frozen=True)
+class ToySpec(ShuffleSpec):
+    id: ShuffleId
+    n: int
+    disk: bool = True
+
+    def output_partitions(self) -> Sequence[PartitionId]:
+        return range(self.n)
+
+    def output_partition_of(self, node: GraphNode) -> PartitionId | None:
+        if isinstance(node, Task) and node.func is unpack:
+            return int(node.args[1])
+        return None
+
+    def create_run(self, context: RunContext) -> ShuffleRun:
+        return ToyRun(self, context)
+
+
+class ToyRun(ShuffleRun):
+    def split(self, data: Any, input_partition: PartitionId) -> Mapping[PartitionId, bytes]:
+        return {}
+
+    def assemble(self, output_partition: PartitionId, shards: Sequence[tuple[PartitionId, bytes]]) -> Any:
+        return shards
+
+
+def test_barrier_key_round_trip() -> None:
+    key = barrier_key(ShuffleId("abc"))
+    assert key == "shuffle-barrier-abc"
+    assert id_from_key(key) == "abc"
+    assert id_from_key(("shuffle-barrier-abc", 0)) is None
+    assert id_from_key("shuffle-transfer-abc") is None
+
+
+def test_barrier_task_keeps_its_spec() -> None:
+    spec = ToySpec(ShuffleId("s"), 3)
+    task = P2PBarrierTask(barrier_key(spec.id), p2p_barrier, "s", TaskRef("t-0"), TaskRef("t-1"), spec=spec)
+    assert task.block_fusion
+    assert task.dependencies == {"t-0", "t-1"}
+    back = pickle.loads(pickle.dumps(task))
+    assert isinstance(back, P2PBarrierTask) and back.spec == spec
+    assert task.copy().spec == spec
+    sub = task.substitute({"t-0": "u-0"})
+    assert isinstance(sub, P2PBarrierTask) and sub.spec == spec and sub.dependencies == {"u-0", "t-1"}
+
+
+def test_describe_shuffles() -> None:
+    spec = ToySpec(ShuffleId("s"), 3)
+    bkey = barrier_key(spec.id)
+    graph: dict[Any, GraphNode] = {
+        ("t", 0): Task(("t", 0), int, 1),
+        bkey: P2PBarrierTask(bkey, p2p_barrier, "s", TaskRef(("t", 0)), spec=spec),
+        **{("out", i): Task(("out", i), unpack, "s", 2 - i, TaskRef(bkey)) for i in range(3)},
+        "other": Task("other", sum, [TaskRef(("out", 0))]),
+    }
+    (desc,) = describe_shuffles(graph)
+    assert desc["id"] == "s" and desc["barrier"] == bkey and desc["npartitions"] == 3 and desc["disk"]
+    assert sorted(map(tuple, desc["outputs"])) == [(["out", 0], 2), (["out", 1], 1), (["out", 2], 0)]
+    assert loads(desc["spec"]) == spec
+    assert describe_shuffles({("t", 0): graph[("t", 0)]}) == []
+
+
+def test_shard_store_spills_past_its_limit_and_ignores_duplicates(tmp_path: Path) -> None:
+    directory = str(tmp_path / "run")
+    store = ShardStore(directory, memory_limit=10, disk=True, partitions=[0, 1])
+
+    async def fill() -> None:
+        await store.put([(0, 0, b"aaaa"), (0, 1, b"bb")])
+        assert store.disk_bytes_written == 0
+        await store.put([(1, 0, b"cccccccc")])  # past 10 bytes: everything goes to disk
+        await store.put([(1, 0, b"xxxxxxxx")])  # a duplicate: ignored
+        await store.put([((2, 3), 1, b"d")])
+
+    asyncio.run(fill())
+    assert store.disk_bytes_written == 14
+    assert sorted(os.listdir(directory)) == ["0.shards", "1.shards"]
+    assert store.read(0) == [(0, b"aaaa"), (1, b"cccccccc")]
+    assert store.read(1) == [(0, b"bb"), ((2, 3), b"d")]
+    assert store.read(0) == [(0, b"aaaa"), (1, b"cccccccc")]  # reads leave the shards
+    store.close()
+    assert not os.path.exists(directory)
+    with pytest.raises(RuntimeError, match="closed"):
+        asyncio.run(store.put([(5, 0, b"late")]))
+
+
+def test_shard_store_without_disk_stays_in_memory(tmp_path: Path) -> None:
+    store = ShardStore(str(tmp_path / "run"), memory_limit=1, disk=False, partitions=[0])
+    asyncio.run(store.put([(0, 0, b"abc"), (1, 0, b"de")]))
+    assert store.disk_bytes_written == 0 and store.memory_bytes == 5
+    assert store.read(0) == [(0, b"abc"), (1, b"de")]
+    assert not os.path.exists(tmp_path / "run")
