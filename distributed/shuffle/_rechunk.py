@@ -33,9 +33,26 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+import pickle
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import dask.config
+from dask._task_spec import GraphNode, Task, TaskRef
+
+from distributed.shuffle._core import (
+    P2PBarrierTask,
+    PartitionId,
+    RunContext,
+    ShuffleId,
+    ShuffleRun,
+    ShuffleSpec,
+    barrier_key,
+    p2p_barrier,
+    transfer_partition,
+    unpack_partition,
+)
 
 ChunkIndex = tuple[int, ...]
 Chunks = tuple[tuple[float, ...], ...]
@@ -66,9 +83,14 @@ class AxisPiece:
         return slice(self.start, self.stop)
 
 
+def _same_axis(old: Sequence[float], new: Sequence[float]) -> bool:
+    """Whether two chunkings of an axis are equal, NaN (unknown) sizes included (NaN != NaN)."""
+    return len(old) == len(new) and all(o == n or (math.isnan(o) and math.isnan(n)) for o, n in zip(old, new))
+
+
 def _axis_pieces(old: Sequence[float], new: Sequence[float]) -> list[AxisPiece]:
     """The pieces of one axis, ordered by output chunk then position."""
-    if tuple(old) == tuple(new):
+    if _same_axis(old, new):
         return [AxisPiece(i, i, None, None, 0) for i in range(len(old))]
     if any(math.isnan(c) for c in itertools.chain(old, new)):
         raise ValueError(
@@ -299,7 +321,7 @@ def prechunk(old: Chunks, new: Chunks, itemsize: int, block_size_limit: float) -
     known = [
         a
         for a, (o, n) in enumerate(zip(old, new))
-        if o != n and not any(math.isnan(c) for c in itertools.chain(o, n)) and len(o) > 1
+        if not _same_axis(o, n) and not any(math.isnan(c) for c in itertools.chain(o, n)) and len(o) > 1
     ]
     if not known:
         return old
@@ -328,3 +350,160 @@ def prechunk(old: Chunks, new: Chunks, itemsize: int, block_size_limit: float) -
                 hi = mid
         best = candidate(lo)
     return best if best != old else old
+
+
+# -- The shuffle: spec, per-worker run, task functions and graph -----------------------------------
+
+
+@dataclass(frozen=True)
+class ArrayRechunkSpec(ShuffleSpec):
+    """A P2P rechunk of an array from chunks ``old`` to ``new``.
+
+    Input and output partitions are chunk indices (tuples of ints).
+    """
+
+    id: ShuffleId
+    old: Chunks
+    new: Chunks
+    disk: bool
+
+    def output_partitions(self) -> Sequence[PartitionId]:
+        """Every output chunk index, in C order (neighbouring chunks tend to share a worker)."""
+        return list(itertools.product(*(range(len(axis)) for axis in self.new)))
+
+    def output_partition_of(self, node: GraphNode) -> PartitionId | None:
+        task = _find_unpack(node, self.id)
+        if task is None:
+            return None
+        return tuple(int(i) for i in task.args[1])
+
+    def create_run(self, context: RunContext) -> ShuffleRun:
+        return ArrayRechunkRun(self, context)
+
+
+def _find_unpack(node: Any, shuffle_id: str) -> Task | None:
+    """The unpack task of shuffle ``shuffle_id`` in ``node``, also when fused into a larger task."""
+    if isinstance(node, Task):
+        if node.func is rechunk_unpack and node.args and node.args[0] == shuffle_id:
+            return node
+        for arg in node.args:
+            # A fused task carries its subgraph as a dict of key -> task.
+            if isinstance(arg, dict):
+                for inner in arg.values():
+                    found = _find_unpack(inner, shuffle_id)
+                    if found is not None:
+                        return found
+    return None
+
+
+class ArrayRechunkRun(ShuffleRun):
+    """One worker's part of one run of a P2P rechunk: cuts input chunks, assembles output chunks."""
+
+    spec: ArrayRechunkSpec
+
+    def __init__(self, spec: ArrayRechunkSpec, context: RunContext) -> None:
+        super().__init__(spec, context)
+        self.plan = RechunkPlan.from_chunks(spec.old, spec.new)
+
+    def split(self, data: Any, input_partition: PartitionId) -> Mapping[PartitionId, bytes]:
+        old_index = _index(input_partition)
+        # One piece per output chunk: an input chunk overlaps an output chunk in one box.
+        return {
+            new_index: pickle.dumps(piece, protocol=pickle.HIGHEST_PROTOCOL)
+            for new_index, _, piece in self.plan.split(data, old_index)
+        }
+
+    def assemble(self, output_partition: PartitionId, shards: Sequence[tuple[PartitionId, bytes]]) -> Any:
+        new_index = _index(output_partition)
+        pieces = {self.plan.position(new_index, _index(source)): pickle.loads(payload) for source, payload in shards}
+        return self.plan.assemble(new_index, pieces)
+
+
+def _index(partition: PartitionId) -> ChunkIndex:
+    if isinstance(partition, int):
+        return (partition,)
+    return tuple(partition)
+
+
+def rechunk_transfer(input: Any, id: ShuffleId, input_chunk: ChunkIndex) -> int:
+    """Transfer task: send the pieces of input chunk ``input_chunk`` to their output chunks' workers."""
+    return transfer_partition(id, input, tuple(input_chunk))
+
+
+def rechunk_unpack(id: ShuffleId, output_chunk: ChunkIndex, barrier_run_id: int) -> Any:
+    """Unpack task: output chunk ``output_chunk``, assembled from the pieces received in run ``barrier_run_id``."""
+    return unpack_partition(id, tuple(output_chunk), barrier_run_id)
+
+
+def rechunk_name(token: str) -> str:
+    """The name of the output array of the P2P rechunk with token ``token``."""
+    return f"rechunk-p2p-{token}"
+
+
+def rechunk_p2p(
+    x: Any,
+    chunks: Chunks,
+    *,
+    threshold: int | None = None,
+    block_size_limit: float | None = None,
+    balance: bool = False,
+) -> Any:
+    """Rechunk dask array ``x`` to ``chunks`` with a P2P shuffle.
+
+    Called by :func:`dask.array.rechunk` with ``method="p2p"`` (its default with a
+    client, for large rechunks), with ``chunks`` normalised to a tuple of tuples.
+
+    Parameters
+    ----------
+    x : dask.array.Array
+        The array to rechunk.
+    chunks : tuple of tuples of int
+        The new chunks, one tuple per axis.
+    threshold, block_size_limit, balance
+        As in :func:`dask.array.rechunk`, for the task-based rechunk that first
+        merges small input chunks (see :func:`prechunk`); ``block_size_limit``
+        (default: config ``array.chunk-size``) also bounds those merged chunks.
+
+    Returns
+    -------
+    dask.array.Array
+        An array with chunks ``chunks``: one transfer task per input chunk, one
+        barrier task, one unpack task per output chunk.
+    """
+    import dask.array as da
+    from dask.base import tokenize
+    from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
+    from dask.utils import parse_bytes
+
+    chunks = tuple(tuple(axis) for axis in chunks)
+    if x.size == 0:
+        # Nothing to move: every chunk is empty.
+        return da.empty(x.shape, chunks=chunks, dtype=x.dtype)
+
+    limit = parse_bytes(block_size_limit if block_size_limit is not None else dask.config.get("array.chunk-size"))
+    merged = prechunk(x.chunks, chunks, x.dtype.itemsize, limit)
+    if merged != x.chunks:
+        x = x.rechunk(merged, threshold=threshold, block_size_limit=block_size_limit, balance=balance, method="tasks")
+
+    plan = RechunkPlan.from_chunks(x.chunks, chunks)
+    token = tokenize(x, chunks)
+    shuffle_id = ShuffleId(token)
+    transfer_name = f"rechunk-transfer-{token}"
+    name = rechunk_name(token)
+    disk = bool(dask.config.get("distributed.p2p.storage.disk"))
+
+    dsk: dict[Any, GraphNode] = {}
+    transfers: list[TaskRef] = []
+    for old_index in plan.old_indices():
+        t = Task((transfer_name, *old_index), rechunk_transfer, TaskRef((x.name, *old_index)), token, old_index)
+        dsk[t.key] = t
+        transfers.append(TaskRef(t.key))
+    spec = ArrayRechunkSpec(id=shuffle_id, old=plan.old, new=plan.new, disk=disk)
+    barrier = P2PBarrierTask(barrier_key(shuffle_id), p2p_barrier, token, *transfers, spec=spec)
+    dsk[barrier.key] = barrier
+    for new_index in plan.new_indices():
+        t = Task((name, *new_index), rechunk_unpack, token, new_index, TaskRef(barrier.key))
+        dsk[t.key] = t
+
+    graph = HighLevelGraph.from_collections(name, MaterializedLayer(dsk), dependencies=[x])
+    return da.Array(graph, name, chunks, meta=x._meta, dtype=x.dtype)  # type: ignore[no-untyped-call]  # dask.array is untyped

@@ -7,11 +7,15 @@ import itertools
 import math
 import random
 from collections import defaultdict
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, Literal
 
+import dask.array as da
 import numpy as np
 import pytest
 
+from distributed import Client, LocalCluster
+from distributed.shuffle import P2PBarrierTask, rechunk_p2p
 from distributed.shuffle._rechunk import ChunkIndex, Chunks, RechunkPlan, prechunk
 
 
@@ -116,8 +120,8 @@ def test_plan_empty_output_chunk_keeps_dtype() -> None:
 
 
 def test_plan_unchanged_axis_with_unknown_sizes() -> None:
-    nan = math.nan
-    plan = RechunkPlan.from_chunks(((nan, nan), (2, 2)), ((nan, nan), (4,)))
+    # distinct NaN objects, as after pickling: NaN != NaN, yet the axis is unchanged
+    plan = RechunkPlan.from_chunks(((math.nan, float("nan")), (2, 2)), ((float("nan"), float("nan")), (4,)))
     x = np.arange(5 * 4).reshape(5, 4)
     top, bottom = x[:3], x[3:]
     received: dict[ChunkIndex, dict[ChunkIndex, Any]] = defaultdict(dict)
@@ -199,3 +203,89 @@ def test_prechunk_merges_small_input_chunks() -> None:
     # nothing to merge when every input boundary is an output boundary
     old = ((3, 3, 3),)
     assert prechunk(old, ((1, 2, 1, 2, 3),), 8, 2**20) is old
+
+
+# -- The rechunk on a cluster of worker processes ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[Client[Literal[False]]]:
+    with LocalCluster(n_workers=2, threads_per_worker=2, processes=True, dashboard_address=None) as cluster:
+        with Client(cluster) as c:
+            yield c
+
+
+def from_array(a: Any, chunks: Any, **kwargs: Any) -> Any:
+    return da.from_array(a, chunks=chunks, **kwargs)  # type: ignore[no-untyped-call]  # dask.array is untyped
+
+
+def barriers(y: da.Array) -> list[P2PBarrierTask]:
+    return [t for t in dict(y.__dask_graph__()).values() if isinstance(t, P2PBarrierTask)]
+
+
+def computed_blocks(client: Client[Literal[False]], y: da.Array) -> dict[ChunkIndex, np.ndarray]:
+    delayed = y.to_delayed()  # type: ignore[no-untyped-call]  # dask.array is untyped
+    indices = list(np.ndindex(delayed.shape))
+    values = client.compute([delayed[i] for i in indices], sync=True)
+    return {tuple(int(k) for k in i): v for i, v in zip(indices, values)}
+
+
+CASES = [
+    pytest.param((40, 30), (7, 11), ((15, 25), (3, 3, 24)), id="2d-uneven"),
+    pytest.param((40, 30), (40, 1), (1, 30), id="2d-columns-to-rows"),
+    pytest.param((12, 10, 9), (5, 4, 2), ((2, 10), (7, 3), (9,)), id="3d-every-axis"),
+    pytest.param((12, 10, 9), ((12,), (10,), (9,)), (3, 5, 2), id="3d-one-chunk-to-many"),
+    pytest.param((50,), (7,), ((1, 0, 20, 29),), id="1d-empty-chunk"),
+]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("shape", "old", "new"), CASES)
+def test_rechunk_p2p_equals_numpy(client: Client[Literal[False]], shape: tuple[int, ...], old: Any, new: Any) -> None:
+    a = np.random.default_rng(len(shape)).random(shape)
+    x = from_array(a, old)
+    y = x.rechunk(new, method="p2p")
+    expected = from_array(a, new)
+    assert y.chunks == expected.chunks
+    assert len(barriers(y)) == 1
+    got = computed_blocks(client, y)
+    for index, block in blocks(a, expected.chunks).items():
+        assert got[index].shape == block.shape, index
+        np.testing.assert_array_equal(got[index], block)
+    np.testing.assert_array_equal(client.compute(y, sync=True), a)
+
+
+@pytest.mark.timeout(120)
+def test_rechunk_p2p_of_a_computed_array_and_downstream(client: Client[Literal[False]]) -> None:
+    x = da.random.default_rng(1).random((60, 50), chunks=(60, 1))  # type: ignore[no-untyped-call]  # dask.array is untyped
+    y = (x + 1).rechunk((6, 50), method="p2p")
+    result = client.compute((y * 2).sum(axis=0), sync=True)
+    np.testing.assert_allclose(result, ((x + 1) * 2).sum(axis=0).compute(scheduler="sync"))
+
+
+@pytest.mark.timeout(120)
+def test_rechunk_p2p_keeps_masked_chunks(client: Client[Literal[False]]) -> None:
+    a = np.ma.masked_array(np.arange(24.0).reshape(4, 6), mask=np.arange(24).reshape(4, 6) % 5 == 0)
+    y = from_array(a, (1, 6), asarray=False).rechunk((4, 2), method="p2p")
+    result = client.compute(y, sync=True)
+    assert isinstance(result, np.ma.MaskedArray)
+    np.testing.assert_array_equal(np.ma.getmaskarray(result), np.ma.getmaskarray(a))
+    np.testing.assert_array_equal(result.filled(-1), a.filled(-1))
+
+
+def test_rechunk_p2p_of_an_empty_array_needs_no_shuffle() -> None:
+    x = da.zeros((0, 6), chunks=(1, 3))
+    y = rechunk_p2p(x, ((0,), (2, 2, 2)))
+    assert y.chunks == ((0,), (2, 2, 2))
+    assert barriers(y) == []
+
+
+@pytest.mark.timeout(120)
+def test_rechunk_p2p_keeps_unknown_sizes_on_unchanged_axes(client: Client[Literal[False]]) -> None:
+    x = from_array(np.arange(20).reshape(10, 2), (5, 1))
+    x = x[x[:, 0] % 3 != 0]  # unknown row counts
+    assert any(math.isnan(c) for c in x.chunks[0])
+    y = x.rechunk({1: 2}, method="p2p")
+    assert y.chunks[1] == (2,)
+    assert len(barriers(y)) == 1
+    np.testing.assert_array_equal(client.compute(y, sync=True), x.compute(scheduler="sync"))
