@@ -495,15 +495,15 @@ def rechunk_p2p(
     dsk: dict[Any, GraphNode] = {}
     transfers: list[TaskRef] = []
     for old_index in plan.old_indices():
-        t = Task((transfer_name, *old_index), rechunk_transfer, TaskRef((x.name, *old_index)), token, old_index)
-        dsk[t.key] = t
-        transfers.append(TaskRef(t.key))
+        transfer = Task((transfer_name, *old_index), rechunk_transfer, TaskRef((x.name, *old_index)), token, old_index)
+        dsk[transfer.key] = transfer
+        transfers.append(TaskRef(transfer.key))
     spec = ArrayRechunkSpec(id=shuffle_id, old=plan.old, new=plan.new, disk=disk)
     barrier = P2PBarrierTask(barrier_key(shuffle_id), p2p_barrier, token, *transfers, spec=spec)
     dsk[barrier.key] = barrier
     for new_index in plan.new_indices():
-        t = Task((name, *new_index), rechunk_unpack, token, new_index, TaskRef(barrier.key))
-        dsk[t.key] = t
+        unpack = Task((name, *new_index), rechunk_unpack, token, new_index, TaskRef(barrier.key))
+        dsk[unpack.key] = unpack
 
     graph = HighLevelGraph.from_collections(name, MaterializedLayer(dsk), dependencies=[x])
     return da.Array(graph, name, chunks, meta=x._meta, dtype=x.dtype)  # type: ignore[no-untyped-call]  # dask.array is untyped

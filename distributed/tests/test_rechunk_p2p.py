@@ -5,18 +5,23 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import random
+import signal
+import time
 from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any, Literal
 
 import dask.array as da
+import dask.core
 import numpy as np
 import pytest
 
 from distributed import Client, LocalCluster
-from distributed.shuffle import P2PBarrierTask, rechunk_p2p
+from distributed.shuffle import P2PBarrierTask, describe_shuffles, rechunk_p2p
 from distributed.shuffle._rechunk import ChunkIndex, Chunks, RechunkPlan, prechunk
+from distributed.utils_test import poll_for
 
 
 def blocks(x: np.ndarray, chunks: Chunks) -> dict[ChunkIndex, np.ndarray]:
@@ -289,3 +294,48 @@ def test_rechunk_p2p_keeps_unknown_sizes_on_unchanged_axes(client: Client[Litera
     assert y.chunks[1] == (2,)
     assert len(barriers(y)) == 1
     np.testing.assert_array_equal(client.compute(y, sync=True), x.compute(scheduler="sync"))
+
+
+def slow_copy(block: np.ndarray) -> np.ndarray:
+    time.sleep(0.1)
+    return block.copy()
+
+
+def transfers_done(dask_scheduler: Any) -> int:
+    return sum(1 for ts in dask_scheduler.tasks.values() if ts.state == "memory" and "rechunk-transfer" in str(ts.key))
+
+
+@pytest.mark.timeout(120)
+def test_rechunk_p2p_survives_a_worker_killed_mid_transfer() -> None:
+    a = np.random.default_rng(7).random((40, 30))
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        with Client(cluster) as client:
+            x = from_array(a, (2, 30)).map_blocks(slow_copy, dtype=a.dtype)
+            # a block size limit of one input chunk keeps the 20 input chunks (and transfer tasks) apart
+            y = x.rechunk((40, 3), method="p2p", block_size_limit=a[:2].nbytes)
+            assert len(barriers(y)) == 1
+            assert len(barriers(y)[0].dependencies) == 20
+            future = client.compute(y)
+            poll_for(lambda: client.run_on_scheduler(transfers_done) >= 12, timeout=30, what="most pieces to be sent")
+            assert client.run_on_scheduler(transfers_done) < 20, "killed too late to interrupt the shuffle"
+            victim = next(iter(client.run(os.getpid).values()))
+            os.kill(victim, signal.SIGKILL)
+            np.testing.assert_array_equal(future.result(timeout=60), a)
+            actions = [event["action"] for _, event in client.get_events("p2p")]
+            assert "p2p-run-restart" in actions, actions
+
+
+def test_every_unpack_task_is_described_also_when_fused() -> None:
+    a = np.arange(24.0).reshape(4, 6)
+    y = from_array(a, (1, 6)).rechunk((4, 2), method="p2p") + 1
+    keys = list(dask.core.flatten(y.__dask_keys__()))  # type: ignore[no-untyped-call]  # dask.core is untyped
+    graph = dict(y.__dask_optimize__(y.__dask_graph__(), keys))
+    (barrier,) = [t for t in graph.values() if isinstance(t, P2PBarrierTask)]
+    # the unpack tasks were fused with the "+ 1" that follows each of them
+    assert not any(t.key[0].startswith("rechunk-p2p-") for t in graph.values() if barrier.key in t.dependencies)
+    (desc,) = describe_shuffles(graph)
+    assert desc["npartitions"] == 3
+    assert sorted(position for _, position in desc["outputs"]) == [0, 1, 2]
+    assert barrier.spec.output_partitions() == [(0, 0), (0, 1), (0, 2)]
+    # a task of another shuffle, or no unpack at all, is not claimed
+    assert barrier.spec.output_partition_of(barrier) is None
