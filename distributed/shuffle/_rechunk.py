@@ -23,9 +23,14 @@ Invariants the plan keeps:
   zero-length output chunk takes an empty piece of the input chunk at its position,
   which carries the dtype and chunk type across;
 * an axis whose chunks do not change maps every chunk onto itself whole, which
-  also works when its sizes are unknown (NaN);
-* partitions are named by their linear (C-order) index in the chunk grid, so a
-  shuffle's description holds plain integers.
+  also works when its sizes are unknown (NaN).
+
+The shuffle (:func:`rechunk_p2p`) is built on :mod:`distributed.shuffle._core`:
+one transfer task per input chunk, one :class:`P2PBarrierTask` carrying an
+:class:`ArrayRechunkSpec`, one unpack task per output chunk.  Partitions are
+chunk indices (tuples of ints).  A piece travels pickled (protocol 5, its buffer
+in band), and a worker places a received piece by the input chunk it came from
+(:meth:`RechunkPlan.position`).
 """
 
 from __future__ import annotations
@@ -126,21 +131,6 @@ def _axis_pieces(old: Sequence[float], new: Sequence[float]) -> list[AxisPiece]:
     return pieces
 
 
-def _linear(index: ChunkIndex, shape: Sequence[int]) -> int:
-    n = 0
-    for i, extent in zip(index, shape):
-        n = n * extent + i
-    return n
-
-
-def _unlinear(n: int, shape: Sequence[int]) -> ChunkIndex:
-    out = []
-    for extent in reversed(shape):
-        n, i = divmod(n, extent)
-        out.append(i)
-    return tuple(reversed(out))
-
-
 @dataclass(frozen=True)
 class RechunkPlan:
     """Which piece of which input chunk goes where in which output chunk.
@@ -200,26 +190,12 @@ class RechunkPlan:
     def n_outputs(self) -> int:
         return math.prod(self.new_shape)
 
-    def old_partition(self, index: ChunkIndex) -> int:
-        """The linear id of input chunk ``index``."""
-        return _linear(index, self.old_shape)
-
-    def new_partition(self, index: ChunkIndex) -> int:
-        """The linear id of output chunk ``index``."""
-        return _linear(index, self.new_shape)
-
-    def old_index(self, partition: int) -> ChunkIndex:
-        return _unlinear(partition, self.old_shape)
-
-    def new_index(self, partition: int) -> ChunkIndex:
-        return _unlinear(partition, self.new_shape)
-
     def old_indices(self) -> Iterator[ChunkIndex]:
-        """Input chunk indices in C order (so in order of their linear ids)."""
+        """Input chunk indices in C order."""
         return itertools.product(*(range(n) for n in self.old_shape))
 
     def new_indices(self) -> Iterator[ChunkIndex]:
-        """Output chunk indices in C order (so in order of their linear ids)."""
+        """Output chunk indices in C order."""
         return itertools.product(*(range(n) for n in self.new_shape))
 
     def destinations(self, old_index: ChunkIndex) -> Iterator[ChunkIndex]:
@@ -368,16 +344,18 @@ class ArrayRechunkSpec(ShuffleSpec):
     disk: bool
 
     def output_partitions(self) -> Sequence[PartitionId]:
-        """Every output chunk index, in C order (neighbouring chunks tend to share a worker)."""
+        """Every output chunk index, in C order."""
         return list(itertools.product(*(range(len(axis)) for axis in self.new)))
 
     def output_partition_of(self, node: GraphNode) -> PartitionId | None:
+        """The output chunk that ``node`` unpacks, when it is (or contains, fused) an unpack task of this rechunk."""
         task = _find_unpack(node, self.id)
         if task is None:
             return None
         return tuple(int(i) for i in task.args[1])
 
     def create_run(self, context: RunContext) -> ShuffleRun:
+        """This worker's part of one run of this rechunk."""
         return ArrayRechunkRun(self, context)
 
 
