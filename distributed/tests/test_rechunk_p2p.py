@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any, Literal
 
 import dask.array as da
+import dask.config
 import dask.core
 import numpy as np
 import pytest
@@ -339,3 +340,15 @@ def test_every_unpack_task_is_described_also_when_fused() -> None:
     assert barrier.spec.output_partitions() == [(0, 0), (0, 1), (0, 2)]
     # a task of another shuffle, or no unpack at all, is not claimed
     assert barrier.spec.output_partition_of(barrier) is None
+
+
+@pytest.mark.timeout(60)
+def test_rechunk_p2p_past_the_memory_buffer_spills_pieces_to_disk() -> None:
+    arr = np.random.default_rng(3).random((200, 120))  # 192 kB, far past each worker's 16 kiB buffer
+    with dask.config.set({"distributed.p2p.storage.buffer": "16 kiB"}):
+        with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
+            with Client(cluster) as client:
+                y = from_array(arr, (200, 10)).rechunk((10, 120), method="p2p")
+                np.testing.assert_array_equal(client.compute(y, sync=True), arr)
+                stats = client.run(lambda dask_worker: dask_worker.shuffle.stats()["disk_bytes_written"])
+                assert sum(stats.values()) > 0
