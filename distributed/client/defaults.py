@@ -38,10 +38,11 @@ __all__ = [
     "global_clients",
 ]
 
-#: What a client in use sets in dask's config.
+#: What a client in use sets in dask's config.  Dataframes then shuffle with
+#: dask's default, P2P (see distributed.shuffle); arrays rechunk with tasks
+#: until P2P rechunking is built.
 CLIENT_CONFIG: Final = {
     "scheduler": "dask.distributed",
-    "dataframe.shuffle.method": "tasks",
     "array.rechunk.method": "tasks",
 }
 

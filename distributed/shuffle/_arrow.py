@@ -70,16 +70,13 @@ def from_tables(tables: Sequence[Any], meta: Any) -> Any:
     df = table.to_pandas()
     df = df[list(meta.columns)] if list(df.columns) != list(meta.columns) else df
     for column, dtype in meta.dtypes.items():
-        if df[column].dtype != dtype:
-            try:
-                df[column] = df[column].astype(dtype)
-            except (TypeError, ValueError):
-                pass  # kept as arrow gave it: the closest dtype that holds the values
-    if df.index.dtype != meta.index.dtype:
-        try:
-            df.index = df.index.astype(meta.index.dtype)
-        except (TypeError, ValueError):
-            pass
+        # Categories are a property of the dtype, not of the values a shard
+        # happens to hold: restore them.  Other dtypes are what the data
+        # holds (a merge may have put nulls in a bool column), as with tasks.
+        if isinstance(dtype, pd.CategoricalDtype) and df[column].dtype != dtype:
+            df[column] = df[column].astype(dtype)
+    if isinstance(meta.index.dtype, pd.CategoricalDtype) and df.index.dtype != meta.index.dtype:
+        df.index = df.index.astype(meta.index.dtype)
     if isinstance(df.index, pd.RangeIndex) or df.index.name != meta.index.name:
         df.index.name = meta.index.name
     return df

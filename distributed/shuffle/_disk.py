@@ -51,7 +51,7 @@ class ShardStore:
         self._memory: dict[PartitionId, dict[PartitionId, bytes]] = {}
         self._seen: set[tuple[PartitionId, PartitionId]] = set()
         self._lock = threading.Lock()
-        self._spill_task: asyncio.Future[None] | None = None
+        self._spill_lock = asyncio.Lock()
         self._closed = False
         #: Bytes of shards in memory now.
         self.memory_bytes = 0
@@ -79,22 +79,16 @@ class ShardStore:
             await self.flush()
 
     async def flush(self) -> None:
-        """Write what is in memory to disk (if disk is allowed), waiting for a write already under way."""
-        while self._spill_task is not None:
-            await asyncio.shield(self._spill_task)
-        if not self.disk or not self._memory:
-            return
-        loop = asyncio.get_running_loop()
-        self._spill_task = loop.run_in_executor(None, self._spill)
-        try:
-            await asyncio.shield(self._spill_task)
-        finally:
-            self._spill_task = None
+        """Write what is in memory to disk (if disk is allowed), after any write already under way."""
+        async with self._spill_lock:  # one write at a time; those waiting for it wait here
+            if not self.disk or not self._memory:
+                return
+            await asyncio.get_running_loop().run_in_executor(None, self._spill)
 
     async def flush_pending(self) -> None:
         """Wait for a write to disk under way, if any."""
-        while self._spill_task is not None:
-            await asyncio.shield(self._spill_task)
+        async with self._spill_lock:
+            pass
 
     def _spill(self) -> None:
         with self._lock:
