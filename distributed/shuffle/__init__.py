@@ -23,6 +23,7 @@ from distributed.shuffle._core import (
     unpack_partition,
 )
 from distributed.shuffle._exceptions import ShuffleRunRefused
+from distributed.shuffle._rechunk import rechunk_p2p
 from distributed.shuffle._scheduler_plugin import ShuffleSchedulerExtension
 from distributed.shuffle._worker_plugin import ShuffleWorkerExtension
 
@@ -40,6 +41,7 @@ __all__ = [
     "describe_shuffles",
     "id_from_key",
     "p2p_barrier",
+    "rechunk_p2p",
     "transfer_partition",
     "unpack_partition",
 ]
