@@ -40,7 +40,8 @@ __all__ = [
 
 #: What a client in use sets in dask's config.  Dataframes then shuffle with
 #: dask's default, P2P (see distributed.shuffle); arrays rechunk with tasks
-#: until P2P rechunking is built.
+#: unless asked for ``method="p2p"``, until a worker lost mid-rechunk can no
+#: longer stall the restarted shuffle (a transfer may still report the old run).
 CLIENT_CONFIG: Final = {
     "scheduler": "dask.distributed",
     "array.rechunk.method": "tasks",
