@@ -263,6 +263,17 @@ class ProgressBar:
         """Show the final state."""
         self._draw_bar()
 
+    def _status_html(self, left: int) -> str:
+        """The widgets' status line: state, elapsed time and rate, and the error when one stopped the bar."""
+        rate = _rate_text(self.done_since_start, self.elapsed, left if self.status not in _FINAL else 0)
+        text = (
+            '<div style="padding: 0px 10px 5px 10px">'
+            f"<b>{_status_word(self.status)}:</b> {format_time(self.elapsed)}{html.escape(rate)}</div>"
+        )
+        if self.status == "error":
+            text += f"<div><b>{html.escape(repr(self.erred_key))}:</b> {html.escape(self.exception or '')}</div>"
+        return text
+
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
     try:
@@ -512,13 +523,9 @@ class ProgressWidget(ProgressBar):
         total, left = self.total, self.left
         self.bar.value = (total - left) / total if total else 1.0
         self.bar_text.value = f'<div style="padding: 0px 10px 0px 10px;">{total - left} / {total}</div>'
-        rate = _rate_text(self.done_since_start, self.elapsed, left if self.status not in _FINAL else 0)
-        self.elapsed_time.value = f'<div style="padding: 0px 10px 5px 10px"><b>{_status_word(self.status)}:</b> {format_time(self.elapsed)}{html.escape(rate)}</div>'
+        self.elapsed_time.value = self._status_html(left)
         if self.status == "error":
             self.bar.bar_style = "danger"
-            self.elapsed_time.value += (
-                f"<div><b>{html.escape(repr(self.erred_key))}:</b> {html.escape(self.exception or '')}</div>"
-            )
         elif self.status == "finished":
             self.bar.bar_style = "success"
 
@@ -596,11 +603,7 @@ class MultiProgressWidget(ProgressBar):
                 bar.bar_style = "danger"
             elif not left:
                 bar.bar_style = "success"
-        rate = _rate_text(self.done_since_start, self.elapsed, self.left if self.status not in _FINAL else 0)
-        text = f'<div style="padding: 0px 10px 5px 10px"><b>{_status_word(self.status)}:</b> {format_time(self.elapsed)}{html.escape(rate)}</div>'
-        if self.status == "error":
-            text += f"<div><b>{html.escape(repr(self.erred_key))}:</b> {html.escape(self.exception or '')}</div>"
-        self.elapsed_time.value = text
+        self.elapsed_time.value = self._status_html(self.left)
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         self.start()
