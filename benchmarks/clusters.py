@@ -83,6 +83,12 @@ def local_cluster(processes: bool) -> Iterator[Any]:
         cluster.close()
 
 
+def worker_peak_rss(client: Any) -> list[int]:
+    """Peak RSS (``VmHWM``) of each worker process of ``client``'s cluster, in bytes."""
+    pids = client.run(os.getpid)
+    return [peak for peak in (rss_peak_bytes(pid) for pid in pids.values()) if peak is not None]
+
+
 def settle(client: Any, timeout: float = 30.0) -> None:
     """Wait until the scheduler has forgotten every task (released futures reach it)."""
     from benchmarks.tasks import scheduler_task_count
@@ -95,7 +101,7 @@ def settle(client: Any, timeout: float = 30.0) -> None:
         time.sleep(0.02)
 
 
-def _rss_peak_bytes(pid: int) -> int | None:
+def rss_peak_bytes(pid: int) -> int | None:
     """Peak resident set size of ``pid`` (Linux ``VmHWM``), or None where unknown."""
     try:
         with open(f"/proc/{pid}/status", encoding="ascii") as f:
@@ -210,7 +216,7 @@ class CliCluster:
         return int(psutil.Process(self.scheduler_pid).memory_info().rss)
 
     def scheduler_peak_rss(self) -> int | None:
-        return _rss_peak_bytes(self.scheduler_pid)
+        return rss_peak_bytes(self.scheduler_pid)
 
     def close(self) -> None:
         if self.client is not None:

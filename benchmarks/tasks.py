@@ -43,6 +43,21 @@ def make_partition(i: int, rows: int) -> Any:
     return pd.DataFrame({"k": rng.integers(0, 1_000_000, size=rows), "v": rng.random(rows)})
 
 
+def wide_partition(i: int, rows: int) -> Any:
+    """A partition of an int key and four float columns (40 bytes a row) for the large shuffle."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(i)
+    columns = {f"v{j}": rng.random(rows) for j in range(4)}
+    return pd.DataFrame({"k": rng.integers(0, 1_000_000, size=rows), **columns})
+
+
+def block_corner(block: Any) -> Any:
+    """The top-left element of a block, as a 1x1 array (so a rechunk's output must be built)."""
+    return block[:1, :1].copy()
+
+
 def partition_rows(df: Any) -> int:
     """Rows in a partition (computed after the shuffle, so it cannot be optimised away)."""
     return int(df["k"].to_numpy().size)

@@ -28,6 +28,7 @@ from benchmarks.clusters import (
     find_chromium,
     local_cluster,
     settle,
+    worker_peak_rss,
 )
 
 Params = dict[str, Any]
@@ -253,6 +254,57 @@ def dataframe_shuffle(p: Params, repeat: int) -> list[Metric]:
             values = timed(lambda: client.compute(build()).result(), repeat, between=lambda: settle(client))
         fl = floors(lambda s: compute_local(build(), s), repeat)
     return [metric("wall", "s", values, fl, gate=True, note=f"{nparts * rows} rows")]
+
+
+# -- p2p ------------------------------------------------------------------------------
+def _p2p_collection(kind: str, mb: float, nparts: int, method: str) -> Any:
+    """The ``kind`` ("shuffle" or "rechunk") graph over about ``mb`` MB, moved with ``method``."""
+    if kind == "shuffle":
+        import dask.dataframe as dd
+        import pandas as pd
+
+        rows = max(int(mb * 1e6 / 40 / nparts), 1)
+        meta = pd.DataFrame({"k": pd.Series([], dtype="i8"), **{f"v{j}": pd.Series([], dtype="f8") for j in range(4)}})
+        from_map: Callable[..., Any] = dd.from_map
+        df = from_map(tasks.wide_partition, range(nparts), rows=rows, meta=meta, enforce_metadata=False)
+        shuffled = df.shuffle("k", shuffle_method=method)
+        return shuffled.map_partitions(tasks.partition_rows, meta=(None, "i8")).sum()
+    import dask.array as da
+
+    side = int((mb * 1e6 / 8) ** 0.5)
+    width = max(side // nparts, 1)
+    x = da.random.random((side, side), chunks=(side, width))
+    # Column blocks to row blocks: every output chunk takes a piece of every input chunk.
+    y = x.rechunk((width, side), method=method)
+    return y.map_blocks(tasks.block_corner, chunks=(1, 1), dtype=y.dtype).sum()
+
+
+def p2p(p: Params, repeat: int) -> list[Metric]:
+    """A shuffle or a rechunk of ``mb`` MB in ``npartitions`` pieces, P2P against tasks.
+
+    Each run gets fresh worker processes, so a worker's peak RSS (``VmHWM``)
+    belongs to that run alone; the methods alternate so that load on the
+    machine falls on both alike.
+    """
+    kind, mb, nparts = str(p["kind"]), float(p["mb"]), int(p["npartitions"])
+    wall: dict[str, list[float]] = {"tasks": [], "p2p": []}
+    peak: dict[str, list[float]] = {"tasks": [], "p2p": []}
+    for _ in range(repeat):
+        for method in ("tasks", "p2p"):
+            with local_cluster(True) as client:
+                coll = _p2p_collection(kind, mb, nparts, method)
+                t0 = time.perf_counter()
+                client.compute(coll).result()
+                wall[method].append(time.perf_counter() - t0)
+                peak[method].append(max(worker_peak_rss(client), default=0) / 1e6)
+    note = f"{kind} of {mb:g} MB in {nparts} partitions; fresh worker processes per run"
+    return [
+        metric("wall_tasks", "s", wall["tasks"], note=note),
+        metric("wall_p2p", "s", wall["p2p"]),
+        metric("worker_peak_rss_tasks", "MB", peak["tasks"], note="largest worker's peak RSS"),
+        metric("worker_peak_rss_p2p", "MB", peak["p2p"]),
+        metric("p2p_speedup", "x", [t / q for t, q in zip(wall["tasks"], wall["p2p"])], higher_is_better=True),
+    ]
 
 
 # -- transfer -------------------------------------------------------------------------
@@ -610,6 +662,7 @@ WORKLOADS: dict[str, Callable[[Params, int], list[Metric]]] = {
     "delayed_tree": delayed_tree,
     "dataframe_shuffle": dataframe_shuffle,
     "transfer": transfer,
+    "p2p": p2p,
     "large_graph": large_graph,
     "startup": startup,
     "scheduler_cpu_per_task": scheduler_cpu_per_task,
