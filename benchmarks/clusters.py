@@ -70,7 +70,8 @@ def local_cluster(processes: bool) -> Iterator[Any]:
         n_workers=NWORKERS,
         threads_per_worker=THREADS_PER_WORKER,
         processes=processes,
-        dashboard_address=None,
+        # The dashboard is on by default in both projects; a free port keeps runs apart.
+        dashboard_address="127.0.0.1:0",
     )
     try:
         client = Client(cluster)
@@ -116,7 +117,7 @@ def rss_peak_bytes(pid: int) -> int | None:
 class CliCluster:
     """Scheduler and workers as separate processes, started from their command lines."""
 
-    def __init__(self, nworkers: int = NWORKERS, nthreads: int = THREADS_PER_WORKER, dashboard: bool = False) -> None:
+    def __init__(self, nworkers: int = NWORKERS, nthreads: int = THREADS_PER_WORKER, dashboard: bool = True) -> None:
         self.nworkers = nworkers
         self.nthreads = nthreads
         #: Serve the scheduler's dashboard on a free port of 127.0.0.1 (see :attr:`dashboard_port`).
