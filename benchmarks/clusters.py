@@ -62,14 +62,20 @@ def check_no_shadowing() -> None:
 
 
 @contextmanager
-def local_cluster(processes: bool) -> Iterator[Any]:
-    """A ``LocalCluster`` of :data:`NWORKERS` single-threaded workers and a client to it."""
+def local_cluster(processes: bool, tls: bool = False) -> Iterator[Any]:
+    """A ``LocalCluster`` of :data:`NWORKERS` single-threaded workers and a client to it.
+
+    With ``tls``, every connection is mutual TLS with throw-away certificates
+    (``LocalCluster(security=True)``, as both projects spell it).
+    """
     from distributed import Client, LocalCluster
 
+    extra: dict[str, Any] = {"security": True} if tls else {}
     cluster = LocalCluster(
         n_workers=NWORKERS,
         threads_per_worker=THREADS_PER_WORKER,
         processes=processes,
+        **extra,
         # The dashboard is on by default in both projects; a free port keeps runs apart.
         dashboard_address="127.0.0.1:0",
     )

@@ -43,6 +43,7 @@ FULL: list[Case] = [
     case("delayed_tree", 300, depth=13),
     case("dataframe_shuffle", 600, npartitions=100, rows=10_000),
     case("transfer", 300, mb=200),
+    case("transfer", 300, mb=200, tls=True),
     case("p2p", 1200, repeat=2, kind="shuffle", mb=1000, npartitions=100),
     case("p2p", 1200, repeat=2, kind="rechunk", mb=1000, npartitions=100),
     case("startup", 300, processes=False),

@@ -309,12 +309,15 @@ def p2p(p: Params, repeat: int) -> list[Metric]:
 
 # -- transfer -------------------------------------------------------------------------
 def transfer(p: Params, repeat: int) -> list[Metric]:
-    """Move ``mb`` MB between worker processes, and scatter/gather it from the client."""
+    """Move ``mb`` MB between worker processes, and scatter/gather it from the client.
+
+    ``tls=True`` runs the same over mutual TLS.
+    """
     from distributed import wait
 
     mb = float(p["mb"])
     nbytes = int(mb * 1e6)
-    with local_cluster(True) as client:
+    with local_cluster(True, tls=bool(p.get("tls", False))) as client:
         a, b = sorted(client.scheduler_info()["workers"])[:2]
         data = tasks.make_array(nbytes)
 
