@@ -10,7 +10,6 @@ source's data only when it changed, so an idle page sends nothing.
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +20,7 @@ from bokeh.models.widgets.tables import DataTable, NumberFormatter, TableColumn
 from bokeh.plotting import figure
 
 if TYPE_CHECKING:
-    from distributed.diagnostics.task_stream import TaskRecord, TaskStreamPlugin
+    from distributed.diagnostics.task_stream import StreamBars, TaskStreamPlugin
     from distributed.scheduler import Scheduler
     from distributed.scheduler_state import TaskState
 
@@ -474,9 +473,12 @@ class LiveTaskStream:
 
     Each tick asks the scheduler's :class:`TaskStreamPlugin` (looked up by
     name, so the page may be built before the plugin is added) only for the
-    records added since the last one (:meth:`TaskStreamPlugin.since`), and
-    redraws nothing when there are none; times are milliseconds since the
-    first record shown, so the axis stays put.
+    records added since the last one (:meth:`TaskStreamPlugin.since`), places
+    their bars after those already drawn (:class:`StreamBars`: lanes and rows
+    carry over from tick to tick) and streams only them to the browser, which
+    keeps the last ``n`` (``rollover``). A tick thus costs O(new records),
+    at most ``n``; with none, nothing is computed or sent. Times are
+    milliseconds since the first record shown, so the axis stays put.
 
     Parameters
     ----------
@@ -493,33 +495,41 @@ class LiveTaskStream:
             n = int(dask.config.get("distributed.scheduler.dashboard.status.task-stream-length"))
         self.scheduler = scheduler
         self.n = max(n, 1)
-        self.records: deque[TaskRecord] = deque(maxlen=self.n)
         self.plugin: TaskStreamPlugin | None = None
         self.index = 0
-        self.start_boundary: float | None = None
+        self.bars = self._new_bars()
         self.stream = TaskStream(**kwargs)
         self.source = self.stream.source
         self.root: Model = self.stream.root
         self.update()
 
+    def _threads(self, address: str) -> int:
+        ws = self.scheduler.workers.get(address)
+        return ws.nthreads if ws is not None else 1
+
+    def _new_bars(self) -> StreamBars:
+        from distributed.diagnostics.task_stream import StreamBars
+
+        return StreamBars(self._threads)
+
     def update(self) -> None:
-        """Add the tasks finished since the last update, if any."""
+        """Stream the bars of the tasks finished since the last update, if any."""
         from distributed.diagnostics.task_stream import TaskStreamPlugin
 
         plugin = self.scheduler.plugins.get(TaskStreamPlugin.name)
         if not isinstance(plugin, TaskStreamPlugin):
             return
-        if plugin is not self.plugin:  # first seen, or replaced: start from its last n records
+        if plugin is not self.plugin:  # first seen, or replaced: start over from its last n records
+            if self.plugin is not None:
+                self.bars = self._new_bars()
+                self.source.data = {k: [] for k in self.source.data}
             self.plugin = plugin
             self.index = max(plugin.index - self.n, 0)
-        index, new = plugin.since(self.index)
-        self.index = index
+        # More than n new records: the older ones would roll over at once, so skip them.
+        self.index = max(self.index, plugin.index - self.n)
+        self.index, new = plugin.since(self.index)
         if not new:
             return
-        self.records.extend(new)
-        if self.start_boundary is None:
-            starts = [ss["start"] for r in self.records for ss in r.get("startstops", ())]
-            if not starts:
-                return
-            self.start_boundary = min(starts)
-        self.stream.update(list(self.records), self.start_boundary)
+        bars = self.bars.add(new)
+        if bars["key"]:
+            self.stream.stream(bars, rollover=self.n)

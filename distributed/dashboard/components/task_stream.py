@@ -91,6 +91,15 @@ class TaskStream:
         """Show ``records`` (replacing what was shown)."""
         self.source.data = task_stream_data(records, start_boundary)
 
+    def stream(self, bars: dict[str, list[Any]], rollover: int) -> None:
+        """Append ``bars`` (columns as :func:`~distributed.diagnostics.task_stream.rectangles` makes them).
+
+        Only the new bars go to the browser; both ends keep the last ``rollover``.
+        """
+        new: dict[str, Any] = dict(bars)
+        new["x"] = [s + d / 2 for s, d in zip(bars["start"], bars["duration"], strict=True)]
+        self.source.stream(new, rollover=rollover)
+
 
 def task_stream_figure(
     records: Sequence[Mapping[str, Any]], start_boundary: float | None = None, **kwargs: Any
