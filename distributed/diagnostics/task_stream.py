@@ -18,6 +18,7 @@ last saw.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -157,6 +158,7 @@ PALETTE: Sequence[str] = (
 ACTION_COLORS = {"transfer": "#d62728", "disk-read": "#7f7f7f", "disk-write": "#7f7f7f", "error": "#000000"}
 
 
+@functools.lru_cache(maxsize=4096)
 def color_of(name: str) -> str:
     """A stable colour for a task prefix (the same in every process, unlike ``hash``)."""
     h = 0
@@ -213,26 +215,38 @@ def _by_start(bars: list[_Bar]) -> list[int]:
 
 def _columns(placed: Iterable[tuple[int, int, _Bar]], start_boundary: float) -> dict[str, list[Any]]:
     """Column data of bars placed at (lane, y)."""
-    data: dict[str, list[Any]] = {k: [] for k in BAR_COLUMNS}
+    rows: list[tuple[Any, ...]] = []
+    append = rows.append
+    error = ACTION_COLORS["error"]
     for lane, y, (worker, start, stop, rec, ss) in placed:
         action = str(ss.get("action", "compute"))
-        name = key_split(rec["key"])
+        key = rec["key"]
+        name = key_split(key)
         if action == "compute":
-            color = color_of(name) if rec.get("status", "OK") == "OK" else ACTION_COLORS["error"]
+            color = color_of(name) if rec.get("status", "OK") == "OK" else error
+            alpha = 1.0
         else:
             color = ACTION_COLORS.get(action, "#7f7f7f")
-        data["start"].append((start - start_boundary) * 1000)
-        data["duration"].append((stop - start) * 1000)
-        data["worker"].append(worker)
-        data["lane"].append(lane)
-        data["y"].append(y)
-        data["key"].append(str(rec["key"]))
-        data["name"].append(name)
-        data["action"].append(action)
-        data["color"].append(color)
-        data["alpha"].append(1.0 if action == "compute" else 0.6)
-        data["source"].append(str(ss.get("source", "")))
-    return data
+            alpha = 0.6
+        append(
+            (
+                (start - start_boundary) * 1000,
+                (stop - start) * 1000,
+                worker,
+                lane,
+                y,
+                str(key),
+                name,
+                action,
+                color,
+                alpha,
+                str(ss.get("source", "")),
+            )
+        )
+    if not rows:
+        return {k: [] for k in BAR_COLUMNS}
+    # Row tuples, then one transpose: cheaper than eleven appends per bar.
+    return {k: list(col) for k, col in zip(BAR_COLUMNS, zip(*rows), strict=True)}
 
 
 def rectangles(records: Iterable[TaskRecord], start_boundary: float = 0.0) -> dict[str, list[Any]]:
