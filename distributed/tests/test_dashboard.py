@@ -11,7 +11,12 @@ from typing import Any
 import dask
 import pytest
 from bokeh.document import Document
-from bokeh.document.events import ColumnDataChangedEvent, ColumnsStreamedEvent, ModelChangedEvent
+from bokeh.document.events import (
+    ColumnDataChangedEvent,
+    ColumnsPatchedEvent,
+    ColumnsStreamedEvent,
+    ModelChangedEvent,
+)
 from bokeh.models import ColumnDataSource
 from dask.delayed import delayed
 from tornado.httpclient import AsyncHTTPClient, HTTPResponse
@@ -255,6 +260,33 @@ async def test_pages_build_documents_with_periodic_updates(c: Client, s: Schedul
     await wait(c.map(inc, range(10, 12)))
     next(iter(doc.session_callbacks)).callback()
     assert len(source.data["key"]) == 5
+
+
+@gen_cluster(client=True, scheduler_kwargs=DASHBOARD)
+async def test_worker_rows_send_only_changed_cells(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    processing = ProcessingByWorker(s)
+    table = WorkerTable(s)
+    sent: list[Any] = []
+    doc = Document()
+    doc.add_root(processing.source)
+    doc.add_root(table.source)
+    doc.on_change(sent.append)
+    ev = Event()
+    fut = c.submit(block_on, ev, workers=[a.address], pure=False)
+    await async_poll_for(lambda: len(s.workers[a.address].processing) == 1)
+    processing.update()
+    row = list(processing.source.data["address"]).index(a.address)
+    (event,) = sent
+    assert isinstance(event, ColumnsPatchedEvent)  # one cell: a's count, not the whole table
+    assert event.patches == {"processing": [(row, 1)]}
+    processing.update()
+    assert len(sent) == 1  # nothing changed: nothing sent
+    table.update()
+    patched = [e for e in sent[1:] if isinstance(e, ColumnsPatchedEvent)]
+    assert len(patched) == len(sent) - 1 == 1
+    assert patched[0].patches["processing"] == [(row, 1)]
+    await ev.set()
+    await wait(fut)
 
 
 class BrowserReplica:

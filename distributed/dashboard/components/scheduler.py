@@ -50,10 +50,27 @@ STATE_COLORS: dict[str, str] = {
 Data = dict[str, list[Any]]
 
 
-def _set_if_changed(source: ColumnDataSource, data: Data) -> bool:
-    """Replace ``source.data`` when ``data`` differs; True when it did (and so went to the browser)."""
+def _set_if_changed(source: ColumnDataSource, data: Data, index: str | None = None) -> bool:
+    """Update ``source`` to ``data`` when it differs; True when it did (and so went to the browser).
+
+    With ``index`` (a column naming the rows: worker address, prefix) and
+    the same rows as before, only the changed cells are sent (a patch), so
+    a tick sends O(changed values) however many rows there are; otherwise
+    the data is replaced.
+    """
     old = source.data
-    if set(old) == set(data) and all(list(old[k]) == v for k, v in data.items()):
+    same_columns = set(old) == set(data)
+    if same_columns and index is not None and list(old[index]) == data[index]:
+        patches: dict[str, list[tuple[int, Any]]] = {}
+        for k, values in data.items():
+            changed = [(i, v) for i, (o, v) in enumerate(zip(old[k], values, strict=True)) if o != v]
+            if changed:
+                patches[k] = changed
+        if not patches:
+            return False
+        source.patch(patches)
+        return True
+    if same_columns and all(list(old[k]) == v for k, v in data.items()):
         return False
     source.data = data
     return True
@@ -170,7 +187,7 @@ class TaskProgress:
     def update(self) -> None:
         """Recount the prefixes' tasks by state."""
         data = prefix_progress(self.scheduler)
-        if _set_if_changed(self.source, data):
+        if _set_if_changed(self.source, data, index="name"):
             names = data["name"] or ["-"]
             if list(self.y_range.factors) != names:
                 self.y_range.factors = names
@@ -214,7 +231,7 @@ class ProcessingByWorker:
     def update(self) -> None:
         """Re-read the workers' processing counts."""
         data = self._data()
-        if _set_if_changed(self.source, data):
+        if _set_if_changed(self.source, data, index="address"):
             names = data["worker"] or ["-"]
             if list(self.y_range.factors) != names:
                 self.y_range.factors = names
@@ -289,7 +306,7 @@ class MemoryByWorker:
     def update(self) -> None:
         """Re-read the workers' memory."""
         data = worker_memory(self.scheduler)
-        if _set_if_changed(self.source, data):
+        if _set_if_changed(self.source, data, index="address"):
             names = data["worker"] or ["-"]
             if list(self.y_range.factors) != names:
                 self.y_range.factors = names
@@ -354,7 +371,7 @@ class WorkerTable:
 
     def update(self) -> None:
         """Re-read the workers."""
-        _set_if_changed(self.source, worker_rows(self.scheduler))
+        _set_if_changed(self.source, worker_rows(self.scheduler), index="address")
 
 
 def graph_layout(tasks: Mapping[Any, TaskState]) -> tuple[dict[Any, tuple[float, float]], list[tuple[Any, Any]]]:
@@ -458,13 +475,15 @@ class TaskGraph:
                 "y1": [pos[b][1] for _, b in edges],
             }
             return
-        states = [tasks[k].state if k in tasks else "forgotten" for k in self._keys]
-        if list(self.node_source.data["state"]) != states:
+        shown = self.node_source.data["state"]
+        changed = [
+            (i, state)
+            for i, (k, old) in enumerate(zip(self._keys, shown, strict=True))
+            if (state := tasks[k].state if k in tasks else "forgotten") != old
+        ]
+        if changed:  # only the tasks whose state changed go to the browser
             self.node_source.patch(
-                {
-                    "state": [(slice(0, len(states)), states)],
-                    "color": [(slice(0, len(states)), [STATE_COLORS.get(s, "#c7c7c7") for s in states])],
-                }
+                {"state": changed, "color": [(i, STATE_COLORS.get(state, "#c7c7c7")) for i, state in changed]}
             )
 
 
