@@ -3,8 +3,9 @@
 Each component owns a bokeh model (``root``) and a ``ColumnDataSource``; its
 ``update()`` runs in a document's periodic callback on the scheduler's loop,
 reads the scheduler's state directly (no messages, no locks: callbacks run
-between the scheduler's own), computes only what it shows, and replaces the
-source's data only when it changed, so an idle page sends nothing.
+between the scheduler's own), computes only what it shows, and sends only
+what changed (the changed cells of a row, the new bars of the task stream),
+so an idle page sends nothing.
 """
 
 from __future__ import annotations
@@ -488,7 +489,7 @@ class TaskGraph:
 
 
 class LiveTaskStream:
-    """The task stream of the last ``n`` finished tasks, read incrementally from the scheduler's plugin.
+    """The task stream of the last ``n`` bars (finished tasks and their transfers), read incrementally from the plugin.
 
     Each tick asks the scheduler's :class:`TaskStreamPlugin` (looked up by
     name, so the page may be built before the plugin is added) only for the
@@ -504,7 +505,8 @@ class LiveTaskStream:
     scheduler
         The scheduler whose task stream plugin is read.
     n
-        Records shown; by default ``distributed.scheduler.dashboard.status.task-stream-length``.
+        Bars shown (one per task, plus one per transfer it waited for); by
+        default ``distributed.scheduler.dashboard.status.task-stream-length``.
     """
 
     def __init__(self, scheduler: Scheduler, n: int | None = None, **kwargs: Any) -> None:
