@@ -18,9 +18,10 @@ last saw.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import dask.config
@@ -31,7 +32,7 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
 
-__all__ = ["TaskStreamPlugin", "color_of", "ensure_task_stream", "rectangles"]
+__all__ = ["LanePacker", "StreamBars", "TaskStreamPlugin", "color_of", "ensure_task_stream", "rectangles"]
 
 #: A task stream record (see the module docstring).
 TaskRecord = dict[str, Any]
@@ -90,11 +91,13 @@ class TaskStreamPlugin(SchedulerPlugin):
         Records that fell off the buffer meanwhile are skipped.
         """
         now = self.index
-        first = now - len(self.buffer)  # index of buffer[0]
-        begin = max(index, first)
-        if begin >= now:
+        count = min(now - index, len(self.buffer))
+        if count <= 0:
             return now, []
-        return now, list(itertools.islice(self.buffer, begin - first, None))
+        # From the right end: O(new records), however long the buffer.
+        out = list(itertools.islice(reversed(self.buffer), count))
+        out.reverse()
+        return now, out
 
     def collect(
         self, start: float | None = None, stop: float | None = None, count: int | None = None
@@ -155,12 +158,95 @@ PALETTE: Sequence[str] = (
 ACTION_COLORS = {"transfer": "#d62728", "disk-read": "#7f7f7f", "disk-write": "#7f7f7f", "error": "#000000"}
 
 
+@functools.lru_cache(maxsize=4096)
 def color_of(name: str) -> str:
     """A stable colour for a task prefix (the same in every process, unlike ``hash``)."""
     h = 0
     for ch in name:
         h = (h * 31 + ord(ch)) & 0xFFFFFFFF
     return PALETTE[h % len(PALETTE)]
+
+
+class LanePacker:
+    """Puts bars in lanes (a worker's threads) as they come: a bar takes its worker's first lane free at its start.
+
+    Keeps only the end of each lane, so bars can be added a batch at a time
+    (each batch sorted by start) at O(lanes) per bar.
+    """
+
+    def __init__(self) -> None:
+        #: Per worker, the end of the last bar in each of its lanes.
+        self.ends: dict[str, list[float]] = {}
+
+    def place(self, worker: str, start: float, stop: float) -> int:
+        """The lane of a bar from ``start`` to ``stop`` on ``worker`` (a new lane when all overlap it)."""
+        ends = self.ends.get(worker)
+        if ends is None:
+            ends = self.ends[worker] = []
+        for i, end in enumerate(ends):
+            if end <= start:
+                ends[i] = stop
+                return i
+        ends.append(stop)
+        return len(ends) - 1
+
+
+#: A bar before placement: worker, start, stop, its record, its interval.
+_Bar = tuple[str, float, float, TaskRecord, dict[str, Any]]
+
+#: The columns :func:`rectangles` and :class:`StreamBars` fill.
+BAR_COLUMNS = ("start", "duration", "worker", "lane", "y", "key", "name", "action", "color", "alpha", "source")
+
+
+def _bars(records: Iterable[TaskRecord]) -> list[_Bar]:
+    """The bars of ``records`` in their order (the order they finished in)."""
+    rows: list[_Bar] = []
+    for rec in records:
+        worker = str(rec.get("worker"))
+        for ss in rec.get("startstops", ()):
+            rows.append((worker, float(ss["start"]), float(ss["stop"]), rec, ss))
+    return rows
+
+
+def _by_start(bars: list[_Bar]) -> list[int]:
+    """Positions of ``bars`` by worker, then start: the order lanes are packed in."""
+    return sorted(range(len(bars)), key=lambda i: (bars[i][0], bars[i][1]))
+
+
+def _columns(placed: Iterable[tuple[int, int, _Bar]], start_boundary: float) -> dict[str, list[Any]]:
+    """Column data of bars placed at (lane, y)."""
+    rows: list[tuple[Any, ...]] = []
+    append = rows.append
+    error = ACTION_COLORS["error"]
+    for lane, y, (worker, start, stop, rec, ss) in placed:
+        action = str(ss.get("action", "compute"))
+        key = rec["key"]
+        name = key_split(key)
+        if action == "compute":
+            color = color_of(name) if rec.get("status", "OK") == "OK" else error
+            alpha = 1.0
+        else:
+            color = ACTION_COLORS.get(action, "#7f7f7f")
+            alpha = 0.6
+        append(
+            (
+                (start - start_boundary) * 1000,
+                (stop - start) * 1000,
+                worker,
+                lane,
+                y,
+                str(key),
+                name,
+                action,
+                color,
+                alpha,
+                str(ss.get("source", "")),
+            )
+        )
+    if not rows:
+        return {k: [] for k in BAR_COLUMNS}
+    # Row tuples, then one transpose: cheaper than eleven appends per bar.
+    return {k: list(col) for k, col in zip(BAR_COLUMNS, zip(*rows), strict=True)}
 
 
 def rectangles(records: Iterable[TaskRecord], start_boundary: float = 0.0) -> dict[str, list[Any]]:
@@ -172,50 +258,65 @@ def rectangles(records: Iterable[TaskRecord], start_boundary: float = 0.0) -> di
     number over all workers and lanes, workers in sorted order), ``key``,
     ``name`` (the prefix), ``action``, ``color`` and ``alpha``.
     """
-    rows: list[tuple[str, float, float, TaskRecord, dict[str, Any]]] = []
-    for rec in records:
-        worker = str(rec.get("worker"))
-        for ss in rec.get("startstops", ()):
-            rows.append((worker, float(ss["start"]), float(ss["stop"]), rec, ss))
-    rows.sort(key=lambda r: (r[0], r[1]))
-    # Greedy lane packing per worker: a bar takes the first lane free at its start.
-    lanes: dict[str, list[float]] = {}
-    placed: list[tuple[int, tuple[str, float, float, TaskRecord, dict[str, Any]]]] = []
-    for row in rows:
-        ends = lanes.setdefault(row[0], [])
-        for i, end in enumerate(ends):
-            if end <= row[1]:
-                ends[i] = row[2]
-                lane = i
-                break
-        else:
-            ends.append(row[2])
-            lane = len(ends) - 1
-        placed.append((lane, row))
+    packer = LanePacker()
+    bars = _bars(records)
+    placed = [(packer.place(bar[0], bar[1], bar[2]), bar) for bar in (bars[i] for i in _by_start(bars))]
     offsets: dict[str, int] = {}
     total = 0
-    for worker in sorted(lanes):
+    for worker in sorted(packer.ends):
         offsets[worker] = total
-        total += len(lanes[worker])
-    data: dict[str, list[Any]] = {
-        k: [] for k in ("start", "duration", "worker", "lane", "y", "key", "name", "action", "color", "alpha", "source")
-    }
-    for lane, (worker, start, stop, rec, ss) in placed:
-        action = str(ss.get("action", "compute"))
-        name = key_split(rec["key"])
-        if action == "compute":
-            color = color_of(name) if rec.get("status", "OK") == "OK" else ACTION_COLORS["error"]
-        else:
-            color = ACTION_COLORS.get(action, "#7f7f7f")
-        data["start"].append((start - start_boundary) * 1000)
-        data["duration"].append((stop - start) * 1000)
-        data["worker"].append(worker)
-        data["lane"].append(lane)
-        data["y"].append(offsets[worker] + lane)
-        data["key"].append(str(rec["key"]))
-        data["name"].append(name)
-        data["action"].append(action)
-        data["color"].append(color)
-        data["alpha"].append(1.0 if action == "compute" else 0.6)
-        data["source"].append(str(ss.get("source", "")))
-    return data
+        total += len(packer.ends[worker])
+    return _columns(((lane, offsets[bar[0]] + lane, bar) for lane, bar in placed), start_boundary)
+
+
+class StreamBars:
+    """The bars of records that keep coming, a batch at a time, for a live figure that appends them.
+
+    Unlike :func:`rectangles`, bars already drawn never move: lanes are
+    packed on from where the last batch left them, and each (worker, lane)
+    keeps the row it got when first used.  A worker's first bar reserves
+    ``threads(worker)`` rows together, so that its threads' lanes are
+    adjacent.  Times are milliseconds since the earliest start of the first
+    batch.  Each batch costs O(its bars), whatever was drawn before.
+
+    Parameters
+    ----------
+    threads
+        The number of rows to reserve for a worker seen for the first time
+        (its threads); at least one is reserved.
+    """
+
+    def __init__(self, threads: Callable[[str], int] | None = None) -> None:
+        self.threads = threads
+        self.packer = LanePacker()
+        #: Row of each (worker, lane) used so far.
+        self.rows: dict[tuple[str, int], int] = {}
+        #: Rows handed out so far (the next free row).
+        self.nrows = 0
+        #: Time (``time.time()``) of x = 0, set by the first batch with a bar.
+        self.start_boundary: float | None = None
+
+    def add(self, records: Iterable[TaskRecord]) -> dict[str, list[Any]]:
+        """Column data (:data:`BAR_COLUMNS`) of the bars of ``records`` (usually the newest few)."""
+        bars = _bars(records)
+        if not bars:
+            return {k: [] for k in BAR_COLUMNS}
+        if self.start_boundary is None:
+            self.start_boundary = min(bar[1] for bar in bars)
+        # Packed by start, sent in the order the tasks finished: what rolls over first is what finished first.
+        placed: list[tuple[int, int, _Bar] | None] = [None] * len(bars)
+        rows = self.rows
+        for i in _by_start(bars):
+            bar = bars[i]
+            worker = bar[0]
+            if worker not in self.packer.ends:
+                for lane in range(max(self.threads(worker) if self.threads else 1, 1)):
+                    rows[(worker, lane)] = self.nrows
+                    self.nrows += 1
+            lane = self.packer.place(worker, bar[1], bar[2])
+            y = rows.get((worker, lane))
+            if y is None:
+                y = rows[(worker, lane)] = self.nrows
+                self.nrows += 1
+            placed[i] = (lane, y, bar)
+        return _columns((p for p in placed if p is not None), self.start_boundary)

@@ -6,12 +6,18 @@ import json
 import re
 import urllib.parse
 import warnings
-from collections import deque
 from typing import Any
 
 import dask
 import pytest
 from bokeh.document import Document
+from bokeh.document.events import (
+    ColumnDataChangedEvent,
+    ColumnsPatchedEvent,
+    ColumnsStreamedEvent,
+    ModelChangedEvent,
+)
+from bokeh.models import ColumnDataSource
 from dask.delayed import delayed
 from tornado.httpclient import AsyncHTTPClient, HTTPResponse
 
@@ -257,21 +263,86 @@ async def test_pages_build_documents_with_periodic_updates(c: Client, s: Schedul
 
 
 @gen_cluster(client=True, scheduler_kwargs=DASHBOARD)
-async def test_live_task_stream_reads_only_new_records(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
-    live = LiveTaskStream(s, n=3)  # before the plugin exists: shows nothing until it does
-    assert live.records == deque()
+async def test_worker_rows_send_only_changed_cells(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    processing = ProcessingByWorker(s)
+    table = WorkerTable(s)
+    sent: list[Any] = []
+    doc = Document()
+    doc.add_root(processing.source)
+    doc.add_root(table.source)
+    doc.on_change(sent.append)
+    ev = Event()
+    fut = c.submit(block_on, ev, workers=[a.address], pure=False)
+    await async_poll_for(lambda: len(s.workers[a.address].processing) == 1)
+    processing.update()
+    row = list(processing.source.data["address"]).index(a.address)
+    (event,) = sent
+    assert isinstance(event, ColumnsPatchedEvent)  # one cell: a's count, not the whole table
+    assert event.patches == {"processing": [(row, 1)]}
+    processing.update()
+    assert len(sent) == 1  # nothing changed: nothing sent
+    table.update()
+    patched = [e for e in sent[1:] if isinstance(e, ColumnsPatchedEvent)]
+    assert len(patched) == len(sent) - 1 == 1
+    assert patched[0].patches["processing"] == [(row, 1)]
+    await ev.set()
+    await wait(fut)
+
+
+class BrowserReplica:
+    """What a browser showing ``source`` holds: its data as sent, with the changes applied as a browser applies them."""
+
+    def __init__(self, source: ColumnDataSource) -> None:
+        self.doc = Document()
+        self.doc.add_root(source)
+        self.data: dict[str, list[Any]] = {k: list(v) for k, v in source.data.items()}
+        #: Per change sent: ("stream", new rows) or ("replace", rows).
+        self.sent: list[tuple[str, int]] = []
+        self.doc.on_change(self.apply)
+
+    def apply(self, event: Any) -> None:
+        if isinstance(event, ColumnsStreamedEvent):
+            new = {k: list(v) for k, v in event.data.items()}
+            self.sent.append(("stream", len(new["key"])))
+            for k, v in new.items():
+                self.data[k].extend(v)
+                if event.rollover is not None:
+                    del self.data[k][: max(len(self.data[k]) - event.rollover, 0)]
+        elif isinstance(event, ColumnDataChangedEvent | ModelChangedEvent):
+            self.data = {k: list(v) for k, v in event.model.data.items()}  # type: ignore[attr-defined]  # a source
+            self.sent.append(("replace", len(self.data["key"])))
+
+
+@gen_cluster(client=True, scheduler_kwargs=DASHBOARD)
+async def test_live_task_stream_streams_only_new_bars(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    live = LiveTaskStream(s, n=4)  # before the plugin exists: shows nothing until it does
+    browser = BrowserReplica(live.source)
+    live.update()
+    assert browser.sent == []
     plugin = await ensure_task_stream(s)
-    await wait(c.map(inc, range(5)))
+    await wait(c.map(inc, range(3)))
     live.update()
-    assert len(live.records) == 3
-    live = LiveTaskStream(s, n=3)
-    assert len(live.records) == 3  # the last n only
-    data = live.source.data
+    assert browser.sent == [("stream", 3)]
     live.update()
-    assert live.source.data is data  # nothing new: nothing redrawn or sent
-    await wait(c.map(inc, range(5, 7)))
+    assert browser.sent == [("stream", 3)]  # nothing new: nothing computed or sent
+    await wait(c.map(inc, range(3, 5)))
     live.update()
-    assert [r["key"] for r in live.records] == [r["key"] for r in list(plugin.buffer)[-3:]]
+    assert browser.sent == [("stream", 3), ("stream", 2)]  # only the two new bars
+    shown = [str(r["key"]) for r in list(plugin.buffer)[-4:]]
+    assert browser.data["key"] == shown  # the browser keeps the last n (rollover)
+    assert list(live.source.data["key"]) == shown
+    # Each worker's rows are its own (test_task_stream checks that drawn bars keep their rows).
+    by_worker: dict[str, set[int]] = {}
+    for worker, y in zip(browser.data["worker"], browser.data["y"], strict=True):
+        by_worker.setdefault(worker, set()).add(y)
+    assert sum(map(len, by_worker.values())) == len(set().union(*by_worker.values()))
+    # Many more records than shown at once: only the last n are placed and sent.
+    await wait(c.map(inc, range(10, 30)))
+    live.update()
+    assert browser.sent[-1] == ("stream", 4)
+    assert browser.data["key"] == [str(r["key"]) for r in list(plugin.buffer)[-4:]]
+    # A new page on the same plugin starts from its last n records.
+    assert list(LiveTaskStream(s, n=4).source.data["key"]) == browser.data["key"]
 
 
 def test_sessions_stop_updating_when_the_scheduler_closes() -> None:

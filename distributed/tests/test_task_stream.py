@@ -10,7 +10,7 @@ import dask.bag as db
 import pytest
 
 from distributed import Client, LocalCluster, get_task_stream
-from distributed.diagnostics.task_stream import TaskStreamPlugin, ensure_task_stream, rectangles
+from distributed.diagnostics.task_stream import StreamBars, TaskStreamPlugin, ensure_task_stream, rectangles
 from distributed.scheduler import Scheduler
 from distributed.utils_test import gen_cluster, inc, slowinc
 from distributed.worker import Worker
@@ -127,6 +127,29 @@ def test_rectangles_lanes() -> None:
     assert data["action"] == ["compute", "compute", "transfer", "compute"]
     assert data["start"][0] == 0.0 and data["duration"][0] == 1000.0
     assert data["source"][2] == "w1"
+
+
+def test_stream_bars_keep_their_rows_across_batches() -> None:
+    def rec(key: str, worker: str, start: float, stop: float) -> dict[str, Any]:
+        return {
+            "key": key,
+            "worker": worker,
+            "status": "OK",
+            "startstops": [{"action": "compute", "start": start, "stop": stop}],
+        }
+
+    bars = StreamBars(threads=lambda w: 2 if w == "w1" else 1)
+    first = bars.add([rec("a-2", "w1", 1.5, 2.5), rec("a-1", "w1", 1.0, 2.0)])
+    assert first["key"] == ["a-2", "a-1"]  # in the order they came (finished)
+    assert first["lane"] == [1, 0] and first["y"] == [1, 0]  # packed by start
+    assert first["start"] == [500.0, 0.0]  # ms since the first batch's earliest start
+    # Next batch: lanes go on from where they were (a-3 fits after a-1, a-4 needs a third lane, a new row),
+    # and w2, first seen, gets the next free row.
+    second = bars.add([rec("b-1", "w2", 2.0, 3.0), rec("a-3", "w1", 2.0, 3.0), rec("a-4", "w1", 2.1, 2.2)])
+    assert second["key"] == ["b-1", "a-3", "a-4"]
+    assert second["lane"] == [0, 0, 2]
+    assert second["y"] == [3, 0, 2]
+    assert bars.add([]) == {k: [] for k in first}
 
 
 # -- Client.get_task_stream and the get_task_stream context manager ----------------------------

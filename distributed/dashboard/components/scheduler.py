@@ -3,14 +3,14 @@
 Each component owns a bokeh model (``root``) and a ``ColumnDataSource``; its
 ``update()`` runs in a document's periodic callback on the scheduler's loop,
 reads the scheduler's state directly (no messages, no locks: callbacks run
-between the scheduler's own), computes only what it shows, and replaces the
-source's data only when it changed, so an idle page sends nothing.
+between the scheduler's own), computes only what it shows, and sends only
+what changed (the changed cells of a row, the new bars of the task stream),
+so an idle page sends nothing.
 """
 
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +21,7 @@ from bokeh.models.widgets.tables import DataTable, NumberFormatter, TableColumn
 from bokeh.plotting import figure
 
 if TYPE_CHECKING:
-    from distributed.diagnostics.task_stream import TaskRecord, TaskStreamPlugin
+    from distributed.diagnostics.task_stream import StreamBars, TaskStreamPlugin
     from distributed.scheduler import Scheduler
     from distributed.scheduler_state import TaskState
 
@@ -51,10 +51,27 @@ STATE_COLORS: dict[str, str] = {
 Data = dict[str, list[Any]]
 
 
-def _set_if_changed(source: ColumnDataSource, data: Data) -> bool:
-    """Replace ``source.data`` when ``data`` differs; True when it did (and so went to the browser)."""
+def _set_if_changed(source: ColumnDataSource, data: Data, index: str | None = None) -> bool:
+    """Update ``source`` to ``data`` when it differs; True when it did (and so went to the browser).
+
+    With ``index`` (a column naming the rows: worker address, prefix) and
+    the same rows as before, only the changed cells are sent (a patch), so
+    a tick sends O(changed values) however many rows there are; otherwise
+    the data is replaced.
+    """
     old = source.data
-    if set(old) == set(data) and all(list(old[k]) == v for k, v in data.items()):
+    same_columns = set(old) == set(data)
+    if same_columns and index is not None and list(old[index]) == data[index]:
+        patches: dict[str, list[tuple[int, Any]]] = {}
+        for k, values in data.items():
+            changed = [(i, v) for i, (o, v) in enumerate(zip(old[k], values, strict=True)) if o != v]
+            if changed:
+                patches[k] = changed
+        if not patches:
+            return False
+        source.patch(patches)
+        return True
+    if same_columns and all(list(old[k]) == v for k, v in data.items()):
         return False
     source.data = data
     return True
@@ -171,7 +188,7 @@ class TaskProgress:
     def update(self) -> None:
         """Recount the prefixes' tasks by state."""
         data = prefix_progress(self.scheduler)
-        if _set_if_changed(self.source, data):
+        if _set_if_changed(self.source, data, index="name"):
             names = data["name"] or ["-"]
             if list(self.y_range.factors) != names:
                 self.y_range.factors = names
@@ -215,7 +232,7 @@ class ProcessingByWorker:
     def update(self) -> None:
         """Re-read the workers' processing counts."""
         data = self._data()
-        if _set_if_changed(self.source, data):
+        if _set_if_changed(self.source, data, index="address"):
             names = data["worker"] or ["-"]
             if list(self.y_range.factors) != names:
                 self.y_range.factors = names
@@ -290,7 +307,7 @@ class MemoryByWorker:
     def update(self) -> None:
         """Re-read the workers' memory."""
         data = worker_memory(self.scheduler)
-        if _set_if_changed(self.source, data):
+        if _set_if_changed(self.source, data, index="address"):
             names = data["worker"] or ["-"]
             if list(self.y_range.factors) != names:
                 self.y_range.factors = names
@@ -355,7 +372,7 @@ class WorkerTable:
 
     def update(self) -> None:
         """Re-read the workers."""
-        _set_if_changed(self.source, worker_rows(self.scheduler))
+        _set_if_changed(self.source, worker_rows(self.scheduler), index="address")
 
 
 def graph_layout(tasks: Mapping[Any, TaskState]) -> tuple[dict[Any, tuple[float, float]], list[tuple[Any, Any]]]:
@@ -459,31 +476,37 @@ class TaskGraph:
                 "y1": [pos[b][1] for _, b in edges],
             }
             return
-        states = [tasks[k].state if k in tasks else "forgotten" for k in self._keys]
-        if list(self.node_source.data["state"]) != states:
+        shown = self.node_source.data["state"]
+        changed = [
+            (i, state)
+            for i, (k, old) in enumerate(zip(self._keys, shown, strict=True))
+            if (state := tasks[k].state if k in tasks else "forgotten") != old
+        ]
+        if changed:  # only the tasks whose state changed go to the browser
             self.node_source.patch(
-                {
-                    "state": [(slice(0, len(states)), states)],
-                    "color": [(slice(0, len(states)), [STATE_COLORS.get(s, "#c7c7c7") for s in states])],
-                }
+                {"state": changed, "color": [(i, STATE_COLORS.get(state, "#c7c7c7")) for i, state in changed]}
             )
 
 
 class LiveTaskStream:
-    """The task stream of the last ``n`` finished tasks, read incrementally from the scheduler's plugin.
+    """The task stream of the last ``n`` bars (finished tasks and their transfers), read incrementally from the plugin.
 
     Each tick asks the scheduler's :class:`TaskStreamPlugin` (looked up by
     name, so the page may be built before the plugin is added) only for the
-    records added since the last one (:meth:`TaskStreamPlugin.since`), and
-    redraws nothing when there are none; times are milliseconds since the
-    first record shown, so the axis stays put.
+    records added since the last one (:meth:`TaskStreamPlugin.since`), places
+    their bars after those already drawn (:class:`StreamBars`: lanes and rows
+    carry over from tick to tick) and streams only them to the browser, which
+    keeps the last ``n`` (``rollover``). A tick thus costs O(new records),
+    at most ``n``; with none, nothing is computed or sent. Times are
+    milliseconds since the first record shown, so the axis stays put.
 
     Parameters
     ----------
     scheduler
         The scheduler whose task stream plugin is read.
     n
-        Records shown; by default ``distributed.scheduler.dashboard.status.task-stream-length``.
+        Bars shown (one per task, plus one per transfer it waited for); by
+        default ``distributed.scheduler.dashboard.status.task-stream-length``.
     """
 
     def __init__(self, scheduler: Scheduler, n: int | None = None, **kwargs: Any) -> None:
@@ -493,33 +516,41 @@ class LiveTaskStream:
             n = int(dask.config.get("distributed.scheduler.dashboard.status.task-stream-length"))
         self.scheduler = scheduler
         self.n = max(n, 1)
-        self.records: deque[TaskRecord] = deque(maxlen=self.n)
         self.plugin: TaskStreamPlugin | None = None
         self.index = 0
-        self.start_boundary: float | None = None
+        self.bars = self._new_bars()
         self.stream = TaskStream(**kwargs)
         self.source = self.stream.source
         self.root: Model = self.stream.root
         self.update()
 
+    def _threads(self, address: str) -> int:
+        ws = self.scheduler.workers.get(address)
+        return ws.nthreads if ws is not None else 1
+
+    def _new_bars(self) -> StreamBars:
+        from distributed.diagnostics.task_stream import StreamBars
+
+        return StreamBars(self._threads)
+
     def update(self) -> None:
-        """Add the tasks finished since the last update, if any."""
+        """Stream the bars of the tasks finished since the last update, if any."""
         from distributed.diagnostics.task_stream import TaskStreamPlugin
 
         plugin = self.scheduler.plugins.get(TaskStreamPlugin.name)
         if not isinstance(plugin, TaskStreamPlugin):
             return
-        if plugin is not self.plugin:  # first seen, or replaced: start from its last n records
+        if plugin is not self.plugin:  # first seen, or replaced: start over from its last n records
+            if self.plugin is not None:
+                self.bars = self._new_bars()
+                self.source.data = {k: [] for k in self.source.data}
             self.plugin = plugin
             self.index = max(plugin.index - self.n, 0)
-        index, new = plugin.since(self.index)
-        self.index = index
+        # More than n new records: the older ones would roll over at once, so skip them.
+        self.index = max(self.index, plugin.index - self.n)
+        self.index, new = plugin.since(self.index)
         if not new:
             return
-        self.records.extend(new)
-        if self.start_boundary is None:
-            starts = [ss["start"] for r in self.records for ss in r.get("startstops", ())]
-            if not starts:
-                return
-            self.start_boundary = min(starts)
-        self.stream.update(list(self.records), self.start_boundary)
+        bars = self.bars.add(new)
+        if bars["key"]:
+            self.stream.stream(bars, rollover=self.n)

