@@ -495,6 +495,16 @@ class Scheduler(Server):
             raise ValueError(f"Could not find plugin {name!r} among {list(self.plugins)}")
         del self.plugins[name]
 
+    def _transition_hooks(self) -> list[Callable[..., None]]:
+        """The ``transition`` methods of the plugins that define their own (the base one does nothing)."""
+        base = SchedulerPlugin.transition
+        hooks: list[Callable[..., None]] = []
+        for plugin in self.plugins.values():
+            hook = getattr(plugin, "transition", None)
+            if hook is not None and getattr(hook, "__func__", None) is not base:
+                hooks.append(hook)
+        return hooks
+
     def call_plugins(self, hook: str, *args: Any, **kwargs: Any) -> None:
         """Call method ``hook`` of every scheduler plugin with these arguments.
 
@@ -554,7 +564,8 @@ class Scheduler(Server):
         opened = out.opened
         table = self._transitions_table
         log = self.transition_log
-        plugins = self.plugins
+        # Bound once per stimulus, not per transition: only plugins that watch transitions.
+        hooks = self._transition_hooks() if self.plugins else None
         validate = self.validate
         touched: list[TaskState] = []
         pull_ws: WorkerState | None = None
@@ -599,11 +610,15 @@ class Scheduler(Server):
             group_states[start] -= 1
             group_states[new] += 1
             log.append((ts.key, start, new, stimulus_id, time.time()))
-            if plugins:
-                if extra:
-                    self.call_plugins("transition", ts.key, start, new, stimulus_id=stimulus_id, **extra)
-                else:
-                    self.call_plugins("transition", ts.key, start, new, stimulus_id=stimulus_id)
+            if hooks:
+                for hook in hooks:
+                    try:
+                        if extra:
+                            hook(ts.key, start, new, stimulus_id=stimulus_id, **extra)
+                        else:
+                            hook(ts.key, start, new, stimulus_id=stimulus_id)
+                    except Exception:
+                        logger.exception("Plugin hook transition %r failed", hook)
             if validate:
                 touched.append(ts)
         for ts in touched:

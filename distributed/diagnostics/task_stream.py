@@ -65,23 +65,19 @@ class TaskStreamPlugin(SchedulerPlugin):
 
     def transition(self, key: Any, start: str, finish: str, *args: Any, stimulus_id: str, **kwargs: Any) -> None:
         """Record a task that left ``processing`` with its worker's report."""
-        if start != "processing":
+        if start != "processing" or (finish != "memory" and finish != "erred"):
             return
+        # The scheduler built ``kwargs`` for this call alone: it becomes the record.
+        record = kwargs
+        record["key"] = key
         if finish == "memory":
-            status = "OK"
-        elif finish == "erred":
-            status = "error"
+            record["status"] = "OK"
         else:
-            return
-        record: TaskRecord = {
-            "key": key,
-            "status": status,
-            "worker": kwargs.get("worker"),
-            "nbytes": kwargs.get("nbytes", 0),
-            "type": kwargs.get("type"),
-            "typename": kwargs.get("typename", kwargs.get("type")),
-            "startstops": kwargs.get("startstops", []),
-        }
+            record["status"] = "error"
+            record.setdefault("nbytes", 0)
+            record.setdefault("type", None)
+            record.setdefault("typename", record["type"])
+            record.setdefault("startstops", [])
         self.buffer.append(record)
         self.index += 1
 

@@ -281,3 +281,35 @@ async def test_plugin_sees_killed_worker_on_a_real_cluster(c: Client, s: Schedul
         await x
     assert rec.seen[x.key][-1] == ("processing", "erred")
     assert_plugin_saw_the_story(s, rec)
+
+
+# -- plugins watching transitions -----------------------------------------------------
+def test_transition_hooks_skip_the_base_method_and_survive_a_failing_plugin() -> None:
+    """Only plugins with their own ``transition`` are called; one that raises stops neither the rest nor the graph."""
+
+    class Quiet(SchedulerPlugin):
+        """Defines no ``transition``: the scheduler need not call it."""
+
+    class Failing(SchedulerPlugin):
+        def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
+            raise RuntimeError("plugin bug")
+
+    class DuckTyped:
+        """Not a SchedulerPlugin subclass: still called, as dask calls any object with the hook."""
+
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
+            self.calls += 1
+
+    s, rec = new_scheduler()
+    duck = DuckTyped()
+    s.plugins["quiet"] = Quiet()
+    s.plugins["failing"] = Failing()
+    s.plugins["duck"] = duck  # type: ignore[assignment]  # dask accepts any object with the hooks
+    s.add_worker_state(A, 1)
+    run_all(s, s.update_graph("c1", {"x": spec()}, ["x"], stimulus_id="graph"))
+    assert s.tasks["x"].state == "memory"
+    assert_plugin_saw_the_story(s, rec)
+    assert duck.calls == s.transition_counter > 0
