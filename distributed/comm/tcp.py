@@ -29,6 +29,7 @@ import asyncio
 import collections
 import logging
 import socket
+import ssl
 import struct
 import time
 from collections.abc import Callable
@@ -115,6 +116,13 @@ def _frame_buffer(n: int) -> bytearray | memoryview:
     except ImportError:
         return bytearray(n)
     return numpy.empty(n, dtype=numpy.uint8).data
+
+
+def _tls_hint(buf: bytearray, start: int) -> str:
+    """Why a header is nonsense, when it is the start of a TLS record (handshake or alert)."""
+    if buf[start] in (0x15, 0x16) and buf[start + 1] == 0x03:
+        return ": the peer speaks TLS, reach it with a tls:// address and a Security"
+    return ""
 
 
 class _FrameProtocol(asyncio.BufferedProtocol):
@@ -277,7 +285,9 @@ class _FrameProtocol(asyncio.BufferedProtocol):
                     break
                 (n,) = _U64.unpack_from(buf, self._start)
                 if n < 1 or n > self.max_frames:
-                    raise ProtocolError(f"Message announces {n} frames (limit {self.max_frames})")
+                    raise ProtocolError(
+                        f"Message announces {n} frames (limit {self.max_frames}){_tls_hint(buf, self._start)}"
+                    )
                 self._start += 8
                 self._nframes = n
                 self._lengths = ()
@@ -470,42 +480,64 @@ class TCPComm(Comm):
         return p.closed or p.transport is None or p.transport.is_closing()
 
 
-def _sockname(transport: asyncio.BaseTransport, which: str) -> str:
+def _sockname(transport: asyncio.BaseTransport, which: str, scheme: str) -> str:
     addr = transport.get_extra_info(which)
     if not addr:
-        return "tcp://<unknown>"
+        return f"{scheme}://<unknown>"
     host, port = addr[0], addr[1]
     if ":" in host:
         host = f"[{host}]"
-    return f"tcp://{host}:{port}"
+    return f"{scheme}://{host}:{port}"
 
 
-async def tcp_connect(loc: str, timeout: float) -> TCPComm:
-    """Connect over TCP, retrying refused connections until ``timeout``."""
+async def tcp_connect(loc: str, timeout: float, ssl_context: ssl.SSLContext | None = None) -> TCPComm:
+    """Connect over TCP, retrying refused connections until ``timeout``.
+
+    With ``ssl_context`` the connection is TLS (a ``tls://`` comm): a failed
+    handshake (a certificate the context does not accept, or the server
+    refusing ours) is raised at once, never retried.
+    """
     host, port = parse_host_port(loc)
+    scheme = "tcp" if ssl_context is None else "tls"
     loop = asyncio.get_running_loop()
     max_size, max_frames = _limits()
     stall_timeout = _tcp_timeout()
     deadline = time.monotonic() + timeout
     delay = 0.01
     while True:
+        remaining = max(deadline - time.monotonic(), 0.001)
         try:
-            transport, protocol = await asyncio.wait_for(
-                loop.create_connection(lambda: _FrameProtocol(max_size, max_frames, stall_timeout), host, port),
-                timeout=max(deadline - time.monotonic(), 0.001),
-            )
+            if ssl_context is None:
+                connecting = loop.create_connection(
+                    lambda: _FrameProtocol(max_size, max_frames, stall_timeout), host, port
+                )
+            else:
+                connecting = loop.create_connection(
+                    lambda: _FrameProtocol(max_size, max_frames, stall_timeout),
+                    host,
+                    port,
+                    ssl=ssl_context,
+                    ssl_handshake_timeout=remaining,
+                )
+            transport, protocol = await asyncio.wait_for(connecting, timeout=remaining)
             break
         except (TimeoutError, OSError) as e:
+            if ssl_context is not None and isinstance(e, (ssl.SSLError, ConnectionResetError, BrokenPipeError)):
+                raise OSError(f"TLS handshake with tls://{loc} failed: {e}") from e
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise OSError(f"Timed out trying to connect to tcp://{loc} after {timeout} s: {e!r}") from e
+                raise OSError(f"Timed out trying to connect to {scheme}://{loc} after {timeout} s: {e!r}") from e
             await asyncio.sleep(min(delay, remaining))
             delay = min(delay * 2, 1.0)
-    return TCPComm(protocol, _sockname(transport, "sockname"), _sockname(transport, "peername"))
+    return TCPComm(protocol, _sockname(transport, "sockname", scheme), _sockname(transport, "peername", scheme))
 
 
 async def _serve_all_interfaces(
-    loop: asyncio.AbstractEventLoop, factory: Callable[[], _FrameProtocol], port: int, backlog: int
+    loop: asyncio.AbstractEventLoop,
+    factory: Callable[[], _FrameProtocol],
+    port: int,
+    backlog: int,
+    tls: dict[str, Any],
 ) -> asyncio.base_events.Server:
     """Listen on every interface, IPv4 and IPv6, on one port.
 
@@ -525,21 +557,28 @@ async def _serve_all_interfaces(
             logger.debug("No dual-stack socket on port %d; listening on IPv4 only", port, exc_info=True)
         else:
             try:
-                return await loop.create_server(factory, sock=sock, backlog=backlog)
+                return await loop.create_server(factory, sock=sock, backlog=backlog, **tls)
             except BaseException:
                 sock.close()
                 raise
-    return await loop.create_server(factory, "0.0.0.0", port, backlog=backlog, reuse_address=True)
+    return await loop.create_server(factory, "0.0.0.0", port, backlog=backlog, reuse_address=True, **tls)
 
 
 class TCPListener(Listener):
-    """Listens for TCP connections."""
+    """Listens for TCP connections.
 
-    def __init__(self, loc: str, handler: CommHandler) -> None:
+    With ``ssl_context`` the connections are TLS (``tls://``): a connection
+    reaches ``handler`` only once its handshake succeeded, so a peer the
+    context does not accept never has a byte of its read as a message.
+    """
+
+    def __init__(self, loc: str, handler: CommHandler, ssl_context: ssl.SSLContext | None = None) -> None:
         host, port = parse_host_port(loc, default_port=0)
         self.host = host
         self.port = port
         self.handler = handler
+        self.ssl_context = ssl_context
+        self.scheme = "tcp" if ssl_context is None else "tls"
         self.server: asyncio.base_events.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -554,18 +593,24 @@ class TCPListener(Listener):
             p.on_connection = self._on_connection
             return p
 
+        # A handshake that has not finished in time is dropped, as a silent connection is.
+        tls: dict[str, Any] = {}
+        if self.ssl_context is not None:
+            tls = {"ssl": self.ssl_context, "ssl_handshake_timeout": stall_timeout}
         if self.host in ("", "::"):
-            self.server = await _serve_all_interfaces(loop, factory, self.port, backlog)
+            self.server = await _serve_all_interfaces(loop, factory, self.port, backlog, tls)
         else:
-            self.server = await loop.create_server(factory, self.host, self.port, backlog=backlog, reuse_address=True)
+            self.server = await loop.create_server(
+                factory, self.host, self.port, backlog=backlog, reuse_address=True, **tls
+            )
         self.port = self.server.sockets[0].getsockname()[1]
 
     def _on_connection(self, protocol: _FrameProtocol) -> None:
         assert protocol.transport is not None
         comm = TCPComm(
             protocol,
-            _sockname(protocol.transport, "sockname"),
-            _sockname(protocol.transport, "peername"),
+            _sockname(protocol.transport, "sockname", self.scheme),
+            _sockname(protocol.transport, "peername", self.scheme),
         )
         run_handler_task(self.handler, comm, self._tasks)
 
@@ -579,7 +624,7 @@ class TCPListener(Listener):
         host = self.host or "0.0.0.0"
         if ":" in host:
             host = f"[{host}]"
-        return f"tcp://{host}:{self.port}"
+        return f"{self.scheme}://{host}:{self.port}"
 
     @property
     def contact_address(self) -> str:
@@ -588,4 +633,4 @@ class TCPListener(Listener):
             host = get_ip()
         if ":" in host:
             host = f"[{host}]"
-        return f"tcp://{host}:{self.port}"
+        return f"{self.scheme}://{host}:{self.port}"
