@@ -27,7 +27,7 @@ import dask.config
 
 from distributed.comm.core import ConnectionArgs
 
-__all__ = ["Security"]
+__all__ = ["Security", "http_ssl_context", "load_cert_chain"]
 
 Role = Literal["client", "scheduler", "worker"]
 _ROLES: Final = ("client", "scheduler", "worker")
@@ -271,7 +271,7 @@ class Security:
         if tls["ciphers"]:
             ctx.set_ciphers(tls["ciphers"])
         if cert is not None:
-            _load_cert_chain(ctx, cert, key)
+            load_cert_chain(ctx, cert, key)
         return ctx
 
     def get_connection_args(self, role: str) -> ConnectionArgs:
@@ -291,8 +291,8 @@ class Security:
         )
 
 
-def _load_cert_chain(ctx: ssl.SSLContext, cert: str, key: str | None) -> None:
-    """Load a certificate and key given as paths or PEM text.
+def load_cert_chain(ctx: ssl.SSLContext, cert: str, key: str | None) -> None:
+    """Load a certificate and key, each given as a path or as PEM text, into ``ctx``.
 
     ``ssl`` reads them from files only: PEM text is written to a private
     temporary directory (mode 0700) and removed once loaded.
@@ -330,3 +330,24 @@ def coerce_security(security: object, where: str, temporary_ok: bool = False) ->
     if isinstance(security, dict):
         return Security(**security)
     raise TypeError(f"{where}(security={security!r}) must be a Security, a dict of its keywords or None")
+
+
+def http_ssl_context() -> ssl.SSLContext | None:
+    """The TLS context of the HTTP servers, from ``distributed.scheduler.dashboard.tls.*`` (None: plain HTTP).
+
+    Browsers are not asked for a certificate: HTTPS here encrypts, the
+    cluster's own comms authenticate.
+    """
+    cert = dask.config.get("distributed.scheduler.dashboard.tls.cert", None)
+    if not cert:
+        return None
+    key = dask.config.get("distributed.scheduler.dashboard.tls.key", None) or None
+    ca = dask.config.get("distributed.scheduler.dashboard.tls.ca-file", None) or None
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    if ca:
+        if _in_memory(ca):
+            ctx.load_verify_locations(cadata=ca)
+        else:
+            ctx.load_verify_locations(cafile=ca)
+    load_cert_chain(ctx, str(cert), str(key) if key else None)
+    return ctx

@@ -164,7 +164,9 @@ async def _run(kwargs: dict[str, Any]) -> int:
     logger.info("  Scheduler at:   %s", scheduler.address)
     if scheduler.http_server is not None:
         host = scheduler.address.split("://", 1)[-1].rsplit(":", 1)[0]
-        logger.info("  dashboard at:   http://%s:%d/status", host, scheduler.http_server.port)
+        logger.info(
+            "  dashboard at:   %s://%s:%d/status", scheduler.http_server.scheme, host, scheduler.http_server.port
+        )
     if kwargs["scheduler_file"]:
         logger.info("  scheduler file: %s", kwargs["scheduler_file"])
     logger.info("-" * 47)

@@ -390,7 +390,7 @@ async def _run(
         logger.info("  Worker at:      %s (name %s, %d threads)", w.address, w.name, w.nthreads)
         if w.http_server is not None:
             host = w.http_server.host or "0.0.0.0"
-            logger.info("  dashboard at:   http://%s:%d/health", host, w.http_server.port)
+            logger.info("  dashboard at:   %s://%s:%d/health", w.http_server.scheme, host, w.http_server.port)
 
     async def all_finished() -> None:
         await asyncio.gather(*(w.finished() for w in workers))

@@ -3249,7 +3249,8 @@ def _format_dashboard_link(host: str, port: int) -> str:
     import os
 
     template = str(dask.config.get("distributed.dashboard.link", "{scheme}://{host}:{port}/status"))
-    return template.format(**{**os.environ, "scheme": "http", "host": host, "port": port})
+    scheme = "https" if dask.config.get("distributed.scheduler.dashboard.tls.cert", None) else "http"
+    return template.format(**{**os.environ, "scheme": scheme, "host": host, "port": port})
 
 
 # -- module functions ---------------------------------------------------------------------

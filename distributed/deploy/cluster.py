@@ -307,10 +307,11 @@ class Cluster:
         if scheme == "inproc" or not host:
             host = "127.0.0.1"
         template = str(dask.config.get("distributed.dashboard.link", "{scheme}://{host}:{port}/status"))
+        scheme = "https" if dask.config.get("distributed.scheduler.dashboard.tls.cert", None) else "http"
         try:
-            return template.format(scheme="http", host=host, port=port)
+            return template.format(scheme=scheme, host=host, port=port)
         except (KeyError, IndexError):
-            return f"http://{host}:{port}/status"
+            return f"{scheme}://{host}:{port}/status"
 
     # -- workers ------------------------------------------------------------------------
     def scale(self, n: int = 0) -> Any:
