@@ -398,10 +398,14 @@ class _FrameProtocol(asyncio.BufferedProtocol):
 class TCPComm(Comm):
     """A comm over one TCP connection."""
 
-    def __init__(self, protocol: _FrameProtocol, local: str, peer: str) -> None:
+    def __init__(self, protocol: _FrameProtocol, local: str, peer: str, tls_client: bool = False) -> None:
         self._protocol = protocol
         self._local = local
         self._peer = peer
+        # Until the first message arrives on a TLS comm we opened, a close
+        # without a reason is most likely the server refusing our certificate:
+        # it drops the connection without telling us (asyncio sends no alert).
+        self._unanswered = tls_client
 
     @property
     def local_address(self) -> str:
@@ -412,16 +416,30 @@ class TCPComm(Comm):
         return self._peer
 
     async def read(self) -> Any:
-        frames = await self._protocol.read_frames()
+        try:
+            frames = await self._protocol.read_frames()
+        except CommClosedError as e:
+            if self._unanswered and self._protocol.close_reason is None:
+                raise self._refused(str(e)) from e
+            raise
+        self._unanswered = False
         try:
             return loads(frames, deserialize=False)
         except ProtocolError as e:
             self._protocol._fail(e)
             raise
 
+    def _refused(self, what: str) -> CommClosedError:
+        return CommClosedError(
+            f"{what}: {self._peer} closed the TLS connection before answering; it may not accept this side's "
+            "certificate (not signed by its CA, expired, or none given): its log says why"
+        )
+
     async def write(self, msg: Any) -> int:
         p = self._protocol
         if p.closed or p.transport is None or p.transport.is_closing():
+            if self._unanswered and p.close_reason is None:
+                raise self._refused(f"Connection to {self._peer} is closed")
             raise CommClosedError(f"Connection to {self._peer} is closed")
         frames = dumps(msg)
         lengths = [f.nbytes if isinstance(f, memoryview) else len(f) for f in frames]
@@ -480,10 +498,10 @@ class TCPComm(Comm):
         return p.closed or p.transport is None or p.transport.is_closing()
 
 
-def _sockname(transport: asyncio.BaseTransport, which: str, scheme: str) -> str:
+def _sockname(transport: asyncio.BaseTransport, which: str, scheme: str, default: str = "<unknown>") -> str:
     addr = transport.get_extra_info(which)
     if not addr:
-        return f"{scheme}://<unknown>"
+        return f"{scheme}://{default}"
     host, port = addr[0], addr[1]
     if ":" in host:
         host = f"[{host}]"
@@ -529,7 +547,13 @@ async def tcp_connect(loc: str, timeout: float, ssl_context: ssl.SSLContext | No
                 raise OSError(f"Timed out trying to connect to {scheme}://{loc} after {timeout} s: {e!r}") from e
             await asyncio.sleep(min(delay, remaining))
             delay = min(delay * 2, 1.0)
-    return TCPComm(protocol, _sockname(transport, "sockname", scheme), _sockname(transport, "peername", scheme))
+    return TCPComm(
+        protocol,
+        _sockname(transport, "sockname", scheme),
+        # A TLS transport the server dropped at once no longer knows the peer.
+        _sockname(transport, "peername", scheme, default=loc),
+        tls_client=ssl_context is not None,
+    )
 
 
 async def _serve_all_interfaces(
@@ -537,7 +561,6 @@ async def _serve_all_interfaces(
     factory: Callable[[], _FrameProtocol],
     port: int,
     backlog: int,
-    tls: dict[str, Any],
 ) -> asyncio.base_events.Server:
     """Listen on every interface, IPv4 and IPv6, on one port.
 
@@ -557,11 +580,11 @@ async def _serve_all_interfaces(
             logger.debug("No dual-stack socket on port %d; listening on IPv4 only", port, exc_info=True)
         else:
             try:
-                return await loop.create_server(factory, sock=sock, backlog=backlog, **tls)
+                return await loop.create_server(factory, sock=sock, backlog=backlog)
             except BaseException:
                 sock.close()
                 raise
-    return await loop.create_server(factory, "0.0.0.0", port, backlog=backlog, reuse_address=True, **tls)
+    return await loop.create_server(factory, "0.0.0.0", port, backlog=backlog, reuse_address=True)
 
 
 class TCPListener(Listener):
@@ -579,7 +602,9 @@ class TCPListener(Listener):
         self.handler = handler
         self.ssl_context = ssl_context
         self.scheme = "tcp" if ssl_context is None else "tls"
+        self._handshake_timeout: float | None = None
         self.server: asyncio.base_events.Server | None = None
+        # Handler tasks, and TLS handshakes under way.
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
@@ -593,19 +618,47 @@ class TCPListener(Listener):
             p.on_connection = self._on_connection
             return p
 
-        # A handshake that has not finished in time is dropped, as a silent connection is.
-        tls: dict[str, Any] = {}
-        if self.ssl_context is not None:
-            tls = {"ssl": self.ssl_context, "ssl_handshake_timeout": stall_timeout}
+        self._handshake_timeout = stall_timeout
         if self.host in ("", "::"):
-            self.server = await _serve_all_interfaces(loop, factory, self.port, backlog, tls)
+            self.server = await _serve_all_interfaces(loop, factory, self.port, backlog)
         else:
-            self.server = await loop.create_server(
-                factory, self.host, self.port, backlog=backlog, reuse_address=True, **tls
-            )
+            self.server = await loop.create_server(factory, self.host, self.port, backlog=backlog, reuse_address=True)
         self.port = self.server.sockets[0].getsockname()[1]
 
     def _on_connection(self, protocol: _FrameProtocol) -> None:
+        assert protocol.transport is not None
+        if self.ssl_context is not None:
+            # Not a byte is parsed before the handshake: the protocol gets the
+            # decrypted stream only once the peer's certificate is accepted.
+            protocol.transport.pause_reading()
+            task = asyncio.get_running_loop().create_task(self._handshake(protocol, protocol.transport))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            return
+        self._hand_over(protocol)
+
+    async def _handshake(self, protocol: _FrameProtocol, raw: asyncio.Transport) -> None:
+        assert self.ssl_context is not None
+        peer = _sockname(raw, "peername", "tcp")
+        loop = asyncio.get_running_loop()
+        try:
+            tls = await loop.start_tls(
+                raw, protocol, self.ssl_context, server_side=True, ssl_handshake_timeout=self._handshake_timeout
+            )
+        except (OSError, TimeoutError, ConnectionError) as e:
+            # Done by asyncio without a word; the operator needs to know who was refused and why.
+            logger.warning("Refused a TLS connection from %s: %s", peer, str(e) or repr(e))
+            raw.abort()
+            protocol.connection_lost(e)
+            return
+        if tls is None or protocol.closed:
+            raw.abort()
+            return
+        assert isinstance(tls, asyncio.Transport)
+        protocol.transport = tls
+        self._hand_over(protocol)
+
+    def _hand_over(self, protocol: _FrameProtocol) -> None:
         assert protocol.transport is not None
         comm = TCPComm(
             protocol,
