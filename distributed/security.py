@@ -27,7 +27,7 @@ import dask.config
 
 from distributed.comm.core import ConnectionArgs
 
-__all__ = ["Security", "http_ssl_context", "load_cert_chain"]
+__all__ = ["Security", "acting_as", "http_ssl_context", "load_cert_chain"]
 
 Role = Literal["client", "scheduler", "worker"]
 _ROLES: Final = ("client", "scheduler", "worker")
@@ -312,6 +312,20 @@ def load_cert_chain(ctx: ssl.SSLContext, cert: str, key: str | None) -> None:
                 f.write(key)
             key = path
         ctx.load_cert_chain(cert, key)
+
+
+def acting_as(security: Security, role: str, as_role: str) -> Security:
+    """A copy of ``security`` in which ``as_role`` uses ``role``'s certificate and key.
+
+    A worker's client (``get_client`` in a task) connects as a client with the
+    worker's own credentials: a worker is given no client certificate.
+    """
+    state = security.__getstate__()
+    state[f"tls_{as_role}_cert"] = state[f"tls_{role}_cert"]
+    state[f"tls_{as_role}_key"] = state[f"tls_{role}_key"]
+    copy = Security.__new__(Security)
+    copy.__setstate__(state)
+    return copy
 
 
 def coerce_security(security: object, where: str, temporary_ok: bool = False) -> Security:

@@ -44,7 +44,7 @@ from distributed.protocol.framing import ProtocolError, is_msgpack_serializable
 from distributed.protocol.messages import Key
 from distributed.protocol.schema import checker
 from distributed.protocol.serialize import Serialize, unwrap
-from distributed.security import Security, coerce_security
+from distributed.security import Security, acting_as, coerce_security
 from distributed.shuffle import ShuffleWorkerExtension
 from distributed.spill import SpillBuffer
 from distributed.threadpool import ThreadPool, current_pool
@@ -1161,7 +1161,12 @@ class Worker(Server):
 
             assert self.loop is not None
             self._client = Client(
-                self.scheduler_addr, loop=self.loop, set_as_default=False, _in_worker=True, timeout=timeout
+                self.scheduler_addr,
+                loop=self.loop,
+                set_as_default=False,
+                _in_worker=True,
+                timeout=timeout,
+                security=acting_as(self.security, "worker", "client"),
             )
         return self._client
 

@@ -307,6 +307,20 @@ async def test_mutual_tls_cluster_computes(c: Client, s: Scheduler, a: Worker, b
     assert a.transfer_incoming_bytes_total + b.transfer_incoming_bytes_total > 0
 
 
+def _client_in_task(x: int) -> int:
+    from distributed import get_client
+
+    return int(get_client().submit(inc, x).result())
+
+
+@gen_cluster(client=True, **TLS_CLUSTER)
+async def test_get_client_in_a_task_connects_with_the_workers_credentials(
+    c: Client, s: Scheduler, a: Worker, b: Worker
+) -> None:
+    assert a.security.tls_client_cert is None  # a worker has no client certificate of its own
+    assert await c.submit(_client_in_task, 1) == 2
+
+
 @gen_test()
 async def test_local_cluster_security_true_uses_tls() -> None:
     async with LocalCluster(
