@@ -21,6 +21,9 @@ silent, or vanished mid-transfer), the connection is closed and what was read
 of the message dropped.  Only progress counts, so a large transfer that keeps
 moving is never cut.  The watch is one timer armed when a read ends inside a
 message and checked once per timeout; a message read whole arms nothing.
+
+Given an ``ssl.SSLContext``, connecting and listening run the same protocol
+over TLS: that is the ``tls://`` transport (:mod:`distributed.comm.tls`).
 """
 
 from __future__ import annotations
@@ -557,10 +560,7 @@ async def tcp_connect(loc: str, timeout: float, ssl_context: ssl.SSLContext | No
 
 
 async def _serve_all_interfaces(
-    loop: asyncio.AbstractEventLoop,
-    factory: Callable[[], _FrameProtocol],
-    port: int,
-    backlog: int,
+    loop: asyncio.AbstractEventLoop, factory: Callable[[], _FrameProtocol], port: int, backlog: int
 ) -> asyncio.base_events.Server:
     """Listen on every interface, IPv4 and IPv6, on one port.
 
@@ -604,8 +604,9 @@ class TCPListener(Listener):
         self.scheme = "tcp" if ssl_context is None else "tls"
         self._handshake_timeout: float | None = None
         self.server: asyncio.base_events.Server | None = None
-        # Handler tasks, and TLS handshakes under way.
         self._tasks: set[asyncio.Task[None]] = set()
+        # TLS handshakes under way: ended by stop(), as no comm exists yet to close.
+        self._handshakes: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -632,8 +633,8 @@ class TCPListener(Listener):
             # decrypted stream only once the peer's certificate is accepted.
             protocol.transport.pause_reading()
             task = asyncio.get_running_loop().create_task(self._handshake(protocol, protocol.transport))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._handshakes.add(task)
+            task.add_done_callback(self._handshakes.discard)
             return
         self._hand_over(protocol)
 
@@ -645,12 +646,16 @@ class TCPListener(Listener):
             tls = await loop.start_tls(
                 raw, protocol, self.ssl_context, server_side=True, ssl_handshake_timeout=self._handshake_timeout
             )
-        except (OSError, TimeoutError, ConnectionError) as e:
-            # Done by asyncio without a word; the operator needs to know who was refused and why.
+        except OSError as e:  # TimeoutError and ssl.SSLError included
+            # asyncio drops the peer without a word; the operator needs to know who was refused and why.
             logger.warning("Refused a TLS connection from %s: %s", peer, str(e) or repr(e))
             raw.abort()
             protocol.connection_lost(e)
             return
+        except asyncio.CancelledError:
+            raw.abort()
+            protocol.connection_lost(None)
+            raise
         if tls is None or protocol.closed:
             raw.abort()
             return
@@ -668,6 +673,8 @@ class TCPListener(Listener):
         run_handler_task(self.handler, comm, self._tasks)
 
     def stop(self) -> None:
+        for task in self._handshakes:
+            task.cancel()
         if self.server is not None:
             self.server.close()
             self.server = None

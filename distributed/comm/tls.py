@@ -8,10 +8,13 @@ listening differ, by the ``ssl.SSLContext`` they take.
 
 Both sides authenticate (the contexts come from
 :class:`distributed.security.Security`, which requires a certificate from
-the peer and checks its chain against the cluster's CA).  asyncio completes
-the handshake before it hands the connection to the protocol, so a listener
-never reads a message from a peer whose certificate was refused: the
-connection is dropped during the handshake, before any handler runs.
+the peer and checks its chain against the cluster's CA).  A listener pauses
+reading on each accepted connection and runs the server side of the
+handshake (``loop.start_tls``) before a single byte reaches the framing
+protocol, so it never reads a message from a peer whose certificate was
+refused: that connection is dropped, and logged with the reason, before any
+handler runs.  A client the server drops that way is told its certificate
+may be refused (asyncio sends the peer no TLS alert to say why).
 """
 
 from __future__ import annotations
