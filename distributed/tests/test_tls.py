@@ -231,6 +231,13 @@ def test_security_api() -> None:
         Security(tls_nonsense="x")
     with pytest.raises(ValueError, match="tls_min_version"):
         Security(tls_min_version=1.1)
+    ciphered = Security(tls_ciphers="ECDHE-ECDSA-AES128-GCM-SHA256", tls_max_version=1.2, tls_ca_file=P.ca)
+    ctx = ciphered.get_connection_args("client")["ssl_context"]
+    assert ctx is not None and ctx.maximum_version == ssl.TLSVersion.TLSv1_2
+    # The cipher string chooses among TLS 1.2 ciphers (OpenSSL keeps TLS 1.3's apart).
+    assert {c["name"] for c in ctx.get_ciphers() if c["protocol"] != "TLSv1.3"} == {"ECDHE-ECDSA-AES128-GCM-SHA256"}
+    with pytest.raises(ssl.SSLError):
+        Security(tls_ciphers="NO-SUCH-CIPHER", tls_ca_file=P.ca).get_connection_args("client")
     with pytest.raises(NotImplementedError, match="extra_conn_args"):
         Security(extra_conn_args={"headers": {}})
     with pytest.raises(ValueError, match="tls_scheduler_cert"):
