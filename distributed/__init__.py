@@ -31,6 +31,7 @@ from distributed.diagnostics.progressbar import progress
 from distributed.exceptions import CancelledError, KilledWorker, Reschedule, TimeoutError
 from distributed.nanny import Nanny
 from distributed.scheduler import Scheduler
+from distributed.security import Security
 from distributed.utils import sync
 from distributed.worker import Worker, get_client, get_worker, rejoin, secede
 from distributed.worker_client import local_client, worker_client
@@ -58,6 +59,7 @@ __all__ = [
     "Reschedule",
     "Scheduler",
     "SchedulerPlugin",
+    "Security",
     "Semaphore",
     "SpecCluster",
     "Status",

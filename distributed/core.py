@@ -57,7 +57,7 @@ import dask.config
 import tblib
 
 from distributed.comm import Comm, CommClosedError, connect, listen, normalize_address
-from distributed.comm.core import Listener
+from distributed.comm.core import ConnectionArgs, Listener
 from distributed.exceptions import keep_cause_chain
 from distributed.loop_health import LoopHealth
 from distributed.protocol import messages as m
@@ -308,7 +308,13 @@ class Server:
         stream_handlers: Mapping[str, StreamRoute[Any]] | None = None,
         connection_limit: int = 512,
         timeout: float | None = None,
+        connection_args: ConnectionArgs | None = None,
+        listen_args: ConnectionArgs | None = None,
     ) -> None:
+        #: Arguments of the comms this server opens (TLS context, require_encryption).
+        self.connection_args: ConnectionArgs = connection_args or ConnectionArgs()
+        #: Arguments of the listeners it starts.
+        self.listen_args: ConnectionArgs = listen_args or ConnectionArgs()
         self.handlers: dict[str, Route[Any]] = dict(handlers or {})
         self.handlers.setdefault("get_logs", Route(m.GetLogs, self.handle_get_logs))
         #: This server's recent log records (kept while it runs).
@@ -318,7 +324,7 @@ class Server:
         self.stream_handlers: dict[str, StreamRoute[Any]] = dict(stream_handlers or {})
         self.listeners: list[Listener] = []
         self.status = Status.init
-        self.rpc = ConnectionPool(limit=connection_limit, timeout=timeout)
+        self.rpc = ConnectionPool(limit=connection_limit, timeout=timeout, connection_args=self.connection_args)
         self._background: set[asyncio.Task[Any]] = set()
         # The tasks running handle_comm, one per accepted comm: close() ends them too.
         self._handlers: set[asyncio.Task[Any]] = set()
@@ -477,8 +483,8 @@ class Server:
 
     # -- listening and dispatch ---------------------------------------------
     async def listen(self, addr: str) -> None:
-        """Listen at ``addr`` (``"tcp://host:port"``, ``"inproc://"``)."""
-        listener = listen(addr, self.handle_comm)
+        """Listen at ``addr`` (``"tcp://host:port"``, ``"tls://host:port"``, ``"inproc://"``) with :attr:`listen_args`."""
+        listener = listen(addr, self.handle_comm, **self.listen_args)
         await listener.start()
         self.listeners.append(listener)
         if self._address is None:
@@ -500,9 +506,9 @@ class Server:
 
     @property
     def port(self) -> int:
-        """The port of the first TCP listener (0 when not on TCP)."""
+        """The port of the first TCP or TLS listener (0 when in process)."""
         addr = self.address
-        if addr.startswith("tcp://"):
+        if addr.startswith(("tcp://", "tls://")):
             return int(addr.rsplit(":", 1)[1])
         return 0
 
@@ -657,11 +663,17 @@ class ConnectionPool:
         Most comms open at once.
     timeout
         Connect timeout in seconds (default from config).
+    connection_args
+        Passed to :func:`~distributed.comm.connect` (TLS context,
+        ``require_encryption``), from ``Security.get_connection_args(role)``.
     """
 
-    def __init__(self, limit: int = 512, timeout: float | None = None) -> None:
+    def __init__(
+        self, limit: int = 512, timeout: float | None = None, connection_args: ConnectionArgs | None = None
+    ) -> None:
         self.limit = limit
         self.timeout = timeout
+        self.connection_args: ConnectionArgs = connection_args or ConnectionArgs()
         self.available: defaultdict[str, set[Comm]] = defaultdict(set)
         self.occupied: defaultdict[str, set[Comm]] = defaultdict(set)
         # Comms open or being opened; never above ``limit``.
@@ -711,7 +723,7 @@ class ConnectionPool:
             await self._changed.wait()
         self._slots += 1
         try:
-            comm = await connect(addr, timeout=self.timeout)
+            comm = await connect(addr, timeout=self.timeout, **self.connection_args)
         except BaseException:
             self._free_slot()
             raise
@@ -796,9 +808,12 @@ class rpc:
     ...     info = await r.call("identity")
     """
 
-    def __init__(self, address: str, timeout: float | None = None) -> None:
+    def __init__(
+        self, address: str, timeout: float | None = None, connection_args: ConnectionArgs | None = None
+    ) -> None:
         self.address = normalize_address(address)
         self.timeout = timeout
+        self.connection_args: ConnectionArgs = connection_args or ConnectionArgs()
         self._comm: Comm | None = None
         self._lock: asyncio.Lock | None = None
 
@@ -811,7 +826,7 @@ class rpc:
             self._lock = asyncio.Lock()
         async with self._lock:
             if self._comm is None or self._comm.closed():
-                self._comm = await connect(self.address, timeout=self.timeout)
+                self._comm = await connect(self.address, timeout=self.timeout, **self.connection_args)
             try:
                 return await send_recv(self._comm, m.request(op, **fields))
             except (CommClosedError, ProtocolError):

@@ -56,6 +56,7 @@ from distributed.deploy.spawn import ServerProcess, config_snapshot
 from distributed.diagnostics.plugin import NannyPlugin
 from distributed.protocol import messages as m
 from distributed.protocol.serialize import Serialize, unwrap
+from distributed.security import Security, coerce_security
 from distributed.utils import get_ip_interface, refuse_unsupported, scheduler_address
 from distributed.worker import Worker, parse_memory_limit
 from distributed.worker_options import check_unsupported_worker_kwargs
@@ -106,6 +107,9 @@ class Nanny(Server):
         Passed on to the worker (plain data only: they cross into the child).
     host, port, interface, protocol
         Where the nanny listens (the worker listens on the same host).
+    security
+        A :class:`~distributed.security.Security` (or a dict of its keywords):
+        the ``worker`` role's TLS credentials, for the nanny and its worker.
     worker_class
         The worker class, or its dotted import path; it must be importable
         in the child process.
@@ -130,7 +134,7 @@ class Nanny(Server):
     Raises
     ------
     NotImplementedError
-        For ``security``, ``services``, ``preload*``, ``data`` and ``loop``:
+        For ``services``, ``preload*``, ``data`` and ``loop``:
         a nanny cannot honour them here.
 
     Examples
@@ -160,7 +164,7 @@ class Nanny(Server):
         quiet: bool = False,
         silence_logs: int | str | bool | None = None,
         loop: Any = None,
-        security: Any = None,
+        security: Security | dict[str, Any] | None = None,
         services: Any = None,
         preload: Any = None,
         preload_argv: Any = None,
@@ -174,7 +178,6 @@ class Nanny(Server):
         refuse_unsupported(
             "Nanny",
             loop=loop is not None,
-            security=security is not None,
             services=bool(services),
             preload=bool(preload),
             preload_argv=bool(preload_argv),
@@ -195,7 +198,10 @@ class Nanny(Server):
         self.nthreads = int(nthreads or os.cpu_count() or 1)
         self.name = name
         self.memory_limit = parse_memory_limit(memory_limit, self.nthreads)
+        self.security = coerce_security(security, "Nanny")
         self._protocol = (protocol or scheduler_ip.split("://", 1)[0]).rstrip(":/")
+        if self.security.require_encryption and not protocol and self._protocol == "tcp":
+            self._protocol = "tls"
         if self._protocol == "inproc":
             raise ValueError("A nanny's worker runs in another process: it cannot use the in-process protocol")
         self._host = host if host is not None else _listen_host(scheduler_ip)
@@ -217,6 +223,7 @@ class Nanny(Server):
             "host": self._host or None,
             "port": int(worker_port or 0),
             "protocol": self._protocol,
+            "security": self.security,
             **worker_kwargs,
         }
         if lifetime_restart:
@@ -253,7 +260,11 @@ class Nanny(Server):
             "run": Route(m.RunFunction, self.handle_run),
             "identity": Route(m.Empty, lambda comm, msg: self.identity()),
         }
-        super().__init__(handlers)
+        super().__init__(
+            handlers,
+            connection_args=self.security.get_connection_args("worker"),
+            listen_args=self.security.get_listen_args("worker"),
+        )
 
     # -- properties -------------------------------------------------------------------
     @property
@@ -312,7 +323,10 @@ class Nanny(Server):
         while True:
             try:
                 comm = await connect(
-                    self.scheduler_addr, timeout=max(deadline - time.monotonic(), 0.1), name="nanny->scheduler"
+                    self.scheduler_addr,
+                    timeout=max(deadline - time.monotonic(), 0.1),
+                    name="nanny->scheduler",
+                    **self.connection_args,
                 )
                 try:
                     reply = await send_recv(comm, m.RegisterNanny(op="register_nanny", address=self.address))

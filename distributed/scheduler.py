@@ -74,6 +74,7 @@ from distributed.scheduler_state import (
     grown,
 )
 from distributed.scheduler_streams import SchedulerStreams
+from distributed.security import Security, coerce_security
 from distributed.utils import get_ip_interface, refuse_unsupported, unsupported
 
 if TYPE_CHECKING:
@@ -169,7 +170,7 @@ class Scheduler(Server):
         Listen on the IPv4 address of this network interface (``"eth0"``);
         not together with ``host``.
     protocol
-        ``"tcp"`` (default) or ``"inproc"``.
+        ``"tcp"`` (default), ``"tls"`` or ``"inproc"``.
     validate
         Check state invariants after every transition (slow; for tests).
     dashboard, dashboard_address
@@ -185,8 +186,12 @@ class Scheduler(Server):
         Extension classes by name, each called with the scheduler while it is
         constructed (default:
         :data:`distributed.scheduler_extensions.DEFAULT_EXTENSIONS`).
-    security, services, http_prefix, jupyter
-        Only their defaults are supported yet (no TLS, no extra services, HTTP
+    security
+        A :class:`~distributed.security.Security` (or a dict of its keywords):
+        the TLS credentials of the ``scheduler`` role, used to listen (with
+        ``protocol="tls"``) and to connect to workers.  Default from config.
+    services, http_prefix, jupyter
+        Only their defaults are supported yet (no extra services, HTTP
         routes at ``/``, no Jupyter server): any other value raises
         ``NotImplementedError`` naming the parameter.
     loop
@@ -219,14 +224,12 @@ class Scheduler(Server):
         scheduler_file: str | None = None,
         idle_timeout: float | str | None = None,
         contact_address: str | None = None,
-        security: Any = None,
+        security: Security | dict[str, Any] | None = None,
         services: Any = None,
         extensions: Mapping[str, ExtensionFactory] | None = None,
         jupyter: bool = False,
     ) -> None:
-        if security is not None:
-            # Listening in clear text when TLS was asked for would be worse than failing.
-            raise unsupported("Scheduler", "security", "TLS is not implemented")
+        self.security = coerce_security(security, "Scheduler")
         if http_prefix not in (None, "", "/"):
             raise unsupported("Scheduler", "http_prefix", f"routes are served at /, not {http_prefix!r}")
         refuse_unsupported("Scheduler", services=bool(services), jupyter=jupyter)
@@ -237,7 +240,12 @@ class Scheduler(Server):
         self.id = f"Scheduler-{uuid.uuid4()}"
         self._host = host
         self._port = port
-        self._protocol = protocol or dask.config.get("distributed.comm.default-scheme", "tcp")
+        if not protocol:
+            default = "tls" if self.security.require_encryption else "tcp"
+            protocol = dask.config.get("distributed.comm.default-scheme", default)
+            if self.security.require_encryption and protocol == "tcp":
+                protocol = "tls"
+        self._protocol = protocol.removesuffix("://")
         self._contact_address = contact_address
         self.validate = bool(dask.config.get("distributed.scheduler.validate", False) if validate is None else validate)
         self.dashboard = dashboard
@@ -363,7 +371,12 @@ class Scheduler(Server):
             **self.event_log.routes(),
         }
         stream_handlers = {**self.streams.stream_routes(), **self.event_log.stream_routes()}
-        super().__init__(handlers, stream_handlers)
+        super().__init__(
+            handlers,
+            stream_handlers,
+            connection_args=self.security.get_connection_args("scheduler"),
+            listen_args=self.security.get_listen_args("scheduler"),
+        )
         make_extensions(self, extensions, self._blocked_handlers())
 
     def _blocked_handlers(self) -> list[str]:
@@ -1550,7 +1563,7 @@ class Scheduler(Server):
                 if "://" in w or w in self.aliases or any(ws.name == w for ws in self.workers.values()):
                     addrs.add(w)
                 elif ":" in w:
-                    addrs.add(f"tcp://{w}")
+                    addrs.add(f"{'tcp' if self._protocol == 'inproc' else self._protocol}://{w}")
                 else:
                     hosts.add(w)
                     addrs.add(w)

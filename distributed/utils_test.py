@@ -34,8 +34,9 @@ import pytest
 from distributed.client import Client
 from distributed.client.client import global_clients
 from distributed.scheduler import Scheduler
+from distributed.security import Security
 from distributed.spill import SpillBuffer
-from distributed.utils import LoopRunner, refuse_unsupported, sync
+from distributed.utils import LoopRunner, sync
 from distributed.worker import Worker
 
 logger = logging.getLogger(__name__)
@@ -396,7 +397,7 @@ def gen_cluster(
     nthreads: Sequence[tuple[str, int] | tuple[str, int, dict[str, Any]]] | None = None,
     scheduler: str = "127.0.0.1",
     timeout: float = _TEST_TIMEOUT,
-    security: Any = None,
+    security: Security | None = None,
     Worker: type[Any] = Worker,
     client: bool = False,
     scheduler_kwargs: dict[str, Any] | None = None,
@@ -422,7 +423,9 @@ def gen_cluster(
     ``config`` is dask config set for the duration of the test.
     ``active_rpc_timeout``, ``allow_unclosed`` and ``cluster_dump_directory``
     are accepted as dask's harness has them and have no effect here (leak
-    checks stay on); ``security`` is refused.
+    checks stay on).  ``security`` (a :class:`~distributed.security.Security`)
+    is given to the scheduler, the workers and the client: with
+    ``require_encryption`` they talk over ``tls://``.
 
     Examples
     --------
@@ -430,12 +433,14 @@ def gen_cluster(
     ... async def test_add(c, s, a, b):
     ...     assert await c.submit(operator.add, 1, 2) == 3
     """
-    refuse_unsupported("gen_cluster", security=security is not None)
     if nthreads is None:
         nthreads = [("127.0.0.1", 1), ("127.0.0.1", 2)]
     scheduler_kwargs = dict(scheduler_kwargs or {})
     worker_kwargs = dict(worker_kwargs or {})
     client_kwargs = dict(client_kwargs or {})
+    if security is not None:
+        for kwargs in (scheduler_kwargs, worker_kwargs, client_kwargs):
+            kwargs.setdefault("security", security)
     worker_cls = Worker
 
     def decorator(func: Callable[..., Coroutine[Any, Any, Any]]) -> Callable[..., Any]:

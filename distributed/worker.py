@@ -44,6 +44,7 @@ from distributed.protocol.framing import ProtocolError, is_msgpack_serializable
 from distributed.protocol.messages import Key
 from distributed.protocol.schema import checker
 from distributed.protocol.serialize import Serialize, unwrap
+from distributed.security import Security, acting_as, coerce_security
 from distributed.shuffle import ShuffleWorkerExtension
 from distributed.spill import SpillBuffer
 from distributed.threadpool import ThreadPool, current_pool
@@ -145,7 +146,12 @@ class Worker(Server):
     memory_monitor_interval
         Override ``distributed.worker.memory.monitor-interval``.
     host, port, protocol
-        Where to listen.
+        Where to listen (the protocol defaults to the scheduler's, ``"tls"``
+        when ``security`` requires encryption).
+    security
+        A :class:`~distributed.security.Security` (or a dict of its keywords):
+        the TLS credentials of the ``worker`` role, used to listen and to
+        connect to the scheduler and other workers.  Default from config.
     resources
         Abstract resources, e.g. ``{"GPU": 1}``.
     validate
@@ -200,7 +206,7 @@ class Worker(Server):
         death_timeout: float | str | None = None,
         loop: Any = None,
         interface: str | None = None,
-        security: Any = None,
+        security: Security | dict[str, Any] | None = None,
         lifetime: float | str | None = None,
         lifetime_stagger: float | str | None = None,
         lifetime_restart: bool = False,
@@ -210,8 +216,7 @@ class Worker(Server):
         **kwargs: Any,
     ) -> None:
         check_unsupported_worker_kwargs(kwargs)
-        if security is not None:
-            raise unsupported("Worker", "security", "TLS is not implemented")
+        self.security = coerce_security(security, "Worker")
         if lifetime_restart and nanny is None:
             raise unsupported("Worker", "lifetime_restart", "it needs a nanny to start the new worker")
         if lifetime_restart and lifetime is None:
@@ -230,6 +235,8 @@ class Worker(Server):
         self._host = host
         self._port = port or 0
         self._protocol = protocol or (scheduler_ip.split("://", 1)[0] if "://" in scheduler_ip else "tcp")
+        if self.security.require_encryption and not protocol and self._protocol == "tcp":
+            self._protocol = "tls"
         self._listen_address = listen_address
         self._contact_address = contact_address
         self.resources: dict[str, float] = dict(resources or dask.config.get("distributed.worker.resources", {}) or {})
@@ -332,7 +339,12 @@ class Worker(Server):
         #: The worker's part of P2P shuffles (transfer, barrier and unpack tasks reach it).
         self.shuffle = ShuffleWorkerExtension(self)
         handlers.update(self.shuffle.routes())
-        super().__init__(handlers, stream_handlers)
+        super().__init__(
+            handlers,
+            stream_handlers,
+            connection_args=self.security.get_connection_args("worker"),
+            listen_args=self.security.get_listen_args("worker"),
+        )
 
     def _blocked_handlers(self) -> list[str]:
         return list(dask.config.get("distributed.worker.blocked-handlers", []))
@@ -405,7 +417,10 @@ class Worker(Server):
         while True:
             try:
                 comm = await connect(
-                    self.scheduler_addr, timeout=max(deadline - time.monotonic(), 0.1), name="worker->scheduler"
+                    self.scheduler_addr,
+                    timeout=max(deadline - time.monotonic(), 0.1),
+                    name="worker->scheduler",
+                    **self.connection_args,
                 )
                 break
             except OSError:
@@ -1146,7 +1161,12 @@ class Worker(Server):
 
             assert self.loop is not None
             self._client = Client(
-                self.scheduler_addr, loop=self.loop, set_as_default=False, _in_worker=True, timeout=timeout
+                self.scheduler_addr,
+                loop=self.loop,
+                set_as_default=False,
+                _in_worker=True,
+                timeout=timeout,
+                security=acting_as(self.security, "worker", "client"),
             )
         return self._client
 

@@ -23,7 +23,9 @@ from distributed.cli.utils import (
     get_ip_interface,
     host_in_address,
     run_unless_signalled,
+    security_from_options,
     setup_logging,
+    tls_options,
 )
 from distributed.cli.utils import (
     pid_file as write_pid_file,
@@ -44,7 +46,12 @@ def _version() -> str:
 @click.option("--host", type=str, default="", help="URI, IP or hostname to listen on (default: all interfaces)")
 @click.option("--port", type=int, default=8786, show_default=True, help="Port to listen on (0: any free port)")
 @click.option("--interface", type=str, default=None, help="Network interface to listen on, like 'eth0' or 'ib0'")
-@click.option("--protocol", type=str, default="tcp", show_default=True, help="Protocol to listen with, like 'tcp'")
+@click.option(
+    "--protocol",
+    type=str,
+    default=None,
+    help="Protocol to listen with: 'tcp' (default) or 'tls' (default with --tls-*)",
+)
 @click.option(
     "--dashboard-address",
     type=str,
@@ -67,13 +74,14 @@ def _version() -> str:
     help="Close the scheduler after this long without work (e.g. '1 hour')",
 )
 @click.option("--preload", type=str, multiple=True, help="Not supported yet: refused when given")
+@tls_options
 @click.argument("preload_argv", nargs=-1, type=click.UNPROCESSED)
 @click.version_option(version=_version(), prog_name="dask scheduler")
 def main(
     host: str,
     port: int,
     interface: str | None,
-    protocol: str,
+    protocol: str | None,
     dashboard_address: str,
     dashboard: bool,
     jupyter: bool,
@@ -81,6 +89,9 @@ def main(
     pid_file: str | None,
     idle_timeout: float | None,
     preload: tuple[str, ...],
+    tls_ca_file: str | None,
+    tls_cert: str | None,
+    tls_key: str | None,
     preload_argv: tuple[str, ...],
 ) -> None:
     """Run a Dask scheduler until interrupted (SIGINT/SIGTERM close it cleanly)."""
@@ -97,6 +108,12 @@ def main(
         raise click.UsageError(f"--preload is not supported yet (got {list(preload) + list(preload_argv)})")
     if jupyter:
         raise click.UsageError("--jupyter is not supported yet")
+    security = security_from_options("scheduler", tls_ca_file, tls_cert, tls_key)
+    if "://" in host:
+        scheme, _, host = host.partition("://")
+        protocol = protocol or scheme
+    if protocol is None:
+        protocol = "tls" if security is not None and security.require_encryption else "tcp"
     setup_logging()
     if dashboard and host and dashboard_address.startswith(":"):
         # Serve HTTP where the scheduler listens rather than on every interface.
@@ -110,6 +127,7 @@ def main(
         "dashboard_address": dashboard_address if dashboard else None,
         "scheduler_file": scheduler_file,
         "idle_timeout": idle_timeout,
+        "security": security,
     }
     with write_pid_file(pid_file):
         code = asyncio.run(_run(kwargs))
@@ -146,7 +164,9 @@ async def _run(kwargs: dict[str, Any]) -> int:
     logger.info("  Scheduler at:   %s", scheduler.address)
     if scheduler.http_server is not None:
         host = scheduler.address.split("://", 1)[-1].rsplit(":", 1)[0]
-        logger.info("  dashboard at:   http://%s:%d/status", host, scheduler.http_server.port)
+        logger.info(
+            "  dashboard at:   %s://%s:%d/status", scheduler.http_server.scheme, host, scheduler.http_server.port
+        )
     if kwargs["scheduler_file"]:
         logger.info("  scheduler file: %s", kwargs["scheduler_file"])
     logger.info("-" * 47)

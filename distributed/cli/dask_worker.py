@@ -34,7 +34,9 @@ from distributed.cli.utils import (
     get_ip_interface,
     parse_resources,
     run_unless_signalled,
+    security_from_options,
     setup_logging,
+    tls_options,
     wait_for_scheduler_file,
 )
 from distributed.cli.utils import (
@@ -199,6 +201,7 @@ def parse_port_range(text: str | None, count: int) -> list[int]:
 )
 @click.option("--preload", type=str, multiple=True, help="Module to preload (not supported yet, refused)")
 @click.option("--preload-nanny", type=str, multiple=True, help="Module the nanny preloads (not supported yet: refused)")
+@tls_options
 @click.version_option(version=_version(), prog_name="dask worker")
 def main(
     scheduler: str | None,
@@ -227,6 +230,9 @@ def main(
     lifetime_restart: bool,
     preload: tuple[str, ...],
     preload_nanny: tuple[str, ...],
+    tls_ca_file: str | None,
+    tls_cert: str | None,
+    tls_key: str | None,
 ) -> None:
     """Run Dask workers for the scheduler at SCHEDULER (or in --scheduler-file).
 
@@ -282,6 +288,7 @@ def main(
         if dashboard_port and n > 1:
             raise click.UsageError("A fixed --dashboard-address port serves one worker: use port 0 with --nworkers > 1")
 
+    security = security_from_options("worker", tls_ca_file, tls_cert, tls_key)
     setup_logging()
     if n > 1 and not nanny:
         logger.info("Starting %d workers in this process (one event loop; --nanny gives each its own process)", n)
@@ -304,6 +311,7 @@ def main(
             "dashboard_address": dashboard_address,
             "lifetime": lifetime,
             "lifetime_stagger": lifetime_stagger,
+            "security": security,
         }
         if lifetime_restart:
             kw["lifetime_restart"] = True
@@ -382,7 +390,7 @@ async def _run(
         logger.info("  Worker at:      %s (name %s, %d threads)", w.address, w.name, w.nthreads)
         if w.http_server is not None:
             host = w.http_server.host or "0.0.0.0"
-            logger.info("  dashboard at:   http://%s:%d/health", host, w.http_server.port)
+            logger.info("  dashboard at:   %s://%s:%d/health", w.http_server.scheme, host, w.http_server.port)
 
     async def all_finished() -> None:
         await asyncio.gather(*(w.finished() for w in workers))

@@ -43,13 +43,18 @@ __all__ = [
     "parse_resources",
     "pid_file",
     "run_unless_signalled",
+    "security_from_options",
     "setup_logging",
+    "tls_options",
     "wait_for_scheduler_file",
 ]
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+if TYPE_CHECKING:
+    from distributed.security import Security
 
 if TYPE_CHECKING:
     # click >= 8.2 makes ParamType generic; older releases (still supported) do not
@@ -283,3 +288,43 @@ class MemoryLimitType(_MemoryLimitBase):
             return int(parse_bytes(text))
         except (ValueError, KeyError, TypeError):
             self.fail(f"{value!r} is not 'auto', a size like '4GiB', or a fraction like 0.5", param, ctx)
+
+
+def tls_options(func: Any) -> Any:
+    """Add ``--tls-ca-file``, ``--tls-cert`` and ``--tls-key`` to a command."""
+    for option in reversed(
+        [
+            click.option("--tls-ca-file", type=str, default=None, help="CA certificate(s) file for TLS (PEM)"),
+            click.option("--tls-cert", type=str, default=None, help="Certificate file for TLS (PEM)"),
+            click.option(
+                "--tls-key", type=str, default=None, help="Private key file for TLS (PEM; omit if in the cert file)"
+            ),
+        ]
+    ):
+        func = option(func)
+    return func
+
+
+def security_from_options(role: str, ca_file: str | None, cert: str | None, key: str | None) -> Security | None:
+    """The Security the ``--tls-*`` options give ``role`` (None when none is given).
+
+    Unset ones come from the ``distributed.comm.tls.*`` config.  Checked here,
+    by building the TLS contexts once, so a missing file or a certificate
+    without a CA is a usage error before anything starts.
+    """
+    from distributed.security import Security
+
+    given: dict[str, Any] = {
+        k: v for k, v in (("tls_ca_file", ca_file), (f"tls_{role}_cert", cert), (f"tls_{role}_key", key)) if v
+    }
+    if not given:
+        return None
+    if key and not cert:
+        raise click.UsageError("--tls-key needs --tls-cert")
+    try:
+        security = Security(**given)
+        security.get_listen_args(role)
+        security.get_connection_args(role)
+    except (OSError, ValueError) as e:
+        raise click.UsageError(f"Bad TLS options: {e}") from None
+    return security

@@ -93,6 +93,7 @@ from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.protocol.schema import checker
 from distributed.protocol.serialize import Serialize, unwrap
+from distributed.security import Security, coerce_security
 from distributed.utils import LoopRunner, sync, thread_state
 
 logger = logging.getLogger(__name__)
@@ -173,7 +174,12 @@ class Client(Generic[AsyncT]):
         accepted, False is refused.
     connection_limit
         Most connections open at once (to workers).
-    security, heartbeat_interval, serializers, deserializers, extensions
+    security
+        A :class:`~distributed.security.Security` (or a dict of its keywords):
+        the TLS credentials of the ``client`` role.  Default: the cluster's
+        when given a cluster object, else from config.  ``True`` starts the
+        local cluster (no address given) with :meth:`Security.temporary`.
+    heartbeat_interval, serializers, deserializers, extensions
         Not supported yet: a value other than the default raises
         ``NotImplementedError`` naming the parameter.
     **kwargs
@@ -196,7 +202,7 @@ class Client(Generic[AsyncT]):
         timeout: float | str | NoDefault | None = no_default,
         set_as_default: bool = True,
         scheduler_file: str | None = None,
-        security: Any = None,
+        security: Security | dict[str, Any] | bool | None = None,
         asynchronous: Literal[False] = False,
         name: str | None = None,
         heartbeat_interval: Any = None,
@@ -217,7 +223,7 @@ class Client(Generic[AsyncT]):
         timeout: float | str | NoDefault | None = no_default,
         set_as_default: bool = True,
         scheduler_file: str | None = None,
-        security: Any = None,
+        security: Security | dict[str, Any] | bool | None = None,
         *,
         asynchronous: Literal[True],
         name: str | None = None,
@@ -239,7 +245,7 @@ class Client(Generic[AsyncT]):
         timeout: float | str | NoDefault | None = no_default,
         set_as_default: bool = True,
         scheduler_file: str | None = None,
-        security: Any = None,
+        security: Security | dict[str, Any] | bool | None = None,
         *,
         asynchronous: bool,
         name: str | None = None,
@@ -260,7 +266,7 @@ class Client(Generic[AsyncT]):
         timeout: float | str | NoDefault | None = no_default,
         set_as_default: bool = True,
         scheduler_file: str | None = None,
-        security: Any = None,
+        security: Security | dict[str, Any] | bool | None = None,
         asynchronous: bool = False,
         name: str | None = None,
         heartbeat_interval: Any = None,
@@ -274,7 +280,6 @@ class Client(Generic[AsyncT]):
     ) -> None:
         refuse_unsupported(
             "Client",
-            security=security not in (None, False),
             heartbeat_interval=heartbeat_interval is not None,
             serializers=serializers is not None,
             deserializers=deserializers is not None,
@@ -322,12 +327,19 @@ class Client(Generic[AsyncT]):
         elif address is None:
             from_config = dask.config.get("scheduler-address", None)
             address = from_config
+        if security is None and self.cluster is not None:
+            security = getattr(self.cluster, "security", None)
+        # True: temporary credentials for the cluster this client starts (none other would accept them).
+        starts_cluster = address is None and scheduler_file is None and self.cluster is None
+        self.security = coerce_security(security, "Client", temporary_ok=starts_cluster)
+        if starts_cluster and security not in (None, False):
+            self._cluster_kwargs = {**kwargs, "security": self.security}
         self.scheduler_address: str | None = address
         #: Stream messages and key releases, in the order they were made.
         self.outbox = Outbox(self.id, graph_chunk_size())
         #: The futures of this client and their reference counts.
         self.registry = FutureRegistry(self, self.outbox, self._kick_outbox)
-        self.pool = ConnectionPool(limit=connection_limit)
+        self.pool = ConnectionPool(limit=connection_limit, connection_args=self.security.get_connection_args("client"))
         #: The connection to the scheduler: the stream both ways, and requests.
         self.link = SchedulerLink(self.id, self.outbox, self.registry, self.pool, self._timeout, lambda: self.loop)
         self.link.address = address
@@ -3237,7 +3249,8 @@ def _format_dashboard_link(host: str, port: int) -> str:
     import os
 
     template = str(dask.config.get("distributed.dashboard.link", "{scheme}://{host}:{port}/status"))
-    return template.format(**{**os.environ, "scheme": "http", "host": host, "port": port})
+    scheme = "https" if dask.config.get("distributed.scheduler.dashboard.tls.cert", None) else "http"
+    return template.format(**{**os.environ, "scheme": scheme, "host": host, "port": port})
 
 
 # -- module functions ---------------------------------------------------------------------

@@ -173,7 +173,7 @@ class SchedulerLink:
             When its reply is malformed.
         """
         self.address = address
-        comm = await connect(address, timeout=self.timeout, name="client->scheduler")
+        comm = await connect(address, timeout=self.timeout, name="client->scheduler", **self.pool.connection_args)
         try:
             await comm.write(m.RegisterClient(op="register-client", client=self.client_id))
             response = await asyncio.wait_for(comm.read(), self.timeout)

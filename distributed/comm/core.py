@@ -12,15 +12,17 @@ ever running user code.
 from __future__ import annotations
 
 import asyncio
+import ssl
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import dask.config
 
 __all__ = [
     "Comm",
     "CommClosedError",
+    "ConnectionArgs",
     "Listener",
     "connect",
     "listen",
@@ -35,6 +37,43 @@ CommHandler = Callable[["Comm"], Coroutine[Any, Any, None]]
 
 class CommClosedError(IOError):
     """The comm was closed (by us, by the peer, or by a broken connection)."""
+
+
+class ConnectionArgs(TypedDict, total=False):
+    """Keyword arguments of :func:`connect` and :func:`listen` beyond the address.
+
+    Made by :meth:`distributed.security.Security.get_connection_args` and
+    ``get_listen_args``.
+    """
+
+    #: The TLS context of ``tls://`` comms (``None``: no credentials).
+    ssl_context: ssl.SSLContext | None
+    #: Refuse addresses whose transport does not encrypt (``tcp://``).
+    require_encryption: bool
+    #: Extra arguments of other transports; always empty here.
+    extra_conn_args: dict[str, Any]
+
+
+#: Schemes whose comms are encrypted, or never leave the process.
+_SAFE_SCHEMES = frozenset({"tls", "inproc"})
+
+
+def _check_encryption(addr: str, scheme: str, args: ConnectionArgs, verb: str) -> None:
+    if args.get("require_encryption") and scheme not in _SAFE_SCHEMES:
+        raise RuntimeError(
+            f"Encryption is required (Security(require_encryption=True) or distributed.comm.require-encryption), "
+            f"refusing to {verb} {addr!r}: use a tls:// address"
+        )
+
+
+def _ssl_context(addr: str, args: ConnectionArgs) -> ssl.SSLContext:
+    ctx = args.get("ssl_context")
+    if not isinstance(ctx, ssl.SSLContext):
+        raise ValueError(
+            f"{addr!r} is a TLS address but no TLS credentials were given: pass security=Security(tls_ca_file=..., "
+            "and the certificate and key of this role) or set distributed.comm.tls.*"
+        )
+    return ctx
 
 
 class Comm(ABC):
@@ -161,7 +200,7 @@ def validate_address(addr: object) -> None:
     if not isinstance(addr, str) or "://" not in addr:
         raise ValueError(f"Invalid address {addr!r}: expected 'scheme://location'")
     scheme, loc = parse_address(addr)
-    if scheme == "tcp":
+    if scheme in ("tcp", "tls"):
         host, port = parse_host_port(loc)
         if not host or not 0 < port < 65536:
             raise ValueError(f"Invalid address {addr!r}: a TCP address needs a host and a port in 1..65535")
@@ -177,31 +216,44 @@ def normalize_address(addr: str) -> str:
     return unparse_address(*parse_address(addr))
 
 
-async def connect(addr: str, timeout: float | None = None, name: str | None = None) -> Comm:
+async def connect(
+    addr: str, timeout: float | None = None, name: str | None = None, **connection_args: Unpack[ConnectionArgs]
+) -> Comm:
     """Connect to ``addr`` and return a comm.
 
     Parameters
     ----------
     addr
-        ``"tcp://host:port"`` or ``"inproc://..."``.
+        ``"tcp://host:port"``, ``"tls://host:port"`` or ``"inproc://..."``.
     timeout
         Seconds to keep trying before giving up; default from config
         ``distributed.comm.timeouts.connect``.
+    **connection_args
+        From :meth:`distributed.security.Security.get_connection_args`:
+        ``ssl_context`` (needed by ``tls://``) and ``require_encryption``.
 
     Raises
     ------
     OSError
-        When no connection could be made within ``timeout``.
+        When no connection could be made within ``timeout``, or the TLS
+        handshake failed (an ``ssl.SSLError`` naming the reason).
+    RuntimeError
+        When encryption is required and ``addr`` is not encrypted.
     """
     from dask.utils import parse_timedelta
 
     scheme, loc = parse_address(addr)
+    _check_encryption(addr, scheme, connection_args, "connect to")
     if timeout is None:
         timeout = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"))
     if scheme == "tcp":
         from distributed.comm.tcp import tcp_connect
 
         comm: Comm = await tcp_connect(loc, float(timeout or 30))
+    elif scheme == "tls":
+        from distributed.comm.tls import tls_connect
+
+        comm = await tls_connect(loc, float(timeout or 30), _ssl_context(addr, connection_args))
     elif scheme == "inproc":
         from distributed.comm.inproc import inproc_connect
 
@@ -212,16 +264,30 @@ async def connect(addr: str, timeout: float | None = None, name: str | None = No
     return comm
 
 
-def listen(addr: str, handler: CommHandler) -> Listener:
+def listen(addr: str, handler: CommHandler, **connection_args: Unpack[ConnectionArgs]) -> Listener:
     """A listener at ``addr`` that runs ``handler(comm)`` for each new comm.
 
-    Call ``await listener.start()`` to start it.
+    Call ``await listener.start()`` to start it.  ``connection_args`` come
+    from :meth:`distributed.security.Security.get_listen_args`: a
+    ``tls://`` listener needs its ``ssl_context``, and hands ``handler`` only
+    comms whose peer completed the TLS handshake with a certificate signed
+    by the CA.
+
+    Raises
+    ------
+    RuntimeError
+        When encryption is required and ``addr`` is not encrypted.
     """
     scheme, loc = parse_address(addr)
+    _check_encryption(addr, scheme, connection_args, "listen at")
     if scheme == "tcp":
         from distributed.comm.tcp import TCPListener
 
         return TCPListener(loc, handler)
+    if scheme == "tls":
+        from distributed.comm.tls import TLSListener
+
+        return TLSListener(loc, handler, _ssl_context(addr, connection_args))
     if scheme == "inproc":
         from distributed.comm.inproc import InprocListener
 

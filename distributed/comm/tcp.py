@@ -21,6 +21,9 @@ silent, or vanished mid-transfer), the connection is closed and what was read
 of the message dropped.  Only progress counts, so a large transfer that keeps
 moving is never cut.  The watch is one timer armed when a read ends inside a
 message and checked once per timeout; a message read whole arms nothing.
+
+Given an ``ssl.SSLContext``, connecting and listening run the same protocol
+over TLS: that is the ``tls://`` transport (:mod:`distributed.comm.tls`).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import asyncio
 import collections
 import logging
 import socket
+import ssl
 import struct
 import time
 from collections.abc import Callable
@@ -115,6 +119,13 @@ def _frame_buffer(n: int) -> bytearray | memoryview:
     except ImportError:
         return bytearray(n)
     return numpy.empty(n, dtype=numpy.uint8).data
+
+
+def _tls_hint(buf: bytearray, start: int) -> str:
+    """Why a header is nonsense, when it is the start of a TLS record (handshake or alert)."""
+    if buf[start] in (0x15, 0x16) and buf[start + 1] == 0x03:
+        return ": the peer speaks TLS, reach it with a tls:// address and a Security"
+    return ""
 
 
 class _FrameProtocol(asyncio.BufferedProtocol):
@@ -277,7 +288,9 @@ class _FrameProtocol(asyncio.BufferedProtocol):
                     break
                 (n,) = _U64.unpack_from(buf, self._start)
                 if n < 1 or n > self.max_frames:
-                    raise ProtocolError(f"Message announces {n} frames (limit {self.max_frames})")
+                    raise ProtocolError(
+                        f"Message announces {n} frames (limit {self.max_frames}){_tls_hint(buf, self._start)}"
+                    )
                 self._start += 8
                 self._nframes = n
                 self._lengths = ()
@@ -388,10 +401,14 @@ class _FrameProtocol(asyncio.BufferedProtocol):
 class TCPComm(Comm):
     """A comm over one TCP connection."""
 
-    def __init__(self, protocol: _FrameProtocol, local: str, peer: str) -> None:
+    def __init__(self, protocol: _FrameProtocol, local: str, peer: str, tls_client: bool = False) -> None:
         self._protocol = protocol
         self._local = local
         self._peer = peer
+        # Until the first message arrives on a TLS comm we opened, a close
+        # without a reason is most likely the server refusing our certificate:
+        # it drops the connection without telling us (asyncio sends no alert).
+        self._unanswered = tls_client
 
     @property
     def local_address(self) -> str:
@@ -402,16 +419,30 @@ class TCPComm(Comm):
         return self._peer
 
     async def read(self) -> Any:
-        frames = await self._protocol.read_frames()
+        try:
+            frames = await self._protocol.read_frames()
+        except CommClosedError as e:
+            if self._unanswered and self._protocol.close_reason is None:
+                raise self._refused(str(e)) from e
+            raise
+        self._unanswered = False
         try:
             return loads(frames, deserialize=False)
         except ProtocolError as e:
             self._protocol._fail(e)
             raise
 
+    def _refused(self, what: str) -> CommClosedError:
+        return CommClosedError(
+            f"{what}: {self._peer} closed the TLS connection before answering; it may not accept this side's "
+            "certificate (not signed by its CA, expired, or none given): its log says why"
+        )
+
     async def write(self, msg: Any) -> int:
         p = self._protocol
         if p.closed or p.transport is None or p.transport.is_closing():
+            if self._unanswered and p.close_reason is None:
+                raise self._refused(f"Connection to {self._peer} is closed")
             raise CommClosedError(f"Connection to {self._peer} is closed")
         frames = dumps(msg)
         lengths = [f.nbytes if isinstance(f, memoryview) else len(f) for f in frames]
@@ -470,38 +501,62 @@ class TCPComm(Comm):
         return p.closed or p.transport is None or p.transport.is_closing()
 
 
-def _sockname(transport: asyncio.BaseTransport, which: str) -> str:
+def _sockname(transport: asyncio.BaseTransport, which: str, scheme: str, default: str = "<unknown>") -> str:
     addr = transport.get_extra_info(which)
     if not addr:
-        return "tcp://<unknown>"
+        return f"{scheme}://{default}"
     host, port = addr[0], addr[1]
     if ":" in host:
         host = f"[{host}]"
-    return f"tcp://{host}:{port}"
+    return f"{scheme}://{host}:{port}"
 
 
-async def tcp_connect(loc: str, timeout: float) -> TCPComm:
-    """Connect over TCP, retrying refused connections until ``timeout``."""
+async def tcp_connect(loc: str, timeout: float, ssl_context: ssl.SSLContext | None = None) -> TCPComm:
+    """Connect over TCP, retrying refused connections until ``timeout``.
+
+    With ``ssl_context`` the connection is TLS (a ``tls://`` comm): a failed
+    handshake (a certificate the context does not accept, or the server
+    refusing ours) is raised at once, never retried.
+    """
     host, port = parse_host_port(loc)
+    scheme = "tcp" if ssl_context is None else "tls"
     loop = asyncio.get_running_loop()
     max_size, max_frames = _limits()
     stall_timeout = _tcp_timeout()
     deadline = time.monotonic() + timeout
     delay = 0.01
     while True:
+        remaining = max(deadline - time.monotonic(), 0.001)
         try:
-            transport, protocol = await asyncio.wait_for(
-                loop.create_connection(lambda: _FrameProtocol(max_size, max_frames, stall_timeout), host, port),
-                timeout=max(deadline - time.monotonic(), 0.001),
-            )
+            if ssl_context is None:
+                connecting = loop.create_connection(
+                    lambda: _FrameProtocol(max_size, max_frames, stall_timeout), host, port
+                )
+            else:
+                connecting = loop.create_connection(
+                    lambda: _FrameProtocol(max_size, max_frames, stall_timeout),
+                    host,
+                    port,
+                    ssl=ssl_context,
+                    ssl_handshake_timeout=remaining,
+                )
+            transport, protocol = await asyncio.wait_for(connecting, timeout=remaining)
             break
         except (TimeoutError, OSError) as e:
+            if ssl_context is not None and isinstance(e, (ssl.SSLError, ConnectionResetError, BrokenPipeError)):
+                raise OSError(f"TLS handshake with tls://{loc} failed: {e}") from e
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise OSError(f"Timed out trying to connect to tcp://{loc} after {timeout} s: {e!r}") from e
+                raise OSError(f"Timed out trying to connect to {scheme}://{loc} after {timeout} s: {e!r}") from e
             await asyncio.sleep(min(delay, remaining))
             delay = min(delay * 2, 1.0)
-    return TCPComm(protocol, _sockname(transport, "sockname"), _sockname(transport, "peername"))
+    return TCPComm(
+        protocol,
+        _sockname(transport, "sockname", scheme),
+        # A TLS transport the server dropped at once no longer knows the peer.
+        _sockname(transport, "peername", scheme, default=loc),
+        tls_client=ssl_context is not None,
+    )
 
 
 async def _serve_all_interfaces(
@@ -533,15 +588,25 @@ async def _serve_all_interfaces(
 
 
 class TCPListener(Listener):
-    """Listens for TCP connections."""
+    """Listens for TCP connections.
 
-    def __init__(self, loc: str, handler: CommHandler) -> None:
+    With ``ssl_context`` the connections are TLS (``tls://``): a connection
+    reaches ``handler`` only once its handshake succeeded, so a peer the
+    context does not accept never has a byte of its read as a message.
+    """
+
+    def __init__(self, loc: str, handler: CommHandler, ssl_context: ssl.SSLContext | None = None) -> None:
         host, port = parse_host_port(loc, default_port=0)
         self.host = host
         self.port = port
         self.handler = handler
+        self.ssl_context = ssl_context
+        self.scheme = "tcp" if ssl_context is None else "tls"
+        self._handshake_timeout: float | None = None
         self.server: asyncio.base_events.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        # TLS handshakes under way: ended by stop(), as no comm exists yet to close.
+        self._handshakes: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -554,6 +619,7 @@ class TCPListener(Listener):
             p.on_connection = self._on_connection
             return p
 
+        self._handshake_timeout = stall_timeout
         if self.host in ("", "::"):
             self.server = await _serve_all_interfaces(loop, factory, self.port, backlog)
         else:
@@ -562,14 +628,53 @@ class TCPListener(Listener):
 
     def _on_connection(self, protocol: _FrameProtocol) -> None:
         assert protocol.transport is not None
+        if self.ssl_context is not None:
+            # Not a byte is parsed before the handshake: the protocol gets the
+            # decrypted stream only once the peer's certificate is accepted.
+            protocol.transport.pause_reading()
+            task = asyncio.get_running_loop().create_task(self._handshake(protocol, protocol.transport))
+            self._handshakes.add(task)
+            task.add_done_callback(self._handshakes.discard)
+            return
+        self._hand_over(protocol)
+
+    async def _handshake(self, protocol: _FrameProtocol, raw: asyncio.Transport) -> None:
+        assert self.ssl_context is not None
+        peer = _sockname(raw, "peername", "tcp")
+        loop = asyncio.get_running_loop()
+        try:
+            tls = await loop.start_tls(
+                raw, protocol, self.ssl_context, server_side=True, ssl_handshake_timeout=self._handshake_timeout
+            )
+        except OSError as e:  # TimeoutError and ssl.SSLError included
+            # asyncio drops the peer without a word; the operator needs to know who was refused and why.
+            logger.warning("Refused a TLS connection from %s: %s", peer, str(e) or repr(e))
+            raw.abort()
+            protocol.connection_lost(e)
+            return
+        except asyncio.CancelledError:
+            raw.abort()
+            protocol.connection_lost(None)
+            raise
+        if tls is None or protocol.closed:
+            raw.abort()
+            return
+        assert isinstance(tls, asyncio.Transport)
+        protocol.transport = tls
+        self._hand_over(protocol)
+
+    def _hand_over(self, protocol: _FrameProtocol) -> None:
+        assert protocol.transport is not None
         comm = TCPComm(
             protocol,
-            _sockname(protocol.transport, "sockname"),
-            _sockname(protocol.transport, "peername"),
+            _sockname(protocol.transport, "sockname", self.scheme),
+            _sockname(protocol.transport, "peername", self.scheme),
         )
         run_handler_task(self.handler, comm, self._tasks)
 
     def stop(self) -> None:
+        for task in self._handshakes:
+            task.cancel()
         if self.server is not None:
             self.server.close()
             self.server = None
@@ -579,7 +684,7 @@ class TCPListener(Listener):
         host = self.host or "0.0.0.0"
         if ":" in host:
             host = f"[{host}]"
-        return f"tcp://{host}:{self.port}"
+        return f"{self.scheme}://{host}:{self.port}"
 
     @property
     def contact_address(self) -> str:
@@ -588,4 +693,4 @@ class TCPListener(Listener):
             host = get_ip()
         if ":" in host:
             host = f"[{host}]"
-        return f"tcp://{host}:{self.port}"
+        return f"{self.scheme}://{host}:{self.port}"

@@ -32,6 +32,7 @@ from dask.utils import format_bytes, parse_timedelta
 
 from distributed.core import ConnectionPool, LogBuffer, Status
 from distributed.protocol import messages as m
+from distributed.security import Security
 from distributed.utils import LoopRunner, sync
 
 logger = logging.getLogger(__name__)
@@ -83,6 +84,8 @@ class Cluster:
         self._scheduler_address: str | None = None
         self._sync_interval = float(parse_timedelta(scheduler_sync_interval, "s") or 1)
         self._pool: ConnectionPool | None = None
+        #: TLS credentials the cluster's own connections to the scheduler use (role ``client``).
+        self.security = Security()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._started: asyncio.Future[None] | None = None
         self._closing: asyncio.Future[None] | None = None
@@ -162,7 +165,7 @@ class Cluster:
     async def _start(self) -> None:
         self.status = Status.starting
         self._logs.attach()
-        self._pool = ConnectionPool(limit=16)
+        self._pool = ConnectionPool(limit=16, connection_args=self.security.get_connection_args("client"))
         await self._start_cluster()
         await self._refresh_scheduler_info()
         if self._sync_interval > 0:
@@ -304,10 +307,11 @@ class Cluster:
         if scheme == "inproc" or not host:
             host = "127.0.0.1"
         template = str(dask.config.get("distributed.dashboard.link", "{scheme}://{host}:{port}/status"))
+        scheme = "https" if dask.config.get("distributed.scheduler.dashboard.tls.cert", None) else "http"
         try:
-            return template.format(scheme="http", host=host, port=port)
+            return template.format(scheme=scheme, host=host, port=port)
         except (KeyError, IndexError):
-            return f"http://{host}:{port}/status"
+            return f"{scheme}://{host}:{port}/status"
 
     # -- workers ------------------------------------------------------------------------
     def scale(self, n: int = 0) -> Any:

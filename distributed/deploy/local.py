@@ -49,6 +49,7 @@ from distributed.deploy.spawn import WorkerProcess
 from distributed.deploy.spec import SpecCluster
 from distributed.nanny import Nanny
 from distributed.scheduler import Scheduler
+from distributed.security import Security, coerce_security
 from distributed.utils import import_term, refuse_unsupported
 from distributed.worker import Worker, parse_memory_limit
 
@@ -142,9 +143,12 @@ class LocalCluster(SpecCluster):
         Run on the caller's loop: ``await LocalCluster(asynchronous=True)`` or
         ``async with LocalCluster(asynchronous=True) as cluster``.
     security
-        Not supported yet: only None (comms are plain TCP, so anything else is refused).
+        A :class:`~distributed.security.Security` for the scheduler, the
+        workers and the cluster's (and its clients') connections, or ``True``
+        for :meth:`Security.temporary` credentials made for this cluster.
     protocol
-        ``"tcp"`` or ``"inproc"``; default ``"inproc"`` without processes
+        ``"tcp"``, ``"tls"`` or ``"inproc"``; default ``"tls"`` when
+        ``security`` requires encryption, else ``"inproc"`` without processes
         (and without a fixed ``scheduler_port``), ``"tcp"`` otherwise.
     blocked_handlers
         Scheduler operations to refuse.
@@ -191,7 +195,7 @@ class LocalCluster(SpecCluster):
         worker_services: dict[str, Any] | None = None,
         service_kwargs: dict[str, Any] | None = None,
         asynchronous: bool = False,
-        security: Any = None,
+        security: Security | dict[str, Any] | bool | None = None,
         protocol: str | None = None,
         blocked_handlers: list[str] | None = None,
         interface: str | None = None,
@@ -208,7 +212,6 @@ class LocalCluster(SpecCluster):
             raise ValueError("LocalCluster(start=...) is not supported: a LocalCluster always starts")
         refuse_unsupported(
             "LocalCluster",
-            security=bool(security),
             services=bool(services),
             worker_services=bool(worker_services),
             service_kwargs=bool(service_kwargs),
@@ -259,8 +262,12 @@ class LocalCluster(SpecCluster):
             protocol = protocol or scheme
         if interface and not host:
             host = _interface_address(interface)
+        sec = coerce_security(security, "LocalCluster", temporary_ok=True)
         if protocol is None:
-            protocol = "inproc" if not processes and not scheduler_port else "tcp"
+            if sec.require_encryption:
+                protocol = "tls"
+            else:
+                protocol = "inproc" if not processes and not scheduler_port else "tcp"
         protocol = protocol.rstrip(":/")
         if processes and protocol == "inproc":
             raise ValueError("Worker processes cannot use the in-process protocol")
@@ -283,6 +290,7 @@ class LocalCluster(SpecCluster):
             "nthreads": self.threads_per_worker,
             "memory_limit": self.memory_limit,
             "protocol": self.protocol,
+            "security": sec,
         }
         if self.protocol != "inproc":
             options["host"] = self.host
@@ -303,6 +311,7 @@ class LocalCluster(SpecCluster):
             "host": self.host,
             "port": self.scheduler_port,
             "protocol": self.protocol,
+            "security": sec,
             **self._scheduler_kwargs,
         }
         super().__init__(
@@ -311,6 +320,7 @@ class LocalCluster(SpecCluster):
             worker=worker_spec,
             asynchronous=asynchronous,
             loop=loop,
+            security=sec,
             silence_logs=silence_logs,
             name=name,
             scheduler_sync_interval=scheduler_sync_interval,

@@ -50,7 +50,8 @@ from distributed.deploy.cluster import Cluster, WorkerHandle
 from distributed.nanny import Nanny
 from distributed.protocol import messages as m
 from distributed.scheduler import Scheduler
-from distributed.utils import import_term, refuse_unsupported
+from distributed.security import Security, coerce_security
+from distributed.utils import import_term
 
 if TYPE_CHECKING:
     from distributed.deploy.adaptive import Adaptive
@@ -194,7 +195,10 @@ class SpecCluster(Cluster):
     loop
         A loop running in another thread to use (synchronous clusters only).
     security
-        Not supported yet: only None (comms are plain TCP).
+        A :class:`~distributed.security.Security`: the TLS credentials the
+        cluster connects to its scheduler with (role ``client``), and those a
+        :class:`~distributed.Client` given this cluster uses.  The scheduler
+        and worker specs carry their own (``options={"security": ...}``).
     silence_logs
         A log level for the ``distributed`` logger while the cluster runs
         (falsy leaves logging alone).
@@ -221,16 +225,16 @@ class SpecCluster(Cluster):
         worker: Spec | None = None,
         asynchronous: bool = False,
         loop: Any = None,
-        security: Any = None,
+        security: Security | dict[str, Any] | None = None,
         silence_logs: int | str | bool = False,
         name: str | None = None,
         shutdown_on_close: bool = True,
         scheduler_sync_interval: float | str = 1,
     ) -> None:
-        refuse_unsupported("SpecCluster", security=security is not None)
         super().__init__(
             asynchronous=asynchronous, loop=loop, name=name, scheduler_sync_interval=scheduler_sync_interval
         )
+        self.security = coerce_security(security, "SpecCluster")
         for nm, spec in (workers or {}).items():
             _spec_class(spec, f"worker {nm!r}")
         if worker is not None:

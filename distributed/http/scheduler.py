@@ -37,6 +37,7 @@ from distributed.http.server import (
     parse_http_address,
     serve,
 )
+from distributed.security import http_ssl_context
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
@@ -113,13 +114,16 @@ async def start_http_server(scheduler: Scheduler, address: str | int | None) -> 
 
     dashboard = bokeh_available()
     routes = make_routes(scheduler, dashboard=dashboard)
+    ctx = http_ssl_context()
     try:
-        handle = serve(routes, address, default_port=DEFAULT_HTTP_PORT)
+        handle = serve(routes, address, default_port=DEFAULT_HTTP_PORT, ssl_context=ctx)
     except OSError as e:
         host, port = parse_http_address(address, default_port=DEFAULT_HTTP_PORT)
         if e.errno != errno.EADDRINUSE or port == 0:
             raise
-        handle = serve(routes, f"[{host}]:0" if ":" in host else f"{host}:0", default_port=DEFAULT_HTTP_PORT)
+        handle = serve(
+            routes, f"[{host}]:0" if ":" in host else f"{host}:0", default_port=DEFAULT_HTTP_PORT, ssl_context=ctx
+        )
         warnings.warn(
             f"Port {port} is already in use.\n"
             "Perhaps you already have a cluster running?\n"

@@ -18,6 +18,7 @@ import errno
 import json
 import math
 import socket
+import ssl
 from collections.abc import Callable
 from typing import Any, TypeAlias
 
@@ -223,8 +224,11 @@ class HTTPServerHandle:
         sockets: list[socket.socket],
         host: str,
         application: tornado.web.Application | None = None,
+        scheme: str = "http",
     ) -> None:
         self.server = server
+        #: ``"https"`` when served over TLS, else ``"http"``.
+        self.scheme = scheme
         self.sockets = sockets
         self.host = host
         #: The tornado application serving the routes (more can be added to it while it runs).
@@ -260,8 +264,16 @@ def _quiet_log(handler: tornado.web.RequestHandler) -> None:
         access_log.error("%d %s %s", status, handler.request.method, handler.request.uri)
 
 
-def serve(routes: list[Route], address: str | int | None, default_port: int = DEFAULT_HTTP_PORT) -> HTTPServerHandle:
+def serve(
+    routes: list[Route],
+    address: str | int | None,
+    default_port: int = DEFAULT_HTTP_PORT,
+    ssl_context: ssl.SSLContext | None = None,
+) -> HTTPServerHandle:
     """Serve ``routes`` at ``address`` (see :func:`parse_http_address`); call it from the node's running loop.
+
+    With ``ssl_context`` the server speaks HTTPS only (a plain HTTP request
+    fails its TLS handshake and is dropped).
 
     Raises
     ------
@@ -273,6 +285,6 @@ def serve(routes: list[Route], address: str | int | None, default_port: int = DE
     host, port = parse_http_address(address, default_port=default_port)
     sockets = bind_sockets(host, port)
     application = tornado.web.Application(routes, log_function=_quiet_log)
-    server = tornado.httpserver.HTTPServer(application)
+    server = tornado.httpserver.HTTPServer(application, ssl_options=ssl_context)
     server.add_sockets(sockets)
-    return HTTPServerHandle(server, sockets, host, application)
+    return HTTPServerHandle(server, sockets, host, application, "https" if ssl_context is not None else "http")

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from distributed.http.server import HTTPServerHandle, common_routes, serve
 from distributed.http.worker_metrics import worker_prometheus_metrics
+from distributed.security import http_ssl_context
 
 if TYPE_CHECKING:
     from distributed.worker import Worker
@@ -22,7 +23,10 @@ __all__ = ["start_worker_http_server", "worker_prometheus_metrics"]
 async def start_worker_http_server(worker: Worker, address: str) -> HTTPServerHandle:
     """Serve ``worker``'s HTTP routes at ``address`` (``":0"``, ``"127.0.0.1:8789"``).
 
-    Must be called from the worker's running loop; raises as
+    HTTPS when ``distributed.scheduler.dashboard.tls.cert`` is set (as in
+    dask.distributed, the same setting serves both).  Must be called from
+    the worker's running loop; raises as
     :func:`~distributed.http.server.serve` does (``OSError``, ``ValueError``).
     """
-    return serve(common_routes(worker.identity, lambda: worker_prometheus_metrics(worker)), address, default_port=0)
+    routes = common_routes(worker.identity, lambda: worker_prometheus_metrics(worker))
+    return serve(routes, address, default_port=0, ssl_context=http_ssl_context())

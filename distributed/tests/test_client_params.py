@@ -22,8 +22,6 @@ UNREACHABLE = "tcp://127.0.0.1:1"
 @pytest.mark.parametrize(
     "name, value",
     [
-        ("security", object()),
-        ("security", True),
         ("heartbeat_interval", "5s"),
         ("serializers", ["pickle"]),
         ("deserializers", ["pickle"]),
@@ -35,6 +33,13 @@ def test_client_refuses_what_it_cannot_honour(name: str, value: Any) -> None:
     # Refused before any connection is tried.
     with pytest.raises(NotImplementedError, match=rf"^Client\({name}=\.\.\.\) is not supported yet$"):
         Client(UNREACHABLE, timeout=0.2, **{name: value})
+
+
+@pytest.mark.parametrize("value", [object(), True])
+def test_client_refuses_a_security_it_cannot_use(value: Any) -> None:
+    # True means temporary credentials, useful only for a cluster the client starts itself.
+    with pytest.raises(TypeError, match=r"Client\(security="):
+        Client(UNREACHABLE, timeout=0.2, security=value)
 
 
 def test_client_refuses_cluster_options_with_an_address() -> None:

@@ -494,7 +494,7 @@ def test_get_logs_keep_info_while_stderr_is_silenced(no_leaks: None, capfd: pyte
 @pytest.mark.parametrize(
     "kwargs, error",
     [
-        ({"security": object()}, NotImplementedError),
+        ({"security": object()}, TypeError),
         ({"services": {"x": object}}, NotImplementedError),
         ({"worker_services": {"x": object}}, NotImplementedError),
         ({"service_kwargs": {"x": {}}}, NotImplementedError),

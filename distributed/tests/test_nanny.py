@@ -190,7 +190,6 @@ def test_restart_without_nannies_is_refused() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "name"),
     [
-        ({"security": object()}, "security"),
         ({"data": {}}, "data"),
         ({"preload": ["x"]}, "preload"),
         ({"loop": object()}, "loop"),

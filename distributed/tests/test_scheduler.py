@@ -225,7 +225,6 @@ def test_scheduler_builds_declared_messages() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "name"),
     [
-        ({"security": object()}, "security"),
         ({"services": {"bokeh": (object, 0)}}, "services"),
         ({"http_prefix": "/dask"}, "http_prefix"),
         ({"jupyter": True}, "jupyter"),

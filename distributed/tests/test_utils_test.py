@@ -10,8 +10,8 @@ from typing import Any
 import dask
 import pytest
 
-from distributed import Client, Scheduler, Worker
-from distributed.utils_test import async_poll_for, gen_cluster, gen_test, run_async
+from distributed import Client, Scheduler, Security, Worker
+from distributed.utils_test import async_poll_for, gen_cluster, gen_test, inc, run_async
 
 
 # -- parametrize and fixtures after the harness's own arguments ----------------------------------
@@ -75,9 +75,11 @@ async def test_gen_cluster_config(c: Client, s: Scheduler, a: Worker, b: Worker)
     assert s.allowed_failures == 9
 
 
-def test_harness_refuses_what_it_cannot_honour() -> None:
-    with pytest.raises(NotImplementedError, match="security"):
-        gen_cluster(security=object())
+@gen_cluster(client=True, security=Security.temporary())
+async def test_gen_cluster_with_security(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    # The scheduler, the workers and the client all get it: everything is TLS.
+    assert [s.address[:6], a.address[:6], b.address[:6]] == ["tls://"] * 3
+    assert await c.submit(inc, 1) == 2
 
 
 # -- run_async ------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from distributed.worker import Worker
     "kwargs, error, name",
     [
         ({"nonsense": 1}, TypeError, "nonsense"),
-        ({"security": object()}, NotImplementedError, "security"),
+        ({"security": object()}, TypeError, "security"),
         ({"preload": ["some_module"]}, NotImplementedError, "preload"),
         ({"executor": "offload"}, NotImplementedError, "executor"),
         ({"services": {"x": object}}, NotImplementedError, "services"),
