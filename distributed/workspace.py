@@ -25,6 +25,7 @@ import errno
 import logging
 import os
 import shutil
+import time
 import weakref
 
 try:
@@ -142,8 +143,15 @@ class WorkSpace:
             os.makedirs(path, exist_ok=True)
             return WorkDir(path, None, None)
         lock_path = path + LOCK_SUFFIX
-        for _ in range(10):
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        for attempt in range(10):
+            try:
+                fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:
+                if attempt == 0:
+                    raise
+                # A purge holds the lock file we made and has not removed it yet.
+                time.sleep(0.005 * attempt)
+                continue
             # A purge may take the fresh lock file before we lock it and remove
             # it: then ours is an orphan; make it again.
             if _try_lock(fd) and _same_file(lock_path, fd):

@@ -217,3 +217,38 @@ def test_a_forked_child_exiting_leaves_its_parents_directory(tmp_path: Path) -> 
     assert os.path.isdir(d.path) and os.path.exists(d.path + LOCK_SUFFIX)
     assert WorkSpace(str(tmp_path)).purge() == []  # still ours, still locked
     d.release()
+
+
+def test_new_work_dir_waits_out_a_purge_that_took_its_fresh_lock_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A purge in another process may lock our lock file before we do, then remove it: we make a new one."""
+    import fcntl
+    import threading
+
+    real_flock = fcntl.flock
+    purger: list[int] = []
+
+    def purge_first(fd: int, op: int) -> None:
+        if not purger:
+            # As a purge elsewhere would: it opens and locks the fresh file, then removes it a moment later.
+            lock_path = str(tmp_path / ("w1" + LOCK_SUFFIX))
+            pfd = os.open(lock_path, os.O_RDWR)
+            real_flock(pfd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            purger.append(pfd)
+
+            def finish_purge() -> None:
+                os.unlink(lock_path)
+                os.close(pfd)
+
+            threading.Timer(0.02, finish_purge).start()
+        real_flock(fd, op)
+
+    monkeypatch.setattr(fcntl, "flock", purge_first)
+    d = WorkSpace(str(tmp_path)).new_work_dir("w1")
+    try:
+        assert purger, "the purge was not simulated"
+        assert os.path.isdir(d.path)
+        assert os.path.exists(d.path + LOCK_SUFFIX)
+    finally:
+        d.release()
