@@ -135,14 +135,16 @@ def _path(frame: FrameType, stop: str | None, omit: Iterable[str] = ()) -> _Path
     f: FrameType | None = frame
     while f is not None:
         co = f.f_code
-        filename = co.co_filename
-        if stop is not None and filename.endswith(stop):
-            break
-        for o in omit:
-            if filename.endswith(o):
-                return None
+        if stop is not None or omit:
+            filename = co.co_filename
+            if stop is not None and filename.endswith(stop):
+                break
+            for o in omit:
+                if filename.endswith(o):
+                    return None
+        # An entry found is this code object's: the cache keeps it alive, so no other has its id.
         entry = ids.get(id(co))
-        path.append((entry[1] if entry is not None and entry[0] is co else _code_identifier(co), f))
+        path.append((_code_identifier(co) if entry is None else entry[1], f))
         f = f.f_back
     return path
 
