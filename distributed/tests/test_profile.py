@@ -8,7 +8,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
 import pytest
@@ -20,6 +20,17 @@ from distributed.utils_test import gen_cluster, gen_test, inc, poll_for
 from distributed.worker import Worker
 
 FAST = {"distributed.worker.profile.interval": "5ms", "distributed.worker.profile.cycle": "100ms"}
+
+
+@pytest.fixture
+def no_profiler_left() -> Iterator[None]:
+    """Stop sampling for the profilers of workers that earlier tests left running (a failed start).
+
+    They would keep the process's one sampling thread alive past the end of the workers of the test.
+    """
+    for p in sampler().profilers:
+        p.close()
+    yield
 
 
 def spin_in_named_function(seconds: float) -> int:
@@ -140,6 +151,7 @@ async def test_client_profile_finds_the_task_function(
     assert sum(n for _, n in meta["counts"]) > 0
 
 
+@pytest.mark.usefixtures("no_profiler_left")
 @gen_cluster(client=True, config=FAST)
 async def test_profile_of_event_loops(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
     deadline = time.monotonic() + 10
@@ -155,6 +167,7 @@ async def test_profile_of_event_loops(c: Client[Literal[True]], s: Scheduler, a:
     assert thread is not None and not thread.is_alive()
 
 
+@pytest.mark.usefixtures("no_profiler_left")
 @gen_test(config=FAST)
 async def test_sampler_thread_stops_with_the_worker() -> None:
     async with Scheduler(port=0, dashboard=False) as s:
@@ -231,6 +244,7 @@ def profile_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "Profile" and t.is_alive()]
 
 
+@pytest.mark.usefixtures("no_profiler_left")
 @gen_test(config=FAST)
 async def test_workers_of_one_process_share_one_sampler_thread() -> None:
     async with Scheduler(port=0, dashboard=False) as s:
@@ -262,6 +276,7 @@ async def test_workers_of_one_process_share_one_sampler_thread() -> None:
         assert sampler().profilers == ()
 
 
+@pytest.mark.usefixtures("no_profiler_left")
 def test_sampler_samples_each_profiler_at_its_own_interval() -> None:
     me = threading.get_ident()
     fast = Profiler({}, me, interval=0.002, cycle=10.0)
@@ -298,6 +313,7 @@ def test_sampler_restarts_after_its_last_profiler_left() -> None:
     assert s.thread is None and not second.is_alive()
 
 
+@pytest.mark.usefixtures("no_profiler_left")
 def test_sampler_thread_keeps_no_frame_and_its_data_alive() -> None:
     active: dict[int, Any] = {}
     started, release = threading.Event(), threading.Event()
