@@ -7,24 +7,26 @@ maps each callee's identifier (``"name;filename;firstlineno"``) to its node,
 and ``description`` tells the function's name, file, line number and source
 line.  The root's identifier is ``"root"``.
 
-:class:`Profiler` runs the sampling thread of a worker: every
-``distributed.worker.profile.interval`` it reads :func:`sys._current_frames`,
-adds the stack of each thread running a task to the worker's tree and to the
-tree of the task's key prefix (and the event loop thread's stack to a tree of
-its own), and every ``distributed.worker.profile.cycle`` it closes the current
-trees into a bounded, timestamped history.
+:class:`Profiler` holds a worker's trees.  One thread per process
+(:class:`Sampler`) samples for all of them: every
+``distributed.worker.profile.interval`` it reads :func:`sys._current_frames`
+once and adds the stack of each thread running a task to its worker's tree and
+to the tree of the task's key prefix (and the event loop thread's stack to a
+tree of its own); every ``distributed.worker.profile.cycle`` each profiler
+closes its current trees into a bounded, timestamped history.
 """
 
 from __future__ import annotations
 
 import bisect
 import linecache
+import os
 import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from types import FrameType
+from types import CodeType, FrameType
 from typing import Any, TypedDict
 
 import dask.config
@@ -34,12 +36,14 @@ __all__ = [
     "FrameInfo",
     "ProfileState",
     "Profiler",
+    "Sampler",
     "create",
     "identifier",
     "info_frame",
     "merge",
     "plot_data",
     "process",
+    "sampler",
 ]
 
 #: Timestamped trees kept (the history covers ``cycle * HISTORY_LENGTH``: an hour by default).
@@ -74,20 +78,88 @@ def create() -> ProfileState:
     }
 
 
+# Resolved once per code object (and line), not once per sample: a sample then costs a dict lookup
+# per frame, and the source of a line is read once per process, not once per new node per cycle.
+# Keyed by id() with the code object kept in the value, so no id is reused while its entry lives
+# (code objects take no weak references); emptied when large, as tasks' functions may be new
+# code objects per task (functions pickled by value).
+_CACHE_LIMIT = 20_000
+_identifiers: dict[int, tuple[CodeType, str]] = {}
+_descriptions: dict[tuple[int, int], tuple[CodeType, FrameInfo]] = {}
+
+
+def _code_identifier(co: CodeType) -> str:
+    entry = _identifiers.get(id(co))
+    if entry is not None and entry[0] is co:
+        return entry[1]
+    ident = f"{co.co_name};{co.co_filename};{co.co_firstlineno}"
+    if len(_identifiers) >= _CACHE_LIMIT:
+        _identifiers.clear()
+    _identifiers[id(co)] = (co, ident)
+    return ident
+
+
 def identifier(frame: FrameType | None) -> str:
     """A frame's function, the same for every call of it: ``"name;filename;firstlineno"``."""
     if frame is None:
         return "None"
-    co = frame.f_code
-    return f"{co.co_name};{co.co_filename};{co.co_firstlineno}"
+    return _code_identifier(frame.f_code)
 
 
 def info_frame(frame: FrameType) -> FrameInfo:
-    """Describe ``frame`` (reads its source line: called once per new node, not per sample)."""
+    """Describe ``frame``: its function, file, current line number and that line's source."""
     co = frame.f_code
     line_number = frame.f_lineno or co.co_firstlineno
+    entry = _descriptions.get((id(co), line_number))
+    if entry is not None and entry[0] is co:
+        return entry[1].copy()
     line = linecache.getline(co.co_filename, line_number, frame.f_globals).strip()
-    return {"filename": co.co_filename, "name": co.co_name, "line_number": line_number, "line": line}
+    info: FrameInfo = {"filename": co.co_filename, "name": co.co_name, "line_number": line_number, "line": line}
+    if len(_descriptions) >= _CACHE_LIMIT:
+        _descriptions.clear()
+    _descriptions[(id(co), line_number)] = (co, info)
+    return info.copy()
+
+
+#: A sampled stack: (identifier, frame) pairs, innermost first.
+_Path = list[tuple[str, FrameType]]
+
+
+def _path(frame: FrameType, stop: str | None, omit: Iterable[str] = ()) -> _Path | None:
+    """The stack ending at ``frame``, up to the innermost frame of the file ending with ``stop``.
+
+    None when a frame's file ends with one of ``omit``.
+    """
+    ids = _identifiers
+    path: _Path = []
+    f: FrameType | None = frame
+    while f is not None:
+        co = f.f_code
+        if stop is not None or omit:
+            filename = co.co_filename
+            if stop is not None and filename.endswith(stop):
+                break
+            for o in omit:
+                if filename.endswith(o):
+                    return None
+        # An entry found is this code object's: the cache keeps it alive, so no other has its id.
+        entry = ids.get(id(co))
+        path.append((_code_identifier(co) if entry is None else entry[1], f))
+        f = f.f_back
+    return path
+
+
+def _add_path(state: ProfileState, path: _Path) -> None:
+    """Count one sample of ``path`` in ``state``."""
+    node = state
+    node["count"] += 1
+    for ident, f in reversed(path):
+        children = node["children"]
+        child = children.get(ident)
+        if child is None:
+            child = children[ident] = {"count": 0, "children": {}, "identifier": ident, "description": info_frame(f)}
+        child["count"] += 1
+        node = child
 
 
 def process(frame: FrameType, state: ProfileState, stop: str | None = None, omit: Iterable[str] = ()) -> bool:
@@ -97,28 +169,12 @@ def process(frame: FrameType, state: ProfileState, stop: str | None = None, omit
     innermost frame whose file name ends with ``stop`` (so a worker's trees
     start at the task's own code); a stack with a frame from a file ending
     with one of ``omit`` is left out.  Returns whether the sample was added.
+    A new node's description tells the line its frame ran when first sampled.
     """
-    frames: list[FrameType] = []
-    f: FrameType | None = frame
-    while f is not None:
-        filename = f.f_code.co_filename
-        if stop is not None and filename.endswith(stop):
-            break
-        for o in omit:
-            if filename.endswith(o):
-                return False
-        frames.append(f)
-        f = f.f_back
-    node = state
-    node["count"] += 1
-    for f in reversed(frames):
-        ident = identifier(f)
-        children = node["children"]
-        child = children.get(ident)
-        if child is None:
-            child = children[ident] = {"count": 0, "children": {}, "identifier": ident, "description": info_frame(f)}
-        child["count"] += 1
-        node = child
+    path = _path(frame, stop, omit)
+    if path is None:
+        return False
+    _add_path(state, path)
     return True
 
 
@@ -221,13 +277,17 @@ class ProfileSettings:
 
 
 class Profiler:
-    """A worker's sampling thread and the trees it fills.
+    """The trees of one worker (or scheduler), filled by the process's sampling thread.
+
+    One thread per process samples for every started profiler: it reads
+    :func:`sys._current_frames` once per tick and adds each thread's stack to
+    the trees of the profiler that owns that thread (see :class:`Sampler`).
 
     Parameters
     ----------
     active_threads
         The worker's map of thread id -> key of the task that thread runs;
-        read (copied) by the sampling thread at each sample.
+        read (copied) at each sample.
     loop_thread
         The id of the worker's event loop thread, sampled into the
         ``server`` profile (None: not sampled).
@@ -264,69 +324,64 @@ class Profiler:
         self.history: deque[tuple[float, ProfileState]] = deque(maxlen=history_length)
         self.keys_history: deque[tuple[float, dict[str, ProfileState]]] = deque(maxlen=history_length)
         self.server_history: deque[tuple[float, ProfileState]] = deque(maxlen=history_length)
-        self._stopped = threading.Event()
-        self._thread: threading.Thread | None = None
+        #: When the sampler takes this profiler's next sample (time.monotonic) and last closed a cycle (clock).
+        self.next_sample = 0.0
+        self.last_cycle = 0.0
 
     @property
     def thread(self) -> threading.Thread | None:
-        """The sampling thread, while it runs."""
-        return self._thread
+        """The process's sampling thread, while this profiler is started."""
+        return sampler().thread_of(self)
 
     def start(self) -> None:
-        """Start the sampling thread."""
-        if self._thread is not None:
-            return
-        self._stopped.clear()
-        self._thread = threading.Thread(target=self._run, name="Profile", daemon=True)
-        self._thread.start()
+        """Have the process's sampling thread sample for this profiler (starting it if needed)."""
+        sampler().add(self)
 
     def close(self) -> None:
-        """Stop the sampling thread and wait for it."""
-        self._stopped.set()
-        thread, self._thread = self._thread, None
-        if thread is not None and thread is not threading.current_thread():
-            thread.join()
-
-    def _run(self) -> None:
-        last_cycle = self.clock()
-        me = threading.get_ident()
-        while not self._stopped.wait(self.interval):
-            try:
-                self.sample(me)
-                now = self.clock()
-                if now - last_cycle >= self.cycle:
-                    self.close_cycle(now)
-                    last_cycle = now
-            except Exception:  # a sample must never end the thread (e.g. a frame gone mid-walk)
-                continue
+        """Stop sampling for this profiler; the sampling thread ends with the last profiler."""
+        sampler().remove(self)
 
     def sample(self, me: int | None = None) -> None:
-        """Add the current stack of each task thread (and of the event loop thread)."""
+        """Add the current stack of each task thread (and of the event loop thread), ``me`` excepted."""
         frames = sys._current_frames()
         try:
             # Our own frame in the dict would close a reference cycle (this frame's locals hold the
             # dict) keeping every sampled frame, and the task data in their locals, until the
             # garbage collector runs.
             frames.pop(threading.get_ident(), None)
-            active = dict(self.active_threads)  # copied in one step: the loop and pool threads change it
+            if me is not None:
+                frames.pop(me, None)
+            self.sample_frames(frames, {})
+        finally:
+            frames.clear()
+
+    def sample_frames(self, frames: Mapping[int, FrameType], paths: dict[tuple[int, str | None], Any]) -> None:
+        """Add the stacks of this profiler's threads from ``frames`` (thread id -> innermost frame).
+
+        ``paths`` holds the stacks already read this tick, by (thread id,
+        ``stop``): profilers sharing a thread (an event loop) read it once.
+        """
+        loop = self.loop_thread
+        active: Mapping[int, Any] = self.active_threads
+        if active:
+            active = dict(active)  # copied in one step: the loop and pool threads change it
+            stop = self.stop_at
             with self.lock:
                 for ident, key in active.items():
-                    frame = frames.get(ident)
-                    if frame is None or ident == me:
+                    path = _stack_of(ident, stop, frames, paths)
+                    if path is None:
                         continue
                     prefix = key_split(key)
                     tree = self.keys.get(prefix)
                     if tree is None:
                         tree = self.keys[prefix] = create()
-                    if process(frame, self.recent, stop=self.stop_at):
-                        process(frame, tree, stop=self.stop_at)
-                if self.loop_thread is not None and self.loop_thread not in active:
-                    frame = frames.get(self.loop_thread)
-                    if frame is not None:
-                        process(frame, self.server_recent)
-        finally:
-            frames.clear()
-            frame = None
+                    _add_path(self.recent, path)
+                    _add_path(tree, path)
+        if loop is not None and loop not in active:
+            path = _stack_of(loop, None, frames, paths)
+            if path is not None:
+                with self.lock:
+                    _add_path(self.server_recent, path)
 
     def close_cycle(self, now: float | None = None) -> None:
         """Move the current trees into the history, stamped ``now``."""
@@ -374,3 +429,136 @@ class Profiler:
             counts = [(t, d["count"]) for t, d in self.history if start < t <= hi]
             keys = [(t, {k: v["count"] for k, v in d.items()}) for t, d in self.keys_history if start < t <= hi]
         return {"counts": counts, "keys": keys}
+
+
+def _stack_of(
+    ident: int, stop: str | None, frames: Mapping[int, FrameType], paths: dict[tuple[int, str | None], Any]
+) -> _Path | None:
+    """The stack of thread ``ident`` in ``frames``, read once per tick (None: no such thread)."""
+    k = (ident, stop)
+    if k in paths:
+        path: _Path | None = paths[k]
+        return path
+    frame = frames.get(ident)
+    path = None if frame is None else _path(frame, stop)
+    paths[k] = path
+    return path
+
+
+class Sampler:
+    """The process's one sampling thread, shared by every started :class:`Profiler`.
+
+    Each tick reads :func:`sys._current_frames` once and gives it to the
+    profilers whose next sample is due; a profiler with no task running only
+    adds its event loop's stack, read once for all the profilers sharing that
+    loop.  The thread starts with the first profiler added and ends when the
+    last one is removed.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        #: Replaced, never changed in place: the thread reads it without holding the lock.
+        self._profilers: tuple[Profiler, ...] = ()
+        self._thread: threading.Thread | None = None
+        self._wake = threading.Event()
+
+    @property
+    def profilers(self) -> tuple[Profiler, ...]:
+        """The profilers sampled now."""
+        return self._profilers
+
+    @property
+    def thread(self) -> threading.Thread | None:
+        """The sampling thread, while there are profilers."""
+        return self._thread
+
+    def thread_of(self, profiler: Profiler) -> threading.Thread | None:
+        """The sampling thread if ``profiler`` is sampled, else None."""
+        with self._lock:
+            return self._thread if profiler in self._profilers else None
+
+    def add(self, profiler: Profiler) -> None:
+        """Sample for ``profiler`` from its next interval on."""
+        with self._lock:
+            if profiler in self._profilers:
+                return
+            profiler.next_sample = time.monotonic() + profiler.interval
+            profiler.last_cycle = profiler.clock()
+            self._profilers = (*self._profilers, profiler)
+            if self._thread is None:
+                self._wake = threading.Event()
+                self._thread = threading.Thread(target=self._run, args=(self._wake,), name="Profile", daemon=True)
+                self._thread.start()
+            else:
+                self._wake.set()  # its interval may be shorter than the thread's current wait
+
+    def remove(self, profiler: Profiler) -> None:
+        """Stop sampling for ``profiler``; the last one out waits for the thread to end."""
+        with self._lock:
+            if profiler not in self._profilers:
+                return
+            self._profilers = tuple(p for p in self._profilers if p is not profiler)
+            if self._profilers or self._thread is None:
+                return
+            thread, self._thread = self._thread, None
+            self._wake.set()
+        if thread is not threading.current_thread():
+            thread.join()  # wakes at once; waits at most for the sample under way
+
+    def _run(self, wake: threading.Event) -> None:
+        me = threading.get_ident()
+        this = threading.current_thread()
+        while True:
+            with self._lock:
+                if self._thread is not this:  # removed with the last profiler (maybe replaced since)
+                    return
+                profilers = self._profilers
+            now = time.monotonic()
+            # Profilers due within half their interval are sampled now too: after one tick their
+            # samples line up and share one read of the threads' frames.
+            due = [p for p in profilers if p.next_sample - now <= p.interval / 2]
+            if not due:
+                wake.wait(min(p.next_sample for p in profilers) - now)
+                wake.clear()
+                continue
+            self._tick(due, me)
+            now = time.monotonic()
+            for p in due:
+                p.next_sample = now + p.interval
+                t = p.clock()
+                if t - p.last_cycle >= p.cycle:
+                    p.close_cycle(t)
+                    p.last_cycle = t
+
+    def _tick(self, due: list[Profiler], me: int) -> None:
+        frames = sys._current_frames()
+        paths: dict[tuple[int, str | None], Any] = {}
+        try:
+            # This thread's frame in the dict would close a reference cycle keeping every sampled
+            # frame (and the task data in their locals) alive until the garbage collector runs.
+            frames.pop(me, None)
+            for p in due:
+                try:
+                    p.sample_frames(frames, paths)
+                except Exception:  # a sample must never end the thread
+                    continue
+        finally:
+            paths.clear()
+            frames.clear()
+
+
+_sampler = Sampler()
+
+
+def sampler() -> Sampler:
+    """The process's :class:`Sampler`."""
+    return _sampler
+
+
+def _reset_after_fork() -> None:
+    # The child has none of the parent's threads: a sampler that thinks its thread runs would not sample.
+    global _sampler
+    _sampler = Sampler()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)

@@ -3,22 +3,34 @@
 from __future__ import annotations
 
 import gc
+import linecache
 import sys
 import threading
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
 import pytest
 
 from distributed import Client
-from distributed.profile import Profiler, create, merge, plot_data, process
+from distributed.profile import Profiler, Sampler, create, merge, plot_data, process, sampler
 from distributed.scheduler import Scheduler
-from distributed.utils_test import gen_cluster, gen_test, inc
+from distributed.utils_test import gen_cluster, gen_test, inc, poll_for
 from distributed.worker import Worker
 
 FAST = {"distributed.worker.profile.interval": "5ms", "distributed.worker.profile.cycle": "100ms"}
+
+
+@pytest.fixture
+def no_profiler_left() -> Iterator[None]:
+    """Stop sampling for the profilers of workers that earlier tests left running (a failed start).
+
+    They would keep the process's one sampling thread alive past the end of the workers of the test.
+    """
+    for p in sampler().profilers:
+        p.close()
+    yield
 
 
 def spin_in_named_function(seconds: float) -> int:
@@ -139,6 +151,7 @@ async def test_client_profile_finds_the_task_function(
     assert sum(n for _, n in meta["counts"]) > 0
 
 
+@pytest.mark.usefixtures("no_profiler_left")
 @gen_cluster(client=True, config=FAST)
 async def test_profile_of_event_loops(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
     deadline = time.monotonic() + 10
@@ -154,6 +167,7 @@ async def test_profile_of_event_loops(c: Client[Literal[True]], s: Scheduler, a:
     assert thread is not None and not thread.is_alive()
 
 
+@pytest.mark.usefixtures("no_profiler_left")
 @gen_test(config=FAST)
 async def test_sampler_thread_stops_with_the_worker() -> None:
     async with Scheduler(port=0, dashboard=False) as s:
@@ -214,3 +228,144 @@ def test_sampling_keeps_no_frame_and_its_data_alive() -> None:
     finally:
         gc.enable()
     assert prof.get_profile(key="hold")["count"] == 1
+
+
+def spin_on_a(seconds: float) -> int:
+    """Runs only on worker a."""
+    return spin_in_named_function(seconds)
+
+
+def spin_on_b(seconds: float) -> int:
+    """Runs only on worker b."""
+    return spin_in_named_function(seconds)
+
+
+def profile_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "Profile" and t.is_alive()]
+
+
+@pytest.mark.usefixtures("no_profiler_left")
+@gen_test(config=FAST)
+async def test_workers_of_one_process_share_one_sampler_thread() -> None:
+    async with Scheduler(port=0, dashboard=False) as s:
+        a = await Worker(s.address, nthreads=1)
+        b = await Worker(s.address, nthreads=1)
+        try:
+            assert a.profiler is not None and b.profiler is not None
+            thread = a.profiler.thread
+            assert thread is not None and thread is b.profiler.thread
+            assert profile_threads() == [thread]
+            async with Client(s.address, asynchronous=True) as c:
+                # At the same time: ticks see both task threads and must give each stack to its worker.
+                fa = c.submit(spin_on_a, 0.3, key="on_a-1", workers=[a.address])
+                fb = c.submit(spin_on_b, 0.3, key="on_b-1", workers=[b.address])
+                await c.gather([fa, fb])
+            on_a, on_b = names(a.get_profile()), names(b.get_profile())
+            assert "spin_on_a" in on_a and "spin_on_b" not in on_a
+            assert "spin_on_b" in on_b and "spin_on_a" not in on_b
+            assert a.get_profile(key="on_a")["count"] > 0 and a.get_profile(key="on_b") == create()
+            assert b.get_profile(key="on_b")["count"] > 0 and b.get_profile(key="on_a") == create()
+            # Both workers' event loop profiles are filled (the loop is one thread, read once per tick).
+            assert a.get_profile(server=True)["count"] > 0 and b.get_profile(server=True)["count"] > 0
+        finally:
+            await a.close()
+            assert thread.is_alive()  # b still samples
+            await b.close()
+        assert not thread.is_alive()
+        assert profile_threads() == []
+        assert sampler().profilers == ()
+
+
+@pytest.mark.usefixtures("no_profiler_left")
+def test_sampler_samples_each_profiler_at_its_own_interval() -> None:
+    me = threading.get_ident()
+    fast = Profiler({}, me, interval=0.002, cycle=10.0)
+    slow = Profiler({}, me, interval=0.05, cycle=10.0)
+    start = time.monotonic()
+    fast.start()
+    slow.start()
+    try:
+        assert fast.thread is slow.thread is not None
+        poll_for(lambda: fast.get_profile(server=True)["count"] >= 40, timeout=10)
+    finally:
+        fast.close()
+        slow.close()
+    elapsed = time.monotonic() - start
+    # Sampled at most every half interval (due samples are taken together to share a tick).
+    assert slow.get_profile(server=True)["count"] <= elapsed / 0.025 + 1
+    assert fast.thread is None and slow.thread is None
+
+
+def test_sampler_restarts_after_its_last_profiler_left() -> None:
+    s = Sampler()
+    p = Profiler({}, threading.get_ident(), interval=0.001, cycle=10.0)
+    s.add(p)
+    first = s.thread
+    s.remove(p)
+    assert first is not None and not first.is_alive()
+    s.add(p)
+    try:
+        second = s.thread
+        assert second is not None and second is not first and second.is_alive()
+        assert s.thread_of(p) is second
+    finally:
+        s.remove(p)
+    assert s.thread is None and not second.is_alive()
+
+
+@pytest.mark.usefixtures("no_profiler_left")
+def test_sampler_thread_keeps_no_frame_and_its_data_alive() -> None:
+    active: dict[int, Any] = {}
+    started, release = threading.Event(), threading.Event()
+    refs: list[weakref.ref[Payload]] = []
+
+    def task() -> None:
+        data = Payload()
+        refs.append(weakref.ref(data))
+        active[threading.get_ident()] = "hold-1"
+        started.set()
+        release.wait()
+        del active[threading.get_ident()]
+
+    t = threading.Thread(target=task)
+    t.start()
+    started.wait()
+    prof = Profiler(active, threading.get_ident(), interval=0.001, cycle=10.0, stop=None)
+    gc.disable()
+    try:
+        prof.start()
+        poll_for(lambda: prof.get_profile(key="hold")["count"] >= 3, timeout=10)
+        release.set()
+        t.join()
+        # Without the garbage collector, only a reference the sampler kept would hold the data.
+        poll_for(lambda: refs[0]() is None, timeout=5, what="the task's data to be freed")
+    finally:
+        release.set()
+        prof.close()
+        gc.enable()
+
+
+def test_descriptions_read_each_source_line_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[Any, ...]] = []
+    real = linecache.getline
+
+    def counting(*args: Any) -> str:
+        calls.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(linecache, "getline", counting)
+    here = sys._getframe()
+    first, second = create(), create()
+    reads = []
+    for state in (first, second):  # the second a new tree (a new cycle): new nodes, the same frames and lines
+        process(here, state)
+        reads.append(len(calls))
+    assert reads[1] == reads[0]
+    assert merge(first) == merge(second)
+    leaf_first, leaf_second = first, second
+    while leaf_first["children"]:
+        [leaf_first] = leaf_first["children"].values()
+        [leaf_second] = leaf_second["children"].values()
+    assert leaf_first["description"]["name"] == "test_descriptions_read_each_source_line_once"
+    assert "process(here, state)" in leaf_first["description"]["line"]
+    assert leaf_first["description"] is not leaf_second["description"]  # trees share no mutable parts
