@@ -1238,11 +1238,13 @@ class ShuffleRunInfo(TypedDict):
 
 
 class ShuffleBarrierRequest(TypedDict):
-    """The barrier task of a shuffle ran: every transfer of run ``run_id`` is done."""
+    """The barrier task of a shuffle runs on ``worker``: every transfer is done, in these runs."""
 
     op: Literal["shuffle_barrier"]
     id: str
-    run_id: int
+    #: The distinct run ids the transfer tasks returned (one, the current run's, when all is well).
+    run_ids: Sequence[int]
+    worker: str
 
 
 class ShuffleInputsDone(TypedDict):

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 import msgpack
 
 from distributed.shuffle._core import PartitionId, as_partition_id
+from distributed.shuffle._exceptions import ShuffleRunRefused
 
 __all__ = ["ShardStore"]
 
@@ -65,7 +66,8 @@ class ShardStore:
         """Keep ``shards`` ``(input, output, bytes)``; returns once memory is within the limit again."""
         with self._lock:
             if self._closed:
-                raise RuntimeError(f"Shards arrived for a closed shuffle run in {self.directory}")
+                # The run was dropped (restarted) while the shards travelled.
+                raise ShuffleRunRefused(f"Shards arrived for a dropped shuffle run in {self.directory}")
             for inp, out, payload in shards:
                 ident = (inp, out)
                 if ident in self._seen:

@@ -121,12 +121,55 @@ class ShuffleSchedulerExtension:
         return run.info(self.described[msg["id"]].desc["spec"])
 
     async def handle_barrier(self, comm: Any, msg: m.ShuffleBarrierRequest) -> None:
-        """Every transfer of a run is done: tell each participant, and answer once all heard it."""
-        run = self.active.get(msg["id"])
-        if run is None or run.run_id != msg["run_id"]:
-            raise ShuffleRunRefused(f"Shuffle {msg['id']!r} run {msg['run_id']} is not the current run")
-        done = m.ShuffleInputsDone(op="shuffle_inputs_done", id=run.id, run_id=run.run_id)
-        await asyncio.gather(*(self.scheduler.rpc.call(addr, done) for addr in sorted(run.participants)))
+        """Every transfer is done: tell each participant, and answer once all heard it.
+
+        The transfers must all have contributed to the current run.  A transfer
+        may report an older one: a worker whose transfer was still running when
+        the shuffle was restarted is asked to run it again and, as it is
+        running already, reports that first run's result (its shards went to
+        the old run).  Rescheduling the barrier would see the same results
+        again, forever: the shuffle is restarted instead, so that every transfer
+        runs again in a new run.
+
+        This is safe whatever the order in which messages arrive: the scheduler
+        compares the run ids against the one run it holds current, in one step
+        of its event loop, and a run id is never reused.  A barrier that was
+        released meanwhile (its run already restarted), or that runs on another
+        worker now, restarts nothing.
+        """
+        shuffle_id = msg["id"]
+        run_ids = set(msg["run_ids"])
+        run = self.active.get(shuffle_id)
+        if run is not None and run_ids == {run.run_id}:
+            done = m.ShuffleInputsDone(op="shuffle_inputs_done", id=run.id, run_id=run.run_id)
+            await asyncio.gather(*(self.scheduler.rpc.call(addr, done) for addr in sorted(run.participants)))
+            return
+        described = self.described.get(shuffle_id)
+        barrier = None if described is None else self.scheduler.tasks.get(described.desc["barrier"])
+        current = None if run is None else run.run_id
+        if (
+            barrier is not None
+            and barrier.state == "processing"
+            and barrier.processing_on is not None
+            and barrier.processing_on.address == msg["worker"]
+        ):
+            s = self.scheduler
+            logger.info(
+                "Shuffle %s: transfers reported runs %s, the current run is %s: restarting it",
+                shuffle_id,
+                sorted(run_ids),
+                current,
+            )
+            s.log_event(
+                "p2p",
+                {"action": "p2p-run-restart", "id": shuffle_id, "run_id": current, "stale": sorted(run_ids)},
+            )
+            if run is not None:
+                self._forget(run)
+            s.send_all(s.transitions(self._rerun_recs(barrier), f"shuffle-restart-{shuffle_id}-{time.time()}"))
+        raise ShuffleRunRefused(
+            f"Shuffle {shuffle_id!r}: the transfers reported runs {sorted(run_ids)}, not the current run {current}"
+        )
 
     # -- runs -----------------------------------------------------------------------------------
     def _start(self, desc: m.ShuffleDescription, barrier: TaskState) -> _Run:
@@ -184,6 +227,11 @@ class ShuffleSchedulerExtension:
         stimulus_id = f"shuffle-restart-{run.id}-{time.time()}"
         logger.info("Shuffle %s run %d lost worker %s: restarting it", run.id, run.run_id, address)
         s.log_event("p2p", {"action": "p2p-run-restart", "id": run.id, "run_id": run.run_id, "worker": address})
+        s.transitions(self._rerun_recs(barrier), stimulus_id, out)
+
+    @staticmethod
+    def _rerun_recs(barrier: TaskState) -> dict[TaskState, TaskStateName]:
+        """What makes every transfer of a shuffle run again, then its barrier; unpack tasks are unpinned."""
         recs: dict[TaskState, TaskStateName] = {}
         # Popped last-in first: the transfers go before the barrier.
         if barrier.state not in ("released", "waiting"):
@@ -194,7 +242,7 @@ class ShuffleSchedulerExtension:
         for dep in barrier.dependents:
             if dep.state not in ("memory", "processing"):
                 dep.worker_restrictions = None
-        s.transitions(recs, stimulus_id, out)
+        return recs
 
     def sweep(self) -> None:
         """Drop the runs of finished shuffles and the descriptions of forgotten ones."""

@@ -117,33 +117,53 @@ class ShuffleWorkerExtension:
         return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
     def add_partition(self, shuffle_id: ShuffleId, data: Any, input_partition: PartitionId) -> int:
-        """Send the shards of one input partition (in a transfer task); return the run id."""
-        run = self._sync(self._get_or_create(shuffle_id))
+        """Send the shards of one input partition (in a transfer task); return the run id.
+
+        Raises :class:`~distributed.Reschedule` when the run is refused or
+        dropped before every shard is stored, or a receiver is gone: the
+        scheduler restarts the shuffle, and the task runs again in the new run.
+        """
+        run: ShuffleRun | None = None
         try:
-            return run.add_partition(data, input_partition)
+            run = self._sync(self._get_or_create(shuffle_id))
+            run_id = run.add_partition(data, input_partition)
+            if self.forgotten.get(shuffle_id, 0) >= run_id:
+                # Dropped while we sent: the scheduler has moved on.  (Should
+                # this check pass and the drop come just after, the barrier
+                # catches the stale run id and the scheduler restarts the shuffle.)
+                raise ShuffleRunRefused(f"Shuffle {shuffle_id!r} run {run_id} was dropped during the transfer")
+            return run_id
         except (ShuffleRunRefused, CommClosedError, OSError) as e:
-            # The run was restarted or a receiver left (the scheduler restarts the shuffle): run again.
             logger.info(
-                "Shuffle %s run %d: transfer of %r is rescheduled: %r", shuffle_id, run.run_id, input_partition, e
+                "Shuffle %s run %s: transfer of %r is rescheduled: %r",
+                shuffle_id,
+                None if run is None else run.run_id,
+                input_partition,
+                e,
             )
             raise Reschedule() from e
 
     def barrier(self, shuffle_id: ShuffleId, run_ids: Sequence[int]) -> int:
-        """All transfers are done (in the barrier task): tell the participants; return the run id."""
-        ids = set(run_ids)
-        if len(ids) != 1:
-            raise Reschedule()
-        (run_id,) = ids
+        """All transfers are done (in the barrier task): tell the participants; return the run id.
+
+        The scheduler checks the run ids against its current run and, when a
+        transfer reported another one, restarts the shuffle (see
+        ``ShuffleSchedulerExtension.handle_barrier``); this task then gives way.
+        """
+        ids = sorted(set(run_ids))
         try:
             self._sync(
                 self.worker.rpc.call(
                     self.worker.scheduler_addr,
-                    m.ShuffleBarrierRequest(op="shuffle_barrier", id=shuffle_id, run_id=run_id),
+                    m.ShuffleBarrierRequest(
+                        op="shuffle_barrier", id=shuffle_id, run_ids=ids, worker=self.worker.address
+                    ),
                 )
             )
         except (ShuffleRunRefused, CommClosedError, OSError) as e:
-            logger.info("Shuffle %s run %d: barrier is rescheduled: %r", shuffle_id, run_id, e)
+            logger.info("Shuffle %s runs %s: barrier is rescheduled: %r", shuffle_id, ids, e)
             raise Reschedule() from e
+        (run_id,) = ids
         return run_id
 
     def get_output_partition(self, shuffle_id: ShuffleId, run_id: int, partition: Any) -> Any:

@@ -302,10 +302,6 @@ def transfers_done(dask_scheduler: Any) -> int:
     return sum(1 for ts in dask_scheduler.tasks.values() if ts.state == "memory" and "rechunk-transfer" in str(ts.key))
 
 
-@pytest.mark.skip(
-    reason="the shuffle core's restart can leave a transfer result of the old run in memory; the barrier then "
-    "sees two run ids and is rescheduled on the same inputs again and again (seen in the full suite, under load)"
-)
 @pytest.mark.timeout(120)
 def test_rechunk_p2p_survives_a_worker_killed_mid_transfer() -> None:
     a = np.random.default_rng(7).random((40, 30))

@@ -20,6 +20,7 @@ from distributed.shuffle import (
     RunContext,
     ShuffleId,
     ShuffleRun,
+    ShuffleRunRefused,
     ShuffleSpec,
     barrier_key,
     describe_shuffles,
@@ -114,7 +115,7 @@ def test_shard_store_spills_past_its_limit_and_ignores_duplicates(tmp_path: Path
     assert store.read(0) == [(0, b"aaaa"), (1, b"cccccccc")]  # reads leave the shards
     store.close()
     assert not os.path.exists(directory)
-    with pytest.raises(RuntimeError, match="closed"):
+    with pytest.raises(ShuffleRunRefused, match="dropped shuffle run"):
         asyncio.run(store.put([(5, 0, b"late")]))
 
 
