@@ -612,18 +612,6 @@ class Scheduler(Server):
 
     def send_all(self, out: Out) -> None:
         """Send what a stimulus produced (the I/O shell of the state machine)."""
-        for addr, keys in out.free.items():
-            bs = self.stream_comms.get(addr)
-            if bs is not None and keys:
-                # Queued before this stimulus's compute-tasks (it rides along with
-                # them, without hurrying them): a key released and asked of the
-                # same worker again in one stimulus (its result lost or stale)
-                # must be dropped there first, or the worker would report the
-                # copy it still holds instead of computing it again.
-                try:
-                    bs.send_lazy(m.FreeKeys(op="free-keys", keys=keys))
-                except CommClosedError:
-                    pass
         for addr, msgs in out.workers.items():
             bs = self.stream_comms.get(addr)
             if bs is not None:
@@ -631,6 +619,14 @@ class Scheduler(Server):
                     bs.send(*msgs)
                 except CommClosedError:
                     logger.debug("Worker %s stream closed; dropping %d messages", addr, len(msgs))
+        for addr, keys in out.free.items():
+            bs = self.stream_comms.get(addr)
+            if bs is not None and keys:
+                # After this stimulus's compute-tasks, and without hurrying them.
+                try:
+                    bs.send_lazy(m.FreeKeys(op="free-keys", keys=keys))
+                except CommClosedError:
+                    pass
         for client, client_msgs in out.clients.items():
             cbs = self.client_comms.get(client)
             if cbs is not None:

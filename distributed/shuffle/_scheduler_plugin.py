@@ -166,7 +166,11 @@ class ShuffleSchedulerExtension:
             )
             if run is not None:
                 self._forget(run)
-            s.send_all(s.transitions(self._rerun_recs(barrier), f"shuffle-restart-{shuffle_id}-{time.time()}"))
+            from distributed.scheduler import Out  # the scheduler module imports this one
+
+            out = Out()
+            self._rerun(barrier, f"shuffle-restart-{shuffle_id}-{time.time()}", out)
+            s.send_all(out)
         raise ShuffleRunRefused(
             f"Shuffle {shuffle_id!r}: the transfers reported runs {sorted(run_ids)}, not the current run {current}"
         )
@@ -227,11 +231,19 @@ class ShuffleSchedulerExtension:
         stimulus_id = f"shuffle-restart-{run.id}-{time.time()}"
         logger.info("Shuffle %s run %d lost worker %s: restarting it", run.id, run.run_id, address)
         s.log_event("p2p", {"action": "p2p-run-restart", "id": run.id, "run_id": run.run_id, "worker": address})
-        s.transitions(self._rerun_recs(barrier), stimulus_id, out)
+        self._rerun(barrier, stimulus_id, out)
 
-    @staticmethod
-    def _rerun_recs(barrier: TaskState) -> dict[TaskState, TaskStateName]:
-        """What makes every transfer of a shuffle run again, then its barrier; unpack tasks are unpinned."""
+    def _rerun(self, barrier: TaskState, stimulus_id: str, out: Out) -> None:
+        """Make every transfer of a shuffle run again, then its barrier; unpack tasks are unpinned.
+
+        A transfer done on a worker that is asked to run it again in this
+        same stimulus would answer with the result it holds, that of the old
+        run: the scheduler keeps such a key off the stimulus' free-keys.  So
+        the holders are told to drop the transfers' results first, ahead of
+        anything else this stimulus sends them (the stream keeps the order).
+        """
+        s = self.scheduler
+        held: dict[str, list[Key]] = {}
         recs: dict[TaskState, TaskStateName] = {}
         # Popped last-in first: the transfers go before the barrier.
         if barrier.state not in ("released", "waiting"):
@@ -239,10 +251,15 @@ class ShuffleSchedulerExtension:
         for dts in barrier.dependencies:
             if dts.state in ("memory", "processing"):
                 recs[dts] = "released"
+            for ws in dts.who_has:
+                held.setdefault(ws.address, []).append(dts.key)
         for dep in barrier.dependents:
             if dep.state not in ("memory", "processing"):
                 dep.worker_restrictions = None
-        return recs
+        s.transitions(recs, stimulus_id, out)
+        for addr, keys in held.items():
+            if addr in s.workers:
+                out.workers[addr].insert(0, m.FreeKeys(op="free-keys", keys=keys))
 
     def sweep(self) -> None:
         """Drop the runs of finished shuffles and the descriptions of forgotten ones."""

@@ -125,3 +125,42 @@ def test_shard_store_without_disk_stays_in_memory(tmp_path: Path) -> None:
     assert store.disk_bytes_written == 0 and store.memory_bytes == 5
     assert store.read(0) == [(0, b"abc"), (1, b"de")]
     assert not os.path.exists(tmp_path / "run")
+
+
+def test_restart_drops_transfer_results_before_running_the_transfers_again() -> None:
+    # A worker asked again for a transfer whose result it holds answers with that
+    # result (of the old run): the restart must make it drop the result first.
+    from distributed.protocol import messages as m
+    from distributed.scheduler import Scheduler
+    from distributed.shuffle import ShuffleSchedulerExtension
+    from distributed.tests.test_scheduler_state import A, RecordingStream, finish, spec
+
+    class Recorder(RecordingStream):
+        send_lazy = RecordingStream.send
+
+    s = Scheduler(validate=True)
+    s.add_worker_state(A, 2)
+    stream = Recorder()
+    s.stream_comms[A] = stream  # type: ignore[assignment]  # records what the scheduler sends
+    s.update_graph("c1", {"t0": spec(), "t1": spec(), "bar": spec(["t0", "t1"]), "u": spec(["bar"])}, ["u"])
+    ext = ShuffleSchedulerExtension(s)
+    ext.add_descriptions(
+        [m.ShuffleDescription(id="sh", barrier="bar", npartitions=1, outputs=[["u", 0]], disk=False, spec=b"")]
+    )
+    assert ext.handle_get_or_create(None, m.ShuffleGetOrCreate(op="shuffle_get_or_create", id="sh", worker=A))
+    finish(s, "t0")
+    finish(s, "t1")
+    barrier = s.tasks["bar"]
+    assert barrier.state == "processing"
+    stream.sent.clear()
+
+    async def stale_barrier() -> None:
+        request = m.ShuffleBarrierRequest(op="shuffle_barrier", id="sh", run_ids=[0, 1], worker=A)
+        with pytest.raises(ShuffleRunRefused, match=r"reported runs \[0, 1\]"):
+            await ext.handle_barrier(None, request)
+
+    asyncio.run(stale_barrier())
+    assert s.tasks["bar"] is barrier and str(barrier.state) == "waiting"
+    ops = [(msg["op"], msg.get("key"), msg.get("keys")) for msg in stream.sent]
+    assert ops[0] == ("free-keys", None, ["t0", "t1"]), ops
+    assert {key for op, key, _ in ops if op == "compute-task"} == {"t0", "t1"}, ops
