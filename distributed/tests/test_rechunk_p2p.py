@@ -293,6 +293,15 @@ def test_rechunk_p2p_keeps_unknown_sizes_on_unchanged_axes(client: Client[Litera
     np.testing.assert_array_equal(client.compute(y, sync=True), x.compute(scheduler="sync"))
 
 
+@pytest.mark.timeout(120)
+def test_a_large_rechunk_goes_p2p_by_default_with_a_client(client: Client[Literal[False]]) -> None:
+    a = np.random.default_rng(5).random((120, 120))
+    x = from_array(a, (120, 1))
+    assert barriers(x.rechunk((1, 120))) != [], "dask picks P2P for an all-to-all rechunk"
+    assert barriers(x.rechunk((120, 2))) == [], "and tasks for a small one"
+    np.testing.assert_array_equal(client.compute(x.rechunk((1, 120)), sync=True), a)
+
+
 def slow_copy(block: np.ndarray) -> np.ndarray:
     time.sleep(0.1)
     return block.copy()
