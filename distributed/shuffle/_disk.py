@@ -54,8 +54,9 @@ class ShardStore:
         self._lock = threading.Lock()
         self._spill_lock = asyncio.Lock()
         self._closed = False
-        #: Bytes of shards in memory now.
+        #: Bytes of shards in memory now, and the most there ever was.
         self.memory_bytes = 0
+        self.peak_memory_bytes = 0
         #: Bytes written to disk in total, and the files written.
         self.disk_bytes_written = 0
         self.files_written: set[str] = set()
@@ -76,6 +77,7 @@ class ShardStore:
                 self._memory.setdefault(out, {})[inp] = payload
                 self.memory_bytes += len(payload)
                 self.bytes_received += len(payload)
+            self.peak_memory_bytes = max(self.peak_memory_bytes, self.memory_bytes)
             over = self.disk and self.memory_bytes > self.memory_limit
         if over:
             await self.flush()

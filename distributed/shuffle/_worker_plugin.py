@@ -101,6 +101,7 @@ class ShuffleWorkerExtension:
         self.files_written = 0
         self._closed_disk_bytes = 0
         self._closed_files = 0
+        self._closed_peak = 0
 
     def routes(self) -> dict[str, Route[Any]]:
         """The requests the worker answers for shuffles."""
@@ -265,6 +266,7 @@ class ShuffleWorkerExtension:
         store = run.context.store
         self._closed_disk_bytes += store.disk_bytes_written
         self._closed_files += len(store.files_written)
+        self._closed_peak = max(self._closed_peak, store.peak_memory_bytes)
         self.bytes_received += store.bytes_received
         store.close()
         if self.runs.get(run.id) is run:
@@ -272,13 +274,17 @@ class ShuffleWorkerExtension:
         self.forgotten[run.id] = max(self.forgotten.get(run.id, 0), run.run_id)
 
     def stats(self) -> dict[str, int]:
-        """Bytes sent, received and written to disk, and files written, over every run so far."""
+        """Bytes sent, received and written to disk, files written, and the most bytes of shards held in memory.
+
+        Totals over every run so far; the peak is that of the run that held most.
+        """
         live = [r.context.store for r in self.runs.values()]
         return {
             "bytes_sent": self.bytes_sent,
             "bytes_received": self.bytes_received + sum(s.bytes_received for s in live),
             "disk_bytes_written": self._closed_disk_bytes + sum(s.disk_bytes_written for s in live),
             "files_written": self._closed_files + sum(len(s.files_written) for s in live),
+            "peak_memory_bytes": max([self._closed_peak, *(s.peak_memory_bytes for s in live)]),
         }
 
     def close(self) -> None:

@@ -103,15 +103,15 @@ def slow_identity(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def shuffle_progress(dask_scheduler: Scheduler) -> tuple[int, int]:
-    """(active runs, transfer tasks done)."""
+def shuffle_progress(dask_scheduler: Scheduler) -> tuple[int, int, int]:
+    """(active runs, transfer tasks done, workers holding one)."""
     ext = dask_scheduler.extensions["shuffle"]
-    done = sum(
-        1
+    done = [
+        ts
         for ts in dask_scheduler.tasks.values()
         if isinstance(ts.key, tuple) and str(ts.key[0]).startswith("shuffle-transfer-") and ts.state == "memory"
-    )
-    return len(ext.active), done
+    ]
+    return len(ext.active), len(done), len({ws.address for ts in done for ws in ts.who_has})
 
 
 def story_of(dask_scheduler: Scheduler, keys: list[Any]) -> list[Any]:
@@ -125,7 +125,7 @@ def test_worker_killed_mid_shuffle_restarts_it_with_a_new_run(process_cluster: C
     df = to_dask(pdf, 24).map_partitions(slow_identity)
     future = client.compute(df.shuffle("x", npartitions=6))
     poll_for(
-        lambda: (lambda p: p[0] == 1 and p[1] >= 3)(client.run_on_scheduler(shuffle_progress)),
+        lambda: (lambda p: p[0] == 1 and p[1] >= 3 and p[2] == 2)(client.run_on_scheduler(shuffle_progress)),
         timeout=60,
         what="the shuffle to be under way",
     )
@@ -166,6 +166,53 @@ def test_shuffle_larger_than_the_p2p_buffer_spills_to_disk() -> None:
                 assert all(s["files_written"] > 0 for s in stats.values()), stats
                 # Once the shuffle is done, its runs and their files go away.
                 poll_for(lambda: not any(client.run(p2p_listing).values()), timeout=20, what="shuffle files removed")
+
+
+def numeric_frame(n: int, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({"x": rng.integers(0, 1000, n), **{c: rng.random(n) for c in "fghijk"}})
+
+
+@pytest.mark.timeout(180)
+def test_shuffle_of_tens_of_megabytes_past_a_one_megabyte_buffer_completes_by_spilling() -> None:
+    pdf = numeric_frame(400_000)  # 22 MB, each worker receives about half of it
+    buffer = 2**20
+    config = {
+        "distributed.p2p.storage.buffer": "1 MiB",
+        "distributed.p2p.comm.message-bytes-limit": "256 kiB",
+        "distributed.p2p.comm.buffer": "2 MiB",  # back-pressure: at most this much in flight per sender
+    }
+    with dask.config.set(config):
+        with LocalCluster(n_workers=2, threads_per_worker=2, processes=True, dashboard_address=None) as cluster:
+            with Client(cluster) as client:
+                result = to_dask(pdf, 16).shuffle("x", npartitions=8).compute()
+                stats = client.run(shuffle_stats)
+                poll_for(lambda: not any(client.run(p2p_listing).values()), timeout=20, what="shuffle files removed")
+    pd.testing.assert_frame_equal(ordered(result), ordered(pdf))
+    for s in stats.values():
+        assert s["bytes_received"] > 8 * 2**20, stats
+        assert s["disk_bytes_written"] > s["bytes_received"] // 2, stats
+        # Memory holds the buffer, plus at most what the two senders may have in flight
+        # (unacknowledged until stored) while a write is under way.
+        assert s["peak_memory_bytes"] <= buffer + 2 * 2 * 2**20, stats
+        assert s["peak_memory_bytes"] > buffer // 2, stats
+
+
+@pytest.mark.timeout(120)
+def test_without_disk_shards_stay_in_memory_past_the_buffer() -> None:
+    pdf = numeric_frame(40_000)
+    config = {"distributed.p2p.storage.buffer": "64 kiB", "distributed.p2p.storage.disk": False}
+    with dask.config.set(config):
+        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+            with Client(cluster) as client:
+                result = to_dask(pdf, 6).shuffle("x", npartitions=4).compute()
+                stats = client.run(shuffle_stats)
+                listing = client.run(p2p_listing)
+    pd.testing.assert_frame_equal(ordered(result), ordered(pdf))
+    assert not any(listing.values()), listing
+    for s in stats.values():
+        assert s["disk_bytes_written"] == 0 and s["files_written"] == 0, stats
+        assert s["peak_memory_bytes"] == s["bytes_received"] > 64 * 1024, stats
 
 
 @gen_cluster(client=True)
