@@ -1207,6 +1207,9 @@ class ShuffleDescription(TypedDict):
     #: ``[key, position]`` of each unpack task: the position of the output partition it reads.
     outputs: Sequence[Sequence[Any]]
     disk: bool
+    #: How output partitions are spread over the workers: ``"round-robin"`` (partition
+    #: ``i`` to worker ``i % n``) or ``"contiguous"`` (blocks: ``i * n // npartitions``).
+    assignment: Literal["round-robin", "contiguous"]
     #: The pickled spec: the scheduler passes it on to workers without opening it.
     spec: bytes
 

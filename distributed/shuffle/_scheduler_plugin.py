@@ -9,7 +9,9 @@ and the spec as opaque bytes for the workers).
 A run starts when the first transfer task asks for it
 (``shuffle_get_or_create``): the participating workers are the running
 workers, sorted by address; output partition ``i`` goes to worker
-``i % len(workers)``; each unpack task is restricted to the worker owning its
+``i % len(workers)`` (dataframes), or, when the description asks for
+contiguous blocks (array rechunks), to worker ``i * len(workers) //
+npartitions``; each unpack task is restricted to the worker owning its
 output partition.  When a participating worker leaves before every unpack
 task is done, the run is dropped (the surviving participants forget it) and
 the transfer tasks and the barrier are released, so they run again under a
@@ -37,7 +39,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ShuffleSchedulerExtension"]
+__all__ = ["ShuffleSchedulerExtension", "assign_workers"]
 
 #: Seconds between two looks for finished shuffles (their runs are then dropped on the workers).
 SWEEP_INTERVAL = 1.0
@@ -181,8 +183,7 @@ class ShuffleSchedulerExtension:
         workers = sorted(addr for addr, ws in s.workers.items() if ws.status == "running")
         if not workers:
             raise RuntimeError(f"Shuffle {desc['id']!r}: no running worker to take part")
-        n = desc["npartitions"]
-        worker_for = [workers[i % len(workers)] for i in range(n)]
+        worker_for = assign_workers(workers, desc["npartitions"], desc["assignment"])
         run = _Run(desc["id"], next(self._run_ids), worker_for, barrier, set(worker_for))
         self.active[run.id] = run
         # Unpack tasks go where their output partition is: restrictions, through the transitions.
@@ -273,6 +274,24 @@ class ShuffleSchedulerExtension:
                 described.seen = True
             elif shuffle_id not in self.active and (described.seen or now - described.received > UNSEEN_LIFETIME):
                 del self.described[shuffle_id]
+
+
+def assign_workers(workers: Sequence[str], npartitions: int, how: str) -> list[str]:
+    """The worker of each output partition, by position: round-robin, or in contiguous blocks.
+
+    Examples
+    --------
+    >>> assign_workers(["a", "b"], 5, "round-robin")
+    ['a', 'b', 'a', 'b', 'a']
+    >>> assign_workers(["a", "b"], 5, "contiguous")
+    ['a', 'a', 'a', 'b', 'b']
+    """
+    n = len(workers)
+    if how == "contiguous":
+        return [workers[i * n // npartitions] for i in range(npartitions)]
+    if how == "round-robin":
+        return [workers[i % n] for i in range(npartitions)]
+    raise ValueError(f"Unknown assignment of shuffle outputs to workers: {how!r}")
 
 
 def _finished(barrier: TaskState) -> bool:

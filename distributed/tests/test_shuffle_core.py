@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import pickle
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,7 +94,26 @@ def test_describe_shuffles() -> None:
     assert desc["id"] == "s" and desc["barrier"] == bkey and desc["npartitions"] == 3 and desc["disk"]
     assert sorted(map(tuple, desc["outputs"])) == [(["out", 0], 2), (["out", 1], 1), (["out", 2], 0)]
     assert loads(desc["spec"]) == spec
+    assert desc["assignment"] == "round-robin"
     assert describe_shuffles({("t", 0): graph[("t", 0)]}) == []
+
+
+def test_rechunk_outputs_go_to_workers_in_contiguous_blocks_and_dataframes_round_robin() -> None:
+    import dask.array as da
+
+    from distributed.shuffle._scheduler_plugin import assign_workers
+
+    y = da.ones((6, 4), chunks=(1, 4)).rechunk((6, 1), method="p2p")
+    (desc,) = describe_shuffles(dict(y.__dask_graph__()))
+    assert desc["assignment"] == "contiguous"
+    assert assign_workers(["a", "b", "c"], 8, "contiguous") == ["a", "a", "a", "b", "b", "b", "c", "c"]
+    assert assign_workers(["a", "b", "c"], 8, "round-robin") == ["a", "b", "c", "a", "b", "c", "a", "b"]
+    assert assign_workers(["a", "b", "c"], 2, "contiguous") == ["a", "b"]
+    # every worker gets a block of the same size, to within one partition
+    sizes = Counter(assign_workers([str(w) for w in range(7)], 100, "contiguous")).values()
+    assert max(sizes) - min(sizes) <= 1
+    with pytest.raises(ValueError, match="Unknown assignment"):
+        assign_workers(["a"], 1, "random")
 
 
 def test_shard_store_spills_past_its_limit_and_ignores_duplicates(tmp_path: Path) -> None:
@@ -145,7 +165,17 @@ def test_restart_drops_transfer_results_before_running_the_transfers_again() -> 
     s.update_graph("c1", {"t0": spec(), "t1": spec(), "bar": spec(["t0", "t1"]), "u": spec(["bar"])}, ["u"])
     ext = ShuffleSchedulerExtension(s)
     ext.add_descriptions(
-        [m.ShuffleDescription(id="sh", barrier="bar", npartitions=1, outputs=[["u", 0]], disk=False, spec=b"")]
+        [
+            m.ShuffleDescription(
+                id="sh",
+                barrier="bar",
+                npartitions=1,
+                outputs=[["u", 0]],
+                disk=False,
+                assignment="round-robin",
+                spec=b"",
+            )
+        ]
     )
     assert ext.handle_get_or_create(None, m.ShuffleGetOrCreate(op="shuffle_get_or_create", id="sh", worker=A))
     finish(s, "t0")
