@@ -226,6 +226,22 @@ async def test_unsupported_dtype_is_refused_naming_the_column(
             df.shuffle("x")
 
 
+class Opaque:
+    """A Python object arrow cannot carry."""
+
+
+@gen_cluster(client=True)
+async def test_values_arrow_cannot_carry_fail_the_shuffle_naming_the_column(
+    c: Client[Any], s: Scheduler, a: Worker, b: Worker
+) -> None:
+    # The dtype (object) is fine: the values are found out when a transfer converts them.
+    pdf = pd.DataFrame({"x": [1, 2, 3, 4], "z": [Opaque() for _ in range(4)]})
+    with dask.config.set({"dataframe.convert-string": False, "dataframe.shuffle.method": "p2p"}):
+        shuffled = to_dask(pdf, 2).shuffle("x", npartitions=2)
+    with pytest.raises(TypeError, match="p2p does not support data of type 'object' found in column 'z'"):
+        await c.compute(shuffled)
+
+
 @gen_cluster(client=True)
 async def test_shards_of_an_old_run_are_refused(c: Client[Any], s: Scheduler, a: Worker, b: Worker) -> None:
     pdf = frame(200)
