@@ -329,7 +329,12 @@ class ShuffleWorkerExtension:
         await run.context.store.flush_pending()
 
     def handle_forget(self, comm: Any, msg: m.ShuffleForget) -> None:
-        """Drop a shuffle's runs up to ``run_id``."""
+        """Drop a shuffle's runs up to ``run_id``.
+
+        It comes by RPC, in no order with the task stream: a forget that
+        arrives after this worker joined a newer run leaves that run alone
+        (runs are dropped by id, and ids only grow).
+        """
         shuffle_id = ShuffleId(msg["id"])
         run = self.runs.get(shuffle_id)
         if run is not None and run.run_id <= msg["run_id"]:
