@@ -848,11 +848,12 @@ class WorkerStateMachine:
                 continue
             if ts.state == "cancelled":
                 continue
-            if ts.dependents and any(
-                d.state in ("waiting", "ready", "executing", "long-running") for d in ts.dependents
-            ):
-                # Still an input of a task that runs here: keep the data,
-                # but it is no longer ours to report.
+            if ts.dependents and any(d.state in ("waiting", "ready") for d in ts.dependents):
+                # Still an input of a task about to run here: keep the data,
+                # but it is no longer ours to report.  (A task already running
+                # holds its inputs: kept for it, the data would outlive it, and
+                # a compute-task asking for this key again would be answered
+                # with the freed copy instead of a new run.)
                 ts.computed = False
                 continue
             for dep in list(ts.dependents):

@@ -1,8 +1,8 @@
 """Which client ``dask.compute`` uses: the current client of a context, else the newest default one.
 
 A client made with ``set_as_default=True`` joins the process's default
-clients and sets dask's ``scheduler`` config to ``"dask.distributed"`` (with
-task-based shuffles and rechunks, which run on any cluster).  A client used as
+clients and sets dask's ``scheduler`` config to ``"dask.distributed"`` (dask
+then shuffles dataframes and rechunks large arrays peer-to-peer).  A client used as
 a ``with`` block, or through :meth:`Client.as_current`, is the current client
 of that context (a :class:`contextvars.ContextVar`, so threads and tasks each
 see their own).  :func:`get_default_client` prefers the current client, then
@@ -38,13 +38,12 @@ __all__ = [
     "global_clients",
 ]
 
-#: What a client in use sets in dask's config.  Dataframes then shuffle with
-#: dask's default, P2P (see distributed.shuffle); arrays rechunk with tasks
-#: unless asked for ``method="p2p"``, until a worker lost mid-rechunk can no
-#: longer stall the restarted shuffle (a transfer may still report the old run).
+#: What a client in use sets in dask's config: dask's scheduler.  dask then
+#: picks P2P (see distributed.shuffle) for dataframe shuffles, and for array
+#: rechunks too large for a task-based rechunk's graph (its own rule, with
+#: ``array.rechunk.method`` unset).
 CLIENT_CONFIG: Final = {
     "scheduler": "dask.distributed",
-    "array.rechunk.method": "tasks",
 }
 
 _global_clients: weakref.WeakValueDictionary[int, Client] = weakref.WeakValueDictionary()

@@ -1207,6 +1207,9 @@ class ShuffleDescription(TypedDict):
     #: ``[key, position]`` of each unpack task: the position of the output partition it reads.
     outputs: Sequence[Sequence[Any]]
     disk: bool
+    #: How output partitions are spread over the workers: ``"round-robin"`` (partition
+    #: ``i`` to worker ``i % n``) or ``"contiguous"`` (blocks: ``i * n // npartitions``).
+    assignment: Literal["round-robin", "contiguous"]
     #: The pickled spec: the scheduler passes it on to workers without opening it.
     spec: bytes
 
@@ -1238,11 +1241,13 @@ class ShuffleRunInfo(TypedDict):
 
 
 class ShuffleBarrierRequest(TypedDict):
-    """The barrier task of a shuffle ran: every transfer of run ``run_id`` is done."""
+    """The barrier task of a shuffle runs on ``worker``: every transfer is done, in these runs."""
 
     op: Literal["shuffle_barrier"]
     id: str
-    run_id: int
+    #: The distinct run ids the transfer tasks returned (one, the current run's, when all is well).
+    run_ids: Sequence[int]
+    worker: str
 
 
 class ShuffleInputsDone(TypedDict):

@@ -50,7 +50,7 @@ import asyncio
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NewType
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, NewType
 
 from dask._task_spec import GraphNode, Task
 
@@ -133,10 +133,15 @@ class ShuffleSpec(abc.ABC):
 
     id: ShuffleId
     disk: bool
+    #: How the scheduler spreads output partitions over workers: ``"round-robin"``
+    #: (partition ``i`` of the list to worker ``i % n``), or ``"contiguous"`` (in
+    #: blocks, ``i * n // npartitions``: neighbouring partitions, e.g. array chunks
+    #: read together downstream, share a worker).
+    output_assignment: ClassVar[Literal["round-robin", "contiguous"]] = "round-robin"
 
     @abc.abstractmethod
     def output_partitions(self) -> Sequence[PartitionId]:
-        """The output partitions, in order (workers are assigned by position in this list)."""
+        """The output partitions, in order (workers are assigned by position in this list, see ``output_assignment``)."""
 
     @abc.abstractmethod
     def output_partition_of(self, node: GraphNode) -> PartitionId | None:
@@ -340,6 +345,7 @@ def describe_shuffles(graph: Mapping[Any, GraphNode]) -> list[m.ShuffleDescripti
             npartitions=len(positions[key]),
             outputs=outputs[key],
             disk=bool(barrier.spec.disk),
+            assignment=barrier.spec.output_assignment,
             spec=dumps(barrier.spec),
         )
         for key, barrier in barriers.items()

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 import msgpack
 
 from distributed.shuffle._core import PartitionId, as_partition_id
+from distributed.shuffle._exceptions import ShuffleRunRefused
 
 __all__ = ["ShardStore"]
 
@@ -53,8 +54,9 @@ class ShardStore:
         self._lock = threading.Lock()
         self._spill_lock = asyncio.Lock()
         self._closed = False
-        #: Bytes of shards in memory now.
+        #: Bytes of shards in memory now, and the most there ever was.
         self.memory_bytes = 0
+        self.peak_memory_bytes = 0
         #: Bytes written to disk in total, and the files written.
         self.disk_bytes_written = 0
         self.files_written: set[str] = set()
@@ -65,7 +67,8 @@ class ShardStore:
         """Keep ``shards`` ``(input, output, bytes)``; returns once memory is within the limit again."""
         with self._lock:
             if self._closed:
-                raise RuntimeError(f"Shards arrived for a closed shuffle run in {self.directory}")
+                # The run was dropped (restarted) while the shards travelled.
+                raise ShuffleRunRefused(f"Shards arrived for a dropped shuffle run in {self.directory}")
             for inp, out, payload in shards:
                 ident = (inp, out)
                 if ident in self._seen:
@@ -74,6 +77,7 @@ class ShardStore:
                 self._memory.setdefault(out, {})[inp] = payload
                 self.memory_bytes += len(payload)
                 self.bytes_received += len(payload)
+            self.peak_memory_bytes = max(self.peak_memory_bytes, self.memory_bytes)
             over = self.disk and self.memory_bytes > self.memory_limit
         if over:
             await self.flush()

@@ -41,7 +41,7 @@ import math
 import pickle
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 import dask.config
 from dask._task_spec import GraphNode, Task, TaskRef
@@ -342,6 +342,8 @@ class ArrayRechunkSpec(ShuffleSpec):
     old: Chunks
     new: Chunks
     disk: bool
+    #: Output chunks in C order, in blocks per worker: neighbours share a worker.
+    output_assignment: ClassVar[Literal["round-robin", "contiguous"]] = "contiguous"
 
     def output_partitions(self) -> Sequence[PartitionId]:
         """Every output chunk index, in C order."""

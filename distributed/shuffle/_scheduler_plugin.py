@@ -9,7 +9,9 @@ and the spec as opaque bytes for the workers).
 A run starts when the first transfer task asks for it
 (``shuffle_get_or_create``): the participating workers are the running
 workers, sorted by address; output partition ``i`` goes to worker
-``i % len(workers)``; each unpack task is restricted to the worker owning its
+``i % len(workers)`` (dataframes), or, when the description asks for
+contiguous blocks (array rechunks), to worker ``i * len(workers) //
+npartitions``; each unpack task is restricted to the worker owning its
 output partition.  When a participating worker leaves before every unpack
 task is done, the run is dropped (the surviving participants forget it) and
 the transfer tasks and the barrier are released, so they run again under a
@@ -37,7 +39,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ShuffleSchedulerExtension"]
+__all__ = ["ShuffleSchedulerExtension", "assign_workers"]
 
 #: Seconds between two looks for finished shuffles (their runs are then dropped on the workers).
 SWEEP_INTERVAL = 1.0
@@ -121,12 +123,59 @@ class ShuffleSchedulerExtension:
         return run.info(self.described[msg["id"]].desc["spec"])
 
     async def handle_barrier(self, comm: Any, msg: m.ShuffleBarrierRequest) -> None:
-        """Every transfer of a run is done: tell each participant, and answer once all heard it."""
-        run = self.active.get(msg["id"])
-        if run is None or run.run_id != msg["run_id"]:
-            raise ShuffleRunRefused(f"Shuffle {msg['id']!r} run {msg['run_id']} is not the current run")
-        done = m.ShuffleInputsDone(op="shuffle_inputs_done", id=run.id, run_id=run.run_id)
-        await asyncio.gather(*(self.scheduler.rpc.call(addr, done) for addr in sorted(run.participants)))
+        """Every transfer is done: tell each participant, and answer once all heard it.
+
+        The transfers must all have contributed to the current run.  A transfer
+        may report an older one: a worker whose transfer was still running when
+        the shuffle was restarted is asked to run it again and, as it is
+        running already, reports that first run's result (its shards went to
+        the old run).  Rescheduling the barrier would see the same results
+        again, forever: the shuffle is restarted instead, so that every transfer
+        runs again in a new run.
+
+        This is safe whatever the order in which messages arrive: the scheduler
+        compares the run ids against the one run it holds current, in one step
+        of its event loop, and a run id is never reused.  A barrier that was
+        released meanwhile (its run already restarted), or that runs on another
+        worker now, restarts nothing.
+        """
+        shuffle_id = msg["id"]
+        run_ids = set(msg["run_ids"])
+        run = self.active.get(shuffle_id)
+        if run is not None and run_ids == {run.run_id}:
+            done = m.ShuffleInputsDone(op="shuffle_inputs_done", id=run.id, run_id=run.run_id)
+            await asyncio.gather(*(self.scheduler.rpc.call(addr, done) for addr in sorted(run.participants)))
+            return
+        described = self.described.get(shuffle_id)
+        barrier = None if described is None else self.scheduler.tasks.get(described.desc["barrier"])
+        current = None if run is None else run.run_id
+        if (
+            barrier is not None
+            and barrier.state == "processing"
+            and barrier.processing_on is not None
+            and barrier.processing_on.address == msg["worker"]
+        ):
+            s = self.scheduler
+            logger.info(
+                "Shuffle %s: transfers reported runs %s, the current run is %s: restarting it",
+                shuffle_id,
+                sorted(run_ids),
+                current,
+            )
+            s.log_event(
+                "p2p",
+                {"action": "p2p-run-restart", "id": shuffle_id, "run_id": current, "stale": sorted(run_ids)},
+            )
+            if run is not None:
+                self._forget(run)
+            from distributed.scheduler import Out  # the scheduler module imports this one
+
+            out = Out()
+            self._rerun(barrier, f"shuffle-restart-{shuffle_id}-{time.time()}", out)
+            s.send_all(out)
+        raise ShuffleRunRefused(
+            f"Shuffle {shuffle_id!r}: the transfers reported runs {sorted(run_ids)}, not the current run {current}"
+        )
 
     # -- runs -----------------------------------------------------------------------------------
     def _start(self, desc: m.ShuffleDescription, barrier: TaskState) -> _Run:
@@ -134,8 +183,7 @@ class ShuffleSchedulerExtension:
         workers = sorted(addr for addr, ws in s.workers.items() if ws.status == "running")
         if not workers:
             raise RuntimeError(f"Shuffle {desc['id']!r}: no running worker to take part")
-        n = desc["npartitions"]
-        worker_for = [workers[i % len(workers)] for i in range(n)]
+        worker_for = assign_workers(workers, desc["npartitions"], desc["assignment"])
         run = _Run(desc["id"], next(self._run_ids), worker_for, barrier, set(worker_for))
         self.active[run.id] = run
         # Unpack tasks go where their output partition is: restrictions, through the transitions.
@@ -184,6 +232,19 @@ class ShuffleSchedulerExtension:
         stimulus_id = f"shuffle-restart-{run.id}-{time.time()}"
         logger.info("Shuffle %s run %d lost worker %s: restarting it", run.id, run.run_id, address)
         s.log_event("p2p", {"action": "p2p-run-restart", "id": run.id, "run_id": run.run_id, "worker": address})
+        self._rerun(barrier, stimulus_id, out)
+
+    def _rerun(self, barrier: TaskState, stimulus_id: str, out: Out) -> None:
+        """Make every transfer of a shuffle run again, then its barrier; unpack tasks are unpinned.
+
+        A transfer done on a worker that is asked to run it again in this
+        same stimulus would answer with the result it holds, that of the old
+        run: the scheduler keeps such a key off the stimulus' free-keys.  So
+        the holders are told to drop the transfers' results first, ahead of
+        anything else this stimulus sends them (the stream keeps the order).
+        """
+        s = self.scheduler
+        held: dict[str, list[Key]] = {}
         recs: dict[TaskState, TaskStateName] = {}
         # Popped last-in first: the transfers go before the barrier.
         if barrier.state not in ("released", "waiting"):
@@ -191,10 +252,15 @@ class ShuffleSchedulerExtension:
         for dts in barrier.dependencies:
             if dts.state in ("memory", "processing"):
                 recs[dts] = "released"
+            for ws in dts.who_has:
+                held.setdefault(ws.address, []).append(dts.key)
         for dep in barrier.dependents:
             if dep.state not in ("memory", "processing"):
                 dep.worker_restrictions = None
         s.transitions(recs, stimulus_id, out)
+        for addr, keys in held.items():
+            if addr in s.workers:
+                out.workers[addr].insert(0, m.FreeKeys(op="free-keys", keys=keys))
 
     def sweep(self) -> None:
         """Drop the runs of finished shuffles and the descriptions of forgotten ones."""
@@ -208,6 +274,24 @@ class ShuffleSchedulerExtension:
                 described.seen = True
             elif shuffle_id not in self.active and (described.seen or now - described.received > UNSEEN_LIFETIME):
                 del self.described[shuffle_id]
+
+
+def assign_workers(workers: Sequence[str], npartitions: int, how: str) -> list[str]:
+    """The worker of each output partition, by position: round-robin, or in contiguous blocks.
+
+    Examples
+    --------
+    >>> assign_workers(["a", "b"], 5, "round-robin")
+    ['a', 'b', 'a', 'b', 'a']
+    >>> assign_workers(["a", "b"], 5, "contiguous")
+    ['a', 'a', 'a', 'b', 'b']
+    """
+    n = len(workers)
+    if how == "contiguous":
+        return [workers[i * n // npartitions] for i in range(npartitions)]
+    if how == "round-robin":
+        return [workers[i % n] for i in range(npartitions)]
+    raise ValueError(f"Unknown assignment of shuffle outputs to workers: {how!r}")
 
 
 def _finished(barrier: TaskState) -> bool:

@@ -101,6 +101,7 @@ class ShuffleWorkerExtension:
         self.files_written = 0
         self._closed_disk_bytes = 0
         self._closed_files = 0
+        self._closed_peak = 0
 
     def routes(self) -> dict[str, Route[Any]]:
         """The requests the worker answers for shuffles."""
@@ -117,33 +118,53 @@ class ShuffleWorkerExtension:
         return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
     def add_partition(self, shuffle_id: ShuffleId, data: Any, input_partition: PartitionId) -> int:
-        """Send the shards of one input partition (in a transfer task); return the run id."""
-        run = self._sync(self._get_or_create(shuffle_id))
+        """Send the shards of one input partition (in a transfer task); return the run id.
+
+        Raises :class:`~distributed.Reschedule` when the run is refused or
+        dropped before every shard is stored, or a receiver is gone: the
+        scheduler restarts the shuffle, and the task runs again in the new run.
+        """
+        run: ShuffleRun | None = None
         try:
-            return run.add_partition(data, input_partition)
+            run = self._sync(self._get_or_create(shuffle_id))
+            run_id = run.add_partition(data, input_partition)
+            if self.forgotten.get(shuffle_id, 0) >= run_id:
+                # Dropped while we sent: the scheduler has moved on.  (Should
+                # this check pass and the drop come just after, the barrier
+                # catches the stale run id and the scheduler restarts the shuffle.)
+                raise ShuffleRunRefused(f"Shuffle {shuffle_id!r} run {run_id} was dropped during the transfer")
+            return run_id
         except (ShuffleRunRefused, CommClosedError, OSError) as e:
-            # The run was restarted or a receiver left (the scheduler restarts the shuffle): run again.
             logger.info(
-                "Shuffle %s run %d: transfer of %r is rescheduled: %r", shuffle_id, run.run_id, input_partition, e
+                "Shuffle %s run %s: transfer of %r is rescheduled: %r",
+                shuffle_id,
+                None if run is None else run.run_id,
+                input_partition,
+                e,
             )
             raise Reschedule() from e
 
     def barrier(self, shuffle_id: ShuffleId, run_ids: Sequence[int]) -> int:
-        """All transfers are done (in the barrier task): tell the participants; return the run id."""
-        ids = set(run_ids)
-        if len(ids) != 1:
-            raise Reschedule()
-        (run_id,) = ids
+        """All transfers are done (in the barrier task): tell the participants; return the run id.
+
+        The scheduler checks the run ids against its current run and, when a
+        transfer reported another one, restarts the shuffle (see
+        ``ShuffleSchedulerExtension.handle_barrier``); this task then gives way.
+        """
+        ids = sorted(set(run_ids))
         try:
             self._sync(
                 self.worker.rpc.call(
                     self.worker.scheduler_addr,
-                    m.ShuffleBarrierRequest(op="shuffle_barrier", id=shuffle_id, run_id=run_id),
+                    m.ShuffleBarrierRequest(
+                        op="shuffle_barrier", id=shuffle_id, run_ids=ids, worker=self.worker.address
+                    ),
                 )
             )
         except (ShuffleRunRefused, CommClosedError, OSError) as e:
-            logger.info("Shuffle %s run %d: barrier is rescheduled: %r", shuffle_id, run_id, e)
+            logger.info("Shuffle %s runs %s: barrier is rescheduled: %r", shuffle_id, ids, e)
             raise Reschedule() from e
+        (run_id,) = ids
         return run_id
 
     def get_output_partition(self, shuffle_id: ShuffleId, run_id: int, partition: Any) -> Any:
@@ -245,6 +266,7 @@ class ShuffleWorkerExtension:
         store = run.context.store
         self._closed_disk_bytes += store.disk_bytes_written
         self._closed_files += len(store.files_written)
+        self._closed_peak = max(self._closed_peak, store.peak_memory_bytes)
         self.bytes_received += store.bytes_received
         store.close()
         if self.runs.get(run.id) is run:
@@ -252,13 +274,17 @@ class ShuffleWorkerExtension:
         self.forgotten[run.id] = max(self.forgotten.get(run.id, 0), run.run_id)
 
     def stats(self) -> dict[str, int]:
-        """Bytes sent, received and written to disk, and files written, over every run so far."""
+        """Bytes sent, received and written to disk, files written, and the most bytes of shards held in memory.
+
+        Totals over every run so far; the peak is that of the run that held most.
+        """
         live = [r.context.store for r in self.runs.values()]
         return {
             "bytes_sent": self.bytes_sent,
             "bytes_received": self.bytes_received + sum(s.bytes_received for s in live),
             "disk_bytes_written": self._closed_disk_bytes + sum(s.disk_bytes_written for s in live),
             "files_written": self._closed_files + sum(len(s.files_written) for s in live),
+            "peak_memory_bytes": max([self._closed_peak, *(s.peak_memory_bytes for s in live)]),
         }
 
     def close(self) -> None:
@@ -303,7 +329,12 @@ class ShuffleWorkerExtension:
         await run.context.store.flush_pending()
 
     def handle_forget(self, comm: Any, msg: m.ShuffleForget) -> None:
-        """Drop a shuffle's runs up to ``run_id``."""
+        """Drop a shuffle's runs up to ``run_id``.
+
+        It comes by RPC, in no order with the task stream: a forget that
+        arrives after this worker joined a newer run leaves that run alone
+        (runs are dropped by id, and ids only grow).
+        """
         shuffle_id = ShuffleId(msg["id"])
         run = self.runs.get(shuffle_id)
         if run is not None and run.run_id <= msg["run_id"]:

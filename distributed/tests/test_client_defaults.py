@@ -39,7 +39,8 @@ def test_the_newest_open_default_client_is_used_and_config_waits_for_the_last(no
     a.context.make_default()
     b.context.make_default()
     assert dask.config.get("scheduler") == "dask.distributed"
-    assert dask.config.get("array.rechunk.method") == "tasks"
+    # Left to dask, which rechunks large arrays with P2P when a client is in use.
+    assert dask.config.get("array.rechunk.method", None) is None
     assert global_clients()[-2:] == [a, b]  # type: ignore[comparison-overlap]  # stand-ins
     assert get_default_client() is b  # type: ignore[comparison-overlap]
     b.status = "closed"

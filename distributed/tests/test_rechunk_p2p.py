@@ -19,7 +19,7 @@ import dask.core
 import numpy as np
 import pytest
 
-from distributed import Client, LocalCluster
+from distributed import Client, LocalCluster, futures_of, wait
 from distributed.shuffle import P2PBarrierTask, describe_shuffles, rechunk_p2p
 from distributed.shuffle._rechunk import ChunkIndex, Chunks, RechunkPlan, prechunk
 from distributed.utils_test import poll_for
@@ -293,6 +293,31 @@ def test_rechunk_p2p_keeps_unknown_sizes_on_unchanged_axes(client: Client[Litera
     np.testing.assert_array_equal(client.compute(y, sync=True), x.compute(scheduler="sync"))
 
 
+@pytest.mark.timeout(120)
+def test_a_large_rechunk_goes_p2p_by_default_with_a_client(client: Client[Literal[False]]) -> None:
+    a = np.random.default_rng(5).random((120, 120))
+    x = from_array(a, (120, 1))
+    assert barriers(x.rechunk((1, 120))) != [], "dask picks P2P for an all-to-all rechunk"
+    assert barriers(x.rechunk((120, 2))) == [], "and tasks for a small one"
+    np.testing.assert_array_equal(client.compute(x.rechunk((1, 120)), sync=True), a)
+
+
+@pytest.mark.timeout(120)
+def test_rechunk_p2p_output_chunks_go_to_workers_in_contiguous_blocks(client: Client[Literal[False]]) -> None:
+    a = np.arange(64.0)
+    y = from_array(a, 16).rechunk(8, method="p2p")
+    persisted = client.persist(y)
+    try:
+        wait(persisted)
+        who_has = client.who_has(futures_of(persisted))
+        holders = [tuple(who_has[(y.name, i)]) for i in range(8)]
+        workers = sorted(client.scheduler_info()["workers"])
+        assert holders == [(workers[0],)] * 4 + [(workers[1],)] * 4, holders
+        np.testing.assert_array_equal(client.compute(persisted, sync=True), a)
+    finally:
+        del persisted
+
+
 def slow_copy(block: np.ndarray) -> np.ndarray:
     time.sleep(0.1)
     return block.copy()
@@ -302,10 +327,6 @@ def transfers_done(dask_scheduler: Any) -> int:
     return sum(1 for ts in dask_scheduler.tasks.values() if ts.state == "memory" and "rechunk-transfer" in str(ts.key))
 
 
-@pytest.mark.skip(
-    reason="the shuffle core's restart can leave a transfer result of the old run in memory; the barrier then "
-    "sees two run ids and is rescheduled on the same inputs again and again (seen in the full suite, under load)"
-)
 @pytest.mark.timeout(120)
 def test_rechunk_p2p_survives_a_worker_killed_mid_transfer() -> None:
     a = np.random.default_rng(7).random((40, 30))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import pickle
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ from distributed.shuffle import (
     RunContext,
     ShuffleId,
     ShuffleRun,
+    ShuffleRunRefused,
     ShuffleSpec,
     barrier_key,
     describe_shuffles,
@@ -92,7 +94,26 @@ def test_describe_shuffles() -> None:
     assert desc["id"] == "s" and desc["barrier"] == bkey and desc["npartitions"] == 3 and desc["disk"]
     assert sorted(map(tuple, desc["outputs"])) == [(["out", 0], 2), (["out", 1], 1), (["out", 2], 0)]
     assert loads(desc["spec"]) == spec
+    assert desc["assignment"] == "round-robin"
     assert describe_shuffles({("t", 0): graph[("t", 0)]}) == []
+
+
+def test_rechunk_outputs_go_to_workers_in_contiguous_blocks_and_dataframes_round_robin() -> None:
+    import dask.array as da
+
+    from distributed.shuffle._scheduler_plugin import assign_workers
+
+    y = da.ones((6, 4), chunks=(1, 4)).rechunk((6, 1), method="p2p")
+    (desc,) = describe_shuffles(dict(y.__dask_graph__()))
+    assert desc["assignment"] == "contiguous"
+    assert assign_workers(["a", "b", "c"], 8, "contiguous") == ["a", "a", "a", "b", "b", "b", "c", "c"]
+    assert assign_workers(["a", "b", "c"], 8, "round-robin") == ["a", "b", "c", "a", "b", "c", "a", "b"]
+    assert assign_workers(["a", "b", "c"], 2, "contiguous") == ["a", "b"]
+    # every worker gets a block of the same size, to within one partition
+    sizes = Counter(assign_workers([str(w) for w in range(7)], 100, "contiguous")).values()
+    assert max(sizes) - min(sizes) <= 1
+    with pytest.raises(ValueError, match="Unknown assignment"):
+        assign_workers(["a"], 1, "random")
 
 
 def test_shard_store_spills_past_its_limit_and_ignores_duplicates(tmp_path: Path) -> None:
@@ -114,7 +135,7 @@ def test_shard_store_spills_past_its_limit_and_ignores_duplicates(tmp_path: Path
     assert store.read(0) == [(0, b"aaaa"), (1, b"cccccccc")]  # reads leave the shards
     store.close()
     assert not os.path.exists(directory)
-    with pytest.raises(RuntimeError, match="closed"):
+    with pytest.raises(ShuffleRunRefused, match="dropped shuffle run"):
         asyncio.run(store.put([(5, 0, b"late")]))
 
 
@@ -124,3 +145,52 @@ def test_shard_store_without_disk_stays_in_memory(tmp_path: Path) -> None:
     assert store.disk_bytes_written == 0 and store.memory_bytes == 5
     assert store.read(0) == [(0, b"abc"), (1, b"de")]
     assert not os.path.exists(tmp_path / "run")
+
+
+def test_restart_drops_transfer_results_before_running_the_transfers_again() -> None:
+    # A worker asked again for a transfer whose result it holds answers with that
+    # result (of the old run): the restart must make it drop the result first.
+    from distributed.protocol import messages as m
+    from distributed.scheduler import Scheduler
+    from distributed.shuffle import ShuffleSchedulerExtension
+    from distributed.tests.test_scheduler_state import A, RecordingStream, finish, spec
+
+    class Recorder(RecordingStream):
+        send_lazy = RecordingStream.send
+
+    s = Scheduler(validate=True)
+    s.add_worker_state(A, 2)
+    stream = Recorder()
+    s.stream_comms[A] = stream  # type: ignore[assignment]  # records what the scheduler sends
+    s.update_graph("c1", {"t0": spec(), "t1": spec(), "bar": spec(["t0", "t1"]), "u": spec(["bar"])}, ["u"])
+    ext = ShuffleSchedulerExtension(s)
+    ext.add_descriptions(
+        [
+            m.ShuffleDescription(
+                id="sh",
+                barrier="bar",
+                npartitions=1,
+                outputs=[["u", 0]],
+                disk=False,
+                assignment="round-robin",
+                spec=b"",
+            )
+        ]
+    )
+    assert ext.handle_get_or_create(None, m.ShuffleGetOrCreate(op="shuffle_get_or_create", id="sh", worker=A))
+    finish(s, "t0")
+    finish(s, "t1")
+    barrier = s.tasks["bar"]
+    assert barrier.state == "processing"
+    stream.sent.clear()
+
+    async def stale_barrier() -> None:
+        request = m.ShuffleBarrierRequest(op="shuffle_barrier", id="sh", run_ids=[0, 1], worker=A)
+        with pytest.raises(ShuffleRunRefused, match=r"reported runs \[0, 1\]"):
+            await ext.handle_barrier(None, request)
+
+    asyncio.run(stale_barrier())
+    assert s.tasks["bar"] is barrier and str(barrier.state) == "waiting"
+    ops = [(msg["op"], msg.get("key"), msg.get("keys")) for msg in stream.sent]
+    assert ops[0] == ("free-keys", None, ["t0", "t1"]), ops
+    assert {key for op, key, _ in ops if op == "compute-task"} == {"t0", "t1"}, ops

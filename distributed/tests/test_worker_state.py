@@ -412,21 +412,38 @@ def test_free_keys_on_memory_removes_data() -> None:
     assert h.free("x", "never-seen") == []
 
 
-def test_free_keys_on_dependency_of_running_task_keeps_it() -> None:
+def test_free_keys_on_dependency_of_a_task_about_to_run_keeps_it() -> None:
+    h = Harness(nthreads=1)
+    h.compute("a")
+    h.success("a", value=1)
+    h.compute("c")
+    h.compute("b", who_has={"a": [ME]})
+    assert h.state("b") == "ready"
+    h.free("a")
+    assert h.ws.data["a"] == 1, "b still needs a"
+
+
+def test_free_keys_on_dependency_of_running_task_drops_it_and_a_new_compute_runs_it() -> None:
+    # The running task holds its inputs already; kept, the freed copy would answer a
+    # later compute-task of the same key instead of a new run (a P2P transfer must run again).
     h = Harness(nthreads=2)
     h.compute("a")
     h.success("a", value=1)
     h.compute("b", who_has={"a": [ME]})
     assert h.state("b") == "executing"
     h.free("a")
-    assert h.ws.data["a"] == 1, "b still needs a"
+    assert "a" not in h.ws.data
+    instructions = h.compute("a")
+    assert messages(instructions, "task-finished") == []
+    assert h.state("a") == "executing"
 
 
-def test_acquire_replicas_of_a_key_kept_for_a_running_task_reports_it_again() -> None:
+def test_acquire_replicas_of_a_key_kept_for_a_task_about_to_run_reports_it_again() -> None:
     # Freed by the scheduler but kept for b: asked for a copy, the worker says it has one.
-    h = Harness(nthreads=2)
+    h = Harness(nthreads=1)
     h.compute("a")
     h.success("a", value=1, nbytes=30)
+    h.compute("c")
     h.compute("b", who_has={"a": [ME]})
     h.free("a")
     instructions = h.handle(
@@ -435,6 +452,7 @@ def test_acquire_replicas_of_a_key_kept_for_a_running_task_reports_it_again() ->
     assert [(msg["keys"], msg["nbytes"]) for msg in messages(instructions, "add-keys")] == [(["a"], {"a": 30})]
     assert gathers(instructions) == []
     # Counted by the scheduler again, it is kept until the scheduler frees it.
+    h.success("c")
     h.success("b")
     h.free("b")
     assert h.ws.data["a"] == 1
