@@ -41,7 +41,9 @@ import inspect
 from collections.abc import Awaitable, Callable, Generator
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import dask.config
 from dask._task_spec import TaskRef
+from dask.utils import parse_timedelta
 
 from distributed.comm import CommClosedError
 from distributed.core import ConnectionPool, send_recv
@@ -296,6 +298,17 @@ def _local_attribute(
     return call
 
 
+#: Seconds a call waits to reach its actor's worker.  That worker was up when
+#: the actor was made, so a refused connection means it died: waiting out the
+#: whole connect timeout (made for servers still starting) would only delay
+#: the ActorLostError.
+ACTOR_CONNECT_TIMEOUT = 5.0
+
+
+def _connect_timeout() -> float:
+    return float(parse_timedelta(dask.config.get("distributed.comm.timeouts.connect")) or ACTOR_CONNECT_TIMEOUT)
+
+
 async def _request(pool: ConnectionPool, address: str, key: Key, msg: m.ActorExecute | m.ActorAttribute) -> Any:
     """Send ``msg`` to the actor's worker; its reply's value, or the error the call raised there.
 
@@ -304,7 +317,7 @@ async def _request(pool: ConnectionPool, address: str, key: Key, msg: m.ActorExe
     method arrives as an error reply and is raised as it is.
     """
     try:
-        comm = await pool.connect(address)
+        comm = await pool.connect(address, timeout=min(_connect_timeout(), ACTOR_CONNECT_TIMEOUT))
     except OSError as e:
         raise ActorLostError(key, address) from e
     ok = False

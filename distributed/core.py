@@ -696,11 +696,12 @@ class ConnectionPool:
         self._slots -= 1
         self._notify()
 
-    async def connect(self, addr: str) -> Comm:
+    async def connect(self, addr: str, timeout: float | None = None) -> Comm:
         """A comm to ``addr``, reused when one is idle.
 
         At the limit, idle comms to other addresses are closed to make room;
-        when every comm is busy this waits until one is given back.
+        when every comm is busy this waits until one is given back.  A new
+        connection gets ``timeout`` seconds (the pool's own when None).
         """
         addr = normalize_address(addr)
         while True:
@@ -723,7 +724,7 @@ class ConnectionPool:
             await self._changed.wait()
         self._slots += 1
         try:
-            comm = await connect(addr, timeout=self.timeout, **self.connection_args)
+            comm = await connect(addr, timeout=self.timeout if timeout is None else timeout, **self.connection_args)
         except BaseException:
             self._free_slot()
             raise

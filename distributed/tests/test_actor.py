@@ -287,3 +287,24 @@ async def test_replicate_keeps_the_home_copy(c: Client[Literal[True]], s: Schedu
     assert await c.submit(inc, 1, workers=[a.address]) == 2
     assert future.key in a.actors
     assert await counter.increment() == 1
+
+
+@gen_cluster(client=True, config={"distributed.comm.timeouts.connect": "60s"})
+async def test_call_to_an_actor_whose_worker_closed_fails_soon(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
+) -> None:
+    """No wait for the whole connect timeout: the actor's worker was up, so a refused connection means it is gone."""
+    import time
+
+    from distributed.actor import ACTOR_CONNECT_TIMEOUT
+
+    counter = await c.submit(Counter, actor=True, workers=[a.address])
+    assert await counter.increment() == 1
+    address = a.address
+    await a.close()
+    # The client's idle connection to the worker has seen the close: the next call must connect anew.
+    await async_poll_for(lambda: all(comm.closed() for comm in c.pool.available.get(address, ())), timeout=10)
+    start = time.monotonic()
+    with pytest.raises(ActorLostError):
+        await counter.increment()
+    assert time.monotonic() - start < ACTOR_CONNECT_TIMEOUT + 5
