@@ -86,6 +86,14 @@ def terminate_fraction() -> float | None:
     return frac
 
 
+def _config_environ(key: str) -> dict[str, str]:
+    """Environment variables from the config mapping at ``key`` (values as strings)."""
+    value = dask.config.get(key, None) or {}
+    if not isinstance(value, dict):
+        raise TypeError(f"{key} must be a mapping of environment variables, got {value!r}")
+    return {str(k): str(v) for k, v in value.items()}
+
+
 def _listen_host(scheduler_addr: str) -> str:
     """Loopback when the scheduler is on loopback, else all interfaces (as the worker does)."""
     host = scheduler_addr.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]")
@@ -114,7 +122,11 @@ class Nanny(Server):
         The worker class, or its dotted import path; it must be importable
         in the child process.
     env
-        Environment variables for the worker process.
+        Environment variables for the worker process, on top of
+        ``distributed.nanny.environ``.  Those read as the interpreter starts
+        (``MALLOC_TRIM_THRESHOLD_``, thread pool sizes) belong in
+        ``distributed.nanny.pre-spawn-environ``: the nanny sets them in its own
+        environment while it starts the worker.
     config
         Dask config for the worker process (on top of this process's config).
     auto_restart
@@ -345,7 +357,8 @@ class Nanny(Server):
         proc = ServerProcess(
             "worker",
             kwargs,
-            env=self.env,
+            env={**_config_environ("distributed.nanny.environ"), **self.env},
+            pre_spawn_env=_config_environ("distributed.nanny.pre-spawn-environ"),
             name=f"dask-worker-{self.name}" if self.name is not None else "dask-worker",
             config={**config_snapshot(), **self._config},
             server_class=self._worker_class,

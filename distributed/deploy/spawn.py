@@ -30,6 +30,7 @@ joined so no zombie remains.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import logging
 import multiprocessing
@@ -39,9 +40,10 @@ import os
 import pickle
 import signal
 import sys
+import threading
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
 import dask.config
@@ -94,6 +96,7 @@ class ServerProcess:
         kwargs: Mapping[str, Any],
         *,
         env: Mapping[str, str] | None = None,
+        pre_spawn_env: Mapping[str, str] | None = None,
         name: str | None = None,
         config: Mapping[str, Any] | None = None,
         server_class: str | None = None,
@@ -104,6 +107,7 @@ class ServerProcess:
         self.kind: ServerKind = kind
         self.kwargs = dict(kwargs)
         self.env = {str(k): str(v) for k, v in (env or {}).items()}
+        self.pre_spawn_env = {str(k): str(v) for k, v in (pre_spawn_env or {}).items()}
         self.name = name or f"dask-{kind}"
         self.config: dict[str, Any] = dict(config or {})
         self.server_class = server_class
@@ -176,7 +180,8 @@ class ServerProcess:
             ),
         )
         process.daemon = bool(dask.config.get("distributed.worker.daemon", True))
-        process.start()
+        with _environ_set(self.pre_spawn_env):
+            process.start()
         writer.close()  # the child holds the only write end now
         self._process = process
         self._conn = reader
@@ -404,6 +409,34 @@ def _server_class(kind: ServerKind, path: str | None) -> type[Any]:
     from distributed.worker import Worker
 
     return Worker
+
+
+#: Held while this process's environment is changed for a child being started.
+_ENVIRON_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _environ_set(env: Mapping[str, str]) -> Iterator[None]:
+    """Set ``env`` in this process's environment while a child starts, then restore it.
+
+    The child inherits the environment at start: variables read before any
+    Python code of its own runs (the C library's malloc settings) must be
+    there already.
+    """
+    if not env:
+        yield
+        return
+    with _ENVIRON_LOCK:
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            yield
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
 
 
 def _child_main(

@@ -260,3 +260,29 @@ def test_terminate_config_reader() -> None:
     with dask.config.set({"distributed.worker.memory.terminate": 2}):
         with pytest.raises(ValueError, match="terminate"):
             terminate_fraction()
+
+
+def worker_environ(
+    names: tuple[str, ...] = ("MALLOC_TRIM_THRESHOLD_", "OMP_NUM_THREADS", "FROM_CONFIG", "BOTH"),
+) -> dict[str, str | None]:
+    return {k: os.environ.get(k) for k in names}
+
+
+def test_worker_process_gets_the_nannys_environment_settings() -> None:
+    """pre-spawn-environ is in the worker from its start; environ and env= after; the nanny's own is left as it was."""
+    settings = {
+        "distributed.nanny.pre-spawn-environ": {"MALLOC_TRIM_THRESHOLD_": 32768, "OMP_NUM_THREADS": 1},
+        "distributed.nanny.environ": {"FROM_CONFIG": "yes", "BOTH": "config"},
+    }
+    assert "MALLOC_TRIM_THRESHOLD_" not in os.environ
+    with dask.config.set(settings):
+
+        async def run() -> dict[str, dict[str, str | None]]:
+            async with Scheduler(host="127.0.0.1", port=0, dashboard=False) as s:
+                async with Nanny(s.address, nthreads=1, env={"BOTH": "argument"}):
+                    async with Client(s.address, asynchronous=True) as c:
+                        return await c.run(worker_environ)
+
+        [seen] = asyncio.run(run()).values()
+    assert seen == {"MALLOC_TRIM_THRESHOLD_": "32768", "OMP_NUM_THREADS": "1", "FROM_CONFIG": "yes", "BOTH": "argument"}
+    assert "MALLOC_TRIM_THRESHOLD_" not in os.environ  # restored once the worker started
