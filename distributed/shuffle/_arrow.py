@@ -52,7 +52,7 @@ def serialize_table(table: Any) -> bytes:
     return bytes(sink.getvalue())
 
 
-def deserialize_tables(payloads: Sequence[bytes]) -> list[Any]:
+def deserialize_tables(payloads: Sequence[bytes | bytearray | memoryview]) -> list[Any]:
     """The arrow Tables in IPC stream bytes."""
     import pyarrow as pa
 

@@ -65,6 +65,7 @@ __all__ = [
     "P2PBarrierTask",
     "PartitionId",
     "RunContext",
+    "Shard",
     "ShuffleId",
     "ShuffleRun",
     "ShuffleSpec",
@@ -82,6 +83,9 @@ ShuffleId = NewType("ShuffleId", str)
 
 #: An input or output partition: an int (dataframes) or a tuple of ints (array chunks).
 PartitionId = int | tuple[int, ...]
+
+#: A shard's bytes: what a run's ``split`` makes, or a view of bytes received or read back from disk.
+Shard = bytes | bytearray | memoryview
 
 #: What the key of a shuffle's barrier task starts with.
 BARRIER_PREFIX = "shuffle-barrier-"
@@ -187,7 +191,7 @@ class RunContext:
     worker_for: Mapping[PartitionId, str]
     address: str
     loop: asyncio.AbstractEventLoop
-    send: Callable[[str, list[tuple[PartitionId, PartitionId, bytes]]], Awaitable[None]]
+    send: Callable[[str, list[tuple[PartitionId, PartitionId, Shard]]], Awaitable[None]]
     store: ShardStore
     message_bytes_limit: int
 
@@ -210,14 +214,14 @@ class ShuffleRun(abc.ABC):
         return f"<{type(self).__name__} {self.id!r} run {self.run_id} on {self.context.address}>"
 
     @abc.abstractmethod
-    def split(self, data: Any, input_partition: PartitionId) -> Mapping[PartitionId, bytes]:
+    def split(self, data: Any, input_partition: PartitionId) -> Mapping[PartitionId, Shard]:
         """Cut one input partition into shards: the bytes each output partition gets of it.
 
         Output partitions that get nothing of it may be left out.
         """
 
     @abc.abstractmethod
-    def assemble(self, output_partition: PartitionId, shards: Sequence[tuple[PartitionId, bytes]]) -> Any:
+    def assemble(self, output_partition: PartitionId, shards: Sequence[tuple[PartitionId, Shard]]) -> Any:
         """Build one output partition from its shards, as ``(input partition, bytes)`` sorted by input partition."""
 
     def add_partition(self, data: Any, input_partition: PartitionId) -> int:
@@ -227,17 +231,17 @@ class ShuffleRun(abc.ABC):
         thread, never from the event loop.
         """
         shards = self.split(data, input_partition)
-        by_worker: dict[str, list[tuple[PartitionId, PartitionId, bytes]]] = defaultdict(list)
+        by_worker: dict[str, list[tuple[PartitionId, PartitionId, Shard]]] = defaultdict(list)
         for part, payload in shards.items():
             by_worker[self.worker_for[part]].append((input_partition, part, payload))
         asyncio.run_coroutine_threadsafe(self._send(by_worker), self.context.loop).result()
         return self.run_id
 
-    async def _send(self, by_worker: Mapping[str, list[tuple[PartitionId, PartitionId, bytes]]]) -> None:
+    async def _send(self, by_worker: Mapping[str, list[tuple[PartitionId, PartitionId, Shard]]]) -> None:
         limit = self.context.message_bytes_limit
         sends: list[Awaitable[None]] = []
         for addr, shards in by_worker.items():
-            batch: list[tuple[PartitionId, PartitionId, bytes]] = []
+            batch: list[tuple[PartitionId, PartitionId, Shard]] = []
             size = 0
             for shard in shards:
                 if batch and size + len(shard[2]) > limit:

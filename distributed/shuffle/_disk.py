@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 
 import msgpack
 
-from distributed.shuffle._core import PartitionId, as_partition_id
+from distributed.shuffle._core import PartitionId, Shard, as_partition_id
 from distributed.shuffle._exceptions import ShuffleRunRefused
 
 __all__ = ["ShardStore"]
@@ -49,7 +49,7 @@ class ShardStore:
         self.memory_limit = memory_limit
         self.disk = disk
         self._position = {p: i for i, p in enumerate(partitions)}
-        self._memory: dict[PartitionId, dict[PartitionId, bytes]] = {}
+        self._memory: dict[PartitionId, dict[PartitionId, Shard]] = {}
         self._seen: set[tuple[PartitionId, PartitionId]] = set()
         self._lock = threading.Lock()
         self._spill_lock = asyncio.Lock()
@@ -63,7 +63,7 @@ class ShardStore:
         #: Bytes received in total (duplicates not counted).
         self.bytes_received = 0
 
-    async def put(self, shards: Iterable[tuple[PartitionId, PartitionId, bytes]]) -> None:
+    async def put(self, shards: Iterable[tuple[PartitionId, PartitionId, Shard]]) -> None:
         """Keep ``shards`` ``(input, output, bytes)``; returns once memory is within the limit again."""
         with self._lock:
             if self._closed:
@@ -118,7 +118,7 @@ class ShardStore:
     def _path(self, partition: PartitionId) -> str:
         return os.path.join(self.directory, f"{self._position[partition]}.shards")
 
-    def read(self, partition: PartitionId) -> list[tuple[PartitionId, bytes]]:
+    def read(self, partition: PartitionId) -> list[tuple[PartitionId, Shard]]:
         """The shards of ``partition`` ``(input, bytes)``, sorted by input partition.
 
         They stay here until the store is closed: an unpack task may run
@@ -132,13 +132,15 @@ class ShardStore:
             if path in self.files_written:
                 with open(path, "rb") as f:
                     data = f.read()
+        # Shards are views of the file's bytes: no copy per shard.
+        view = memoryview(data)
         offset = 0
         while offset < len(data):
-            n_ident, n_payload = _HEADER.unpack_from(data, offset)
+            n_ident, n_payload = _HEADER.unpack_from(view, offset)
             offset += _HEADER.size
-            inp = as_partition_id(msgpack.unpackb(data[offset : offset + n_ident]))
+            inp = as_partition_id(msgpack.unpackb(view[offset : offset + n_ident]))
             offset += n_ident
-            found[inp] = data[offset : offset + n_payload]
+            found[inp] = view[offset : offset + n_payload]
             offset += n_payload
         return sorted(found.items(), key=lambda item: _order(item[0]))
 

@@ -28,9 +28,10 @@ Invariants the plan keeps:
 The shuffle (:func:`rechunk_p2p`) is built on :mod:`distributed.shuffle._core`:
 one transfer task per input chunk, one :class:`P2PBarrierTask` carrying an
 :class:`ArrayRechunkSpec`, one unpack task per output chunk.  Partitions are
-chunk indices (tuples of ints).  A piece travels pickled (protocol 5, its buffer
-in band), and a worker places a received piece by the input chunk it came from
-(:meth:`RechunkPlan.position`).
+chunk indices (tuples of ints).  A NumPy piece travels as its dtype and shape
+and its raw bytes, copied once from the strided view into the shard and read
+back without a copy; anything else travels pickled.  A worker places a
+received piece by the input chunk it came from (:meth:`RechunkPlan.position`).
 """
 
 from __future__ import annotations
@@ -39,17 +40,20 @@ import bisect
 import itertools
 import math
 import pickle
+import struct
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import dask.config
+import msgpack
 from dask._task_spec import GraphNode, Task, TaskRef
 
 from distributed.shuffle._core import (
     P2PBarrierTask,
     PartitionId,
     RunContext,
+    Shard,
     ShuffleId,
     ShuffleRun,
     ShuffleSpec,
@@ -385,18 +389,54 @@ class ArrayRechunkRun(ShuffleRun):
         super().__init__(spec, context)
         self.plan = RechunkPlan.from_chunks(spec.old, spec.new)
 
-    def split(self, data: Any, input_partition: PartitionId) -> Mapping[PartitionId, bytes]:
+    def split(self, data: Any, input_partition: PartitionId) -> Mapping[PartitionId, Shard]:
         old_index = _index(input_partition)
         # One piece per output chunk: an input chunk overlaps an output chunk in one box.
-        return {
-            new_index: pickle.dumps(piece, protocol=pickle.HIGHEST_PROTOCOL)
-            for new_index, _, piece in self.plan.split(data, old_index)
-        }
+        return {new_index: encode_piece(piece) for new_index, _, piece in self.plan.split(data, old_index)}
 
-    def assemble(self, output_partition: PartitionId, shards: Sequence[tuple[PartitionId, bytes]]) -> Any:
+    def assemble(self, output_partition: PartitionId, shards: Sequence[tuple[PartitionId, Shard]]) -> Any:
         new_index = _index(output_partition)
-        pieces = {self.plan.position(new_index, _index(source)): pickle.loads(payload) for source, payload in shards}
-        return self.plan.assemble(new_index, pieces)
+        pieces = {self.plan.position(new_index, _index(source)): decode_piece(payload) for source, payload in shards}
+        chunk = self.plan.assemble(new_index, pieces)
+        if getattr(chunk, "flags", None) is not None and not chunk.flags.writeable:
+            chunk = chunk.copy()  # a lone piece read in place from the shard's bytes
+        return chunk
+
+
+#: First byte of an encoded piece: raw NumPy data, or a pickle.
+_RAW, _PICKLED = 0, 1
+_HEADER_SIZE = struct.Struct("!BI")
+
+
+def encode_piece(piece: Any) -> bytes | bytearray:
+    """One piece of an input chunk as bytes: a NumPy array's dtype, shape and data; else a pickle."""
+    import numpy as np
+
+    # Exactly ndarray: subclasses (masked arrays) keep what makes them so only through pickle.
+    if type(piece) is np.ndarray and not piece.dtype.hasobject and piece.dtype.fields is None:
+        header = msgpack.packb((piece.dtype.str, list(piece.shape)))
+        start = _HEADER_SIZE.size + len(header)
+        out = bytearray(start + piece.nbytes)
+        _HEADER_SIZE.pack_into(out, 0, _RAW, len(header))
+        out[_HEADER_SIZE.size : start] = header
+        # One copy, from the (often strided) view straight into the shard.
+        np.copyto(np.frombuffer(out, dtype=piece.dtype, offset=start, count=piece.size).reshape(piece.shape), piece)
+        return out
+    return bytes([_PICKLED]) + pickle.dumps(piece, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def decode_piece(payload: bytes | bytearray | memoryview) -> Any:
+    """The piece :func:`encode_piece` made; a NumPy piece reads the payload's memory in place (read-only)."""
+    import numpy as np
+
+    view = memoryview(payload)
+    if view[0] == _RAW:
+        _, n = _HEADER_SIZE.unpack_from(view, 0)
+        start = _HEADER_SIZE.size + n
+        dtype, shape = msgpack.unpackb(view[_HEADER_SIZE.size : start])
+        count = math.prod(shape)
+        return np.frombuffer(view, dtype=np.dtype(dtype), offset=start, count=count).reshape(shape)
+    return pickle.loads(view[1:])
 
 
 def _index(partition: PartitionId) -> ChunkIndex:

@@ -19,6 +19,7 @@ from distributed.shuffle._arrow import deserialize_tables, from_tables, serializ
 from distributed.shuffle._core import (
     PartitionId,
     RunContext,
+    Shard,
     ShuffleId,
     ShuffleRun,
     ShuffleSpec,
@@ -98,7 +99,7 @@ class DataFrameShuffleRun(ShuffleRun):
         self.spec = spec
         self._meta = spec.output_meta()
 
-    def split(self, data: Any, input_partition: PartitionId) -> Mapping[PartitionId, bytes]:
+    def split(self, data: Any, input_partition: PartitionId) -> Mapping[PartitionId, Shard]:
         """One arrow IPC stream per output partition that gets rows of ``data``."""
         import numpy as np
 
@@ -115,13 +116,13 @@ class DataFrameShuffleRun(ShuffleRun):
         values, starts = np.unique(sorted_targets, return_index=True)
         ends = [*starts[1:], len(sorted_targets)]
         worker_for = self.worker_for
-        shards: dict[PartitionId, bytes] = {}
+        shards: dict[PartitionId, Shard] = {}
         for value, start, end in zip(values.tolist(), starts.tolist(), ends):
             if value in worker_for:  # partitions not made (a selection of them) get nothing
                 shards[value] = serialize_table(table.slice(start, int(end) - start))
         return shards
 
-    def assemble(self, output_partition: PartitionId, shards: Sequence[tuple[PartitionId, bytes]]) -> Any:
+    def assemble(self, output_partition: PartitionId, shards: Sequence[tuple[PartitionId, Shard]]) -> Any:
         """The output partition: the shards' tables, in input order, as one pandas DataFrame."""
         return from_tables(deserialize_tables([payload for _, payload in shards]), self._meta)
 

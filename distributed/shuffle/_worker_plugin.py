@@ -31,6 +31,7 @@ from distributed.protocol.pickle import loads
 from distributed.shuffle._core import (
     PartitionId,
     RunContext,
+    Shard,
     ShuffleId,
     ShuffleRun,
     ShuffleSpec,
@@ -294,7 +295,7 @@ class ShuffleWorkerExtension:
 
     # -- sending ---------------------------------------------------------------------------
     async def _send(
-        self, shuffle_id: ShuffleId, run_id: int, address: str, shards: list[tuple[PartitionId, PartitionId, bytes]]
+        self, shuffle_id: ShuffleId, run_id: int, address: str, shards: list[tuple[PartitionId, PartitionId, Shard]]
     ) -> None:
         nbytes = sum(len(s[2]) for s in shards)
         if self._slots is None:

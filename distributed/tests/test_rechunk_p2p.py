@@ -373,3 +373,28 @@ def test_rechunk_p2p_past_the_memory_buffer_spills_pieces_to_disk() -> None:
                 np.testing.assert_array_equal(client.compute(y, sync=True), arr)
                 stats = client.run(lambda dask_worker: dask_worker.shuffle.stats()["disk_bytes_written"])
                 assert sum(stats.values()) > 0
+
+
+@pytest.mark.parametrize(
+    "piece",
+    [
+        np.arange(24, dtype="f8").reshape(4, 6)[::2, 1::2],  # a strided view
+        np.arange(12, dtype=">i4").reshape(3, 4),  # big-endian
+        np.array([[True, False]]),
+        np.array(["2020-01-01", "2021-06-30"], dtype="datetime64[D]"),
+        np.zeros((0, 3), dtype="c16"),
+        np.array([(1, 2.5)], dtype=[("a", "i4"), ("b", "f8")]),  # structured: pickled
+        np.array([{"x": 1}, None], dtype=object),  # objects: pickled
+        np.ma.masked_array([1.0, 2.0], mask=[False, True]),  # a subclass: pickled
+    ],
+)
+def test_pieces_round_trip_through_their_encoding(piece: Any) -> None:
+    from distributed.shuffle._rechunk import decode_piece, encode_piece
+
+    payload = encode_piece(piece)
+    back = decode_piece(memoryview(bytes(payload)))
+    assert type(back) is type(piece)
+    assert back.dtype == piece.dtype and back.shape == piece.shape
+    if isinstance(piece, np.ma.MaskedArray):
+        assert (back.mask == piece.mask).all()
+    assert [repr(x) for x in back.ravel().tolist()] == [repr(x) for x in piece.ravel().tolist()]

@@ -19,6 +19,7 @@ from distributed.shuffle import (
     P2PBarrierTask,
     PartitionId,
     RunContext,
+    Shard,
     ShuffleId,
     ShuffleRun,
     ShuffleRunRefused,
@@ -57,7 +58,7 @@ class ToyRun(ShuffleRun):
     def split(self, data: Any, input_partition: PartitionId) -> Mapping[PartitionId, bytes]:
         return {}
 
-    def assemble(self, output_partition: PartitionId, shards: Sequence[tuple[PartitionId, bytes]]) -> Any:
+    def assemble(self, output_partition: PartitionId, shards: Sequence[tuple[PartitionId, Shard]]) -> Any:
         return shards
 
 
