@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import pickle
 from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -28,6 +29,7 @@ from distributed.core import Route
 from distributed.exceptions import Reschedule
 from distributed.protocol import messages as m
 from distributed.protocol.pickle import loads
+from distributed.protocol.serialize import Serialize, unwrap
 from distributed.shuffle._core import (
     PartitionId,
     RunContext,
@@ -310,7 +312,10 @@ class ShuffleWorkerExtension:
                     await self.worker.rpc.call(
                         address,
                         m.ShuffleReceive(
-                            op="shuffle_receive", id=shuffle_id, run_id=run_id, shards=[list(s) for s in shards]
+                            op="shuffle_receive",
+                            id=shuffle_id,
+                            run_id=run_id,
+                            shards=[[inp, out, _out_of_band(payload)] for inp, out, payload in shards],
                         ),
                     )
             self.bytes_sent += nbytes
@@ -321,7 +326,7 @@ class ShuffleWorkerExtension:
     async def handle_receive(self, comm: Any, msg: m.ShuffleReceive) -> None:
         """Store shards sent by a peer; answer once they are stored (memory within its limit)."""
         run = await self._current_run(ShuffleId(msg["id"]), msg["run_id"])
-        shards = [(as_partition_id(s[0]), as_partition_id(s[1]), bytes(s[2])) for s in msg["shards"]]
+        shards = [(as_partition_id(s[0]), as_partition_id(s[1]), _received(s[2])) for s in msg["shards"]]
         await run.context.store.put(shards)
 
     async def handle_inputs_done(self, comm: Any, msg: m.ShuffleInputsDone) -> None:
@@ -341,3 +346,27 @@ class ShuffleWorkerExtension:
         if run is not None and run.run_id <= msg["run_id"]:
             self._drop(run)
         self.forgotten[shuffle_id] = max(self.forgotten.get(shuffle_id, 0), msg["run_id"])
+
+
+#: Shards at least this large travel as frames of their own rather than inside the message.
+OUT_OF_BAND_BYTES = 64 * 1024
+
+
+def _out_of_band(payload: Shard) -> Shard | Serialize:
+    """A shard as sent: a large one as an out-of-band pickle buffer, so its bytes are never copied into the message.
+
+    The receiver gets a read-only view of the frame that carried it.
+    """
+    if len(payload) >= OUT_OF_BAND_BYTES:
+        return Serialize(pickle.PickleBuffer(payload))
+    return payload
+
+
+def _received(value: Any) -> Shard:
+    """A shard's bytes as received: a large one is a view of the frame that carried it (no copy)."""
+    value = unwrap(value)
+    if isinstance(value, pickle.PickleBuffer):  # in process, nothing was framed
+        return value.raw()
+    if isinstance(value, (bytes, memoryview)):
+        return value
+    return bytes(value)
