@@ -200,31 +200,47 @@ class Payload:
     """Stands for a task's data."""
 
 
+class HeldTask:
+    """A thread "running" task ``hold-1`` that holds a :class:`Payload` until released."""
+
+    def __init__(self) -> None:
+        self.active: dict[int, Any] = {}
+        self.release = threading.Event()
+        self.refs: list[weakref.ref[Payload]] = []
+        started = threading.Event()
+
+        def task() -> None:
+            data = Payload()
+            self.refs.append(weakref.ref(data))
+            self.active[threading.get_ident()] = "hold-1"
+            started.set()
+            self.release.wait()
+            del self.active[threading.get_ident()]
+
+        self.thread = threading.Thread(target=task)
+        self.thread.start()
+        started.wait()
+
+    def profiler(self, cycle: float) -> Profiler:
+        """A profiler of the held task's thread, sampling every millisecond."""
+        return Profiler(self.active, threading.get_ident(), interval=0.001, cycle=cycle, stop=None)
+
+    def finish(self) -> None:
+        """Let the task end, and wait for its thread."""
+        self.release.set()
+        self.thread.join()
+
+
 def test_sampling_keeps_no_frame_and_its_data_alive() -> None:
     # A sampled frame that outlives its function keeps its locals (a task's data) alive: nothing
     # the sampler does may keep one past the sample, not even until the garbage collector runs.
-    active: dict[int, Any] = {}
-    started, release = threading.Event(), threading.Event()
-    refs: list[weakref.ref[Payload]] = []
-
-    def task() -> None:
-        data = Payload()
-        refs.append(weakref.ref(data))
-        active[threading.get_ident()] = "hold-1"
-        started.set()
-        release.wait()
-        del active[threading.get_ident()]
-
-    t = threading.Thread(target=task)
-    t.start()
-    started.wait()
-    prof = Profiler(active, threading.get_ident(), interval=0.001, cycle=1.0, stop=None)
+    held = HeldTask()
+    prof = held.profiler(cycle=1.0)
     gc.disable()
     try:
         prof.sample()
-        release.set()
-        t.join()
-        assert refs[0]() is None
+        held.finish()
+        assert held.refs[0]() is None
     finally:
         gc.enable()
     assert prof.get_profile(key="hold")["count"] == 1
@@ -315,32 +331,17 @@ def test_sampler_restarts_after_its_last_profiler_left() -> None:
 
 @pytest.mark.usefixtures("no_profiler_left")
 def test_sampler_thread_keeps_no_frame_and_its_data_alive() -> None:
-    active: dict[int, Any] = {}
-    started, release = threading.Event(), threading.Event()
-    refs: list[weakref.ref[Payload]] = []
-
-    def task() -> None:
-        data = Payload()
-        refs.append(weakref.ref(data))
-        active[threading.get_ident()] = "hold-1"
-        started.set()
-        release.wait()
-        del active[threading.get_ident()]
-
-    t = threading.Thread(target=task)
-    t.start()
-    started.wait()
-    prof = Profiler(active, threading.get_ident(), interval=0.001, cycle=10.0, stop=None)
+    held = HeldTask()
+    prof = held.profiler(cycle=10.0)
     gc.disable()
     try:
         prof.start()
         poll_for(lambda: prof.get_profile(key="hold")["count"] >= 3, timeout=10)
-        release.set()
-        t.join()
+        held.finish()
         # Without the garbage collector, only a reference the sampler kept would hold the data.
-        poll_for(lambda: refs[0]() is None, timeout=5, what="the task's data to be freed")
+        poll_for(lambda: held.refs[0]() is None, timeout=5, what="the task's data to be freed")
     finally:
-        release.set()
+        held.release.set()
         prof.close()
         gc.enable()
 
