@@ -336,7 +336,8 @@ def find_chromium() -> str | None:
 class HeadlessBrowser:
     """Headless Chromium showing ``url``, with no network beyond 127.0.0.1; killed by its PID on close."""
 
-    def __init__(self, url: str, executable: str) -> None:
+    def __init__(self, url: str, executable: str, cpus: set[int] | None = None) -> None:
+        """``cpus``: the CPUs the browser and its child processes may run on (all when None)."""
         self.url = url
         self._tmp = tempfile.TemporaryDirectory(prefix="bench-browser-")
         profile = Path(self._tmp.name)
@@ -363,6 +364,7 @@ class HeadlessBrowser:
                 stdout=log,
                 stderr=log,
                 start_new_session=True,
+                preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus),
             )
         self._port_file = profile / "profile" / "DevToolsActivePort"
 
