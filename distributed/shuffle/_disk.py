@@ -50,6 +50,10 @@ class ShardStore:
         self.disk = disk
         self._position = {p: i for i, p in enumerate(partitions)}
         self._memory: dict[PartitionId, dict[PartitionId, Shard]] = {}
+        #: Shards being written to disk now: still read from here until the write is done.
+        self._writing: dict[PartitionId, dict[PartitionId, Shard]] = {}
+        #: File -> bytes of it that are completely written (readers stop there).
+        self._committed: dict[str, int] = {}
         self._seen: set[tuple[PartitionId, PartitionId]] = set()
         self._lock = threading.Lock()
         self._spill_lock = asyncio.Lock()
@@ -95,25 +99,40 @@ class ShardStore:
             pass
 
     def _spill(self) -> None:
+        # The batch leaves memory for ``_writing`` under the lock; the write itself runs
+        # without it, so shards keep arriving (on the event loop) while it goes on.
         with self._lock:
             if self._closed:
                 return
             batch, self._memory = self._memory, {}
+            self._writing = batch
+        written = 0
+        sizes: dict[str, int] = {}
+        try:
             os.makedirs(self.directory, exist_ok=True)
-            # Written under the lock: a read() must see a shard in memory or on disk.
-            written = 0
             for out, by_input in batch.items():
+                parts: list[Shard] = []
+                for inp, payload in by_input.items():
+                    ident = msgpack.packb(inp)
+                    parts += (_HEADER.pack(len(ident), len(payload)), ident, payload)
+                    written += len(payload)
                 path = self._path(out)
                 with open(path, "ab") as f:
-                    for inp, payload in by_input.items():
-                        ident = msgpack.packb(inp)
-                        f.write(_HEADER.pack(len(ident), len(payload)))
-                        f.write(ident)
-                        f.write(payload)
-                        written += len(payload)
-                self.files_written.add(path)
-            self.memory_bytes -= written
-            self.disk_bytes_written += written
+                    f.writelines(parts)
+                    sizes[path] = f.tell()
+        except OSError:
+            if not self._closed:
+                raise
+        with self._lock:
+            self._writing = {}
+            closed = self._closed
+            if not closed:
+                self._committed.update(sizes)
+                self.files_written.update(sizes)
+                self.memory_bytes -= written
+                self.disk_bytes_written += written
+        if closed:  # dropped while writing: what was written goes too
+            shutil.rmtree(self.directory, ignore_errors=True)
 
     def _path(self, partition: PartitionId) -> str:
         return os.path.join(self.directory, f"{self._position[partition]}.shards")
@@ -126,12 +145,15 @@ class ShardStore:
         Memory stays bounded by the spill limit all the same.
         """
         with self._lock:
-            found = dict(self._memory.get(partition, {}))
+            found = dict(self._writing.get(partition, {}))
+            found.update(self._memory.get(partition, {}))
             path = self._path(partition)
-            data = b""
-            if path in self.files_written:
-                with open(path, "rb") as f:
-                    data = f.read()
+            committed = self._committed.get(path, 0)
+        data = b""
+        if committed:
+            # Files only grow: the first ``committed`` bytes are complete whatever is written meanwhile.
+            with open(path, "rb") as f:
+                data = f.read(committed)
         # Shards are views of the file's bytes: no copy per shard.
         view = memoryview(data)
         offset = 0
