@@ -62,15 +62,18 @@ def check_no_shadowing() -> None:
 
 
 @contextmanager
-def local_cluster(processes: bool, tls: bool = False) -> Iterator[Any]:
+def local_cluster(processes: bool, tls: bool = False, memory_limit: str | None = None) -> Iterator[Any]:
     """A ``LocalCluster`` of :data:`NWORKERS` single-threaded workers and a client to it.
 
     With ``tls``, every connection is mutual TLS with throw-away certificates
-    (``LocalCluster(security=True)``, as both projects spell it).
+    (``LocalCluster(security=True)``, as both projects spell it); ``memory_limit``
+    is each worker's (the default: the machine's memory shared among them).
     """
     from distributed import Client, LocalCluster
 
     extra: dict[str, Any] = {"security": True} if tls else {}
+    if memory_limit is not None:
+        extra["memory_limit"] = memory_limit
     cluster = LocalCluster(
         n_workers=NWORKERS,
         threads_per_worker=THREADS_PER_WORKER,

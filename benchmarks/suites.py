@@ -46,6 +46,8 @@ FULL: list[Case] = [
     case("transfer", 300, mb=200, tls=True),
     case("p2p", 1200, repeat=2, kind="shuffle", mb=1000, npartitions=100),
     case("p2p", 1200, repeat=2, kind="rechunk", mb=1000, npartitions=100),
+    # Past memory: 2 GB through workers of 1.5 GB each (the task-based rechunk must spill).
+    case("p2p", 1200, repeat=2, kind="rechunk", mb=2000, npartitions=100, memory_limit="1.5GB"),
     case("startup", 300, processes=False),
     case("startup", 300, processes=True),
     case("scheduler_cpu_per_task", 600, n=10_000),

@@ -287,17 +287,20 @@ def p2p(p: Params, repeat: int) -> list[Metric]:
     machine falls on both alike.
     """
     kind, mb, nparts = str(p["kind"]), float(p["mb"]), int(p["npartitions"])
+    limit = p.get("memory_limit")
     wall: dict[str, list[float]] = {"tasks": [], "p2p": []}
     peak: dict[str, list[float]] = {"tasks": [], "p2p": []}
     for _ in range(repeat):
         for method in ("tasks", "p2p"):
-            with local_cluster(True) as client:
+            with local_cluster(True, memory_limit=limit) as client:
                 coll = _p2p_collection(kind, mb, nparts, method)
                 t0 = time.perf_counter()
                 client.compute(coll).result()
                 wall[method].append(time.perf_counter() - t0)
                 peak[method].append(max(worker_peak_rss(client), default=0) / 1e6)
     note = f"{kind} of {mb:g} MB in {nparts} partitions; fresh worker processes per run"
+    if limit is not None:
+        note += f"; workers limited to {limit}"
     return [
         metric("wall_tasks", "s", wall["tasks"], note=note),
         metric("wall_p2p", "s", wall["p2p"]),
