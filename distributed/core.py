@@ -483,7 +483,10 @@ class Server:
 
     # -- listening and dispatch ---------------------------------------------
     async def listen(self, addr: str) -> None:
-        """Listen at ``addr`` (``"tcp://host:port"``, ``"tls://host:port"``, ``"inproc://"``) with :attr:`listen_args`."""
+        """Listen at ``addr`` with :attr:`listen_args`.
+
+        ``addr`` is ``"tcp://host:port"``, ``"tls://host:port"`` or ``"inproc://"``.
+        """
         listener = listen(addr, self.handle_comm, **self.listen_args)
         await listener.start()
         self.listeners.append(listener)

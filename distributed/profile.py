@@ -272,7 +272,8 @@ class ProfileSettings:
             raise ValueError(f"distributed.worker.profile.interval must be positive, got {self.interval!r}")
         if self.cycle is None or self.cycle < self.interval:
             raise ValueError(
-                f"distributed.worker.profile.cycle must be at least the interval, got {self.cycle!r} < {self.interval!r}"
+                "distributed.worker.profile.cycle must be at least the interval, "
+                f"got {self.cycle!r} < {self.interval!r}"
             )
 
 

@@ -73,7 +73,9 @@ class StatusHandler(tornado.web.RequestHandler):
 
 
 def make_routes(scheduler: Scheduler, dashboard: bool = False) -> list[Route]:
-    """The routes serving ``scheduler``: the common ones, the JSON and info routes, and ``/`` redirecting to ``/status``.
+    """The routes serving ``scheduler``.
+
+    The common ones, the JSON and info routes, and ``/`` redirecting to ``/status``.
 
     With ``dashboard`` the bokeh pages (``/status``, ``/workers``, ``/graph``)
     are served behind these routes (see :func:`start_http_server`); without

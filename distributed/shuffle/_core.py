@@ -145,7 +145,10 @@ class ShuffleSpec(abc.ABC):
 
     @abc.abstractmethod
     def output_partitions(self) -> Sequence[PartitionId]:
-        """The output partitions, in order (workers are assigned by position in this list, see ``output_assignment``)."""
+        """The output partitions, in order.
+
+        Workers are assigned by position in this list (see ``output_assignment``).
+        """
 
     @abc.abstractmethod
     def output_partition_of(self, node: GraphNode) -> PartitionId | None:
