@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,19 +53,14 @@ MEASURE_JS = """
 
 
 async def measure_until_drawn(url: str, tmp_path: Path, timeout: float = 60) -> dict[str, Any]:
-    async with HeadlessChromium(url, tmp_path) as browser:
-        deadline = time.monotonic() + timeout
-        js = MEASURE_JS % repr(list(DRAWN)).replace("'", '"')
-        while True:
-            state = await browser.evaluate(js)
-            plots = state.get("plots", {}) if state else {}
-            if all(plots.get(n, {}).get("colored", 0) > 200 for n in DRAWN):
-                await browser.screenshot(tmp_path / "status.png")
-                return dict(state)
-            if time.monotonic() > deadline:
-                await browser.screenshot(tmp_path / "status.png")
-                pytest.fail(f"/status not drawn within {timeout} s (screenshot in {tmp_path}): {state}")
-            await asyncio.sleep(0.2)
+    """Poll ``/status`` until every plot of ``DRAWN`` has colour; a screenshot is left in ``status.png``."""
+    js = MEASURE_JS % repr(list(DRAWN)).replace("'", '"')
+
+    def drawn(state: dict[str, Any]) -> bool:
+        plots = state.get("plots", {})
+        return all(plots.get(n, {}).get("colored", 0) > 200 for n in DRAWN)
+
+    return await poll_page(url, tmp_path, drawn, js=js, screenshot="status.png", timeout=timeout)
 
 
 @pytest.mark.timeout(180)
@@ -120,15 +116,24 @@ GRAPH_AND_TABLE_JS = """
 """
 
 
-async def poll_page(url: str, tmp_path: Path, ready: Any, timeout: float = 60) -> dict[str, Any]:
+async def poll_page(
+    url: str,
+    tmp_path: Path,
+    ready: Callable[[dict[str, Any]], bool],
+    js: str = GRAPH_AND_TABLE_JS,
+    screenshot: str = "page.png",
+    timeout: float = 60,
+) -> dict[str, Any]:
+    """Evaluate ``js`` on the page at ``url`` until ``ready`` holds; a screenshot is left in ``screenshot`` either way."""
     async with HeadlessChromium(url, tmp_path) as browser:
         deadline = time.monotonic() + timeout
         while True:
-            state = await browser.evaluate(GRAPH_AND_TABLE_JS)
+            state = await browser.evaluate(js)
             if state and ready(state):
+                await browser.screenshot(tmp_path / screenshot)
                 return dict(state)
             if time.monotonic() > deadline:
-                await browser.screenshot(tmp_path / "page.png")
+                await browser.screenshot(tmp_path / screenshot)
                 pytest.fail(f"{url} not drawn within {timeout} s (screenshot in {tmp_path}): {state}")
             await asyncio.sleep(0.2)
 
