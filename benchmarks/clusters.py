@@ -195,8 +195,9 @@ class CliCluster:
                     self.address,
                     "--nthreads",
                     str(self.nthreads),
-                    "--no-nanny",
-                    "--no-dashboard",
+                    # Defaults kept: each worker under a nanny, with its own HTTP endpoints.
+                    "--dashboard-address",
+                    "127.0.0.1:0",
                     "--host",
                     "127.0.0.1",
                     "--name",

@@ -13,6 +13,7 @@ Only the public API is used here (``Client``, ``LocalCluster``, ``wait``,
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import Any, TypedDict
@@ -27,6 +28,7 @@ from benchmarks.clusters import (
     StallProbe,
     find_chromium,
     local_cluster,
+    rss_peak_bytes,
     settle,
     worker_peak_rss,
 )
@@ -418,6 +420,7 @@ def large_graph(p: Params, repeat: int) -> list[Metric]:
     per_task: list[float] = []
     stall_ms: list[float] = []
     idle_ms: list[float] = []
+    client_mb: list[float] = []
     for _ in range(repeat):
         with CliCluster() as cluster:
             client = cluster.client
@@ -438,6 +441,9 @@ def large_graph(p: Params, repeat: int) -> list[Metric]:
             t3 = time.perf_counter()
             end_wall = time.time()
             samples = probe.finish()
+            client_peak = rss_peak_bytes(os.getpid())
+            if client_peak is not None:
+                client_mb.append(client_peak / 1e6)
             peak = cluster.scheduler_peak_rss()
             if peak is None:
                 peak = cluster.scheduler_rss()
@@ -463,6 +469,9 @@ def large_graph(p: Params, repeat: int) -> list[Metric]:
         metric("total", "s", total_s, fl, note="one run per cluster: not gated"),
         metric("scheduler_peak_rss", "MB", peak_mb),
         metric("scheduler_bytes_per_task", "B", per_task, note="(peak RSS - RSS before) / tasks"),
+        metric(
+            "client_peak_rss", "MB", client_mb, note="peak RSS of the client's process (it imports dask, numpy, pandas)"
+        ),
         metric("max_event_loop_stall", "ms", stall_ms, note="longest scheduler_info() round trip during ingest"),
         metric("idle_round_trip", "ms", idle_ms, note="median scheduler_info() round trip before submission"),
     ]

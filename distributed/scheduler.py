@@ -43,7 +43,8 @@ import os
 import time
 import uuid
 from collections import defaultdict, deque
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Final
 
 import dask
@@ -142,6 +143,7 @@ class Out:
         "erred",
         "scattered",
         "placements",
+        "no_room_for",
     )
 
     def __init__(self) -> None:
@@ -157,6 +159,9 @@ class Out:
         self.erred: m.WorkerTaskErred | None = None
         self.scattered: tuple[list[WorkerState], int, str | None] | None = None
         self.placements: dict[TaskState, WorkerState] | None = None
+        #: A root-task duration no worker had room for since a task last left processing:
+        #: later root tasks of that duration queue without scanning the workers again.
+        self.no_room_for: float | None = None
 
 
 class Scheduler(Server):
@@ -293,6 +298,8 @@ class Scheduler(Server):
         self.transition_counter = 0
         log_length = int(dask.config.get("distributed.scheduler.transition-log-length", 100000))
         self.transition_log: deque[tuple[Key, TaskStateName, TaskStateName, str, float]] = deque(maxlen=log_length)
+        #: While a batch of stream messages is handled: the messages its stimuli produced, not sent yet.
+        self._held: Out | None = None
         #: Recent events by topic and the clients subscribed to topics.
         self.event_log = EventLog(self)
         self.events = self.event_log.events
@@ -574,6 +581,7 @@ class Scheduler(Server):
             out = Out()
         recs = out.recs
         recs.update(recommendations)
+        out.no_room_for = None  # workers may have gained room since this Out was last used
         opened = out.opened
         table = self._transitions_table
         log = self.transition_log
@@ -639,7 +647,41 @@ class Scheduler(Server):
         return out
 
     def send_all(self, out: Out) -> None:
-        """Send what a stimulus produced (the I/O shell of the state machine)."""
+        """Send what a stimulus produced (the I/O shell of the state machine).
+
+        Inside :meth:`holding_sends`, what was held is sent first, so that
+        messages leave in the order of the stimuli that made them.
+        """
+        held = self._held
+        if held is not None and out is not held:
+            self._held = Out()
+            self._send(held)
+        self._send(out)
+
+    @contextmanager
+    def holding_sends(self) -> Iterator[Out]:
+        """Gather the messages of several stimuli into one :class:`Out`, sent at the end.
+
+        For a batch of stream messages (a worker's task-finished reports):
+        one send per batch instead of one per task.  Handlers that take the
+        yielded ``Out`` add to it; any other :meth:`send_all` flushes it first.
+        """
+        if self._held is not None:
+            yield self._held  # nested: the outer holder sends
+            return
+        self._held = Out()
+        try:
+            yield self._held
+        finally:
+            held, self._held = self._held, None
+            self._send(held)
+
+    @property
+    def held_out(self) -> Out | None:
+        """The :class:`Out` gathering messages during :meth:`holding_sends`, or None."""
+        return self._held
+
+    def _send(self, out: Out) -> None:
         for addr, msgs in out.workers.items():
             bs = self.stream_comms.get(addr)
             if bs is not None:
@@ -740,8 +782,10 @@ class Scheduler(Server):
                 self._add_to_processing(ts, ws, out)
                 return
         if self._is_queueable(ts):
-            ws = self._worker_with_room(ts.prefix.duration_average)
+            duration = ts.prefix.duration_average
+            ws = None if out.no_room_for == duration else self._worker_with_room(duration)
             if ws is None:
+                out.no_room_for = duration
                 ts.state = "queued"
                 self.n_queued += 1
                 heapq.heappush(self.queued, (ts.priority, ts))
@@ -822,6 +866,7 @@ class Scheduler(Server):
         ws = ts.processing_on
         if ws is None:
             return None
+        out.no_room_for = None
         ts.processing_on = None
         duration = ws.processing.pop(ts, 0.0)
         ws.occupancy = max(ws.occupancy - duration, 0.0) if ws.processing else 0.0
@@ -1575,14 +1620,16 @@ class Scheduler(Server):
         if ann.get("allow_other_workers"):
             ts.loose_restrictions = True
 
-    def task_finished(self, worker: str, msg: m.TaskFinished, stimulus_id: str) -> Out:
+    def task_finished(self, worker: str, msg: m.TaskFinished, stimulus_id: str, out: Out | None = None) -> Out:
         """``worker`` finished a task and holds its result.
 
         ``msg`` is the worker's report as it arrived (already checked against
         its declaration): passing it through costs nothing per task, where
-        copying it into an event object would.
+        copying it into an event object would.  ``out`` gathers the result
+        with that of other stimuli (see :meth:`holding_sends`).
         """
-        out = Out()
+        if out is None:
+            out = Out()
         key = msg["key"]
         ts = self.tasks.get(key)
         ws = self.workers.get(worker)

@@ -216,8 +216,10 @@ class SchedulerStreams:
 
     def _dispatch_from(self, ws: WorkerState, msgs: Any, check: bool) -> None:
         self._current_worker = ws
+        s = self.scheduler
         try:
-            self.scheduler.dispatch_stream(msgs, ws.address, check)
+            with s.holding_sends():
+                s.dispatch_stream(msgs, ws.address, check)
         finally:
             self._current_worker = None
 
@@ -233,7 +235,10 @@ class SchedulerStreams:
 
     def _task_finished(self, msg: m.TaskFinished) -> None:
         s = self.scheduler
-        s.send_all(s.task_finished(self._sender(), msg, f"task-finished-{msg['stop']}"))
+        held = s.held_out
+        out = s.task_finished(self._sender(), msg, f"task-finished-{msg['stop']}", held)
+        if held is None:
+            s.send_all(out)
 
     def _task_erred(self, msg: m.WorkerTaskErred) -> None:
         s = self.scheduler

@@ -951,3 +951,75 @@ def test_worker_data_messages_are_stimuli() -> None:
     # Messages from a worker the scheduler does not know change nothing.
     assert not check(s, s.add_keys(C, ["a"])).free
     assert not check(s, s.release_worker_data(C, ["a"], "unknown")).recs
+
+
+# -- one send per batch of stream messages ------------------------------------------------
+class CallRecordingStream:
+    """Stands in for a worker's or client's batched stream: records each send call."""
+
+    def __init__(self, calls: list[tuple[str, list[Msg]]], name: str) -> None:
+        self.calls = calls
+        self.name = name
+
+    def send(self, *msgs: Any) -> None:
+        self.calls.append((self.name, list(msgs)))
+
+    def send_lazy(self, *msgs: Any) -> None:
+        self.send(*msgs)
+
+
+def test_held_sends_go_out_once_per_batch_and_in_stimulus_order(saturation_one: None) -> None:
+    s = new_scheduler()
+    check(s, s.add_worker_state(A, 2))
+    check(s, s.update_graph("c1", {f"x{i}": spec(order=i) for i in range(6)}, [f"x{i}" for i in range(6)]))
+    calls: list[tuple[str, list[Msg]]] = []
+    s.stream_comms[A] = cast(BatchedSend, CallRecordingStream(calls, "worker"))
+    s.client_comms["c1"] = cast(BatchedSend, CallRecordingStream(calls, "client"))
+    running = [k for k in s.tasks if state(s, k) == "processing"]
+    assert len(running) == 2  # two threads, saturation 1.0
+    with s.holding_sends():
+        for key in running:
+            ts = s.tasks[key]
+            out = s.task_finished(A, done(key, ts.run_id), f"finish-{key}", s.held_out)
+            assert out is s.held_out
+            s.validate_state()
+        assert calls == []  # nothing leaves before the batch ends
+    # One send to the worker (the next queued tasks) and one to the client (both results).
+    assert [name for name, _ in calls] == ["worker", "client"]
+    assert [msg["key"] for msg in calls[1][1]] == running
+    assert len(calls[0][1]) == len(running)
+    # Another stimulus's send_all inside the batch flushes what was held first.
+    calls.clear()
+    running = [k for k in s.tasks if state(s, k) == "processing"]
+    with s.holding_sends():
+        ts = s.tasks[running[0]]
+        s.task_finished(A, done(running[0], ts.run_id), "finish-first", s.held_out)
+        s.send_all(s.release_worker_data(A, ["no-such-key"], "other"))
+        assert [name for name, _ in calls] == ["worker", "client"]
+    assert calls[1][1][0]["key"] == running[0]
+
+
+def test_root_tasks_past_every_workers_room_queue_without_rescanning_workers(saturation_one: None) -> None:
+    s = new_scheduler()
+    check(s, s.add_worker_state(A, 1))
+    check(s, s.add_worker_state(B, 1))
+    scans = 0
+    scan = s._worker_with_room
+
+    def counting(duration: float) -> Any:
+        nonlocal scans
+        scans += 1
+        return scan(duration)
+
+    s._worker_with_room = counting  # type: ignore[method-assign]  # count the scans of the workers
+    n = 500
+    check(s, s.update_graph("c1", {f"x{i}": spec(order=i) for i in range(n)}, [f"x{i}" for i in range(n)]))
+    queued = sum(state(s, f"x{i}") == "queued" for i in range(n))
+    assert queued > n // 2
+    # One scan per task placed, plus the one that found no room; not one per queued task.
+    assert scans == n - queued + 1
+    # A task leaving processing makes room again: the next queued task goes there.
+    ts = next(s.tasks[k] for k in s.tasks if state(s, k) == "processing")
+    assert ts.processing_on is not None
+    out = check(s, s.task_finished(ts.processing_on.address, done(ts.key, ts.run_id), "done"))
+    assert len(computes(out)) == 1
