@@ -66,6 +66,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_targets(args: argparse.Namespace) -> int:
+    from benchmarks.targets import targets_table
+
+    incumbent = _load(args.incumbent) if args.incumbent else None
+    print(targets_table(_load(args.ours), incumbent, markdown=args.markdown))
+    return 0
+
+
 def cmd_gate(args: argparse.Namespace) -> int:
     from benchmarks.gate import failing_cases, gate, keep_best
 
@@ -142,6 +150,13 @@ def main(argv: list[str] | None = None) -> int:
     cmp.add_argument("b")
     cmp.add_argument("--markdown", action="store_true", help="print a Markdown table")
 
+    tg = sub.add_parser(
+        "targets", help="check the speed targets (full set) against this project's and a release's results"
+    )
+    tg.add_argument("--ours", required=True, help="results of this project")
+    tg.add_argument("--incumbent", help="results of a released distributed, run on the same machine")
+    tg.add_argument("--markdown", action="store_true", help="print a Markdown table")
+
     g = sub.add_parser("gate", help="fail when a ratio to the threads floor regressed")
     g.add_argument("--baseline", required=True)
     g.add_argument("--results", required=True)
@@ -183,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_run(args, argv)
     if args.command == "compare":
         return cmd_compare(args)
+    if args.command == "targets":
+        return cmd_targets(args)
     if args.command == "gate":
         return cmd_gate(args)
     if args.command == "baseline":
