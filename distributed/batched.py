@@ -45,6 +45,8 @@ class BatchedSend:
         self._closing = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._urgent = False
+        #: Set by :meth:`send_now`: the next write does not wait out the interval.
+        self._now = False
         self._lazy_timer: asyncio.TimerHandle | None = None
         # The pause between two writes; close() cuts it short to flush at once.
         self._pause: asyncio.Future[None] | None = None
@@ -72,6 +74,26 @@ class BatchedSend:
         """
         self._enqueue(msgs)
         self._urgent = True
+        if self._wake is not None:
+            self._wake.set()
+
+    def send_now(self, *msgs: Any) -> None:
+        """Queue messages and write them at the next turn of the loop, even within ``interval``.
+
+        For a peer that has nothing to do until it reads them (a worker that
+        ran out of tasks, a scheduler waiting for an idle worker's result):
+        batching would only add the interval to its idle time.
+
+        Raises
+        ------
+        CommClosedError
+            When the stream is closed.
+        """
+        self._enqueue(msgs)
+        self._urgent = True
+        self._now = True
+        if self._pause is not None:
+            _wake_future(self._pause)
         if self._wake is not None:
             self._wake.set()
 
@@ -111,7 +133,7 @@ class BatchedSend:
             await wake.wait()
             wake.clear()
             delay = last + self.interval - loop.time()
-            if delay > 0 and self._urgent and not self._closing:
+            if delay > 0 and self._urgent and not self._closing and not self._now:
                 self._pause = pause = loop.create_future()
                 timer = loop.call_later(delay, _wake_future, pause)
                 try:
@@ -125,6 +147,7 @@ class BatchedSend:
                 continue
             payload, self.buffer = self.buffer, []
             urgent, self._urgent = self._urgent, False
+            self._now = False
             if self._lazy_timer is not None:
                 self._lazy_timer.cancel()
                 self._lazy_timer = None

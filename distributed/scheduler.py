@@ -682,11 +682,17 @@ class Scheduler(Server):
         return self._held
 
     def _send(self, out: Out) -> None:
+        workers = self.workers
         for addr, msgs in out.workers.items():
             bs = self.stream_comms.get(addr)
             if bs is not None:
                 try:
-                    bs.send(*msgs)
+                    ws = workers.get(addr)
+                    if ws is not None and len(ws.processing) - len(ws.long_running) <= ws.nthreads:
+                        # No backlog there: its threads wait for these, so do not batch them.
+                        bs.send_now(*msgs)
+                    else:
+                        bs.send(*msgs)
                 except CommClosedError:
                     logger.debug("Worker %s stream closed; dropping %d messages", addr, len(msgs))
         for addr, keys in out.free.items():

@@ -126,6 +126,33 @@ def test_first_message_after_quiet_spell_goes_out_at_once(scheme: str) -> None:
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
+def test_send_now_does_not_wait_out_the_interval(scheme: str) -> None:
+    async def main() -> None:
+        async with comm_pair(scheme) as (client, server):
+            recv = Receiver(server)
+            bs = BatchedSend(interval=10)
+            bs.start(client)
+            bs.send("first")
+            await async_poll_for(lambda: recv.messages == ["first"], timeout=5)
+            # Within the interval: "second" waits, "third" goes at once and takes it along.
+            bs.send("second")
+            for _ in range(20):
+                await asyncio.sleep(0)
+            assert recv.messages == ["first"]
+            bs.send_now("third")
+            await async_poll_for(lambda: recv.messages == ["first", "second", "third"], timeout=5)
+            assert bs.batch_count == 2
+            # The interval holds again for plain sends after it.
+            bs.send("fourth")
+            for _ in range(20):
+                await asyncio.sleep(0)
+            assert recv.messages == ["first", "second", "third"]
+            await asyncio.wait_for(bs.close(), 5)
+
+    run_async(main)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
 def test_close_flushes(scheme: str) -> None:
     async def main() -> None:
         async with comm_pair(scheme) as (client, server):

@@ -462,6 +462,9 @@ class RecordingStream:
     def send(self, *msgs: Msg) -> None:
         self.sent.extend(msgs)
 
+    def send_now(self, *msgs: Msg) -> None:
+        self.sent.extend(msgs)
+
 
 def _worker_keeps_running(sent: Sequence[Msg], key: Key) -> bool:
     """Whether ``key`` is still to be computed once the worker applied ``sent`` in order."""
@@ -967,6 +970,10 @@ class CallRecordingStream:
     def send_lazy(self, *msgs: Any) -> None:
         self.send(*msgs)
 
+    def send_now(self, *msgs: Any) -> None:
+        self.send(*msgs)
+        self.calls.append((f"{self.name} (now)", []))
+
 
 def test_held_sends_go_out_once_per_batch_and_in_stimulus_order(saturation_one: None) -> None:
     s = new_scheduler()
@@ -985,6 +992,7 @@ def test_held_sends_go_out_once_per_batch_and_in_stimulus_order(saturation_one: 
             s.validate_state()
         assert calls == []  # nothing leaves before the batch ends
     # One send to the worker (the next queued tasks) and one to the client (both results).
+    calls[:] = [(name, msgs) for name, msgs in calls if msgs]
     assert [name for name, _ in calls] == ["worker", "client"]
     assert [msg["key"] for msg in calls[1][1]] == running
     assert len(calls[0][1]) == len(running)
@@ -995,6 +1003,7 @@ def test_held_sends_go_out_once_per_batch_and_in_stimulus_order(saturation_one: 
         ts = s.tasks[running[0]]
         s.task_finished(A, done(running[0], ts.run_id), "finish-first", s.held_out)
         s.send_all(s.release_worker_data(A, ["no-such-key"], "other"))
+        calls[:] = [(name, msgs) for name, msgs in calls if msgs]
         assert [name for name, _ in calls] == ["worker", "client"]
     assert calls[1][1][0]["key"] == running[0]
 
@@ -1023,3 +1032,17 @@ def test_root_tasks_past_every_workers_room_queue_without_rescanning_workers(sat
     assert ts.processing_on is not None
     out = check(s, s.task_finished(ts.processing_on.address, done(ts.key, ts.run_id), "done"))
     assert len(computes(out)) == 1
+
+
+def test_compute_tasks_to_a_worker_without_backlog_are_not_batched(no_queuing: None) -> None:
+    s = new_scheduler()
+    check(s, s.add_worker_state(A, 1))
+    calls: list[tuple[str, list[Msg]]] = []
+    s.stream_comms[A] = cast(BatchedSend, CallRecordingStream(calls, "worker"))
+    # One task for one thread: the worker waits for it, so it goes at once.
+    s.send_all(check(s, s.update_graph("c1", {"a": spec()}, ["a"])))
+    assert [name for name, _ in calls] == ["worker", "worker (now)"]
+    # A backlog of tasks: they may wait for the stream's next batch.
+    calls.clear()
+    s.send_all(check(s, s.update_graph("c1", {f"x{i}": spec(order=i) for i in range(5)}, [f"x{i}" for i in range(5)])))
+    assert [name for name, _ in calls] == ["worker"]

@@ -53,6 +53,9 @@ class Recorded(BatchedSend):
     def send_lazy(self, *msgs: Any) -> None:
         self.sent.extend(msgs)
 
+    def send_now(self, *msgs: Any) -> None:
+        self.sent.extend(msgs)
+
     def take(self) -> list[m.SchedulerToWorker]:
         msgs, self.sent = self.sent, []
         return msgs
