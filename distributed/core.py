@@ -645,7 +645,7 @@ class Server:
                 continue
             try:
                 result = route.func(msg)
-                if inspect.isawaitable(result):
+                if result is not None and inspect.isawaitable(result):
                     self.spawn(_consume(result), name=f"stream-{op}")
             except Exception:
                 logger.exception("Stream handler %r failed on a message from %s", op, origin)
