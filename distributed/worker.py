@@ -802,16 +802,18 @@ class Worker(Server):
 
     def _carry_out(self, instructions: list[Instruction]) -> None:
         to_scheduler: list[m.WorkerStreamMessage] = []
+        lazy = True
         for inst in instructions:
             if isinstance(inst, SendMessage):
                 to_scheduler.append(inst.msg)
+                lazy = lazy and inst.msg["op"] in _LAZY_OPS
             elif isinstance(inst, Execute):
                 self._execute_now(inst.key, inst.run_id)
             elif isinstance(inst, GatherDep):
                 self._start_task(self.gather_dep(inst.worker, inst.keys), f"gather-{inst.worker}")
         if to_scheduler and self.batched_stream is not None:
             try:
-                if all(msg["op"] in _LAZY_OPS for msg in to_scheduler):
+                if lazy:
                     self.batched_stream.send_lazy(*to_scheduler)
                 else:
                     self.batched_stream.send(*to_scheduler)
@@ -879,13 +881,13 @@ class Worker(Server):
             return
         run_spec = ts.run_spec
         frames = getattr(run_spec, "frames", None)
-        large = frames is not None and sum(len(f) for f in frames) > 100_000
+        large = frames is not None and sum(map(len, frames)) > 100_000
         if ts.state != "executing" or large:
             self._start_task(self.execute(key, run_id), f"execute-{key}")
             return
         try:
             node = unwrap(run_spec)
-            args = {dep.key: self.data[dep.key] for dep in ts.dependencies}
+            args = {dep.key: self.data[dep.key] for dep in ts.dependencies} if ts.dependencies else {}
         except Exception:
             self._start_task(self.execute(key, run_id), f"execute-{key}")
             return
@@ -926,8 +928,7 @@ class Worker(Server):
 
     def _drain_results(self) -> None:
         with self._results_lock:
-            events = list(self._results)
-            self._results.clear()
+            events, self._results = self._results, []
             self._results_wake_pending = False
         if events:
             self.handle_stimulus(*events)
@@ -1324,25 +1325,34 @@ def _failure(exc: BaseException, key: Key, run_id: int, start: float) -> Execute
 class _TaskContext:
     """Sets the thread state that ``get_worker``/``get_client`` read."""
 
+    __slots__ = ("worker", "key", "old_state", "old_key", "old_worker", "ident")
+
     def __init__(self, worker: Worker, key: Key) -> None:
         self.worker = worker
         self.key = key
-        self.old: dict[str, Any] = {}
+        self.old_state: Any = None
+        self.old_key: Any = None
+        self.old_worker: Any = None
         self.ident = 0
 
     def __enter__(self) -> None:
-        self.old = {k: getattr(thread_state, k, None) for k in ("execution_state", "key", "worker")}
-        thread_state.execution_state = {"worker": self.worker, "key": self.key}
-        thread_state.key = self.key
-        thread_state.worker = self.worker
+        ts = thread_state
+        self.old_state = getattr(ts, "execution_state", None)
+        self.old_key = getattr(ts, "key", None)
+        self.old_worker = getattr(ts, "worker", None)
+        ts.execution_state = {"worker": self.worker, "key": self.key}
+        ts.key = self.key
+        ts.worker = self.worker
         # One dict store per task: which task this thread runs, for the profiler.
         self.ident = threading.get_ident()
         self.worker.active_threads[self.ident] = self.key
 
     def __exit__(self, *exc: object) -> None:
-        for k, v in self.old.items():
-            setattr(thread_state, k, v)
-        outer = self.old["key"]
+        ts = thread_state
+        ts.execution_state = self.old_state
+        ts.key = self.old_key
+        ts.worker = self.old_worker
+        outer = self.old_key
         if outer is None:
             self.worker.active_threads.pop(self.ident, None)
         else:  # a task run inside another on this thread (the outer one resumes)

@@ -155,14 +155,17 @@ TransitionHook = Callable[[Key, TaskStateName, TaskStateName, str], None]
 
 
 # -- events -------------------------------------------------------------------
-@dataclass(frozen=True)
+# Events and instructions are read-only by convention, not frozen: a frozen
+# dataclass sets each field through object.__setattr__ (about 3x the cost), and
+# a few of them are built for every task.
+@dataclass(slots=True)
 class StateMachineEvent:
     """Base of all events; ``stimulus_id`` ties effects to their cause."""
 
     stimulus_id: str
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ComputeTaskEvent(StateMachineEvent):
     """The scheduler asks us to compute ``key``."""
 
@@ -177,14 +180,14 @@ class ComputeTaskEvent(StateMachineEvent):
     annotations: Mapping[str, Any] | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class FreeKeysEvent(StateMachineEvent):
     """The scheduler no longer needs these keys here."""
 
     keys: tuple[Key, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ExecuteSuccess(StateMachineEvent):
     """A task ran; its value is ready to store."""
 
@@ -197,7 +200,7 @@ class ExecuteSuccess(StateMachineEvent):
     stop: float
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ExecuteFailure(StateMachineEvent):
     """A task raised."""
 
@@ -210,7 +213,7 @@ class ExecuteFailure(StateMachineEvent):
     stop: float
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class RescheduleEvent(StateMachineEvent):
     """A task raised ``Reschedule``: give it back to the scheduler."""
 
@@ -218,21 +221,21 @@ class RescheduleEvent(StateMachineEvent):
     run_id: int
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ExecuteAbandoned(StateMachineEvent):
     """An Execute instruction was not carried out: the task was freed first."""
 
     key: Key
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class SecedeEvent(StateMachineEvent):
     """A running task left the thread pool (``secede()``)."""
 
     key: Key
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class GatherDepSuccess(StateMachineEvent):
     """A fetch from ``worker`` returned; ``data`` may lack some keys asked for."""
 
@@ -245,7 +248,7 @@ class GatherDepSuccess(StateMachineEvent):
     stop: float = 0.0
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class GatherDepFailure(StateMachineEvent):
     """A fetch from ``worker`` failed.
 
@@ -263,7 +266,7 @@ class GatherDepFailure(StateMachineEvent):
     text: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class AcquireReplicasEvent(StateMachineEvent):
     """Fetch copies of keys from the peers named, to hold them here."""
 
@@ -271,14 +274,14 @@ class AcquireReplicasEvent(StateMachineEvent):
     nbytes: Mapping[Key, int]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class StealRequestEvent(StateMachineEvent):
     """The scheduler wants to run ``key`` elsewhere (work stealing), if it has not started here."""
 
     key: Key
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class UpdateDataEvent(StateMachineEvent):
     """Data put here directly (scatter)."""
 
@@ -287,12 +290,12 @@ class UpdateDataEvent(StateMachineEvent):
 
 
 # -- instructions ----------------------------------------------------------------
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Instruction:
     """Base of what the state machine asks the shell to do."""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Execute(Instruction):
     """Run ``key`` in the thread pool."""
 
@@ -300,7 +303,7 @@ class Execute(Instruction):
     run_id: int
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class GatherDep(Instruction):
     """Fetch ``keys`` from peer ``worker``."""
 
@@ -309,7 +312,7 @@ class GatherDep(Instruction):
     total_nbytes: int
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class SendMessage(Instruction):
     """Send ``msg`` to the scheduler on the batched stream."""
 
