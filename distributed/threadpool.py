@@ -181,6 +181,17 @@ class ThreadPool:
         event.set()
         return True
 
+    def may_continue(self) -> bool:
+        """Whether the calling thread, its task done, may run another job without asking the queue.
+
+        Only a pool thread that has not seceded, while no seceded thread waits to
+        rejoin (it must get the next free slot) and the pool is not shutting down.
+        Lock-free: a rejoiner that arrives just after is served one job later.
+        """
+        return (
+            getattr(_local, "pool", None) is self and not _local.seceded and not self._rejoining and not self._shutdown
+        )
+
     @property
     def waiting_to_rejoin(self) -> int:
         """Seceded threads blocked in :meth:`rejoin_current_thread`."""

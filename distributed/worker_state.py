@@ -48,6 +48,7 @@ __all__ = [
     "Execute",
     "ExecuteAbandoned",
     "ExecuteFailure",
+    "ExecuteStarted",
     "ExecuteSuccess",
     "FreeKeysEvent",
     "GatherDep",
@@ -224,6 +225,18 @@ class RescheduleEvent(StateMachineEvent):
 @dataclass(slots=True)
 class ExecuteAbandoned(StateMachineEvent):
     """An Execute instruction was not carried out: the task was freed first."""
+
+    key: Key
+
+
+@dataclass(slots=True)
+class ExecuteStarted(StateMachineEvent):
+    """A thread that just finished a task went on with ``key``, the task :meth:`~WorkerStateMachine.next_ready` named.
+
+    The shell lines that task up for whichever thread finishes first, so a busy
+    worker starts it without a round trip through the event loop; this event
+    moves it to ``executing`` (its :class:`Execute` instruction is not carried out).
+    """
 
     key: Key
 
@@ -618,6 +631,26 @@ class WorkerStateMachine:
         for item in skipped:
             heapq.heappush(ready, item)
 
+    def next_ready(self) -> WorkerTask | None:
+        """The task to start when a thread frees up, if every thread is busy.
+
+        ``None`` when a thread is free (the ready task would have started),
+        while paused, when the first ready task needs resources, or when a
+        running task has dependents here (its result may make a task of higher
+        priority ready).  Stable until the next event.
+        """
+        if self.paused or not self.ready or len(self.executing) < self.nthreads:
+            return None
+        for running in self.executing:
+            if running.dependents:
+                return None
+        ready = self.ready
+        while ready and ready[0][2].state != "ready":
+            heapq.heappop(ready)  # started or released since it was queued (as _ensure_computing skips it)
+        if not ready or ready[0][2].resources:
+            return None
+        return ready[0][2]
+
     def _ensure_communicating(self, instructions: list[Instruction]) -> None:
         if not self.to_fetch:
             return
@@ -816,6 +849,15 @@ class WorkerStateMachine:
         if ts.state in ("executing", "long-running"):
             instructions.append(SendMessage(m.Reschedule(op="reschedule", key=ts.key, run_id=ts.run_id)))
         self._transition(ts, "forgotten", ev.stimulus_id, instructions)
+
+    def _handle_execute_started(self, ev: ExecuteStarted, instructions: list[Instruction]) -> None:
+        ts = self.tasks.get(ev.key)
+        if ts is None or ts.state != "ready":
+            # Cannot happen: the shell takes the lined-up task back before any other event.
+            if self.validate:
+                raise InvalidTransition(ev.key, "missing" if ts is None else ts.state, "executing", ev.stimulus_id)
+            return
+        self._apply(ts, "executing", ev.stimulus_id, instructions)
 
     def _handle_secede(self, ev: SecedeEvent, instructions: list[Instruction]) -> None:
         ts = self.tasks.get(ev.key)
@@ -1108,6 +1150,7 @@ _HANDLERS: dict[type, Any] = {
     ExecuteAbandoned: WorkerStateMachine._handle_execute_abandoned,
     RescheduleEvent: WorkerStateMachine._handle_reschedule,
     SecedeEvent: WorkerStateMachine._handle_secede,
+    ExecuteStarted: WorkerStateMachine._handle_execute_started,
     GatherDepSuccess: WorkerStateMachine._handle_gather_success,
     GatherDepFailure: WorkerStateMachine._handle_gather_failure,
     UpdateDataEvent: WorkerStateMachine._handle_update_data,

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
+from typing import Any, Literal
 
 import numpy as np
 import pytest
@@ -94,3 +97,85 @@ async def test_worker_close_while_running_keeps_cluster_working(c: Client, s: Sc
     await a.close()
     assert await c.gather(futures) == list(range(1, 101))
     await async_poll_for(lambda: a.address not in s.workers, 5)
+
+
+_GATE = threading.Event()
+_RAN: list[str] = []
+
+
+def _blocker() -> str:
+    assert _GATE.wait(10)
+    return "blocker"
+
+
+def _record(name: str, seconds: float = 0.0) -> str:
+    _RAN.append(name)
+    time.sleep(seconds)  # the task's own work: long enough for the loop to line up the next one
+    return name
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)], config={"distributed.scheduler.worker-saturation": float("inf")})
+async def test_busy_thread_goes_on_with_the_next_ready_task(c: Client, s: Scheduler, a: Worker) -> None:
+    # A thread that finishes while tasks wait takes the next one itself instead of
+    # sleeping until the event loop hands it over: few tasks go through the pool's queue.
+    _GATE.clear()
+    _RAN.clear()
+    state = a.state
+    assert state is not None
+    handed_over = 0
+    submit_nowait = a.executor.submit_nowait
+
+    def counting(fn: Any, *args: Any) -> None:
+        nonlocal handed_over
+        handed_over += 1
+        submit_nowait(fn, *args)
+
+    a.executor.submit_nowait = counting  # type: ignore[method-assign]  # count hand-offs to the pool
+    block = c.submit(_blocker, pure=False)
+    futures = c.map(_record, [f"t{i}" for i in range(50)], seconds=0.005, key=[f"t{i}" for i in range(50)])
+    await async_poll_for(lambda: len(state.ready) == 50, timeout=10)
+    _GATE.set()
+    assert await c.gather(futures) == [f"t{i}" for i in range(50)]
+    assert await block == "blocker"
+    assert sorted(_RAN) == sorted(f"t{i}" for i in range(50))  # each ran once
+    assert handed_over < 25, handed_over  # 51 when every task goes through the queue
+    ts_story = [e for e in state.story("t0", "t1") if e[2] == "executing"]
+    assert len(ts_story) == 2
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)], config={"distributed.scheduler.worker-saturation": float("inf")})
+async def test_task_lined_up_for_a_thread_yields_to_a_later_one_of_higher_priority(
+    c: Client, s: Scheduler, a: Worker
+) -> None:
+    _GATE.clear()
+    _RAN.clear()
+    state = a.state
+    assert state is not None
+    block = c.submit(_blocker, pure=False)
+    low = c.submit(_record, "low", key="low", priority=0)
+    await async_poll_for(lambda: len(state.ready) == 1, timeout=10)
+    high = c.submit(_record, "high", key="high", priority=10)
+    await async_poll_for(lambda: len(state.ready) == 2, timeout=10)
+    _GATE.set()
+    await c.gather([block, low, high])
+    assert _RAN == ["high", "low"]
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)], config={"distributed.scheduler.worker-saturation": float("inf")})
+async def test_task_lined_up_for_a_thread_and_then_cancelled_does_not_run(
+    c: Client[Literal[True]], s: Scheduler, a: Worker
+) -> None:
+    _GATE.clear()
+    _RAN.clear()
+    state = a.state
+    assert state is not None
+    block = c.submit(_blocker, pure=False)
+    doomed = c.submit(_record, "doomed", key="doomed")
+    await async_poll_for(lambda: len(state.ready) == 1, timeout=10)
+    await c.cancel(doomed)
+    await async_poll_for(lambda: "doomed" not in state.tasks, timeout=10)
+    _GATE.set()
+    assert await block == "blocker"
+    after = c.submit(_record, "after", key="after")
+    assert await after == "after"
+    assert _RAN == ["after"]
