@@ -812,22 +812,25 @@ class Worker(Server):
         state = self.state
         if state is None or self.status in (Status.closed,):
             return
+        applied = False
         if self._results or self._lined_up is not None:
-            self._apply_results(state)
-        if events:
+            applied = self._apply_results(state)
+        if events or not applied:  # no events: start what may start (e.g. on resuming)
             self._carry_out(state.handle_stimulus(*events))
         self._line_up_next(state)
 
-    def _apply_results(self, state: WorkerStateMachine) -> None:
+    def _apply_results(self, state: WorkerStateMachine) -> bool:
+        """Hand the results pool threads posted to the state machine; whether there were any."""
         with self._results_lock:
             events, self._results = self._results, []
             self._lined_up = None
         if not events:
-            return
+            return False
         started = [ev.key for ev in events if type(ev) is ExecuteStarted]
         self._carry_out(state.handle_stimulus(*events), started)
         if self._actor_keys:
             self._prune_actors([ev.key for ev in events if isinstance(ev, ExecuteSuccess)])
+        return True
 
     def _line_up_next(self, state: WorkerStateMachine) -> None:
         """Offer the next ready task to whichever pool thread finishes first.

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from dask.delayed import delayed
 
-from distributed import Client, get_client, get_worker, rejoin, secede
+from distributed import Client, Status, get_client, get_worker, rejoin, secede
 from distributed.scheduler import Scheduler
 from distributed.utils_test import async_poll_for, gen_cluster, inc
 from distributed.worker import Worker
@@ -179,3 +179,24 @@ async def test_task_lined_up_for_a_thread_and_then_cancelled_does_not_run(
     after = c.submit(_record, "after", key="after")
     assert await after == "after"
     assert _RAN == ["after"]
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)], config={"distributed.scheduler.worker-saturation": float("inf")})
+async def test_tasks_ready_on_a_paused_worker_start_when_it_resumes(c: Client, s: Scheduler, a: Worker) -> None:
+    # As the memory monitor does: pause, then resume with an event-less handle_stimulus().
+    _GATE.clear()
+    _RAN.clear()
+    state = a.state
+    assert state is not None
+    block = c.submit(_blocker, pure=False)
+    later = c.map(_record, ["x", "y"], key=["x", "y"])
+    await async_poll_for(lambda: len(state.ready) == 2, timeout=10)
+    a.status = Status.paused
+    state.paused = True
+    _GATE.set()
+    assert await block == "blocker"
+    assert _RAN == [] and {state.tasks["x"].state, state.tasks["y"].state} == {"ready"}
+    a.status = Status.running
+    state.paused = False
+    a.handle_stimulus()
+    assert await c.gather(later) == ["x", "y"]
