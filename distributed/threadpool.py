@@ -62,7 +62,8 @@ class ThreadPool:
         self._efd: int | None = None
         if hasattr(os, "eventfd"):
             self._efd = os.eventfd(0, os.EFD_SEMAPHORE | os.EFD_CLOEXEC)
-            weakref.finalize(self, os.close, self._efd)
+            # Not at interpreter exit: daemon threads may still use it then (the OS closes it).
+            weakref.finalize(self, os.close, self._efd).atexit = False
 
     def _put(self, item: Any) -> None:
         self._work.put(item)
