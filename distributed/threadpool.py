@@ -12,8 +12,10 @@ from __future__ import annotations
 import concurrent.futures
 import itertools
 import logging
+import os
 import queue
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -54,13 +56,32 @@ class ThreadPool:
         #: Seceded threads waiting for a slot, each woken by the thread that gives its slot up.
         self._rejoining: list[tuple[threading.Thread, threading.Event]] = []
         self._shutdown = False
+        # Idle threads sleep on an eventfd semaphore (one unit per queued item) rather than in
+        # SimpleQueue.get: writing to it releases the GIL, so the woken thread does not find the
+        # GIL held by the thread that woke it (a futile wake-up and a second context switch).
+        self._efd: int | None = None
+        if hasattr(os, "eventfd"):
+            self._efd = os.eventfd(0, os.EFD_SEMAPHORE | os.EFD_CLOEXEC)
+            # Not at interpreter exit: daemon threads may still use it then (the OS closes it).
+            weakref.finalize(self, os.close, self._efd).atexit = False
+
+    def _put(self, item: Any) -> None:
+        self._work.put(item)
+        if self._efd is not None:
+            os.eventfd_write(self._efd, 1)
+
+    def _get(self) -> Any:
+        if self._efd is not None:
+            os.eventfd_read(self._efd)
+            return self._work.get_nowait()
+        return self._work.get()
 
     def submit(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> concurrent.futures.Future[T]:
         """Schedule ``fn(*args, **kwargs)``; return a future of its result."""
         if self._shutdown:
             raise RuntimeError("Thread pool is shut down")
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
-        self._work.put((future, fn, args, kwargs))
+        self._put((future, fn, args, kwargs))
         with self._lock:
             if len(self._threads) < self.max_workers:
                 t = threading.Thread(target=self._run, name=f"{self.name}-{next(_names)}", daemon=True)
@@ -72,7 +93,7 @@ class ThreadPool:
         """Schedule ``fn(*args)`` without a future; ``fn`` reports its own result."""
         if self._shutdown:
             raise RuntimeError("Thread pool is shut down")
-        self._work.put((None, fn, args, {}))
+        self._put((None, fn, args, {}))
         with self._lock:
             if len(self._threads) < self.max_workers:
                 t = threading.Thread(target=self._run, name=f"{self.name}-{next(_names)}", daemon=True)
@@ -85,7 +106,7 @@ class ThreadPool:
         me = threading.current_thread()
         try:
             while True:
-                item = self._work.get()
+                item = self._get()
                 if item is None:
                     return
                 if item is _YIELD_SLOT:
@@ -145,7 +166,7 @@ class ThreadPool:
             event = threading.Event()
             self._rejoining.append((me, event))
         # Queued behind the work already waiting: the thread that takes it leaves the pool.
-        self._work.put(_YIELD_SLOT)
+        self._put(_YIELD_SLOT)
         event.wait()
         _local.seceded = False
 
@@ -160,6 +181,17 @@ class ThreadPool:
             self._threads.add(thread)
         event.set()
         return True
+
+    def may_continue(self) -> bool:
+        """Whether the calling thread, its task done, may run another job without asking the queue.
+
+        Only a pool thread that has not seceded, while no seceded thread waits to
+        rejoin (it must get the next free slot) and the pool is not shutting down.
+        Lock-free: a rejoiner that arrives just after is served one job later.
+        """
+        return (
+            getattr(_local, "pool", None) is self and not _local.seceded and not self._rejoining and not self._shutdown
+        )
 
     @property
     def waiting_to_rejoin(self) -> int:
@@ -176,7 +208,7 @@ class ThreadPool:
         for _, event in rejoining:
             event.set()
         for _ in threads:
-            self._work.put(None)
+            self._put(None)
         if wait:
             for t in threads:
                 if t is not threading.current_thread():

@@ -58,6 +58,7 @@ from distributed.worker_state import (
     Execute,
     ExecuteAbandoned,
     ExecuteFailure,
+    ExecuteStarted,
     ExecuteSuccess,
     FreeKeysEvent,
     GatherDep,
@@ -72,6 +73,7 @@ from distributed.worker_state import (
     TaskStateName,
     UpdateDataEvent,
     WorkerStateMachine,
+    WorkerTask,
 )
 from distributed.workspace import WorkDir, WorkSpace
 
@@ -292,6 +294,11 @@ class Worker(Server):
         self._results: list[StateMachineEvent] = []
         self._results_lock = threading.Lock()
         self._results_wake_pending = False
+        #: A ready task lined up for the first pool thread to finish its task (see _line_up_next);
+        #: set by the loop, taken by a pool thread, both under _results_lock.
+        self._lined_up: _Runnable | None = None
+        #: The last task prepared to run (its spec unpickled), reused when it is lined up again or executed.
+        self._prepared: _Runnable | None = None
         self.outgoing_transfer_count = 0
         #: Bytes (by sizeof) sent to and received from other workers since the worker started.
         self.transfer_outgoing_bytes_total = 0
@@ -358,6 +365,8 @@ class Worker(Server):
     def status(self, value: Status) -> None:
         old = getattr(self, "_status", None)
         self._status = value
+        if value is not Status.running:
+            self._take_back_lined_up()
         if old in (Status.running, Status.paused) and value in (Status.running, Status.paused) and old != value:
             bs = self.batched_stream
             if bs is not None:
@@ -502,6 +511,7 @@ class Worker(Server):
             self.data.clear()
             self.actors.clear()
             self._actor_keys.clear()
+            self._take_back_lined_up()
             self.state = self._new_state_machine(old.transfer_limit, old.fetch_concurrency)
             self._update_transition_hook()
         deadline = time.monotonic() + timeout
@@ -793,25 +803,77 @@ class Worker(Server):
 
     # -- the state machine's shell ----------------------------------------------------
     def handle_stimulus(self, *events: StateMachineEvent) -> None:
-        """Feed events to the state machine and carry out its instructions."""
+        """Feed events to the state machine and carry out its instructions.
+
+        Results that pool threads posted go first, and with them the lined-up
+        task if a thread took it; otherwise it is taken back: the events may
+        change which task should run next (or whether it may run at all).
+        """
         state = self.state
         if state is None or self.status in (Status.closed,):
             return
-        instructions = state.handle_stimulus(*events)
-        self._carry_out(instructions)
+        applied = False
+        if self._results or self._lined_up is not None:
+            applied = self._apply_results(state)
+        if events or not applied:  # no events: start what may start (e.g. on resuming)
+            self._carry_out(state.handle_stimulus(*events))
+        self._line_up_next(state)
 
-    def _carry_out(self, instructions: list[Instruction]) -> None:
+    def _apply_results(self, state: WorkerStateMachine) -> bool:
+        """Hand the results pool threads posted to the state machine; whether there were any."""
+        with self._results_lock:
+            events, self._results = self._results, []
+            self._lined_up = None
+        if not events:
+            return False
+        started = [ev.key for ev in events if type(ev) is ExecuteStarted]
+        self._carry_out(state.handle_stimulus(*events), started)
+        if self._actor_keys:
+            self._prune_actors([ev.key for ev in events if isinstance(ev, ExecuteSuccess)])
+        return True
+
+    def _line_up_next(self, state: WorkerStateMachine) -> None:
+        """Offer the next ready task to whichever pool thread finishes first.
+
+        With every thread busy and tasks waiting, a thread that finishes would
+        otherwise post its result, sleep, and be woken again once the loop has
+        handed it the next task: two context switches per task.  Taking the
+        lined-up task instead, it goes straight on; the loop hears of it
+        (:class:`ExecuteStarted`) with the result before any other event.
+        """
+        ts = state.next_ready() if self.status is Status.running else None
+        if ts is None:
+            self._prepared = None
+            return
+        runnable = self._prepare(ts)
+        if runnable is not None:
+            with self._results_lock:
+                self._lined_up = runnable
+
+    def _take_back_lined_up(self) -> None:
+        """No pool thread may start the lined-up task any more (pausing, closing, a new state machine)."""
+        lock = getattr(self, "_results_lock", None)
+        if lock is not None:
+            with lock:
+                self._lined_up = None
+            self._prepared = None
+
+    def _carry_out(self, instructions: list[Instruction], started: list[Key] | None = None) -> None:
         to_scheduler: list[m.WorkerStreamMessage] = []
+        lazy = True
         for inst in instructions:
             if isinstance(inst, SendMessage):
                 to_scheduler.append(inst.msg)
+                lazy = lazy and inst.msg["op"] in _LAZY_OPS
             elif isinstance(inst, Execute):
+                if started and inst.key in started:
+                    continue  # a pool thread runs it already
                 self._execute_now(inst.key, inst.run_id)
             elif isinstance(inst, GatherDep):
                 self._start_task(self.gather_dep(inst.worker, inst.keys), f"gather-{inst.worker}")
         if to_scheduler and self.batched_stream is not None:
             try:
-                if all(msg["op"] in _LAZY_OPS for msg in to_scheduler):
+                if lazy:
                     self.batched_stream.send_lazy(*to_scheduler)
                 else:
                     self.batched_stream.send(*to_scheduler)
@@ -877,45 +939,69 @@ class Worker(Server):
         ts = state.tasks.get(key)
         if ts is None:
             return
+        runnable = self._prepare(ts) if ts.state == "executing" else None
+        self._prepared = None
+        if runnable is None:
+            self._start_task(self.execute(key, run_id), f"execute-{key}")
+            return
+        self.executor.submit_nowait(self._run_task_in_thread, runnable)
+
+    def _prepare(self, ts: WorkerTask) -> _Runnable | None:
+        """What a pool thread needs to run ``ts``, or None for the :meth:`execute` coroutine.
+
+        That takes async tasks, large run specs (unpickled off the loop) and
+        whatever fails here (it reports the error).
+        """
+        prepared = self._prepared
+        if prepared is not None and prepared[2] == ts.key and prepared[3] == ts.run_id:
+            return prepared
         run_spec = ts.run_spec
         frames = getattr(run_spec, "frames", None)
-        large = frames is not None and sum(len(f) for f in frames) > 100_000
-        if ts.state != "executing" or large:
-            self._start_task(self.execute(key, run_id), f"execute-{key}")
-            return
+        if frames is not None and sum(map(len, frames)) > 100_000:
+            return None
         try:
             node = unwrap(run_spec)
-            args = {dep.key: self.data[dep.key] for dep in ts.dependencies}
+            args = {dep.key: self.data[dep.key] for dep in ts.dependencies} if ts.dependencies else {}
         except Exception:
-            self._start_task(self.execute(key, run_id), f"execute-{key}")
-            return
+            return None
         if getattr(node, "is_coro", False):
-            self._start_task(self.execute(key, run_id), f"execute-{key}")
-            return
-        self.executor.submit_nowait(self._run_task_in_thread, node, args, key, run_id)
+            return None
+        self._prepared = prepared = (node, args, ts.key, ts.run_id)
+        return prepared
 
-    def _run_task_in_thread(self, node: Any, args: dict[Key, Any], key: Key, run_id: int) -> None:
+    def _run_task_in_thread(self, runnable: _Runnable) -> None:
+        """Run a task, then the lined-up one if this thread may take it, and so on."""
+        next_one: _Runnable | None = runnable
+        while next_one is not None:
+            next_one = self._post_result(self._run_one(*next_one), take_next=True)
+
+    def _run_one(self, node: Any, args: dict[Key, Any], key: Key, run_id: int) -> StateMachineEvent:
         start = time.time()
-        ev: StateMachineEvent
         try:
             with _TaskContext(self, key):
                 value = node(args)
             nbytes, type_name = sizeof(value), typename(type(value))
             if key in self._actor_keys:
                 value = self._keep_actor(key, value)
-            ev = _success(key, run_id, value, nbytes, type_name, start)
+            return _success(key, run_id, value, nbytes, type_name, start)
         except Reschedule:
-            ev = RescheduleEvent(stimulus_id=f"reschedule-{time.time()}", key=key, run_id=run_id)
+            return RescheduleEvent(stimulus_id=f"reschedule-{time.time()}", key=key, run_id=run_id)
         except BaseException as e:
-            ev = _failure(e, key, run_id, start)
-        self._post_result(ev)
+            return _failure(e, key, run_id, start)
 
-    def _post_result(self, ev: StateMachineEvent) -> None:
-        """Queue a result from a pool thread; wake the loop once per batch."""
+    def _post_result(self, ev: StateMachineEvent, take_next: bool = False) -> _Runnable | None:
+        """Queue a result from a pool thread; wake the loop once per batch.
+
+        With ``take_next``, take the lined-up task if this thread may run another.
+        """
+        taken: _Runnable | None = None
         with self._results_lock:
             self._results.append(ev)
+            if take_next and self._lined_up is not None and self.executor.may_continue():
+                taken, self._lined_up = self._lined_up, None
+                self._results.append(ExecuteStarted(stimulus_id="ensure-computing", key=taken[2]))
             if self._results_wake_pending:
-                return
+                return taken
             self._results_wake_pending = True
         loop = self.loop
         try:
@@ -923,16 +1009,12 @@ class Worker(Server):
                 loop.call_soon_threadsafe(self._drain_results)
         except RuntimeError:
             pass  # the loop closed: the worker is gone
+        return taken
 
     def _drain_results(self) -> None:
         with self._results_lock:
-            events = list(self._results)
-            self._results.clear()
             self._results_wake_pending = False
-        if events:
-            self.handle_stimulus(*events)
-            if self._actor_keys:
-                self._prune_actors([ev.key for ev in events if isinstance(ev, ExecuteSuccess)])
+        self.handle_stimulus()
 
     async def execute(self, key: Key, run_id: int) -> None:
         """Run one task and report how it went."""
@@ -1279,6 +1361,9 @@ def _host_for(scheduler_addr: str) -> str:
 
 _spec_cache: dict[int, Any] = {}
 
+#: A task ready for a pool thread: ``(task object, its inputs, key, run_id)``.
+_Runnable = tuple[Any, dict[Key, Any], Key, int]
+
 
 async def _deserialize_spec(run_spec: Any, loop: asyncio.AbstractEventLoop, executor: ThreadPool) -> Any:
     """The task object behind a run_spec, unpickled off the event loop when large."""
@@ -1324,25 +1409,34 @@ def _failure(exc: BaseException, key: Key, run_id: int, start: float) -> Execute
 class _TaskContext:
     """Sets the thread state that ``get_worker``/``get_client`` read."""
 
+    __slots__ = ("worker", "key", "old_state", "old_key", "old_worker", "ident")
+
     def __init__(self, worker: Worker, key: Key) -> None:
         self.worker = worker
         self.key = key
-        self.old: dict[str, Any] = {}
+        self.old_state: Any = None
+        self.old_key: Any = None
+        self.old_worker: Any = None
         self.ident = 0
 
     def __enter__(self) -> None:
-        self.old = {k: getattr(thread_state, k, None) for k in ("execution_state", "key", "worker")}
-        thread_state.execution_state = {"worker": self.worker, "key": self.key}
-        thread_state.key = self.key
-        thread_state.worker = self.worker
+        ts = thread_state
+        self.old_state = getattr(ts, "execution_state", None)
+        self.old_key = getattr(ts, "key", None)
+        self.old_worker = getattr(ts, "worker", None)
+        ts.execution_state = {"worker": self.worker, "key": self.key}
+        ts.key = self.key
+        ts.worker = self.worker
         # One dict store per task: which task this thread runs, for the profiler.
         self.ident = threading.get_ident()
         self.worker.active_threads[self.ident] = self.key
 
     def __exit__(self, *exc: object) -> None:
-        for k, v in self.old.items():
-            setattr(thread_state, k, v)
-        outer = self.old["key"]
+        ts = thread_state
+        ts.execution_state = self.old_state
+        ts.key = self.old_key
+        ts.worker = self.old_worker
+        outer = self.old_key
         if outer is None:
             self.worker.active_threads.pop(self.ident, None)
         else:  # a task run inside another on this thread (the outer one resumes)

@@ -48,6 +48,7 @@ __all__ = [
     "Execute",
     "ExecuteAbandoned",
     "ExecuteFailure",
+    "ExecuteStarted",
     "ExecuteSuccess",
     "FreeKeysEvent",
     "GatherDep",
@@ -155,14 +156,17 @@ TransitionHook = Callable[[Key, TaskStateName, TaskStateName, str], None]
 
 
 # -- events -------------------------------------------------------------------
-@dataclass(frozen=True)
+# Events and instructions are read-only by convention, not frozen: a frozen
+# dataclass sets each field through object.__setattr__ (about 3x the cost), and
+# a few of them are built for every task.
+@dataclass(slots=True)
 class StateMachineEvent:
     """Base of all events; ``stimulus_id`` ties effects to their cause."""
 
     stimulus_id: str
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ComputeTaskEvent(StateMachineEvent):
     """The scheduler asks us to compute ``key``."""
 
@@ -177,14 +181,14 @@ class ComputeTaskEvent(StateMachineEvent):
     annotations: Mapping[str, Any] | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class FreeKeysEvent(StateMachineEvent):
     """The scheduler no longer needs these keys here."""
 
     keys: tuple[Key, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ExecuteSuccess(StateMachineEvent):
     """A task ran; its value is ready to store."""
 
@@ -197,7 +201,7 @@ class ExecuteSuccess(StateMachineEvent):
     stop: float
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ExecuteFailure(StateMachineEvent):
     """A task raised."""
 
@@ -210,7 +214,7 @@ class ExecuteFailure(StateMachineEvent):
     stop: float
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class RescheduleEvent(StateMachineEvent):
     """A task raised ``Reschedule``: give it back to the scheduler."""
 
@@ -218,21 +222,33 @@ class RescheduleEvent(StateMachineEvent):
     run_id: int
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ExecuteAbandoned(StateMachineEvent):
     """An Execute instruction was not carried out: the task was freed first."""
 
     key: Key
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
+class ExecuteStarted(StateMachineEvent):
+    """A thread that just finished a task went on with ``key``, the task :meth:`~WorkerStateMachine.next_ready` named.
+
+    The shell lines that task up for whichever thread finishes first, so a busy
+    worker starts it without a round trip through the event loop; this event
+    moves it to ``executing`` (its :class:`Execute` instruction is not carried out).
+    """
+
+    key: Key
+
+
+@dataclass(slots=True)
 class SecedeEvent(StateMachineEvent):
     """A running task left the thread pool (``secede()``)."""
 
     key: Key
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class GatherDepSuccess(StateMachineEvent):
     """A fetch from ``worker`` returned; ``data`` may lack some keys asked for."""
 
@@ -245,7 +261,7 @@ class GatherDepSuccess(StateMachineEvent):
     stop: float = 0.0
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class GatherDepFailure(StateMachineEvent):
     """A fetch from ``worker`` failed.
 
@@ -263,7 +279,7 @@ class GatherDepFailure(StateMachineEvent):
     text: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class AcquireReplicasEvent(StateMachineEvent):
     """Fetch copies of keys from the peers named, to hold them here."""
 
@@ -271,14 +287,14 @@ class AcquireReplicasEvent(StateMachineEvent):
     nbytes: Mapping[Key, int]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class StealRequestEvent(StateMachineEvent):
     """The scheduler wants to run ``key`` elsewhere (work stealing), if it has not started here."""
 
     key: Key
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class UpdateDataEvent(StateMachineEvent):
     """Data put here directly (scatter)."""
 
@@ -287,12 +303,12 @@ class UpdateDataEvent(StateMachineEvent):
 
 
 # -- instructions ----------------------------------------------------------------
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Instruction:
     """Base of what the state machine asks the shell to do."""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Execute(Instruction):
     """Run ``key`` in the thread pool."""
 
@@ -300,7 +316,7 @@ class Execute(Instruction):
     run_id: int
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class GatherDep(Instruction):
     """Fetch ``keys`` from peer ``worker``."""
 
@@ -309,7 +325,7 @@ class GatherDep(Instruction):
     total_nbytes: int
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class SendMessage(Instruction):
     """Send ``msg`` to the scheduler on the batched stream."""
 
@@ -615,6 +631,26 @@ class WorkerStateMachine:
         for item in skipped:
             heapq.heappush(ready, item)
 
+    def next_ready(self) -> WorkerTask | None:
+        """The task to start when a thread frees up, if every thread is busy.
+
+        ``None`` when a thread is free (the ready task would have started),
+        while paused, when the first ready task needs resources, or when a
+        running task has dependents here (its result may make a task of higher
+        priority ready).  Stable until the next event.
+        """
+        if self.paused or not self.ready or len(self.executing) < self.nthreads:
+            return None
+        for running in self.executing:
+            if running.dependents:
+                return None
+        ready = self.ready
+        while ready and ready[0][2].state != "ready":
+            heapq.heappop(ready)  # started or released since it was queued (as _ensure_computing skips it)
+        if not ready or ready[0][2].resources:
+            return None
+        return ready[0][2]
+
     def _ensure_communicating(self, instructions: list[Instruction]) -> None:
         if not self.to_fetch:
             return
@@ -813,6 +849,15 @@ class WorkerStateMachine:
         if ts.state in ("executing", "long-running"):
             instructions.append(SendMessage(m.Reschedule(op="reschedule", key=ts.key, run_id=ts.run_id)))
         self._transition(ts, "forgotten", ev.stimulus_id, instructions)
+
+    def _handle_execute_started(self, ev: ExecuteStarted, instructions: list[Instruction]) -> None:
+        ts = self.tasks.get(ev.key)
+        if ts is None or ts.state != "ready":
+            # Cannot happen: the shell takes the lined-up task back before any other event.
+            if self.validate:
+                raise InvalidTransition(ev.key, "missing" if ts is None else ts.state, "executing", ev.stimulus_id)
+            return
+        self._apply(ts, "executing", ev.stimulus_id, instructions)
 
     def _handle_secede(self, ev: SecedeEvent, instructions: list[Instruction]) -> None:
         ts = self.tasks.get(ev.key)
@@ -1105,6 +1150,7 @@ _HANDLERS: dict[type, Any] = {
     ExecuteAbandoned: WorkerStateMachine._handle_execute_abandoned,
     RescheduleEvent: WorkerStateMachine._handle_reschedule,
     SecedeEvent: WorkerStateMachine._handle_secede,
+    ExecuteStarted: WorkerStateMachine._handle_execute_started,
     GatherDepSuccess: WorkerStateMachine._handle_gather_success,
     GatherDepFailure: WorkerStateMachine._handle_gather_failure,
     UpdateDataEvent: WorkerStateMachine._handle_update_data,

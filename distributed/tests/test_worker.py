@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
+from typing import Any, Literal
 
 import numpy as np
 import pytest
 from dask.delayed import delayed
 
-from distributed import Client, get_client, get_worker, rejoin, secede
+from distributed import Client, Status, get_client, get_worker, rejoin, secede
+from distributed.protocol.messages import Key
 from distributed.scheduler import Scheduler
 from distributed.utils_test import async_poll_for, gen_cluster, inc
 from distributed.worker import Worker
@@ -94,3 +98,107 @@ async def test_worker_close_while_running_keeps_cluster_working(c: Client, s: Sc
     await a.close()
     assert await c.gather(futures) == list(range(1, 101))
     await async_poll_for(lambda: a.address not in s.workers, 5)
+
+
+_GATE = threading.Event()
+_RAN: list[str] = []
+
+
+def _blocker() -> str:
+    assert _GATE.wait(10)
+    return "blocker"
+
+
+def _record(name: str, seconds: float = 0.0) -> str:
+    _RAN.append(name)
+    time.sleep(seconds)  # the task's own work: long enough for the loop to line up the next one
+    return name
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)], config={"distributed.scheduler.worker-saturation": float("inf")})
+async def test_busy_thread_goes_on_with_the_next_ready_task(c: Client, s: Scheduler, a: Worker) -> None:
+    # A thread that finishes while tasks wait takes the next one itself instead of
+    # sleeping until the event loop hands it over: few tasks go through the pool's queue.
+    _GATE.clear()
+    _RAN.clear()
+    state = a.state
+    assert state is not None
+    handed_over = 0
+    submit_nowait = a.executor.submit_nowait
+
+    def counting(fn: Any, *args: Any) -> None:
+        nonlocal handed_over
+        handed_over += 1
+        submit_nowait(fn, *args)
+
+    a.executor.submit_nowait = counting  # type: ignore[method-assign]  # count hand-offs to the pool
+    block = c.submit(_blocker, pure=False)
+    names = [f"t{i}" for i in range(30)]
+    futures = c.map(_record, names, seconds=0.02, key=list[Key](names))
+    await async_poll_for(lambda: len(state.ready) == 30, timeout=10)
+    _GATE.set()
+    assert await c.gather(futures) == names
+    assert await block == "blocker"
+    assert sorted(_RAN) == sorted(names)  # each ran once
+    assert handed_over <= 15, handed_over  # 31 when every task goes through the queue
+    ts_story = [e for e in state.story("t0", "t1") if e[2] == "executing"]
+    assert len(ts_story) == 2
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)], config={"distributed.scheduler.worker-saturation": float("inf")})
+async def test_task_lined_up_for_a_thread_yields_to_a_later_one_of_higher_priority(
+    c: Client, s: Scheduler, a: Worker
+) -> None:
+    _GATE.clear()
+    _RAN.clear()
+    state = a.state
+    assert state is not None
+    block = c.submit(_blocker, pure=False)
+    low = c.submit(_record, "low", key="low", priority=0)
+    await async_poll_for(lambda: len(state.ready) == 1, timeout=10)
+    high = c.submit(_record, "high", key="high", priority=10)
+    await async_poll_for(lambda: len(state.ready) == 2, timeout=10)
+    _GATE.set()
+    await c.gather([block, low, high])
+    assert _RAN == ["high", "low"]
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)], config={"distributed.scheduler.worker-saturation": float("inf")})
+async def test_task_lined_up_for_a_thread_and_then_cancelled_does_not_run(
+    c: Client[Literal[True]], s: Scheduler, a: Worker
+) -> None:
+    _GATE.clear()
+    _RAN.clear()
+    state = a.state
+    assert state is not None
+    block = c.submit(_blocker, pure=False)
+    doomed = c.submit(_record, "doomed", key="doomed")
+    await async_poll_for(lambda: len(state.ready) == 1, timeout=10)
+    await c.cancel(doomed)
+    await async_poll_for(lambda: "doomed" not in state.tasks, timeout=10)
+    _GATE.set()
+    assert await block == "blocker"
+    after = c.submit(_record, "after", key="after")
+    assert await after == "after"
+    assert _RAN == ["after"]
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)], config={"distributed.scheduler.worker-saturation": float("inf")})
+async def test_tasks_ready_on_a_paused_worker_start_when_it_resumes(c: Client, s: Scheduler, a: Worker) -> None:
+    # As the memory monitor does: pause, then resume with an event-less handle_stimulus().
+    _GATE.clear()
+    _RAN.clear()
+    state = a.state
+    assert state is not None
+    block = c.submit(_blocker, pure=False)
+    later = c.map(_record, ["x", "y"], key=["x", "y"])
+    await async_poll_for(lambda: len(state.ready) == 2, timeout=10)
+    a.status = Status.paused
+    state.paused = True
+    _GATE.set()
+    assert await block == "blocker"
+    assert _RAN == [] and {state.tasks["x"].state, state.tasks["y"].state} == {"ready"}
+    a.status = Status.running
+    state.paused = False
+    a.handle_stimulus()
+    assert await c.gather(later) == ["x", "y"]
