@@ -873,8 +873,12 @@ class Worker(Server):
                 self._start_task(self.gather_dep(inst.worker, inst.keys), f"gather-{inst.worker}")
         if to_scheduler and self.batched_stream is not None:
             try:
+                state = self.state
                 if lazy:
                     self.batched_stream.send_lazy(*to_scheduler)
+                elif state is not None and not state.ready and len(state.executing) < state.nthreads:
+                    # A thread is free and nothing is ready: what the scheduler answers is all it waits for.
+                    self.batched_stream.send_now(*to_scheduler)
                 else:
                     self.batched_stream.send(*to_scheduler)
             except CommClosedError:

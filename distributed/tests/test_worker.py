@@ -202,3 +202,15 @@ async def test_tasks_ready_on_a_paused_worker_start_when_it_resumes(c: Client, s
     state.paused = False
     a.handle_stimulus()
     assert await c.gather(later) == ["x", "y"]
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)], config={"distributed.worker.batched-send-interval": "60s"})
+async def test_dependent_tasks_on_an_idle_worker_do_not_wait_out_the_batching_interval(
+    c: Client, s: Scheduler, a: Worker
+) -> None:
+    # Each link's report finds the worker with nothing to run, and each next link finds it idle:
+    # both go at once, so the chain ends long before one interval of the streams has passed.
+    x = c.submit(inc, 0, pure=False)
+    for _ in range(4):
+        x = c.submit(inc, x, pure=False)
+    assert await asyncio.wait_for(x, 30) == 5
