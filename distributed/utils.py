@@ -93,12 +93,30 @@ def refuse_unsupported(where: str, /, **given: bool) -> None:
             raise unsupported(where, name)
 
 
+#: ``iscoroutinefunction`` answers by function, keeping each function alive so its id stays its own.
+_coroutine_function_answers: dict[int, tuple[object, bool]] = {}
+
+
 def iscoroutinefunction(f: object) -> bool:
     """Whether ``f`` is an ``async def`` function (or wraps one).
 
     Unwraps ``functools.partial`` and ``__wrapped__`` chains, and accepts
-    callables whose ``__call__`` is ``async``.
+    callables whose ``__call__`` is ``async``.  dask asks this of every task's
+    function before running it, so plain functions are answered from memory.
     """
+    if type(f) is not types.FunctionType:
+        return _iscoroutinefunction(f)
+    known = _coroutine_function_answers.get(id(f))
+    if known is not None and known[0] is f:
+        return known[1]
+    answer = _iscoroutinefunction(f)
+    if len(_coroutine_function_answers) >= 4096:
+        _coroutine_function_answers.clear()
+    _coroutine_function_answers[id(f)] = (f, answer)
+    return answer
+
+
+def _iscoroutinefunction(f: object) -> bool:
     while isinstance(f, functools.partial):
         f = f.func
     while True:

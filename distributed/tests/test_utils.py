@@ -50,6 +50,24 @@ class SyncCallable:
         return 4
 
 
+def test_iscoroutinefunction_remembers_each_function_by_identity() -> None:
+    # Functions made one after the other may reuse an id: the answer must be each one's own.
+    for i in range(50):
+        if i % 2:
+
+            async def f() -> None:
+                pass
+
+        else:
+
+            def f() -> None:  # type: ignore[misc]  # alternately async and not, on purpose
+                pass
+
+        assert iscoroutinefunction(f) is bool(i % 2)
+        assert iscoroutinefunction(f) is bool(i % 2)
+        del f
+
+
 def test_iscoroutinefunction() -> None:
     assert iscoroutinefunction(async_add)
     assert iscoroutinefunction(functools.partial(async_add, 1))
