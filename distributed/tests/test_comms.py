@@ -299,6 +299,10 @@ def test_tcp_large_write_takes_no_buffer_of_its_own() -> None:
             assert peak < big.nbytes + 2**20
             out = payload_of(msg["x"])
             assert np.array_equal(out, big)
+            # The array is made on the buffer the frame was received into, not copied out of it.
+            frame = msg["x"].frames[-1]
+            assert np.shares_memory(out, np.frombuffer(frame, dtype=np.uint8))
+            assert out.flags.writeable
 
     run_async(main)
 
