@@ -584,24 +584,25 @@ class TCPComm(Comm):
         sock = p.transport.get_extra_info("socket").dup()
         p._direct_sock = sock
         pending = [v for v in (memoryview(b).cast("B") for b in buffers) if v.nbytes]
+        i = 0  # pending[i:] is left to send
         loop = asyncio.get_running_loop()
         try:
             sock.setblocking(False)
             while True:
                 try:
-                    sent = sock.sendmsg(pending[:_IOV_MAX])
+                    sent = sock.sendmsg(pending[i : i + _IOV_MAX])
                 except (BlockingIOError, InterruptedError):
                     sent = 0
                 except OSError as e:
                     raise CommClosedError(f"Connection to {self._peer} closed while writing: {e!r}") from e
                 while sent:
-                    first = pending[0]
+                    first = pending[i]
                     if sent < first.nbytes:
-                        pending[0] = first[sent:]
+                        pending[i] = first[sent:]
                         break
                     sent -= first.nbytes
-                    del pending[0]
-                if not pending:
+                    i += 1
+                if i == len(pending):
                     return
                 if p.closed:
                     raise CommClosedError(f"Connection to {self._peer} closed while writing")

@@ -280,6 +280,22 @@ def test_tcp_abort_during_large_write_ends_it() -> None:
     run_async(main)
 
 
+def test_tcp_large_message_with_more_frames_than_one_sendmsg_takes() -> None:
+    # 1500 frames of 20 kB (each above the inline limit): several sendmsg calls
+    # of at most 1024 buffers, and partial sends that end inside a frame.
+    async def main() -> None:
+        async with comm_pair("tcp") as (client, server, _):
+            blobs = [bytes([i % 251]) * 20_000 + i.to_bytes(4, "little") for i in range(1500)]
+            read = asyncio.create_task(server.read())
+            await client.write({"blobs": [to_serialize(b) for b in blobs]})
+            msg = await asyncio.wait_for(read, 20)
+            assert [payload_of(b) for b in msg["blobs"]] == blobs
+            await client.write({"after": 1})
+            assert await asyncio.wait_for(server.read(), 5) == {"after": 1}
+
+    run_async(main)
+
+
 def test_tcp_large_write_takes_no_buffer_of_its_own() -> None:
     # A large frame goes to the socket from the array's memory: the sender
     # allocates nothing near the frame's size (asyncio's transport would copy
