@@ -509,9 +509,7 @@ class TCPComm(Comm):
                 self._check_open()
                 if total < _DIRECT_LIMIT:
                     self._write_now(header, frames, lengths, total)
-                elif self._can_send_direct():
-                    await self._send_direct([header, *frames])
-                else:
+                elif not self._can_send_direct() or not await self._send_direct([header, *frames]):
                     await self._write_slices(header, frames, lengths)
         if p._write_paused:
             await p.drain()
@@ -570,8 +568,10 @@ class TCPComm(Comm):
             and transport.get_extra_info("socket") is not None
         )
 
-    async def _send_direct(self, buffers: list[Frame]) -> None:
+    async def _send_direct(self, buffers: list[Frame]) -> bool:
         """Send ``buffers`` with ``sendmsg`` from their own memory, waiting for the socket as it fills.
+
+        Returns False, having sent nothing, when no descriptor is left to duplicate the socket.
 
         asyncio's transport copies whatever the socket does not take at once
         into a buffer of its own; a large frame would be copied once more than
@@ -581,7 +581,10 @@ class TCPComm(Comm):
         """
         p = self._protocol
         assert p.transport is not None
-        sock = p.transport.get_extra_info("socket").dup()
+        try:
+            sock = p.transport.get_extra_info("socket").dup()
+        except OSError:
+            return False  # out of descriptors: the transport's path needs none
         p._direct_sock = sock
         pending = [v for v in (memoryview(b).cast("B") for b in buffers) if v.nbytes]
         i = 0  # pending[i:] is left to send
@@ -603,7 +606,7 @@ class TCPComm(Comm):
                     sent -= first.nbytes
                     i += 1
                 if i == len(pending):
-                    return
+                    return True
                 if p.closed:
                     raise CommClosedError(f"Connection to {self._peer} closed while writing")
                 await _writable(loop, sock)

@@ -296,6 +296,26 @@ def test_tcp_large_message_with_more_frames_than_one_sendmsg_takes() -> None:
     run_async(main)
 
 
+def test_tcp_large_write_without_a_spare_descriptor(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Out of file descriptors, the socket cannot be duplicated: the message goes
+    # through the transport instead, whole and in order.
+    def no_dup(self: socket.socket) -> socket.socket:
+        raise OSError(24, "Too many open files")
+
+    async def main() -> None:
+        async with comm_pair("tcp") as (client, server, _):
+            big = np.arange(4 * 2**20 // 8, dtype="i8")
+            monkeypatch.setattr(socket.socket, "dup", no_dup)
+            read = asyncio.create_task(server.read())
+            await client.write({"x": to_serialize(big)})
+            await client.write({"after": 1})
+            msg = await asyncio.wait_for(read, 20)
+            assert np.array_equal(payload_of(msg["x"]), big)
+            assert await asyncio.wait_for(server.read(), 5) == {"after": 1}
+
+    run_async(main)
+
+
 def test_tcp_large_write_takes_no_buffer_of_its_own() -> None:
     # A large frame goes to the socket from the array's memory: the sender
     # allocates nothing near the frame's size (asyncio's transport would copy
