@@ -22,6 +22,14 @@ of the message dropped.  Only progress counts, so a large transfer that keeps
 moving is never cut.  The watch is one timer armed when a read ends inside a
 message and checked once per timeout; a message read whole arms nothing.
 
+Writes: a message under 1 MiB is handed to the asyncio transport whole, with
+nothing awaited before it is, so messages from concurrent writers never
+interleave.  A larger one on a plain TCP connection is sent by ``sendmsg``
+straight from its frames' memory (the array's own buffer), waiting for the
+socket as it fills, while every other writer waits on the comm's write lock;
+the transport would otherwise copy what the socket does not take at once.
+Over TLS large frames go through the transport in slices instead.
+
 Given an ``ssl.SSLContext``, connecting and listening run the same protocol
 over TLS: that is the ``tls://`` transport (:mod:`distributed.comm.tls`).
 """
@@ -60,6 +68,10 @@ SCRATCH_SIZE: Final = 256 * 1024
 LARGE_FRAME: Final = 64 * 1024
 _WRITE_SLICE: Final = 1 << 22
 _JOIN_LIMIT: Final = 64 * 1024
+# Messages from this size on are sent from their own memory by the socket (see TCPComm.write).
+_DIRECT_LIMIT: Final = 1 << 20
+# Most buffers one sendmsg call takes (Linux IOV_MAX).
+_IOV_MAX: Final = 1024
 _PAUSE_QUEUE: Final = 256
 # Empty scratch buffers kept for reuse.  Taking one and giving it back are
 # single list operations, safe with event loops in several threads.
@@ -154,6 +166,11 @@ class _FrameProtocol(asyncio.BufferedProtocol):
         # Write flow control.
         self._write_paused = False
         self._drain_waiters: list[asyncio.Future[None]] = []
+        # Held by a write that awaits part-way through its message, so that
+        # no other message is interleaved with it; made on first need.
+        self._write_lock: asyncio.Lock | None = None
+        # The duplicate of the socket a large message is being sent through.
+        self._direct_sock: socket.socket | None = None
         self.closed = False
         self.close_reason: BaseException | None = None
         self.on_connection: Any = None
@@ -236,6 +253,7 @@ class _FrameProtocol(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._spoke()
         self._stop_stall_timer()
+        self._end_direct_send()
         self._release_scratch()
         self.closed = True
         if self.close_reason is None:
@@ -366,7 +384,18 @@ class _FrameProtocol(asyncio.BufferedProtocol):
         self.closed = True
         if self.transport is not None:
             self.transport.abort()
+        self._end_direct_send()
         self._wake_reader()
+
+    def _end_direct_send(self) -> None:
+        # The duplicate descriptor keeps the connection open after the
+        # transport closes its own: shut it down, which fails the send.
+        sock = self._direct_sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def _wake_reader(self) -> None:
         w = self._read_waiter
@@ -396,6 +425,24 @@ class _FrameProtocol(asyncio.BufferedProtocol):
             fut = asyncio.get_running_loop().create_future()
             self._drain_waiters.append(fut)
             await fut
+
+
+async def _writable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+    """Wait until ``sock`` can take more bytes (or has failed)."""
+    fut: asyncio.Future[None] = loop.create_future()
+    fd = sock.fileno()
+    loop.add_writer(fd, _set_done, fut)
+    try:
+        await fut
+    finally:
+        # Before the duplicate is closed: the kernel keeps an epoll entry for
+        # as long as any descriptor of the socket is open.
+        loop.remove_writer(fd)
+
+
+def _set_done(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 class TCPComm(Comm):
@@ -440,10 +487,7 @@ class TCPComm(Comm):
 
     async def write(self, msg: Any) -> int:
         p = self._protocol
-        if p.closed or p.transport is None or p.transport.is_closing():
-            if self._unanswered and p.close_reason is None:
-                raise self._refused(f"Connection to {self._peer} is closed")
-            raise CommClosedError(f"Connection to {self._peer} is closed")
+        self._check_open()
         frames = dumps(msg)
         lengths = [f.nbytes if isinstance(f, memoryview) else len(f) for f in frames]
         if max(lengths) > p.max_frame_size:
@@ -454,33 +498,125 @@ class TCPComm(Comm):
             )
         header = struct.pack(f"<{len(frames) + 1}Q", len(frames), *lengths)
         total = sum(lengths)
-        transport = p.transport
-        if total <= _JOIN_LIMIT:
-            transport.write(b"".join([header, *frames]))
+        lock = p._write_lock
+        if total < _DIRECT_LIMIT and (lock is None or not lock.locked()):
+            # Written whole before anything is awaited: never interleaved with another message.
+            self._write_now(header, frames, lengths, total)
         else:
-            transport.write(header)
-            for f in frames:
-                n = f.nbytes if isinstance(f, memoryview) else len(f)
-                if n <= _WRITE_SLICE:
-                    if n:
-                        transport.write(f)
-                    continue
-                # A large frame goes in slices, each once the last is sent:
-                # handed over whole, what the socket does not take at once
-                # would be copied into the transport's buffer (fresh memory
-                # the size of the frame).
-                view = memoryview(f).cast("B")
-                for start in range(0, n, _WRITE_SLICE):
-                    if p._write_paused:
-                        await p.drain()
-                        if p.closed:
-                            raise CommClosedError(f"Connection to {self._peer} closed while writing")
-                    transport.write(view[start : start + _WRITE_SLICE])
+            if lock is None:
+                lock = p._write_lock = asyncio.Lock()
+            async with lock:
+                self._check_open()
+                if total < _DIRECT_LIMIT:
+                    self._write_now(header, frames, lengths, total)
+                elif not self._can_send_direct() or not await self._send_direct([header, *frames]):
+                    await self._write_slices(header, frames, lengths)
         if p._write_paused:
             await p.drain()
             if p.closed:
                 raise CommClosedError(f"Connection to {self._peer} closed while writing")
         return total + len(header)
+
+    def _check_open(self) -> None:
+        p = self._protocol
+        if p.closed or p.transport is None or p.transport.is_closing():
+            if self._unanswered and p.close_reason is None:
+                raise self._refused(f"Connection to {self._peer} is closed")
+            raise CommClosedError(f"Connection to {self._peer} is closed")
+
+    def _write_now(self, header: bytes, frames: list[Frame], lengths: list[int], total: int) -> None:
+        transport = self._protocol.transport
+        assert transport is not None
+        if total <= _JOIN_LIMIT:
+            transport.write(b"".join([header, *frames]))
+            return
+        transport.write(header)
+        for f, n in zip(frames, lengths, strict=True):
+            if n:
+                transport.write(f)
+
+    async def _write_slices(self, header: bytes, frames: list[Frame], lengths: list[int]) -> None:
+        """Write through the transport, a large frame in slices, each once the last is sent.
+
+        Handed over whole, what the socket does not take at once would be
+        copied into the transport's buffer (fresh memory the size of the frame).
+        """
+        p = self._protocol
+        transport = p.transport
+        assert transport is not None
+        transport.write(header)
+        for f, n in zip(frames, lengths, strict=True):
+            if n <= _WRITE_SLICE:
+                if n:
+                    transport.write(f)
+                continue
+            view = memoryview(f).cast("B")
+            for start in range(0, n, _WRITE_SLICE):
+                if p._write_paused:
+                    await p.drain()
+                    if p.closed:
+                        raise CommClosedError(f"Connection to {self._peer} closed while writing")
+                transport.write(view[start : start + _WRITE_SLICE])
+
+    def _can_send_direct(self) -> bool:
+        """Whether the socket can take a message itself: plain TCP, nothing left in the transport's buffer."""
+        transport = self._protocol.transport
+        return (
+            transport is not None
+            and transport.get_write_buffer_size() == 0
+            and transport.get_extra_info("ssl_object") is None
+            and transport.get_extra_info("socket") is not None
+        )
+
+    async def _send_direct(self, buffers: list[Frame]) -> bool:
+        """Send ``buffers`` with ``sendmsg`` from their own memory, waiting for the socket as it fills.
+
+        Returns False, having sent nothing, when no descriptor is left to duplicate the socket.
+
+        asyncio's transport copies whatever the socket does not take at once
+        into a buffer of its own; a large frame would be copied once more than
+        needed.  The socket is used through a duplicate of its descriptor (the
+        loop lets no one else watch the transport's), while the transport's own
+        buffer is empty and every other write waits for the lock.
+        """
+        p = self._protocol
+        assert p.transport is not None
+        try:
+            sock = p.transport.get_extra_info("socket").dup()
+        except OSError:
+            return False  # out of descriptors: the transport's path needs none
+        p._direct_sock = sock
+        pending = [v for v in (memoryview(b).cast("B") for b in buffers) if v.nbytes]
+        i = 0  # pending[i:] is left to send
+        loop = asyncio.get_running_loop()
+        try:
+            sock.setblocking(False)
+            while True:
+                try:
+                    sent = sock.sendmsg(pending[i : i + _IOV_MAX])
+                except (BlockingIOError, InterruptedError):
+                    sent = 0
+                except OSError as e:
+                    raise CommClosedError(f"Connection to {self._peer} closed while writing: {e!r}") from e
+                while sent:
+                    first = pending[i]
+                    if sent < first.nbytes:
+                        pending[i] = first[sent:]
+                        break
+                    sent -= first.nbytes
+                    i += 1
+                if i == len(pending):
+                    return True
+                if p.closed:
+                    raise CommClosedError(f"Connection to {self._peer} closed while writing")
+                await _writable(loop, sock)
+        except BaseException:
+            # Part of a message is on the wire: the connection cannot carry another.
+            self.abort()
+            raise
+        finally:
+            p._direct_sock = None
+            sock.close()
 
     async def close(self) -> None:
         p = self._protocol

@@ -222,6 +222,128 @@ def test_concurrent_writers(scheme: str) -> None:
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
+def test_concurrent_writers_with_large_messages(scheme: str) -> None:
+    # A large message is sent over several turns of the event loop; small
+    # messages written meanwhile must wait for it, not land inside it.
+    async def main() -> None:
+        async with comm_pair(scheme) as (client, server, _):
+            big = np.arange(3 * 2**20 // 8, dtype="i8")  # above the size sent straight from memory
+
+            async def large(i: int) -> None:
+                await client.write({"big": i, "x": to_serialize(big)})
+
+            async def small(i: int) -> None:
+                for j in range(20):
+                    await client.write({"small": i, "j": j})
+
+            tasks = [asyncio.create_task(large(i)) for i in range(4)]
+            tasks += [asyncio.create_task(small(i)) for i in range(4)]
+            bigs, smalls = [], []
+            for _ in range(4 + 4 * 20):
+                msg = await asyncio.wait_for(server.read(), 20)
+                if "big" in msg:
+                    assert np.array_equal(payload_of(msg["x"]), big)
+                    bigs.append(msg["big"])
+                else:
+                    smalls.append((msg["small"], msg["j"]))
+            await asyncio.gather(*tasks)
+            assert sorted(bigs) == list(range(4))
+            for i in range(4):
+                assert [j for k, j in smalls if k == i] == list(range(20))
+
+    run_async(main)
+
+
+def test_tcp_abort_during_large_write_ends_it() -> None:
+    # The peer reads nothing, so the write waits on a full socket; aborting the
+    # comm must end the write and the connection, not leave them open.
+    async def main() -> None:
+        with socket.create_server(("127.0.0.1", 0)) as lsock:
+            port = lsock.getsockname()[1]
+            client = await connect(f"tcp://127.0.0.1:{port}", timeout=5)
+            peer, _ = lsock.accept()
+            with peer:
+                write = asyncio.create_task(client.write({"x": to_serialize(np.ones(64 * 2**20 // 8))}))
+                await asyncio.sleep(0)  # one turn: the write runs until the socket is full
+                assert not write.done()
+                client.abort()
+                with pytest.raises(CommClosedError):
+                    await asyncio.wait_for(write, 5)
+                # The peer sees the connection end after what was sent.
+                peer.settimeout(5)
+                try:
+                    while peer.recv(2**20):
+                        pass
+                except ConnectionResetError:
+                    pass
+
+    run_async(main)
+
+
+def test_tcp_large_message_with_more_frames_than_one_sendmsg_takes() -> None:
+    # 1500 frames of 20 kB (each above the inline limit): several sendmsg calls
+    # of at most 1024 buffers, and partial sends that end inside a frame.
+    async def main() -> None:
+        async with comm_pair("tcp") as (client, server, _):
+            blobs = [bytes([i % 251]) * 20_000 + i.to_bytes(4, "little") for i in range(1500)]
+            read = asyncio.create_task(server.read())
+            await client.write({"blobs": [to_serialize(b) for b in blobs]})
+            msg = await asyncio.wait_for(read, 20)
+            assert [payload_of(b) for b in msg["blobs"]] == blobs
+            await client.write({"after": 1})
+            assert await asyncio.wait_for(server.read(), 5) == {"after": 1}
+
+    run_async(main)
+
+
+def test_tcp_large_write_without_a_spare_descriptor(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Out of file descriptors, the socket cannot be duplicated: the message goes
+    # through the transport instead, whole and in order.
+    def no_dup(self: socket.socket) -> socket.socket:
+        raise OSError(24, "Too many open files")
+
+    async def main() -> None:
+        async with comm_pair("tcp") as (client, server, _):
+            big = np.arange(4 * 2**20 // 8, dtype="i8")
+            monkeypatch.setattr(socket.socket, "dup", no_dup)
+            read = asyncio.create_task(server.read())
+            await client.write({"x": to_serialize(big)})
+            await client.write({"after": 1})
+            msg = await asyncio.wait_for(read, 20)
+            assert np.array_equal(payload_of(msg["x"]), big)
+            assert await asyncio.wait_for(server.read(), 5) == {"after": 1}
+
+    run_async(main)
+
+
+def test_tcp_large_write_takes_no_buffer_of_its_own() -> None:
+    # A large frame goes to the socket from the array's memory: the sender
+    # allocates nothing near the frame's size (asyncio's transport would copy
+    # what the socket does not take at once).
+    async def main() -> None:
+        async with comm_pair("tcp") as (client, server, _):
+            big = np.ones(32 * 2**20 // 8)
+            read = asyncio.create_task(server.read())
+            tracemalloc.start()
+            try:
+                await client.write({"x": to_serialize(big)})
+                msg = await asyncio.wait_for(read, 20)
+                _, peak = tracemalloc.get_traced_memory()
+            finally:
+                tracemalloc.stop()
+            # The receiver's buffer for the frame, and little else.
+            assert peak < big.nbytes + 2**20
+            out = payload_of(msg["x"])
+            assert np.array_equal(out, big)
+            # The array is made on the buffer the frame was received into, not copied out of it.
+            frame = msg["x"].frames[-1]
+            assert np.shares_memory(out, np.frombuffer(frame, dtype=np.uint8))
+            assert out.flags.writeable
+
+    run_async(main)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
 @pytest.mark.parametrize("closer", ["peer", "self"])
 def test_close_wakes_pending_read(scheme: str, closer: str) -> None:
     async def main() -> None:
