@@ -34,7 +34,6 @@ sent: the scheduler never unpickles user code unless a user asks it to
 from __future__ import annotations
 
 import asyncio
-import heapq
 import inspect
 import itertools
 import logging
@@ -61,6 +60,7 @@ from distributed.protocol.messages import Key, Payload
 from distributed.protocol.serialize import as_serialized, to_serialize
 from distributed.scheduler_events import EventLog
 from distributed.scheduler_extensions import ExtensionFactory, make_extensions, start_extensions
+from distributed.scheduler_queue import PriorityQueue
 from distributed.scheduler_requests import ClusterRequests
 from distributed.scheduler_state import (
     ALL_TASK_STATES,
@@ -288,8 +288,8 @@ class Scheduler(Server):
         self.task_groups: dict[str, TaskGroup] = {}
         self.aliases: dict[Any, str] = {}
         self.total_nthreads = 0
-        #: Root tasks waiting for a free thread, as a heap of (priority, task).
-        self.queued: list[tuple[tuple[Any, ...], TaskState]] = []
+        #: Root tasks waiting for a free thread, most urgent first (entries of tasks gone since are skipped).
+        self.queued: PriorityQueue[TaskState] = PriorityQueue()
         self.n_queued = 0
         #: Tasks no current worker can run.
         self.unrunnable: set[TaskState] = set()
@@ -794,7 +794,7 @@ class Scheduler(Server):
                 out.no_room_for = duration
                 ts.state = "queued"
                 self.n_queued += 1
-                heapq.heappush(self.queued, (ts.priority, ts))
+                self.queued.push(ts.priority, ts)
                 return
         else:
             ws = self.decide_worker(ts)
@@ -890,16 +890,16 @@ class Scheduler(Server):
 
     def _queue_room(self, ws: WorkerState) -> int:
         """How many queued root tasks ``ws`` may take now."""
-        queue = self.queued
-        if not self.n_queued or not queue or ws.status != "running" or ws.address not in self.workers:
+        head = self.queued.peek() if self.n_queued else None
+        if head is None or ws.status != "running" or ws.address not in self.workers:
             return 0
-        return self._slots(ws, queue[0][1].prefix.duration_average)
+        return self._slots(ws, head[1].prefix.duration_average)
 
     def _pop_queued(self) -> TaskState | None:
         """The most urgent queued task, off the queue (None if there is none)."""
         queue = self.queued
         while queue:
-            _, qts = heapq.heappop(queue)
+            _, qts = queue.pop()
             if qts.state == "queued":
                 return qts
             # Released (or pulled) since it was queued: a stale entry.
