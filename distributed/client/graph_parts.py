@@ -183,11 +183,13 @@ class GraphPlan:
         per_key = self._per_key
         functions = self._functions
         actors = self.actors
+        make_node = self.node
         for j, key in enumerate(chunk, offset):
-            node = self.node(key)
+            node = make_node(key)
+            deps = node.dependencies
             spec = m.TaskSpec(
                 run_spec=serialize_task(node, functions),
-                dependencies=list(node.dependencies),
+                dependencies=list(deps) if deps else (),
                 order=priorities.get(key, 0) if priorities is not None else j,
             )
             ann = per_key.get(key)
