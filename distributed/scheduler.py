@@ -72,8 +72,7 @@ from distributed.scheduler_state import (
     WorkerState,
     drop,
     grown,
-    unwanted_by,
-    wanted_by,
+    without,
 )
 from distributed.scheduler_streams import SchedulerStreams
 from distributed.security import Security, coerce_security
@@ -1464,7 +1463,7 @@ class Scheduler(Server):
             for key in tasks:
                 hts = self.tasks.get(key)
                 if hts is not None and not hts.has_lost_dependencies:
-                    hts.who_wants = wanted_by(hts.who_wants, holder)
+                    hts.who_wants = grown(hts.who_wants, holder)
                     holder.wants_what.add(hts)
         wanted: list[TaskState] = []
         for key in keys:
@@ -1472,12 +1471,12 @@ class Scheduler(Server):
             if ts is None:
                 out.clients[client].append(m.CancelledKeys(op="cancelled-keys", keys=[key], reason="lost dependencies"))
                 continue
-            ts.who_wants = wanted_by(ts.who_wants, cs)
+            ts.who_wants = grown(ts.who_wants, cs)
             cs.wants_what.add(ts)
             wanted.append(ts)
         for ts in wanted:
             if ts.has_lost_dependencies:
-                ts.who_wants = unwanted_by(ts.who_wants, cs)
+                ts.who_wants = without(ts.who_wants, cs)
                 cs.wants_what.discard(ts)
                 out.clients[client].append(
                     m.CancelledKeys(op="cancelled-keys", keys=[ts.key], reason="lost dependencies")
@@ -1790,7 +1789,7 @@ class Scheduler(Server):
             if ts.actor and ts in ws.actors:
                 continue  # see below
             if len(ts.who_has) > 1 or ts.state != "memory":
-                drop(ts.who_has, ws)
+                ts.who_has = without(ts.who_has, ws)
                 del ws.has_what[ts]
                 continue
             # Held only here: released (which clears who_has) before its
@@ -1875,7 +1874,7 @@ class Scheduler(Server):
             ts = self.tasks.get(key)
             if ts is None or cs not in ts.who_wants:
                 continue
-            ts.who_wants = unwanted_by(ts.who_wants, cs)
+            ts.who_wants = without(ts.who_wants, cs)
             cs.wants_what.discard(ts)
             if not ts.who_wants:
                 if ts.state == "released":
@@ -1896,7 +1895,7 @@ class Scheduler(Server):
             if ts is None:
                 out.clients[client].append(m.CancelledKeys(op="cancelled-keys", keys=[key], reason="unknown key"))
                 continue
-            ts.who_wants = wanted_by(ts.who_wants, cs)
+            ts.who_wants = grown(ts.who_wants, cs)
             cs.wants_what.add(ts)
             if ts.state == "memory":
                 out.clients[client].append(self._key_in_memory(ts))
@@ -2001,7 +2000,7 @@ class Scheduler(Server):
                         ws.has_what[ts] = None
                         ws.nbytes += max(ts.nbytes, 0)
                 if cs not in ts.who_wants:
-                    ts.who_wants = wanted_by(ts.who_wants, cs)
+                    ts.who_wants = grown(ts.who_wants, cs)
                     cs.wants_what.add(ts)
                     out.clients[client].append(self._key_in_memory(ts))
                 continue
@@ -2009,7 +2008,7 @@ class Scheduler(Server):
                 self.transitions({ts: "released"}, stimulus_id, out)
                 if _state(ts) != "released":
                     continue  # wanted by others, so it runs again instead
-            ts.who_wants = wanted_by(ts.who_wants, cs)
+            ts.who_wants = grown(ts.who_wants, cs)
             cs.wants_what.add(ts)
             out.scattered = (holders, nbytes.get(key, 0), types.get(key))
             self.transitions({ts: "memory"}, stimulus_id, out)
@@ -2048,7 +2047,7 @@ class Scheduler(Server):
                 continue
             if self.needed_on(ts, ws) or (ts.actor and ts in ws.actors):
                 continue  # an actor's instance lives on its home worker: that copy stays
-            drop(ts.who_has, ws)
+            ts.who_has = without(ts.who_has, ws)
             del ws.has_what[ts]
             ws.nbytes -= max(ts.nbytes, 0)
             out.free[address].append(key)
@@ -2069,7 +2068,7 @@ class Scheduler(Server):
             ts = self.tasks.get(key)
             if ts is None or ws not in ts.who_has:
                 continue
-            drop(ts.who_has, ws)
+            ts.who_has = without(ts.who_has, ws)
             del ws.has_what[ts]
             ws.nbytes -= max(ts.nbytes, 0)
             if not ts.who_has:
@@ -2092,7 +2091,7 @@ class Scheduler(Server):
             for addr in addrs:
                 holder = self.workers.get(addr)
                 if holder is not None and holder in dts.who_has:
-                    drop(dts.who_has, holder)
+                    dts.who_has = without(dts.who_has, holder)
                     holder.has_what.pop(dts, None)
                     holder.nbytes -= max(dts.nbytes, 0)
             if not dts.who_has and dts.state == "memory":

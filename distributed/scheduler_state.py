@@ -19,9 +19,9 @@ A task's relations (``dependencies`` ... ``who_has``) start as the shared
 a large map never have dependencies or waiters, and six empty sets would be
 over half of what the scheduler keeps per task.  They are typed read-only;
 change them with :func:`grown` and :func:`drop`, or assign :data:`EMPTY`.
-``who_wants`` is most often one client: it starts as that client's shared
-one-member frozenset (:attr:`ClientState.alone`), so change it with
-:func:`wanted_by` and :func:`unwanted_by` only.
+A worker or client alone in ``who_has`` or ``who_wants`` is its shared
+one-member frozenset (``ws.alone``, ``cs.alone``): remove members of those
+with :func:`without`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from collections import deque
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from types import MappingProxyType
-from typing import Any, Final, Literal, TypeVar, get_args
+from typing import Any, Final, Literal, TypeVar, cast, get_args
 
 from distributed.protocol.messages import Key, Payload
 
@@ -49,8 +49,7 @@ __all__ = [
     "WorkerState",
     "drop",
     "grown",
-    "unwanted_by",
-    "wanted_by",
+    "without",
 ]
 
 #: The states of a scheduler task; a misspelt state is a type error.
@@ -69,49 +68,46 @@ EMPTY: Final[frozenset[Any]] = frozenset()
 NO_ANNOTATIONS: Final[Mapping[str, Any]] = MappingProxyType({})
 
 
-def grown(relation: AbstractSet[T], item: T) -> set[T]:
+def grown(relation: AbstractSet[T], item: T) -> AbstractSet[T]:
     """``relation`` with ``item`` added: in place if it is a set already.
 
-    Use as ``ts.waiters = grown(ts.waiters, dts)``.
+    A worker or client alone in a relation is its shared one-member frozenset
+    (``ws.alone``, ``cs.alone``): a set of one costs 216 bytes, and a million
+    tasks held by one worker and wanted by one client would spend more on
+    those sets than on anything else the scheduler keeps.  Remove members of
+    such relations with :func:`without`.
+
+    Use as ``ts.who_has = grown(ts.who_has, ws)``.
     """
     if type(relation) is set:
         relation.add(item)
         return relation
+    if not relation and isinstance(item, (WorkerState, ClientState)):
+        return cast(AbstractSet[T], item.alone)
+    if item in relation:
+        return relation
     return {*relation, item}
 
 
-def drop(relation: AbstractSet[T], item: T) -> None:
-    """Remove ``item`` from ``relation`` if it is there."""
+def without(relation: AbstractSet[T], item: T) -> AbstractSet[T]:
+    """``relation`` without ``item``: in place if it is a set of its own.
+
+    Use as ``ts.who_has = without(ts.who_has, ws)``.
+    """
     if type(relation) is set:
         relation.discard(item)
+        return relation
+    if item not in relation:
+        return relation
+    return relation - {item} or EMPTY
 
 
-def wanted_by(who_wants: AbstractSet[ClientState], cs: ClientState) -> AbstractSet[ClientState]:
-    """``who_wants`` with ``cs`` added; a first client gives its shared one-member set.
-
-    A set of one costs 216 bytes: a million tasks wanted by one client would
-    spend more on those sets than on anything else the scheduler keeps.
-
-    Use as ``ts.who_wants = wanted_by(ts.who_wants, cs)``.
-    """
-    if not who_wants:
-        return cs.alone
-    if cs in who_wants:
-        return who_wants
-    return grown(who_wants, cs)
-
-
-def unwanted_by(who_wants: AbstractSet[ClientState], cs: ClientState) -> AbstractSet[ClientState]:
-    """``who_wants`` without ``cs`` (in place if it is a set of its own).
-
-    Use as ``ts.who_wants = unwanted_by(ts.who_wants, cs)``.
-    """
-    if type(who_wants) is set:
-        who_wants.discard(cs)
-        return who_wants
-    if cs not in who_wants:
-        return who_wants
-    return who_wants - {cs} or EMPTY
+def drop(relation: AbstractSet[T], item: T) -> None:
+    """Remove ``item`` from ``relation`` if it is there (a relation of tasks: never shared)."""
+    if type(relation) is set:
+        relation.discard(item)
+    elif item in relation:
+        raise TypeError(f"{item!r} is in a shared relation: remove it with without()")
 
 
 class TaskPrefix:
@@ -365,6 +361,7 @@ class WorkerState:
         "executing_count",
         "unmanaged_history",
         "actors",
+        "alone",
         "_hash",
         "__weakref__",
     )
@@ -381,6 +378,8 @@ class WorkerState:
     ) -> None:
         self.address = address
         self._hash = hash(address)
+        #: ``{self}``, shared by the ``who_has`` of every task only this worker holds.
+        self.alone: frozenset[WorkerState] = frozenset((self,))
         self.name = name if name is not None else address
         self.nthreads = nthreads
         self.memory_limit = memory_limit

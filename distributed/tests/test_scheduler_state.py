@@ -1032,6 +1032,33 @@ def test_who_wants_of_one_client_is_shared_and_released() -> None:
     assert cs.alone == {cs}
 
 
+def test_who_has_of_one_worker_is_shared_and_replicas_come_and_go() -> None:
+    s = new_scheduler()
+    check(s, s.add_worker_state(A, 2))
+    check(s, s.add_worker_state(B, 2))
+    keys = ["a-1", "a-2"]
+    check(s, s.update_graph("c1", {k: spec() for k in keys}, keys))
+    for k in keys:
+        ts = s.tasks[k]
+        assert ts.processing_on is not None
+        check(s, s.task_finished(ts.processing_on.address, done(k, ts.run_id), f"finish-{k}"))
+    holder = next(iter(s.tasks["a-1"].who_has))
+    other = B if holder.address == A else A
+    assert s.tasks["a-1"].who_has is holder.alone
+    # A replica elsewhere, then the first copy goes: one holder again.
+    check(s, s.add_keys(other, ["a-1"]))
+    assert {ws.address for ws in s.tasks["a-1"].who_has} == {A, B}
+    check(s, s.release_worker_data(holder.address, ["a-1"], "drop-first"))
+    assert {ws.address for ws in s.tasks["a-1"].who_has} == {other}
+    assert s.tasks["a-1"] not in holder.has_what
+    # The only holder of the other key leaves: it is recomputed.
+    a2 = s.tasks["a-2"]
+    only = next(iter(a2.who_has))
+    check(s, s.remove_worker_state(only.address, stimulus_id="gone"))
+    assert only not in a2.who_has
+    assert state(s, "a-2") in ("processing", "memory")
+
+
 @pytest.mark.parametrize(
     "key",
     ["x", "x-1", "x-1-2-3", "hello-world-1", "ae05086432ca935f6eba409a8ecd4896", "x-abcdefab", "x-abcdefab-7",
