@@ -26,7 +26,6 @@ with :func:`without`.
 
 from __future__ import annotations
 
-import itertools
 from collections import deque
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
@@ -56,8 +55,6 @@ __all__ = [
 TaskStateName = Literal["released", "waiting", "no-worker", "queued", "processing", "memory", "erred", "forgotten"]
 
 ALL_TASK_STATES: Final[frozenset[TaskStateName]] = frozenset(get_args(TaskStateName))
-
-_task_counter = itertools.count()
 
 T = TypeVar("T")
 
@@ -190,13 +187,13 @@ class TaskState:
         "metadata",
         "has_lost_dependencies",
         "actor",
-        "_hash",
         "__weakref__",
     )
 
+    # Hashed and compared by identity (object's own): no per-task counter.
+
     def __init__(self, key: Key, run_spec: Payload | None, group: TaskGroup) -> None:
         self.key: Key = key
-        self._hash = next(_task_counter)
         #: The serialised task; opaque to the scheduler.  None for scattered data.
         self.run_spec = run_spec
         self.priority: tuple[Any, ...] = ()
@@ -234,12 +231,6 @@ class TaskState:
         self.actor = False
         group.states["released"] += 1
         group.prefix.count += 1
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __eq__(self, other: object) -> bool:
-        return self is other
 
     def __lt__(self, other: TaskState) -> bool:
         return self.priority < other.priority
