@@ -24,6 +24,7 @@ from typing import Any
 
 from dask._task_spec import GraphNode
 
+from distributed.client.gc_pause import paused_gc
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.protocol.serialize import FunctionCache, serialize_task
@@ -119,7 +120,8 @@ class GraphPlan:
         """The message of part ``i`` (call in order: parts share a function cache)."""
         chunk = self.chunks[i]
         final = i == len(self.chunks) - 1
-        specs = self._task_specs(chunk, self._offsets[i])
+        with paused_gc(len(chunk)):
+            specs = self._task_specs(chunk, self._offsets[i])
         if self.all_wanted:
             chunk_keys = list(chunk)
         else:

@@ -21,13 +21,13 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import gc
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from distributed.client.future import Future, FutureState
+from distributed.client.gc_pause import paused_gc
 from distributed.client.outbox import Outbox
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
@@ -36,9 +36,6 @@ if TYPE_CHECKING:
     from distributed.client.client import Client
 
 __all__ = ["FutureRegistry"]
-
-#: Keys from which :meth:`FutureRegistry.make_futures` pauses the garbage collector.
-_GC_PAUSE_KEYS = 10_000
 
 
 class FutureRegistry:
@@ -136,26 +133,17 @@ class FutureRegistry:
         counted = Future.counted
         futures: list[Future] = []
         stale: list[FutureState] = []
-        # Two new objects per key: collections started meanwhile would rescan
-        # the growing heap over and over (half the time of a 100,000-key map).
-        pause = len(keys) >= _GC_PAUSE_KEYS and gc.isenabled()
-        if pause:
-            gc.disable()
-        try:
-            with self._lock:
-                states = self.states
-                counts = self.counts
-                for k in keys:
-                    fs = states.get(k)
-                    if fs is None:
-                        fs = states[k] = FutureState(k)
-                    elif fs.status == "cancelled":
-                        stale.append(fs)
-                    counts[k] += 1
-                    futures.append(counted(k, client, fs))
-        finally:
-            if pause:
-                gc.enable()
+        with paused_gc(len(keys)), self._lock:
+            states = self.states
+            counts = self.counts
+            for k in keys:
+                fs = states.get(k)
+                if fs is None:
+                    fs = states[k] = FutureState(k)
+                elif fs.status == "cancelled":
+                    stale.append(fs)
+                counts[k] += 1
+                futures.append(counted(k, client, fs))
         for fs in stale:
             self.call_soon(fs.reset)
         return futures
