@@ -296,3 +296,12 @@ async def test_large_graph_is_added_in_slices_with_the_loop_running_between(
     slice_ = f"slice of {INGEST_SLICE}"
     assert events == [slice_, "loop", slice_, slice_]
     assert sum(await c.gather(futures)) == sum(range(1, n + 1))
+
+
+@gen_cluster(client=True)
+async def test_result_type_names_are_one_string_per_type(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    futures = c.map(inc, range(20), pure=False)
+    await wait(futures)
+    types = [s.tasks[f.key].type for f in futures]
+    assert types == ["int"] * 20
+    assert len({id(t) for t in types}) == 1
