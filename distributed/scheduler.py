@@ -1428,9 +1428,10 @@ class Scheduler(Server):
                 if ts.run_spec is None and spec["run_spec"] is not None and ts.state == "released":
                     ts.run_spec = spec["run_spec"]
                 continue
-            ann = dict(global_annotations)
-            ann.update(spec.get("annotations") or {})
-            priority = ann.get("priority", user_priority)
+            # No dict per task unless the task has annotations of its own (read only below).
+            own = spec.get("annotations")
+            ann = {**global_annotations, **own} if own else global_annotations
+            priority = ann.get("priority", user_priority) if ann else user_priority
             ts.priority = (-(priority or 0), generation, spec["order"])
             if ann:
                 self._apply_annotations(ts, ann)
