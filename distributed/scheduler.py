@@ -73,6 +73,7 @@ from distributed.scheduler_state import (
     WorkerState,
     drop,
     grown,
+    without,
 )
 from distributed.scheduler_streams import SchedulerStreams
 from distributed.security import Security, coerce_security
@@ -97,6 +98,10 @@ __all__ = [
 
 #: States in which a task still needs its dependencies.
 _ACTIVE: Final[frozenset[TaskStateName]] = frozenset({"waiting", "queued", "no-worker", "processing"})
+
+#: Tasks of a large graph added between two chances for others to be served
+#: (see :meth:`Scheduler.update_graph_slices`): about ten milliseconds of work.
+INGEST_SLICE: Final = 1000
 
 #: Extra keyword arguments a transition passes to the plugins' ``transition`` hook.
 PluginKwargs = dict[str, Any] | None
@@ -1388,6 +1393,8 @@ class Scheduler(Server):
     def _get_group(self, key: Key) -> TaskGroup:
         if isinstance(key, tuple) and key and isinstance(key[0], str):
             group_name = key[0]
+        elif type(key) is str:
+            group_name = _key_name(key)
         else:
             group_name = key_split(key)
         tg = self.task_groups.get(group_name)
@@ -1416,6 +1423,8 @@ class Scheduler(Server):
         stimulus_id: str | None = None,
         graph: str | None = None,
         final: bool = True,
+        generation: int | None = None,
+        checked: bool = False,
     ) -> Out:
         """Add a client's graph and want its ``keys``.
 
@@ -1427,10 +1436,14 @@ class Scheduler(Server):
         tasks of every part are held (wanted by a stand-in client) until the
         ``final`` part arrives, so that nothing a later part depends on is
         released in between.
+
+        ``generation`` (default: a new one) orders these tasks after those of
+        earlier graphs of the same priority; ``checked`` says the graph was
+        already checked for NaN keys and cycles (see :meth:`update_graph_slices`).
         """
         stimulus_id = stimulus_id or f"update-graph-{time.time()}"
         out = Out()
-        problem = _graph_problem(tasks, keys, self.tasks)
+        problem = None if checked else _graph_problem(tasks, keys, self.tasks)
         if problem is not None:
             # Refused whole: nothing of it enters the state, so nothing is left behind.
             logger.warning("Refused a graph from client %s: %s", client, problem)
@@ -1450,8 +1463,9 @@ class Scheduler(Server):
             holder = self.clients.get(hold_id)
             if holder is None:
                 holder = self.clients[hold_id] = ClientState(hold_id)
-        self.generation += 1
-        generation = self.generation
+        if generation is None:
+            self.generation += 1
+            generation = self.generation
         global_annotations = dict(annotations or {})
         new: list[TaskState] = []
         for key, spec in tasks.items():
@@ -1465,9 +1479,10 @@ class Scheduler(Server):
                 if ts.run_spec is None and spec["run_spec"] is not None and ts.state == "released":
                     ts.run_spec = spec["run_spec"]
                 continue
-            ann = dict(global_annotations)
-            ann.update(spec.get("annotations") or {})
-            priority = ann.get("priority", user_priority)
+            # No dict per task unless the task has annotations of its own (read only below).
+            own = spec.get("annotations")
+            ann = {**global_annotations, **own} if own else global_annotations
+            priority = ann.get("priority", user_priority) if ann else user_priority
             ts.priority = (-(priority or 0), generation, spec["order"])
             if ann:
                 self._apply_annotations(ts, ann)
@@ -1513,7 +1528,7 @@ class Scheduler(Server):
             wanted.append(ts)
         for ts in wanted:
             if ts.has_lost_dependencies:
-                drop(ts.who_wants, cs)
+                ts.who_wants = without(ts.who_wants, cs)
                 cs.wants_what.discard(ts)
                 out.clients[client].append(
                     m.CancelledKeys(op="cancelled-keys", keys=[ts.key], reason="lost dependencies")
@@ -1558,6 +1573,71 @@ class Scheduler(Server):
             for c, client_msgs in out2.clients.items():
                 out.clients[c].extend(client_msgs)
         return out
+
+    def update_graph_slices(
+        self,
+        client: str,
+        tasks: Mapping[Key, m.TaskSpec],
+        keys: Sequence[Key],
+        *,
+        user_priority: int = 0,
+        annotations: Mapping[str, Any] | None = None,
+        stimulus_id: str | None = None,
+        graph: str | None = None,
+        final: bool = True,
+        size: int = INGEST_SLICE,
+    ) -> Iterator[Out]:
+        """:meth:`update_graph` in slices of ``size`` tasks: the messages of each slice in turn.
+
+        The caller may let other work in between slices (the state is whole
+        after each), so that a large graph does not stop the scheduler from
+        answering workers and clients for as long as it takes to add it all.
+        The result is that of one :meth:`update_graph`: the graph is checked
+        whole first, and its tasks share one generation.  Tasks nobody wants
+        yet are held (as for a graph in parts) until the last slice is in.
+        A graph in which a task comes before one of its dependencies is added
+        in one go.
+        """
+        stimulus_id = stimulus_id or f"update-graph-{time.time()}"
+        slices = _slices(tasks, keys, size)
+        if slices is None:
+            yield self.update_graph(
+                client,
+                tasks,
+                keys,
+                user_priority=user_priority,
+                annotations=annotations,
+                stimulus_id=stimulus_id,
+                graph=graph,
+                final=final,
+            )
+            return
+        problem = _graph_problem(tasks, keys, self.tasks)
+        if problem is not None:
+            yield self.update_graph(client, tasks, keys, stimulus_id=stimulus_id)
+            return
+        slice_keys, unwanted = slices
+        if unwanted and graph is None:
+            # Hold the slices' tasks as a graph in parts would be held.
+            graph = f"slices-{uuid.uuid4().hex}"
+        self.generation += 1
+        generation = self.generation
+        last = len(slice_keys) - 1
+        items = iter(tasks.items())
+        for i, wanted in enumerate(slice_keys):
+            part = dict(itertools.islice(items, size))
+            yield self.update_graph(
+                client,
+                part,
+                wanted,
+                user_priority=user_priority,
+                annotations=annotations,
+                stimulus_id=stimulus_id,
+                graph=graph,
+                final=final if i == last else graph is None,
+                generation=generation,
+                checked=True,
+            )
 
     def _drop_lost(self, lost: set[TaskState], stimulus_id: str, out: Out) -> None:
         """Forget new tasks that cannot run because a dependency is unknown.
@@ -1763,7 +1843,7 @@ class Scheduler(Server):
             if ts.actor and ts in ws.actors:
                 continue  # see below
             if len(ts.who_has) > 1 or ts.state != "memory":
-                drop(ts.who_has, ws)
+                ts.who_has = without(ts.who_has, ws)
                 del ws.has_what[ts]
                 continue
             # Held only here: released (which clears who_has) before its
@@ -1848,7 +1928,7 @@ class Scheduler(Server):
             ts = self.tasks.get(key)
             if ts is None or cs not in ts.who_wants:
                 continue
-            drop(ts.who_wants, cs)
+            ts.who_wants = without(ts.who_wants, cs)
             cs.wants_what.discard(ts)
             if not ts.who_wants:
                 if ts.state == "released":
@@ -2021,7 +2101,7 @@ class Scheduler(Server):
                 continue
             if self.needed_on(ts, ws) or (ts.actor and ts in ws.actors):
                 continue  # an actor's instance lives on its home worker: that copy stays
-            drop(ts.who_has, ws)
+            ts.who_has = without(ts.who_has, ws)
             del ws.has_what[ts]
             ws.nbytes -= max(ts.nbytes, 0)
             out.free[address].append(key)
@@ -2042,7 +2122,7 @@ class Scheduler(Server):
             ts = self.tasks.get(key)
             if ts is None or ws not in ts.who_has:
                 continue
-            drop(ts.who_has, ws)
+            ts.who_has = without(ts.who_has, ws)
             del ws.has_what[ts]
             ws.nbytes -= max(ts.nbytes, 0)
             if not ts.who_has:
@@ -2065,7 +2145,7 @@ class Scheduler(Server):
             for addr in addrs:
                 holder = self.workers.get(addr)
                 if holder is not None and holder in dts.who_has:
-                    drop(dts.who_has, holder)
+                    dts.who_has = without(dts.who_has, holder)
                     holder.has_what.pop(dts, None)
                     holder.nbytes -= max(dts.nbytes, 0)
             if not dts.who_has and dts.state == "memory":
@@ -2184,6 +2264,32 @@ class Scheduler(Server):
         assert self.unrunnable == {ts for ts in self.tasks.values() if ts.state == "no-worker"}, "unrunnable set"
 
 
+#: ``key_split`` of key heads (see :func:`_key_name`); cleared when it reaches ``_KEY_NAMES_MAX``.
+_key_names: dict[str, str] = {}
+_KEY_NAMES_MAX = 4096
+
+
+def _key_name(key: str) -> str:
+    """``key_split(key)``, looked up by the key without its last ``-`` word when that word is not alphabetic.
+
+    ``key_split`` keeps leading words up to the first one that is not
+    alphabetic, so such a last word never changes its result; the keys of one
+    ``map`` (``"f-<token>-<i>"``) or of pure calls (``"f-<hash>"``) then share
+    one entry, where ``key_split``'s own cache holds one per key and misses
+    once a graph has more keys than it holds.
+    """
+    head, sep, tail = key.rpartition("-")
+    if not sep or tail.isalpha():
+        whole: str = key_split(key)
+        return whole
+    name = _key_names.get(head)
+    if name is None:
+        if len(_key_names) >= _KEY_NAMES_MAX:
+            _key_names.clear()
+        name = _key_names[head] = key_split(head)
+    return name
+
+
 def _priority_key(ts: TaskState) -> tuple[Any, ...]:
     return ts.priority
 
@@ -2215,6 +2321,37 @@ def _nan_in_key(key: object) -> bool:
     if isinstance(key, tuple):
         return any(_nan_in_key(k) for k in key)
     return False
+
+
+def _slices(tasks: Mapping[Key, m.TaskSpec], keys: Sequence[Key], size: int) -> tuple[list[list[Key]], bool] | None:
+    """How :meth:`Scheduler.update_graph_slices` cuts a graph: the wanted keys of each slice.
+
+    Also whether some task is not wanted.  None when the graph is one slice
+    or a task comes before a dependency of the graph (a slice could not find it).
+    """
+    if len(tasks) <= size:
+        return None
+    wanted = set(keys)
+    slice_keys: list[list[Key]] = []
+    seen: set[Key] = set()
+    unwanted = False
+    current: list[Key] = []
+    for i, (key, spec) in enumerate(tasks.items()):
+        if i and i % size == 0:
+            slice_keys.append(current)
+            current = []
+        for dep in spec["dependencies"]:
+            if dep in tasks and dep not in seen:
+                return None
+        seen.add(key)
+        if key in wanted:
+            current.append(key)
+        else:
+            unwanted = True
+    # Wanted keys that are not tasks of the graph come with the last slice.
+    current.extend(k for k in keys if k not in tasks)
+    slice_keys.append(current)
+    return slice_keys, unwanted
 
 
 def _graph_problem(tasks: Mapping[Key, m.TaskSpec], keys: Sequence[Key], known: Mapping[Key, Any]) -> str | None:

@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import sys
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from distributed.batched import BatchedSend
@@ -35,8 +37,9 @@ __all__ = ["LargeStateGC", "SchedulerStreams"]
 #: Messages of a worker's batch handled between two yields to the event loop.
 _BATCH_SLICE = 1000
 
-#: Tasks between two freezes of the garbage collector's view (see LargeStateGC).
-GC_FREEZE_STEP = 100_000
+#: Tasks between two freezes of the garbage collector's view (see LargeStateGC):
+#: a full collection then visits about ten thousand tasks' objects (a few milliseconds).
+GC_FREEZE_STEP = 10_000
 
 
 class LargeStateGC:
@@ -235,6 +238,8 @@ class SchedulerStreams:
 
     def _task_finished(self, msg: m.TaskFinished) -> None:
         s = self.scheduler
+        # The task keeps the type's name: one shared string, not one decoded per message (52 bytes a task).
+        msg["type"] = sys.intern(msg["type"])
         held = s.held_out
         out = s.task_finished(self._sender(), msg, f"task-finished-{msg['stop']}", held)
         if held is None:
@@ -326,12 +331,16 @@ class SchedulerStreams:
                 if not isinstance(msgs, (list, tuple)):
                     msgs = (msgs,)
                 for item in msgs:
-                    if isinstance(item, dict) and item.get("op") == "close-client":
+                    op = item.get("op") if isinstance(item, dict) else None
+                    if op == "close-client":
                         closing = True
                         break
+                    if op == "update-graph":
+                        await self._ingest_graph(item, client, check)
+                        continue
                     s.dispatch_stream((item,), client, check)
-                    if isinstance(item, dict) and item.get("op") in ("update-graph", "client-releases-keys"):
-                        # Let workers' and other clients' messages in between parts of a graph.
+                    if op == "client-releases-keys":
+                        # Let workers' and other clients' messages in between large releases.
                         await asyncio.sleep(0)
         except (CommClosedError, asyncio.CancelledError):
             pass
@@ -344,7 +353,30 @@ class SchedulerStreams:
                     s.send_all(s.remove_client_state(client, stimulus_id=f"remove-client-{time.time()}"))
             await bs.close(timeout=1)
 
+    async def _ingest_graph(self, msg: Any, origin: str, check: bool) -> None:
+        """Handle an ``update-graph`` from a client's stream, yielding to the event loop between slices.
+
+        The client's later messages wait (they are read after this returns),
+        so they still see the whole graph; workers and other clients are
+        served in between slices (see :meth:`Scheduler.update_graph_slices`).
+        """
+        route = self.scheduler.stream_handlers["update-graph"]
+        problem = route.check(msg) if check else None
+        if problem is not None:
+            logger.warning("Dropping malformed 'update-graph' message from %s: %s", origin, problem)
+            return
+        try:
+            for _ in self._update_graph_steps(msg):
+                await asyncio.sleep(0)
+        except Exception:
+            logger.exception("Stream handler 'update-graph' failed on a message from %s", origin)
+
     def _update_graph(self, msg: m.UpdateGraph) -> None:
+        for _ in self._update_graph_steps(msg):
+            pass
+
+    def _update_graph_steps(self, msg: m.UpdateGraph) -> Iterator[None]:
+        """Add the graph of ``msg`` slice by slice; yields after each (and sends what it brought)."""
         s = self.scheduler
         shuffles = msg.get("shuffles")
         if shuffles:
@@ -355,7 +387,7 @@ class SchedulerStreams:
                 )
             else:
                 ext.add_descriptions(shuffles)
-        out = s.update_graph(
+        for out in s.update_graph_slices(
             msg["client"],
             msg["tasks"],
             msg["keys"],
@@ -364,9 +396,10 @@ class SchedulerStreams:
             stimulus_id=msg.get("stimulus_id"),
             graph=msg.get("graph"),
             final=msg.get("final", True),
-        )
-        s.send_all(out)
-        self.gc.tend(len(s.tasks))
+        ):
+            s.send_all(out)
+            self.gc.tend(len(s.tasks))
+            yield
 
     def _client_desires_keys(self, msg: m.ClientKeys) -> None:
         s = self.scheduler

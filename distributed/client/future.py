@@ -15,7 +15,7 @@ import logging
 import sys
 import threading
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -49,11 +49,13 @@ class FutureState:
         self.status = "pending"
         self.exception: Any = None
         self.traceback: Any = None
-        self.workers: list[str] = []
+        #: Replaced, never changed in place (a map's pending keys share one empty tuple).
+        self.workers: Sequence[str] = ()
         #: The result's type once resolved, else the type's name the worker reported.
         self.type: type | str | None = None
         self._event: asyncio.Event | None = None
-        self.callbacks: list[Callable[[], None]] = []
+        #: Made when the first callback is added: most keys never get one.
+        self.callbacks: list[Callable[[], None]] | None = None
         self.reason: str | None = None
 
     def event(self) -> asyncio.Event:
@@ -67,12 +69,27 @@ class FutureState:
     def done(self) -> bool:
         return self.status != "pending"
 
+    def add_callback(self, cb: Callable[[], None]) -> None:
+        """Call ``cb`` (on the client's loop) when the key is next done."""
+        if self.callbacks is None:
+            self.callbacks = [cb]
+        else:
+            self.callbacks.append(cb)
+
+    def remove_callback(self, cb: Callable[[], None]) -> None:
+        """Forget ``cb`` if it was added and has not run."""
+        if self.callbacks is not None:
+            try:
+                self.callbacks.remove(cb)
+            except ValueError:
+                pass
+
     def _finish(self, status: str) -> None:
         self.status = status
         if self._event is not None:
             self._event.set()
-        callbacks, self.callbacks = self.callbacks, []
-        for cb in callbacks:
+        callbacks, self.callbacks = self.callbacks, None
+        for cb in callbacks or ():
             try:
                 cb()
             except Exception:
@@ -106,7 +123,7 @@ class FutureState:
         self.status = "pending"
         self.exception = None
         self.traceback = None
-        self.workers = []
+        self.workers = ()
         if self._event is not None:
             self._event.clear()
 
@@ -302,7 +319,7 @@ class Future(TaskRef):
             if fs.done():
                 run()
             else:
-                fs.callbacks.append(run)
+                fs.add_callback(run)
 
         client.registry.call_soon(register)
 

@@ -99,7 +99,7 @@ def wait(fs: Any, timeout: Any = None, return_when: str = ALL_COMPLETED) -> Any:
                     waiter.set_result(None)
 
             for fs in states:
-                fs.callbacks.append(one_done)
+                fs.add_callback(one_done)
             try:
                 await asyncio.wait_for(waiter, t)
             except TimeoutError:
@@ -110,10 +110,7 @@ def wait(fs: Any, timeout: Any = None, return_when: str = ALL_COMPLETED) -> Any:
             finally:
                 for fs in states:
                     if not fs.done():
-                        try:
-                            fs.callbacks.remove(one_done)
-                        except ValueError:
-                            pass
+                        fs.remove_callback(one_done)
         return DoneAndNotDoneFutures({f for f in futures if f.done()}, {f for f in futures if not f.done()})
 
     return client.sync(_wait)
@@ -289,7 +286,7 @@ def _notify_when_done(futures: list[Future], put: Callable[[Future], Any]) -> No
         if fs.done():
             put(f)
         else:
-            fs.callbacks.append(functools.partial(_put_if_alive, weakref.ref(f), put))
+            fs.add_callback(functools.partial(_put_if_alive, weakref.ref(f), put))
 
 
 def _put_if_alive(ref: weakref.ref[Future], put: Callable[[Future], Any]) -> None:

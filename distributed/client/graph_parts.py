@@ -24,6 +24,7 @@ from typing import Any
 
 from dask._task_spec import GraphNode
 
+from distributed.client.gc_pause import paused_gc
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.protocol.serialize import FunctionCache, serialize_task
@@ -119,7 +120,8 @@ class GraphPlan:
         """The message of part ``i`` (call in order: parts share a function cache)."""
         chunk = self.chunks[i]
         final = i == len(self.chunks) - 1
-        specs = self._task_specs(chunk, self._offsets[i])
+        with paused_gc(len(chunk)):
+            specs = self._task_specs(chunk, self._offsets[i])
         if self.all_wanted:
             chunk_keys = list(chunk)
         else:
@@ -183,11 +185,13 @@ class GraphPlan:
         per_key = self._per_key
         functions = self._functions
         actors = self.actors
+        make_node = self.node
         for j, key in enumerate(chunk, offset):
-            node = self.node(key)
+            node = make_node(key)
+            deps = node.dependencies
             spec = m.TaskSpec(
                 run_spec=serialize_task(node, functions),
-                dependencies=list(node.dependencies),
+                dependencies=list(deps) if deps else (),
                 order=priorities.get(key, 0) if priorities is not None else j,
             )
             ann = per_key.get(key)

@@ -135,8 +135,21 @@ def actor_keys(actors: Any) -> bool | Collection[Key]:
     return keys
 
 
+#: Argument types ``parse_input`` returns unchanged (no futures can hide in them).
+_PLAIN_ARGS: frozenset[type] = frozenset({int, float, str, bytes, bool, type(None)})
+
+
 def make_task(key: Key, func: Callable[..., Any], args: Iterable[Any], kwargs: Mapping[str, Any]) -> Task:
     """A Task whose futures, also inside lists and dicts, are dependencies."""
+    if not kwargs:
+        args = tuple(args)
+        plain = _PLAIN_ARGS
+        for a in args:
+            if type(a) not in plain:
+                break
+        else:
+            # The common map over numbers or strings: nothing to parse.
+            return Task(key, func, *args)
     kw: dict[str, Any] = {k: parse_input(v) for k, v in kwargs.items()}
     return Task(key, func, *(parse_input(a) for a in args), **kw)
 

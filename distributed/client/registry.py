@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from distributed.client.future import Future, FutureState
+from distributed.client.gc_pause import paused_gc
 from distributed.client.outbox import Outbox
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
@@ -132,7 +133,7 @@ class FutureRegistry:
         counted = Future.counted
         futures: list[Future] = []
         stale: list[FutureState] = []
-        with self._lock:
+        with paused_gc(len(keys)), self._lock:
             states = self.states
             counts = self.counts
             for k in keys:

@@ -185,7 +185,7 @@ class DataTransfer:
             for k in missing:
                 fs = states[k]
                 listed = list(who_has.get(k, ()))
-                if fs.status == "finished" and fs.workers != stale[k]:
+                if fs.status == "finished" and list(fs.workers) != stale[k]:
                     continue  # a fresh report came in meanwhile: use it
                 if any(w not in unreachable for w in listed):
                     fs.workers = listed

@@ -16,6 +16,7 @@ from distributed.client.graphs import (
     for_compute,
     for_persist,
     graph_plan,
+    make_task,
     map_keys,
     map_plan,
     pack_keys,
@@ -137,6 +138,20 @@ def test_map_plan_makes_each_task_from_its_arguments() -> None:
     assert [unwrap(tasks[k]["run_spec"])({}) for k in keys] == [11, 22, 33]
     # Every task of a map is wanted: no part is held for a final one.
     assert "graph" not in plan.message(0)
+
+
+def test_make_task_of_plain_and_nested_arguments() -> None:
+    from dask._task_spec import Alias, Task, TaskRef
+
+    plain = make_task("k", operator.add, (1, "a", 2.5, None, True, b"x"), {})
+    assert type(plain) is Task and plain.args == (1, "a", 2.5, None, True, b"x") and not plain.dependencies
+    # A reference inside a list or in a keyword is still a dependency.
+    nested = make_task("k", operator.add, ([TaskRef("dep")],), {})
+    assert nested.dependencies == {"dep"}
+    keyword = make_task("k", operator.add, (1,), {"y": TaskRef("other")})
+    assert keyword.dependencies == {"other"} and isinstance(keyword.kwargs["y"], (Alias, TaskRef))
+    # A subclass of a plain type goes through parsing like anything else.
+    assert make_task("k", operator.add, (type("Int", (int,), {})(3),), {}).args[0] == 3
 
 
 def test_a_small_graph_keeps_its_order() -> None:

@@ -70,7 +70,7 @@ def test_reports_apply_to_the_futures_of_the_registry(
     assert (x.status, x.workers, x.type) == ("finished", ["tcp://w:1"], "int")
     assert (y.status, y.reason) == ("cancelled", "because")
     link.handle_report(m.LostData(op="lost-data", key="x"))
-    assert x.status == "pending" and x.workers == []
+    assert x.status == "pending" and not x.workers
     link.handle_report(
         m.ClientTaskErred(
             op="task-erred", key="z", exception=Serialize(ZeroDivisionError()), traceback=None, text="ZeroDivisionError"

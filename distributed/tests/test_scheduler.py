@@ -272,3 +272,36 @@ def test_interface_errors() -> None:
         Scheduler(interface="no-such-if0")
     with pytest.raises(ValueError, match="host=..., interface=..."):
         Scheduler(host="127.0.0.1", interface=_loopback_interface())
+
+
+@gen_cluster(client=True)
+async def test_large_graph_is_added_in_slices_with_the_loop_running_between(
+    c: Client, s: Scheduler, a: Worker, b: Worker
+) -> None:
+    from distributed.scheduler import INGEST_SLICE
+
+    events: list[str] = []
+    loop = asyncio.get_running_loop()
+
+    class Watch(SchedulerPlugin):
+        def update_graph(self, scheduler: Scheduler, *, tasks: list[Any], **kwargs: Any) -> None:
+            if not events:
+                loop.call_soon(events.append, "loop")
+            events.append(f"slice of {len(tasks)}")
+
+    await s.add_plugin(Watch(), name="watch")
+    n = 3 * INGEST_SLICE
+    futures = c.map(inc, range(n), batch_size=n, pure=False)
+    await wait(futures)
+    slice_ = f"slice of {INGEST_SLICE}"
+    assert events == [slice_, "loop", slice_, slice_]
+    assert sum(await c.gather(futures)) == sum(range(1, n + 1))
+
+
+@gen_cluster(client=True)
+async def test_result_type_names_are_one_string_per_type(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    futures = c.map(inc, range(20), pure=False)
+    await wait(futures)
+    types = [s.tasks[f.key].type for f in futures]
+    assert types == ["int"] * 20
+    assert len({id(t) for t in types}) == 1

@@ -1046,3 +1046,124 @@ def test_compute_tasks_to_a_worker_without_backlog_are_not_batched(no_queuing: N
     calls.clear()
     s.send_all(check(s, s.update_graph("c1", {f"x{i}": spec(order=i) for i in range(5)}, [f"x{i}" for i in range(5)])))
     assert [name for name, _ in calls] == ["worker"]
+
+
+# -- large graphs, added in slices -----------------------------------------------------
+def test_graph_in_slices_ends_as_one_update_graph(no_queuing: None) -> None:
+    keys: list[Key] = [f"noop-abc-{i}" for i in range(25)]
+    graph = {k: spec(order=i) for i, k in enumerate(keys)}
+    whole = new_scheduler()
+    whole.update_graph("c1", graph, keys)
+    s = new_scheduler()
+    outs = []
+    for out in s.update_graph_slices("c1", graph, keys, size=10):
+        outs.append(check(s, out))
+    assert len(outs) == 3
+    # Each slice hands out its own tasks; together they are the whole graph, with the same priorities.
+    assert [len(o.clients.get("c1", [])) for o in outs] == [0, 0, 0]
+    assert set(s.tasks) == set(whole.tasks)
+    assert [s.tasks[k].priority[1:] for k in keys] == [whole.tasks[k].priority[1:] for k in keys]
+    assert len({s.tasks[k].priority for k in keys}) == 25
+    assert len({s.tasks[k].priority[1] for k in keys}) == 1
+    check(s, s.add_worker_state(A, 1))
+    assert {s.tasks[k].state for k in keys} == {"processing"}
+
+
+def test_graph_in_slices_holds_tasks_nobody_wants_until_the_last_slice(no_queuing: None) -> None:
+    # A chain of 25 tasks, only the last one wanted: the first slices' tasks
+    # must survive until their dependents arrive.
+    keys: list[Key] = [f"inc-{i}" for i in range(25)]
+    graph = {k: spec(deps=keys[i - 1 : i], order=i) for i, k in enumerate(keys)}
+    s = new_scheduler()
+    check(s, s.add_worker_state(A, 1))
+    steps = s.update_graph_slices("c1", graph, [keys[-1]], size=10)
+    check(s, next(steps))
+    assert s.tasks["inc-0"].state == "processing"
+    check(s, s.task_finished(A, done("inc-0", s.tasks["inc-0"].run_id), "finish"))
+    # Nobody wants inc-0 yet but inc-1 needs it: it stays in memory.
+    assert state(s, "inc-0") == "memory"
+    assert s.tasks["inc-9"].who_wants
+    for out in steps:
+        check(s, out)
+    assert set(s.tasks) == set(keys)
+    assert s.clients["c1"].wants_what == {s.tasks[keys[-1]]}
+    assert {k for k in keys if s.tasks[k].who_wants} == {keys[-1]}
+    assert len(s.clients) == 1
+
+
+def test_graph_out_of_dependency_order_is_added_in_one_go() -> None:
+    keys: list[Key] = [f"x-{i}" for i in range(25)]
+    # x-0 depends on x-24, which comes last.
+    graph = {k: spec(deps=[keys[-1]] if i == 0 else [], order=i) for i, k in enumerate(keys)}
+    s = new_scheduler()
+    outs = [check(s, out) for out in s.update_graph_slices("c1", graph, keys, size=10)]
+    assert len(outs) == 1
+    assert s.tasks["x-0"].dependencies == {s.tasks["x-24"]}
+
+
+def test_graph_in_slices_with_a_cycle_is_refused_whole() -> None:
+    keys: list[Key] = [f"x-{i}" for i in range(25)]
+    graph = {k: spec(deps=[keys[i + 1]] if i == 20 else [], order=i) for i, k in enumerate(keys)}
+    graph[keys[21]] = spec(deps=[keys[20]], order=21)
+    s = new_scheduler()
+    outs = [check(s, out) for out in s.update_graph_slices("c1", graph, keys, size=10)]
+    assert len(outs) == 1
+    assert not s.tasks
+    assert len(client_ops(outs[0], "c1", "task-erred")) == 25
+
+
+def test_who_wants_of_one_client_is_shared_and_released() -> None:
+    s = new_scheduler()
+    keys = ["a-1", "a-2"]
+    check(s, s.update_graph("c1", {k: spec() for k in keys}, keys))
+    cs = s.clients["c1"]
+    assert s.tasks["a-1"].who_wants is s.tasks["a-2"].who_wants
+    check(s, s.client_desires_keys("c2", ["a-1"], "c2-wants"))
+    assert {c.client_key for c in s.tasks["a-1"].who_wants} == {"c1", "c2"}
+    assert s.tasks["a-2"].who_wants == {cs}
+    check(s, s.client_releases_keys("c1", keys, "release"))
+    assert {c.client_key for c in s.tasks["a-1"].who_wants} == {"c2"}
+    assert "a-2" not in s.tasks
+    assert cs.alone == {cs}
+
+
+def test_who_has_of_one_worker_is_shared_and_replicas_come_and_go() -> None:
+    s = new_scheduler()
+    check(s, s.add_worker_state(A, 2))
+    check(s, s.add_worker_state(B, 2))
+    keys = ["a-1", "a-2"]
+    check(s, s.update_graph("c1", {k: spec() for k in keys}, keys))
+    for k in keys:
+        ts = s.tasks[k]
+        assert ts.processing_on is not None
+        check(s, s.task_finished(ts.processing_on.address, done(k, ts.run_id), f"finish-{k}"))
+    holder = next(iter(s.tasks["a-1"].who_has))
+    other = B if holder.address == A else A
+    assert s.tasks["a-1"].who_has is holder.alone
+    # A replica elsewhere, then the first copy goes: one holder again.
+    check(s, s.add_keys(other, ["a-1"]))
+    assert {ws.address for ws in s.tasks["a-1"].who_has} == {A, B}
+    check(s, s.release_worker_data(holder.address, ["a-1"], "drop-first"))
+    assert {ws.address for ws in s.tasks["a-1"].who_has} == {other}
+    assert s.tasks["a-1"] not in holder.has_what
+    # The only holder of the other key leaves: it is recomputed.
+    a2 = s.tasks["a-2"]
+    only = next(iter(a2.who_has))
+    check(s, s.remove_worker_state(only.address, stimulus_id="gone"))
+    assert only not in a2.who_has
+    assert state(s, "a-2") in ("processing", "memory")
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["x", "x-1", "x-1-2-3", "hello-world-1", "ae05086432ca935f6eba409a8ecd4896", "x-abcdefab", "x-abcdefab-7",
+     "_(x)-3", "-5", "-", "a--1", "<module.sub.myclass object at 0xdaf372-1", "('x-2', 1)", "inc-" + "9" * 32,
+     "ae05086432ca935f6eba409a8ecd4896-1", "x-y-12ab", "abcdefab-x", "a-abcdefab-b"],
+)  # fmt: skip
+def test_task_prefix_names_are_those_of_key_split(key: str) -> None:
+    from dask.utils import key_split
+
+    s = new_scheduler()
+    s.update_graph("c1", {key: spec()}, [key])
+    assert s.tasks[key].group.name == key_split(key)
+    assert s.tasks[key].prefix.name == key_split(key)
