@@ -93,7 +93,7 @@ def refuse_unsupported(where: str, /, **given: bool) -> None:
             raise unsupported(where, name)
 
 
-#: ``iscoroutinefunction`` answers by function, keeping each function alive so its id stays its own.
+#: ``iscoroutinefunction`` answers by callable, keeping each alive so its id stays its own.
 _coroutine_function_answers: dict[int, tuple[object, bool]] = {}
 
 
@@ -102,15 +102,17 @@ def iscoroutinefunction(f: object) -> bool:
 
     Unwraps ``functools.partial`` and ``__wrapped__`` chains, and accepts
     callables whose ``__call__`` is ``async``.  dask asks this of every task's
-    function before running it, so plain functions are answered from memory.
+    function before running it (a worker reuses one object per distinct
+    function), and for some callables (toolz's ``compose``) the answer takes
+    ``inspect.signature`` of each part: answers are kept for the last 1024.
     """
-    if type(f) is not types.FunctionType:
-        return _iscoroutinefunction(f)
+    if f is None or type(f) in (int, float, str):
+        return False
     known = _coroutine_function_answers.get(id(f))
     if known is not None and known[0] is f:
         return known[1]
     answer = _iscoroutinefunction(f)
-    if len(_coroutine_function_answers) >= 4096:
+    if len(_coroutine_function_answers) >= 1024:
         _coroutine_function_answers.clear()
     _coroutine_function_answers[id(f)] = (f, answer)
     return answer

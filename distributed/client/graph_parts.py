@@ -27,7 +27,7 @@ from dask._task_spec import GraphNode
 from distributed.client.gc_pause import paused_gc
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
-from distributed.protocol.serialize import FunctionCache, serialize_task
+from distributed.protocol.serialize import FunctionCache, Serialize, serialize_task
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +112,9 @@ class GraphPlan:
             for k, v in values.items():
                 self._per_key[k][name] = v
         self._functions: FunctionCache = {}
+        #: Hand the task objects over as they are: the scheduler runs in this process, so its
+        #: workers here get the same objects and nothing is pickled (as with dask's threads).
+        self.live_specs = False
 
     def __len__(self) -> int:
         return len(self.chunks)
@@ -173,7 +176,7 @@ class GraphPlan:
         return [k for k in later if k in self._wanted]
 
     def _task_specs(self, chunk: Sequence[Key], offset: int) -> dict[Key, m.TaskSpec]:
-        """One entry per task, its run_spec serialised now.
+        """One entry per task, its run_spec serialised now (unless :attr:`live_specs`).
 
         Without ``priorities``, a task's order is its position in the graph.
 
@@ -186,11 +189,12 @@ class GraphPlan:
         functions = self._functions
         actors = self.actors
         make_node = self.node
+        live = self.live_specs
         for j, key in enumerate(chunk, offset):
             node = make_node(key)
             deps = node.dependencies
             spec = m.TaskSpec(
-                run_spec=serialize_task(node, functions),
+                run_spec=Serialize(node) if live else serialize_task(node, functions),
                 dependencies=list(deps) if deps else (),
                 order=priorities.get(key, 0) if priorities is not None else j,
             )

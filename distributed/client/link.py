@@ -123,6 +123,8 @@ class SchedulerLink:
         self.services: Mapping[str, int] = {}
         #: Whether reports and replies are checked (not those of a scheduler in this process).
         self.check_replies = True
+        #: Whether the scheduler runs in this process (its comm is in-process).
+        self.same_process = False
         self._comm: Comm | None = None
         self._reader: asyncio.Task[None] | None = None
         #: Set when the stream to the scheduler was lost (not closed by us): requests fail at once.
@@ -184,6 +186,7 @@ class SchedulerLink:
             comm.abort()
             raise RuntimeError(f"Scheduler refused the client: {response!r}")
         # Messages from this process were built as declared; replies and reports from others are checked.
+        self.same_process = comm.same_process
         self.check_replies = not comm.same_process
         if self.check_replies:
             try:
@@ -362,6 +365,7 @@ class SchedulerLink:
         the graph overtakes any of its parts.  Futures of parts that cannot be
         serialised hold the error.
         """
+        plan.live_specs = self.same_process
         first = plan.message(0)
         if len(plan) == 1:
             self.post(first)

@@ -508,3 +508,17 @@ def test_local_cluster_refuses_what_it_cannot_honour(
     (name,) = kwargs
     with pytest.raises(error, match=rf"LocalCluster\({name}="):
         LocalCluster(processes=False, n_workers=0, dashboard_address=None, **kwargs)  # type: ignore[arg-type]
+
+
+def test_in_process_cluster_hands_tasks_over_unpickled(no_leaks: None) -> None:
+    # As with dask's threads: the workers run the very objects the client made.
+    lock = threading.Lock()
+    data = np.arange(5)
+    with (
+        LocalCluster(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+    ):
+        # A lambda holding a lock cannot be pickled; in process it need not be.
+        assert client.submit(lambda: lock.locked(), pure=False).result() is False
+        assert client.submit(id, data, pure=False).result() == id(data)
+        assert client.compute(da.from_array(data, chunks=2).sum()).result() == 10
