@@ -667,6 +667,13 @@ class Client(Generic[AsyncT]):
         """
         if self.status not in ("running", "connecting"):
             raise RuntimeError(f"Client is not running (status: {self.status})")
+        head = plan.chunks[0]
+        if len(plan) > 1 and plan.all_wanted and keys[: len(head)] == head:
+            # A large map: the first part goes out once its own futures exist, and the
+            # scheduler starts on it while the rest are made (before the later parts go).
+            futures = self.registry.make_futures(head)
+            self.link.post_plan(plan, before_rest=lambda: futures.extend(self.registry.make_futures(keys[len(head) :])))
+            return futures
         futures = self.registry.make_futures(keys)
         self.link.post_plan(plan)
         return futures

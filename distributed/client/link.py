@@ -355,7 +355,7 @@ class SchedulerLink:
             waiters, self._parts_waiters = self._parts_waiters, []
             _wake(waiters)
 
-    def post_plan(self, plan: GraphPlan) -> None:
+    def post_plan(self, plan: GraphPlan, before_rest: Callable[[], None] | None = None) -> None:
         """Queue the graph of ``plan``; from any thread, once its futures exist.
 
         The first part is serialised in the calling thread (an unpicklable
@@ -363,16 +363,21 @@ class SchedulerLink:
         background thread and sent as each is ready, so the call returns while
         the scheduler already works on the first part.  Nothing posted after
         the graph overtakes any of its parts.  Futures of parts that cannot be
-        serialised hold the error.
+        serialised hold the error.  ``before_rest`` runs after the first part
+        is queued and before any later part can be (it makes their futures).
         """
         plan.live_specs = self.same_process
         first = plan.message(0)
         if len(plan) == 1:
             self.post(first)
+            if before_rest is not None:
+                before_rest()
             return
         parts = PendingParts()
         self.outbox.post_graph(first, parts)
         self.kick()
+        if before_rest is not None:
+            before_rest()
         start_background_parts(plan, parts, self.kick, self._fail_unsent)
 
     def _fail_unsent(self, keys: list[Key], exc: BaseException) -> None:

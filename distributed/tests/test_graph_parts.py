@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import threading
 from typing import Any, Literal
+from unittest import mock
 
 import pytest
 from dask._task_spec import GraphNode, Task
 
 from distributed import Client, wait
 from distributed.client.graph_parts import GraphPlan, dependencies_first
+from distributed.client.outbox import Outbox
+from distributed.client.registry import FutureRegistry
 from distributed.protocol.messages import Key
 from distributed.scheduler import Scheduler
 from distributed.utils_test import async_poll_for, gen_cluster, inc, slowinc
@@ -164,3 +167,28 @@ async def test_collection_in_parts_with_unpicklable_leaf(c: Client, s: Scheduler
     del future
     await async_poll_for(lambda: not s.tasks and set(s.clients) == {c.id}, 10)
     assert await c.submit(inc, 1) == 2
+
+
+@gen_cluster(client=True, config={"distributed.client.graph-chunk-size": 100})
+async def test_large_map_sends_its_first_part_before_making_the_other_futures(
+    c: Client, s: Scheduler, a: Worker, b: Worker
+) -> None:
+    events: list[tuple[str, int]] = []
+    make_futures, post_graph = FutureRegistry.make_futures, Outbox.post_graph
+
+    def making(self: FutureRegistry, keys: Any) -> Any:
+        events.append(("futures", len(keys)))
+        return make_futures(self, keys)
+
+    def posting(self: Outbox, first: Any, parts: Any) -> None:
+        events.append(("first part", len(first["tasks"])))
+        post_graph(self, first, parts)
+
+    # Record the order of the steps.
+    with mock.patch.object(FutureRegistry, "make_futures", making), mock.patch.object(Outbox, "post_graph", posting):
+        futures = c.map(inc, range(1_050), pure=False)
+    (_, head), (_, first), (_, rest) = events
+    assert events == [("futures", head), ("first part", head), ("futures", 1_050 - head)]
+    assert first == head < 1_050
+    assert len(futures) == 1_050
+    assert await c.gather(futures) == list(range(1, 1_051))
