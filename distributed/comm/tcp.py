@@ -73,6 +73,9 @@ _DIRECT_LIMIT: Final = 1 << 20
 # Most buffers one sendmsg call takes (Linux IOV_MAX).
 _IOV_MAX: Final = 1024
 _PAUSE_QUEUE: Final = 256
+# ... or once the messages read and not yet taken hold this many bytes (a client's graph
+# parts, say, arriving faster than the scheduler adds them: the rest waits in the kernel).
+_PAUSE_BYTES: Final = 16 << 20
 # Empty scratch buffers kept for reuse.  Taking one and giving it back are
 # single list operations, safe with event loops in several threads.
 _SCRATCH_POOL: list[bytearray] = []
@@ -161,6 +164,8 @@ class _FrameProtocol(asyncio.BufferedProtocol):
         self._target_pos = 0
         # Completed messages and the reader waiting for one.
         self._messages: collections.deque[list[Frame]] = collections.deque()
+        #: Bytes in ``_messages``.
+        self._queued_bytes = 0
         self._read_waiter: asyncio.Future[None] | None = None
         self._reading_paused = False
         # Write flow control.
@@ -331,11 +336,16 @@ class _FrameProtocol(asyncio.BufferedProtocol):
             i = len(self._frames)
             if i == self._nframes:
                 self._messages.append(self._frames)
+                self._queued_bytes += sum(self._lengths)
                 self._nframes = -1
                 self._lengths = ()
                 self._frames = []
                 self._wake_reader()
-                if len(self._messages) > _PAUSE_QUEUE and self.transport and not self._reading_paused:
+                if (
+                    (len(self._messages) > _PAUSE_QUEUE or self._queued_bytes > _PAUSE_BYTES)
+                    and self.transport
+                    and not self._reading_paused
+                ):
                     self._reading_paused = True
                     self.transport.pause_reading()
                 continue
@@ -415,7 +425,13 @@ class _FrameProtocol(asyncio.BufferedProtocol):
             finally:
                 self._read_waiter = None
         frames = self._messages.popleft()
-        if self._reading_paused and len(self._messages) < _PAUSE_QUEUE // 4 and self.transport:
+        self._queued_bytes -= sum(f.nbytes if isinstance(f, memoryview) else len(f) for f in frames)
+        if (
+            self._reading_paused
+            and len(self._messages) < _PAUSE_QUEUE // 4
+            and self._queued_bytes < _PAUSE_BYTES // 4
+            and self.transport
+        ):
             self._reading_paused = False
             self.transport.resume_reading()
         return frames

@@ -863,3 +863,21 @@ def test_listening_on_all_interfaces_without_ipv6(monkeypatch: pytest.MonkeyPatc
             listener.stop()
 
     run_async(main)
+
+
+def test_reading_pauses_once_unread_messages_hold_many_bytes() -> None:
+    # A few large messages the reader has not taken yet: the rest waits in the kernel,
+    # not in this process's memory (a count of messages alone would let 256 of them in).
+    async def main() -> None:
+        async with comm_pair("tcp") as (client, server, _):
+            blob = np.arange(1 << 20, dtype="u8")  # 8 MiB each
+            writer = asyncio.gather(*(client.write(to_serialize(blob)) for _ in range(4)))
+            protocol = server._protocol  # type: ignore[attr-defined]  # the TCP comm's reader state
+            await async_poll_for(lambda: protocol._reading_paused, timeout=10)
+            assert len(protocol._messages) < 4
+            for _ in range(4):
+                assert np.array_equal(payload_of(await server.read()), blob)
+            await asyncio.wait_for(writer, 10)
+            assert not protocol._reading_paused
+
+    run_async(main)
