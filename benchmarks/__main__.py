@@ -8,7 +8,7 @@ Commands
 ``compare A.json B.json``
     Side-by-side medians and ratios (e.g. this project against another
     ``distributed``).
-``gate --baseline benchmarks/baseline.json --results results.json [--threshold 0.5]``
+``gate --baseline benchmarks/baseline.json --results results.json [--threshold 0.35]``
     Exit 1 when a gated ratio to the threads floor grew by more than the threshold.
 ``baseline RUN.json [RUN.json ...] --out benchmarks/baseline.json``
     Write a baseline from one or more runs, keeping the largest ratio of each metric.

@@ -8,7 +8,7 @@ from typing import Any
 from benchmarks.report import table
 
 #: A ratio may grow by this fraction over the baseline before the gate fails.
-DEFAULT_THRESHOLD = 0.5
+DEFAULT_THRESHOLD = 0.35
 
 
 def _gated(

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run the quick benchmark set and fail when a ratio to dask's threaded
-# scheduler regressed by more than 50 % against benchmarks/baseline.json
+# scheduler regressed by more than 35 % against benchmarks/baseline.json
 # (failing cases are re-run up to twice; a ratio keeps its best run: the
 # latency-bound cases move most with other load on the machine).
 # Extra arguments go to the gate (e.g. --threshold 0.75).
