@@ -89,13 +89,10 @@ class BatchedSend:
         CommClosedError
             When the stream is closed.
         """
-        self._enqueue(msgs)
-        self._urgent = True
-        self._now = True
+        self.send(*msgs)
+        self._now = True  # before the writer's next turn: it runs only once this returns
         if self._pause is not None:
             _wake_future(self._pause)
-        if self._wake is not None:
-            self._wake.set()
 
     def send_lazy(self, *msgs: Any) -> None:
         """Queue messages nobody waits on (releases, notices).

@@ -106,7 +106,7 @@ def iscoroutinefunction(f: object) -> bool:
     function), and for some callables (toolz's ``compose``) the answer takes
     ``inspect.signature`` of each part: answers are kept for the last 1024.
     """
-    if f is None or type(f) in (int, float, str):
+    if not callable(f):
         return False
     known = _coroutine_function_answers.get(id(f))
     if known is not None and known[0] is f:
