@@ -102,21 +102,27 @@ def test_coalesces_tight_loop(scheme: str) -> None:
     run_async(main)
 
 
+async def second_message_held_back(client: Comm, recv: Receiver) -> BatchedSend:
+    """A stream with a long interval that sent "first" at once and holds "second" back."""
+    # A long interval: only the very first message may go out before it.
+    bs = BatchedSend(interval=10)
+    bs.start(client)
+    bs.send("first")
+    await async_poll_for(lambda: recv.messages == ["first"], timeout=5)
+    bs.send("second")
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert recv.messages == ["first"]
+    return bs
+
+
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_first_message_after_quiet_spell_goes_out_at_once(scheme: str) -> None:
     async def main() -> None:
         async with comm_pair(scheme) as (client, server):
             recv = Receiver(server)
-            # A long interval: only the very first message may go out before it.
-            bs = BatchedSend(interval=10)
-            bs.start(client)
-            bs.send("first")
-            await async_poll_for(lambda: recv.messages == ["first"], timeout=5)
-            bs.send("second")
-            for _ in range(20):
-                await asyncio.sleep(0)
-            # Still held back by the interval; close() flushes it at once.
-            assert recv.messages == ["first"]
+            bs = await second_message_held_back(client, recv)
+            # close() flushes it at once.
             assert bs.batch_count == 1
             await asyncio.wait_for(bs.close(), 5)
             await async_poll_for(lambda: recv.closed)
@@ -130,15 +136,8 @@ def test_send_now_does_not_wait_out_the_interval(scheme: str) -> None:
     async def main() -> None:
         async with comm_pair(scheme) as (client, server):
             recv = Receiver(server)
-            bs = BatchedSend(interval=10)
-            bs.start(client)
-            bs.send("first")
-            await async_poll_for(lambda: recv.messages == ["first"], timeout=5)
-            # Within the interval: "second" waits, "third" goes at once and takes it along.
-            bs.send("second")
-            for _ in range(20):
-                await asyncio.sleep(0)
-            assert recv.messages == ["first"]
+            bs = await second_message_held_back(client, recv)
+            # "third" goes at once and takes "second" along.
             bs.send_now("third")
             await async_poll_for(lambda: recv.messages == ["first", "second", "third"], timeout=5)
             assert bs.batch_count == 2
