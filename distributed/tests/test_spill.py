@@ -394,17 +394,18 @@ async def test_reduction_over_more_than_the_cluster_memory(c: Client, s: Schedul
 
 
 def test_worker_process_holds_several_times_its_limit() -> None:
-    # A 300 MB worker process holds 1 GB by spilling, with every threshold at its
-    # default (terminate included): the nanny never needs to kill it.
+    # A 400 MB worker process holds 1.3 GB by spilling, with every threshold at its
+    # default (terminate included): the nanny never needs to kill it.  (With a 300 MB
+    # limit its peak came within 20 MB of the 95 % line, and a loaded machine crossed it.)
     with (
         LocalCluster(
-            processes=True, n_workers=1, threads_per_worker=1, memory_limit="300MB", dashboard_address=None
+            processes=True, n_workers=1, threads_per_worker=1, memory_limit="400MB", dashboard_address=None
         ) as cluster,
         Client(cluster) as c,
     ):
         [pid] = c.run(os.getpid).values()
-        futs = c.map(block, range(250), key=[f"big-{i}" for i in range(250)])  # 1 GB
-        checks = c.map(check_block, futs, range(250), key=[f"ok-{i}" for i in range(250)])
+        futs = c.map(block, range(325), key=[f"big-{i}" for i in range(325)])  # 1.3 GB
+        checks = c.map(check_block, futs, range(325), key=[f"ok-{i}" for i in range(325)])
         assert all(c.gather(checks))
         assert all(check_block(v, i) for i, v in enumerate(c.gather(futs[:3])))
         addr = next(iter(c.scheduler_info()["workers"]))
@@ -416,7 +417,7 @@ def test_worker_process_holds_several_times_its_limit() -> None:
         storage = c.run(lambda dask_worker: dask_worker.data.directory)[addr]
         assert os.path.isdir(storage)
         rss = c.run(lambda dask_worker: dask_worker.memory_monitor.memory())[addr]
-        assert rss < 0.95 * 300 * MB
+        assert rss < 0.95 * 400 * MB
         assert list(c.run(os.getpid).values()) == [pid]  # the same process all along: never restarted
     poll_for(lambda: not os.path.exists(storage), 10)
 
