@@ -32,12 +32,15 @@ from typing import Any, TypedDict
 import dask.config
 from dask.utils import key_split, parse_timedelta
 
+from distributed.gc_pause import collector_paused
+
 __all__ = [
     "FrameInfo",
     "ProfileState",
     "Profiler",
     "Sampler",
     "create",
+    "current_frames",
     "identifier",
     "info_frame",
     "merge",
@@ -45,6 +48,23 @@ __all__ = [
     "process",
     "sampler",
 ]
+
+
+def current_frames() -> dict[int, FrameType]:
+    """:func:`sys._current_frames`, safe to call from a sampling thread on any Python we support.
+
+    On Python 3.11 a collection started by the frame objects it makes runs while
+    it holds the interpreter's thread-list lock; a finalizer that lets the GIL go
+    then lets another thread take the GIL and wait for that lock (to start or end
+    a thread): the process deadlocks (CPython issue 106883, fixed only in 3.12,
+    where collections wait for the eval loop).  So on 3.11 no collection may
+    start inside the call.
+    """
+    if sys.version_info >= (3, 12):
+        return sys._current_frames()
+    with collector_paused():
+        return sys._current_frames()
+
 
 #: Timestamped trees kept (the history covers ``cycle * HISTORY_LENGTH``: an hour by default).
 HISTORY_LENGTH = 3600
@@ -344,7 +364,7 @@ class Profiler:
 
     def sample(self, me: int | None = None) -> None:
         """Add the current stack of each task thread (and of the event loop thread), ``me`` excepted."""
-        frames = sys._current_frames()
+        frames = current_frames()
         try:
             # Our own frame in the dict would close a reference cycle (this frame's locals hold the
             # dict) keeping every sampled frame, and the task data in their locals, until the
@@ -532,7 +552,7 @@ class Sampler:
                     p.last_cycle = t
 
     def _tick(self, due: list[Profiler], me: int) -> None:
-        frames = sys._current_frames()
+        frames = current_frames()
         paths: dict[tuple[int, str | None], Any] = {}
         try:
             # This thread's frame in the dict would close a reference cycle keeping every sampled

@@ -78,27 +78,28 @@ class ThreadPool:
 
     def submit(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> concurrent.futures.Future[T]:
         """Schedule ``fn(*args, **kwargs)``; return a future of its result."""
-        if self._shutdown:
-            raise RuntimeError("Thread pool is shut down")
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
-        self._put((future, fn, args, kwargs))
-        with self._lock:
-            if len(self._threads) < self.max_workers:
-                t = threading.Thread(target=self._run, name=f"{self.name}-{next(_names)}", daemon=True)
-                self._threads.add(t)
-                t.start()
+        self._enqueue((future, fn, args, kwargs))
         return future
 
     def submit_nowait(self, fn: Callable[..., Any], *args: Any) -> None:
         """Schedule ``fn(*args)`` without a future; ``fn`` reports its own result."""
-        if self._shutdown:
-            raise RuntimeError("Thread pool is shut down")
-        self._put((None, fn, args, {}))
+        self._enqueue((None, fn, args, {}))
+
+    def _enqueue(self, item: Any) -> None:
+        # Under the lock, as shutdown reads the threads to stop: a job (and a thread started for
+        # it) either comes before shutdown, whose stop markers then reach every thread, or is refused.
         with self._lock:
+            if self._shutdown:
+                raise RuntimeError("Thread pool is shut down")
+            self._put(item)
             if len(self._threads) < self.max_workers:
-                t = threading.Thread(target=self._run, name=f"{self.name}-{next(_names)}", daemon=True)
-                self._threads.add(t)
-                t.start()
+                self._start_thread()
+
+    def _start_thread(self) -> None:
+        t = threading.Thread(target=self._run, name=f"{self.name}-{next(_names)}", daemon=True)
+        self._threads.add(t)
+        t.start()
 
     def _run(self) -> None:
         _local.pool = self
@@ -144,9 +145,7 @@ class ThreadPool:
             self._seceded.add(me)
             _local.seceded = True
             if not self._work.empty() and len(self._threads) < self.max_workers and not self._shutdown:
-                t = threading.Thread(target=self._run, name=f"{self.name}-{next(_names)}", daemon=True)
-                self._threads.add(t)
-                t.start()
+                self._start_thread()
 
     def rejoin_current_thread(self) -> None:
         """Let a seceded thread take a slot in the pool again; block until one is free.
@@ -201,8 +200,8 @@ class ThreadPool:
 
     def shutdown(self, wait: bool = True, timeout: float = 10) -> None:
         """Stop accepting work; let threads finish their current task and end."""
-        self._shutdown = True
         with self._lock:
+            self._shutdown = True
             threads = list(self._threads | self._seceded)
             rejoining, self._rejoining = self._rejoining, []
         for _, event in rejoining:

@@ -7,16 +7,16 @@ again and again: about half the time of making futures and a fifth of making
 task messages.  Paused, the same objects are examined once, at the first
 collection after the pause.
 
-The collector's switch is process-wide: a pause started while another is on
-does nothing, and a pause ends by switching the collector back on only if it
-was on when the pause began.
+The collector's switch is process-wide: the pause is
+:func:`distributed.gc_pause.collector_paused`, which nests across threads.
 """
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+from distributed.gc_pause import collector_paused
 
 __all__ = ["GC_PAUSE_MIN", "paused_gc"]
 
@@ -27,11 +27,8 @@ GC_PAUSE_MIN = 2000
 @contextmanager
 def paused_gc(n: int) -> Iterator[None]:
     """No automatic garbage collection inside, when ``n`` >= :data:`GC_PAUSE_MIN` futures or tasks are made."""
-    pause = n >= GC_PAUSE_MIN and gc.isenabled()
-    if pause:
-        gc.disable()
-    try:
+    if n < GC_PAUSE_MIN:
         yield
-    finally:
-        if pause:
-            gc.enable()
+        return
+    with collector_paused():
+        yield

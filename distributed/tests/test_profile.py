@@ -14,7 +14,7 @@ from typing import Any, Literal
 import pytest
 
 from distributed import Client
-from distributed.profile import Profiler, Sampler, create, merge, plot_data, process, sampler
+from distributed.profile import Profiler, Sampler, create, current_frames, merge, plot_data, process, sampler
 from distributed.scheduler import Scheduler
 from distributed.utils_test import gen_cluster, gen_test, inc, poll_for
 from distributed.worker import Worker
@@ -370,3 +370,20 @@ def test_descriptions_read_each_source_line_once(monkeypatch: pytest.MonkeyPatch
     assert leaf_first["description"]["name"] == "test_descriptions_read_each_source_line_once"
     assert "process(here, state)" in leaf_first["description"]["line"]
     assert leaf_first["description"] is not leaf_second["description"]  # trees share no mutable parts
+
+
+def test_frames_are_read_with_no_collection_on_python_3_11(monkeypatch: pytest.MonkeyPatch) -> None:
+    # On 3.11 a collection inside sys._current_frames can deadlock the process against a thread
+    # starting or ending (CPython issue 106883); 3.12 collects only between bytecodes.
+    collector_on: list[bool] = []
+    real = sys._current_frames
+
+    def recording() -> dict[int, Any]:
+        collector_on.append(gc.isenabled())
+        return real()
+
+    monkeypatch.setattr(sys, "_current_frames", recording)
+    frames = current_frames()
+    assert threading.get_ident() in frames
+    assert collector_on == [sys.version_info >= (3, 12)]
+    assert gc.isenabled()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
 import threading
 
 import pytest
@@ -96,3 +97,46 @@ def test_submit_after_shutdown_is_refused() -> None:
     pool.shutdown()
     with pytest.raises(RuntimeError, match="shut down"):
         pool.submit_nowait(print)
+
+
+def test_shutdown_racing_submissions_stops_every_thread() -> None:
+    # A worker closes its pool from one thread while its event loop may still hand it jobs: every
+    # job is either refused or run, and every thread started for one is stopped.  A short switch
+    # interval lets the two threads interleave at many more points.
+    old_interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        race_shutdown_and_submissions()
+    finally:
+        sys.setswitchinterval(old_interval)
+
+
+def submit_until_refused(pool: ThreadPool, go: threading.Barrier, ran: list[None], accepted: list[int]) -> None:
+    """Hand ``pool`` jobs from the calling thread until it refuses one; count those it took."""
+    go.wait()
+    n = 0
+    try:
+        while True:
+            pool.submit_nowait(ran.append, None)
+            n += 1
+    except RuntimeError:
+        accepted.append(n)
+
+
+def race_shutdown_and_submissions() -> None:
+    """Shut pools down while another thread submits to them; check no thread outlives its pool."""
+    for attempt in range(200):
+        name = f"race-pool-{attempt}"
+        pool = ThreadPool(64, name=name)
+        go = threading.Barrier(2)
+        ran: list[None] = []
+        accepted: list[int] = []
+        submitter = threading.Thread(target=submit_until_refused, args=(pool, go, ran, accepted))
+        submitter.start()
+        go.wait()
+        pool.shutdown(wait=True, timeout=5)
+        submitter.join(5)
+        # Jobs taken before shutdown are queued ahead of its stop markers: all of them ran.
+        assert accepted == [len(ran)], f"attempt {attempt}: {accepted} jobs taken, {len(ran)} ran"
+        alive = [t.name for t in threading.enumerate() if t.name.startswith(name + "-")]
+        assert not alive, f"attempt {attempt}: threads left running after shutdown: {alive}"
