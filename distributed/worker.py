@@ -594,42 +594,45 @@ class Worker(Server):
 
     async def _close(self) -> None:
         # Here, not in close(): _close runs once, in a task that closing does not cancel.
-        if self.profiler is not None:
-            self.profiler.close()  # wakes at once; the join waits at most for one sample
-        close_nanny, reason = self._close_nanny or (False, "")
-        if close_nanny and self.nanny is not None:
-            await self._tell_nanny_to_close(reason)
-        for name, plugin in list(self.plugins.items()):
-            try:
-                result = plugin.teardown(self)
-                if inspect.isawaitable(result):
-                    await result
-            except Exception:
-                logger.exception("Plugin %s teardown failed", name)
-        if self._client is not None:
-            try:
-                await self._client.close(asynchronous=True)
-            except Exception:
-                logger.debug("Closing the worker's client failed", exc_info=True)
-        if self.batched_stream is not None:
-            await self.batched_stream.close(timeout=1)
-        # Executions and fetches: cancelled and awaited (a threaded task runs on, unawaited, in the executor).
-        while running := [t for t in self._running_tasks if not t.done()]:
-            for t in running:
-                t.cancel()
-            await asyncio.gather(*running, return_exceptions=True)
-        if self.http_server is not None:
-            await self.http_server.close()
-        await super()._close()
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, self.executor.shutdown, self._close_executor_wait, self._close_timeout)
-        self.actor_executor.shutdown(wait=False, cancel_futures=True)
-        self.actors.clear()
-        self.shuffle.close()
-        if isinstance(self.data, SpillBuffer):
-            self.data.close()
-        if self._work_dir is not None:
-            self._work_dir.release()
+        try:
+            if self.profiler is not None:
+                self.profiler.close()  # wakes at once; the join waits at most for one sample
+            close_nanny, reason = self._close_nanny or (False, "")
+            if close_nanny and self.nanny is not None:
+                await self._tell_nanny_to_close(reason)
+            for name, plugin in list(self.plugins.items()):
+                try:
+                    result = plugin.teardown(self)
+                    if inspect.isawaitable(result):
+                        await result
+                except Exception:
+                    logger.exception("Plugin %s teardown failed", name)
+            if self._client is not None:
+                try:
+                    await self._client.close(asynchronous=True)
+                except Exception:
+                    logger.debug("Closing the worker's client failed", exc_info=True)
+            if self.batched_stream is not None:
+                await self.batched_stream.close(timeout=1)
+            # Executions and fetches: cancelled and awaited (a threaded task runs on, unawaited, in the executor).
+            while running := [t for t in self._running_tasks if not t.done()]:
+                for t in running:
+                    t.cancel()
+                await asyncio.gather(*running, return_exceptions=True)
+            if self.http_server is not None:
+                await self.http_server.close()
+            await super()._close()
+        finally:
+            # Whatever step above failed, the task threads, spill files and directory are let go.
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(None, self.executor.shutdown, self._close_executor_wait, self._close_timeout)
+            self.actor_executor.shutdown(wait=False, cancel_futures=True)
+            self.actors.clear()
+            self.shuffle.close()
+            if isinstance(self.data, SpillBuffer):
+                self.data.close()
+            if self._work_dir is not None:
+                self._work_dir.release()
 
     async def close(
         self, timeout: float = 30, executor_wait: bool = True, nanny: bool = True, reason: str = "worker-close"
