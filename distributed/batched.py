@@ -6,12 +6,18 @@ collects them into one list per write: the first message after a quiet spell
 goes out at once (latency), and messages that arrive within ``interval`` of the
 previous write wait for the next one (throughput).  The receiving side reads
 lists of messages and dispatches each with ``Server.dispatch_stream``.
+
+A large message (a part of a graph) sent with :meth:`BatchedSend.send_large`
+ends its write: while the comm is slow, such messages pile up in the buffer,
+and one write of all of them would have the peer decode them in one go,
+deaf to everyone else meanwhile.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from typing import Any
 
 from distributed.comm import Comm, CommClosedError
@@ -50,6 +56,10 @@ class BatchedSend:
         self._lazy_timer: asyncio.TimerHandle | None = None
         # The pause between two writes; close() cuts it short to flush at once.
         self._pause: asyncio.Future[None] | None = None
+        #: Messages taken out of the buffer so far (written or dropped).
+        self._taken = 0
+        #: Sequence numbers (1-based, as message_count) of the large messages queued: each ends a write.
+        self._large_ends: deque[int] = deque()
 
     def start(self, comm: Comm) -> None:
         """Start writing to ``comm`` (from the event loop)."""
@@ -93,6 +103,20 @@ class BatchedSend:
         self._now = True  # before the writer's next turn: it runs only once this returns
         if self._pause is not None:
             _wake_future(self._pause)
+
+    def send_large(self, msg: Any) -> None:
+        """Queue one large message (such as a part of a graph); no write carries two of them.
+
+        Smaller messages before it ride along; those after it go in the next
+        write, which follows at once.
+
+        Raises
+        ------
+        CommClosedError
+            When the stream is closed.
+        """
+        self.send(msg)
+        self._large_ends.append(self.message_count)
 
     def send_lazy(self, *msgs: Any) -> None:
         """Queue messages nobody waits on (releases, notices).
@@ -142,7 +166,14 @@ class BatchedSend:
                 if self._closing:
                     return
                 continue
-            payload, self.buffer = self.buffer, []
+            if self._large_ends:
+                n = self._large_ends.popleft() - self._taken
+                payload, self.buffer = self.buffer[:n], self.buffer[n:]
+                if self.buffer:
+                    wake.set()  # the rest goes in the next write, without waiting out the interval
+            else:
+                payload, self.buffer = self.buffer, []
+            self._taken += len(payload)
             urgent, self._urgent = self._urgent, False
             self._now = False
             if self._lazy_timer is not None:
@@ -204,7 +235,9 @@ class BatchedSend:
         if self._lazy_timer is not None:
             self._lazy_timer.cancel()
             self._lazy_timer = None
+        self._taken += len(self.buffer)
         self.buffer = []
+        self._large_ends.clear()
         if self._task is not None and not self._task.done():
             self._task.cancel()
         if self.comm is not None:

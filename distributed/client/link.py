@@ -45,7 +45,11 @@ from distributed.protocol.schema import Check, MessageError, checker
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SchedulerLink", "SchedulerRequest", "raise_if_malformed"]
+__all__ = ["LARGE_GRAPH_MESSAGE", "SchedulerLink", "SchedulerRequest", "raise_if_malformed"]
+
+#: Tasks from which an ``update-graph`` message goes in a write without another such message:
+#: the scheduler then decodes one part of a large graph at a time, answering others in between.
+LARGE_GRAPH_MESSAGE = 1000
 
 #: Every request a client sends its scheduler: its own, worker and nanny plugins' and coordination primitives'.
 SchedulerRequest = (
@@ -223,8 +227,10 @@ class SchedulerLink:
         if bs is not None:
             try:
                 held = self.registry.held_keys()
-                if held:
-                    bs.send(m.ClientKeys(op="client-releases-keys", client=self.client_id, keys=held))
+                # In chunks: the scheduler serves others between two (a million keys take seconds).
+                chunk = self.outbox.chunk_size
+                for i in range(0, len(held), chunk):
+                    bs.send(m.ClientKeys(op="client-releases-keys", client=self.client_id, keys=held[i : i + chunk]))
                 bs.send(m.CloseClient(op="close-client", client=self.client_id))
             except CommClosedError:
                 pass
@@ -347,6 +353,8 @@ class SchedulerLink:
             for msg in msgs:
                 if msg["op"] == "client-releases-keys":
                     bs.send_lazy(msg)
+                elif msg["op"] == "update-graph" and len(msg["tasks"]) >= LARGE_GRAPH_MESSAGE:
+                    bs.send_large(msg)
                 else:
                     bs.send(msg)
         except CommClosedError:

@@ -251,3 +251,29 @@ def test_close_without_start() -> None:
             bs.send(2)
 
     run_async(main)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_a_large_message_ends_its_write(scheme: str) -> None:
+    # Graph parts piled up behind a slow comm go out one per write, so that the peer decodes
+    # one at a time; the small messages between them keep their places.
+    async def main() -> None:
+        async with comm_pair(scheme) as (client, server):
+            recv = Receiver(server)
+            bs = BatchedSend(interval=0.005, name="test")
+            bs.send({"op": "s", "i": 0}, {"op": "s", "i": 1})
+            bs.send_large({"op": "L", "i": 2})
+            bs.send({"op": "s", "i": 3})
+            bs.send_large({"op": "L", "i": 4})
+            bs.send_large({"op": "L", "i": 5})
+            bs.send({"op": "s", "i": 6})
+            bs.start(client)
+            await async_poll_for(lambda: len(recv.messages) >= 7)
+            assert [[m["i"] for m in batch] for batch in recv.batches] == [[0, 1, 2], [3, 4], [5], [6]]
+            # Later sends batch as before.
+            bs.send({"op": "s", "i": 7}, {"op": "s", "i": 8})
+            await async_poll_for(lambda: len(recv.messages) >= 9)
+            assert [m["i"] for m in recv.batches[-1]] == [7, 8]
+            await bs.close()
+
+    run_async(main)

@@ -192,3 +192,45 @@ async def test_large_map_sends_its_first_part_before_making_the_other_futures(
     assert first == head < 1_050
     assert len(futures) == 1_050
     assert await c.gather(futures) == list(range(1, 1_051))
+
+
+def record_writes(c: Client) -> list[list[Any]]:
+    """Every payload the client's stream writes from now on (each write is one list of messages)."""
+    stream = c.link.stream
+    assert stream is not None and stream.comm is not None
+    comm = stream.comm
+    writes: list[list[Any]] = []
+    write = comm.write
+
+    async def recording_write(msg: Any, *args: Any, **kwargs: Any) -> int:
+        writes.append(list(msg))
+        return await write(msg, *args, **kwargs)
+
+    comm.write = recording_write  # type: ignore[method-assign]  # a spy on this one comm
+    return writes
+
+
+@gen_cluster(client=True, config={"distributed.client.graph-chunk-size": 1_000})
+async def test_large_parts_go_one_per_write(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    # The scheduler decodes a whole write at once: a backlog of parts in one write would stop it
+    # from answering anyone for as long as decoding them all takes.
+    writes = record_writes(c)
+    futures = c.map(inc, range(20_000), pure=False)
+    await wait(futures)
+    parts = [[msg for msg in w if msg["op"] == "update-graph"] for w in writes]
+    assert sum(len(msg["tasks"]) for p in parts for msg in p) == 20_000
+    # Smaller messages (the first part, of 500 tasks) ride along with a large one.
+    assert max(sum(len(msg["tasks"]) >= 1_000 for msg in p) for p in parts) == 1
+    assert sum(map(len, parts)) == 21
+
+
+@gen_cluster(client=True)
+async def test_close_releases_held_keys_in_chunks(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
+    futures = c.map(inc, range(12_000), pure=False)
+    await wait(futures)
+    writes = record_writes(c)
+    await c.close()
+    releases = [msg["keys"] for w in writes for msg in w if msg["op"] == "client-releases-keys"]
+    assert sorted(k for keys in releases for k in keys) == sorted(f.key for f in futures)
+    assert max(map(len, releases)) == 5_000
+    await async_poll_for(lambda: not s.tasks, 10)
