@@ -37,6 +37,8 @@ __all__ = ["ClusterRequests"]
 
 #: Seconds to reach a nanny that has no worker now before it is taken for gone.
 _PENDING_NANNY_CONNECT = 2.0
+#: Copies checked between two yields to the event loop while waiting for copies to land.
+COPY_CHECK_SLICE = 5_000
 
 
 class ClusterRequests:
@@ -413,10 +415,14 @@ class ClusterRequests:
             load = {ws: max(ws.nbytes, 0) for ws in recipients}
             plan: dict[WorkerState, dict[Key, list[str]]] = {}
             placed: set[TaskState] = set()
+            seen = 0
             for keys in only.values():
                 for ts in sorted(keys, key=lambda t: -t.nbytes):
-                    if ts in placed:
-                        continue
+                    seen += 1
+                    if seen % COPY_CHECK_SLICE == 0:
+                        await asyncio.sleep(0)  # a worker retiring with hundreds of thousands of keys
+                    if ts in placed or ts.state != "memory":
+                        continue  # placed already, or released while others were answered
                     placed.add(ts)
                     moved.add(ts)
                     to = min(recipients, key=load.__getitem__)
@@ -557,8 +563,12 @@ class ClusterRequests:
         patience = float(parse_timedelta(dask.config.get("distributed.comm.timeouts.tcp")) or 30)
         deadline = time.monotonic() + patience
         while pending:
+            started = time.monotonic()
             landed = set()
-            for ws, key in pending:
+            for i, (ws, key) in enumerate(list(pending)):
+                if i and i % COPY_CHECK_SLICE == 0:
+                    # Hundreds of thousands of copies (a worker retiring with its results): answer others.
+                    await asyncio.sleep(0)
                 ts = s.tasks.get(key)
                 if s.workers.get(ws.address) is not ws:
                     failed.add((ws, key))
@@ -572,8 +582,10 @@ class ClusterRequests:
                 failed |= pending
                 break
             if pending:
-                # The copies are reported on the workers' streams (add-keys): look again shortly.
-                await asyncio.sleep(0.01)
+                # The copies are reported on the workers' streams (add-keys): look again shortly, and
+                # for a long list no sooner than it took to go through, so that looking takes at most
+                # half of the scheduler's time.
+                await asyncio.sleep(max(0.01, time.monotonic() - started))
         return failed
 
     async def handle_restart(self, comm: Comm, msg: m.Restart) -> str:

@@ -21,7 +21,7 @@ import dask.array as da
 import psutil
 import pytest
 
-from distributed import Client, LocalCluster, Nanny, Scheduler, Worker, WorkerPlugin, wait
+from distributed import Client, LocalCluster, Nanny, Scheduler, Worker, WorkerPlugin, scheduler_requests, wait
 from distributed.core import rpc
 from distributed.exceptions import NoValidWorkerError
 from distributed.protocol import messages as m
@@ -41,7 +41,7 @@ def _wait_gate() -> bool:
     return _GATE.wait(10)
 
 
-def _only_on(s: Scheduler, key: str, address: str) -> bool:
+def _only_on(s: Scheduler, key: Key, address: str) -> bool:
     return {ws.address for ws in s.tasks[key].who_has} == {address}
 
 
@@ -70,6 +70,27 @@ async def test_retire_hands_off_scattered_and_computed(
     assert await z == sum(range(1, 41))
     assert await c.submit(inc, x) == 124
     await async_poll_for(lambda: a.status.name == "closed", 10)
+
+
+@gen_cluster(client=True)
+async def test_retire_with_many_keys_plans_and_waits_in_slices(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Slices of 7 keys: planning the copies and waiting for them yield to the event loop many
+    # times, while the client releases some of the keys.
+    monkeypatch.setattr(scheduler_requests, "COPY_CHECK_SLICE", 7)
+    futures = c.map(inc, range(300), workers=[a.address], pure=False)
+    await wait(futures)
+    kept = futures[20:]
+    dropped_keys = {f.key for f in futures[:20]}
+    retiring = asyncio.ensure_future(c.retire_workers([a.address]))
+    del futures
+    retired = await retiring
+    assert list(retired) == [a.address]
+    assert all(_only_on(s, f.key, b.address) for f in kept)
+    await async_poll_for(lambda: all(f.state.workers == [b.address] for f in kept), 5)
+    assert await c.gather(kept) == list(range(21, 301))
+    await async_poll_for(lambda: not dropped_keys & set(s.tasks), 10)
 
 
 @gen_cluster(client=True)
