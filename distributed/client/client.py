@@ -2831,7 +2831,14 @@ class Client(Generic[AsyncT]):
             msg["remove"] = bool(kwargs["remove"])
         if kwargs.get("stimulus_id") is not None:
             msg["stimulus_id"] = str(kwargs["stimulus_id"])
-        return self.sync(self.link.request, msg, asynchronous=asynchronous)
+        return self.sync(self._retire_workers, msg, asynchronous=asynchronous)
+
+    async def _retire_workers(self, msg: m.RetireWorkers) -> dict[str, Any]:
+        retired: dict[str, Any] = await self.link.request(msg)
+        # Where the keys of the retired workers went comes on the stream, which may trail the reply:
+        # without it, a gather would first try a worker that left and wait seconds for it to fail.
+        await self.link.stream_handled()
+        return retired
 
     # -- replicas -----------------------------------------------------------------------------
     @overload

@@ -73,6 +73,18 @@ async def test_retire_hands_off_scattered_and_computed(
 
 
 @gen_cluster(client=True)
+async def test_the_client_knows_the_new_holders_when_retire_workers_returns(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
+) -> None:
+    futures = c.map(inc, range(50), workers=[a.address], pure=False)
+    await wait(futures)
+    await c.retire_workers([a.address])
+    # A gather right away goes to the worker holding the data now, not to the one that left.
+    assert all(f.state.workers == [b.address] for f in futures)
+    assert await c.gather(futures) == list(range(1, 51))
+
+
+@gen_cluster(client=True)
 async def test_retire_with_many_keys_plans_and_waits_in_slices(
     c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
