@@ -60,8 +60,8 @@ async def test_retire_hands_off_scattered_and_computed(
     retired = await c.retire_workers([a.address])
     assert list(retired) == [a.address]
     assert a.address not in s.workers
-    # The client hears where its keys are now (else it would first try the worker that left).
-    await async_poll_for(lambda: x.state.workers == [b.address] and y.state.workers == [b.address], 5)
+    # The client knows where its keys are now (else it would first try the worker that left).
+    assert x.state.workers == [b.address] and y.state.workers == [b.address]
     # Moved, not recomputed: b fetched them (scattered data cannot be recomputed at all).
     assert _only_on(s, x.key, b.address) and _only_on(s, "y", b.address)
     assert "executing" not in _states(b, "y")
@@ -100,7 +100,7 @@ async def test_retire_with_many_keys_plans_and_waits_in_slices(
     retired = await retiring
     assert list(retired) == [a.address]
     assert all(_only_on(s, f.key, b.address) for f in kept)
-    await async_poll_for(lambda: all(f.state.workers == [b.address] for f in kept), 5)
+    assert all(f.state.workers == [b.address] for f in kept)
     assert await c.gather(kept) == list(range(21, 301))
     await async_poll_for(lambda: not dropped_keys & set(s.tasks), 10)
 
