@@ -56,8 +56,6 @@ class BatchedSend:
         self._lazy_timer: asyncio.TimerHandle | None = None
         # The pause between two writes; close() cuts it short to flush at once.
         self._pause: asyncio.Future[None] | None = None
-        #: Messages taken out of the buffer so far (written or dropped).
-        self._taken = 0
         #: Sequence numbers (1-based, as message_count) of the large messages queued: each ends a write.
         self._large_ends: deque[int] = deque()
 
@@ -167,13 +165,13 @@ class BatchedSend:
                     return
                 continue
             if self._large_ends:
-                n = self._large_ends.popleft() - self._taken
+                # The buffer holds the messages numbered message_count - len(buffer) + 1 onwards.
+                n = self._large_ends.popleft() - (self.message_count - len(self.buffer))
                 payload, self.buffer = self.buffer[:n], self.buffer[n:]
                 if self.buffer:
                     wake.set()  # the rest goes in the next write, without waiting out the interval
             else:
                 payload, self.buffer = self.buffer, []
-            self._taken += len(payload)
             urgent, self._urgent = self._urgent, False
             self._now = False
             if self._lazy_timer is not None:
@@ -235,7 +233,6 @@ class BatchedSend:
         if self._lazy_timer is not None:
             self._lazy_timer.cancel()
             self._lazy_timer = None
-        self._taken += len(self.buffer)
         self.buffer = []
         self._large_ends.clear()
         if self._task is not None and not self._task.done():

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import dask.config
 from dask.utils import parse_timedelta
@@ -37,7 +38,9 @@ __all__ = ["ClusterRequests"]
 
 #: Seconds to reach a nanny that has no worker now before it is taken for gone.
 _PENDING_NANNY_CONNECT = 2.0
-#: Copies checked between two yields to the event loop while waiting for copies to land.
+T = TypeVar("T")
+
+#: Keys gone through between two yields to the event loop while a retirement plans copies and waits for them.
 COPY_CHECK_SLICE = 5_000
 
 
@@ -415,19 +418,17 @@ class ClusterRequests:
             load = {ws: max(ws.nbytes, 0) for ws in recipients}
             plan: dict[WorkerState, dict[Key, list[str]]] = {}
             placed: set[TaskState] = set()
-            seen = 0
-            for keys in only.values():
-                for ts in sorted(keys, key=lambda t: -t.nbytes):
-                    seen += 1
-                    if seen % COPY_CHECK_SLICE == 0:
-                        await asyncio.sleep(0)  # a worker retiring with hundreds of thousands of keys
-                    if ts in placed or ts.state != "memory":
-                        continue  # placed already, or released while others were answered
-                    placed.add(ts)
-                    moved.add(ts)
-                    to = min(recipients, key=load.__getitem__)
-                    plan.setdefault(to, {})[ts.key] = [h.address for h in ts.who_has]
-                    load[to] += max(ts.nbytes, 1)
+            largest_first = itertools.chain.from_iterable(
+                sorted(keys, key=lambda t: -t.nbytes) for keys in only.values()
+            )
+            async for ts in _yielding(largest_first):
+                if ts in placed or ts.state != "memory":
+                    continue  # placed already, or released while others were answered
+                placed.add(ts)
+                moved.add(ts)
+                to = min(recipients, key=load.__getitem__)
+                plan.setdefault(to, {})[ts.key] = [h.address for h in ts.who_has]
+                load[to] += max(ts.nbytes, 1)
             failed = await self._copy(plan)
             # A copy whose target left meanwhile is tried again elsewhere next round;
             # one refused or not landing in time on a worker still here is not.
@@ -565,10 +566,7 @@ class ClusterRequests:
         while pending:
             started = time.monotonic()
             landed = set()
-            for i, (ws, key) in enumerate(list(pending)):
-                if i and i % COPY_CHECK_SLICE == 0:
-                    # Hundreds of thousands of copies (a worker retiring with its results): answer others.
-                    await asyncio.sleep(0)
+            async for ws, key in _yielding(list(pending)):
                 ts = s.tasks.get(key)
                 if s.workers.get(ws.address) is not ws:
                     failed.add((ws, key))
@@ -747,3 +745,15 @@ def _is_plain(value: object) -> bool:
     if isinstance(value, tuple | list):
         return all(_is_plain(v) for v in value)
     return False
+
+
+async def _yielding(items: Iterable[T]) -> AsyncIterator[T]:
+    """``items``, yielding to the event loop every :data:`COPY_CHECK_SLICE` of them.
+
+    For passes over the keys of workers that retire with hundreds of thousands:
+    the scheduler answers others in between.
+    """
+    for i, item in enumerate(items):
+        if i and i % COPY_CHECK_SLICE == 0:
+            await asyncio.sleep(0)
+        yield item
