@@ -30,6 +30,7 @@ __all__ = [
     "initialize_logging",
     "load_defaults",
     "silence_logging",
+    "stderr_handlers",
 ]
 
 DEFAULT_LOG_FORMAT = "%(asctime)s - %(name)s - %(levelname)s - %(message)s"
@@ -179,12 +180,25 @@ def silence_logging(level: int | str) -> int:
     initialize_logging()
     old = logging.NOTSET
     first = True
-    for h in logging.getLogger("distributed").handlers:
-        if isinstance(h, logging.StreamHandler):
-            if first:
-                old, first = h.level, False
-            h.setLevel(level.upper() if isinstance(level, str) else level)
+    for h in stderr_handlers():
+        if first:
+            old, first = h.level, False
+        h.setLevel(level.upper() if isinstance(level, str) else level)
     return old
+
+
+def stderr_handlers() -> list[logging.Handler]:
+    """The handlers of the ``distributed`` logger that :func:`silence_logging` sets the level of.
+
+    The one stderr handler this package installs, when the logger has it.
+    Otherwise (logging configured by the user) the plain ``StreamHandler``
+    instances: subclasses write elsewhere (files, or the capture handlers a
+    test runner puts on loggers that do not propagate), and silencing them
+    would hide records from their readers.
+    """
+    handlers = logging.getLogger("distributed").handlers
+    own = [h for h in handlers if getattr(h, _HANDLER_MARK, False)]
+    return own or [h for h in handlers if type(h) is logging.StreamHandler]
 
 
 def get(key: str, default: Any = None) -> Any:
