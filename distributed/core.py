@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import errno
 import inspect
 import logging
 import sys
@@ -49,7 +50,7 @@ import time
 import types
 import weakref
 from collections import defaultdict, deque
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -482,16 +483,42 @@ class Server:
         return self.spawn(loop(), name=name)
 
     # -- listening and dispatch ---------------------------------------------
-    async def listen(self, addr: str) -> None:
+    async def listen(self, addr: str, default_host: str | None = None) -> None:
         """Listen at ``addr`` with :attr:`listen_args`.
 
         ``addr`` is ``"tcp://host:port"``, ``"tls://host:port"`` or ``"inproc://"``.
+        On every interface, the server announces ``default_host`` when given,
+        else the outward interface's address (see :mod:`distributed.comm.addressing`).
         """
-        listener = listen(addr, self.handle_comm, **self.listen_args)
+        listener = listen(addr, self.handle_comm, default_host=default_host, **self.listen_args)
         await listener.start()
         self.listeners.append(listener)
         if self._address is None:
             self._address = listener.contact_address
+
+    async def listen_first_free(self, addrs: Sequence[str], default_host: str | None = None) -> None:
+        """Listen at the first of ``addrs`` whose port is free (the addresses of a port range, in order).
+
+        Raises
+        ------
+        OSError
+            When every port is taken (``EADDRINUSE``, naming the range), or
+            listening fails for another reason.
+        """
+        for addr in addrs[:-1]:
+            try:
+                await self.listen(addr, default_host)
+            except OSError as e:
+                if e.errno != errno.EADDRINUSE:
+                    raise
+            else:
+                return
+        try:
+            await self.listen(addrs[-1], default_host)
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE and len(addrs) > 1:
+                raise OSError(errno.EADDRINUSE, f"Every port from {addrs[0]} to {addrs[-1]} is in use") from e
+            raise
 
     @property
     def address(self) -> str:

@@ -51,6 +51,7 @@ import psutil
 from dask.utils import parse_timedelta
 
 from distributed.comm import Comm, CommClosedError, connect
+from distributed.comm.addressing import listen_addresses, listen_protocol, parse_ports
 from distributed.core import Route, Server, Status, error_message, send_recv
 from distributed.deploy.spawn import ServerProcess, config_snapshot
 from distributed.diagnostics.plugin import NannyPlugin
@@ -94,14 +95,6 @@ def _config_environ(key: str) -> dict[str, str]:
     return {str(k): str(v) for k, v in value.items()}
 
 
-def _listen_host(scheduler_addr: str) -> str:
-    """Loopback when the scheduler is on loopback, else all interfaces (as the worker does)."""
-    host = scheduler_addr.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]")
-    if host.startswith("127.") or host == "localhost":
-        return "127.0.0.1"
-    return ""
-
-
 class Nanny(Server):
     """Run a :class:`~distributed.Worker` in a child process and start it again when it dies.
 
@@ -110,11 +103,14 @@ class Nanny(Server):
     scheduler_ip, scheduler_port, scheduler_file
         Where the scheduler is, as for :class:`~distributed.Worker`.
     worker_port
-        The worker's port (0: any free port).
+        The worker's port (0: any free port), or a range ``"9000:9010"``.
     nthreads, name, memory_limit, resources, local_directory, death_timeout, ...
         Passed on to the worker (plain data only: they cross into the child).
     host, port, interface, protocol
-        Where the nanny listens (the worker listens on the same host).
+        Where the nanny listens (the worker listens on the same host), as for
+        :class:`~distributed.Worker`: ``host`` may carry a scheme, ``port``
+        may be a range, and without a host both announce the address of the
+        interface through which they reach the scheduler.
     security
         A :class:`~distributed.security.Security` (or a dict of its keywords):
         the ``worker`` role's TLS credentials, for the nanny and its worker.
@@ -211,13 +207,12 @@ class Nanny(Server):
         self.name = name
         self.memory_limit = parse_memory_limit(memory_limit, self.nthreads)
         self.security = coerce_security(security, "Nanny")
-        self._protocol = (protocol or scheduler_ip.split("://", 1)[0]).rstrip(":/")
-        if self.security.require_encryption and not protocol and self._protocol == "tcp":
-            self._protocol = "tls"
+        self._protocol = listen_protocol(protocol, host, scheduler_ip, self.security.require_encryption)
         if self._protocol == "inproc":
             raise ValueError("A nanny's worker runs in another process: it cannot use the in-process protocol")
-        self._host = host if host is not None else _listen_host(scheduler_ip)
-        self._port = int(port or 0)
+        self._host = host
+        self._ports = parse_ports(port)
+        parse_ports(worker_port)  # a bad range fails here, not in the worker process
         if worker_class is None:
             self._worker_class: str | None = None
         else:
@@ -232,8 +227,8 @@ class Nanny(Server):
         self._worker_kwargs: dict[str, Any] = {
             "nthreads": self.nthreads,
             "memory_limit": self.memory_limit,
-            "host": self._host or None,
-            "port": int(worker_port or 0),
+            "host": host,
+            "port": worker_port or 0,
             "protocol": self._protocol,
             "security": self.security,
             **worker_kwargs,
@@ -313,7 +308,10 @@ class Nanny(Server):
     async def start_unsafe(self) -> None:
         frac = terminate_fraction()
         self._terminate_at = frac * self.memory_limit if frac is not None and self.memory_limit else None
-        await self.listen(f"{self._protocol}://{self._host or '0.0.0.0'}:{self._port}")
+        addrs, default_host = listen_addresses(
+            None, self._host, self._ports, self._protocol, self.scheduler_addr, who="Nanny"
+        )
+        await self.listen_first_free(addrs, default_host)
         self._lock = asyncio.Lock()
         for plugin in self._initial_plugins:
             await self.plugin_add(plugin, restart=False)

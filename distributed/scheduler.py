@@ -51,7 +51,7 @@ import dask.config
 from dask.utils import key_split, parse_timedelta
 
 from distributed.batched import BatchedSend
-from distributed.comm import CommClosedError, validate_address
+from distributed.comm import CommClosedError, address_from_user_args, parse_address, validate_address
 from distributed.core import Route, Server
 from distributed.diagnostics.plugin import SchedulerPlugin
 from distributed.exceptions import ActorLostError, KilledWorker, LostDataError, NoValidWorkerError
@@ -77,7 +77,7 @@ from distributed.scheduler_state import (
 )
 from distributed.scheduler_streams import SchedulerStreams
 from distributed.security import Security, coerce_security
-from distributed.utils import get_ip_interface, refuse_unsupported, unsupported
+from distributed.utils import refuse_unsupported, unsupported
 
 if TYPE_CHECKING:
     from distributed.dashboard.core import BokehDashboard
@@ -175,12 +175,23 @@ class Scheduler(Server):
     Parameters
     ----------
     host, port
-        Where to listen (``host=None`` listens on all interfaces).
+        Where to listen.  ``host`` is an IP address or host name, and may
+        carry a scheme and a port (``"tcp://0.0.0.0"``, ``"10.0.0.5:8786"``,
+        ``"[::1]"``).  ``host=None`` listens on all interfaces and announces
+        the address of the interface that routes outward.
     interface
         Listen on the IPv4 address of this network interface (``"eth0"``);
         not together with ``host``.
     protocol
         ``"tcp"`` (default), ``"tls"`` or ``"inproc"``.
+    contact_address
+        The address to announce (to workers, clients, the scheduler file)
+        instead of the one listened at, as behind NAT or in a container.
+        Default from ``distributed.scheduler.contact-address``.
+    scheduler_file
+        Write the address and identity here (JSON) once listening.
+    idle_timeout
+        Close after this long with no work and no client.
     validate
         Check state invariants after every transition (slow; for tests).
     dashboard, dashboard_address
@@ -243,20 +254,19 @@ class Scheduler(Server):
         if http_prefix not in (None, "", "/"):
             raise unsupported("Scheduler", "http_prefix", f"routes are served at /, not {http_prefix!r}")
         refuse_unsupported("Scheduler", services=bool(services), jupyter=jupyter)
-        if interface is not None:
-            if host is not None:
-                raise ValueError("Scheduler(host=..., interface=...): give one or the other")
-            host = get_ip_interface(interface)
         self.id = f"Scheduler-{uuid.uuid4()}"
-        self._host = host
-        self._port = port
-        if not protocol:
+        if not protocol and "://" not in (host or ""):
             default = "tls" if self.security.require_encryption else "tcp"
             protocol = dask.config.get("distributed.comm.default-scheme", default)
             if self.security.require_encryption and protocol == "tcp":
                 protocol = "tls"
-        self._protocol = protocol.removesuffix("://")
-        self._contact_address = contact_address
+        #: Where to listen: host (with or without a scheme), port, interface and protocol in one address.
+        self._start_address = address_from_user_args(host, port, interface, protocol, who="Scheduler")
+        self._protocol = parse_address(self._start_address)[0]
+        contact = contact_address or dask.config.get("distributed.scheduler.contact-address", None)
+        if contact:
+            validate_address(contact)
+        self._contact_address: str | None = contact or None
         self.validate = bool(dask.config.get("distributed.scheduler.validate", False) if validate is None else validate)
         self.dashboard = dashboard
         self.dashboard_address = dashboard_address
@@ -398,12 +408,7 @@ class Scheduler(Server):
     # Life cycle
     # ======================================================================
     async def start_unsafe(self) -> None:
-        if self._protocol == "inproc":
-            addr = "inproc://"
-        else:
-            host = self._host if self._host is not None else ""
-            addr = f"{self._protocol}://{host}:{self._port}"
-        await self.listen(addr)
+        await self.listen(self._start_address)
         if self._contact_address:
             self._address = self._contact_address
         start_extensions(self)

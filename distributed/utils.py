@@ -13,7 +13,6 @@ import functools
 import inspect
 import logging
 import os
-import socket
 import threading
 import types
 from collections.abc import Awaitable, Callable
@@ -22,15 +21,20 @@ from typing import Any, TypeVar
 import dask
 from dask.utils import format_bytes, funcname, key_split, parse_bytes, parse_timedelta
 
+from distributed.interfaces import get_ip, get_ip_interface, get_ipv6
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "LoopRunner",
     "TimeoutError",
     "format_bytes",
+    "format_dashboard_link",
     "funcname",
     "get_asyncio_loop",
+    "get_ip",
     "get_ip_interface",
+    "get_ipv6",
     "get_traceback",
     "import_term",
     "iscoroutinefunction",
@@ -325,23 +329,24 @@ async def wait_for(aw: Awaitable[T], timeout: float | None) -> T:
     return await asyncio.wait_for(aw, timeout)
 
 
-def get_ip_interface(ifname: str) -> str:
-    """The IPv4 address of network interface ``ifname`` (e.g. ``"eth0"``).
+def format_dashboard_link(host: str, port: int) -> str:
+    """The dashboard's address from the ``distributed.dashboard.link`` template.
 
-    Raises
-    ------
-    ValueError
-        When there is no such interface or it has no IPv4 address.
+    The template may name ``scheme`` (``https`` when the dashboard has a TLS
+    certificate, else ``http``), ``host``, ``port`` and any environment
+    variable (``"{JUPYTERHUB_SERVICE_PREFIX}proxy/{port}/status"``).  An IPv6
+    ``host`` is bracketed.
+
+    Examples
+    --------
+    >>> format_dashboard_link("10.0.0.5", 8787)  # doctest: +SKIP
+    'http://10.0.0.5:8787/status'
     """
-    import psutil
-
-    addrs = psutil.net_if_addrs()
-    if ifname not in addrs:
-        raise ValueError(f"No network interface {ifname!r}; available: {', '.join(sorted(addrs))}")
-    for snic in addrs[ifname]:
-        if snic.family == socket.AF_INET:
-            return str(snic.address)
-    raise ValueError(f"Network interface {ifname!r} has no IPv4 address")
+    template = str(dask.config.get("distributed.dashboard.link", "{scheme}://{host}:{port}/status"))
+    scheme = "https" if dask.config.get("distributed.scheduler.dashboard.tls.cert", None) else "http"
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return template.format(**{**os.environ, "scheme": scheme, "host": host, "port": port})
 
 
 def scheduler_address(

@@ -31,7 +31,8 @@ from dask.utils import parse_bytes, parse_timedelta, typename
 
 from distributed.actor import Actor
 from distributed.batched import BatchedSend
-from distributed.comm import Comm, CommClosedError, connect
+from distributed.comm import Comm, CommClosedError, connect, validate_address
+from distributed.comm.addressing import listen_addresses, listen_protocol, parse_ports
 from distributed.config import get_interval, silence_logging
 from distributed.core import Route, Server, Status, StreamRoute, error_message
 from distributed.dask_api import dask_version
@@ -147,9 +148,19 @@ class Worker(Server):
         (fractions of ``memory_limit``; ``False`` turns the step off).
     memory_monitor_interval
         Override ``distributed.worker.memory.monitor-interval``.
-    host, port, protocol
-        Where to listen (the protocol defaults to the scheduler's, ``"tls"``
-        when ``security`` requires encryption).
+    host, port, protocol, interface
+        Where to listen.  ``host`` is an IP address or host name and may carry
+        a scheme (``"tcp://10.0.0.5"``); ``interface`` names a network
+        interface to take the IPv4 address of instead.  ``port`` is a number,
+        or a range ``"9000:9010"`` tried in order.  The protocol defaults to
+        the scheduler's (``"tls"`` when ``security`` requires encryption).
+        Without a host the worker listens on loopback when the scheduler is
+        on loopback, else on all interfaces, announcing the address of the
+        interface through which it reaches the scheduler.
+    listen_address, contact_address
+        Listen at exactly ``listen_address`` (``"tcp://0.0.0.0:9000"``), and
+        announce ``contact_address`` to the scheduler and peers instead
+        (behind NAT or in a container).
     security
         A :class:`~distributed.security.Security` (or a dict of its keywords):
         the TLS credentials of the ``worker`` role, used to listen and to
@@ -194,7 +205,7 @@ class Worker(Server):
         memory_pause_fraction: float | Literal[False] | None = None,
         memory_monitor_interval: str | float | None = None,
         host: str | None = None,
-        port: int | None = 0,
+        port: int | str | None = 0,
         protocol: str | None = None,
         listen_address: str | None = None,
         contact_address: str | None = None,
@@ -227,6 +238,10 @@ class Worker(Server):
             if host is not None:
                 raise ValueError("Worker: give host= or interface=, not both")
             host = get_ip_interface(interface)
+        if listen_address is not None and (host is not None or port):
+            raise ValueError("Worker: listen_address= already says where to listen; drop host=, interface= and port=")
+        if contact_address is not None:
+            validate_address(contact_address)
         if silence_logs:
             silence_logging(logging.ERROR if silence_logs is True else int(silence_logs))
         scheduler_ip = scheduler_address(scheduler_ip, scheduler_port, scheduler_file, who="worker")
@@ -235,10 +250,8 @@ class Worker(Server):
         self.name = name
         self.memory_limit = parse_memory_limit(memory_limit, self.nthreads)
         self._host = host
-        self._port = port or 0
-        self._protocol = protocol or (scheduler_ip.split("://", 1)[0] if "://" in scheduler_ip else "tcp")
-        if self.security.require_encryption and not protocol and self._protocol == "tcp":
-            self._protocol = "tls"
+        self._ports = parse_ports(port)
+        self._protocol = listen_protocol(protocol, host, scheduler_ip, self.security.require_encryption)
         self._listen_address = listen_address
         self._contact_address = contact_address
         self.resources: dict[str, float] = dict(resources or dask.config.get("distributed.worker.resources", {}) or {})
@@ -377,14 +390,10 @@ class Worker(Server):
 
     # -- life cycle ---------------------------------------------------------------
     async def start_unsafe(self) -> None:
-        if self._listen_address:
-            addr = self._listen_address
-        elif self._protocol == "inproc":
-            addr = "inproc://"
-        else:
-            host = self._host if self._host is not None else _host_for(self.scheduler_addr)
-            addr = f"{self._protocol}://{host}:{self._port}"
-        await self.listen(addr)
+        addrs, default_host = listen_addresses(
+            self._listen_address, self._host, self._ports, self._protocol, self.scheduler_addr, who="Worker"
+        )
+        await self.listen_first_free(addrs, default_host)
         if self._contact_address:
             self._address = self._contact_address
         await self._make_local_directory()
@@ -1353,17 +1362,6 @@ def _read_get_data_reply(worker: str, response: Any) -> tuple[dict[Key, Any], di
 
 
 _check_get_data_reply = checker(m.GetDataReply)
-
-
-def _host_for(scheduler_addr: str) -> str:
-    """Listen on loopback when the scheduler is on loopback, else on all interfaces."""
-    loc = scheduler_addr.split("://", 1)[-1]
-    host = loc.rsplit(":", 1)[0].strip("[]")
-    if host.startswith("127.") or host == "localhost":
-        return "127.0.0.1"
-    if host in ("::1",):
-        return "[::1]"
-    return ""
 
 
 _spec_cache: dict[int, Any] = {}

@@ -30,6 +30,7 @@ from distributed.cli.utils import (
 from distributed.cli.utils import (
     pid_file as write_pid_file,
 )
+from distributed.comm.addressing import address_from_user_args, parse_address, parse_host_port
 
 __all__ = ["main"]
 
@@ -44,7 +45,7 @@ def _version() -> str:
 
 @click.command(name="scheduler", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--host", type=str, default="", help="URI, IP or hostname to listen on (default: all interfaces)")
-@click.option("--port", type=int, default=8786, show_default=True, help="Port to listen on (0: any free port)")
+@click.option("--port", type=int, default=None, help="Port to listen on (default 8786; 0: any free port)")
 @click.option("--interface", type=str, default=None, help="Network interface to listen on, like 'eth0' or 'ib0'")
 @click.option(
     "--protocol",
@@ -79,7 +80,7 @@ def _version() -> str:
 @click.version_option(version=_version(), prog_name="dask scheduler")
 def main(
     host: str,
-    port: int,
+    port: int | None,
     interface: str | None,
     protocol: str | None,
     dashboard_address: str,
@@ -97,7 +98,7 @@ def main(
     """Run a Dask scheduler until interrupted (SIGINT/SIGTERM close it cleanly)."""
     if host and interface:
         raise click.UsageError("Use --host or --interface, not both")
-    if port < 0 or port > 65535:
+    if port is not None and not 0 <= port <= 65535:
         raise click.BadParameter(f"{port} is not a port number (0-65535)", param_hint="'--port'")
     if interface:
         try:
@@ -109,11 +110,17 @@ def main(
     if jupyter:
         raise click.UsageError("--jupyter is not supported yet")
     security = security_from_options("scheduler", tls_ca_file, tls_cert, tls_key)
-    if "://" in host:
-        scheme, _, host = host.partition("://")
-        protocol = protocol or scheme
-    if protocol is None:
+    if protocol is None and "://" not in host:
         protocol = "tls" if security is not None and security.require_encryption else "tcp"
+    try:
+        # --host may carry a scheme and a port (tcp://10.0.0.5:8786); --port, when given, must agree.
+        start = address_from_user_args(host, port or 0, protocol=protocol, who="dask scheduler")
+        scheme, loc = parse_address(start)
+        host, given_port = parse_host_port(loc)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="'--host' / '--port' / '--protocol'") from None
+    protocol = scheme
+    port = given_port if given_port or port is not None else 8786
     setup_logging()
     if dashboard and host and dashboard_address.startswith(":"):
         # Serve HTTP where the scheduler listens rather than on every interface.

@@ -99,10 +99,13 @@ def nworkers_nthreads(nworkers: str, nthreads: int, cpu_count: int | None = None
     return n, nthreads or max(1, cores // n)
 
 
-def parse_port_range(text: str | None, count: int) -> list[int]:
+def parse_port_range(text: str | None, count: int) -> list[int | str]:
     """Ports for ``count`` workers from ``--worker-port`` (``"8000"`` or ``"8000:8010"``).
 
-    ``None`` or ``"0"`` gives each worker any free port.
+    ``None`` or ``"0"`` gives each worker any free port.  From a range, worker
+    ``i`` tries the ports from ``start + i`` to the end in order, so a port
+    that is taken (by another program, or another of these workers) is passed
+    over rather than failing the start.
 
     Raises
     ------
@@ -121,7 +124,9 @@ def parse_port_range(text: str | None, count: int) -> list[int]:
         raise ValueError(f"--worker-port {text!r} is not a valid port range")
     if end - start + 1 < count:
         raise ValueError(f"--worker-port {text!r} has fewer ports than the {count} workers")
-    return list(range(start, start + count))
+    if start == end:
+        return [start]
+    return [f"{start + i}:{end}" for i in range(count)]
 
 
 @click.command(name="worker", context_settings={"help_option_names": ["-h", "--help"]})

@@ -84,6 +84,7 @@ from distributed.client.outbox import Outbox
 from distributed.client.registry import FutureRegistry
 from distributed.client.topics import TopicSubscriptions
 from distributed.client.transfer import DataTransfer
+from distributed.comm import get_address_host, parse_address
 from distributed.core import ConnectionPool, rebuild_exception
 from distributed.dask_api import (
     graph_expr,
@@ -94,7 +95,7 @@ from distributed.protocol.messages import Key
 from distributed.protocol.schema import checker
 from distributed.protocol.serialize import Serialize, unwrap
 from distributed.security import Security, coerce_security
-from distributed.utils import LoopRunner, sync, thread_state
+from distributed.utils import LoopRunner, format_dashboard_link, sync, thread_state
 
 logger = logging.getLogger(__name__)
 
@@ -650,9 +651,9 @@ class Client(Generic[AsyncT]):
         port = self.link.services.get("dashboard")
         if not port or not self.scheduler_address:
             return None
-        scheme, _, rest = self.scheduler_address.partition("://")
-        host = rest.rsplit(":", 1)[0] if scheme != "inproc" and ":" in rest else ""
-        return _format_dashboard_link(host or "127.0.0.1", port)
+        scheme = parse_address(self.scheduler_address)[0]
+        host = get_address_host(self.scheduler_address) if scheme != "inproc" else ""
+        return format_dashboard_link(host or "127.0.0.1", port)
 
     # -- submitting work ------------------------------------------------------------------
     def _kick_outbox(self) -> None:
@@ -3256,15 +3257,6 @@ def _time_before_now(t: float | str | None) -> float | None:
     if isinstance(t, str):
         return time.time() - parse_timedelta(t)
     return t
-
-
-def _format_dashboard_link(host: str, port: int) -> str:
-    """The dashboard's address, from the ``distributed.dashboard.link`` template."""
-    import os
-
-    template = str(dask.config.get("distributed.dashboard.link", "{scheme}://{host}:{port}/status"))
-    scheme = "https" if dask.config.get("distributed.scheduler.dashboard.tls.cert", None) else "http"
-    return template.format(**{**os.environ, "scheme": scheme, "host": host, "port": port})
 
 
 # -- module functions ---------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The ``Comm`` interface, addresses, and ``connect``/``listen`` by address.
+"""The ``Comm`` interface, and ``connect``/``listen`` by address (addresses themselves: :mod:`.addressing`).
 
 A comm carries whole messages between two endpoints.  Messages read from a
 comm are never unpickled by the comm itself: serialised values arrive as
@@ -19,6 +19,8 @@ from typing import Any, TypedDict, Unpack
 
 import dask.config
 
+from distributed.comm.addressing import parse_address
+
 __all__ = [
     "Comm",
     "CommClosedError",
@@ -26,10 +28,6 @@ __all__ = [
     "Listener",
     "connect",
     "listen",
-    "normalize_address",
-    "parse_address",
-    "parse_host_port",
-    "unparse_address",
 ]
 
 CommHandler = Callable[["Comm"], Coroutine[Any, Any, None]]
@@ -154,68 +152,6 @@ class Listener(ABC):
         """An address peers can connect to, e.g. ``tcp://127.0.0.1:8786``."""
 
 
-def parse_address(addr: str) -> tuple[str, str]:
-    """Split ``"tcp://host:port"`` into ``("tcp", "host:port")``.
-
-    An address without a scheme gets the configured default scheme.
-    """
-    if not isinstance(addr, str):
-        raise TypeError(f"Expected an address string, got {type(addr).__name__}")
-    scheme, sep, loc = addr.rpartition("://")
-    if not sep:
-        scheme = dask.config.get("distributed.comm.default-scheme", "tcp")
-    return scheme, loc
-
-
-def unparse_address(scheme: str, loc: str) -> str:
-    """Inverse of :func:`parse_address`."""
-    return f"{scheme}://{loc}"
-
-
-def parse_host_port(loc: str, default_port: int | None = None) -> tuple[str, int]:
-    """Split ``"host:port"`` (or ``"[::1]:port"``) into host and port."""
-    if loc.startswith("["):
-        host, _, rest = loc[1:].partition("]")
-        port_s = rest.lstrip(":")
-    elif loc.count(":") == 1 or ":" not in loc:
-        host, _, port_s = loc.partition(":")
-    else:
-        raise ValueError(f"Cannot parse host:port from {loc!r}")
-    if not port_s:
-        if default_port is None:
-            raise ValueError(f"No port in address {loc!r}")
-        return host, default_port
-    try:
-        return host, int(port_s)
-    except ValueError:
-        raise ValueError(f"Invalid port in address {loc!r}") from None
-
-
-def validate_address(addr: object) -> None:
-    """Raise ``ValueError`` unless ``addr`` is an address one could connect to.
-
-    ``"tcp://host:port"`` needs a host and a port in 1..65535; ``"inproc://..."``
-    needs a location.
-    """
-    if not isinstance(addr, str) or "://" not in addr:
-        raise ValueError(f"Invalid address {addr!r}: expected 'scheme://location'")
-    scheme, loc = parse_address(addr)
-    if scheme in ("tcp", "tls"):
-        host, port = parse_host_port(loc)
-        if not host or not 0 < port < 65536:
-            raise ValueError(f"Invalid address {addr!r}: a TCP address needs a host and a port in 1..65535")
-    elif scheme == "inproc":
-        if not loc:
-            raise ValueError(f"Invalid address {addr!r}: no location")
-    else:
-        raise ValueError(f"Invalid address {addr!r}: unknown scheme {scheme!r}")
-
-
-def normalize_address(addr: str) -> str:
-    """The address with its scheme made explicit."""
-    return unparse_address(*parse_address(addr))
-
-
 async def connect(
     addr: str, timeout: float | None = None, name: str | None = None, **connection_args: Unpack[ConnectionArgs]
 ) -> Comm:
@@ -264,14 +200,18 @@ async def connect(
     return comm
 
 
-def listen(addr: str, handler: CommHandler, **connection_args: Unpack[ConnectionArgs]) -> Listener:
+def listen(
+    addr: str, handler: CommHandler, default_host: str | None = None, **connection_args: Unpack[ConnectionArgs]
+) -> Listener:
     """A listener at ``addr`` that runs ``handler(comm)`` for each new comm.
 
     Call ``await listener.start()`` to start it.  ``connection_args`` come
     from :meth:`distributed.security.Security.get_listen_args`: a
     ``tls://`` listener needs its ``ssl_context``, and hands ``handler`` only
     comms whose peer completed the TLS handshake with a certificate signed
-    by the CA.
+    by the CA.  A TCP or TLS listener on every interface announces
+    ``default_host`` in its contact address when given (see
+    :mod:`distributed.comm.addressing`).
 
     Raises
     ------
@@ -283,11 +223,11 @@ def listen(addr: str, handler: CommHandler, **connection_args: Unpack[Connection
     if scheme == "tcp":
         from distributed.comm.tcp import TCPListener
 
-        return TCPListener(loc, handler)
+        return TCPListener(loc, handler, default_host=default_host)
     if scheme == "tls":
         from distributed.comm.tls import TLSListener
 
-        return TLSListener(loc, handler, _ssl_context(addr, connection_args))
+        return TLSListener(loc, handler, _ssl_context(addr, connection_args), default_host=default_host)
     if scheme == "inproc":
         from distributed.comm.inproc import InprocListener
 

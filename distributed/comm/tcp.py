@@ -48,20 +48,14 @@ from typing import Any, Final
 
 import dask.config
 
-from distributed.comm.core import (
-    Comm,
-    CommClosedError,
-    CommHandler,
-    Listener,
-    parse_host_port,
-    run_handler_task,
-)
+from distributed.comm.addressing import concrete_host, parse_host_port, unparse_host_port
+from distributed.comm.core import Comm, CommClosedError, CommHandler, Listener, run_handler_task
 from distributed.protocol.framing import ProtocolError, dumps, loads
 from distributed.protocol.serialize import Frame
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TCPComm", "TCPListener", "get_ip", "tcp_connect"]
+__all__ = ["TCPComm", "TCPListener", "tcp_connect"]
 
 _U64: Final = struct.Struct("<Q")
 SCRATCH_SIZE: Final = 256 * 1024
@@ -110,15 +104,6 @@ def _take_scratch() -> bytearray:
 def _give_scratch(buf: bytearray) -> None:
     if len(buf) == SCRATCH_SIZE and len(_SCRATCH_POOL) < _SCRATCH_POOL_SIZE:
         _SCRATCH_POOL.append(buf)
-
-
-def get_ip() -> str:
-    """This host's address as others see it (falls back to 127.0.0.1)."""
-    try:
-        ip = socket.gethostbyname(socket.gethostname())
-    except OSError:
-        return "127.0.0.1"
-    return ip or "127.0.0.1"
 
 
 def _frame_buffer(n: int) -> bytearray | memoryview:
@@ -747,10 +732,19 @@ class TCPListener(Listener):
     context does not accept never has a byte of its read as a message.
     """
 
-    def __init__(self, loc: str, handler: CommHandler, ssl_context: ssl.SSLContext | None = None) -> None:
+    def __init__(
+        self,
+        loc: str,
+        handler: CommHandler,
+        ssl_context: ssl.SSLContext | None = None,
+        default_host: str | None = None,
+    ) -> None:
         host, port = parse_host_port(loc, default_port=0)
         self.host = host
         self.port = port
+        #: The host announced when listening on every interface (None: the outward interface's).
+        self.default_host = default_host
+        self._contact_host: str | None = None
         self.handler = handler
         self.ssl_context = ssl_context
         self.scheme = "tcp" if ssl_context is None else "tls"
@@ -777,6 +771,8 @@ class TCPListener(Listener):
         else:
             self.server = await loop.create_server(factory, self.host, self.port, backlog=backlog, reuse_address=True)
         self.port = self.server.sockets[0].getsockname()[1]
+        # Once, not per call: the route lookup behind it is a system call, and peers must see one address.
+        self._contact_host = concrete_host(self.host, self.default_host)
 
     def _on_connection(self, protocol: _FrameProtocol) -> None:
         assert protocol.transport is not None
@@ -833,16 +829,9 @@ class TCPListener(Listener):
 
     @property
     def listen_address(self) -> str:
-        host = self.host or "0.0.0.0"
-        if ":" in host:
-            host = f"[{host}]"
-        return f"{self.scheme}://{host}:{self.port}"
+        return f"{self.scheme}://{unparse_host_port(self.host or '0.0.0.0', self.port)}"
 
     @property
     def contact_address(self) -> str:
-        host = self.host
-        if host in ("", "0.0.0.0", "::"):
-            host = get_ip()
-        if ":" in host:
-            host = f"[{host}]"
-        return f"{self.scheme}://{host}:{self.port}"
+        host = self._contact_host if self._contact_host is not None else concrete_host(self.host, self.default_host)
+        return f"{self.scheme}://{unparse_host_port(host, self.port)}"

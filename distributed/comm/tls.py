@@ -42,5 +42,7 @@ async def tls_connect(loc: str, timeout: float, ssl_context: ssl.SSLContext) -> 
 class TLSListener(TCPListener):
     """Listens for TLS connections on a TCP port; addresses are ``tls://host:port``."""
 
-    def __init__(self, loc: str, handler: CommHandler, ssl_context: ssl.SSLContext) -> None:
-        super().__init__(loc, handler, ssl_context=ssl_context)
+    def __init__(
+        self, loc: str, handler: CommHandler, ssl_context: ssl.SSLContext, default_host: str | None = None
+    ) -> None:
+        super().__init__(loc, handler, ssl_context=ssl_context, default_host=default_host)

@@ -27,13 +27,13 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from typing import Any, Protocol, Self, TypeVar
 
-import dask.config
 from dask.utils import format_bytes, parse_timedelta
 
+from distributed.comm import get_address_host, parse_address
 from distributed.core import ConnectionPool, LogBuffer, Status
 from distributed.protocol import messages as m
 from distributed.security import Security
-from distributed.utils import LoopRunner, sync
+from distributed.utils import LoopRunner, format_dashboard_link, sync
 
 logger = logging.getLogger(__name__)
 
@@ -302,16 +302,9 @@ class Cluster:
         port = self.scheduler_info.get("services", {}).get("dashboard")
         if not port or self._scheduler_address is None:
             return None
-        scheme, _, rest = self._scheduler_address.partition("://")
-        host = rest.rsplit(":", 1)[0] if ":" in rest else "127.0.0.1"
-        if scheme == "inproc" or not host:
-            host = "127.0.0.1"
-        template = str(dask.config.get("distributed.dashboard.link", "{scheme}://{host}:{port}/status"))
-        scheme = "https" if dask.config.get("distributed.scheduler.dashboard.tls.cert", None) else "http"
-        try:
-            return template.format(scheme=scheme, host=host, port=port)
-        except (KeyError, IndexError):
-            return f"{scheme}://{host}:{port}/status"
+        scheme = parse_address(self._scheduler_address)[0]
+        host = get_address_host(self._scheduler_address) if scheme != "inproc" else ""
+        return format_dashboard_link(host or "127.0.0.1", port)
 
     # -- workers ------------------------------------------------------------------------
     def scale(self, n: int = 0) -> Any:

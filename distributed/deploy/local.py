@@ -50,7 +50,7 @@ from distributed.deploy.spec import SpecCluster
 from distributed.nanny import Nanny
 from distributed.scheduler import Scheduler
 from distributed.security import Security, coerce_security
-from distributed.utils import import_term, refuse_unsupported
+from distributed.utils import get_ip_interface, import_term, refuse_unsupported
 from distributed.worker import Worker, parse_memory_limit
 
 logger = logging.getLogger(__name__)
@@ -94,13 +94,6 @@ def _resolve_worker_class(worker_class: Any) -> type[Any] | None:
     if not isinstance(cls, type):
         raise TypeError(f"worker_class must be a class or its dotted path, got {worker_class!r}")
     return cls
-
-
-def _interface_address(interface: str) -> str:
-    for addr in psutil.net_if_addrs().get(interface, []):
-        if addr.family.name == "AF_INET":
-            return str(addr.address)
-    raise ValueError(f"Network interface {interface!r} has no IPv4 address")
 
 
 class LocalCluster(SpecCluster):
@@ -260,8 +253,10 @@ class LocalCluster(SpecCluster):
         if host and "://" in host:
             scheme, _, host = host.partition("://")
             protocol = protocol or scheme
-        if interface and not host:
-            host = _interface_address(interface)
+        if interface and host:
+            raise ValueError(f"LocalCluster: give host= or interface=, not both (got {host!r} and {interface!r})")
+        if interface:
+            host = get_ip_interface(interface)  # a missing interface fails here, naming it
         sec = coerce_security(security, "LocalCluster", temporary_ok=True)
         if protocol is None:
             if sec.require_encryption:
@@ -292,8 +287,12 @@ class LocalCluster(SpecCluster):
             "protocol": self.protocol,
             "security": sec,
         }
+        # Where the scheduler and the workers listen, as the spec's own options (libraries that
+        # deploy dask read "interface" there); the in-process protocol has no host.
+        where: dict[str, Any] = {}
         if self.protocol != "inproc":
-            options["host"] = self.host
+            where = {"interface": interface} if interface else {"host": self.host}
+        options.update(where)
         options.update(worker_kwargs)
         level = silence_logs if silence_logs is not True else logging.WARN
         worker_cls: Any
@@ -308,7 +307,7 @@ class LocalCluster(SpecCluster):
             worker_cls = self._worker_cls or Worker
         worker_spec = {"cls": worker_cls, "options": options}
         scheduler_options: dict[str, Any] = {
-            "host": self.host,
+            **where,
             "port": self.scheduler_port,
             "protocol": self.protocol,
             "security": sec,

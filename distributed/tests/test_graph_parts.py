@@ -218,6 +218,7 @@ async def test_large_parts_go_one_per_write(c: Client, s: Scheduler) -> None:
     writes = record_writes(c)
     futures = c.map(inc, range(20_000), pure=False)
     await async_poll_for(lambda: len(s.tasks) == 20_000, 60)
+    assert all(f.key in s.tasks for f in futures)
     parts = [[msg for msg in w if msg["op"] == "update-graph"] for w in writes]
     assert sum(len(msg["tasks"]) for p in parts for msg in p) == 20_000
     # Smaller messages (the first part, of 500 tasks) ride along with a large one.
