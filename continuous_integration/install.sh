@@ -15,3 +15,13 @@ if ! command -v chromium >/dev/null 2>&1; then
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
     fi
 fi
+
+# The multi-host tests build hosts as network namespaces (ip, tc: iproute2). They skip
+# locally without it, and fail in CI (CI=true) so that they cannot silently stop running.
+if ! command -v ip >/dev/null 2>&1 || ! command -v tc >/dev/null 2>&1; then
+    if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+        echo "Installing iproute2 (apt-get)"
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iproute2 >/dev/null
+    fi
+fi
