@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -35,7 +35,9 @@ def test_hosts(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Calla
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> object:
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     # Lets a fixture's teardown know whether the test itself failed (to print logs only then).
     report = yield
     setattr(item, f"rep_{report.when}", report)

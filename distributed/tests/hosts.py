@@ -103,7 +103,8 @@ class TestHost:
         Output goes to a log file in the hosts' directory unless ``stdout`` is given.
         """
         log = self.hosts.directory / f"h{self.index}-{len(self.procs)}-{Path(args[0]).name}.log"
-        kwargs.setdefault("stdout", open(log, "w"))  # noqa: SIM115  # closed with the process, by close()
+        if "stdout" not in kwargs:
+            kwargs["stdout"] = open(log, "w")  # closed with the process, by close()
         kwargs.setdefault("stderr", subprocess.STDOUT)
         proc = subprocess.Popen(
             ["ip", "netns", "exec", self.netns, *args],
