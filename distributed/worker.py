@@ -495,6 +495,14 @@ class Worker(Server):
         if self.status not in (Status.closing, Status.closed, Status.closing_gracefully):
             if self.death_timeout:
                 self.spawn(self._reconnect(self.death_timeout), name="reconnect-to-scheduler")
+            elif self.nanny is not None:
+                # Not asked to close (that comes as close-worker first): the link or the scheduler
+                # failed.  The nanny starts a new worker, which joins once the scheduler can be
+                # reached again (or gives up after its start timeout, closing the nanny too).
+                logger.warning("Lost the scheduler; worker %s closes and its nanny starts another", self.address)
+                self.spawn(
+                    self.close(nanny=False, reason="scheduler-connection-lost"), name="close-after-scheduler-loss"
+                )
             else:
                 logger.info("Connection to the scheduler closed; closing worker %s", self.address)
                 self.spawn(self.close(), name="close-after-scheduler-loss")

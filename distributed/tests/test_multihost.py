@@ -1,0 +1,218 @@
+"""One cluster across several hosts: the real command-line servers, each on a host of its own.
+
+The hosts are network namespaces on a bridge (see :mod:`distributed.tests.hosts`).
+The scheduler runs on one host, nanny-managed workers on others, and the
+client on yet another, in a process of its own started on that host: every
+message of these tests crosses the test network, as between machines.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from distributed.tests.hosts import TestHost, TestHosts, wait_for
+
+pytestmark = pytest.mark.timeout(240)
+
+MakeHosts = Callable[[int], TestHosts]
+
+
+def start_cluster(
+    hosts: TestHosts,
+    tmp_path: Path,
+    worker_hosts: list[TestHost],
+    scheduler_env: dict[str, str] | None = None,
+    worker_args: tuple[str, ...] = (),
+) -> Path:
+    """Start a scheduler on the first host and a nanny-run worker on each of ``worker_hosts``; the scheduler file."""
+    scheduler_file = tmp_path / "scheduler.json"
+    hosts[0].scheduler("--scheduler-file", str(scheduler_file), env=scheduler_env)
+    for host in worker_hosts:
+        host.worker("--scheduler-file", str(scheduler_file), "--nthreads", "2", *worker_args)
+    return scheduler_file
+
+
+def client_code(scheduler_file: Path, body: str, n_workers: int = 2) -> str:
+    """Python that connects a client through ``scheduler_file``, waits for the workers, runs ``body``.
+
+    ``body`` sets ``result`` (a JSON-able value), which the code prints.
+    """
+    indented = "\n".join("    " + line for line in body.strip("\n").splitlines())
+    return f"""
+import json, time
+from distributed import Client
+with Client(scheduler_file={str(scheduler_file)!r}, timeout=60) as c:
+    c.wait_for_workers({n_workers}, timeout=60)
+{indented}
+print(json.dumps(result))
+"""
+
+
+def test_a_cluster_across_four_hosts(test_hosts: MakeHosts, tmp_path: Path) -> None:
+    hosts = test_hosts(4)
+    s, a, b, client = hosts
+    scheduler_file = start_cluster(hosts, tmp_path, [a, b])
+    body = """
+import urllib.request
+import dask, dask.array as da, dask.dataframe as dd, numpy as np, pandas as pd
+
+info = c.scheduler_info()
+workers = sorted(info["workers"])
+wa = next(w for w in workers if w.startswith("tcp://" + A_IP + ":"))
+wb = next(w for w in workers if w.startswith("tcp://" + B_IP + ":"))
+
+# A value made on one host and needed on the other travels from worker to worker.
+x = c.submit(np.ones, 2_000_000, workers=[wa], pure=False)
+y = c.submit(lambda v: float(v.sum()), x, workers=[wb], pure=False)
+y_value = y.result()
+moved = c.run(lambda dask_worker: [dask_worker.transfer_incoming_bytes_total, dask_worker.transfer_outgoing_bytes_total])
+ran_at = c.run(lambda dask_worker: dask_worker.address)
+
+arr = da.arange(1_000_000, chunks=50_000).reshape(1000, 1000)
+df = dd.from_pandas(pd.DataFrame({"k": np.arange(20_000) % 97, "v": np.arange(20_000)}), npartitions=8)
+shuffled = df.shuffle("k", shuffle_method="p2p")
+keys_per_part = c.gather(c.compute(shuffled.map_partitions(lambda p: sorted(set(p.k)), meta=("k", object)).to_delayed()))
+with urllib.request.urlopen(c.dashboard_link, timeout=20) as r:
+    status = r.status
+result = {
+    "address": info["address"],
+    "file": json.load(open(SCHEDULER_FILE))["address"],
+    "workers": workers,
+    "nannies": sorted(w["nanny"] for w in info["workers"].values()),
+    "y": y_value,
+    "who_has_x": sorted(c.who_has([x])[x.key]),
+    "moved": {w: moved[w] for w in workers},
+    "ran_at": ran_at,
+    "array": int((arr.T @ arr)[:3, :3].sum().compute()),
+    "array_expected": int((np.arange(1_000_000).reshape(1000, 1000).T @ np.arange(1_000_000).reshape(1000, 1000))[:3, :3].sum()),
+    "shuffle_len": int(shuffled.shape[0].compute()),
+    "shuffle_sum": int(shuffled.v.sum().compute()),
+    "shuffle_keys_per_part": [[int(k) for k in part] for part in keys_per_part],
+    "link": c.dashboard_link,
+    "status": status,
+}
+"""
+    body = (
+        body.replace("A_IP", repr(a.ip))
+        .replace("B_IP", repr(b.ip))
+        .replace("SCHEDULER_FILE", repr(str(scheduler_file)))
+    )
+    out = client.python(client_code(scheduler_file, body), timeout=180)
+
+    # Announced addresses: each server by its own host's address, in the scheduler file too.
+    assert out["address"] == out["file"] == f"tcp://{s.ip}:8786"
+    assert [w.rsplit(":", 1)[0] for w in out["workers"]] == [f"tcp://{a.ip}", f"tcp://{b.ip}"]
+    assert [n.rsplit(":", 1)[0] for n in out["nannies"]] == [f"tcp://{a.ip}", f"tcp://{b.ip}"]
+    assert out["link"] == f"http://{s.ip}:8787/status" and out["status"] == 200
+    log = next(tmp_path.glob("hosts0/h0-*-dask-scheduler.log")).read_text()
+    assert f"Scheduler at:   tcp://{s.ip}:8786" in log
+    # client.run reaches each worker at its announced address.
+    assert out["ran_at"] == {w: w for w in out["workers"]}
+
+    wa, wb = out["workers"]
+    assert out["y"] == 2_000_000.0
+    assert wa in out["who_has_x"]
+    incoming_b, _ = out["moved"][wb]
+    _, outgoing_a = out["moved"][wa]
+    assert incoming_b >= 16_000_000 and outgoing_a >= 16_000_000  # the 16 MB array went from a to b
+    assert out["array"] == out["array_expected"]
+    assert out["shuffle_len"] == 20_000 and out["shuffle_sum"] == sum(range(20_000))
+    keys_seen = [k for part in out["shuffle_keys_per_part"] for k in part]
+    assert sorted(keys_seen) == list(range(97))  # every key in exactly one partition
+
+
+def progress_client(scheduler_file: Path, marks: Path, n: int, delay: float, wait_workers_at_end: int) -> str:
+    """Client code that maps ``n`` tasks of ``delay`` s, marks progress in files, and checks the result.
+
+    It writes ``marks/started`` once a tenth of the tasks are done, then waits
+    for ``marks/go`` (the test's sign that the link is back) before it gathers,
+    and at the end waits for ``wait_workers_at_end`` workers.
+    """
+    body = f"""
+import os, pathlib
+from distributed import as_completed
+marks = pathlib.Path({str(marks)!r})
+def slow(i):
+    time.sleep({delay})
+    return i * i
+futures = c.map(slow, range({n}), pure=False)
+done = 0
+for f in as_completed(futures):
+    done += 1
+    if done == {n} // 10:
+        (marks / "started").write_text(json.dumps(sorted(c.scheduler_info()["workers"])))
+        break
+deadline = time.monotonic() + 120
+while not (marks / "go").exists():
+    assert time.monotonic() < deadline, "the test never said go"
+    (marks / "alive").write_text(json.dumps([len(c.scheduler_info()["workers"]), time.time()]))
+    time.sleep(0.2)
+values = c.gather(futures)
+c.wait_for_workers({wait_workers_at_end}, timeout=90)
+result = {{"right": values == [i * i for i in range({n})], "workers": sorted(c.scheduler_info()["workers"])}}
+"""
+    return client_code(scheduler_file, body)
+
+
+def test_a_link_cut_for_20_s_mid_computation(test_hosts: MakeHosts, tmp_path: Path) -> None:
+    hosts = test_hosts(4)
+    s, a, b, client = hosts
+    scheduler_file = start_cluster(hosts, tmp_path, [a, b])
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    proc = client.popen([sys.executable, "-c", progress_client(scheduler_file, marks, 400, 0.1, 2)])
+    wait_for(lambda: (marks / "started").exists() or proc.poll() is not None, 120, "the computation to start")
+    before = json.loads((marks / "started").read_text())
+    assert len(before) == 2
+    b.cut()
+    try:
+        # The outage lasts 20 s; meanwhile the client keeps seeing both workers (nothing is removed yet).
+        cut_until = time.monotonic() + 20
+        wait_for(lambda: time.monotonic() >= cut_until or proc.poll() is not None, 25, "the end of the cut")
+        assert proc.poll() is None, Path(proc.log_path).read_text()  # type: ignore[attr-defined]
+    finally:
+        b.restore()
+    (marks / "go").write_text("")
+    proc.wait(150)
+    out = json.loads(Path(proc.log_path).read_text().strip().splitlines()[-1])  # type: ignore[attr-defined]
+    assert proc.returncode == 0
+    assert out["right"]
+    assert out["workers"] == before  # both workers, the same ones
+
+
+def test_a_link_cut_past_the_worker_ttl(test_hosts: MakeHosts, tmp_path: Path) -> None:
+    hosts = test_hosts(4)
+    s, a, b, client = hosts
+    env = {"DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL": "4s"}
+    scheduler_file = start_cluster(hosts, tmp_path, [a, b], scheduler_env=env)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    proc = client.popen([sys.executable, "-c", progress_client(scheduler_file, marks, 200, 0.1, 2)])
+    wait_for(lambda: (marks / "started").exists() or proc.poll() is not None, 120, "the computation to start")
+    assert len(json.loads((marks / "started").read_text())) == 2
+    b.cut()
+
+    def workers_seen() -> int:
+        try:
+            return int(json.loads((marks / "alive").read_text())[0])
+        except (OSError, ValueError):
+            return -1
+
+    try:
+        wait_for(lambda: workers_seen() == 1 or proc.poll() is not None, 60, "the scheduler to remove the cut worker")
+        assert proc.poll() is None, Path(proc.log_path).read_text()  # type: ignore[attr-defined]
+    finally:
+        b.restore()
+    (marks / "go").write_text("")
+    proc.wait(150)
+    out = json.loads(Path(proc.log_path).read_text().strip().splitlines()[-1])  # type: ignore[attr-defined]
+    assert proc.returncode == 0
+    assert out["right"]  # the removed worker's tasks were redone elsewhere
+    # ... and the host's worker is back in the cluster once its link is.
+    assert [w.rsplit(":", 1)[0] for w in out["workers"]] == [f"tcp://{a.ip}", f"tcp://{b.ip}"]
