@@ -321,17 +321,24 @@ class _TaskUnpickler(pickle.Unpickler):
         return obj
 
 
-def _dumps_task_state(obj: Any, buffers: list[pickle.PickleBuffer]) -> bytes:
-    """Plain pickle when everything pickles by reference, else the caching pickler."""
+def _dumps_task_state(obj: Any, buffers: list[pickle.PickleBuffer] | None) -> bytes:
+    """Plain pickle when everything pickles by reference, else the caching pickler.
+
+    Large buffers go out of band into ``buffers``; with ``buffers=None`` they
+    stay in the pickle, which then stands alone (a function's bytes are
+    cached and loaded by themselves, so they must).
+    """
+    collect = buffers.append if buffers is not None else None
     try:
-        payload = pickle.dumps(obj, protocol=HIGHEST_PROTOCOL, buffer_callback=buffers.append)
+        payload = pickle.dumps(obj, protocol=HIGHEST_PROTOCOL, buffer_callback=collect)
         if not _needs_cloudpickle(payload):
             return payload
     except Exception:
         pass
-    buffers.clear()
+    if buffers is not None:
+        buffers.clear()
     f = io.BytesIO()
-    _TaskPickler(f, protocol=HIGHEST_PROTOCOL, buffer_callback=buffers.append).dump(obj)
+    _TaskPickler(f, protocol=HIGHEST_PROTOCOL, buffer_callback=collect).dump(obj)
     return f.getvalue()
 
 
@@ -360,7 +367,7 @@ def serialize_task(obj: Any, functions: FunctionCache | None = None) -> Serializ
             func = obj.func
             cached = functions.get(id(func)) if functions is not None else None
             if cached is None:
-                func_bytes = _dumps_task_state(func, [])
+                func_bytes = _dumps_task_state(func, None)
                 if functions is not None:
                     functions[id(func)] = (func, func_bytes)
             else:

@@ -688,3 +688,26 @@ def test_generic_request_matches_its_declaration() -> None:
     check(m.OptionalKeysRequest, req)
     with pytest.raises(MessageError):
         check(m.OptionalKeysRequest, m.request("who_has", keys=123))
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_task_whose_function_holds_large_buffers_round_trips(shared: bool) -> None:
+    # A function object carrying arrays (a partial of one, a bound method of a RandomState)
+    # pickles them out of band: its bytes must still unpickle on their own.
+    import functools
+
+    from dask._task_spec import Task
+
+    from distributed.protocol.serialize import deserialize, serialize_task
+
+    arr = np.arange(100_000, dtype="f8")
+    for func, args, expected in (
+        (functools.partial(np.add, arr), (1,), arr + 1),
+        # A seed of its own per case: a worker keeps the function it loaded (by its bytes) for reuse.
+        (np.random.RandomState(int(shared)).rand, (3,), np.random.RandomState(int(shared)).rand(3)),
+    ):
+        task = Task("k", func, *args)
+        ser = serialize_task(task, {} if shared else None)
+        assert ser.header["s"] == "task-split"
+        back = deserialize(ser.header, [bytes(f) for f in ser.frames])
+        np.testing.assert_array_equal(back(), expected)
