@@ -44,6 +44,8 @@ FULL: list[Case] = [
     case("dataframe_shuffle", 600, npartitions=100, rows=10_000),
     case("transfer", 300, mb=200),
     case("transfer", 300, mb=200, tls=True),
+    # Across test hosts (network namespaces; needs root), links limited to 200 Mbit/s.
+    case("hosts", 300, rate_mbit=200, mb=50),
     case("p2p", 1200, repeat=2, kind="shuffle", mb=1000, npartitions=100),
     case("p2p", 1200, repeat=2, kind="rechunk", mb=1000, npartitions=100),
     # Past memory: 2 GB through workers of 1.5 GB each (the task-based rechunk must spill).

@@ -689,6 +689,58 @@ def stealing(p: Params, repeat: int) -> list[Metric]:
     ]
 
 
+# -- hosts --------------------------------------------------------------------------------
+def _test_hosts_module() -> Any:
+    """This repository's test hosts (``distributed/tests/hosts.py``), loaded by path.
+
+    By path, not by import: the ``distributed`` being measured may be another
+    release, whose tests know nothing of test hosts.
+    """
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "distributed" / "tests" / "hosts.py"
+    spec = importlib.util.spec_from_file_location("benchmark_test_hosts", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def hosts(p: Params, repeat: int) -> list[Metric]:
+    """A gather and a worker-to-worker transfer across test hosts whose links a token bucket limits.
+
+    Four network namespaces on a bridge (scheduler, two nanny-run workers,
+    the client), every link shaped to ``rate_mbit`` with ``tc tbf``; the
+    figures are the fractions of the link's rate reached.  Needs root.
+    """
+    import tempfile
+    from pathlib import Path
+
+    mod = _test_hosts_module()
+    why = mod.hosts_available()
+    if why is not None:
+        raise RuntimeError(f"the hosts case needs network namespaces: {why}")
+    with tempfile.TemporaryDirectory(prefix="bench-hosts-") as d, mod.TestHosts(4, Path(d)) as test_hosts:
+        fractions = mod.shaped_transfer_rates(test_hosts, float(p["rate_mbit"]), float(p["mb"]), repeat)
+    return [
+        metric(
+            "gather_link_fraction",
+            "x link",
+            fractions["gather"],
+            higher_is_better=True,
+            note="client.gather from a worker on another host, as a fraction of the link's rate",
+        ),
+        metric(
+            "worker_to_worker_link_fraction",
+            "x link",
+            fractions["worker_to_worker"],
+            higher_is_better=True,
+            note="a dependency fetched from a worker on another host, as a fraction of the link's rate",
+        ),
+    ]
+
+
 WORKLOADS: dict[str, Callable[[Params, int], list[Metric]]] = {
     "map_noop": map_noop,
     "submit_chain": submit_chain,
@@ -702,4 +754,5 @@ WORKLOADS: dict[str, Callable[[Params, int], list[Metric]]] = {
     "scheduler_cpu_per_task": scheduler_cpu_per_task,
     "stealing": stealing,
     "dashboard_cpu": dashboard_cpu,
+    "hosts": hosts,
 }

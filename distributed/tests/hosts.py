@@ -93,6 +93,8 @@ class TestHost:
         #: The link's end on the bridge, in the bridge's namespace: cut and shaped there.
         self.bridge_port = bridge_port
         self.procs: list[subprocess.Popen[str]] = []
+        #: The log file of each process started with its output to a log, by PID.
+        self.log_paths: dict[int, Path] = {}
 
     def __repr__(self) -> str:
         return f"<TestHost {self.index} {self.ip}>"
@@ -113,9 +115,14 @@ class TestHost:
             text=True,
             **kwargs,
         )
-        proc.log_path = log  # type: ignore[attr-defined]  # where to look when a test fails
+        if kwargs["stdout"] is not subprocess.PIPE:
+            self.log_paths[proc.pid] = log
         self.procs.append(proc)
         return proc
+
+    def output(self, proc: subprocess.Popen[str]) -> str:
+        """What ``proc`` (started by :meth:`popen` with its output to a log) has written so far."""
+        return self.log_paths[proc.pid].read_text(errors="replace")
 
     def run(self, args: Sequence[str], timeout: float = 120, env: dict[str, str] | None = None) -> str:
         """Run ``args`` on this host to its end; its standard output.
@@ -302,3 +309,49 @@ def wait_for(predicate: Callable[[], bool], timeout: float, what: str, interval:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(interval)
+
+
+def shaped_transfer_rates(hosts: TestHosts, rate_mbit: float, mb: float, repeat: int = 3) -> dict[str, list[float]]:
+    """Bytes per second of a gather and of a worker-to-worker transfer over links shaped to ``rate_mbit``.
+
+    ``hosts`` needs four hosts: a scheduler on the first, a nanny-run worker
+    on the second and third, and the client on the fourth.  Every link is
+    limited to ``rate_mbit`` both ways by a token bucket filter.  Each of
+    ``repeat`` rounds (after one warm-up) times ``client.gather`` of ``mb`` MB
+    held by a worker, and a task on one worker that needs ``mb`` MB held by
+    the other.  Both are returned as fractions of the link's rate.
+    """
+    s, a, b, client = hosts[0], hosts[1], hosts[2], hosts[3]
+    for host in (s, a, b, client):
+        host.shape(f"{rate_mbit}mbit")
+    scheduler_file = hosts.directory / "scheduler.json"
+    s.scheduler("--scheduler-file", str(scheduler_file), "--no-dashboard")
+    for host in (a, b):
+        host.worker("--scheduler-file", str(scheduler_file), "--nthreads", "1", "--no-dashboard")
+    code = f"""
+        import json, time
+        import numpy as np
+        from distributed import Client, wait
+        nbytes = int({mb} * 1e6)
+        with Client(scheduler_file={str(scheduler_file)!r}, timeout=60) as c:
+            c.wait_for_workers(2, timeout=60)
+            wa, wb = sorted(c.scheduler_info()["workers"])
+            gather, w2w = [], []
+            for i in range({repeat} + 1):
+                src = c.submit(np.random.bytes, nbytes, workers=[wa], pure=False)
+                wait(src)
+                t0 = time.perf_counter()
+                assert len(c.gather(src)) == nbytes
+                t1 = time.perf_counter()
+                dst = c.submit(len, src, workers=[wb], pure=False)
+                assert dst.result() == nbytes
+                t2 = time.perf_counter()
+                del src, dst
+                if i:
+                    gather.append(t1 - t0)
+                    w2w.append(t2 - t1)
+        print(json.dumps({{"gather": gather, "worker_to_worker": w2w}}))
+    """
+    times = client.python(code, timeout=600)
+    link = rate_mbit * 1e6 / 8
+    return {name: [mb * 1e6 / t / link for t in values] for name, values in times.items()}
