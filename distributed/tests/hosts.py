@@ -3,8 +3,9 @@
 Each test host is a Linux network namespace with one interface, ``eth0``, the
 end of a veth pair whose other end hangs on a bridge.  The bridge lives in a
 namespace of its own with no uplink, so the hosts reach one another and
-nothing else.  Every host has an address on a private ``/24`` that exists only
-inside these namespaces, and a default route to its link: a server there that
+nothing else.  Every host has an address on a private ``/24`` and one on a
+unique-local IPv6 ``/64``, both existing only inside these namespaces, and
+default routes to its link: a server there that
 asks which interface routes outward (without sending anything) finds its own
 ``eth0`` address, as on a real machine.
 
@@ -83,13 +84,14 @@ class TestHost:
 
     __test__ = False  # not a test class, whatever pytest thinks of the name
 
-    def __init__(self, hosts: TestHosts, index: int, netns: str, ip: str, bridge_port: str) -> None:
+    def __init__(self, hosts: TestHosts, index: int, netns: str, ip: str, bridge_port: str, ip6: str) -> None:
         self.hosts = hosts
         self.index = index
         #: The namespace's name (``ip netns exec NAME ...``).
         self.netns = netns
-        #: This host's address on the test network.
+        #: This host's addresses on the test network, IPv4 and IPv6.
         self.ip = ip
+        self.ip6 = ip6
         #: The link's end on the bridge, in the bridge's namespace: cut and shaped there.
         self.bridge_port = bridge_port
         self.procs: list[subprocess.Popen[str]] = []
@@ -231,6 +233,8 @@ class TestHosts:
         # A /24 of 10.(200..249).x.0 per set of hosts: it exists only inside these namespaces.
         k = next(_subnets) + os.getpid()
         self.subnet = f"10.{200 + k % 50}.{k // 50 % 256}"
+        #: A unique-local IPv6 /64 (fd00::/8) of these hosts.
+        self.subnet6 = f"fd00:{tag[:4]}:{int(tag[4:], 16):x}"
         self.hosts: list[TestHost] = []
         self._made: list[str] = []
         try:
@@ -255,10 +259,13 @@ class TestHosts:
             _ip("link", "set", port, "up", ns=self.bridge_ns)
             ip = f"{self.subnet}.{i + 1}"
             _ip("addr", "add", f"{ip}/24", "dev", "eth0", ns=netns)
+            # nodad: usable at once, without waiting for duplicate address detection.
+            _ip("addr", "add", f"{self.subnet6}::{i + 1}/64", "dev", "eth0", "nodad", ns=netns)
             _ip("link", "set", "eth0", "up", ns=netns)
             _ip("link", "set", "lo", "up", ns=netns)
             _ip("route", "add", "default", "dev", "eth0", ns=netns)
-            self.hosts.append(TestHost(self, i, netns, ip, port))
+            _ip("-6", "route", "add", "default", "dev", "eth0", ns=netns)
+            self.hosts.append(TestHost(self, i, netns, ip, port, f"{self.subnet6}::{i + 1}"))
 
     def __enter__(self) -> TestHosts:
         return self
