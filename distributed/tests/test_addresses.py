@@ -165,7 +165,7 @@ async def test_local_cluster_interface_is_in_the_specs() -> None:
     async with LocalCluster(
         n_workers=1, processes=False, protocol="tcp", interface="lo", dashboard_address=None, asynchronous=True
     ) as cluster:
-        assert cluster.scheduler_spec["options"]["interface"] == "lo"
+        assert cluster.scheduler_spec is not None and cluster.scheduler_spec["options"]["interface"] == "lo"
         (spec,) = cluster.new_worker_spec().values()
         assert spec["options"]["interface"] == "lo"
         assert cluster.scheduler_address.startswith("tcp://127.0.0.1:")
