@@ -9,6 +9,7 @@ message of these tests crosses the test network, as between machines.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from distributed.tests.hosts import TestHost, TestHosts, shaped_transfer_rates, wait_for
+from distributed.tests.hosts import BIN, TestHost, TestHosts, shaped_transfer_rates, wait_for
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -38,16 +39,17 @@ def start_cluster(
     return scheduler_file
 
 
-def client_code(scheduler_file: Path, body: str, n_workers: int = 2) -> str:
-    """Python that connects a client through ``scheduler_file``, waits for the workers, runs ``body``.
+def client_code(where: Path | str, body: str, n_workers: int = 2) -> str:
+    """Python that connects a client (through a scheduler file, or to an address), waits for the workers, runs ``body``.
 
     ``body`` sets ``result`` (a JSON-able value), which the code prints.
     """
+    target = f"scheduler_file={str(where)!r}" if isinstance(where, Path) else repr(where)
     indented = "\n".join("    " + line for line in body.strip("\n").splitlines())
     return f"""
 import json, time
 from distributed import Client
-with Client(scheduler_file={str(scheduler_file)!r}, timeout=60) as c:
+with Client({target}, timeout=60) as c:
     c.wait_for_workers({n_workers}, timeout=60)
 {indented}
 print(json.dumps(result))
@@ -223,3 +225,94 @@ def test_shaped_links_run_near_their_rate(test_hosts: MakeHosts) -> None:
     fractions = shaped_transfer_rates(test_hosts(4), rate_mbit=100, mb=40, repeat=2)
     assert min(fractions["gather"]) >= 0.8, fractions
     assert min(fractions["worker_to_worker"]) >= 0.8, fractions
+
+
+def test_address_options_across_hosts(test_hosts: MakeHosts, tmp_path: Path) -> None:
+    hosts = test_hosts(4)
+    s, a, b, client = hosts
+    # b is reached at a second address (as through NAT): it listens everywhere and announces that one.
+    nat_ip = f"{hosts.subnet}.100"
+    subprocess.run(["ip", "-n", b.netns, "addr", "add", f"{nat_ip}/24", "dev", "eth0"], check=True)
+    s.scheduler("--interface", "eth0", "--port", "8800", "--dashboard-address", ":8790")
+    scheduler = f"tcp://{s.ip}:8800"
+    a.worker(
+        scheduler,
+        *("--host", f"tcp://{a.ip}", "--nworkers", "2", "--nthreads", "1"),
+        *("--worker-port", "9000:9005", "--nanny-port", "9100:9105"),
+    )
+    b.worker(
+        scheduler,
+        *("--no-nanny", "--nthreads", "1"),
+        *("--listen-address", "tcp://0.0.0.0:9300", "--contact-address", f"tcp://{nat_ip}:9300"),
+    )
+    body = f"""
+import urllib.request
+from distributed import Client
+info = c.scheduler_info()
+workers = sorted(info["workers"])
+nat = "tcp://{nat_ip}:9300"
+x = c.submit(lambda: list(range(100_000)), workers=[nat], pure=False)
+y = c.submit(len, x, workers=[w for w in workers if w != nat][:1], pure=False)
+with urllib.request.urlopen(c.dashboard_link, timeout=20) as r:
+    status = r.status
+result = {{"address": info["address"], "workers": workers, "nannies": sorted(w["nanny"] or "" for w in info["workers"].values()), "y": y.result(), "link": c.dashboard_link, "status": status}}
+"""
+    code = client_code(scheduler, body, n_workers=3)
+    out = client.python(code, timeout=120)
+    assert out["address"] == scheduler
+    a_workers = [w for w in out["workers"] if w.startswith(f"tcp://{a.ip}:")]
+    assert len(a_workers) == 2 and all(9000 <= int(w.rsplit(":", 1)[1]) <= 9005 for w in a_workers)
+    assert f"tcp://{nat_ip}:9300" in out["workers"]
+    a_nannies = [n for n in out["nannies"] if n]
+    assert len(a_nannies) == 2 and all(9100 <= int(n.rsplit(":", 1)[1]) <= 9105 for n in a_nannies)
+    assert out["y"] == 100_000  # fetched from the worker at its announced (NAT) address
+    assert out["link"] == f"http://{s.ip}:8790/status" and out["status"] == 200
+
+
+def test_a_missing_interface_is_named(test_hosts: MakeHosts) -> None:
+    (host,) = test_hosts(1)
+    for cmd in (
+        ["dask-scheduler", "--interface", "nope0"],
+        ["dask-worker", "tcp://10.0.0.1:8786", "--interface", "nope0"],
+    ):
+        proc = host.popen([str(BIN / cmd[0]), *cmd[1:]], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode != 0
+        assert "nope0" in err and "eth0" in err  # the missing one, and the ones there are
+
+
+def test_ipv6_end_to_end(test_hosts: MakeHosts, tmp_path: Path) -> None:
+    hosts = test_hosts(3)
+    s, a, client = hosts
+    s.scheduler("--host", f"[{s.ip6}]", "--no-dashboard")
+    scheduler = f"tcp://[{s.ip6}]:8786"
+    a.worker(scheduler, "--nworkers", "2", "--nthreads", "1", "--no-dashboard")
+    body = """
+workers = sorted(c.scheduler_info()["workers"])
+x = c.submit(lambda: list(range(1000)), workers=workers[:1], pure=False)
+y = c.submit(sum, x, workers=workers[1:], pure=False)
+result = {"address": c.scheduler_info()["address"], "workers": workers, "y": y.result()}
+"""
+    code = client_code(scheduler, body)
+    out = client.python(code, timeout=120)
+    assert out["address"] == scheduler
+    assert all(w.startswith(f"tcp://[{a.ip6}]:") for w in out["workers"]), out
+    assert out["y"] == sum(range(1000))
+
+
+def test_no_route_outward_falls_back_with_a_warning(test_hosts: MakeHosts) -> None:
+    (host,) = test_hosts(1)
+    subprocess.run(["ip", "-n", host.netns, "route", "del", "default"], check=True)
+    out = host.python(
+        """
+        import json, warnings
+        from distributed.utils import get_ip
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ip = get_ip()
+        print(json.dumps([ip, [str(w.message) for w in caught]]))
+        """
+    )
+    ip, messages = out
+    assert ip and ip != "0.0.0.0"
+    assert any("Could not find a local address" in m for m in messages), messages
