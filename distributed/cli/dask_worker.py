@@ -42,6 +42,7 @@ from distributed.cli.utils import (
 from distributed.cli.utils import (
     pid_file as write_pid_file,
 )
+from distributed.comm.addressing import WILDCARD_HOSTS, get_address_host, unparse_host_port
 from distributed.http.server import parse_http_address
 
 __all__ = ["main", "nworkers_nthreads", "parse_port_range"]
@@ -394,7 +395,11 @@ async def _run(
             continue
         logger.info("  Worker at:      %s (name %s, %d threads)", w.address, w.name, w.nthreads)
         if w.http_server is not None:
-            host = w.http_server.host or "0.0.0.0"
+            # On every interface, the worker's own announced host is the one others reach it by.
+            host = w.http_server.host
+            if host in WILDCARD_HOSTS:
+                host = get_address_host(w.address)
+            host = unparse_host_port(host)
             logger.info("  dashboard at:   %s://%s:%d/health", w.http_server.scheme, host, w.http_server.port)
 
     async def all_finished() -> None:

@@ -240,7 +240,7 @@ def test_address_options_across_hosts(test_hosts: MakeHosts, tmp_path: Path) -> 
         *("--host", f"tcp://{a.ip}", "--nworkers", "2", "--nthreads", "1"),
         *("--worker-port", "9000:9005", "--nanny-port", "9100:9105"),
     )
-    b.worker(
+    b_worker = b.worker(
         scheduler,
         *("--no-nanny", "--nthreads", "1"),
         *("--listen-address", "tcp://0.0.0.0:9300", "--contact-address", f"tcp://{nat_ip}:9300"),
@@ -267,6 +267,8 @@ result = {{"address": info["address"], "workers": workers, "nannies": sorted(w["
     assert len(a_nannies) == 2 and all(9100 <= int(n.rsplit(":", 1)[1]) <= 9105 for n in a_nannies)
     assert out["y"] == 100_000  # fetched from the worker at its announced (NAT) address
     assert out["link"] == f"http://{s.ip}:8790/status" and out["status"] == 200
+    # The worker's own endpoints are on every interface; its log names the announced host.
+    assert f"dashboard at:   http://{nat_ip}:" in b.output(b_worker)
 
 
 def test_a_missing_interface_is_named(test_hosts: MakeHosts) -> None:
