@@ -25,3 +25,13 @@ if ! command -v ip >/dev/null 2>&1 || ! command -v tc >/dev/null 2>&1; then
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iproute2 >/dev/null
     fi
 fi
+
+# The SSHCluster and `dask ssh` tests run OpenSSH servers on the test hosts (sshd, ssh-keygen).
+# They skip locally without it, and fail in CI (CI=true) so that they cannot silently stop running.
+if [[ ! -x /usr/sbin/sshd ]] || ! command -v ssh-keygen >/dev/null 2>&1; then
+    if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+        echo "Installing openssh-server (apt-get)"
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openssh-server >/dev/null
+    fi
+fi

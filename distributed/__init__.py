@@ -25,7 +25,7 @@ from distributed.client import (
 )
 from distributed.coordination import Event, Lock, MultiLock, Queue, Semaphore, Variable
 from distributed.core import Status, rpc
-from distributed.deploy import Adaptive, LocalCluster, SpecCluster
+from distributed.deploy import Adaptive, LocalCluster, SpecCluster, SSHCluster
 from distributed.diagnostics.plugin import Environ, NannyPlugin, SchedulerPlugin, UploadFile, WorkerPlugin
 from distributed.diagnostics.progressbar import progress
 from distributed.exceptions import CancelledError, KilledWorker, Reschedule, TimeoutError
@@ -57,6 +57,7 @@ __all__ = [
     "NannyPlugin",
     "Queue",
     "Reschedule",
+    "SSHCluster",
     "Scheduler",
     "SchedulerPlugin",
     "Security",

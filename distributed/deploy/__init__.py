@@ -11,5 +11,15 @@ from distributed.deploy.cluster import Cluster
 from distributed.deploy.local import LocalCluster
 from distributed.deploy.spawn import ServerProcess, WorkerProcess
 from distributed.deploy.spec import ProcessInterface, SpecCluster
+from distributed.deploy.ssh import SSHCluster
 
-__all__ = ["Adaptive", "Cluster", "LocalCluster", "ProcessInterface", "ServerProcess", "SpecCluster", "WorkerProcess"]
+__all__ = [
+    "Adaptive",
+    "Cluster",
+    "LocalCluster",
+    "ProcessInterface",
+    "SSHCluster",
+    "ServerProcess",
+    "SpecCluster",
+    "WorkerProcess",
+]
