@@ -138,7 +138,7 @@ def test_ssh_cluster_across_hosts(test_hosts: MakeHosts, tmp_path: Path) -> None
 
 
 @pytest.mark.timeout(180)
-def test_ssh_cluster_host_refusing_our_key(test_hosts: MakeHosts, tmp_path: Path) -> None:
+def test_ssh_cluster_start_failures_name_the_host(test_hosts: MakeHosts, tmp_path: Path) -> None:
     env = ssh_hosts(test_hosts, tmp_path, refuse=[2])
     s, a, b = env.servers
     code = f"""
@@ -160,6 +160,29 @@ def test_ssh_cluster_host_refusing_our_key(test_hosts: MakeHosts, tmp_path: Path
     assert repr(b.ip) in message
     assert "PermissionDenied" in message
     # What did start (the scheduler, the other host's worker) was taken down.
+    assert_nothing_left(env, env.servers)
+
+    # A worker that cannot start there: the error names the host and carries the remote output.
+    code = f"""
+    import json
+    from distributed import SSHCluster
+
+    try:
+        SSHCluster([{s.ip!r}, {a.ip!r}], connect_options=[{env.connect_options()}] * 2,
+                   remote_python=[{sys.executable!r}] * 2,
+                   worker_options={{"no_such_option": 1}},
+                   scheduler_options={{"port": 0, "dashboard_address": ":0"}})
+    except Exception as e:
+        print(json.dumps([type(e).__name__, str(e)]))
+    else:
+        print(json.dumps(None))
+    """
+    out = env.client.python(code, timeout=150)
+    assert out is not None, "SSHCluster started although its worker could not"
+    kind, message = out
+    assert kind == "RuntimeError"
+    assert f"worker on {a.ip!r} exited before it started" in message
+    assert "no_such_option" in message
     assert_nothing_left(env, env.servers)
 
 
