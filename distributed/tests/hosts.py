@@ -234,7 +234,7 @@ class TestHosts:
         k = next(_subnets) + os.getpid()
         self.subnet = f"10.{200 + k % 50}.{k // 50 % 256}"
         #: A unique-local IPv6 /64 (fd00::/8) of these hosts.
-        self.subnet6 = f"fd00:{tag[:4]}:{int(tag[4:], 16):x}"
+        self.subnet6 = f"fd00:{int(tag[:4], 16):x}:{int(tag[4:], 16):x}"
         self.hosts: list[TestHost] = []
         self._made: list[str] = []
         try:
