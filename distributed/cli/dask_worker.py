@@ -42,7 +42,7 @@ from distributed.cli.utils import (
 from distributed.cli.utils import (
     pid_file as write_pid_file,
 )
-from distributed.comm.addressing import WILDCARD_HOSTS, get_address_host, unparse_host_port
+from distributed.comm.addressing import WILDCARD_HOSTS, get_address_host, parse_ports, unparse_host_port
 from distributed.http.server import parse_http_address
 
 __all__ = ["main", "nworkers_nthreads", "parse_port_range"]
@@ -115,19 +115,14 @@ def parse_port_range(text: str | None, count: int) -> list[int | str]:
     """
     if text is None or text.strip() in ("", "0"):
         return [0] * count
-    start_s, sep, end_s = text.partition(":")
-    try:
-        start = int(start_s)
-        end = int(end_s) if sep else start
-    except ValueError:
-        raise ValueError(f"--worker-port must be a port or a range like 8000:8010, got {text!r}") from None
-    if not (0 < start <= end <= 65535):
-        raise ValueError(f"--worker-port {text!r} is not a valid port range")
-    if end - start + 1 < count:
-        raise ValueError(f"--worker-port {text!r} has fewer ports than the {count} workers")
-    if start == end:
-        return [start]
-    return [f"{start + i}:{end}" for i in range(count)]
+    ports = parse_ports(text.strip())
+    if 0 in ports:
+        raise ValueError(f"{text!r} is not a valid port range")
+    if len(ports) < count:
+        raise ValueError(f"{text!r} has fewer ports than the {count} workers")
+    if len(ports) == 1:
+        return [ports[0]]
+    return [f"{ports[i]}:{ports[-1]}" for i in range(count)]
 
 
 @click.command(name="worker", context_settings={"help_option_names": ["-h", "--help"]})
