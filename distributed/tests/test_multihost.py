@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -162,15 +163,35 @@ result = {{"right": values == [i * i for i in range({n})], "workers": sorted(c.s
     return client_code(scheduler_file, body)
 
 
+def start_progress(
+    hosts: TestHosts, tmp_path: Path, n: int, scheduler_env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[str], Path, list[str]]:
+    """A cluster over the first three hosts, and :func:`progress_client` on the fourth, a tenth through.
+
+    Returns the client's process, its marks directory and the workers it saw.
+    """
+    s, a, b, client = hosts
+    scheduler_file = start_cluster(hosts, tmp_path, [a, b], scheduler_env=scheduler_env)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    proc = client.popen([sys.executable, "-c", progress_client(scheduler_file, marks, n, 0.1, 2)])
+    wait_for(lambda: (marks / "started").exists() or proc.poll() is not None, 120, "the computation to start")
+    assert proc.poll() is None, client.output(proc)
+    return proc, marks, json.loads((marks / "started").read_text())
+
+
+def finish_progress(client: TestHost, proc: subprocess.Popen[str], marks: Path) -> Any:
+    """Tell :func:`progress_client` to go on, and what it printed at its end."""
+    (marks / "go").write_text("")
+    proc.wait(150)
+    assert proc.returncode == 0, client.output(proc)
+    return json.loads(client.output(proc).strip().splitlines()[-1])
+
+
 def test_a_link_cut_for_20_s_mid_computation(test_hosts: MakeHosts, tmp_path: Path) -> None:
     hosts = test_hosts(4)
     s, a, b, client = hosts
-    scheduler_file = start_cluster(hosts, tmp_path, [a, b])
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    proc = client.popen([sys.executable, "-c", progress_client(scheduler_file, marks, 400, 0.1, 2)])
-    wait_for(lambda: (marks / "started").exists() or proc.poll() is not None, 120, "the computation to start")
-    before = json.loads((marks / "started").read_text())
+    proc, marks, before = start_progress(hosts, tmp_path, 400)
     assert len(before) == 2
     b.cut()
     try:
@@ -180,10 +201,7 @@ def test_a_link_cut_for_20_s_mid_computation(test_hosts: MakeHosts, tmp_path: Pa
         assert proc.poll() is None, client.output(proc)
     finally:
         b.restore()
-    (marks / "go").write_text("")
-    proc.wait(150)
-    out = json.loads(client.output(proc).strip().splitlines()[-1])
-    assert proc.returncode == 0
+    out = finish_progress(client, proc, marks)
     assert out["right"]
     assert out["workers"] == before  # both workers, the same ones
 
@@ -192,12 +210,8 @@ def test_a_link_cut_past_the_worker_ttl(test_hosts: MakeHosts, tmp_path: Path) -
     hosts = test_hosts(4)
     s, a, b, client = hosts
     env = {"DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL": "4s"}
-    scheduler_file = start_cluster(hosts, tmp_path, [a, b], scheduler_env=env)
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    proc = client.popen([sys.executable, "-c", progress_client(scheduler_file, marks, 200, 0.1, 2)])
-    wait_for(lambda: (marks / "started").exists() or proc.poll() is not None, 120, "the computation to start")
-    assert len(json.loads((marks / "started").read_text())) == 2
+    proc, marks, before = start_progress(hosts, tmp_path, 200, scheduler_env=env)
+    assert len(before) == 2
     b.cut()
 
     def workers_seen() -> int:
@@ -211,10 +225,7 @@ def test_a_link_cut_past_the_worker_ttl(test_hosts: MakeHosts, tmp_path: Path) -
         assert proc.poll() is None, client.output(proc)
     finally:
         b.restore()
-    (marks / "go").write_text("")
-    proc.wait(150)
-    out = json.loads(client.output(proc).strip().splitlines()[-1])
-    assert proc.returncode == 0
+    out = finish_progress(client, proc, marks)
     assert out["right"]  # the removed worker's tasks were redone elsewhere
     # ... and the host's worker is back in the cluster once its link is.
     assert [w.rsplit(":", 1)[0] for w in out["workers"]] == [f"tcp://{a.ip}", f"tcp://{b.ip}"]
