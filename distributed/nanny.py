@@ -59,7 +59,7 @@ from distributed.protocol import messages as m
 from distributed.protocol.serialize import Serialize, unwrap
 from distributed.security import Security, coerce_security
 from distributed.utils import get_ip_interface, refuse_unsupported, scheduler_address
-from distributed.worker import Worker, parse_memory_limit
+from distributed.worker import FIRST_CONNECT_TIMEOUT, Worker, parse_memory_limit
 from distributed.worker_options import check_unsupported_worker_kwargs
 
 logger = logging.getLogger(__name__)
@@ -330,11 +330,14 @@ class Nanny(Server):
         death_timeout = self._worker_kwargs.get("death_timeout")
         timeout = float(parse_timedelta(death_timeout or dask.config.get("distributed.comm.timeouts.connect")) or 30)
         deadline = time.monotonic() + timeout
+        first = True
         while True:
+            remaining = max(deadline - time.monotonic(), 0.1)
             try:
                 comm = await connect(
                     self.scheduler_addr,
-                    timeout=max(deadline - time.monotonic(), 0.1),
+                    # A short first try, so that waiting for a scheduler not up yet is logged early.
+                    timeout=min(remaining, FIRST_CONNECT_TIMEOUT) if first else remaining,
                     name="nanny->scheduler",
                     **self.connection_args,
                 )
@@ -346,6 +349,9 @@ class Nanny(Server):
             except (OSError, CommClosedError):
                 if time.monotonic() > deadline:
                     raise
+                if first:
+                    logger.info("Waiting to connect to the scheduler at %s", self.scheduler_addr)
+                    first = False
                 await asyncio.sleep(0.1)
 
     async def _start_worker(self) -> str:

@@ -85,6 +85,10 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["Worker", "get_client", "get_worker", "parse_memory_limit", "rejoin", "secede"]
 
+#: Seconds of the first try to reach the scheduler (a worker's or a nanny's) before
+#: "Waiting to connect" is logged; the next tries take the rest of the connect timeout.
+FIRST_CONNECT_TIMEOUT = 1.0
+
 
 def parse_memory_limit(memory_limit: str | float | None, nthreads: int, total_cores: int | None = None) -> int:
     """A memory limit in bytes from ``"auto"``, ``"4GiB"``, a fraction or a number.
@@ -432,11 +436,14 @@ class Worker(Server):
                 parse_timedelta(dask.config.get("distributed.comm.timeouts.connect")) or 30
             )
         deadline = time.monotonic() + timeout
+        first = True
         while True:
+            remaining = max(deadline - time.monotonic(), 0.1)
             try:
                 comm = await connect(
                     self.scheduler_addr,
-                    timeout=max(deadline - time.monotonic(), 0.1),
+                    # A short first try, so that waiting for a scheduler not up yet is logged early.
+                    timeout=min(remaining, FIRST_CONNECT_TIMEOUT) if first else remaining,
                     name="worker->scheduler",
                     **self.connection_args,
                 )
@@ -444,6 +451,9 @@ class Worker(Server):
             except OSError:
                 if time.monotonic() > deadline:
                     raise
+                if first:
+                    logger.info("Waiting to connect to the scheduler at %s", self.scheduler_addr)
+                    first = False
                 await asyncio.sleep(0.1)
         await comm.write(
             m.RegisterWorker(

@@ -412,33 +412,51 @@ async def _run(
     return 0
 
 
+#: Seconds to reach the scheduler when retiring on a signal.  A live scheduler accepts a
+#: connection in milliseconds; one that is gone is retried for the whole connect timeout
+#: (30 s by default), which a user pressing Ctrl-C should not wait out.
+RETIRE_CONNECT_TIMEOUT = 1.0
+
+
 async def _retire(workers: list[Worker | Nanny], scheduler: str) -> None:
     """Have the scheduler retire these workers: the data only they hold moves to other workers first.
 
-    Bounded by ``distributed.comm.timeouts.tcp``; a second signal exits at
-    once.  Workers the scheduler keeps (no other worker can take their only
-    copies) are closed anyway, as are all of them when the scheduler cannot
-    be reached.
+    Only the workers that joined the scheduler are retired (the others hold
+    nothing).  Reaching the scheduler may take :data:`RETIRE_CONNECT_TIMEOUT`,
+    the whole retirement ``distributed.comm.timeouts.tcp``; a second signal
+    exits at once.  Workers the scheduler keeps (no other worker can take
+    their only copies) are closed anyway, as are all of them when the
+    scheduler cannot be reached.
     """
-    from distributed.comm import CommClosedError
+    from distributed.comm import CommClosedError, connect
+    from distributed.core import send_recv
     from distributed.nanny import Nanny
     from distributed.protocol import messages as m
 
-    addrs = [a for a in map(_worker_address, workers) if a]
+    joined = [w for w in workers if _joined(w)]
+    addrs = [a for a in map(_worker_address, joined) if a]
     # A nanny learns its worker's address only once that worker has started, which
     # is after it joined the scheduler: the scheduler knows it by its nanny.
-    unknown = {_listening(w) for w in workers if isinstance(w, Nanny) and not w.worker_address} - {None}
+    unknown = {_listening(w) for w in joined if isinstance(w, Nanny) and not w.worker_address} - {None}
+    if not addrs and not unknown:
+        return
     timeout = float(parse_timedelta(dask.config.get("distributed.comm.timeouts.tcp")) or 30)
     try:
         async with asyncio.timeout(timeout):
-            if unknown:
-                info = await workers[0].rpc.call(scheduler, m.Empty(op="identity"))
-                addrs += [a for a, ws in dict(info.get("workers") or {}).items() if ws.get("nanny") in unknown]
-            if not addrs:
-                return
-            logger.info("Retiring %d worker(s): handing the data only they hold to other workers", len(addrs))
-            request = m.RetireWorkers(op="retire_workers", workers=addrs, close_workers=False, remove=True)
-            retired = await workers[0].rpc.call(scheduler, request)
+            comm = await connect(
+                scheduler, timeout=RETIRE_CONNECT_TIMEOUT, name="worker-cli->scheduler", **workers[0].connection_args
+            )
+            try:
+                if unknown:
+                    info = await send_recv(comm, m.Empty(op="identity"))
+                    addrs += [a for a, ws in dict(info.get("workers") or {}).items() if ws.get("nanny") in unknown]
+                if not addrs:
+                    return
+                logger.info("Retiring %d worker(s): handing the data only they hold to other workers", len(addrs))
+                request = m.RetireWorkers(op="retire_workers", workers=addrs, close_workers=False, remove=True)
+                retired = await send_recv(comm, request)
+            finally:
+                await comm.close()
     except (OSError, CommClosedError, TimeoutError) as e:
         logger.warning("Could not retire the worker(s) gracefully (%s); closing them", e or type(e).__name__)
         return
@@ -451,6 +469,17 @@ async def _retire(workers: list[Worker | Nanny], scheduler: str) -> None:
             "No other worker could take the data only %s hold(s); closing anyway: the scheduler recomputes what it can",
             kept,
         )
+
+
+def _joined(w: Worker | Nanny) -> bool:
+    """Whether ``w`` reached the scheduler: a worker that registered, a nanny that started its worker process.
+
+    A nanny starts its worker only once it has registered with the scheduler
+    itself, so without a process no worker of its can have joined.
+    """
+    from distributed.nanny import Nanny
+
+    return w.process is not None if isinstance(w, Nanny) else w.batched_stream is not None
 
 
 def _listening(w: Worker | Nanny) -> str | None:

@@ -424,6 +424,45 @@ def test_worker_cannot_reach_scheduler(procs: Callable[..., Proc], tmp_path: Pat
     assert "Could not start" in worker.stderr()
 
 
+#: Nothing listens on port 1 of loopback (binding it needs root).
+NO_SCHEDULER = "tcp://127.0.0.1:1"
+#: How soon a worker that has no scheduler must exit after SIGINT/SIGTERM.
+PROMPT_EXIT = 5.0
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("nanny", [True, False])
+def test_signal_while_connecting(procs: Callable[..., Proc], tmp_path: Path, sig: signal.Signals, nanny: bool) -> None:
+    """Ctrl-C (or SIGTERM) stops a worker still trying to reach its scheduler at once, not after the connect timeout."""
+    worker = procs([*WORKER, NO_SCHEDULER, *([] if nanny else ["--no-nanny"])], name="worker")
+    poll_with_proc(lambda: "Waiting to connect to the scheduler" in worker.stderr(), 30, "the first try", worker)
+    start = time.monotonic()
+    assert worker.signal_and_wait(sig, timeout=PROMPT_EXIT) == 0, worker.stderr()
+    assert time.monotonic() - start < PROMPT_EXIT
+    assert "Traceback" not in worker.stderr()
+
+
+@pytest.mark.timeout(120)
+def test_signal_after_scheduler_lost(procs: Callable[..., Proc], tmp_path: Path) -> None:
+    """A nanny whose new worker waits for a scheduler that died exits at once on SIGINT (no retirement to wait for)."""
+    sched, address, _ = start_scheduler(procs, tmp_path)
+    worker = procs([*WORKER, address, "--nthreads", "1"], name="worker")
+    poll_with_proc(lambda: n_workers(address) == 1, 60, "the worker", worker)
+    waiting = worker.stderr().count("Waiting to connect to the scheduler")
+    sched.kill()
+    poll_with_proc(
+        lambda: worker.stderr().count("Waiting to connect to the scheduler") > waiting,
+        60,
+        "the nanny's new worker to wait for the scheduler",
+        worker,
+    )
+    start = time.monotonic()
+    assert worker.signal_and_wait(signal.SIGINT, timeout=PROMPT_EXIT) == 0, worker.stderr()
+    assert time.monotonic() - start < PROMPT_EXIT
+    assert "Traceback" not in worker.stderr()
+
+
 @pytest.mark.timeout(60)
 def test_port_in_use(procs: Callable[..., Proc], tmp_path: Path) -> None:
     with socket.socket() as s:
