@@ -48,14 +48,19 @@ _FIELDS: Final = {
 
 
 class TLSConfig(TypedDict):
-    """The TLS settings of one role, as :meth:`Security.get_tls_config_for_role` returns them."""
+    """The TLS settings of one role, as :meth:`Security.get_tls_config_for_role` returns them.
+
+    The four keys of dask.distributed's flat dict, each a path, PEM text or
+    None: libraries that deploy workers elsewhere turn every key into the
+    worker CLI's ``--tls-<key>`` option (and look for PEM text to write to a
+    file).  The TLS versions, which apply to every role, are the
+    ``Security``'s ``tls_min_version``/``tls_max_version``.
+    """
 
     ca_file: str | None
     ciphers: str | None
     cert: str | None
     key: str | None
-    min_version: ssl.TLSVersion
-    max_version: ssl.TLSVersion | None
 
 
 def _tls_version(value: object, what: str, allow_none: bool) -> ssl.TLSVersion | None:
@@ -243,8 +248,6 @@ class Security:
             ciphers=self.tls_ciphers,
             cert=getattr(self, f"tls_{role}_cert"),
             key=getattr(self, f"tls_{role}_key"),
-            min_version=self.tls_min_version,
-            max_version=self.tls_max_version,
         )
 
     def _context(self, role: str, purpose: ssl.Purpose) -> ssl.SSLContext | None:
@@ -265,9 +268,9 @@ class Security:
         # chain is checked, the name is not.
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_REQUIRED  # both ways: the server wants the client's certificate too
-        ctx.minimum_version = tls["min_version"]
-        if tls["max_version"] is not None:
-            ctx.maximum_version = tls["max_version"]
+        ctx.minimum_version = self.tls_min_version
+        if self.tls_max_version is not None:
+            ctx.maximum_version = self.tls_max_version
         if tls["ciphers"]:
             ctx.set_ciphers(tls["ciphers"])
         if cert is not None:

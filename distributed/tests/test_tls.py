@@ -218,9 +218,9 @@ def test_security_api() -> None:
         "ciphers": None,
         "cert": P.client.cert,
         "key": P.client.key,
-        "min_version": ssl.TLSVersion.TLSv1_2,
-        "max_version": None,
     }
+    # The versions are the Security's, for every role (libraries turn each key above into a --tls-<key> option).
+    assert (sec.tls_min_version, sec.tls_max_version) == (ssl.TLSVersion.TLSv1_2, None)
     listen_ctx = sec.get_listen_args("scheduler")["ssl_context"]
     assert listen_ctx is not None and listen_ctx.verify_mode == ssl.CERT_REQUIRED  # clients must show a certificate
     assert "BEGIN" not in repr(sec) and "tls_ca_file=..." in repr(sec)
