@@ -396,6 +396,16 @@ class Server:
         self._close_task = asyncio.get_running_loop().create_task(self._close())
         await asyncio.shield(self._close_task)
 
+    def stop(self) -> None:
+        """Stop accepting connections; comms already open and background work go on until :meth:`close`.
+
+        Synchronous, as in dask.distributed: for a caller that cannot await
+        (a signal handler, a finaliser of a deployment library) and wants no
+        newcomers while the server winds down.
+        """
+        for listener in self.listeners:
+            listener.stop()
+
     async def _close(self) -> None:
         self.status = Status.closing
         self.loop_health.disarm()

@@ -51,10 +51,17 @@ import dask.config
 from dask.utils import key_split, parse_timedelta
 
 from distributed.batched import BatchedSend
-from distributed.comm import CommClosedError, address_from_user_args, parse_address, validate_address
-from distributed.core import Route, Server
+from distributed.comm import (
+    CommClosedError,
+    address_from_user_args,
+    get_address_host,
+    parse_address,
+    validate_address,
+)
+from distributed.core import Route, Server, Status
 from distributed.diagnostics.plugin import SchedulerPlugin
 from distributed.exceptions import ActorLostError, KilledWorker, LostDataError, NoValidWorkerError
+from distributed.preloading import PreloadManager, process_preloads
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key, Payload
 from distributed.protocol.serialize import as_serialized, to_serialize
@@ -211,6 +218,16 @@ class Scheduler(Server):
         A :class:`~distributed.security.Security` (or a dict of its keywords):
         the TLS credentials of the ``scheduler`` role, used to listen (with
         ``protocol="tls"``) and to connect to workers.  Default from config.
+    preload
+        Modules to run in the scheduler: module names, paths to ``.py`` files,
+        ``http(s)://`` addresses or module source (see
+        :mod:`distributed.preloading`), imported now; their ``dask_setup(scheduler)``
+        runs once it has started, ``dask_teardown(scheduler)`` as it closes.
+        Default from ``distributed.scheduler.preload``.
+    preload_argv
+        Arguments for a preload whose ``dask_setup`` is a click command: one
+        list for all, or one per preload.  Default from
+        ``distributed.scheduler.preload-argv``.
     services, http_prefix, jupyter
         Only their defaults are supported yet (no extra services, HTTP
         routes at ``/``, no Jupyter server): any other value raises
@@ -249,8 +266,19 @@ class Scheduler(Server):
         services: Any = None,
         extensions: Mapping[str, ExtensionFactory] | None = None,
         jupyter: bool = False,
+        preload: str | Sequence[str] | None = None,
+        preload_argv: Sequence[str] | Sequence[Sequence[str]] | None = None,
     ) -> None:
         self.security = coerce_security(security, "Scheduler")
+        # First: a preload may change what the rest reads (the config, the comm backends).
+        #: The preloads, imported; set up at the end of start, torn down as the scheduler closes.
+        self.preloads: PreloadManager = process_preloads(
+            self,
+            preload or None,
+            preload_argv or None,
+            config_preload="distributed.scheduler.preload",
+            config_argv="distributed.scheduler.preload-argv",
+        )
         if http_prefix not in (None, "", "/"):
             raise unsupported("Scheduler", "http_prefix", f"routes are served at /, not {http_prefix!r}")
         refuse_unsupported("Scheduler", services=bool(services), jupyter=jupyter)
@@ -427,6 +455,7 @@ class Scheduler(Server):
                 logger.warning("Could not start the HTTP server", exc_info=True)
         if self.scheduler_file:
             self.write_scheduler_file(self.scheduler_file)
+        await self.preloads.start()
         logger.debug("Scheduler at: %s", self.address)
 
     def write_scheduler_file(self, path: str) -> None:
@@ -443,6 +472,7 @@ class Scheduler(Server):
                 await plugin.before_close()
             except Exception:
                 logger.exception("Plugin before_close failed")
+        await self.preloads.teardown()
         for _addr, bs in list(self.stream_comms.items()):
             try:
                 bs.send(m.CloseWorker(op="close-worker", reason="scheduler-close"))
@@ -466,14 +496,56 @@ class Scheduler(Server):
         await super()._close()
 
     def _check_idle(self) -> None:
+        self.check_idle()
+
+    def check_idle(self) -> float | None:
+        """Since when the scheduler has had nothing to do, or None while it has work.
+
+        Work is a task processing on a worker, queued, or waiting for a
+        worker that can run it.  Past ``idle_timeout`` of idleness the
+        scheduler closes itself.  Runs periodically when ``idle_timeout`` is
+        set; deployment libraries also call it to decide when to scale a
+        cluster to zero.
+
+        Returns
+        -------
+        float or None
+            The time (``time.time()``) the scheduler became idle, None when
+            it has work or is closing.
+        """
+        if self.status in (Status.closing, Status.closed):
+            return None
         if any(ws.processing for ws in self.workers.values()) or self.unrunnable or self.n_queued:
             self.idle_since = None
-            return
+            return None
         if self.idle_since is None:
             self.idle_since = time.time()
-        elif self.idle_timeout and time.time() > self.idle_since + self.idle_timeout:
+            return self.idle_since
+        if self.idle_timeout and time.time() > self.idle_since + self.idle_timeout:
             logger.info("Scheduler idle for %s s, closing", self.idle_timeout)
             self.spawn(self.close(), name="idle-close")
+        return self.idle_since
+
+    @property
+    def ip(self) -> str:
+        """The host part of the address listened at (``"0.0.0.0"`` when listening on every interface).
+
+        Raises
+        ------
+        AttributeError
+            Before the scheduler listens (so ``getattr(s, "ip", None)`` gives None then).
+        """
+        if not self.listeners:
+            raise AttributeError(f"{type(self).__name__} is not listening yet: no ip")
+        return get_address_host(self.listen_address)
+
+    @property
+    def services(self) -> dict[str, Any]:
+        """The servers running beside the scheduler's comms, by name: ``"dashboard"``, the HTTP server, if any.
+
+        Each has a ``port``; :meth:`identity` reports ``{name: port}``.
+        """
+        return {"dashboard": self.http_server} if self.http_server is not None else {}
 
     def _check_worker_ttl(self) -> None:
         assert self.worker_ttl is not None
@@ -489,7 +561,7 @@ class Scheduler(Server):
             "type": "Scheduler",
             "id": self.id,
             "address": self.address,
-            "services": {"dashboard": self.http_server.port} if self.http_server is not None else {},
+            "services": {name: server.port for name, server in self.services.items()},
             "started": self.time_started,
             "n_workers": len(self.workers),
             "total_threads": self.total_nthreads,
