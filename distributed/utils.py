@@ -26,7 +26,10 @@ from distributed.interfaces import get_ip, get_ip_interface, get_ipv6
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "Log",
+    "Logs",
     "LoopRunner",
+    "SyncMethodMixin",
     "TimeoutError",
     "format_bytes",
     "format_dashboard_link",
@@ -37,6 +40,7 @@ __all__ = [
     "get_ipv6",
     "get_traceback",
     "import_term",
+    "in_async_call",
     "iscoroutinefunction",
     "key_split",
     "parse_bytes",
@@ -219,11 +223,26 @@ class LoopRunner:
     loop
         An existing loop (asyncio, or a tornado IOLoop) to use instead of
         starting one; it is then not stopped by :meth:`stop`.
+    name
+        The name of the loop's thread.
+    asynchronous
+        Without ``loop``: use the loop running the caller (which must be one)
+        instead of starting one, as an asynchronous object does.
+
+    Raises
+    ------
+    RuntimeError
+        With ``asynchronous=True`` and no ``loop``, when no loop runs the caller.
     """
 
     _started = 0
 
-    def __init__(self, loop: Any = None, name: str = "distributed-loop") -> None:
+    def __init__(self, loop: Any = None, name: str = "distributed-loop", asynchronous: bool = False) -> None:
+        if loop is None and asynchronous:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                raise RuntimeError("LoopRunner(asynchronous=True) needs a running event loop (or loop=)") from None
         self._own = loop is None
         self.name = name
         self.thread: threading.Thread | None = None
@@ -277,6 +296,97 @@ class LoopRunner:
     def is_started(self) -> bool:
         """Whether the loop is running."""
         return self.loop.is_running()
+
+
+def in_async_call(loop: Any, default: bool = False) -> bool:
+    """Whether the caller runs on ``loop`` (an asyncio loop or a tornado IOLoop).
+
+    When no loop runs the caller's thread and ``loop`` is not running either
+    (it may yet be started in this thread), ``default``.
+    """
+    aloop = get_asyncio_loop(loop)
+    try:
+        return asyncio.get_running_loop() is aloop
+    except RuntimeError:
+        return default if not aloop.is_running() else False
+
+
+class SyncMethodMixin:
+    """An ``asynchronous`` property and a :meth:`sync` method for a class with a ``loop``.
+
+    For classes whose methods are coroutines that callers outside the loop
+    call as blocking functions: a subclass sets ``loop`` (the event loop its
+    coroutines run on) and may set ``_asynchronous`` (its default when the
+    loop is not running yet).
+    """
+
+    loop: Any
+    _asynchronous: bool = False
+
+    @property
+    def asynchronous(self) -> bool:
+        """Whether the caller runs on the object's loop (so calls return awaitables)."""
+        try:
+            return in_async_call(self.loop, default=getattr(self, "_asynchronous", False))
+        except (RuntimeError, TypeError):
+            return False
+
+    def sync(
+        self,
+        func: Callable[..., Awaitable[T]],
+        *args: Any,
+        asynchronous: bool | None = None,
+        callback_timeout: float | str | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Call ``func(*args, **kwargs)``: return its awaitable when asynchronous, else block for its result.
+
+        Raises
+        ------
+        TimeoutError
+            After ``callback_timeout`` seconds.
+        """
+        timeout = parse_timedelta(callback_timeout, "s") if callback_timeout is not None else None
+        if asynchronous is None:
+            asynchronous = self.asynchronous
+        if asynchronous:
+            aw = func(*args, **kwargs)
+            return wait_for(aw, timeout) if timeout is not None else aw
+        return sync(self.loop, func, *args, callback_timeout=timeout, **kwargs)
+
+
+class Log(str):
+    """Log records as one text, a record per line, shown in notebooks with warnings and errors highlighted.
+
+    What :meth:`Cluster.get_logs <distributed.deploy.Cluster.get_logs>` gives per source.
+    """
+
+    def _repr_html_(self) -> str:
+        import html
+
+        def style(line: str) -> str:
+            # The worst level a line names sets its colour (CRITICAL lines often also say ERROR).
+            for level, colour in (("CRITICAL", "orangered"), ("ERROR", "crimson"), ("WARNING", "orange")):
+                if level in line:
+                    return f"font-family: monospace; margin: 0; font-weight: bold; color: {colour};"
+            return "font-family: monospace; margin: 0;"
+
+        return "\n".join(f'<p style="{style(line)}">{html.escape(line)}</p>' for line in self.split("\n"))
+
+
+class Logs(dict[str, Log]):
+    """Logs by source (``"Cluster"``, ``"Scheduler"``, a worker's address), shown in notebooks as folded sections."""
+
+    def _repr_html_(self) -> str:
+        import html
+
+        parts = []
+        for title, log in self.items():
+            body = log._repr_html_() if isinstance(log, Log) else Log(str(log))._repr_html_()
+            parts.append(
+                f"<details>\n<summary style='display:list-item'>{html.escape(str(title))}</summary>\n{body}\n</details>"
+            )
+        return "\n".join(parts)
 
 
 _strip_prefixes = (

@@ -396,6 +396,8 @@ async def _run(
                 host = get_address_host(w.address)
             host = unparse_host_port(host)
             logger.info("  dashboard at:   %s://%s:%d/health", w.http_server.scheme, host, w.http_server.port)
+    # Started means registered: batch-system launchers (dask-jobqueue's) wait for this line, as dask's prints it.
+    logger.info("  Registered to:  %s", address)
 
     async def all_finished() -> None:
         await asyncio.gather(*(w.finished() for w in workers))

@@ -22,6 +22,7 @@ awaits them on close, so nothing outlives the cluster.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
@@ -33,7 +34,7 @@ from distributed.comm import get_address_host, parse_address
 from distributed.core import ConnectionPool, LogBuffer, Status
 from distributed.protocol import messages as m
 from distributed.security import Security
-from distributed.utils import LoopRunner, format_dashboard_link, sync
+from distributed.utils import Log, Logs, LoopRunner, format_dashboard_link, sync
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +68,9 @@ class Cluster:
         A name for ``repr``.
     scheduler_sync_interval
         Seconds between refreshes of :attr:`scheduler_info`.
+    quiet
+        Do not print the progress messages a subclass reports with
+        :meth:`_log` (they are kept for :meth:`get_logs` all the same).
     """
 
     def __init__(
@@ -75,8 +79,13 @@ class Cluster:
         loop: Any = None,
         name: str | None = None,
         scheduler_sync_interval: float | str = 1,
+        quiet: bool = False,
     ) -> None:
         self.asynchronous = asynchronous
+        #: Whether :meth:`_log` keeps its messages without printing them.
+        self.quiet = quiet
+        #: What subclasses reported with :meth:`_log`: ``(when, message)``, oldest first.
+        self._cluster_manager_logs: list[tuple[datetime.datetime, str]] = []
         self.name = name or type(self).__name__
         self.status = Status.created
         self.scheduler_info: dict[str, Any] = {}
@@ -343,6 +352,41 @@ class Cluster:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.1)
 
+    def _log(self, message: str) -> None:
+        """Report a step of the cluster's life to the user (print it, unless ``quiet``) and keep it for :meth:`get_logs`.
+
+        For subclasses whose start takes a while (submitting a job, waiting
+        for a machine), as in dask.distributed.
+
+        Examples
+        --------
+        >>> self._log("Submitted job 1234 to the batch system")  # doctest: +SKIP
+        """
+        self._cluster_manager_logs.append((datetime.datetime.now(), message))
+        logger.info("%s: %s", self.name, message)
+        if not self.quiet:
+            # Meant for the person watching a notebook or terminal, not for the logging configuration.
+            print(message)
+
+    def get_client(self) -> Any:
+        """A client of this cluster: the current client if it is connected to this cluster, else a new one.
+
+        Returns
+        -------
+        Client
+            Synchronous or asynchronous as the cluster is (an asynchronous
+            one is to be awaited, as ``Client(cluster, asynchronous=True)``).
+        """
+        from distributed.client import Client
+
+        try:
+            current = Client.current()
+        except ValueError:
+            current = None
+        if current is not None and getattr(current, "cluster", None) is self:
+            return current
+        return Client(self, asynchronous=self.asynchronous)
+
     def get_logs(self, cluster: bool = True, scheduler: bool = True, workers: bool | list[str] = True) -> Any:
         """Recent log records of the cluster, its scheduler and its workers.
 
@@ -352,7 +396,8 @@ class Cluster:
         Parameters
         ----------
         cluster
-            Include the cluster's own records (``distributed.deploy``) under ``"Cluster"``.
+            Include, under ``"Cluster"``, what the cluster reported with
+            :meth:`_log`, then its own records (``distributed.deploy``).
         scheduler
             Include the scheduler's under ``"Scheduler"``.
         workers
@@ -361,21 +406,24 @@ class Cluster:
 
         Returns
         -------
-        dict[str, str]
-            One text per source, a record per line; an awaitable of it when
-            the cluster is asynchronous.
+        Logs
+            One :class:`~distributed.utils.Log` text per source, a record per
+            line (both show as HTML in a notebook); an awaitable of it when the
+            cluster is asynchronous.
         """
         return self.sync(self._get_logs, cluster, scheduler, workers)
 
-    async def _get_logs(self, cluster: bool, scheduler: bool, workers: bool | list[str]) -> dict[str, str]:
-        out: dict[str, str] = {}
+    async def _get_logs(self, cluster: bool, scheduler: bool, workers: bool | list[str]) -> Logs:
+        out = Logs()
         if cluster:
-            out["Cluster"] = _as_text(self._logs.get())
+            own = [text for _, text in self._cluster_manager_logs]
+            records = _as_text(self._logs.get())
+            out["Cluster"] = Log("\n".join(own + ([records] if records else [])))
         if self._pool is None or self._scheduler_address is None:
             return out
         msg = m.GetLogs(op="get_logs")
         if scheduler:
-            out["Scheduler"] = _as_text(await self._pool.call(self._scheduler_address, msg))
+            out["Scheduler"] = Log(_as_text(await self._pool.call(self._scheduler_address, msg)))
         if workers:
             if workers is True:
                 await self._refresh_scheduler_info()
@@ -383,7 +431,7 @@ class Cluster:
             else:
                 addresses = list(workers)
             replies = await asyncio.gather(*(self._pool.call(a, msg) for a in addresses))
-            out.update({a: _as_text(r) for a, r in zip(addresses, replies)})
+            out.update({a: Log(_as_text(r)) for a, r in zip(addresses, replies)})
         return out
 
     # -- display ------------------------------------------------------------------------

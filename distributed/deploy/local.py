@@ -55,7 +55,7 @@ from distributed.worker import Worker, parse_memory_limit
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["LocalCluster", "split_cores"]
+__all__ = ["LocalCluster", "nprocesses_nthreads", "split_cores"]
 
 
 def split_cores(cores: int) -> tuple[int, int]:
@@ -76,6 +76,22 @@ def split_cores(cores: int) -> tuple[int, int]:
     root = math.sqrt(cores)
     workers = min(d for d in range(1, cores + 1) if cores % d == 0 and d >= root)
     return workers, cores // workers
+
+
+def nprocesses_nthreads(n: int | None = None) -> tuple[int, int]:
+    """The default ``(processes, threads_per_process)`` for ``n`` cores (default: this machine's).
+
+    The split :class:`LocalCluster` makes with processes (see :func:`split_cores`);
+    libraries that deploy dask on batch systems size their jobs' workers with it.
+
+    Examples
+    --------
+    >>> nprocesses_nthreads(4)
+    (4, 1)
+    >>> nprocesses_nthreads(32)
+    (8, 4)
+    """
+    return split_cores(os.cpu_count() or 1 if n is None else n)
 
 
 def _resolve_worker_class(worker_class: Any) -> type[Any] | None:

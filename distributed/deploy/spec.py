@@ -40,7 +40,7 @@ import logging
 import math
 import weakref
 from collections.abc import Generator, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Self, cast
 
 from dask.utils import parse_bytes
 
@@ -96,6 +96,14 @@ def _options(spec: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(opts, Mapping):
         raise TypeError(f"A spec's options must be a dict, got {opts!r}")
     return dict(opts)
+
+
+class _Done:
+    """An awaitable that is already done: what an asynchronous cluster's ``scale`` returns before it starts."""
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return
+        yield
 
 
 class ProcessInterface:
@@ -209,6 +217,12 @@ class SpecCluster(Cluster):
         synchronous cluster: an asynchronous one's loop is its caller's, gone by then).
     scheduler_sync_interval
         Seconds between refreshes of ``scheduler_info``.
+    shutdown_scheduler
+        Close the scheduler when the cluster closes (False: the workers close,
+        the scheduler is left running, as for a scheduler shared with others).
+    quiet
+        Do not print the messages a subclass reports with ``_log`` (they are
+        kept for :meth:`get_logs` all the same).
 
     Examples
     --------
@@ -230,10 +244,20 @@ class SpecCluster(Cluster):
         name: str | None = None,
         shutdown_on_close: bool = True,
         scheduler_sync_interval: float | str = 1,
+        shutdown_scheduler: bool = True,
+        quiet: bool = False,
     ) -> None:
         super().__init__(
-            asynchronous=asynchronous, loop=loop, name=name, scheduler_sync_interval=scheduler_sync_interval
+            asynchronous=asynchronous,
+            loop=loop,
+            name=name,
+            scheduler_sync_interval=scheduler_sync_interval,
+            quiet=quiet,
         )
+        # The name subclasses build worker names from (dask-jobqueue's "<cluster name>-<n>"), as in dask.distributed.
+        self._name = name or type(self).__name__
+        #: Whether closing the cluster closes its scheduler too.
+        self.shutdown_scheduler = shutdown_scheduler
         self.security = coerce_security(security, "SpecCluster")
         for nm, spec in (workers or {}).items():
             _spec_class(spec, f"worker {nm!r}")
@@ -318,7 +342,9 @@ class SpecCluster(Cluster):
                 for r in results:
                     if isinstance(r, BaseException):
                         logger.warning("Closing a worker failed: %r", r)
-            if isinstance(self.scheduler, ProcessInterface):
+            if not self.shutdown_scheduler:
+                logger.info("%s: leaving the scheduler at %s running", self.name, self._scheduler_address)
+            elif isinstance(self.scheduler, ProcessInterface):
                 await self._terminate_remote_scheduler(self.scheduler)
             elif self.scheduler is not None:
                 await self.scheduler.close()
@@ -469,16 +495,26 @@ class SpecCluster(Cluster):
                 return opts[key]
         return None
 
+    def _group_size(self) -> int:
+        """Workers each new entry starts: the worker template's ``group``, else 1."""
+        group = self.new_spec.get("group") if self.new_spec is not None else None
+        return 1 if group is None else len(list(group))
+
     def _threads_per_worker(self) -> int:
-        """Threads each new worker has (from the worker template's ``nthreads``)."""
-        n = self._template_option("nthreads", "threads_per_worker", "ncores")
+        """Threads of each new entry, from the worker template's options.
+
+        ``nthreads`` (or ``threads_per_worker``, ``ncores``, ``threads``,
+        ``cores``): for a template starting a group, the whole job's, as
+        dask-jobqueue's ``cores`` (the name and the reading are dask.distributed's).
+        """
+        n = self._template_option("nthreads", "threads_per_worker", "ncores", "threads", "cores")
         if n is None:
             raise ValueError(f"{self.name}: the worker template sets no nthreads: cannot count workers by cores")
         return max(1, int(n))
 
     def _memory_per_worker(self) -> int:
-        """Bytes each new worker may use (from the worker template's ``memory_limit``)."""
-        mem = self._template_option("memory_limit")
+        """Bytes each new entry may use, from the worker template's ``memory_limit`` (or ``memory``)."""
+        mem = self._template_option("memory_limit", "memory")
         if mem is None or mem == "auto":
             raise ValueError(f"{self.name}: the worker template sets no memory_limit: cannot count workers by memory")
         n = parse_bytes(mem) if isinstance(mem, str) else int(mem)
@@ -486,27 +522,18 @@ class SpecCluster(Cluster):
             raise ValueError(f"{self.name}: the worker template's memory_limit is unlimited: cannot count by memory")
         return int(n)
 
-    def _workers_for(self, n: int, memory: str | int | None, cores: int | None) -> int:
-        """``n``, raised to cover ``memory`` bytes and ``cores`` threads with whole workers."""
+    def _entries_for(self, n: int, memory: str | int | None, cores: int | None) -> int:
+        """``n`` entries, raised to cover ``memory`` bytes and ``cores`` threads with whole entries."""
         if memory is not None:
-            per = self._memory_per_worker()
-            n = max(n, math.ceil(parse_bytes(memory) / per))
+            n = max(n, math.ceil(parse_bytes(memory) / self._memory_per_worker()))
         if cores is not None:
             n = max(n, math.ceil(cores / self._threads_per_worker()))
         if n < 0:
             raise ValueError(f"Cannot scale to a negative number of workers: {n}")
         return n
 
-    def _entries_for(self, n: int) -> int:
-        """Spec entries to run ``n`` workers: with a template starting a group, enough whole groups."""
-        group = self.new_spec.get("group") if self.new_spec is not None else None
-        if group is None:
-            return n
-        return math.ceil(n / len(list(group)))
-
     def _set_target(self, n: int) -> None:
-        """Edit ``worker_spec`` to run ``n`` workers: entries not yet arrived go first, then the newest."""
-        n = self._entries_for(n)
+        """Edit ``worker_spec`` to hold ``n`` entries: entries not yet arrived go first, then the newest."""
         if len(self.worker_spec) > n:
             arrived = {str(w.get("name")) for w in self.scheduler_info.get("workers", {}).values()}
             pending = [
@@ -525,27 +552,46 @@ class SpecCluster(Cluster):
                 self.worker_spec.update(self.new_worker_spec())
 
     def scale(self, n: int = 0, memory: str | int | None = None, cores: int | None = None) -> Any:
-        """Scale to ``n`` workers, or to enough for ``memory`` bytes or ``cores`` threads.
+        """Scale to ``n`` entries of ``worker_spec``, or to enough for ``memory`` bytes or ``cores`` threads.
 
-        With a worker template starting a ``group`` of workers per entry, as
-        many whole entries as cover ``n`` workers run (``n`` rounded up).
+        An entry is one worker, or, with a worker template starting a
+        ``group``, one job running the group's workers: ``n`` counts entries,
+        as in dask.distributed (dask-jobqueue's ``scale(jobs=)`` passes jobs
+        here; use :meth:`scale_up` to count workers).  With ``memory`` or
+        ``cores``, the number of entries is rounded up from the worker
+        template's ``memory_limit``/``nthreads`` (a job's ``memory``/``cores``)
+        and is at least ``n``.
 
-        With ``memory`` or ``cores``, the number of workers is rounded up
-        (from the worker template's ``memory_limit``/``nthreads``) and is at
-        least ``n``.  Stops adaptive scaling, as the user now sets the size.
-        Blocks until done on a synchronous cluster; on an asynchronous one,
-        returns a task (awaiting it is optional: it runs either way).
+        ``worker_spec`` holds the new target when this returns; the workers
+        start or close on the cluster's loop.  Stops adaptive scaling, as the
+        user now sets the size.  Blocks until done on a synchronous cluster;
+        on an asynchronous one, returns an awaitable (awaiting it is optional:
+        the change happens either way).
         """
-        self._workers_for(n, memory, cores)  # a bad request leaves adaptive scaling alone
+        target = self._entries_for(n, memory, cores)  # a bad request leaves adaptive scaling alone
         if self._adaptive is not None:
             self._adaptive.stop()
             self._adaptive = None
-        return self.scale_up(n, memory=memory, cores=cores)
+        return self._apply_target(target)
 
     def scale_up(self, n: int = 0, memory: str | int | None = None, cores: int | None = None) -> Any:
-        """Scale to ``n`` workers, as :meth:`scale`, but leave adaptive scaling on (it is what calls this)."""
-        target = self._workers_for(n, memory, cores)
-        return self._run(self._scale_to(target), f"scale-{target}")
+        """Scale to ``n`` workers, as :meth:`scale`, but leave adaptive scaling on (it is what calls this).
+
+        ``n`` counts workers: with a template starting a group, as many whole
+        entries run as cover ``n`` workers (rounded up).
+        """
+        target = self._entries_for(math.ceil(n / self._group_size()), memory, cores)
+        return self._apply_target(target)
+
+    def _apply_target(self, n: int) -> Any:
+        """Set ``worker_spec`` to ``n`` entries now, then have the workers follow on the loop."""
+        if self.asynchronous or self._in_loop_thread():
+            self._set_target(n)
+            if self.status == Status.created:
+                # Starting the cluster starts what worker_spec holds: nothing to do until then.
+                return _Done()
+            return self._spawn(self._correct_state(), name=f"scale-{n}")
+        return self.sync(self._scale_to, n)
 
     def scale_down(self, workers: Iterable[Any]) -> Any:
         """Close these workers (by name, or by address), retiring them through the scheduler first.
@@ -565,6 +611,7 @@ class SpecCluster(Cluster):
         return self.sync(run)
 
     async def _scale_to(self, n: int) -> None:
+        """Run ``n`` entries (the base class's hook; ``n`` counts entries here)."""
         self._set_target(n)
         await self._correct_state()
 
@@ -574,6 +621,16 @@ class SpecCluster(Cluster):
             if nm in names:
                 del self.worker_spec[nm]
         await self._correct_state()
+
+    def __await__(self) -> Generator[Any, None, Self]:
+        """Start the cluster if need be, then wait until the workers match ``worker_spec`` (as in dask.distributed)."""
+
+        async def settle() -> Self:
+            await self._start_once()
+            await self._correct_state()
+            return self
+
+        return settle().__await__()
 
     def _names_of(self, workers: Iterable[Any]) -> list[Any]:
         """Names in ``worker_spec`` of the entries of these workers, given by name or by address."""
@@ -660,14 +717,16 @@ class SpecCluster(Cluster):
         from distributed.deploy.adaptive import Adaptive as DefaultAdaptive
 
         cls = Adaptive or DefaultAdaptive
+        # Cores and memory are counted per entry (a job of a group), the bounds in workers.
+        per = self._group_size()
         if minimum_cores is not None:
-            minimum = max(minimum or 0, math.ceil(minimum_cores / self._threads_per_worker()))
+            minimum = max(minimum or 0, per * math.ceil(minimum_cores / self._threads_per_worker()))
         if minimum_memory is not None:
-            minimum = max(minimum or 0, math.ceil(parse_bytes(minimum_memory) / self._memory_per_worker()))
+            minimum = max(minimum or 0, per * math.ceil(parse_bytes(minimum_memory) / self._memory_per_worker()))
         if maximum_cores is not None:
-            maximum = min(maximum, math.floor(maximum_cores / self._threads_per_worker()))
+            maximum = min(maximum, per * math.floor(maximum_cores / self._threads_per_worker()))
         if maximum_memory is not None:
-            maximum = min(maximum, math.floor(parse_bytes(maximum_memory) / self._memory_per_worker()))
+            maximum = min(maximum, per * math.floor(parse_bytes(maximum_memory) / self._memory_per_worker()))
         if self._adaptive is not None:
             self._adaptive.stop()
         self._adaptive_options.update(kwargs)

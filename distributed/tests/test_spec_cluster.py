@@ -260,7 +260,8 @@ async def test_group_scale_starts_and_closes_whole_entries_handing_data_off() ->
     CALLS.clear()
     async with SpecCluster(scheduler=SCHEDULER, worker=GROUP_SPEC, asynchronous=True) as cluster:
         async with Client(cluster, asynchronous=True) as c:
-            await cluster.scale(4)
+            # scale counts entries (jobs), as in dask.distributed: two jobs of two workers each.
+            await cluster.scale(2)
             await c.wait_for_workers(4)
             assert set(cluster.worker_spec) == {0, 1} and len(cluster.workers) == 2
             names = {"0-0", "0-1", "1-0", "1-1"}
@@ -272,10 +273,10 @@ async def test_group_scale_starts_and_closes_whole_entries_handing_data_off() ->
             futures = [c.submit(counted_inc, i, workers=[by_name[sorted(names)[i % 4]]]) for i in range(12)]
             assert await c.gather(futures) == list(range(1, 13))
             jobs: list[Any] = list(cluster.workers.values())
-            # Three workers round up to the same two entries.
-            await cluster.scale(3)
+            # scale_up counts workers: three round up to the same two entries.
+            await cluster.scale_up(3)
             assert set(cluster.worker_spec) == {0, 1}
-            await cluster.scale(2)
+            await cluster.scale(1)
             assert set(cluster.worker_spec) == {0} and set(cluster.workers) == {0}
             assert scheduler_names(cluster) == {"0-0", "0-1"}
             assert cluster.plan == {"0-0", "0-1"}
@@ -289,7 +290,7 @@ async def test_group_scale_starts_and_closes_whole_entries_handing_data_off() ->
 async def test_group_scale_down_by_member_name_or_address_closes_its_entry() -> None:
     async with SpecCluster(scheduler=SCHEDULER, worker=GROUP_SPEC, asynchronous=True) as cluster:
         async with Client(cluster, asynchronous=True) as c:
-            await cluster.scale(6)
+            await cluster.scale(3)
             await c.wait_for_workers(6)
             await cluster.scale_down(["1-1"])
             assert set(cluster.worker_spec) == {0, 2}
