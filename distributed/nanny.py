@@ -43,7 +43,7 @@ import inspect
 import logging
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import dask.config
@@ -55,6 +55,7 @@ from distributed.comm.addressing import listen_addresses, listen_protocol, parse
 from distributed.core import Route, Server, Status, error_message, send_recv
 from distributed.deploy.spawn import ServerProcess, config_snapshot
 from distributed.diagnostics.plugin import NannyPlugin
+from distributed.preloading import PreloadManager, process_preloads
 from distributed.protocol import messages as m
 from distributed.protocol.serialize import Serialize, unwrap
 from distributed.security import Security, coerce_security
@@ -136,14 +137,23 @@ class Nanny(Server):
         With ``lifetime``: when the worker reaches its lifetime it hands its
         data to other workers and the nanny starts a new worker (instead of
         closing).
+    preload, preload_argv
+        The worker's preloads and their arguments, passed on to each worker
+        process (see :class:`~distributed.Worker`); default from
+        ``distributed.worker.preload`` and ``distributed.worker.preload-argv``.
+    preload_nanny, preload_nanny_argv
+        The nanny's own preloads (see :mod:`distributed.preloading`),
+        imported now; their ``dask_setup(nanny)`` runs once the nanny listens,
+        before it registers with the scheduler, and ``dask_teardown(nanny)``
+        first thing as it closes.  Default from ``distributed.nanny.preload``
+        and ``distributed.nanny.preload-argv``.
     **worker_kwargs
         Other :class:`~distributed.Worker` keywords.
 
     Raises
     ------
     NotImplementedError
-        For ``services``, ``preload*``, ``data`` and ``loop``:
-        a nanny cannot honour them here.
+        For ``services``, ``data`` and ``loop``: a nanny cannot honour them here.
 
     Examples
     --------
@@ -174,10 +184,10 @@ class Nanny(Server):
         loop: Any = None,
         security: Security | dict[str, Any] | None = None,
         services: Any = None,
-        preload: Any = None,
-        preload_argv: Any = None,
-        preload_nanny: Any = None,
-        preload_nanny_argv: Any = None,
+        preload: str | Sequence[str] | None = None,
+        preload_argv: Sequence[str] | Sequence[Sequence[str]] | None = None,
+        preload_nanny: str | Sequence[str] | None = None,
+        preload_nanny_argv: Sequence[str] | Sequence[Sequence[str]] | None = None,
         plugins: Iterable[NannyPlugin] = (),
         data: Any = None,
         lifetime_restart: bool = False,
@@ -187,11 +197,16 @@ class Nanny(Server):
             "Nanny",
             loop=loop is not None,
             services=bool(services),
-            preload=bool(preload),
-            preload_argv=bool(preload_argv),
-            preload_nanny=bool(preload_nanny),
-            preload_nanny_argv=bool(preload_nanny_argv),
             data=data is not None,
+        )
+        # Before the scheduler's address is looked up: a preload may set it (``scheduler-address``).
+        #: The nanny's own preloads, imported; set up once it listens, torn down first as it closes.
+        self.preloads: PreloadManager = process_preloads(
+            self,
+            preload_nanny,
+            preload_nanny_argv,
+            config_preload="distributed.nanny.preload",
+            config_argv="distributed.nanny.preload-argv",
         )
         for key in ("nanny", "scheduler_ip", "scheduler_port"):
             if key in worker_kwargs:
@@ -233,6 +248,15 @@ class Nanny(Server):
             "security": self.security,
             **worker_kwargs,
         }
+        # Imported by each worker process (where they run), not here; unset, the worker reads its config.
+        if preload is not None:
+            self._worker_kwargs["preload"] = [preload] if isinstance(preload, str) else list(preload)
+        if preload_argv is not None:
+            self._worker_kwargs["preload_argv"] = (
+                preload_argv
+                if isinstance(preload_argv, str)
+                else [a if isinstance(a, str) else list(a) for a in preload_argv]
+            )
         if lifetime_restart:
             if worker_kwargs.get("lifetime") is None:
                 raise ValueError("Nanny(lifetime_restart=True) needs lifetime=")
@@ -313,6 +337,7 @@ class Nanny(Server):
         )
         await self.listen_first_free(addrs, default_host)
         self._lock = asyncio.Lock()
+        await self.preloads.start()
         for plugin in self._initial_plugins:
             await self.plugin_add(plugin, restart=False)
         for name, payload in (await self._register_with_scheduler()).items():
@@ -553,6 +578,8 @@ class Nanny(Server):
 
     async def _close(self) -> None:
         self.status = Status.closing
+        # First, as in dask.distributed: a teardown still sees the worker process.
+        await self.preloads.teardown()
         proc, self.process = self.process, None
         if proc is not None:
             await proc.close(timeout=self._close_timeout)

@@ -39,6 +39,7 @@ from distributed.dask_api import dask_version
 from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.exceptions import Reschedule
 from distributed.http.server import HTTPServerHandle
+from distributed.preloading import PreloadManager, process_preloads
 from distributed.profile import Profiler, ProfileSettings, ProfileState, create
 from distributed.protocol import messages as m
 from distributed.protocol.framing import ProtocolError, is_msgpack_serializable
@@ -188,6 +189,17 @@ class Worker(Server):
     lifetime_restart
         At the end of ``lifetime``, have the nanny start a new worker rather
         than close too (needs a nanny and a ``lifetime``).
+    preload
+        Modules to run in the worker: module names, paths to ``.py`` files,
+        ``http(s)://`` addresses or module source (see
+        :mod:`distributed.preloading`), imported now; their ``dask_setup(worker)``
+        runs once it listens, before it registers with the scheduler, and
+        ``dask_teardown(worker)`` as it closes.  Default from
+        ``distributed.worker.preload``.
+    preload_argv
+        Arguments for a preload whose ``dask_setup`` is a click command: one
+        list for all, or one per preload.  Default from
+        ``distributed.worker.preload-argv``.
 
     Examples
     --------
@@ -230,10 +242,21 @@ class Worker(Server):
         dashboard: bool | None = None,
         dashboard_address: str | None = None,
         silence_logs: int | bool | None = None,
+        preload: str | Sequence[str] | None = None,
+        preload_argv: Sequence[str] | Sequence[Sequence[str]] | None = None,
         **kwargs: Any,
     ) -> None:
         check_unsupported_worker_kwargs(kwargs)
         self.security = coerce_security(security, "Worker")
+        # Before the scheduler's address is looked up: a preload may set it (``scheduler-address``).
+        #: The preloads, imported; set up once the worker listens, torn down as it closes.
+        self.preloads: PreloadManager = process_preloads(
+            self,
+            preload or None,
+            preload_argv or None,
+            config_preload="distributed.worker.preload",
+            config_argv="distributed.worker.preload-argv",
+        )
         if lifetime_restart and nanny is None:
             raise unsupported("Worker", "lifetime_restart", "it needs a nanny to start the new worker")
         if lifetime_restart and lifetime is None:
@@ -418,6 +441,8 @@ class Worker(Server):
             self.name = self.address
         for plugin in self._initial_plugins:
             await self.add_plugin(plugin)
+        # Before joining, as in dask.distributed: what a setup adds (handlers, plugins) is there for the first task.
+        await self.preloads.start()
         await self._register_with_scheduler()
         settings = self._profile_settings
         if settings.enabled:
@@ -634,6 +659,7 @@ class Worker(Server):
                         await result
                 except Exception:
                     logger.exception("Plugin %s teardown failed", name)
+            await self.preloads.teardown()
             if self._client is not None:
                 try:
                     await self._client.close(asynchronous=True)

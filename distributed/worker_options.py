@@ -17,8 +17,6 @@ __all__ = ["check_unsupported_worker_kwargs"]
 
 #: dask.distributed Worker keywords not implemented yet, with the values that mean "not used".
 _NOT_SUPPORTED: dict[str, tuple[Any, ...]] = {
-    "preload": (None, (), []),
-    "preload_argv": (None, (), []),
     "executor": (None,),
     "extensions": (None, {}),
     "metrics": (None, {}),

@@ -31,6 +31,7 @@ from distributed.cli.utils import (
     pid_file as write_pid_file,
 )
 from distributed.comm.addressing import address_from_user_args, parse_address, parse_host_port
+from distributed.preloading import validate_preload_argv
 
 __all__ = ["main"]
 
@@ -43,7 +44,10 @@ def _version() -> str:
     return __version__
 
 
-@click.command(name="scheduler", context_settings={"help_option_names": ["-h", "--help"]})
+# Unknown options are let through to preload_argv, which checks them against the --preload modules' click commands.
+@click.command(
+    name="scheduler", context_settings={"help_option_names": ["-h", "--help"], "ignore_unknown_options": True}
+)
 @click.option("--host", type=str, default="", help="URI, IP or hostname to listen on (default: all interfaces)")
 @click.option("--port", type=int, default=None, help="Port to listen on (default 8786; 0: any free port)")
 @click.option("--interface", type=str, default=None, help="Network interface to listen on, like 'eth0' or 'ib0'")
@@ -74,9 +78,15 @@ def _version() -> str:
     default=None,
     help="Close the scheduler after this long without work (e.g. '1 hour')",
 )
-@click.option("--preload", type=str, multiple=True, help="Not supported yet: refused when given")
+@click.option(
+    "--preload",
+    type=str,
+    multiple=True,
+    is_eager=True,
+    help='Module to run in the scheduler, like "foo.bar" or "/path/to/foo.py" (its dask_setup, dask_teardown)',
+)
 @tls_options
-@click.argument("preload_argv", nargs=-1, type=click.UNPROCESSED)
+@click.argument("preload_argv", nargs=-1, type=click.UNPROCESSED, callback=validate_preload_argv)
 @click.version_option(version=_version(), prog_name="dask scheduler")
 def main(
     host: str,
@@ -105,8 +115,6 @@ def main(
             host = get_ip_interface(interface)
         except ValueError as e:
             raise click.BadParameter(str(e), param_hint="'--interface'") from None
-    if preload or preload_argv:
-        raise click.UsageError(f"--preload is not supported yet (got {list(preload) + list(preload_argv)})")
     if jupyter:
         raise click.UsageError("--jupyter is not supported yet")
     security = security_from_options("scheduler", tls_ca_file, tls_cert, tls_key)
@@ -135,6 +143,9 @@ def main(
         "scheduler_file": scheduler_file,
         "idle_timeout": idle_timeout,
         "security": security,
+        # Unset, the scheduler reads distributed.scheduler.preload and preload-argv.
+        "preload": list(preload) or None,
+        "preload_argv": list(preload_argv) or None,
     }
     with write_pid_file(pid_file):
         code = asyncio.run(_run(kwargs))
@@ -146,7 +157,12 @@ async def _run(kwargs: dict[str, Any]) -> int:
 
     shutdown = ShutdownSignal()
     shutdown.install()
-    scheduler = Scheduler(**kwargs)
+    try:
+        scheduler = Scheduler(**kwargs)
+    except Exception as e:
+        # A preload that cannot be imported, a setting refused: the message says which.
+        logger.error("Could not create the scheduler: %s", e)
+        return 1
     where = f"{kwargs['protocol']}://{host_in_address(kwargs['host']) if kwargs['host'] else '*'}:{kwargs['port']}"
     try:
         started = await run_unless_signalled(scheduler.start(), shutdown)

@@ -44,6 +44,7 @@ from distributed.cli.utils import (
 )
 from distributed.comm.addressing import WILDCARD_HOSTS, get_address_host, parse_ports, unparse_host_port
 from distributed.http.server import parse_http_address
+from distributed.preloading import validate_preload_argv
 
 __all__ = ["main", "nworkers_nthreads", "parse_port_range"]
 
@@ -125,9 +126,10 @@ def parse_port_range(text: str | None, count: int) -> list[int | str]:
     return [f"{ports[i]}:{ports[-1]}" for i in range(count)]
 
 
-@click.command(name="worker", context_settings={"help_option_names": ["-h", "--help"]})
+# Unknown options are let through to preload_argv, which checks them against the --preload modules' click commands.
+@click.command(name="worker", context_settings={"help_option_names": ["-h", "--help"], "ignore_unknown_options": True})
 @click.argument("scheduler", type=str, required=False)
-@click.argument("preload_argv", nargs=-1, type=click.UNPROCESSED)
+@click.argument("preload_argv", nargs=-1, type=click.UNPROCESSED, callback=validate_preload_argv)
 @click.option("--scheduler-file", type=str, default=None, help="File the scheduler wrote its address to")
 @click.option("--nthreads", type=int, default=0, show_default=True, help="Threads per worker (0: cores / nworkers)")
 @click.option(
@@ -200,8 +202,20 @@ def parse_port_range(text: str | None, count: int) -> list[int | str]:
     default=False,
     help="At the end of --lifetime, hand the data off and have the nanny start a new worker (needs a nanny)",
 )
-@click.option("--preload", type=str, multiple=True, help="Module to preload (not supported yet, refused)")
-@click.option("--preload-nanny", type=str, multiple=True, help="Module the nanny preloads (not supported yet: refused)")
+@click.option(
+    "--preload",
+    type=str,
+    multiple=True,
+    is_eager=True,
+    help='Module to run in each worker process, like "foo.bar" or "/path/to/foo.py" (its dask_setup, dask_teardown)',
+)
+@click.option(
+    "--preload-nanny",
+    type=str,
+    multiple=True,
+    is_eager=True,
+    help='Module to run in each nanny, like "foo.bar" or "/path/to/foo.py"',
+)
 @tls_options
 @click.version_option(version=_version(), prog_name="dask worker")
 def main(
@@ -271,10 +285,8 @@ def main(
             host = get_ip_interface(interface)
         except ValueError as e:
             raise click.BadParameter(str(e), param_hint="'--interface'") from None
-    if preload_nanny:
-        raise click.UsageError("--preload-nanny is not supported yet")
-    if preload or preload_argv:
-        raise click.UsageError(f"--preload is not supported yet (asked for {list(preload) + list(preload_argv)})")
+    if preload_nanny and not nanny:
+        raise click.UsageError("--preload-nanny needs a nanny: drop --no-nanny")
     if lifetime_restart and not nanny:
         raise click.UsageError("--lifetime-restart needs a nanny to start the new worker: drop --no-nanny")
     if lifetime_restart and lifetime is None:
@@ -316,6 +328,13 @@ def main(
         }
         if lifetime_restart:
             kw["lifetime_restart"] = True
+        # Unset, the worker reads distributed.worker.preload and preload-argv (and a nanny distributed.nanny.*).
+        if preload:
+            kw["preload"] = list(preload)
+        if preload_argv:
+            kw["preload_argv"] = list(preload_argv)
+        if preload_nanny:
+            kw["preload_nanny"] = list(preload_nanny)
         if nanny:
             # The nanny listens on --nanny-port; its worker on --worker-port.
             kw["worker_port"] = kw.pop("port")

@@ -167,8 +167,11 @@ def test_version(cmd: list[str]) -> None:
         ([*SCHEDULER, "--port", "70000"], "--port"),
         ([*SCHEDULER, "--idle-timeout", "soon"], "soon"),
         ([*SCHEDULER, "--no-such-option"], "--no-such-option"),
+        # Extra arguments need a --preload whose dask_setup is a click command to take them.
+        ([*SCHEDULER, "stray"], "unexpected extra argument"),
+        ([*SCHEDULER, "--preload", "no_such_preload_module", "--flag"], "no_such_preload_module"),
+        ([*SCHEDULER, "--preload", "json", "--flag"], "no --preload has a click command"),
         # Options the scheduler cannot honour yet are refused, not ignored.
-        ([*SCHEDULER, "--preload", "some_module"], "--preload is not supported"),
         ([*SCHEDULER, "--jupyter"], "--jupyter is not supported"),
         ([*WORKER, "tcp://127.0.0.1:1", "--nthreads", "abc"], "abc"),
         ([*WORKER, "tcp://127.0.0.1:1", "--memory-limit", "lots"], "lots"),
@@ -178,7 +181,9 @@ def test_version(cmd: list[str]) -> None:
         ([*WORKER, "tcp://127.0.0.1:1", "--death-timeout", "never"], "never"),
         ([*WORKER, "tcp://127.0.0.1:1", "--dashboard-address", "127.0.0.1:port"], "--dashboard-address"),
         ([*WORKER, "tcp://127.0.0.1:1", "--nworkers", "2", "--dashboard-address", ":8799"], "--dashboard-address"),
-        ([*WORKER, "tcp://127.0.0.1:1", "--preload", "some_module"], "--preload"),
+        ([*WORKER, "tcp://127.0.0.1:1", "--nprocs", "1"], "No such option"),
+        ([*WORKER, "tcp://127.0.0.1:1", "--preload", "json", "--flag"], "no --preload has a click command"),
+        ([*WORKER, "tcp://127.0.0.1:1", "--no-nanny", "--preload-nanny", "json"], "--preload-nanny"),
         ([*WORKER, "tcp://127.0.0.1:1", "--no-nanny", "--nanny-port", "9000"], "--nanny-port"),
         ([*WORKER, "tcp://127.0.0.1:1", "--no-nanny", "--lifetime", "1s", "--lifetime-restart"], "--lifetime-restart"),
         ([*WORKER, "tcp://127.0.0.1:1", "--lifetime-restart"], "--lifetime"),
@@ -422,6 +427,94 @@ def test_worker_cannot_reach_scheduler(procs: Callable[..., Proc], tmp_path: Pat
     worker = procs([*WORKER, f"tcp://127.0.0.1:{port}", "--death-timeout", "1s"], name="worker")
     assert worker.wait(timeout=30) != 0
     assert "Could not start" in worker.stderr()
+
+
+#: A preload whose setup is a click command: it records the --value it got, and its teardown.
+CLICK_PRELOAD = """
+import os
+
+import click
+
+LOG = {log!r}
+
+
+@click.command()
+@click.option("--value", default="default")
+def dask_setup(server, value):
+    with open(LOG, "a") as f:
+        f.write(f"setup {{type(server).__name__}} {{os.getpid()}} {{value}}\\n")
+
+
+def dask_teardown(server):
+    with open(LOG, "a") as f:
+        f.write(f"teardown {{type(server).__name__}} {{os.getpid()}}\\n")
+"""
+
+
+def preload_events(log: Path) -> list[list[str]]:
+    return [line.split() for line in log.read_text().splitlines()] if log.exists() else []
+
+
+@pytest.mark.timeout(120)
+def test_scheduler_preload_with_arguments(procs: Callable[..., Proc], tmp_path: Path) -> None:
+    log = tmp_path / "scheduler-events.log"
+    path = tmp_path / "cli_scheduler_preload.py"
+    path.write_text(CLICK_PRELOAD.format(log=str(log)))
+    sched, address, _ = start_scheduler(procs, tmp_path, "--preload", str(path), "--value", "foobar")
+    poll_with_proc(lambda: preload_events(log), 30, "the preload's setup", sched)
+    assert preload_events(log) == [["setup", "Scheduler", str(sched.pid), "foobar"]]
+    assert sched.signal_and_wait(signal.SIGTERM) == 0, sched.stderr()
+    assert preload_events(log)[1:] == [["teardown", "Scheduler", str(sched.pid)]]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("nanny", [True, False])
+def test_worker_preload_with_arguments(procs: Callable[..., Proc], tmp_path: Path, nanny: bool) -> None:
+    """--preload runs in each worker process (with the extra arguments), --preload-nanny in the nanny."""
+    log = tmp_path / "worker-events.log"
+    path = tmp_path / "cli_worker_preload.py"
+    path.write_text(CLICK_PRELOAD.format(log=str(log)))
+    nanny_log = tmp_path / "nanny-events.log"
+    nanny_path = tmp_path / "cli_nanny_preload.py"
+    nanny_path.write_text(CLICK_PRELOAD.format(log=str(nanny_log)))
+    sched, address, _ = start_scheduler(procs, tmp_path)
+    args = [*WORKER, address, "--nthreads", "1", "--preload", str(path), "--value", "3"]
+    args += ["--preload-nanny", str(nanny_path)] if nanny else ["--no-nanny"]
+    worker = procs(args, name="worker")
+    poll_with_proc(lambda: n_workers(address) == 1, 60, "the worker", worker)
+    [setup] = preload_events(log)
+    assert setup[:2] == ["setup", "Worker"] and setup[3] == "3"
+    # Under a nanny the worker runs in a process of its own; the nanny's preload in the nanny's.
+    assert (setup[2] != str(worker.pid)) == nanny
+    if nanny:
+        assert preload_events(nanny_log) == [["setup", "Nanny", str(worker.pid), "default"]]
+    assert worker.signal_and_wait(signal.SIGTERM) == 0, worker.stderr()
+    assert preload_events(log)[1:] == [["teardown", "Worker", setup[2]]]
+    if nanny:
+        assert preload_events(nanny_log)[1:] == [["teardown", "Nanny", str(worker.pid)]]
+    assert sched.signal_and_wait(signal.SIGTERM) == 0, sched.stderr()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("nanny", [True, False])
+def test_worker_preload_that_cannot_be_imported(procs: Callable[..., Proc], tmp_path: Path, nanny: bool) -> None:
+    broken = tmp_path / "cli_broken_preload.py"
+    broken.write_text("raise RuntimeError('preload refuses to load')\n")
+    sched, address, _ = start_scheduler(procs, tmp_path)
+    args = [*WORKER, address, "--nthreads", "1", "--preload", str(broken), *([] if nanny else ["--no-nanny"])]
+    worker = procs(args, name="worker")
+    assert worker.wait(timeout=60) == 1
+    err = worker.stderr()
+    assert "cli_broken_preload.py" in err and "preload refuses to load" in err
+    assert n_workers(address) == 0
+    assert sched.signal_and_wait(signal.SIGTERM) == 0, sched.stderr()
+
+
+@pytest.mark.timeout(60)
+def test_scheduler_preload_that_cannot_be_imported(procs: Callable[..., Proc], tmp_path: Path) -> None:
+    sched = procs([*SCHEDULER, "--port", "0", "--no-dashboard", "--preload", "no_such_preload_mod"], name="scheduler")
+    assert sched.wait(timeout=30) == 1
+    assert "Could not import preload 'no_such_preload_mod'" in sched.stderr()
 
 
 #: Nothing listens on port 1 of loopback (binding it needs root).

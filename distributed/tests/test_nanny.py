@@ -191,7 +191,6 @@ def test_restart_without_nannies_is_refused() -> None:
     ("kwargs", "name"),
     [
         ({"data": {}}, "data"),
-        ({"preload": ["x"]}, "preload"),
         ({"loop": object()}, "loop"),
     ],
 )

@@ -24,7 +24,6 @@ from distributed.worker import Worker
     [
         ({"nonsense": 1}, TypeError, "nonsense"),
         ({"security": object()}, TypeError, "security"),
-        ({"preload": ["some_module"]}, NotImplementedError, "preload"),
         ({"executor": "offload"}, NotImplementedError, "executor"),
         ({"services": {"x": object}}, NotImplementedError, "services"),
         ({"max_spill": "1GB"}, NotImplementedError, "max_spill"),
