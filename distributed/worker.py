@@ -340,6 +340,8 @@ class Worker(Server):
         #: The last task prepared to run (its spec unpickled), reused when it is lined up again or executed.
         self._prepared: _Runnable | None = None
         self.outgoing_transfer_count = 0
+        #: The scheduler accepted this worker (it may hand it data from then on, even while plugins set up).
+        self.registered = False
         #: Bytes (by sizeof) sent to and received from other workers since the worker started.
         self.transfer_outgoing_bytes_total = 0
         self.transfer_incoming_bytes_total = 0
@@ -501,6 +503,7 @@ class Worker(Server):
             comm.abort()
             text = response.get("message") or response.get("text") if isinstance(response, dict) else response
             raise ValueError(f"Scheduler refused registration: {text}")
+        self.registered = True
         # Plugins registered on the scheduler before we joined; set up before any task arrives.
         for name, payload in dict(response.get("worker-plugins") or {}).items():
             try:

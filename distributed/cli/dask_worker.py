@@ -500,7 +500,7 @@ def _joined(w: Worker | Nanny) -> bool:
     """
     from distributed.nanny import Nanny
 
-    return w.process is not None if isinstance(w, Nanny) else w.batched_stream is not None
+    return w.process is not None if isinstance(w, Nanny) else w.registered
 
 
 def _listening(w: Worker | Nanny) -> str | None:
