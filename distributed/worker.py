@@ -248,7 +248,7 @@ class Worker(Server):
     ) -> None:
         check_unsupported_worker_kwargs(kwargs)
         self.security = coerce_security(security, "Worker")
-        # Before the scheduler's address is looked up: a preload may set it (``scheduler-address``).
+        # First: a preload may change the config that the rest of construction reads.
         #: The preloads, imported; set up once the worker listens, torn down as it closes.
         self.preloads: PreloadManager = process_preloads(
             self,

@@ -353,7 +353,9 @@ class Cluster:
             delay = min(delay * 2, 0.1)
 
     def _log(self, message: str) -> None:
-        """Report a step of the cluster's life to the user (print it, unless ``quiet``) and keep it for :meth:`get_logs`.
+        """Report a step of the cluster's life to the user and keep it for :meth:`get_logs`.
+
+        It is printed unless the cluster is ``quiet``.
 
         For subclasses whose start takes a while (submitting a job, waiting
         for a machine), as in dask.distributed.

@@ -137,23 +137,32 @@ def test_ssh_cluster_across_hosts(test_hosts: MakeHosts, tmp_path: Path) -> None
     assert_nothing_left(env, env.servers)
 
 
-@pytest.mark.timeout(180)
-def test_ssh_cluster_start_failures_name_the_host(test_hosts: MakeHosts, tmp_path: Path) -> None:
-    env = ssh_hosts(test_hosts, tmp_path, refuse=[2])
-    s, a, b = env.servers
-    code = f"""
+def failing_start(arguments: str) -> str:
+    """Code that starts ``SSHCluster(ARGUMENTS)`` and prints ``[error type, message]`` as JSON (``null`` if it started)."""
+    return f"""
     import json
     from distributed import SSHCluster
 
     try:
-        SSHCluster([{s.ip!r}, {a.ip!r}, {b.ip!r}], connect_options={env.connect_options()},
-                   scheduler_options={{"port": 0, "dashboard_address": ":0"}})
+        SSHCluster({arguments})
     except Exception as e:
         print(json.dumps([type(e).__name__, str(e)]))
     else:
         print(json.dumps(None))
     """
-    out = env.client.python(code, timeout=150)
+
+
+@pytest.mark.timeout(180)
+def test_ssh_cluster_start_failures_name_the_host(test_hosts: MakeHosts, tmp_path: Path) -> None:
+    env = ssh_hosts(test_hosts, tmp_path, refuse=[2])
+    s, a, b = env.servers
+    out = env.client.python(
+        failing_start(
+            f"""[{s.ip!r}, {a.ip!r}, {b.ip!r}], connect_options={env.connect_options()},
+                   scheduler_options={{"port": 0, "dashboard_address": ":0"}}"""
+        ),
+        timeout=150,
+    )
     assert out is not None, "SSHCluster started although a host refused the key"
     kind, message = out
     assert kind == "ConnectionError"
@@ -163,21 +172,15 @@ def test_ssh_cluster_start_failures_name_the_host(test_hosts: MakeHosts, tmp_pat
     assert_nothing_left(env, env.servers)
 
     # A worker that cannot start there: the error names the host and carries the remote output.
-    code = f"""
-    import json
-    from distributed import SSHCluster
-
-    try:
-        SSHCluster([{s.ip!r}, {a.ip!r}], connect_options=[{env.connect_options()}] * 2,
+    out = env.client.python(
+        failing_start(
+            f"""[{s.ip!r}, {a.ip!r}], connect_options=[{env.connect_options()}] * 2,
                    remote_python=[{sys.executable!r}] * 2,
                    worker_options={{"no_such_option": 1}},
-                   scheduler_options={{"port": 0, "dashboard_address": ":0"}})
-    except Exception as e:
-        print(json.dumps([type(e).__name__, str(e)]))
-    else:
-        print(json.dumps(None))
-    """
-    out = env.client.python(code, timeout=150)
+                   scheduler_options={{"port": 0, "dashboard_address": ":0"}}"""
+        ),
+        timeout=150,
+    )
     assert out is not None, "SSHCluster started although its worker could not"
     kind, message = out
     assert kind == "RuntimeError"
