@@ -8,6 +8,14 @@ process as a whole uses too much memory (``distributed.worker.memory.spill``).
 
 A value that cannot be pickled stays in memory (logged once per buffer) and
 counts as managed memory.  The worker uses the buffer from its event loop only.
+
+A write that fails with :class:`OSError` (a full disk, ``ENOSPC``; a read-only
+or vanished directory) leaves the value in memory, removes what was written of
+it, and turns spilling off for the rest of the buffer's life
+(:attr:`SpillBuffer.disk_error`, logged once): the disk will not get better by
+trying again for every result, and each try would cost a pickling.  Values
+spilled before stay readable.  The worker's memory monitor then pauses the
+worker by its process memory instead of spilling.
 """
 
 from __future__ import annotations
@@ -98,6 +106,10 @@ class _Unpicklable(Exception):
     """Raised by the disk store for a value it cannot write; the value stays in memory."""
 
 
+class _WriteFailed(Exception):
+    """Raised by the disk store when writing a value failed with an OSError (its cause); the value stays in memory."""
+
+
 class _DiskStore(MutableMapping[Key, Any]):
     """Values pickled to one file each under ``directory``, with their sizes counted.
 
@@ -128,7 +140,11 @@ class _DiskStore(MutableMapping[Key, Any]):
             del self[key]
         self._counter += 1
         name = str(self._counter)
-        self.files[name] = frames
+        try:
+            self.files[name] = frames
+        except OSError as e:
+            self._remove_partial(name)
+            raise _WriteFailed(key) from e
         disk = sum(f.nbytes if isinstance(f, memoryview) else len(f) for f in frames)
         weight = self.weights.get(key)
         mem = int(weight) if weight is not None else _sizeof(value)
@@ -138,6 +154,22 @@ class _DiskStore(MutableMapping[Key, Any]):
         self.total.disk += disk
         self.activity.write_count += 1
         self.activity.write_bytes += disk
+
+    def _remove_partial(self, name: str) -> None:
+        """Remove what a failed write left of ``name``: on a full disk its bytes are the room others need."""
+        # zict.File names the file after the key plus a suffix of its own and
+        # records it only once written: find it by the key's part (names are unique counters).
+        prefix = name + "#"
+        try:
+            with os.scandir(self.directory) as entries:
+                partial = [e.path for e in entries if e.name.startswith(prefix)]
+        except OSError:
+            return
+        for path in partial:
+            try:
+                os.remove(path)
+            except OSError:
+                pass
 
     def __getitem__(self, key: Key) -> Any:
         value = _load(self.files[self.names[key]])
@@ -150,7 +182,12 @@ class _DiskStore(MutableMapping[Key, Any]):
         mem, disk = self.sizes.pop(key)
         self.total.memory -= mem
         self.total.disk -= disk
-        del self.files[name]
+        try:
+            del self.files[name]
+        except OSError:
+            # A read-only or failing disk: the key is gone from the books all
+            # the same (a value read back lives in memory now); the file goes with the directory.
+            logger.debug("Could not remove the spill file of %r", key, exc_info=True)
 
     def __contains__(self, key: object) -> bool:
         return key in self.names
@@ -207,6 +244,8 @@ class SpillBuffer(zict.Buffer[Key, Any]):
         self._heavy = lru.heavy
         self._spilled = self.disk.names
         self._warned = False
+        #: The error of the write that turned spilling off; None while spilling works.
+        self.disk_error: OSError | None = None
 
     def put(self, key: Key, value: Any, nbytes: int) -> None:
         """Store ``value`` whose size the caller already measured (``sizeof`` runs once per result).
@@ -312,9 +351,10 @@ class SpillBuffer(zict.Buffer[Key, Any]):
         Returns
         -------
         Its weight in bytes; 0 if the value tried could not be pickled (it stays,
-        now as most recently used); -1 when nothing is left in memory.
+        now as most recently used); -1 when nothing is left in memory, or when
+        spilling is off after a disk error (:attr:`disk_error`).
         """
-        if not self._memory:
+        if not self._memory or self.disk_error is not None:
             return -1
         try:
             _, _, weight = self.fast.evict()
@@ -329,6 +369,18 @@ class SpillBuffer(zict.Buffer[Key, Any]):
                 )
             self[key]  # touch it: the next eviction tries other keys first
             return 0
+        except _WriteFailed as e:
+            # zict's LRU kept the value in memory: nothing is lost, only the room on disk.
+            error = e.__cause__
+            self.disk_error = error if isinstance(error, OSError) else OSError(str(error))
+            logger.error(
+                "Spilling %r to %s failed (%s); spilling to disk is now off for this worker: "
+                "results stay in memory, and the worker pauses when its memory fills",
+                e.args[0],
+                self.disk.directory,
+                self.disk_error,
+            )
+            return -1
         except KeyError:
             return -1
         return int(weight)

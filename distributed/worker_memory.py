@@ -11,7 +11,9 @@ process memory (RSS) with its ``memory_limit``:
   running finish; their successors wait) and resumes once back below.
 
 ``False`` for a fraction turns that step off, as in dask.distributed.
-Terminating (``terminate``) is the nanny's job.
+Terminating (``terminate``) is the nanny's job.  After a failed spill write
+(a full disk) the buffer spills no more: pausing is then what keeps the worker
+under the nanny's terminate line.
 """
 
 from __future__ import annotations
@@ -113,11 +115,14 @@ class WorkerMemoryMonitor:
             return
         frac = rss / w.memory_limit
         if frac > self.pause_fraction and w.status == Status.running:
+            data = w.data
+            disk_error = data.disk_error if isinstance(data, SpillBuffer) else None
             logger.warning(
-                "Worker %s is at %.0f%% of its memory limit; pausing (no new tasks start until it drops below %.0f%%)",
+                "Worker %s is at %.0f%% of its memory limit; pausing (no new tasks start until it drops below %.0f%%)%s",
                 w.address,
                 frac * 100,
                 self.pause_fraction * 100,
+                f"; spilling to disk is off since it failed ({disk_error})" if disk_error is not None else "",
             )
             w.status = Status.paused
             w.state.paused = True
