@@ -21,11 +21,12 @@ worker by its process memory instead of spilling.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import pickle
 import shutil
 import struct
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any
 
 import zict
@@ -78,6 +79,10 @@ def _load(blob: bytearray | memoryview) -> Any:
         frames.append(view[pos : pos + length])
         pos += length
     return pickle_loads(frames[0], frames[1:])
+
+
+def _nothing() -> None:
+    """No growth callback set."""
 
 
 class SpilledSize:
@@ -246,6 +251,24 @@ class SpillBuffer(zict.Buffer[Key, Any]):
         self._warned = False
         #: The error of the write that turned spilling off; None while spilling works.
         self.disk_error: OSError | None = None
+        # Bytes stored since ``_on_growth`` last ran (see watch_growth).
+        self._grown = 0
+        self._growth_step: float = math.inf
+        self._on_growth: Callable[[], object] = _nothing
+
+    def watch_growth(self, step: int, callback: Callable[[], object]) -> None:
+        """Call ``callback`` each time values of ``step`` bytes in all have been stored since its last call.
+
+        The worker's memory monitor measures process memory only every
+        ``monitor-interval``; results of tens of MB can arrive faster than
+        that, and the process would pass the nanny's terminate line before
+        the next measurement.  This lets it measure as soon as enough arrived.
+        """
+        if step <= 0:
+            raise ValueError(f"step={step!r} must be > 0 bytes")
+        self._grown = 0
+        self._growth_step = float(step)
+        self._on_growth = callback
 
     def put(self, key: Key, value: Any, nbytes: int) -> None:
         """Store ``value`` whose size the caller already measured (``sizeof`` runs once per result).
@@ -266,6 +289,12 @@ class SpillBuffer(zict.Buffer[Key, Any]):
             self._heavy.add(key)  # as zict's LRU does: spilled first
         if total + lru.offset > n:
             self.evict_until_below_target()
+        grown = self._grown + weight
+        if grown >= self._growth_step:
+            self._grown = 0
+            self._on_growth()
+        else:
+            self._grown = grown
 
     def __setitem__(self, key: Key, value: Any) -> None:
         self.put(key, value, _sizeof(value))

@@ -13,6 +13,7 @@ import concurrent.futures
 import functools
 import inspect
 import logging
+import math
 import os
 import random
 import sys
@@ -337,6 +338,8 @@ class Worker(Server):
         #: A ready task lined up for the first pool thread to finish its task (see _line_up_next);
         #: set by the loop, taken by a pool thread, both under _results_lock.
         self._lined_up: _Runnable | None = None
+        #: A pool thread whose result is at least this large leaves the lined-up task to the loop (see _post_result).
+        self._large_result_bytes = math.inf
         #: The last task prepared to run (its spec unpickled), reused when it is lined up again or executed.
         self._prepared: _Runnable | None = None
         self.outgoing_transfer_count = 0
@@ -428,6 +431,10 @@ class Worker(Server):
         await self._make_local_directory()
         if self._spill_target is not None:
             self.data = SpillBuffer(os.path.join(self.local_directory, "storage"), target=self._spill_target)
+            self.memory_monitor.watch(self.data)
+        large = self.memory_monitor.large_result_bytes()
+        if large is not None:
+            self._large_result_bytes = float(large)
         self._process = psutil.Process()
         self._process.cpu_percent()  # the first call only starts the measurement
         if self._serve_http:
@@ -1060,7 +1067,15 @@ class Worker(Server):
         taken: _Runnable | None = None
         with self._results_lock:
             self._results.append(ev)
-            if take_next and self._lined_up is not None and self.executor.may_continue():
+            # After a large result the loop must store it (and spill, if memory is short) before
+            # the next task makes another: two unstored results of tens of MB each took a
+            # 300 MB worker past the nanny's terminate line.
+            if (
+                take_next
+                and self._lined_up is not None
+                and self.executor.may_continue()
+                and (type(ev) is not ExecuteSuccess or ev.nbytes < self._large_result_bytes)
+            ):
                 taken, self._lined_up = self._lined_up, None
                 self._results.append(ExecuteStarted(stimulus_id="ensure-computing", key=taken[2]))
             if self._results_wake_pending:
