@@ -59,11 +59,18 @@ class ThreadPool:
         # Idle threads sleep on an eventfd semaphore (one unit per queued item) rather than in
         # SimpleQueue.get: writing to it releases the GIL, so the woken thread does not find the
         # GIL held by the thread that woke it (a futile wake-up and a second context switch).
+        # It is closed as soon as the pool is shut down and its last thread has ended (see
+        # _close_efd_if_unused), not by a finalizer alone: the pool sits in reference cycles (its
+        # threads' targets are its bound methods), so a finalizer waits for the cyclic collector,
+        # and a process that starts and closes many workers would hold one descriptor per worker.
         self._efd: int | None = None
+        self._efd_finalizer: weakref.finalize[Any, Any] | None = None
         if hasattr(os, "eventfd"):
             self._efd = os.eventfd(0, os.EFD_SEMAPHORE | os.EFD_CLOEXEC)
-            # Not at interpreter exit: daemon threads may still use it then (the OS closes it).
-            weakref.finalize(self, os.close, self._efd).atexit = False
+            # For a pool never shut down.  Not at interpreter exit: daemon threads may still use it
+            # then (the OS closes it).
+            self._efd_finalizer = weakref.finalize(self, os.close, self._efd)
+            self._efd_finalizer.atexit = False
 
     def _put(self, item: Any) -> None:
         self._work.put(item)
@@ -134,6 +141,19 @@ class ThreadPool:
             with self._lock:
                 self._threads.discard(me)
                 self._seceded.discard(me)
+                self._close_efd_if_unused()
+
+    def _close_efd_if_unused(self) -> None:
+        """Close the eventfd once the pool is shut down and no thread of it lives (under the lock).
+
+        Only then: a live thread may still read it, or write to it (a rejoiner), and a closed
+        descriptor's number may be reused by any file the process opens next.  Every write by
+        others happens under the lock (``_enqueue``, ``shutdown``) or by a live thread.
+        """
+        if self._shutdown and not self._threads and not self._seceded and self._efd_finalizer is not None:
+            self._efd = None
+            self._efd_finalizer()  # closes it, once; the finalizer then does nothing
+            self._efd_finalizer = None
 
     def secede_current_thread(self) -> None:
         """Let the calling pool thread leave; start another in its place."""
@@ -204,10 +224,12 @@ class ThreadPool:
             self._shutdown = True
             threads = list(self._threads | self._seceded)
             rejoining, self._rejoining = self._rejoining, []
+            # Under the lock: the last thread to end closes the eventfd, maybe before we are done here.
+            for _ in threads:
+                self._put(None)
+            self._close_efd_if_unused()
         for _, event in rejoining:
             event.set()
-        for _ in threads:
-            self._put(None)
         if wait:
             for t in threads:
                 if t is not threading.current_thread():

@@ -92,6 +92,43 @@ def test_the_wakeup_descriptor_is_closed_with_the_pool() -> None:
     assert not mine & eventfds(), "the pool's eventfd leaked"
 
 
+@pytest.mark.skipif(not hasattr(os, "eventfd"), reason="Linux: idle threads sleep on an eventfd")
+def test_the_wakeup_descriptor_is_closed_by_shutdown_not_by_the_collector() -> None:
+    def is_open(fd: int) -> bool:
+        try:
+            return "eventfd" in os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            return False
+
+    # Waiting: closed when shutdown returns, while the pool is still referenced.
+    pool = ThreadPool(2)
+    assert pool.submit(lambda: 1).result(5) == 1
+    fd = pool._efd
+    assert fd is not None and is_open(fd)
+    pool.shutdown()
+    assert not is_open(fd)
+    # Not waiting, a job still running: closed when its thread ends, not before (it reads it next).
+    pool = ThreadPool(1)
+    release = threading.Event()
+    running = pool.submit(release.wait, 5)
+    fd = pool._efd
+    assert fd is not None
+    pool.shutdown(wait=False)
+    assert is_open(fd)
+    release.set()
+    assert running.result(5)
+    for thread in pool.threads:
+        thread.join(5)
+    assert not pool.threads
+    assert not is_open(fd)
+    # Shut down before any thread started.
+    pool = ThreadPool(1)
+    fd = pool._efd
+    assert fd is not None
+    pool.shutdown()
+    assert not is_open(fd)
+
+
 def test_submit_after_shutdown_is_refused() -> None:
     pool = ThreadPool(1)
     pool.shutdown()

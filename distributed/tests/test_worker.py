@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 import time
 from typing import Any, Literal
 
 import numpy as np
+import psutil
 import pytest
 from dask.delayed import delayed
 
@@ -214,3 +216,29 @@ async def test_dependent_tasks_on_an_idle_worker_do_not_wait_out_the_batching_in
     for _ in range(4):
         x = c.submit(inc, x, pure=False)
     assert await asyncio.wait_for(x, 30) == 5
+
+
+@gen_cluster(nthreads=[])
+async def test_closed_workers_leave_no_descriptor_behind_without_the_cycle_collector(s: Scheduler) -> None:
+    # A closed worker must let go of its descriptors itself: a finalizer that waits for the cyclic
+    # collector leaks one per worker in a process that starts and closes many (a cluster's tests, adapting).
+    async def start_and_close() -> None:
+        async with Worker(s.address, nthreads=1) as w:
+            # One job, so that the pool's thread runs and sleeps on the descriptor before the close.
+            assert await asyncio.wrap_future(w.executor.submit(int, "1")) == 1
+        await async_poll_for(lambda: not s.workers, timeout=10)
+
+    proc = psutil.Process()
+    await start_and_close()  # what is opened once per process (loggers, the loop's own) opens now
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        before = proc.num_fds()
+        n = 10
+        for _ in range(n):
+            await start_and_close()
+        grown = proc.num_fds() - before
+    finally:
+        if was_enabled:
+            gc.enable()
+    assert grown < n // 2, f"{grown} more open descriptors after {n} workers started and closed"
