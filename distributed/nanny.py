@@ -452,11 +452,19 @@ class Nanny(Server):
         await self._start_worker()
         self.restarts += 1
 
-    async def restart(self, timeout: float = 30, reason: str = "nanny-restart") -> str:
-        """Close the worker process (SIGKILL after ``timeout``) and start a new one."""
+    async def restart(self, timeout: float = 30, reason: str = "nanny-restart", worker: str | None = None) -> str:
+        """Close the worker process (SIGKILL after ``timeout``) and start a new one.
+
+        With ``worker``, only if the running worker is still the one at that
+        address: a request about a worker that has ended since (and that this
+        nanny has replaced, or is about to) leaves its successor alone.
+        """
         assert self._lock is not None
-        logger.info("Restarting worker %s: %s", self.name, reason)
         async with self._lock:
+            if worker is not None and self.worker_address != worker:
+                logger.info("Not restarting worker %s (%s): %s is no longer running", self.name, reason, worker)
+                return "OK"
+            logger.info("Restarting worker %s: %s", self.name, reason)
             await self._replace(self.process, timeout=timeout)
         return "OK"
 
@@ -472,9 +480,10 @@ class Nanny(Server):
     async def handle_restart(self, comm: Comm, msg: m.NannyRestart) -> str:
         timeout = float(msg.get("timeout", 30))
         reason = msg.get("reason", "nanny-restart")
+        worker = msg.get("worker")
         if msg.get("wait", True):
-            return await self.restart(timeout=timeout, reason=reason)
-        self.spawn(self.restart(timeout=timeout, reason=reason), name="nanny-restart")
+            return await self.restart(timeout=timeout, reason=reason, worker=worker)
+        self.spawn(self.restart(timeout=timeout, reason=reason, worker=worker), name="nanny-restart")
         return "OK"
 
     async def handle_kill(self, comm: Comm, msg: m.NannyKill) -> str:

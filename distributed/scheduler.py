@@ -106,6 +106,10 @@ __all__ = [
 #: States in which a task still needs its dependencies.
 _ACTIVE: Final[frozenset[TaskStateName]] = frozenset({"waiting", "queued", "no-worker", "processing"})
 
+#: Seconds a worker removed for silence (``worker-ttl``) gets to close on its nanny's SIGTERM before
+#: the SIGKILL (as dask's nanny gives it): a stopped or stuck process never answers, a woken one is quick.
+UNRESPONSIVE_WORKER_GRACE: Final = 4.0
+
 #: Tasks of a large graph added between two chances for others to be served
 #: (see :meth:`Scheduler.update_graph_slices`): about ten milliseconds of work.
 INGEST_SLICE: Final = 1000
@@ -548,12 +552,55 @@ class Scheduler(Server):
         return {"dashboard": self.http_server} if self.http_server is not None else {}
 
     def _check_worker_ttl(self) -> None:
+        """Remove the workers not heard from within ``worker_ttl``; have their nannies replace them.
+
+        What such a worker ran or alone held runs again elsewhere.  The worker is
+        stopped, swapped out or stuck, and may wake up later: its stream is closed
+        now, so that when it does it finds itself cut off (as after losing its
+        scheduler) and closes, its nanny starting a new worker, or reconnects
+        afresh (``death_timeout``), instead of running on unknown to us.  And, as
+        in dask, its nanny is asked to replace it at once (SIGTERM, then SIGKILL
+        after :data:`UNRESPONSIVE_WORKER_GRACE`), which also ends a worker that
+        never wakes.  A worker without a nanny is only removed.
+        """
         assert self.worker_ttl is not None
         now = time.time()
         for ws in list(self.workers.values()):
-            if ws.last_seen and ws.last_seen < now - self.worker_ttl:
-                logger.warning("Worker %s not heard from in %s s; removing it", ws.address, self.worker_ttl)
-                self.send_all(self.remove_worker_state(ws.address, stimulus_id=f"worker-ttl-{now}"))
+            if not ws.last_seen or ws.last_seen >= now - self.worker_ttl:
+                continue
+            address, nanny = ws.address, ws.nanny
+            logger.warning(
+                "Worker %s not heard from in %s s; removing it%s",
+                address,
+                self.worker_ttl,
+                f" and having its nanny {nanny} replace it" if nanny else "",
+            )
+            stream = self.stream_comms.get(address)
+            self.send_all(self.remove_worker_state(address, stimulus_id=f"worker-ttl-{now}"))
+            self.log_event(
+                "scheduler", {"action": "worker-ttl-timed-out", "workers": [address], "ttl": self.worker_ttl}
+            )
+            if stream is not None:
+                stream.abort()
+            if nanny:
+                self.spawn(self._replace_unresponsive_worker(address, nanny), name="worker-ttl-replace")
+
+    async def _replace_unresponsive_worker(self, address: str, nanny: str) -> None:
+        """Ask ``nanny`` for a new worker process in place of the one at ``address`` (see ``_check_worker_ttl``)."""
+        request = m.NannyRestart(
+            op="restart",
+            timeout=UNRESPONSIVE_WORKER_GRACE,
+            reason=f"worker-ttl: {address} not heard from in {self.worker_ttl} s",
+            wait=False,
+            # Not a worker that the nanny has started since (the old one woke, closed and was replaced).
+            worker=address,
+        )
+        timeout = float(parse_timedelta(dask.config.get("distributed.comm.timeouts.connect")) or 30)
+        try:
+            await asyncio.wait_for(self.rpc.call(nanny, request), timeout)
+        except (OSError, CommClosedError, TimeoutError) as e:
+            # Stuck too, or cut off with its worker: the worker learns it was removed when it wakes up.
+            logger.warning("Could not ask nanny %s to replace the unresponsive worker %s: %r", nanny, address, e)
 
     def identity(self) -> dict[str, Any]:
         """A summary of this scheduler and its workers."""

@@ -598,9 +598,10 @@ class Worker(Server):
         state = self.state
         if state is None:
             return
+        stream = self.batched_stream
         try:
             metrics = self.get_metrics()
-            await self.rpc.call(
+            reply = await self.rpc.call(
                 self.scheduler_addr,
                 m.HeartbeatWorker(
                     op="heartbeat_worker",
@@ -612,6 +613,27 @@ class Worker(Server):
             )
         except (OSError, CommClosedError):
             logger.debug("Heartbeat to the scheduler failed", exc_info=True)
+            return
+        if isinstance(reply, dict) and reply.get("status") == "missing" and stream is self.batched_stream:
+            # The same registration as when we asked (a reply about an earlier one says nothing of this one).
+            self._removed_by_scheduler()
+
+    def _removed_by_scheduler(self) -> None:
+        """The scheduler no longer knows this worker (it removed it, e.g. stopped past its ``worker-ttl``).
+
+        Whatever we hold or run it has given up on.  Cutting our end of the
+        stream takes the path of a lost scheduler: under a nanny the worker
+        closes and the nanny starts a new one; with ``death_timeout`` it
+        registers again afresh; else it closes, as dask's does.  Only while
+        registered: a worker between two registrations (reconnecting) or
+        leaving is not known, and knows it.
+        """
+        stream = self.batched_stream
+        if stream is None or stream.closed() or self.status not in (Status.running, Status.paused):
+            return  # (closed: the stream's end told the worker already)
+        logger.warning("The scheduler at %s does not know worker %s (it removed it)", self.scheduler_addr, self.address)
+        assert stream.comm is not None
+        stream.comm.abort()
 
     def get_metrics(self) -> m.WorkerMetrics:
         """What the heartbeat reports: memory (RSS), CPU percent since the last call, task counts."""

@@ -1121,6 +1121,8 @@ class NannyRestart(TypedDict):
     timeout: NotRequired[float]
     reason: NotRequired[str]
     wait: NotRequired[bool]
+    #: Only if the nanny's worker is still the one at this address (else nothing is done).
+    worker: NotRequired[str]
 
 
 class NannyKill(TypedDict):
