@@ -11,8 +11,10 @@ from distributed.comm.core import CommClosedError
 __all__ = [
     "ActorLostError",
     "CancelledError",
+    "CancelledFuturesGroup",
     "CommClosedError",
     "FutureCancelledError",
+    "FuturesCancelledError",
     "KilledWorker",
     "LostDataError",
     "NoValidWorkerError",
@@ -49,6 +51,68 @@ class FutureCancelledError(CancelledError):
 
     def __reduce__(self) -> Any:
         return (type(self), (self.key, self.reason, self.msg))
+
+
+class CancelledFuturesGroup:
+    """The futures of a :class:`FuturesCancelledError` that were cancelled for one reason.
+
+    Parameters
+    ----------
+    errors
+        Each future's :class:`FutureCancelledError`.
+    reason
+        The reason they share.
+    """
+
+    __slots__ = ("errors", "reason")
+
+    def __init__(self, errors: list[FutureCancelledError], reason: str) -> None:
+        self.errors = errors
+        self.reason = reason
+
+    def __str__(self) -> str:
+        keys = [e.key for e in self.errors]
+        msg = next((e.msg for e in self.errors if e.msg), None)
+        text = f"{len(keys)} future(s) cancelled for reason: {self.reason}."
+        if msg:
+            text += f"\nMessage: {msg}"
+        return f"{text}\nKeys: {keys}"
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.errors, self.reason))
+
+
+class FuturesCancelledError(CancelledError):
+    """Some of the futures waited on were cancelled; raised by :func:`distributed.wait`.
+
+    Parameters
+    ----------
+    error_groups
+        The cancelled futures, grouped by reason (kept largest group first).
+
+    Examples
+    --------
+    >>> try:  # doctest: +SKIP
+    ...     wait(futures)
+    ... except FuturesCancelledError as e:
+    ...     cancelled = [err.key for group in e.error_groups for err in group.errors]
+    """
+
+    def __init__(self, error_groups: list[CancelledFuturesGroup]) -> None:
+        self.error_groups = sorted(error_groups, key=lambda g: -len(g.errors))
+        n = sum(len(g.errors) for g in self.error_groups)
+        super().__init__("\n".join([f"{n} future(s) cancelled:", *map(str, self.error_groups)]))
+
+    @classmethod
+    def of(cls, errors: list[FutureCancelledError]) -> FuturesCancelledError:
+        """The error for these cancelled futures' errors, grouped by their reason."""
+        by_reason: dict[str, list[FutureCancelledError]] = {}
+        for e in errors:
+            by_reason.setdefault(e.reason, []).append(e)
+        return cls([CancelledFuturesGroup(errs, reason) for reason, errs in by_reason.items()])
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.error_groups,))
 
 
 class KilledWorker(Exception):

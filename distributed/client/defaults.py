@@ -19,9 +19,11 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import itertools
 import weakref
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Final
 
 import dask.config
@@ -36,6 +38,7 @@ __all__ = [
     "default_client",
     "get_default_client",
     "global_clients",
+    "temp_default_client",
 ]
 
 #: What a client in use sets in dask's config: dask's scheduler.  dask then
@@ -181,3 +184,27 @@ class AsCurrent:
             self._config.__exit__(None, None, None)
         if self._token is not None:
             _current_client.reset(self._token)
+
+
+@contextlib.contextmanager
+def temp_default_client(c: Client) -> Iterator[None]:
+    """Make ``c`` the default and the current client inside a ``with`` block.
+
+    Meant for tests of code that looks up the default client; elsewhere use
+    :meth:`Client.as_current`.  Unlike that, it changes the default client
+    of the whole process (every thread and task) while the block runs; the
+    previous default comes back after it.
+
+    Examples
+    --------
+    >>> with temp_default_client(c):  # doctest: +SKIP
+    ...     assert default_client() is c
+    """
+    key = next(_global_client_index)
+    _global_clients[key] = c
+    try:
+        with AsCurrent(c):
+            yield
+    finally:
+        if _global_clients.get(key) is c:
+            del _global_clients[key]

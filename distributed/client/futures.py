@@ -18,7 +18,7 @@ from dask.utils import parse_timedelta
 from distributed.client.client import ALL_COMPLETED, FIRST_COMPLETED, Client, default_client
 from distributed.client.future import Future, collect_futures
 from distributed.dask_api import is_dask_collection
-from distributed.exceptions import FutureCancelledError
+from distributed.exceptions import FutureCancelledError, FuturesCancelledError
 from distributed.protocol.messages import Key
 
 __all__ = ["DoneAndNotDoneFutures", "as_completed", "fire_and_forget", "futures_of", "wait"]
@@ -71,6 +71,9 @@ def wait(fs: Any, timeout: Any = None, return_when: str = ALL_COMPLETED) -> Any:
         When there is no client (dask reads this as "no distributed scheduler").
     TimeoutError
         When not done within ``timeout``.
+    FuturesCancelledError
+        When some of the futures done were cancelled (as dask.distributed
+        raises): its ``error_groups`` list them by reason.
     """
     client = default_client()
     if isinstance(fs, Future):
@@ -111,7 +114,11 @@ def wait(fs: Any, timeout: Any = None, return_when: str = ALL_COMPLETED) -> Any:
                 for fs in states:
                     if not fs.done():
                         fs.remove_callback(one_done)
-        return DoneAndNotDoneFutures({f for f in futures if f.done()}, {f for f in futures if not f.done()})
+        done = {f for f in futures if f.done()}
+        cancelled = [FutureCancelledError(f.key, f.state.reason) for f in done if f.cancelled()]
+        if cancelled:
+            raise FuturesCancelledError.of(cancelled)
+        return DoneAndNotDoneFutures(done, {f for f in futures if not f.done()})
 
     return client.sync(_wait)
 
