@@ -151,6 +151,11 @@ class Listener(ABC):
     def contact_address(self) -> str:
         """An address peers can connect to, e.g. ``tcp://127.0.0.1:8786``."""
 
+    @property
+    def refused_connections(self) -> int:
+        """Connections refused before any message was read (a failed TLS handshake), since it started."""
+        return 0
+
 
 async def connect(
     addr: str, timeout: float | None = None, name: str | None = None, **connection_args: Unpack[ConnectionArgs]

@@ -50,6 +50,7 @@ import dask.config
 
 from distributed.comm.addressing import concrete_host, parse_host_port, unparse_host_port
 from distributed.comm.core import Comm, CommClosedError, CommHandler, Listener, run_handler_task
+from distributed.comm.refusals import RefusalLog, refused_log_interval
 from distributed.protocol.framing import ProtocolError, dumps, loads
 from distributed.protocol.serialize import Frame
 
@@ -753,6 +754,8 @@ class TCPListener(Listener):
         self._tasks: set[asyncio.Task[None]] = set()
         # TLS handshakes under way: ended by stop(), as no comm exists yet to close.
         self._handshakes: set[asyncio.Task[None]] = set()
+        # Refused TLS peers: all counted, logged at most once per host per interval.
+        self.refusals = RefusalLog(refused_log_interval())
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -796,7 +799,7 @@ class TCPListener(Listener):
             )
         except OSError as e:  # TimeoutError and ssl.SSLError included
             # asyncio drops the peer without a word; the operator needs to know who was refused and why.
-            logger.warning("Refused a TLS connection from %s: %s", peer, str(e) or repr(e))
+            self._log_refusal(raw, peer, str(e) or repr(e))
             raw.abort()
             protocol.connection_lost(e)
             return
@@ -810,6 +813,35 @@ class TCPListener(Listener):
         assert isinstance(tls, asyncio.Transport)
         protocol.transport = tls
         self._hand_over(protocol)
+
+    def _log_refusal(self, raw: asyncio.BaseTransport, peer: str, reason: str) -> None:
+        addr = raw.get_extra_info("peername")
+        host = str(addr[0]) if addr else peer
+        interval = self.refusals.interval
+        left_out = self.refusals.refused(host, time.monotonic())
+        if left_out is None:
+            # A peer retrying in a loop: one warning per interval says it all.
+            logger.debug("Refused a TLS connection from %s: %s", peer, reason)
+        elif left_out:
+            logger.warning(
+                "Refused a TLS connection from %s: %s (and %d more from this host since the last line, not logged)",
+                peer,
+                reason,
+                left_out,
+            )
+        elif interval > 0:
+            logger.warning(
+                "Refused a TLS connection from %s: %s (more from this host are logged at most once per %.0f s)",
+                peer,
+                reason,
+                interval,
+            )
+        else:
+            logger.warning("Refused a TLS connection from %s: %s", peer, reason)
+
+    @property
+    def refused_connections(self) -> int:
+        return self.refusals.total
 
     def _hand_over(self, protocol: _FrameProtocol) -> None:
         assert protocol.transport is not None

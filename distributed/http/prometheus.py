@@ -31,9 +31,18 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from distributed.comm.core import Listener
 from distributed.loop_health import LoopHealth
 
-__all__ = ["CONTENT_TYPE", "NodeCollector", "loop_health_metrics", "namespace", "registry_for", "render"]
+__all__ = [
+    "CONTENT_TYPE",
+    "NodeCollector",
+    "loop_health_metrics",
+    "namespace",
+    "refused_connection_metrics",
+    "registry_for",
+    "render",
+]
 
 #: The ``Content-Type`` of :func:`render`'s output.
 CONTENT_TYPE: str = CONTENT_TYPE_LATEST
@@ -130,4 +139,18 @@ def loop_health_metrics(c: NodeCollector[N], health: LoopHealth) -> Iterator[Met
         "Total time by which ticks came later than the tick interval: time the event loop was blocked",
         value=health.blocked_total,
         unit="seconds",
+    )
+
+
+def refused_connection_metrics(c: NodeCollector[N], listeners: Iterable[Listener]) -> Iterator[Metric]:
+    """``tls_refused_connections_total``: connections the node's listeners refused at the TLS handshake.
+
+    Every refusal counts, also those not logged (see :mod:`distributed.comm.refusals`).
+    Not labelled by peer: a scan from many addresses would make a series each.
+    """
+    yield CounterMetricFamily(
+        c.name("tls_refused_connections"),
+        "Total number of connections refused at the TLS handshake (no or a bad certificate, "
+        "clear text, a handshake that never finished) since the server started",
+        value=sum(listener.refused_connections for listener in listeners),
     )

@@ -22,6 +22,8 @@ Names follow dask.distributed where it has the metric:
     Bytes the connected workers received from / sent to each other, as their heartbeats reported it.
 ``dask_scheduler_tick_*``, ``dask_scheduler_event_loop_blocked_time_seconds_total``
     Event-loop health (:func:`distributed.http.prometheus.loop_health_metrics`).
+``dask_scheduler_tls_refused_connections_total``
+    Connections refused at the TLS handshake, logged or not (:mod:`distributed.comm.refusals`).
 """
 
 from __future__ import annotations
@@ -32,7 +34,13 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from distributed.http.prometheus import NodeCollector, loop_health_metrics, registry_for, render
+from distributed.http.prometheus import (
+    NodeCollector,
+    loop_health_metrics,
+    refused_connection_metrics,
+    registry_for,
+    render,
+)
 from distributed.scheduler_state import ALL_TASK_STATES, TaskStateName
 
 if TYPE_CHECKING:
@@ -65,6 +73,7 @@ class SchedulerMetricCollector(NodeCollector["Scheduler"]):
         yield from self._tasks(s)
         yield from self._memory(s)
         yield from loop_health_metrics(self, s.loop_health)
+        yield from refused_connection_metrics(self, s.listeners)
 
     def _workers(self, s: Scheduler) -> Metric:
         idle = partial = saturated = other = 0

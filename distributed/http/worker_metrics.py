@@ -14,8 +14,12 @@ buffer and its event-loop tick statistics; names follow dask.distributed:
     Data received from and sent to other workers since the worker started.
 ``dask_worker_spill_bytes_total{activity}``, ``dask_worker_spill_count_total{activity}``
     ``disk_write`` and ``disk_read`` of the spill buffer, when spilling is on.
+``dask_worker_spill_disk_errors``
+    1 once a spill write failed (a full or read-only disk) and spilling is off, else 0.
 ``dask_worker_tick_*``, ``dask_worker_event_loop_blocked_time_seconds_total``
     Event-loop health (:func:`distributed.http.prometheus.loop_health_metrics`).
+``dask_worker_tls_refused_connections_total``
+    Connections refused at the TLS handshake, logged or not (:mod:`distributed.comm.refusals`).
 """
 
 from __future__ import annotations
@@ -28,7 +32,13 @@ import psutil
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from distributed.http.prometheus import NodeCollector, loop_health_metrics, registry_for, render
+from distributed.http.prometheus import (
+    NodeCollector,
+    loop_health_metrics,
+    refused_connection_metrics,
+    registry_for,
+    render,
+)
 from distributed.spill import SpillBuffer
 from distributed.worker_state import WORKER_TASK_STATES
 
@@ -134,8 +144,14 @@ class WorkerMetricCollector(NodeCollector["Worker"]):
             spill_count.add_metric(["disk_write"], activity.write_count)
             spill_count.add_metric(["disk_read"], activity.read_count)
             yield spill_count
+            yield GaugeMetricFamily(
+                self.name("spill_disk_errors"),
+                "1 once writing a spilled value failed (a full or read-only disk) and spilling stopped, else 0",
+                value=int(spill.disk_error is not None),
+            )
 
         yield from loop_health_metrics(self, w.loop_health)
+        yield from refused_connection_metrics(self, w.listeners)
 
 
 def worker_prometheus_metrics(worker: Worker) -> str:

@@ -35,8 +35,10 @@ from tornado.simple_httpclient import SimpleAsyncHTTPClient
 from distributed import Client, LocalCluster, Nanny, Scheduler, Security, Worker
 from distributed.comm import CommClosedError, connect, listen
 from distributed.comm.core import Comm
+from distributed.comm.refusals import RefusalLog
 from distributed.protocol import messages as m
 from distributed.tests.test_cli import WORKER, Proc, poll_with_proc, procs, start_scheduler
+from distributed.tests.test_metrics import scrape, value
 from distributed.utils_test import async_poll_for, gen_cluster, gen_test, inc
 
 __all__ = ["procs"]  # the fixture, imported for the command-line tests
@@ -439,6 +441,99 @@ async def test_scheduler_never_acts_on_a_message_from_an_unauthenticated_peer(
     assert await _try_register(s, s.address, "authenticated", good)
     await async_poll_for(lambda: "authenticated" not in s.clients, timeout=5)  # gone with its comm
     await _computes(c)
+
+
+# -- refusals: counted, logged once per peer host per interval -------------------------------------
+def test_refusal_log_logs_a_host_once_per_interval_and_counts_every_refusal() -> None:
+    log = RefusalLog(interval=60)
+    assert log.refused("10.0.0.5", now=100.0) == 0  # the first: logged
+    assert [log.refused("10.0.0.5", now=100.0 + i) for i in range(1, 50)] == [None] * 49
+    assert log.refused("10.0.0.6", now=120.0) == 0  # another host has its own interval
+    assert log.refused("10.0.0.5", now=160.0) == 49  # logged again, with the 49 left out
+    assert log.refused("10.0.0.5", now=161.0) is None
+    assert log.total == 53
+
+    every = RefusalLog(interval=0)
+    assert [every.refused("10.0.0.5", now=1.0) for _ in range(3)] == [0, 0, 0]
+
+    bounded = RefusalLog(interval=60, max_hosts=2)
+    for i, host in enumerate(["a", "b", "c"]):
+        assert bounded.refused(host, now=float(i)) == 0
+    assert bounded.refused("c", now=3.0) is None  # remembered
+    assert bounded.refused("a", now=4.0) == 0  # the oldest was forgotten: logged anew
+    assert bounded.total == 5
+
+
+async def _refuse(address: str, ctx: ssl.SSLContext | None, times: int) -> None:
+    """Connect ``times`` times with ``ctx``, which the server refuses; each attempt ends refused."""
+    for _ in range(times):
+        try:
+            comm = await connect(address, timeout=5, ssl_context=ctx)
+        except OSError:
+            continue  # refused during the handshake (TLS 1.2, or the server was quick)
+        try:
+            with pytest.raises(CommClosedError):
+                await comm.read()  # TLS 1.3: the refusal arrives after the client's side finished
+        finally:
+            comm.abort()
+
+
+def _refusal_lines(log: list[str]) -> list[str]:
+    return [line for line in log if line.startswith("Refused a TLS connection")]
+
+
+HTTP: dict[str, Any] = {"dashboard": True, "dashboard_address": "127.0.0.1:0"}
+
+
+@pytest.mark.timeout(60)
+@gen_cluster(
+    client=True,
+    scheduler_kwargs={**TLS_CLUSTER["scheduler_kwargs"], **HTTP},
+    worker_kwargs={**TLS_CLUSTER["worker_kwargs"], **HTTP},
+    client_kwargs=TLS_CLUSTER["client_kwargs"],
+)
+async def test_a_peer_refused_again_and_again_is_logged_once_and_counted_in_metrics(
+    c: Client, s: Scheduler, a: Worker, b: Worker
+) -> None:
+    no_cert = Security(tls_ca_file=P.ca).get_connection_args("client")["ssl_context"]
+    with _comm_log() as log:
+        await _refuse(s.address, no_cert, 50)
+        await _refuse(a.address, no_cert, 5)
+        await async_poll_for(lambda: s.listeners[0].refused_connections == 50, timeout=10)
+        await async_poll_for(lambda: a.listeners[0].refused_connections == 5, timeout=10)
+    lines = _refusal_lines(log)
+    # One line per server for the peer host (all within the interval), saying more are not logged.
+    assert len(lines) == 2, lines
+    assert all("did not return a certificate" in line and "at most once per 60 s" in line for line in lines)
+
+    assert s.http_server is not None and a.http_server is not None and b.http_server is not None
+    samples, types, _ = await scrape(s.http_server.port)
+    assert value(samples, "dask_scheduler_tls_refused_connections_total") == 50
+    assert types["dask_scheduler_tls_refused_connections"] == "counter"
+    a_samples, _, _ = await scrape(a.http_server.port)
+    assert value(a_samples, "dask_worker_tls_refused_connections_total") == 5
+    b_samples, _, _ = await scrape(b.http_server.port)
+    assert value(b_samples, "dask_worker_tls_refused_connections_total") == 0
+
+    # The server still serves peers it accepts.
+    await _computes(c)
+    async with Client(s.address, security=P.security("client"), asynchronous=True) as good:
+        assert await good.submit(inc, 1) == 2
+
+
+@pytest.mark.timeout(60)
+@gen_test()
+async def test_refused_log_interval_configures_how_often_a_host_is_logged() -> None:
+    rogue = P.security("client", P.rogue).get_connection_args("client")["ssl_context"]
+    for interval, expected in [(0, 4), ("1h", 1)]:
+        with dask.config.set({"distributed.comm.tls.refused-log-interval": interval}):
+            async with Scheduler(host="127.0.0.1", dashboard=False, security=P.security("scheduler")) as s:
+                with _comm_log() as log:
+                    await _refuse(s.address, rogue, 4)
+                    await async_poll_for(lambda: s.listeners[0].refused_connections == 4, timeout=10)
+                lines = _refusal_lines(log)
+                assert len(lines) == expected, (interval, lines)
+                assert all("unable to get local issuer certificate" in line for line in lines)
 
 
 # -- HTTPS ------------------------------------------------------------------------------------------
