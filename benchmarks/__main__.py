@@ -12,9 +12,10 @@ Commands
     Exit 1 when a gated ratio to the threads floor grew by more than the threshold.
 ``baseline RUN.json [RUN.json ...] --out benchmarks/baseline.json``
     Write a baseline from one or more runs, keeping the largest ratio of each metric.
-``soak [--minutes 10] [--kill-every 20] [--out soak.json]``
-    A mixed workload on worker processes while a random worker is SIGKILLed every
-    N seconds; checks every result and reports what was lost and recomputed.
+``soak [--minutes 10] [--faults kill,freeze,cut,disk] [--kill-every 20] [--out soak.json]``
+    A mixed workload on worker processes while faults hit the workers (a SIGKILL every
+    N seconds; a freeze, a cut link, a full disk in turn); checks every result, times
+    each recovery, samples memory every minute, and reports what was lost and recomputed.
 """
 
 from __future__ import annotations
@@ -175,7 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("runs", nargs="+")
     b.add_argument("--out", required=True)
 
-    soak = sub.add_parser("soak", help="mixed workload while killing worker processes")
+    soak = sub.add_parser(
+        "soak", help="mixed workload while faults hit the workers (kill, freeze, cut link, full disk)"
+    )
     from benchmarks.soak import add_arguments
 
     add_arguments(soak)

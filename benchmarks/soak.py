@@ -617,7 +617,7 @@ def run_soak(args: Any) -> dict[str, Any]:
 
     from benchmarks.soak_faults import FAULTS, FaultContext, Undo, start_cluster, unavailable, wait_recovered
 
-    wanted = [f.strip() for f in args.faults.split(",") if f.strip()] if args.faults else list(FAULTS)
+    wanted = [f.strip() for f in args.faults.split(",") if f.strip()] if args.faults is not None else list(FAULTS)
     bad = [f for f in wanted if f not in FAULTS]
     if bad:
         raise SystemExit(f"unknown faults: {', '.join(bad)} (known: {', '.join(FAULTS)})")
