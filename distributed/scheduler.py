@@ -26,6 +26,10 @@ without any socket.  The shell (registration, the streams and their message
 handlers) is :mod:`distributed.scheduler_streams`; requests that only read
 state or run a user's function are :mod:`distributed.scheduler_requests`.
 
+A key asked for by ``fire_and_forget`` is wanted by a stand-in client only
+until it is done: the transitions into memory and erred drop that want, then
+release the key if nothing else wants it.
+
 The run specification of a task is kept as the serialised bytes the client
 sent: the scheduler never unpickles user code unless a user asks it to
 (``run_on_scheduler``, scheduler plugins).
@@ -340,6 +344,9 @@ class Scheduler(Server):
         self.n_queued = 0
         #: Tasks no current worker can run.
         self.unrunnable: set[TaskState] = set()
+        #: The stand-in client of ``fire_and_forget`` (made when it first asks for a key): it wants a
+        #: key only until the key is done, so that nothing it asked for is kept once computed.
+        self._fire_and_forget: ClientState | None = None
         self.generation = 0
         self._run_ids = itertools.count(1)
         self.transition_counter = 0
@@ -1308,6 +1315,8 @@ class Scheduler(Server):
             drop(dts.waiters, ts)
             if not dts.waiters and not dts.who_wants and dts.state == "memory":
                 recs[dts] = "released"
+        if ts.who_wants and self._fire_and_forget is not None:
+            self._done_for_fire_and_forget(ts)
         if ts.who_wants:
             workers = [ws.address for ws in ts.who_has]
             msg = m.KeyInMemory(op="key-in-memory", key=ts.key, workers=workers, type=ts.type)
@@ -1464,6 +1473,17 @@ class Scheduler(Server):
         ts.dependencies = EMPTY
         del self.tasks[ts.key]
 
+    def _done_for_fire_and_forget(self, ts: TaskState) -> None:
+        """``ts`` is done (in memory or erred): ``fire_and_forget`` wants it no more.
+
+        Called by the transitions into memory and erred, which then release
+        it if nothing else wants it.
+        """
+        ff = self._fire_and_forget
+        if ff is not None and ff in ts.who_wants:
+            ts.who_wants = without(ts.who_wants, ff)
+            ff.wants_what.discard(ts)
+
     def _set_error(self, ts: TaskState, exception: Payload, traceback: Any, text: str) -> None:
         ts.exception = exception
         ts.traceback = traceback
@@ -1482,6 +1502,11 @@ class Scheduler(Server):
             drop(dts.waiters, ts)
             if not dts.waiters and not dts.who_wants and dts.state == "memory":
                 out.recs.setdefault(dts, "released")
+        if ts.who_wants and self._fire_and_forget is not None:
+            self._done_for_fire_and_forget(ts)
+            if not ts.who_wants and not ts.dependents:
+                # Only fire_and_forget wanted it, and no dependent's error points here: let it go.
+                out.recs[ts] = "released"
         if ts.who_wants:
             msg = self._task_erred(ts)
             if msg is not None:
@@ -2062,17 +2087,28 @@ class Scheduler(Server):
         self.transitions(recs, stimulus_id, out)
 
     def client_desires_keys(self, client: str, keys: Iterable[Key], stimulus_id: str) -> Out:
-        """A client wants ``keys`` (already known to the scheduler)."""
+        """A client wants ``keys`` (already known to the scheduler).
+
+        The stand-in client :data:`~distributed.protocol.messages.FIRE_AND_FORGET`
+        wants a key only until it is done: the transitions into memory and
+        erred drop its want, and a key already done is not wanted at all.
+        """
         out = Out()
         cs = self.clients.get(client)
         if cs is None:
             cs = self.clients[client] = ClientState(client)
+        forget_when_done = client == m.FIRE_AND_FORGET
+        if forget_when_done:
+            self._fire_and_forget = cs
         recs: dict[TaskState, TaskStateName] = {}
         for key in keys:
             ts = self.tasks.get(key)
             if ts is None:
-                out.clients[client].append(m.CancelledKeys(op="cancelled-keys", keys=[key], reason="unknown key"))
+                if not forget_when_done:
+                    out.clients[client].append(m.CancelledKeys(op="cancelled-keys", keys=[key], reason="unknown key"))
                 continue
+            if forget_when_done and ts.state in ("memory", "erred"):
+                continue  # done already: nothing to see through, and nobody to tell
             ts.who_wants = grown(ts.who_wants, cs)
             cs.wants_what.add(ts)
             if ts.state == "memory":
@@ -2386,6 +2422,10 @@ class Scheduler(Server):
         assert self.total_nthreads == sum(ws.nthreads for ws in self.workers.values())
         assert self.n_queued == sum(1 for ts in self.tasks.values() if ts.state == "queued"), "queued count"
         assert self.unrunnable == {ts for ts in self.tasks.values() if ts.state == "no-worker"}, "unrunnable set"
+        ff = self._fire_and_forget
+        if ff is not None:
+            for ts in ff.wants_what:
+                assert ts.state not in ("memory", "erred"), ("fire_and_forget still wants a task done", ts)
 
 
 #: ``key_split`` of key heads (see :func:`_key_name`); cleared when it reaches ``_KEY_NAMES_MAX``.

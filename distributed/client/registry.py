@@ -109,8 +109,12 @@ class FutureRegistry:
             loop.call_soon_threadsafe(fn)
 
     def keep_wanted(self, keys: Iterable[Key]) -> None:
-        """Have the scheduler keep computing ``keys`` after every future of them is gone."""
-        self.outbox.post(m.ClientKeys(op="client-desires-keys", client="fire-and-forget", keys=list(keys)))
+        """Have the scheduler compute ``keys`` to the end after every future of them is gone.
+
+        The scheduler then lets each key go once it is done (in memory or
+        erred) and nothing else wants it.
+        """
+        self.outbox.post(m.ClientKeys(op="client-desires-keys", client=m.FIRE_AND_FORGET, keys=list(keys)))
         self._wake()
 
     # -- what the client calls --------------------------------------------------------------

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import tornado.web
 
 from distributed.http.server import Route, json_safe
+from distributed.protocol.messages import FIRE_AND_FORGET
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
@@ -71,7 +72,7 @@ def counts(scheduler: Scheduler) -> dict[str, int]:
         hosts.add(ws.host)
     return {
         "bytes": nbytes,
-        "clients": sum(1 for c in scheduler.clients if c != "fire-and-forget"),
+        "clients": sum(1 for c in scheduler.clients if c != FIRE_AND_FORGET),
         "cores": nthreads,
         "erred": erred,
         "hosts": len(hosts),

@@ -41,6 +41,7 @@ from distributed.http.prometheus import (
     registry_for,
     render,
 )
+from distributed.protocol.messages import FIRE_AND_FORGET
 from distributed.scheduler_state import ALL_TASK_STATES, TaskStateName
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ __all__ = ["TASK_STATES", "SchedulerMetricCollector", "prometheus_metrics"]
 TASK_STATES: tuple[TaskStateName, ...] = ("released", "waiting", "no-worker", "queued", "processing", "memory", "erred")
 
 #: Client ids the scheduler uses internally rather than for connected clients.
-PSEUDO_CLIENTS = frozenset({"fire-and-forget"})
+PSEUDO_CLIENTS = frozenset({FIRE_AND_FORGET})
 
 
 class SchedulerMetricCollector(NodeCollector["Scheduler"]):

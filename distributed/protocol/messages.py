@@ -12,7 +12,7 @@ travel as :data:`Payload`: serialised frames the scheduler never opens.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Any, Final, Literal, NotRequired, TypedDict
 
 from distributed.protocol.serialize import Serialize, Serialized
 
@@ -299,11 +299,20 @@ class UpdateGraph(TypedDict):
 
 
 class ClientKeys(TypedDict):
-    """``client-desires-keys`` and ``client-releases-keys``."""
+    """``client-desires-keys`` and ``client-releases-keys``.
+
+    ``client`` is the sender's id, or :data:`FIRE_AND_FORGET` for keys to
+    compute to the end whatever becomes of their futures.
+    """
 
     op: Literal["client-desires-keys", "client-releases-keys"]
     client: str
     keys: Sequence[Key]
+
+
+#: The client id under which ``fire_and_forget`` asks for keys: the scheduler
+#: wants such a key until it is done (in memory or erred), then lets it go.
+FIRE_AND_FORGET: Final = "fire-and-forget"
 
 
 class ClientHeartbeat(TypedDict):
