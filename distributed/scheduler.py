@@ -26,9 +26,12 @@ without any socket.  The shell (registration, the streams and their message
 handlers) is :mod:`distributed.scheduler_streams`; requests that only read
 state or run a user's function are :mod:`distributed.scheduler_requests`.
 
-A key asked for by ``fire_and_forget`` is wanted by a stand-in client only
-until it is done: the transitions into memory and erred drop that want, then
-release the key if nothing else wants it.
+Two rules keep tasks from holding the cluster: a key asked for by
+``fire_and_forget`` is wanted by a stand-in client only until it is done (the
+transitions into memory and erred drop that want, then release the key if
+nothing else wants it); and a task whose inputs add up to more than the largest
+worker memory limit errs with ``MemoryError`` as it gets ready, instead of
+killing worker after worker.
 
 The run specification of a task is kept as the serialised bytes the client
 sent: the scheduler never unpickles user code unless a user asks it to
@@ -52,7 +55,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import dask
 import dask.config
-from dask.utils import key_split, parse_timedelta
+from dask.utils import format_bytes, key_split, parse_timedelta
 
 from distributed.batched import BatchedSend
 from distributed.comm import (
@@ -347,6 +350,12 @@ class Scheduler(Server):
         #: The stand-in client of ``fire_and_forget`` (made when it first asks for a key): it wants a
         #: key only until the key is done, so that nothing it asked for is kept once computed.
         self._fire_and_forget: ClientState | None = None
+        #: The most bytes of inputs a task may have: the largest worker memory limit, or 0 (no check)
+        #: while some worker has no limit or there is none.  Kept up as workers come and go, so that
+        #: the check as a task gets ready costs no pass over the workers.
+        self._input_cap = 0
+        self._largest_memory_limit = 0
+        self._unlimited_workers = 0
         self.generation = 0
         self._run_ids = itertools.count(1)
         self.transition_counter = 0
@@ -911,6 +920,14 @@ class Scheduler(Server):
             self.n_queued -= 1  # its heap entry is skipped when popped
 
     def _waiting_to_processing(self, ts: TaskState, out: Out) -> None:
+        cap = self._input_cap
+        if cap and ts.dependencies:
+            total = 0
+            for dts in ts.dependencies:
+                total += dts.nbytes
+            if total > cap:
+                self._refuse_inputs(ts, total, cap, out)
+                return
         # _unqueue, inlined: every task passes here.
         start = ts.state
         if start == "no-worker":
@@ -939,6 +956,32 @@ class Scheduler(Server):
                 self.unrunnable.add(ts)
                 return
         self._add_to_processing(ts, ws, out)
+
+    def _refuse_inputs(self, ts: TaskState, total: int, cap: int, out: Out) -> None:
+        """Err ``ts``, whose inputs alone are more than any worker may hold: running it would only kill workers.
+
+        The task stays where it is and is recommended to erred, so that the
+        erred transition (and plugins, and the story) see the change.
+        """
+        exc = MemoryError(
+            f"Task {ts.key!r} has {format_bytes(total)} worth of input dependencies, "
+            f"but the largest memory_limit of any worker is {format_bytes(cap)}"
+        )
+        logger.error("%s", exc)
+        self._set_error(ts, as_serialized(exc), None, str(exc))
+        out.recs[ts] = "erred"
+
+    def _track_memory_limit(self, ws: WorkerState, joined: bool) -> None:
+        """Keep the input cap (see ``_input_cap``) as ``ws`` joins or leaves."""
+        limit = ws.memory_limit
+        if not limit:
+            self._unlimited_workers += 1 if joined else -1
+        elif joined:
+            self._largest_memory_limit = max(self._largest_memory_limit, limit)
+        elif limit >= self._largest_memory_limit:
+            # The largest may have left: look again (a worker leaving is rare next to tasks).
+            self._largest_memory_limit = max((w.memory_limit for w in self.workers.values()), default=0)
+        self._input_cap = 0 if self._unlimited_workers else self._largest_memory_limit
 
     def _queued_to_processing(self, ts: TaskState, out: Out) -> None:
         ws = out.target
@@ -1945,6 +1988,7 @@ class Scheduler(Server):
         self.workers[address] = ws
         self.aliases[ws.name] = address
         self.total_nthreads += nthreads
+        self._track_memory_limit(ws, joined=True)
         out = Out()
         for key in keys:
             ts = self.tasks.get(key)
@@ -1975,6 +2019,7 @@ class Scheduler(Server):
             return out
         ws.status = "closed"
         self.total_nthreads -= ws.nthreads
+        self._track_memory_limit(ws, joined=False)
         if self.aliases.get(ws.name) == address:
             del self.aliases[ws.name]
         recs: dict[TaskState, TaskStateName] = {}
@@ -2422,6 +2467,8 @@ class Scheduler(Server):
         assert self.total_nthreads == sum(ws.nthreads for ws in self.workers.values())
         assert self.n_queued == sum(1 for ts in self.tasks.values() if ts.state == "queued"), "queued count"
         assert self.unrunnable == {ts for ts in self.tasks.values() if ts.state == "no-worker"}, "unrunnable set"
+        limits = [ws.memory_limit for ws in self.workers.values()]
+        assert self._input_cap == (0 if not limits or 0 in limits else max(limits)), "input cap"
         ff = self._fire_and_forget
         if ff is not None:
             for ts in ff.wants_what:
