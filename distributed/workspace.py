@@ -15,12 +15,19 @@ in use (by any process on the machine, this one included: flock locks of two
 opens of the same file conflict even within one process) and is left alone.
 Directories without a lock file are never touched.
 
+Several processes may purge one parent at once (workers started together):
+each directory goes to the purger that takes its lock first; the others find
+it locked, or gone once they have it, and skip it.  Every removal tolerates a
+file already gone, and a purge never fails a worker's start: an entry it
+cannot handle (an unexpected error from the file system) is logged and left.
+
 Where ``fcntl`` is missing (Windows) directories are created without a lock
 and nothing is purged: a directory is only removed when its owner is known dead.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -64,6 +71,12 @@ def _same_file(path: str, fd: int) -> bool:
     return (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino)
 
 
+def _unlink(path: str) -> None:
+    """Remove ``path``; already gone is fine (a concurrent purge or release took it)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
 def _release(path: str, lock_path: str, fd: int | None, owner: int) -> None:
     if os.getpid() != owner:
         return  # a forked child exiting normally runs the finalizers it inherited: not its directory
@@ -73,7 +86,7 @@ def _release(path: str, lock_path: str, fd: int | None, owner: int) -> None:
     if fd is not None:
         try:
             if _same_file(lock_path, fd):
-                os.unlink(lock_path)
+                _unlink(lock_path)
         finally:
             os.close(fd)
 
@@ -175,6 +188,9 @@ class WorkSpace:
             entries = [e.name for e in os.scandir(self.base) if e.name.endswith(LOCK_SUFFIX)]
         except FileNotFoundError:
             return []
+        except OSError as e:
+            logger.warning("Not removing the directories of ended workers in %s: %s", self.base, e)
+            return []
         for lock_name in entries:
             path = os.path.join(self.base, lock_name[: -len(LOCK_SUFFIX)])
             if self._purge_one(path, path + LOCK_SUFFIX):
@@ -191,7 +207,11 @@ class WorkSpace:
                 return False  # in use, or released and gone since we opened it
             logger.info("Removing %s: the process that owned it has ended", path)
             shutil.rmtree(path, ignore_errors=True)
-            os.unlink(lock_path)
+            _unlink(lock_path)
             return True
+        except OSError as e:
+            # Best effort: what is left is tried again by the next purge.
+            logger.warning("Could not remove %s: %s", path, e)
+            return False
         finally:
             os.close(fd)

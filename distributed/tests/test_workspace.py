@@ -6,8 +6,12 @@ runs at exit), on the same machine as the process that purges.
 
 from __future__ import annotations
 
+import errno
 import gc
+import json
+import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -58,6 +62,17 @@ WORKER = textwrap.dedent(
             await asyncio.Event().wait()
 
     asyncio.run(main())
+    """
+)
+
+
+PURGER = textwrap.dedent(
+    """
+    import json, sys
+    from distributed.workspace import WorkSpace
+    print("ready", flush=True)
+    for line in sys.stdin:  # one purge per line, all purgers told at once
+        print(json.dumps(WorkSpace(sys.argv[1]).purge()), flush=True)
     """
 )
 
@@ -252,3 +267,157 @@ def test_new_work_dir_waits_out_a_purge_that_took_its_fresh_lock_file(
         assert os.path.exists(d.path + LOCK_SUFFIX)
     finally:
         d.release()
+
+
+def _make_stale(base: Path, n: int, prefix: str = "stale") -> set[str]:
+    """``n`` work directories with files in them, and lock files nobody holds: their owners are gone."""
+    made = set()
+    for i in range(n):
+        d = base / f"{prefix}-{i}"
+        (d / "storage").mkdir(parents=True)
+        for j in range(3):
+            (d / "storage" / str(j)).write_bytes(b"x" * 100)
+        (base / (d.name + LOCK_SUFFIX)).write_text("12345\n")
+        made.add(str(d))
+    return made
+
+
+@pytest.mark.timeout(120)
+def test_concurrent_purges_of_one_workspace_never_fail_and_remove_each_directory_once(tmp_path: Path) -> None:
+    base = tmp_path / "space"
+    base.mkdir()
+    live = WorkSpace(str(base)).new_work_dir("live")  # held by this process: every purge leaves it
+    errs = [tmp_path / f"purger-{i}.err" for i in range(6)]
+    procs = []
+    for err in errs:
+        with err.open("w") as stderr:  # the child has its own copy of the descriptor
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-c", PURGER, str(base)],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=stderr,
+                    env=_env(),
+                    cwd=REPO_ROOT,
+                    text=True,
+                )
+            )
+    try:
+        for p in procs:
+            assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        for round_ in range(5):
+            stale = _make_stale(base, 150, prefix=f"stale{round_}")
+            for p in procs:  # all at once: each has the line before any has finished
+                assert p.stdin is not None
+                p.stdin.write("purge\n")
+                p.stdin.flush()
+            removed: list[list[str]] = []
+            for p, err in zip(procs, errs):
+                assert p.stdout is not None
+                line = p.stdout.readline()
+                assert line, f"a purger failed (exit code {p.wait()}):\n{err.read_text()}"
+                removed.append(json.loads(line))
+            everything = [path for r in removed for path in r]
+            assert sorted(everything) == sorted(stale)  # each stale directory removed, by exactly one purger
+            assert set(os.listdir(base)) == {"live", "live" + LOCK_SUFFIX}
+        assert os.path.isdir(live.path)
+    finally:
+        for p in procs:
+            if p.stdin is not None:
+                p.stdin.close()  # ends the purger's loop
+        for p in procs:
+            try:
+                assert p.wait(timeout=30) == 0
+            finally:
+                if p.poll() is None:
+                    os.kill(p.pid, signal.SIGKILL)
+                    p.wait(timeout=10)
+                if p.stdout is not None:
+                    p.stdout.close()
+        live.release()
+
+
+def test_a_lock_file_removed_by_someone_else_during_a_purge_is_no_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process (say an older worker's cleanup) removes the lock file while we remove its directory."""
+    stale = _make_stale(tmp_path, 3)
+    real_rmtree = shutil.rmtree
+
+    def rmtree_then_lock_file_vanishes(path: str, ignore_errors: bool = False) -> None:
+        real_rmtree(path, ignore_errors=ignore_errors)
+        os.unlink(path + LOCK_SUFFIX)
+
+    monkeypatch.setattr(shutil, "rmtree", rmtree_then_lock_file_vanishes)
+    assert sorted(WorkSpace(str(tmp_path)).purge()) == sorted(stale)
+    assert os.listdir(tmp_path) == []
+
+
+def test_an_entry_the_file_system_fails_on_is_left_and_the_purge_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import distributed.workspace as workspace
+
+    stale = _make_stale(tmp_path, 4)
+    real_try_lock = workspace._try_lock
+    calls = []
+
+    def no_locks_once(fd: int) -> bool:
+        calls.append(fd)
+        if len(calls) == 1:
+            raise OSError(errno.ENOLCK, "No locks available")
+        return real_try_lock(fd)
+
+    monkeypatch.setattr(workspace, "_try_lock", no_locks_once)
+    with caplog.at_level(logging.WARNING, logger="distributed.workspace"):
+        removed = WorkSpace(str(tmp_path)).purge()
+    assert len(removed) == 3 and set(removed) < stale
+    (left,) = stale - set(removed)
+    assert os.path.isdir(left) and os.path.exists(left + LOCK_SUFFIX)  # tried again by the next purge
+    assert any("Could not remove" in r.getMessage() and "No locks available" in r.getMessage() for r in caplog.records)
+    monkeypatch.setattr(workspace, "_try_lock", real_try_lock)
+    assert WorkSpace(str(tmp_path)).purge() == [left]
+
+
+@pytest.mark.timeout(120)
+def test_two_workers_started_at_once_on_one_directory_with_stale_directories(tmp_path: Path) -> None:
+    scratch = tmp_path / "dask-scratch-space"
+    scratch.mkdir()
+    stale = _make_stale(scratch, 200, prefix="worker-stale")
+    with (
+        LocalCluster(n_workers=0, processes=False, protocol="tcp", dashboard_address=None) as cluster,
+        Client(cluster) as c,
+    ):
+        errs = [tmp_path / f"worker-{i}.err" for i in range(2)]
+        procs = []
+        try:
+            for err in errs:
+                with err.open("w") as stderr:
+                    procs.append(
+                        subprocess.Popen(
+                            [sys.executable, "-c", WORKER, cluster.scheduler_address, str(tmp_path)],
+                            stdout=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL,
+                            stderr=stderr,
+                            env=_env(),
+                            cwd=REPO_ROOT,
+                            text=True,
+                        )
+                    )
+            dirs = []
+            for p, err in zip(procs, errs):  # both started before either is read: they purge together
+                assert p.stdout is not None
+                line = p.stdout.readline().strip()
+                assert line, f"a worker failed to start (exit code {p.wait()}):\n{err.read_text()}"
+                dirs.append(line)
+            c.wait_for_workers(2, timeout=30)
+            assert not any(os.path.exists(d) or os.path.exists(d + LOCK_SUFFIX) for d in stale)
+            assert all(os.path.isdir(d) for d in dirs)
+            assert set(os.listdir(scratch)) == {os.path.basename(d) + x for d in dirs for x in ("", LOCK_SUFFIX)}
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    os.kill(p.pid, signal.SIGKILL)
+                p.wait(timeout=10)
+                if p.stdout is not None:
+                    p.stdout.close()
