@@ -280,6 +280,8 @@ class SpecCluster(Cluster):
         self._started_specs: dict[Any, Spec] = {}
         self._old_log_level: int | None = None
         self._correct_lock: asyncio.Lock | None = None
+        #: Retiring and closing the workers a scale-down took out of ``workers`` (see _correct_state).
+        self._leaving: set[asyncio.Task[None]] = set()
         self._adaptive: Adaptive | None = None
         self._adaptive_options: dict[str, Any] = {}
         self.shutdown_on_close = shutdown_on_close
@@ -342,6 +344,10 @@ class SpecCluster(Cluster):
                 for r in results:
                     if isinstance(r, BaseException):
                         logger.warning("Closing a worker failed: %r", r)
+            # Those a scale-down took out of ``workers`` (its task cancelled as the cluster closes):
+            # before the scheduler goes, so that they retire and close as they would have.
+            while self._leaving:
+                await asyncio.gather(*self._leaving, return_exceptions=True)
             if not self.shutdown_scheduler:
                 logger.info("%s: leaving the scheduler at %s running", self.name, self._scheduler_address)
             elif isinstance(self.scheduler, ProcessInterface):
@@ -381,13 +387,13 @@ class SpecCluster(Cluster):
             if leaving:
                 logger.info("%s: closing workers %s", self.name, leaving)
                 handles = {nm: self.workers.pop(nm) for nm in leaving}
-                await self._retire(handles)
-                for nm in leaving:
-                    self._started_specs.pop(nm, None)
-                results = await asyncio.gather(*(h.close() for h in handles.values()), return_exceptions=True)
-                for r in results:
-                    if isinstance(r, BaseException):
-                        logger.warning("Closing a worker failed: %r", r)
+                # In a task of its own, which _close_cluster awaits: cancelling this correction (the
+                # cluster closing cancels its scaling tasks) must not leave these workers half closed
+                # (a worker's close runs on when its caller is cancelled) or, mid-retirement, running.
+                task = asyncio.get_running_loop().create_task(self._leave(handles), name=f"close-workers-{leaving}")
+                self._leaving.add(task)
+                task.add_done_callback(self._leaving.discard)
+                await asyncio.shield(task)
             joining = [nm for nm in self.worker_spec if nm not in self.workers]
             if joining:
                 logger.info("%s: starting workers %s", self.name, joining)
@@ -405,6 +411,18 @@ class SpecCluster(Cluster):
                 if errors:
                     raise errors[0]
             await self._refresh_scheduler_info()
+
+    async def _leave(self, handles: Mapping[Any, WorkerHandle]) -> None:
+        """Retire these workers (taken out of ``workers``), then close them, whatever the retirement did."""
+        try:
+            await self._retire(handles)
+        finally:
+            for nm in handles:
+                self._started_specs.pop(nm, None)
+            results = await asyncio.gather(*(h.close() for h in handles.values()), return_exceptions=True)
+            for r in results:
+                if isinstance(r, BaseException):
+                    logger.warning("Closing a worker failed: %r", r)
 
     async def _start_worker(self, name: Any, spec: Spec) -> WorkerHandle:
         """Start the worker ``name`` from its spec: ``cls(scheduler_address, name=name, **options)``."""

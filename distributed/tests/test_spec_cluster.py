@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import signal
@@ -85,6 +86,45 @@ async def test_scale_down_by_name_and_address_and_correct_state() -> None:
         await cluster._correct_state()
         assert set(cluster.workers) == {"c", "d"}
         assert scheduler_names(cluster) == {"c", "d"}
+
+
+@pytest.mark.parametrize("stage", ["retiring", "closing"])
+@gen_test()
+async def test_closing_the_cluster_during_a_scale_down_waits_for_the_leaving_worker(stage: str) -> None:
+    # The scale-down is a task the cluster owns, cancelled as the cluster closes: the worker it had
+    # taken out of ``workers`` to retire and close must still be closed, and before close() returns.
+    cluster = await SpecCluster(
+        workers={"a": worker_spec(), "b": worker_spec()}, scheduler=SCHEDULER, asynchronous=True
+    )
+    try:
+        leaving = cluster.workers["b"]
+        assert isinstance(leaving, Worker)
+        s = cluster.scheduler
+        assert isinstance(s, Scheduler)
+        retiring = asyncio.Event()
+        if stage == "retiring":
+            # Hold the retirement up, so that the cancellation comes while it runs.
+            route = s.handlers["retire_workers"]
+
+            async def slow_retire(comm: Any, msg: Any) -> Any:
+                retiring.set()
+                await asyncio.sleep(0.5)
+                return await route.func(comm, msg)
+
+            s.handlers["retire_workers"] = dataclasses.replace(route, func=slow_retire)
+        else:
+            # A thread busy for a while: the worker's close waits for it, after leaving the scheduler.
+            leaving.executor.submit(time.sleep, 2)
+        cluster.scale(1)
+        if stage == "retiring":
+            await asyncio.wait_for(retiring.wait(), 10)
+        else:
+            await async_poll_for(lambda: leaving.status in (Status.closing, Status.closed), timeout=10)
+        assert "b" not in cluster.workers
+    finally:
+        await cluster.close()
+    assert leaving.status == Status.closed
+    assert not leaving.executor.threads
 
 
 @gen_test()
