@@ -116,7 +116,15 @@ class Status(enum.Enum):
 
 
 class RemoteError(RuntimeError):
-    """An error reply whose exception could not be rebuilt here."""
+    """An error reply whose exception could not be rebuilt here, or was not to be unpickled.
+
+    ``reply`` is that error reply as it came (None when made otherwise), for
+    a caller that passes the error on without opening it.
+    """
+
+    def __init__(self, *args: object, reply: Mapping[str, Any] | None = None) -> None:
+        super().__init__(*args)
+        self.reply = reply
 
 
 @dataclass(frozen=True)
@@ -181,16 +189,24 @@ def error_message(exc: BaseException, tb: types.TracebackType | None = None) -> 
     }
 
 
-def rebuild_exception(msg: Mapping[str, Any]) -> BaseException:
-    """The exception carried by an error reply, with its remote traceback."""
+def rebuild_exception(msg: Mapping[str, Any], *, unpickle: bool = True) -> BaseException:
+    """The exception carried by an error reply, with its remote traceback.
+
+    With ``unpickle=False`` the pickled exception is left unopened: the result
+    is a :class:`RemoteError` with the remote type's name and text, holding the
+    reply (a scheduler that may not unpickle, ``distributed.scheduler.pickle``).
+    """
     exc: BaseException
-    try:
-        obj = unwrap(msg.get("exception"))
-        if not isinstance(obj, BaseException):
-            raise TypeError("not an exception")
-        exc = obj
-    except Exception:
-        exc = RemoteError(str(msg.get("text", "remote error")))
+    if not unpickle:
+        exc = RemoteError(f"{msg.get('type', 'Exception')}: {msg.get('text', 'remote error')}", reply=msg)
+    else:
+        try:
+            obj = unwrap(msg.get("exception"))
+            if not isinstance(obj, BaseException):
+                raise TypeError("not an exception")
+            exc = obj
+        except Exception:
+            exc = RemoteError(str(msg.get("text", "remote error")))
     tb_data = msg.get("traceback")
     if tb_data:
         try:
@@ -208,13 +224,16 @@ def _as_lists(x: Any) -> Any:
     return x
 
 
-def raise_remote_error(msg: Mapping[str, Any]) -> None:
-    """Raise the exception carried by an error reply."""
-    raise rebuild_exception(msg)
+def raise_remote_error(msg: Mapping[str, Any], *, unpickle: bool = True) -> None:
+    """Raise the exception carried by an error reply (see :func:`rebuild_exception`)."""
+    raise rebuild_exception(msg, unpickle=unpickle)
 
 
-async def send_recv(comm: Comm, msg: Mapping[str, Any]) -> Any:
+async def send_recv(comm: Comm, msg: Mapping[str, Any], *, unpickle_errors: bool = True) -> Any:
     """Send a request and return the result of its reply.
+
+    With ``unpickle_errors=False`` an error reply raises a
+    :class:`RemoteError` instead of its unpickled exception.
 
     Raises
     ------
@@ -233,7 +252,7 @@ async def send_recv(comm: Comm, msg: Mapping[str, Any]) -> Any:
     if status == "OK":
         return response.get("result")
     if status == "error":
-        raise_remote_error(response)
+        raise_remote_error(response, unpickle=unpickle_errors)
     raise ProtocolError(f"Malformed reply status {status!r}")
 
 
@@ -706,14 +725,23 @@ class ConnectionPool:
     connection_args
         Passed to :func:`~distributed.comm.connect` (TLS context,
         ``require_encryption``), from ``Security.get_connection_args(role)``.
+    unpickle_errors
+        Whether a remote error's pickled exception is rebuilt (else calls
+        raise :class:`RemoteError`, see :func:`rebuild_exception`); may be
+        changed later, as a scheduler that may not unpickle does.
     """
 
     def __init__(
-        self, limit: int = 512, timeout: float | None = None, connection_args: ConnectionArgs | None = None
+        self,
+        limit: int = 512,
+        timeout: float | None = None,
+        connection_args: ConnectionArgs | None = None,
+        unpickle_errors: bool = True,
     ) -> None:
         self.limit = limit
         self.timeout = timeout
         self.connection_args: ConnectionArgs = connection_args or ConnectionArgs()
+        self.unpickle_errors = unpickle_errors
         self.available: defaultdict[str, set[Comm]] = defaultdict(set)
         self.occupied: defaultdict[str, set[Comm]] = defaultdict(set)
         # Comms open or being opened; never above ``limit``.
@@ -809,7 +837,7 @@ class ConnectionPool:
         comm = await self.connect(addr)
         ok = False
         try:
-            result = await send_recv(comm, msg)
+            result = await send_recv(comm, msg, unpickle_errors=self.unpickle_errors)
             ok = True
             return result
         except (CommClosedError, ProtocolError):

@@ -35,7 +35,8 @@ killing worker after worker.
 
 The run specification of a task is kept as the serialised bytes the client
 sent: the scheduler never unpickles user code unless a user asks it to
-(``run_on_scheduler``, scheduler plugins).
+(``run_on_scheduler``, scheduler plugins), and refuses such requests when
+``distributed.scheduler.pickle`` is False.
 """
 
 from __future__ import annotations
@@ -307,6 +308,13 @@ class Scheduler(Server):
             validate_address(contact)
         self._contact_address: str | None = contact or None
         self.validate = bool(dask.config.get("distributed.scheduler.validate", False) if validate is None else validate)
+        allow_pickle = dask.config.get("distributed.scheduler.pickle", True)
+        if not isinstance(allow_pickle, bool):
+            # A security control: a value such as "no" must not read as true.
+            raise ValueError(f"distributed.scheduler.pickle must be true or false, got {allow_pickle!r}")
+        #: Whether requests that make the scheduler unpickle what it is sent are served
+        #: (``distributed.scheduler.pickle``, read once at construction).
+        self.allow_pickle: bool = allow_pickle
         self.dashboard = dashboard
         self.dashboard_address = dashboard_address
         self.scheduler_file = scheduler_file
@@ -447,6 +455,8 @@ class Scheduler(Server):
             connection_args=self.security.get_connection_args("scheduler"),
             listen_args=self.security.get_listen_args("scheduler"),
         )
+        # Workers' and nannies' error replies carry pickled exceptions: left unopened when pickle is off.
+        self.rpc.unpickle_errors = self.allow_pickle
         make_extensions(self, extensions, self._blocked_handlers())
 
     def _blocked_handlers(self) -> list[str]:

@@ -22,7 +22,7 @@ from dask.utils import parse_timedelta
 
 from distributed import profile, rebalance
 from distributed.comm import Comm, CommClosedError
-from distributed.core import error_message
+from distributed.core import RemoteError, error_message
 from distributed.diagnostics.task_stream import ensure_task_stream
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
@@ -73,7 +73,23 @@ class ClusterRequests:
         asyncio.get_running_loop().call_soon(lambda: self.scheduler.spawn(self.scheduler.close(), name="terminate"))
         return "OK"
 
+    def refuse_unpickling(self, what: str) -> None:
+        """Refuse a request that would have the scheduler unpickle (run) what it was sent, if it may not.
+
+        Raises
+        ------
+        ValueError
+            With ``distributed.scheduler.pickle`` False, naming the request and the key.
+        """
+        if not self.scheduler.allow_pickle:
+            raise ValueError(
+                f"Cannot {what}: the scheduler has been explicitly disallowed from deserializing arbitrary "
+                "bytestrings using pickle via the 'distributed.scheduler.pickle' configuration setting"
+            )
+
     def handle_workers_to_close(self, comm: Comm, msg: m.WorkersToClose) -> list[Any]:
+        if msg.get("key") is not None:
+            self.refuse_unpickling("choose workers to close by a key= function")
         attribute = msg.get("attribute", "address")
         chosen = self.scheduler.workers_to_close(
             n=msg.get("n"),
@@ -205,6 +221,7 @@ class ClusterRequests:
 
     async def handle_run_function(self, comm: Comm, msg: m.RunFunction) -> Any:
         # A user explicitly asked to run this on the scheduler.
+        self.refuse_unpickling("run a function on the scheduler (run_on_scheduler)")
         func = unwrap(msg["function"])
         args = unwrap(msg.get("args")) or ()
         kwargs = unwrap(msg.get("kwargs")) or {}
@@ -240,12 +257,14 @@ class ClusterRequests:
             try:
                 return worker, {"status": "OK", "result": await self.scheduler.rpc.call(addr, request)}
             except Exception as e:
-                return worker, error_message(e)
+                return worker, _error_reply(e)
 
         results = await asyncio.gather(*(one(w, a) for w, a in targets.items()))
         return dict(results)
 
     async def handle_retire_workers(self, comm: Comm, msg: m.RetireWorkers) -> dict[str, Any]:
+        if msg.get("key") is not None:
+            self.refuse_unpickling("choose workers to retire by a key= function")
         return await self.retire_workers(msg)
 
     async def retire_workers(self, msg: m.RetireWorkers) -> dict[str, Any]:
@@ -628,6 +647,7 @@ class ClusterRequests:
         return "OK"
 
     async def handle_register_plugin(self, comm: Comm, msg: m.RegisterPlugin) -> str:
+        self.refuse_unpickling("register a scheduler plugin")
         plugin = unwrap(msg["plugin"])
         await self.scheduler.add_plugin(plugin, name=msg["name"], idempotent=msg.get("idempotent", False))
         return "OK"
@@ -661,7 +681,7 @@ class ClusterRequests:
                 await self.scheduler.rpc.call(addr, request)
                 return addr, {"status": "OK"}
             except Exception as e:
-                return addr, error_message(e)
+                return addr, _error_reply(e)
 
         return dict(await asyncio.gather(*(one(a) for a in list(self.scheduler.workers))))
 
@@ -712,6 +732,13 @@ class ClusterRequests:
 
         replies = await asyncio.gather(*(one(a) for a in targets))
         return {addr: reply for addr, reply in replies if addr is not None}
+
+
+def _error_reply(exc: Exception) -> Mapping[str, Any]:
+    """The error reply to pass on for ``exc``: a remote one as it came, when it was left unopened."""
+    if isinstance(exc, RemoteError) and exc.reply is not None:
+        return exc.reply
+    return error_message(exc)
 
 
 def _describe(failed: Iterable[tuple[WorkerState, Key]]) -> str:
