@@ -18,7 +18,7 @@ A watcher runs every ``distributed.worker.memory.monitor-interval``:
 * any other exit (a crash, ``os._exit``, SIGKILL, ``Worker.close(nanny=False)``,
   ``close_gracefully(restart=True)``, ``lifetime_restart``) is followed by a
   new worker process, under the same name, while the nanny runs (when that
-  new worker fails to start, the nanny closes);
+  new worker fails to start, the nanny closes, saying why in ``failure``);
 * one whose resident memory passed ``distributed.worker.memory.terminate``
   (a fraction of ``memory_limit``; false disables) is killed, then started
   again.
@@ -273,6 +273,9 @@ class Nanny(Server):
         self.process: ServerProcess | None = None
         #: How many times the worker process was started again.
         self.restarts = 0
+        #: Why the nanny closed itself, when its worker could not be started again (a full or
+        #: read-only local directory...); ``dask worker`` then exits with an error.
+        self.failure: str | None = None
         self._lock: asyncio.Lock | None = None
         self._terminate_at: float | None = None
         self._close_timeout = 5.0
@@ -440,6 +443,7 @@ class Nanny(Server):
             except Exception as e:
                 # The new worker already retried reaching its scheduler for its whole start: give up.
                 logger.error("Could not start worker %s again (%s); closing its nanny %s", self.name, e, self.address)
+                self.failure = f"its worker could not be started again: {e}"
                 self.process = None
                 self.spawn(self.close(reason="worker-restart-failed"), name="nanny-close")
 

@@ -641,7 +641,7 @@ class Worker(Server):
         state = self.state
         data = self.data
         spilled = data.spilled if isinstance(data, SpillBuffer) else None
-        return m.WorkerMetrics(
+        metrics = m.WorkerMetrics(
             memory=proc.memory_info().rss,
             cpu=proc.cpu_percent(),
             executing=len(state.executing) if state is not None else 0,
@@ -656,6 +656,9 @@ class Worker(Server):
                 outgoing_bytes_total=self.transfer_outgoing_bytes_total,
             ),
         )
+        if isinstance(data, SpillBuffer) and data.disk_error is not None:
+            metrics["spill_disk_error"] = str(data.disk_error)  # shown by the scheduler's dashboard
+        return metrics
 
     async def _close_after_lifetime(self, lifetime: float) -> None:
         await asyncio.sleep(lifetime)
@@ -670,11 +673,24 @@ class Worker(Server):
         Workers killed outright (SIGKILL, ``os._exit``) leave theirs, spilled
         results and all: the next worker started under the same parent removes
         them (see :mod:`distributed.workspace`).
+
+        Raises
+        ------
+        OSError
+            Naming the directory, when it cannot be made or written (a full or
+            read-only disk, no permission): the worker does not start.
         """
-        workspace = WorkSpace(os.path.dirname(self.local_directory))
-        self._work_dir = workspace.new_work_dir(os.path.basename(self.local_directory))
-        # Removing what a dead worker spilled can take a while: not on the event loop.
-        await asyncio.get_running_loop().run_in_executor(None, workspace.purge)
+        base, name = os.path.split(self.local_directory)
+        try:
+            workspace = WorkSpace(base)
+            # Dead workers' directories go first: on a disk their spilled results
+            # filled, that is the room this one needs.  Removing them can take a
+            # while: not on the event loop.
+            await asyncio.get_running_loop().run_in_executor(None, workspace.purge)
+            self._work_dir = workspace.new_work_dir(name)
+        except OSError as e:
+            # The bare error names no directory (ENOSPC from a write) or only a file in it.
+            raise OSError(e.errno, f"Worker cannot use its local directory {base}: {e.strerror or e}") from e
 
     async def _close(self) -> None:
         # Here, not in close(): _close runs once, in a task that closing does not cancel.
@@ -830,6 +846,9 @@ class Worker(Server):
             "nthreads": self.nthreads,
             "memory_limit": self.memory_limit,
             "name": self.name,
+            "spill_disk_error": str(self.data.disk_error)
+            if isinstance(self.data, SpillBuffer) and self.data.disk_error is not None
+            else None,
         }
 
     def __repr__(self) -> str:

@@ -150,6 +150,9 @@ class WorkSpace:
         ------
         FileExistsError
             When ``name`` is taken by another work directory.
+        OSError
+            When the directory or its lock file cannot be made or written (a
+            full or read-only disk); nothing of them is left behind.
         """
         path = os.path.join(self.base, name)
         if fcntl is None:
@@ -168,8 +171,14 @@ class WorkSpace:
             # A purge may take the fresh lock file before we lock it and remove
             # it: then ours is an orphan; make it again.
             if _try_lock(fd) and _same_file(lock_path, fd):
-                os.write(fd, f"{os.getpid()}\n".encode())  # for people looking; the lock is what counts
-                os.makedirs(path, exist_ok=True)
+                try:
+                    # For people looking; the lock is what counts.  Also the first
+                    # write there: a full disk fails it here, before the worker starts.
+                    os.write(fd, f"{os.getpid()}\n".encode())
+                    os.makedirs(path, exist_ok=True)
+                except OSError:
+                    _release(path, lock_path, fd, os.getpid())
+                    raise
                 return WorkDir(path, lock_path, fd)
             os.close(fd)
         raise RuntimeError(f"Could not take the lock of a new work directory {path!r}")

@@ -11,7 +11,8 @@ The scheduler address comes from the ``SCHEDULER`` argument or from
 scheduler retire the workers (the data only they hold moves to other workers,
 within ``distributed.comm.timeouts.tcp``; a second signal exits at once), then
 closes them and exits 0. When the scheduler goes away the workers close themselves
-and the process exits 0 too. Failing to start exits 1.
+and the process exits 0 too. Failing to start exits 1, as does a nanny that
+closes because its worker died and could not be started again.
 """
 
 from __future__ import annotations
@@ -422,15 +423,18 @@ async def _run(
         await asyncio.gather(*(w.finished() for w in workers))
 
     await run_unless_signalled(all_finished(), shutdown)
+    failures = [(w.address, w.failure) for w in workers if isinstance(w, Nanny) and w.failure is not None]
     if shutdown.received is not None:
         await _retire(workers, address)
         logger.info("Closing %d worker(s)", len(workers))
-    else:
+    elif not failures:
         logger.info("The worker(s) closed themselves (the scheduler went away or asked them to)")
+    for nanny_address, failure in failures:
+        logger.error("Nanny %s closed: %s", nanny_address, failure)
     await _close_all(workers)
     shutdown.uninstall()
     logger.info("End worker")
-    return 0
+    return 1 if failures else 0
 
 
 #: Seconds to reach the scheduler when retiring on a signal.  A live scheduler accepts a

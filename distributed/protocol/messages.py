@@ -516,7 +516,9 @@ class WorkerMetrics(TypedDict):
 
     ``memory`` is the process's RSS; ``managed_bytes`` the results it holds (by
     sizeof, spilled ones included), ``spilled_bytes`` the part of them on disk;
-    ``transfer`` the bytes exchanged with other workers so far.
+    ``transfer`` the bytes exchanged with other workers so far;
+    ``spill_disk_error`` (only once it happened) the error of the spill write
+    that turned its spilling off.
     """
 
     memory: int
@@ -526,6 +528,7 @@ class WorkerMetrics(TypedDict):
     managed_bytes: int
     spilled_bytes: SpilledBytes
     transfer: NotRequired[TransferTotals]
+    spill_disk_error: NotRequired[str]
 
 
 # -- worker -> scheduler (stream) ----------------------------------------------

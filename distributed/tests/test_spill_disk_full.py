@@ -10,15 +10,24 @@ from __future__ import annotations
 import errno
 import logging
 import os
-from collections.abc import Iterator
+import signal
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from distributed import Client, Nanny, Scheduler, as_completed
+from distributed.core import Status
+from distributed.dashboard.components.scheduler import worker_rows
 from distributed.spill import SpillBuffer
+from distributed.tests.test_cli import WORKER, Proc, poll_with_proc, procs, start_scheduler
 from distributed.tests.tmpfs import mounted_tmpfs, remount
+from distributed.utils_test import async_poll_for, gen_test
+from distributed.worker import Worker
+
+__all__ = ["procs"]  # a fixture: imported to be used, not re-exported
 
 MB = 2**20
 
@@ -105,3 +114,173 @@ def test_working_disk_has_no_error(small_disk: Path) -> None:
         assert buf.evict() > 0
     finally:
         buf.close()
+
+
+# -- a nanny'd worker on a real full disk -------------------------------------------------
+def make(i: int) -> np.ndarray[Any, Any]:
+    return np.full(40 * MB // 8, i, dtype="f8")
+
+
+def disk_error_of(dask_worker: Any) -> str | None:
+    data = dask_worker.data
+    return str(data.disk_error) if isinstance(data, SpillBuffer) and data.disk_error is not None else None
+
+
+@pytest.fixture
+def disk64(tmp_path: Path) -> Iterator[Path]:
+    with mounted_tmpfs(tmp_path / "disk", size="64m") as path:
+        yield path
+
+
+# 640 MB of results for a 400 MB worker on a 64 MB disk: neither holds them.
+FULL_DISK_CONFIG = {"distributed.worker.memory.monitor-interval": "20ms"}
+
+
+@gen_test(timeout=60, config=FULL_DISK_CONFIG)
+async def test_worker_on_full_disk_pauses_and_is_not_killed(disk64: Path) -> None:
+    async with Scheduler(dashboard_address=":0") as s:
+        async with Nanny(
+            s.address, nthreads=1, memory_limit="400MiB", local_directory=str(disk64), dashboard_address=":0"
+        ) as nanny:
+            async with Client(s.address, asynchronous=True) as c:
+                futures = [c.submit(make, i, pure=False) for i in range(16)]
+                addr = nanny.worker_address
+                assert addr is not None
+                # The disk fills, spilling turns off, the worker pauses (it is not killed and restarted).
+                await async_poll_for(lambda: s.workers[addr].status == "paused", timeout=60)
+                errors = await c.run(disk_error_of)
+                assert errors[addr] is not None and "No space left on device" in errors[addr]
+                done = [f for f in futures if f.status == "finished"]
+                assert 4 <= len(done) < 16
+                # What finished is intact, whether it was spilled before the disk filled or not.
+                for f in done:
+                    x = await f
+                    assert x.shape == (40 * MB // 8,) and x[0] == x[-1] == futures.index(f)
+                # The scheduler's dashboard and the worker's /metrics say spilling is off.
+                await async_poll_for(lambda: "spill_disk_error" in s.workers[addr].metrics, timeout=10)
+                rows = worker_rows(s)
+                assert rows["spilling"][rows["address"].index(addr)].startswith("off: [Errno 28]")
+                port = (await c.run(lambda dask_worker: dask_worker.http_server.port))[addr]
+                host = addr.split("://")[1].rsplit(":", 1)[0]
+                text = await _get(f"http://{host}:{port}/metrics")
+                assert "dask_worker_spill_disk_errors 1.0" in text
+                # Consuming results lets the rest run: every future ends in its result.
+                n = len(done)
+                for f in done:
+                    del futures[futures.index(f)]
+                del done, f, x
+                async for f in as_completed(futures):
+                    x = await f
+                    assert x[0] == x[-1]
+                    n += 1
+                    del futures[futures.index(f)], f, x
+                assert n == 16
+                assert nanny.restarts == 0
+
+
+async def _get(url: str) -> str:
+    from tornado.httpclient import AsyncHTTPClient
+
+    response = await AsyncHTTPClient().fetch(url, request_timeout=10)
+    return response.body.decode()
+
+
+@gen_test(timeout=60, config=FULL_DISK_CONFIG)
+async def test_worker_killed_on_a_disk_it_filled_starts_again(disk64: Path) -> None:
+    async with Scheduler(dashboard_address=":0") as s:
+        async with Nanny(s.address, nthreads=1, memory_limit="400MiB", local_directory=str(disk64)) as nanny:
+            async with Client(s.address, asynchronous=True) as c:
+                futures = [c.submit(make, i, pure=False) for i in range(6)]
+                await async_poll_for(lambda: sum(f.status == "finished" for f in futures) == 6, timeout=60)
+                first = nanny.worker_address
+                assert first is not None
+                assert (await c.run(disk_error_of))[first] is not None
+                # The room its failed write left goes too, to files in its directory (as a worker
+                # killed part-way through a write leaves them): the disk is full of the dead worker's files.
+                workdir = (await c.run(lambda dask_worker: dask_worker.local_directory))[first]
+                fill(Path(workdir))
+                assert nanny.pid is not None
+                os.kill(nanny.pid, signal.SIGKILL)
+                # The new worker removes the dead one's files before it needs room of its own.
+                await async_poll_for(
+                    lambda: nanny.restarts == 1 and nanny.worker_address in s.workers and first not in s.workers,
+                    timeout=60,
+                )
+                # Lost results are computed again, and spilled on the freed disk.
+                assert all(x[0] == i for i, x in enumerate(await c.gather(futures)))
+                second = nanny.worker_address
+                written = await c.run(lambda dask_worker: dask_worker.data.activity.write_count)
+                assert written[second] > 0
+                assert nanny.status == Status.running
+
+
+def fill(path: Path) -> None:
+    with open(path / "filler", "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * MB)
+        except OSError as e:
+            assert e.errno == errno.ENOSPC
+
+
+@gen_test(timeout=60)
+async def test_nanny_start_on_full_disk_fails_naming_the_directory(small_disk: Path) -> None:
+    fill(small_disk)
+    async with Scheduler(dashboard_address=":0") as s:
+        with pytest.raises(RuntimeError, match="failed to start") as info:
+            await Nanny(s.address, local_directory=str(small_disk)).start()
+        assert f"Worker cannot use its local directory {small_disk}" in str(info.value)
+        assert "No space left on device" in str(info.value)
+        assert not s.workers
+    # Nothing left behind by the failed start: no lock file, no directory.
+    assert os.listdir(small_disk / "dask-scratch-space") == []
+
+
+@gen_test(timeout=60)
+async def test_worker_start_on_read_only_disk_fails_naming_the_directory(small_disk: Path) -> None:
+    remount(small_disk, "ro")
+    try:
+        async with Scheduler(dashboard_address=":0") as s:
+            with pytest.raises(OSError, match=f"Worker cannot use its local directory {small_disk}") as info:
+                await Worker(s.address, local_directory=str(small_disk)).start()
+            assert info.value.errno == errno.EROFS
+    finally:
+        remount(small_disk, "rw")
+
+
+def test_cli_worker_on_full_disk_exits_with_the_error(
+    small_disk: Path, tmp_path: Path, procs: Callable[..., Proc]
+) -> None:
+    fill(small_disk)
+    _, address, _ = start_scheduler(procs, tmp_path)
+    for nanny in ("--nanny", "--no-nanny"):
+        worker = procs([*WORKER, address, nanny, "--local-directory", str(small_disk), "--no-dashboard"], name="w")
+        assert worker.wait(60) == 1
+        assert f"Worker cannot use its local directory {small_disk}" in worker.stderr()
+
+
+def test_cli_nanny_whose_worker_cannot_start_again_exits_with_the_error(
+    tmp_path: Path, procs: Callable[..., Proc]
+) -> None:
+    _, address, _ = start_scheduler(procs, tmp_path)
+    local = tmp_path / "local"
+    worker = procs([*WORKER, address, "--nanny", "--local-directory", str(local), "--no-dashboard"], name="w")
+    pid = poll_with_proc(lambda: _worker_pid(address), 60, "the worker", worker)
+    # The live worker keeps its files; a new one finds a read-only disk where its directory goes.
+    scratch = local / "dask-scratch-space"
+    with mounted_tmpfs(scratch, size="1m"):
+        remount(scratch, "ro")
+        os.kill(pid, signal.SIGKILL)
+        assert worker.wait(60) == 1
+    err = worker.stderr()
+    assert "its worker could not be started again" in err
+    assert f"Worker cannot use its local directory {scratch}" in err
+    assert "Read-only file system" in err
+
+
+def _worker_pid(address: str) -> int | None:
+    from distributed import Client
+
+    with Client(address, timeout=10) as c:
+        pids = c.run(os.getpid)
+    return next(iter(pids.values()), None)

@@ -328,6 +328,7 @@ WORKER_COLUMNS: Sequence[tuple[str, str, str | None]] = (
     ("processing", "processing", "0"),
     ("last_seen", "last seen (s)", "0.0"),
     ("status", "status", None),
+    ("spilling", "spilling", None),
 )
 
 
@@ -351,6 +352,9 @@ def worker_rows(scheduler: Scheduler, now: float | None = None) -> Data:
         # Rounded so that a table of idle workers does not change at every tick.
         data["last_seen"].append(round(max(now - ws.last_seen, 0.0), 0) if ws.last_seen else 0.0)
         data["status"].append(str(ws.status))
+        # A worker whose spill write failed keeps everything in memory from then on: say so where its memory is.
+        disk_error = ws.metrics.get("spill_disk_error")
+        data["spilling"].append(f"off: {disk_error}" if disk_error else "")
     return data
 
 
