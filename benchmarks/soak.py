@@ -503,14 +503,19 @@ def trend(samples: list[dict[str, Any]], name: str, since_min: float = 1.0) -> d
     out: dict[str, Any] = {"from_min": pts[0][0], "first": pts[0][1], "last": pts[-1][1]}
     out["min"] = min(v for _, v in pts)
     out["max"] = max(v for _, v in pts)
-    if len(pts) >= 2:
-        mt = sum(t for t, _ in pts) / len(pts)
-        mv = sum(v for _, v in pts) / len(pts)
-        den = sum((t - mt) ** 2 for t, _ in pts)
-        out["slope_mb_per_min"] = round(sum((t - mt) * (v - mv) for t, v in pts) / den, 3) if den else None
-    else:
-        out["slope_mb_per_min"] = None
+    out["slope_mb_per_min"] = _slope(pts)
+    # The second half alone: past the time the held futures (and their keys) reach their cap.
+    out["second_half_slope_mb_per_min"] = _slope(pts[len(pts) // 2 :])
     return out
+
+
+def _slope(pts: list[tuple[float, float]]) -> float | None:
+    if len(pts) < 2:
+        return None
+    mt = sum(t for t, _ in pts) / len(pts)
+    mv = sum(v for _, v in pts) / len(pts)
+    den = sum((t - mt) ** 2 for t, _ in pts)
+    return round(sum((t - mt) * (v - mv) for t, v in pts) / den, 3) if den else None
 
 
 # -- the driver -------------------------------------------------------------------------------
@@ -818,8 +823,10 @@ def summary_text(doc: dict[str, Any]) -> str:
         f"KilledWorker (retried): {doc['killed_worker_errors']}, other errors: {doc['other_errors_by_type']}",
         f"fire-and-forget: {ff.get('rounds', 0)} rounds, {ff.get('reported', 0)} reports, missing {ff.get('missing', 0)},"
         f" duplicates {ff.get('duplicate_reports', 0)}, rounds not forgotten {ff.get('rounds_not_forgotten', 0)}",
-        f"memory (MB, from minute {s.get('from_min')}, first -> last, slope per minute): scheduler {s['first']} -> {s['last']} ({s['slope_mb_per_min']}),"
-        f" worker mean {w['first']} -> {w['last']} ({w['slope_mb_per_min']}); {len(mem['samples'])} samples",
+        f"memory (MB, from minute {s.get('from_min')}, first -> last, slope per minute, slope over the second half):"
+        f" scheduler {s['first']} -> {s['last']} ({s['slope_mb_per_min']}, {s.get('second_half_slope_mb_per_min')}),"
+        f" worker mean {w['first']} -> {w['last']} ({w['slope_mb_per_min']}, {w.get('second_half_slope_mb_per_min')});"
+        f" {len(mem['samples'])} samples",
         f"held futures: {nl['held']}, retrievable: {nl['retrievable']}, reported lost: {nl['reported_lost']},"
         f" hung: {nl['hung']}, wrong: {nl['wrong']} -> nothing lost silently: {nl['nothing_lost_silently']}",
         f"tasks on the scheduler at the end: {left.get('n')} (waited {left.get('waited_s')} s)"
