@@ -326,6 +326,11 @@ class Scheduler(Server):
         self.worker_ttl: float | None = parse_timedelta(ttl) if ttl else None
         idle = idle_timeout if idle_timeout is not None else dask.config.get("distributed.scheduler.idle-timeout")
         self.idle_timeout: float | None = parse_timedelta(idle) if idle else None
+        full = dask.config.get("distributed.scheduler.full-disk-timeout")
+        #: Seconds every worker may stay paused, unable to spill after a disk error, before waiting tasks err.
+        self.full_disk_timeout: float | None = parse_timedelta(full) if full else None
+        #: Since when (``time.time()``) every worker has been paused that way with tasks waiting; None if not so.
+        self.full_disks_since: float | None = None
         self.bandwidth = float(dask.utils.parse_bytes(str(dask.config.get("distributed.scheduler.bandwidth"))))
         self.unknown_duration = float(
             parse_timedelta(dask.config.get("distributed.scheduler.unknown-task-duration")) or 0.5
@@ -476,6 +481,9 @@ class Scheduler(Server):
             self.periodic(max(self.worker_ttl / 10, 0.05), self._check_worker_ttl, name="worker-ttl")
         if self.idle_timeout:
             self.periodic(max(self.idle_timeout / 4, 0.05), self._check_idle, name="idle-timeout")
+        if self.full_disk_timeout:
+            interval = min(max(self.full_disk_timeout / 10, 0.05), 1.0)
+            self.periodic(interval, self._check_full_disks, name="full-disk-timeout")
         if self.dashboard or (self.dashboard is None and self.dashboard_address):
             try:
                 from distributed.http.scheduler import start_http_server
@@ -2114,6 +2122,59 @@ class Scheduler(Server):
             if not any(str(w) in idents for w in restrictions) or self._valid_workers(ts):
                 continue
             exc = NoValidWorkerError(ts.key, sorted(str(w) for w in restrictions), reason)
+            self._set_error(ts, as_serialized(exc), None, str(exc))
+            recs[ts] = "erred"
+        return self.transitions(recs, stimulus_id, out)
+
+    def _check_full_disks(self) -> None:
+        if self.full_disk_timeout is None or self.status in (Status.closing, Status.closed):
+            return
+        now = time.time()
+        if not self.workers_stuck_on_full_disks():
+            self.full_disks_since = None
+        elif self.full_disks_since is None:
+            self.full_disks_since = now
+        elif now - self.full_disks_since >= self.full_disk_timeout:
+            self.full_disks_since = None
+            self.send_all(self.fail_tasks_stuck_on_full_disks(stimulus_id=f"full-disk-timeout-{now}"))
+
+    def workers_stuck_on_full_disks(self) -> bool:
+        """Whether tasks wait while every worker is paused and cannot spill (its spill disk failed).
+
+        Such a cluster goes on only if clients release results or someone frees
+        the disk; otherwise every future waits forever.  Past
+        ``distributed.scheduler.full-disk-timeout`` of this, the waiting tasks
+        err (:meth:`fail_tasks_stuck_on_full_disks`).
+        """
+        workers = self.workers.values()
+        if not workers:
+            return False
+        for ws in workers:
+            if ws.status != "paused" or "spill_disk_error" not in ws.metrics:
+                return False
+        return bool(self.n_queued or self.unrunnable or any(ws.processing for ws in workers))
+
+    def fail_tasks_stuck_on_full_disks(self, *, stimulus_id: str) -> Out:
+        """Err, with :class:`MemoryError`, the tasks that wait for workers paused on full memory and a failed disk.
+
+        Tasks queued, waiting for a worker, or assigned to one (a paused worker
+        starts none) err; those depending on them err by blame, as after any
+        error.  Results already in memory stay and can be fetched.
+        """
+        out = Out()
+        if not self.workers_stuck_on_full_disks():
+            return out
+        example = next(iter(self.workers.values()))
+        why = (
+            f"every worker has been paused for {self.full_disk_timeout} s with its memory full, unable to spill "
+            f"to disk after a disk error ({example.address}: {example.metrics['spill_disk_error']}); "
+            f"free disk space or release results (distributed.scheduler.full-disk-timeout)"
+        )
+        logger.error("Failing the tasks that wait: %s", why)
+        recs: dict[TaskState, TaskStateName] = {}
+        # Rare (a cluster that cannot go on), so a pass over the tasks is fine.
+        for ts in [t for t in self.tasks.values() if t.state in ("queued", "no-worker", "processing")]:
+            exc = MemoryError(f"Task {ts.key!r} cannot run: {why}")
             self._set_error(ts, as_serialized(exc), None, str(exc))
             recs[ts] = "erred"
         return self.transitions(recs, stimulus_id, out)

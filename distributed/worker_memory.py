@@ -112,8 +112,8 @@ class WorkerMemoryMonitor:
         limit stored keeps that off the per-task path of small results.
         """
         step = self.large_result_bytes()
-        if step is not None and self.spill_fraction is not None:
-            data.watch_growth(step, self.spill_if_over)
+        if step is not None and (self.spill_fraction is not None or self.pause_fraction is not None):
+            data.watch_growth(step, self.spill_or_pause_if_over)
 
     def large_result_bytes(self) -> int | None:
         """Bytes from which a result is large enough that process memory should be measured once it is stored.
@@ -123,16 +123,21 @@ class WorkerMemoryMonitor:
         limit = self.worker.memory_limit
         return max(int(limit * _GROWTH_CHECK_FRACTION), 1) if limit else None
 
-    def spill_if_over(self) -> None:
-        """Spill now if process memory is above the spill threshold (pausing stays with :meth:`check`)."""
-        # Called from within storing a result, in the middle of a state-machine
-        # transition: pausing or resuming (which starts tasks) must not happen here.
+    def spill_or_pause_if_over(self) -> None:
+        """Spill now if process memory is above the spill threshold; pause if it stays above the pause threshold.
+
+        Resuming stays with :meth:`check`: this runs from within storing a
+        result, in the middle of a state-machine transition, where starting
+        tasks must not happen (pausing only stops the next ones from starting).
+        """
         w = self.worker
-        if not w.memory_limit or self.spill_fraction is None:
+        if not w.memory_limit or w.state is None:
             return
         rss = self.memory()
-        if rss > self.spill_fraction * w.memory_limit:
-            self.spill(rss)
+        if self.spill_fraction is not None and rss > self.spill_fraction * w.memory_limit:
+            rss = self.spill(rss)
+        if self.pause_fraction is not None and rss > self.pause_fraction * w.memory_limit:
+            self._pause(rss)
 
     def memory(self) -> int:
         """The worker process's resident memory, in bytes."""
@@ -149,23 +154,30 @@ class WorkerMemoryMonitor:
         if self.pause_fraction is None:
             return
         frac = rss / w.memory_limit
-        if frac > self.pause_fraction and w.status == Status.running:
-            data = w.data
-            disk_error = data.disk_error if isinstance(data, SpillBuffer) else None
-            logger.warning(
-                "Worker %s is at %.0f%% of its memory limit; pausing (no new tasks start until it drops below %.0f%%)%s",
-                w.address,
-                frac * 100,
-                self.pause_fraction * 100,
-                f"; spilling to disk is off since it failed ({disk_error})" if disk_error is not None else "",
-            )
-            w.status = Status.paused
-            w.state.paused = True
-        elif frac <= self.pause_fraction and w.status == Status.paused:
+        if frac > self.pause_fraction:
+            self._pause(rss)
+        elif w.status == Status.paused:
             logger.info("Worker %s is at %.0f%% of its memory limit; resuming", w.address, frac * 100)
             w.status = Status.running
             w.state.paused = False
             w.handle_stimulus()  # start what waited
+
+    def _pause(self, rss: int) -> None:
+        """Pause a running worker whose process memory is ``rss``, above the pause threshold."""
+        w = self.worker
+        if w.status != Status.running or w.state is None or self.pause_fraction is None:
+            return
+        data = w.data
+        disk_error = data.disk_error if isinstance(data, SpillBuffer) else None
+        logger.warning(
+            "Worker %s is at %.0f%% of its memory limit; pausing (no new tasks start until it drops below %.0f%%)%s",
+            w.address,
+            rss / w.memory_limit * 100,
+            self.pause_fraction * 100,
+            f"; spilling to disk is off since it failed ({disk_error})" if disk_error is not None else "",
+        )
+        w.status = Status.paused
+        w.state.paused = True
 
     def spill(self, rss: int) -> int:
         """Spill least-recently-used results until process memory is below the spill-to level.

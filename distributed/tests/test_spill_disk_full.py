@@ -23,6 +23,7 @@ from distributed.core import Status
 from distributed.dashboard.components.scheduler import worker_rows
 from distributed.spill import SpillBuffer
 from distributed.tests.test_cli import WORKER, Proc, poll_with_proc, procs, start_scheduler
+from distributed.tests.test_scheduler_state import check, client_ops, finish, spec, state
 from distributed.tests.tmpfs import mounted_tmpfs, remount
 from distributed.utils_test import async_poll_for, gen_test
 from distributed.worker import Worker
@@ -175,6 +176,71 @@ async def test_worker_on_full_disk_pauses_and_is_not_killed(disk64: Path) -> Non
                     n += 1
                     del futures[futures.index(f)], f, x
                 assert n == 16
+                assert nanny.restarts == 0
+
+
+# -- the scheduler ends what would wait forever ----------------------------------------
+A = "tcp://10.0.0.1:1234"
+B = "tcp://10.0.0.2:1234"
+
+
+def paused_on_a_failed_disk(s: Scheduler, address: str) -> None:
+    ws = s.workers[address]
+    ws.status = "paused"
+    ws.metrics["spill_disk_error"] = "[Errno 28] No space left on device"
+
+
+def test_tasks_waiting_on_workers_paused_on_failed_disks_err_with_memory_error() -> None:
+    s = Scheduler(validate=True)
+    check(s, s.add_worker_state(A, 1, memory_limit=400 * MB))
+    check(s, s.add_worker_state(B, 1, memory_limit=400 * MB))
+    check(
+        s,
+        s.update_graph(
+            "c1", {f"x-{i}": spec(order=i) for i in range(8)}, [f"x-{i}" for i in range(8)], stimulus_id="g"
+        ),
+    )
+    check(s, s.update_graph("c1", {"y": spec(["x-0"], order=9)}, ["y"], stimulus_id="g2"))
+    finish(s, "x-0")
+    assert not s.workers_stuck_on_full_disks()  # both run
+    paused_on_a_failed_disk(s, A)
+    assert not s.workers_stuck_on_full_disks()  # B still runs
+    s.workers[B].status = "paused"
+    assert not s.workers_stuck_on_full_disks()  # B may spill its way out
+    paused_on_a_failed_disk(s, B)
+    assert s.workers_stuck_on_full_disks()
+    out = check(s, s.fail_tasks_stuck_on_full_disks(stimulus_id="stuck"))
+    erred = {msg["key"]: msg["text"] for msg in client_ops(out, "c1", "task-erred")}
+    assert set(erred) == {f"x-{i}" for i in range(1, 8)} | {"y"}
+    assert "MemoryError" not in erred["x-1"] and "cannot run: every worker has been paused" in erred["x-1"]
+    assert "No space left on device" in erred["x-1"] and "full-disk-timeout" in erred["x-1"]
+    assert state(s, "x-0") == "memory"  # what is done stays
+    assert not s.workers_stuck_on_full_disks()  # nothing waits any more
+
+
+@gen_test(timeout=90, config={**FULL_DISK_CONFIG, "distributed.scheduler.full-disk-timeout": "2s"})
+async def test_futures_of_a_client_holding_every_result_end_on_a_full_disk(disk64: Path) -> None:
+    # The client holds all 640 MB of results; the worker holds 400 MB and its disk 64 MB:
+    # the worker pauses, and the futures it cannot compute err instead of waiting forever.
+    async with Scheduler(dashboard_address=":0") as s:
+        async with Nanny(s.address, nthreads=1, memory_limit="400MiB", local_directory=str(disk64)) as nanny:
+            async with Client(s.address, asynchronous=True) as c:
+                futures = [c.submit(make, i, pure=False) for i in range(16)]
+                await async_poll_for(lambda: all(f.status in ("finished", "error") for f in futures), timeout=60)
+                done = [i for i, f in enumerate(futures) if f.status == "finished"]
+                failed = [f for f in futures if f.status == "error"]
+                assert 4 <= len(done) < 16 and len(done) + len(failed) == 16
+                for f in failed:
+                    with pytest.raises(MemoryError, match="No space left on device"):
+                        await f
+                for i in done:
+                    x = await futures[i]
+                    assert x[0] == x[-1] == i
+                # Released, the results go; the worker resumes and computes again.
+                futures.clear()
+                del failed, f, x
+                await async_poll_for(lambda: all(ws.status == "running" for ws in s.workers.values()), timeout=30)
+                assert await c.submit(sum, [1, 2, 3]) == 6
                 assert nanny.restarts == 0
 
 
