@@ -29,7 +29,7 @@ from distributed.tests.test_scheduler_state import (
     spec,
     state,
 )
-from distributed.tests.test_scheduler_transitions import TransitionRecorder, assert_plugin_saw_the_story
+from distributed.tests.test_scheduler_transitions import assert_plugin_saw_the_story, new_scheduler
 from distributed.utils_test import async_poll_for, gen_cluster, inc
 from distributed.worker import Worker
 
@@ -37,13 +37,6 @@ A = "tcp://10.0.0.1:1234"
 B = "tcp://10.0.0.2:1234"
 
 MiB = 2**20
-
-
-def new_scheduler() -> tuple[Scheduler, TransitionRecorder]:
-    s = Scheduler(validate=True)
-    rec = TransitionRecorder()
-    s.plugins["recorder"] = rec
-    return s, rec
 
 
 def submit_and_forget(s: Scheduler, tasks: dict[Key, m.TaskSpec], keys: list[Key], client: str = "c1") -> None:

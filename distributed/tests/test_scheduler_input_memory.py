@@ -21,7 +21,7 @@ from distributed.protocol import unwrap
 from distributed.protocol.messages import Key
 from distributed.scheduler import Scheduler
 from distributed.tests.test_scheduler_state import check, client_ops, finish, freed, spec, state
-from distributed.tests.test_scheduler_transitions import TransitionRecorder, assert_plugin_saw_the_story
+from distributed.tests.test_scheduler_transitions import assert_plugin_saw_the_story, new_scheduler
 from distributed.utils_test import gen_cluster, inc
 from distributed.worker import Worker
 
@@ -30,13 +30,6 @@ B = "tcp://10.0.0.2:1234"
 C = "tcp://10.0.0.3:1234"
 
 MiB = 2**20
-
-
-def new_scheduler() -> tuple[Scheduler, TransitionRecorder]:
-    s = Scheduler(validate=True)
-    rec = TransitionRecorder()
-    s.plugins["recorder"] = rec
-    return s, rec
 
 
 def two_inputs_and_a_sum() -> dict[Key, m.TaskSpec]:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import random
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -410,9 +412,9 @@ async def test_reduction_over_more_than_the_cluster_memory(c: Client, s: Schedul
     del x
 
 
-def test_worker_process_holds_several_times_its_limit() -> None:
-    # A 300 MB worker process holds 1.3 GB by spilling, with every threshold at its
-    # default (terminate included): the nanny never needs to kill it.
+@contextlib.contextmanager
+def client_of_a_300mb_worker() -> Iterator[tuple[Client[Literal[False]], int]]:
+    """A client of one worker process (under a nanny) with a 300 MB limit, every threshold at its default; its pid."""
     with (
         LocalCluster(
             processes=True, n_workers=1, threads_per_worker=1, memory_limit="300MB", dashboard_address=None
@@ -420,6 +422,13 @@ def test_worker_process_holds_several_times_its_limit() -> None:
         Client(cluster) as c,
     ):
         [pid] = c.run(os.getpid).values()
+        yield c, pid
+
+
+def test_worker_process_holds_several_times_its_limit() -> None:
+    # A 300 MB worker process holds 1.3 GB by spilling, with every threshold at its
+    # default (terminate included): the nanny never needs to kill it.
+    with client_of_a_300mb_worker() as (c, pid):
         futs = c.map(block, range(325), key=[f"big-{i}" for i in range(325)])  # 1.3 GB
         checks = c.map(check_block, futs, range(325), key=[f"ok-{i}" for i in range(325)])
         assert all(c.gather(checks))
@@ -453,13 +462,7 @@ def test_results_larger_than_the_monitor_sees_between_checks_spill_in_time() -> 
     # milliseconds, many within one monitor interval.  Stored results are measured as they
     # arrive and spilled; a large result is stored before the next task runs.  The process
     # stays under the nanny's terminate line (95 %) all along, so it is never restarted.
-    with (
-        LocalCluster(
-            processes=True, n_workers=1, threads_per_worker=1, memory_limit="300MB", dashboard_address=None
-        ) as cluster,
-        Client(cluster) as c,
-    ):
-        [pid] = c.run(os.getpid).values()
+    with client_of_a_300mb_worker() as (c, pid):
         stop, peak = threading.Event(), [0]
         sampler = threading.Thread(target=_peak_rss_while, args=(pid, stop, peak))
         sampler.start()
