@@ -117,6 +117,7 @@ class WorkerTask:
         "computed",
         "type",
         "transfers",
+        "deferred_compute",
     )
 
     def __init__(self, key: Key) -> None:
@@ -141,6 +142,9 @@ class WorkerTask:
         self.type: str | None = None
         #: Fetches of this task's dependencies since it was last reported (None: none).
         self.transfers: list[m.TransferSpan] | None = None
+        #: The scheduler's request to compute this key, received while it was being fetched;
+        #: carried out if that fetch fails (see ``_to_released``).
+        self.deferred_compute: ComputeTaskEvent | None = None
 
     def __repr__(self) -> str:
         return f"<WorkerTask {self.key!r} {self.state}>"
@@ -571,6 +575,10 @@ class WorkerStateMachine:
         ts.coming_from = None
         ts.state = "released"
         if computed:
+            ev, ts.deferred_compute = ts.deferred_compute, None
+            if ev is not None:
+                # Asked while it was in flight: its inputs are known only now that we run it.
+                return self._compute_recs(ts, ev)
             return {ts: "waiting" if ts.waiting_for_data else "ready"}
         return None
 
@@ -729,15 +737,27 @@ class WorkerStateMachine:
             else:
                 # Still arriving from a peer: that copy will do (or we run it if the fetch fails).
                 ts.computed = True
+                ts.deferred_compute = ev
             return
         if state == "flight":
             # We were fetching it, but now compute it here instead: keep the copy if it arrives.
             ts.run_id = ev.run_id
             ts.run_spec = ev.run_spec
             ts.computed = True
+            ts.deferred_compute = ev
             self._transition(ts, "cancelled", sid, instructions)
             return
+        recs = self._compute_recs(ts, ev)
+        if len(recs) > 1:
+            self._transitions(recs, sid, instructions)
+        else:
+            # Neither recommends anything further.
+            self._apply(ts, recs[ts], sid, instructions)
+
+    def _compute_recs(self, ts: WorkerTask, ev: ComputeTaskEvent) -> Recs:
+        """Take on the scheduler's request to compute ``ts``: where it and its inputs should go next."""
         ts.computed = True
+        ts.deferred_compute = None
         ts.run_spec = ev.run_spec
         ts.run_id = ev.run_id
         ts.priority = tuple(ev.priority)
@@ -764,12 +784,8 @@ class WorkerStateMachine:
                 dts.who_has.update(h for h in holders if h != self.address)
                 if not dts.computed:
                     recs[dts] = "flight"
-        if recs:
-            recs[ts] = "waiting" if ts.waiting_for_data else "ready"
-            self._transitions(recs, sid, instructions)
-        else:
-            # Neither recommends anything further.
-            self._apply(ts, "waiting" if ts.waiting_for_data else "ready", sid, instructions)
+        recs[ts] = "waiting" if ts.waiting_for_data else "ready"
+        return recs
 
     def _handle_execute_success(self, ev: ExecuteSuccess, instructions: list[Instruction]) -> None:
         ts = self.tasks.get(ev.key)
@@ -926,6 +942,7 @@ class WorkerStateMachine:
                     nbytes[ts.key] = n
                 elif ts.computed:
                     # We were asked to compute it meanwhile; the fetched copy is as good.
+                    ts.deferred_compute = None
                     self._put_data(ts, ev.data[ts.key], ev.nbytes.get(ts.key, ts.nbytes))
                     self._transition(ts, "memory", sid, instructions)
                     instructions.append(SendMessage(self._finished_msg(ts, 0.0, 0.0)))

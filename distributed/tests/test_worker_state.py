@@ -595,3 +595,22 @@ def test_unusable_reply_keeps_the_peer_as_holder_of_other_keys() -> None:
     flying = {ts.key for ts in ws.in_flight_workers.get(PEER1, ())}
     broken_reply(h, PEER1, sorted(flying, key=str))
     assert h.state("z") == "error"
+
+
+def test_task_asked_for_while_in_flight_gets_its_inputs_when_the_fetch_fails() -> None:
+    # "y" is fetched from PEER1 for "z"; meanwhile PEER1 dies and the scheduler asks us to
+    # compute "y" here (its input "x" is on PEER2).  The fetch then fails: "y" must be run with
+    # "x" fetched first, not at once with no input (dask's task raises "missing keys").
+    h = Harness()
+    h.compute("z", who_has={"y": [PEER1]}, nbytes={"y": 10})
+    assert h.state("y") == "flight"
+    h.compute("y", who_has={"x": [PEER2]}, nbytes={"x": 10})
+    assert h.state("y") == "cancelled"
+    instructions = h.gather_failed(PEER1, ["y"])
+    assert executes(instructions) == []
+    assert h.state("y") == "waiting"
+    assert {ts.key for ts in h.ws.tasks["y"].dependencies} == {"x"}
+    [gather] = gathers(instructions)
+    assert gather.worker == PEER2 and set(gather.keys) == {"x"}
+    instructions = h.gathered(PEER2, {"x": 1})
+    assert executes(instructions) == ["y"]
