@@ -353,6 +353,8 @@ class Scheduler(Server):
         self.clients: dict[str, ClientState] = {}
         self.task_prefixes: dict[str, TaskPrefix] = {}
         self.task_groups: dict[str, TaskGroup] = {}
+        #: Groups whose last task was forgotten in the transitions running now (dropped at their end).
+        self._emptied_groups: list[TaskGroup] = []
         self.aliases: dict[Any, str] = {}
         self.total_nthreads = 0
         #: Root tasks waiting for a free thread, most urgent first (entries of tasks gone since are skipped).
@@ -805,9 +807,20 @@ class Scheduler(Server):
                         logger.exception("Plugin hook transition %r failed", hook)
             if validate:
                 touched.append(ts)
+        if self._emptied_groups:
+            self._drop_emptied_groups()
         for ts in touched:
             self.validate_task(ts)
         return out
+
+    def _drop_emptied_groups(self) -> None:
+        # A group per graph (its key names carry a token) would otherwise stay forever.
+        emptied, self._emptied_groups = self._emptied_groups, []
+        groups = self.task_groups
+        for tg in emptied:
+            if not tg.live and groups.get(tg.name) is tg:
+                del groups[tg.name]
+                tg.prefix.retire(tg)
 
     def send_all(self, out: Out) -> None:
         """Send what a stimulus produced (the I/O shell of the state machine).
@@ -1533,6 +1546,10 @@ class Scheduler(Server):
                 out.recs.setdefault(dts, "released")
         ts.dependencies = EMPTY
         del self.tasks[ts.key]
+        tg = ts.group
+        tg.live -= 1
+        if not tg.live:
+            self._emptied_groups.append(tg)
 
     def _done_for_fire_and_forget(self, ts: TaskState) -> None:
         """``ts`` is done (in memory or erred): ``fire_and_forget`` wants it no more.

@@ -108,16 +108,27 @@ def drop(relation: AbstractSet[T], item: T) -> None:
 
 
 class TaskPrefix:
-    """Tasks sharing a key prefix (``"inc"`` of ``"inc-1234"``): duration statistics."""
+    """Tasks sharing a key prefix (``"inc"`` of ``"inc-1234"``): duration statistics and totals.
 
-    __slots__ = ("name", "duration_average", "count", "groups")
+    Its groups with a task not yet forgotten are in :attr:`groups`; once all of
+    a group's tasks are forgotten the scheduler drops the group and folds its
+    totals in here (:meth:`retire`), so that a scheduler running graph after
+    graph does not keep one group per graph forever.
+    """
+
+    __slots__ = ("name", "duration_average", "count", "groups", "forgotten", "duration", "nbytes_total")
 
     def __init__(self, name: str) -> None:
         self.name = name
         #: Exponentially weighted mean of run time in seconds (-1 until known).
         self.duration_average = -1.0
         self.count = 0
-        self.groups: list[TaskGroup] = []
+        #: The groups with tasks not yet forgotten, by name.
+        self.groups: dict[str, TaskGroup] = {}
+        #: Tasks, run time (s) and result bytes of the groups dropped.
+        self.forgotten = 0
+        self.duration = 0.0
+        self.nbytes_total = 0
 
     def add_duration(self, duration: float) -> None:
         """Fold one measured run time into the average."""
@@ -126,6 +137,30 @@ class TaskPrefix:
         else:
             self.duration_average = 0.5 * self.duration_average + 0.5 * duration
 
+    def retire(self, group: TaskGroup) -> None:
+        """Drop ``group``, all of whose tasks are forgotten, keeping its totals."""
+        if self.groups.get(group.name) is group:
+            del self.groups[group.name]
+            self.forgotten += group.states["forgotten"]
+            self.duration += group.duration
+            self.nbytes_total += group.nbytes_total
+
+    def state_counts(self) -> dict[TaskStateName, int]:
+        """Tasks of this prefix in each state, forgotten ones included (those of dropped groups too)."""
+        states = dict.fromkeys(ALL_TASK_STATES, 0)
+        for tg in self.groups.values():
+            for state, n in tg.states.items():
+                states[state] += n
+        states["forgotten"] += self.forgotten
+        return states
+
+    def totals(self) -> tuple[float, int]:
+        """Run time (s) and result bytes of every finished task of this prefix, dropped groups included."""
+        groups = self.groups.values()
+        return self.duration + sum(tg.duration for tg in groups), self.nbytes_total + sum(
+            tg.nbytes_total for tg in groups
+        )
+
     def __repr__(self) -> str:
         return f"<TaskPrefix {self.name}: {self.count} tasks>"
 
@@ -133,7 +168,7 @@ class TaskPrefix:
 class TaskGroup:
     """Tasks sharing a key name (``"x-abc"`` of ``("x-abc", 0)``): counts by state."""
 
-    __slots__ = ("name", "prefix", "states", "nbytes_total", "duration", "types")
+    __slots__ = ("name", "prefix", "states", "nbytes_total", "duration", "types", "live")
 
     def __init__(self, name: str, prefix: TaskPrefix) -> None:
         self.name = name
@@ -142,7 +177,9 @@ class TaskGroup:
         self.nbytes_total = 0
         self.duration = 0.0
         self.types: set[str] = set()
-        prefix.groups.append(self)
+        #: Tasks of the group not forgotten (kept by the scheduler: summing ``states`` costs more).
+        self.live = 0
+        prefix.groups[name] = self
 
     def __len__(self) -> int:
         return sum(self.states.values()) - self.states["forgotten"]
@@ -230,6 +267,7 @@ class TaskState:
         #: The result is an actor: it lives on one worker, whose loss errs the task.
         self.actor = False
         group.states["released"] += 1
+        group.live += 1
         group.prefix.count += 1
 
     def __lt__(self, other: TaskState) -> bool:

@@ -114,14 +114,8 @@ class SchedulerMetricCollector(NodeCollector["Scheduler"]):
             unit="bytes",
         )
         for name, tp in s.task_prefixes.items():
-            states = dict.fromkeys(ALL_TASK_STATES, 0)
-            duration = 0.0
-            nbytes = 0
-            for tg in tp.groups:
-                for state, n in tg.states.items():
-                    states[state] += n
-                duration += tg.duration
-                nbytes += tg.nbytes_total
+            states = tp.state_counts()
+            duration, nbytes = tp.totals()
             for state, n in states.items():
                 totals[state] += n
                 if n and state != "forgotten":

@@ -209,7 +209,7 @@ def raise_value_error(x: Any) -> None:
 
 def forgotten(s: Scheduler) -> int:
     """Tasks the scheduler has forgotten so far."""
-    return sum(tg.states["forgotten"] for tg in s.task_groups.values())
+    return sum(tp.state_counts()["forgotten"] for tp in s.task_prefixes.values())
 
 
 async def gone(s: Scheduler, a: Worker, n: int, timeout: float = 30) -> None:
@@ -229,7 +229,8 @@ async def test_two_hundred_tasks_of_one_mib_leave_nothing_behind(
     await gone(s, a, 200, timeout=60)
     assert not s.clients.get(FIRE_AND_FORGET) or not s.clients[FIRE_AND_FORGET].wants_what
     assert s.workers[a.address].nbytes == 0
-    assert s.task_groups["one_mib"].states["forgotten"] == 200
+    assert s.task_prefixes["one_mib"].state_counts()["forgotten"] == 200
+    assert not s.task_groups  # every group's tasks forgotten: none kept
 
 
 @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)])

@@ -193,7 +193,10 @@ def test_lost_dependencies_are_forgotten_through_the_table() -> None:
     assert rec.seen["a"] == [("released", "forgotten")]
     assert [msg["op"] for msg in out.clients["c1"]] == ["cancelled-keys"]
     assert_plugin_saw_the_story(s, rec)
-    assert s.task_groups["b"].states["forgotten"] == 1 and s.task_groups["b"].states["released"] == 0
+    assert "b" not in s.task_groups  # all its tasks forgotten: dropped, its count kept by its prefix
+    assert (
+        s.task_prefixes["b"].state_counts()["forgotten"] == 1 and s.task_prefixes["b"].state_counts()["released"] == 0
+    )
 
 
 # -- the table itself --------------------------------------------------------------------

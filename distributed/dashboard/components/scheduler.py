@@ -92,14 +92,9 @@ def prefix_progress(scheduler: Scheduler) -> Data:
     """
     rows: list[tuple[str, int, int, int, int, int, int]] = []
     for name, tp in scheduler.task_prefixes.items():
-        memory = erred = processing = waiting = forgotten = 0
-        for tg in tp.groups:
-            st = tg.states
-            memory += st["memory"]
-            erred += st["erred"]
-            processing += st["processing"]
-            waiting += st["waiting"] + st["queued"] + st["no-worker"] + st["released"]
-            forgotten += st["forgotten"]
+        st = tp.state_counts()
+        memory, erred, processing, forgotten = st["memory"], st["erred"], st["processing"], st["forgotten"]
+        waiting = st["waiting"] + st["queued"] + st["no-worker"] + st["released"]
         if memory + erred + processing + waiting == 0:
             continue
         rows.append((name, memory, forgotten, erred, processing, waiting, memory + forgotten + erred))
