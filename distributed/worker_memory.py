@@ -131,13 +131,17 @@ class WorkerMemoryMonitor:
         tasks must not happen (pausing only stops the next ones from starting).
         """
         w = self.worker
-        if not w.memory_limit or w.state is None:
-            return
-        rss = self.memory()
-        if self.spill_fraction is not None and rss > self.spill_fraction * w.memory_limit:
+        if w.memory_limit and w.state is not None:
+            self._spill_or_pause(self.memory())
+
+    def _spill_or_pause(self, rss: int) -> int:
+        """Spill above the spill threshold, then pause if still above the pause one; the process memory after."""
+        limit = self.worker.memory_limit
+        if self.spill_fraction is not None and rss > self.spill_fraction * limit:
             rss = self.spill(rss)
-        if self.pause_fraction is not None and rss > self.pause_fraction * w.memory_limit:
+        if self.pause_fraction is not None and rss > self.pause_fraction * limit:
             self._pause(rss)
+        return rss
 
     def memory(self) -> int:
         """The worker process's resident memory, in bytes."""
@@ -148,15 +152,11 @@ class WorkerMemoryMonitor:
         w = self.worker
         if not w.memory_limit or w.state is None:
             return
-        rss = self.memory()
-        if self.spill_fraction is not None and rss > self.spill_fraction * w.memory_limit:
-            rss = self.spill(rss)
+        rss = self._spill_or_pause(self.memory())
         if self.pause_fraction is None:
             return
         frac = rss / w.memory_limit
-        if frac > self.pause_fraction:
-            self._pause(rss)
-        elif w.status == Status.paused:
+        if frac <= self.pause_fraction and w.status == Status.paused:
             logger.info("Worker %s is at %.0f%% of its memory limit; resuming", w.address, frac * 100)
             w.status = Status.running
             w.state.paused = False
