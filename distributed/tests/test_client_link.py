@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -17,6 +16,7 @@ from distributed.core import ConnectionPool
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.protocol.serialize import Serialize
+from distributed.tests.logs import caught_logs, messages
 
 
 class CountingLoop:
@@ -81,21 +81,15 @@ def test_reports_apply_to_the_futures_of_the_registry(
 
 
 def test_malformed_and_unknown_reports_are_dropped_with_a_warning(
-    parts: tuple[SchedulerLink, FutureRegistry, CountingLoop], caplog: pytest.LogCaptureFixture
+    parts: tuple[SchedulerLink, FutureRegistry, CountingLoop],
 ) -> None:
     link, registry, _ = parts
     x = registry.acquire("x")
-    # The distributed logger writes through its own handler and does not propagate to root's.
-    log = logging.getLogger("distributed.client.link")
-    log.addHandler(caplog.handler)
-    try:
-        with caplog.at_level(logging.WARNING, logger="distributed.client.link"):
-            link.handle_reports([{"op": "key-in-memory", "workers": []}, {"op": "no-such-op"}, "junk"])
-            link.handle_reports("not a batch")
-    finally:
-        log.removeHandler(caplog.handler)
+    with caught_logs("distributed.client.link") as logged:
+        link.handle_reports([{"op": "key-in-memory", "workers": []}, {"op": "no-such-op"}, "junk"])
+        link.handle_reports("not a batch")
     assert x.status == "pending"
-    text = caplog.text
+    text = "\n".join(messages(logged))
     assert "missing field 'key'" in text
     assert "'no-such-op'" in text
     assert "malformed batch" in text

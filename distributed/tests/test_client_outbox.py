@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import logging
 import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -20,6 +19,7 @@ from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.protocol.schema import checker
 from distributed.scheduler import Scheduler
+from distributed.tests.logs import caught_logs, messages
 from distributed.utils_test import async_poll_for, gen_cluster, inc
 from distributed.worker import Worker
 
@@ -190,32 +190,19 @@ def test_future_finalised_inside_the_registry_does_not_deadlock(stub: StubClient
 
 
 # -- what the client receives ---------------------------------------------------------
-class Captured(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
-
-
 @gen_cluster(client=True)
 async def test_malformed_reports_from_the_scheduler_are_dropped(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
     x = c.submit(inc, 1)
     assert await x == 2
     bs = s.client_comms[c.id]
-    captured = Captured()
-    log = logging.getLogger("distributed.client")  # the client's package: the link logs what it drops
-    log.addHandler(captured)
-    try:
+    # The client's package: the link logs what it drops.
+    with caught_logs("distributed.client") as logged:
         bs.send({"op": "key-in-memory", "workers": []})  # no key
         bs.send({"op": "lost-data", "key": x.key, "extra": 1}, {"op": "cancelled-keys", "keys": x.key})
         bs.send({"op": "no-such-op"}, ["not", "a", "message"])
-        await async_poll_for(lambda: sum("Dropping" in line for line in captured.lines) >= 4, 10)
-    finally:
-        log.removeHandler(captured)
-    assert any("missing field 'key'" in line for line in captured.lines)
-    assert any("'cancelled-keys'" in line for line in captured.lines)
+        await async_poll_for(lambda: sum("Dropping" in line for line in messages(logged)) >= 4, 10)
+    assert any("missing field 'key'" in line for line in messages(logged))
+    assert any("'cancelled-keys'" in line for line in messages(logged))
     # A well-formed report among them still counts; the client keeps working.
     assert x.status == "pending"  # lost: waiting for the key to be computed again
     assert await c.submit(inc, 10) == 11

@@ -4,7 +4,6 @@ malformed messages.  Everything stays on loopback and is bounded in count and ti
 from __future__ import annotations
 
 import asyncio
-import logging
 import random
 import socket
 import struct
@@ -25,6 +24,7 @@ from distributed.core import Server, Status, send_recv
 from distributed.exceptions import FutureCancelledError
 from distributed.protocol.serialize import SerializationError
 from distributed.scheduler import Scheduler
+from distributed.tests.logs import caught_logs
 from distributed.utils_test import async_poll_for, gen_cluster, gen_test, inc, popen
 from distributed.worker import Worker
 
@@ -73,17 +73,6 @@ async def test_silent_connections_cost_little_and_are_closed() -> None:
                 sock.close()
 
 
-class _Records(logging.Handler):
-    """Keeps the records of one logger while attached."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
 _CAP = 40
 
 
@@ -103,36 +92,33 @@ async def test_connections_past_the_limit_are_closed_at_once(c: Client, s: Sched
     assert await c.submit(inc, 1) == 2
     talker = await connect(s.address)
     assert (await send_recv(talker, {"op": "identity"}))["address"] == s.address
-    records = _Records()
-    core_logger = logging.getLogger("distributed.core")
-    core_logger.addHandler(records)
     proc = psutil.Process()
     before = proc.memory_info().rss
     n = 300  # per server, several times the limit
-    floods: dict[Server, list[socket.socket]] = {}
-    try:
-        for server in (s, a):
-            floods[server] = _open_silent(server.address, n)
-        for flooded, socks in floods.items():
-            # Silent sockets are only closed after distributed.comm.timeouts.tcp (30 s):
-            # those closed now were refused at the limit.
-            await async_poll_for(partial(_refused_at_least, socks, n - _CAP), timeout=20)
-            assert flooded._accepted <= _CAP
-            assert sum(not _closed_by_peer(x) for x in socks) <= _CAP
-        grown = proc.memory_info().rss - before
-        assert grown < 20 * 2**20, f"RSS grew by {grown / 2**20:.1f} MiB for {2 * n} connections"
-        # One log line per server for the whole flood.
-        refusals = [r for r in records.records if "max-accepted-connections" in r.getMessage()]
-        assert len(refusals) == 2, [r.getMessage() for r in refusals]
-        # Connections open before the flood keep working, and so does the cluster.
-        assert (await send_recv(talker, {"op": "identity"}))["address"] == s.address
-        futures = c.map(inc, range(20))
-        assert sum(await c.gather(futures)) == sum(range(1, 21))
-    finally:
-        core_logger.removeHandler(records)
-        for socks in floods.values():
-            for sock in socks:
-                sock.close()
+    with caught_logs("distributed.core") as logged:
+        floods: dict[Server, list[socket.socket]] = {}
+        try:
+            for server in (s, a):
+                floods[server] = _open_silent(server.address, n)
+            for flooded, socks in floods.items():
+                # Silent sockets are only closed after distributed.comm.timeouts.tcp (30 s):
+                # those closed now were refused at the limit.
+                await async_poll_for(partial(_refused_at_least, socks, n - _CAP), timeout=20)
+                assert flooded._accepted <= _CAP
+                assert sum(not _closed_by_peer(x) for x in socks) <= _CAP
+            grown = proc.memory_info().rss - before
+            assert grown < 20 * 2**20, f"RSS grew by {grown / 2**20:.1f} MiB for {2 * n} connections"
+            # One log line per server for the whole flood.
+            refusals = [r for r in logged if "max-accepted-connections" in r.getMessage()]
+            assert len(refusals) == 2, [r.getMessage() for r in refusals]
+            # Connections open before the flood keep working, and so does the cluster.
+            assert (await send_recv(talker, {"op": "identity"}))["address"] == s.address
+            futures = c.map(inc, range(20))
+            assert sum(await c.gather(futures)) == sum(range(1, 21))
+        finally:
+            for socks in floods.values():
+                for sock in socks:
+                    sock.close()
         talker.abort()
     # Once the flood is gone, new connections are served again.
     await async_poll_for(lambda: s._accepted < _CAP and a._accepted < _CAP, timeout=10)

@@ -19,6 +19,7 @@ from tornado.httpclient import AsyncHTTPClient
 from distributed import Client, Scheduler, Worker, futures_of, wait
 from distributed.loop_health import LoopHealth
 from distributed.spill import SpillBuffer
+from distributed.tests.logs import caught_logs, messages
 from distributed.utils_test import async_poll_for, gen_cluster, gen_test, inc
 
 HTTP: dict[str, Any] = {"dashboard": True, "dashboard_address": "127.0.0.1:0"}
@@ -144,32 +145,18 @@ async def test_tick_count_rises(c: Client, s: Scheduler) -> None:
     assert s.loop_health.cycle == pytest.approx(1.0)
 
 
-class Records(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
-
-
 @gen_test()
 async def test_a_blocked_loop_is_measured_and_logged() -> None:
-    records = Records()
-    core_logger = logging.getLogger("distributed.core")
     with dask.config.set({"distributed.admin.tick.interval": "10ms", "distributed.admin.tick.limit": "100ms"}):
         async with Scheduler(host="127.0.0.1", port=0, **HTTP) as s:
             await async_poll_for(lambda: s.loop_health.count > 0, 10)
             samples, _, _ = await scrape(port_of(s))
             blocked_before = value(samples, "dask_scheduler_event_loop_blocked_time_seconds_total")
             count = s.loop_health.count
-            core_logger.addHandler(records)
-            try:
+            with caught_logs("distributed.core", logging.INFO) as logged:
                 time.sleep(0.3)  # holds the event loop: the stimulus measured here
                 await async_poll_for(lambda: s.loop_health.count > count, 10)
-            finally:
-                core_logger.removeHandler(records)
-            assert any("Event loop was unresponsive in Scheduler for 0.3" in msg for msg in records.messages)
+            assert any("Event loop was unresponsive in Scheduler for 0.3" in msg for msg in messages(logged))
             samples, _, _ = await scrape(port_of(s))
             assert value(samples, "dask_scheduler_tick_duration_maximum_seconds") >= 0.3
             assert value(samples, "dask_scheduler_event_loop_blocked_time_seconds_total") >= blocked_before + 0.25

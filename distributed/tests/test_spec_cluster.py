@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import logging
 import os
 import signal
 import subprocess
@@ -21,6 +20,7 @@ from distributed.deploy import LocalCluster
 from distributed.deploy.spec import ProcessInterface, close_clusters
 from distributed.nanny import Nanny
 from distributed.scheduler import Scheduler
+from distributed.tests.logs import caught_logs, messages
 from distributed.tests.test_cli import REPO_ROOT, read_scheduler_file
 from distributed.tests.test_cli import SCHEDULER as SCHEDULER_CMD
 from distributed.utils_test import async_poll_for, gen_test, inc
@@ -369,17 +369,6 @@ async def test_adapt_with_groups_grows_and_shrinks_by_entries() -> None:
         assert len(scheduler_names(cluster)) == 2
 
 
-class CollectRecords(logging.Handler):
-    """Keeps the records it is given (the ``distributed`` loggers do not propagate to pytest's)."""
-
-    def __init__(self, level: int) -> None:
-        super().__init__(level)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
 @gen_test()
 async def test_closing_workers_the_scheduler_already_retired_warns_nothing() -> None:
     # What Adaptive does: the scheduler retires the workers (moving their data), then the cluster closes them.
@@ -393,15 +382,10 @@ async def test_closing_workers_the_scheduler_already_retired_warns_nothing() -> 
             assert isinstance(s, Scheduler)
             retired = await s.retire_workers(names=["b"], remove=True, close_workers=False)
             assert len(retired) == 1
-            handler = CollectRecords(logging.WARNING)
-            spec_logger = logging.getLogger("distributed.deploy.spec")
-            spec_logger.addHandler(handler)
-            try:
+            with caught_logs("distributed.deploy.spec") as logged:
                 await cluster.scale_down(["b"])
-            finally:
-                spec_logger.removeHandler(handler)
             assert set(cluster.workers) == {"a"}
-            assert not handler.records, [r.getMessage() for r in handler.records]
+            assert not logged, messages(logged)
             assert await c.gather(futures) == list(range(1, 11))
 
 

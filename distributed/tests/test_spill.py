@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import os
 import random
 import threading
@@ -21,6 +20,7 @@ import zict
 from distributed import Client, LocalCluster
 from distributed.scheduler import Scheduler
 from distributed.spill import SpillBuffer
+from distributed.tests.logs import caught_logs
 from distributed.utils_test import async_poll_for, gen_cluster, poll_for
 from distributed.worker import Worker, parse_memory_limit
 
@@ -95,33 +95,19 @@ def test_put_takes_the_size_its_caller_measured(tmp_path: Path, monkeypatch: pyt
     buf.close()
 
 
-class _Records(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
 def test_unpicklable_values_stay_in_memory_logged_once(tmp_path: Path) -> None:
     buf = SpillBuffer(str(tmp_path / "storage"), target=5 * MB)
-    caught = _Records()
-    log = logging.getLogger("distributed.spill")
-    log.addHandler(caught)  # the distributed logger does not propagate to the root
-    try:
+    with caught_logs("distributed.spill") as logged:
         locks = [threading.Lock() for _ in range(3)]
         for i, lock in enumerate(locks):
             buf[f"lock-{i}"] = lock
         for i in range(4):
             buf[f"x-{i}"] = block(i)
         buf.evict_until_below_target(0)
-    finally:
-        log.removeHandler(caught)
     assert all(buf[f"lock-{i}"] is lock for i, lock in enumerate(locks))
     assert {f"lock-{i}" for i in range(3)} <= set(buf.fast)
     assert all(check_block(buf[f"x-{i}"], i) for i in range(4))
-    assert sum("Could not pickle" in r.getMessage() for r in caught.records) == 1
+    assert sum("Could not pickle" in r.getMessage() for r in logged) == 1
     buf.close()
 
 

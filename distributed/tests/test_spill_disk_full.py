@@ -22,6 +22,7 @@ from distributed import Client, Nanny, Scheduler, as_completed
 from distributed.core import Status
 from distributed.dashboard.components.scheduler import worker_rows
 from distributed.spill import SpillBuffer
+from distributed.tests.logs import caught_logs, messages
 from distributed.tests.test_cli import WORKER, Proc, poll_with_proc, procs, start_scheduler
 from distributed.tests.test_scheduler_state import check, client_ops, finish, spec, state
 from distributed.tests.tmpfs import mounted_tmpfs, remount
@@ -49,29 +50,27 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 
 
 # -- the buffer itself ----------------------------------------------------------------
-def test_full_disk_keeps_values_in_memory_and_stops_spilling(
-    small_disk: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_full_disk_keeps_values_in_memory_and_stops_spilling(small_disk: Path) -> None:
     buf = SpillBuffer(str(small_disk / "storage"), target=2 * MB)
-    caplog.set_level(logging.ERROR, logger="distributed.spill")
     try:
-        for i in range(12):  # 12 MB through a 2 MB target onto a 4 MB disk
-            buf[f"x-{i}"] = block(i)
-        assert isinstance(buf.disk_error, OSError) and buf.disk_error.errno == errno.ENOSPC
-        # Nothing lost: what fit on disk is there, the rest stayed in memory.
-        assert len(buf) == 12
-        assert 1 <= len(buf.disk) <= 4
-        assert len(buf.disk) + len(buf.fast) == 12
-        # The failed write left no partial file to take the room of others.
-        assert len(os.listdir(buf.directory)) == len(buf.disk)
-        assert used_bytes(small_disk) <= buf.spilled.disk + 256 * 1024
-        spilled = list(buf.disk)
-        # Spilling is off from then on: eviction declines, at once, and says so once.
-        assert buf.evict() == -1
-        buf["more"] = block(99)
+        with caught_logs("distributed.spill", logging.ERROR) as logged:
+            for i in range(12):  # 12 MB through a 2 MB target onto a 4 MB disk
+                buf[f"x-{i}"] = block(i)
+            assert isinstance(buf.disk_error, OSError) and buf.disk_error.errno == errno.ENOSPC
+            # Nothing lost: what fit on disk is there, the rest stayed in memory.
+            assert len(buf) == 12
+            assert 1 <= len(buf.disk) <= 4
+            assert len(buf.disk) + len(buf.fast) == 12
+            # The failed write left no partial file to take the room of others.
+            assert len(os.listdir(buf.directory)) == len(buf.disk)
+            assert used_bytes(small_disk) <= buf.spilled.disk + 256 * 1024
+            spilled = list(buf.disk)
+            # Spilling is off from then on: eviction declines, at once, and says so once.
+            assert buf.evict() == -1
+            buf["more"] = block(99)
         assert "more" in buf.fast
-        records = [r for r in caplog.records if "failed" in r.getMessage()]
-        assert len(records) == 1, [r.getMessage() for r in caplog.records]
+        records = [r for r in logged if "failed" in r.getMessage()]
+        assert len(records) == 1, messages(logged)
         assert "No space left on device" in records[0].getMessage()
         assert str(small_disk) in records[0].getMessage()
         # Values spilled before the error stay readable (back into memory) and can be deleted.

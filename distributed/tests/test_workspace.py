@@ -9,7 +9,6 @@ from __future__ import annotations
 import errno
 import gc
 import json
-import logging
 import os
 import shutil
 import signal
@@ -24,6 +23,7 @@ import numpy as np
 import pytest
 
 from distributed import Client, LocalCluster
+from distributed.tests.logs import caught_logs
 from distributed.utils_test import poll_for
 from distributed.workspace import LOCK_SUFFIX, WorkSpace
 
@@ -354,7 +354,7 @@ def test_a_lock_file_removed_by_someone_else_during_a_purge_is_no_error(
 
 
 def test_an_entry_the_file_system_fails_on_is_left_and_the_purge_goes_on(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import distributed.workspace as workspace
 
@@ -369,12 +369,12 @@ def test_an_entry_the_file_system_fails_on_is_left_and_the_purge_goes_on(
         return real_try_lock(fd)
 
     monkeypatch.setattr(workspace, "_try_lock", no_locks_once)
-    with caplog.at_level(logging.WARNING, logger="distributed.workspace"):
+    with caught_logs("distributed.workspace") as logged:
         removed = WorkSpace(str(tmp_path)).purge()
     assert len(removed) == 3 and set(removed) < stale
     (left,) = stale - set(removed)
     assert os.path.isdir(left) and os.path.exists(left + LOCK_SUFFIX)  # tried again by the next purge
-    assert any("Could not remove" in r.getMessage() and "No locks available" in r.getMessage() for r in caplog.records)
+    assert any("Could not remove" in r.getMessage() and "No locks available" in r.getMessage() for r in logged)
     monkeypatch.setattr(workspace, "_try_lock", real_try_lock)
     assert WorkSpace(str(tmp_path)).purge() == [left]
 
