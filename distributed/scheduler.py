@@ -374,6 +374,8 @@ class Scheduler(Server):
         self.generation = 0
         self._run_ids = itertools.count(1)
         self.transition_counter = 0
+        #: Tasks forgotten since the start (how much work has flowed through the state).
+        self.tasks_forgotten = 0
         log_length = int(dask.config.get("distributed.scheduler.transition-log-length", 100000))
         self.transition_log: deque[tuple[Key, TaskStateName, TaskStateName, str, float]] = deque(maxlen=log_length)
         #: While a batch of stream messages is handled: the messages its stimuli produced, not sent yet.
@@ -1546,6 +1548,7 @@ class Scheduler(Server):
                 out.recs.setdefault(dts, "released")
         ts.dependencies = EMPTY
         del self.tasks[ts.key]
+        self.tasks_forgotten += 1
         tg = ts.group
         tg.live -= 1
         if not tg.live:

@@ -47,27 +47,55 @@ class LargeStateGC:
 
     A full collection visits every tracked object: with a million tasks that
     is seconds with the event loop stopped.  Each time the number of tasks
-    has grown by :data:`GC_FREEZE_STEP` since the last time, the objects
-    alive now are moved out of the collector's view (``gc.freeze``), so a
-    full collection looks at what came since.  Frozen objects are still freed
-    as soon as nothing refers to them, and the scheduler breaks the reference
-    cycles between task records when it forgets them; once the state shrinks
-    below one step, everything goes back into view (``gc.unfreeze``).
+    has grown by :data:`GC_FREEZE_STEP` since the last time, the young
+    garbage is collected and the objects alive now are moved out of the
+    collector's view (``gc.freeze``), so a full collection looks at what came
+    since.  Once the state shrinks below one step, everything goes back into
+    view (``gc.unfreeze``).
+
+    Frozen objects are still freed as soon as nothing refers to them, but a
+    reference cycle among them is never freed while they stay frozen: the
+    collector does not look at them.  A scheduler that holds a steady large
+    state while work flows through it (tasks made and forgotten, workers
+    coming and going) would keep each such cycle for good.  So once as many
+    tasks were made since the last freeze as half the tasks held now (at
+    least one step) without the state growing by a step, everything is put
+    back into view, collected once and frozen again: one full pass per half
+    a state's worth of new tasks, a cost per task that does not grow with the
+    state.  A state that only drains makes no new tasks and gets no such
+    pass; its cycles are freed when it goes back into view.
     """
 
     def __init__(self, step: int = GC_FREEZE_STEP) -> None:
         self.step = step
         #: Number of tasks at the last freeze (0: nothing frozen by us).
         self.frozen_at = 0
+        #: The scheduler's count of forgotten tasks at the last freeze.
+        self.forgotten_at = 0
+        #: Full collections run to free cycles among frozen objects.
+        self.refreezes = 0
 
-    def tend(self, ntasks: int) -> None:
-        """Freeze or unfreeze for a state of ``ntasks`` tasks."""
+    def tend(self, ntasks: int, forgotten: int = 0) -> None:
+        """Freeze, refreeze or unfreeze for ``ntasks`` tasks held and ``forgotten`` forgotten so far."""
         if ntasks >= self.frozen_at + self.step:
-            gc.freeze()
-            self.frozen_at = ntasks
-        elif self.frozen_at and ntasks < self.step:
+            self._freeze(ntasks, forgotten, generation=1)
+        elif not self.frozen_at:
+            return
+        elif ntasks < self.step:
             gc.unfreeze()
             self.frozen_at = 0
+        elif forgotten - self.forgotten_at + ntasks - self.frozen_at >= max(self.step, ntasks // 2):
+            # Made since the freeze: those forgotten meanwhile, and the growth.
+            gc.unfreeze()
+            self._freeze(ntasks, forgotten, generation=2)
+            self.refreezes += 1
+
+    def _freeze(self, ntasks: int, forgotten: int, generation: int) -> None:
+        # Garbage still waiting for the collector would be frozen with the living, and kept.
+        gc.collect(generation)
+        gc.freeze()
+        self.frozen_at = ntasks
+        self.forgotten_at = forgotten
 
 
 class SchedulerStreams:
@@ -398,7 +426,7 @@ class SchedulerStreams:
             final=msg.get("final", True),
         ):
             s.send_all(out)
-            self.gc.tend(len(s.tasks))
+            self.gc.tend(len(s.tasks), s.tasks_forgotten)
             yield
 
     def _client_desires_keys(self, msg: m.ClientKeys) -> None:
@@ -408,7 +436,7 @@ class SchedulerStreams:
     def _client_releases_keys(self, msg: m.ClientKeys) -> None:
         s = self.scheduler
         s.send_all(s.client_releases_keys(msg["client"], msg["keys"], f"client-releases-keys-{time.time()}"))
-        self.gc.tend(len(s.tasks))
+        self.gc.tend(len(s.tasks), s.tasks_forgotten)
 
     def _stream_barrier(self, msg: m.StreamBarrier) -> None:
         # Everything the client sent before this is handled: say so.

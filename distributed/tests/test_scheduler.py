@@ -208,6 +208,54 @@ def test_large_state_gc_freezes_while_large_and_unfreezes_after() -> None:
         gc.unfreeze()
 
 
+class _Cycle:
+    """An object in a reference cycle with itself: only the cyclic collector frees it."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_large_state_gc_frees_cycles_frozen_alive_once_work_has_flowed_through() -> None:
+    import gc
+    import weakref
+
+    from distributed.scheduler_streams import LargeStateGC
+
+    assert gc.get_freeze_count() == 0
+    policy = LargeStateGC(step=10)
+    try:
+        held = [_Cycle() for _ in range(5)]
+        alive = [weakref.ref(x) for x in held]
+        policy.tend(10, forgotten=0)  # frozen while alive, like the records of tasks held then
+        del held
+        gc.collect()
+        assert all(r() is not None for r in alive)  # out of the collector's view: kept
+        policy.tend(12, forgotten=4)  # 6 tasks made since the freeze: less than a step
+        assert policy.refreezes == 0 and all(r() is not None for r in alive)
+        policy.tend(11, forgotten=9)  # 10 made since: a step, with the state steady
+        assert policy.refreezes == 1 and gc.get_freeze_count() > 0 and policy.frozen_at == 11
+        assert all(r() is None for r in alive)
+    finally:
+        gc.unfreeze()
+
+
+def test_large_state_gc_only_draining_runs_no_full_collection() -> None:
+    import gc
+
+    from distributed.scheduler_streams import LargeStateGC
+
+    policy = LargeStateGC(step=10)
+    try:
+        policy.tend(100, forgotten=0)
+        for forgotten in range(10, 91, 10):  # forgotten, none made: nothing new was frozen to die
+            policy.tend(100 - forgotten, forgotten)
+        assert policy.refreezes == 0 and policy.frozen_at == 100
+        policy.tend(5, 95)  # below a step: back into view
+        assert policy.refreezes == 0 and policy.frozen_at == 0 and gc.get_freeze_count() == 0
+    finally:
+        gc.unfreeze()
+
+
 def test_scheduler_builds_declared_messages() -> None:
     """No ``{"op": ...}`` literal in the scheduler's modules: each message is built as its declared type."""
 
