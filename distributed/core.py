@@ -782,6 +782,9 @@ class ConnectionPool:
                     self.occupied[addr].add(comm)
                     return comm
                 self._free_slot()
+            if idle is not None:
+                # Emptied: no entry is kept for an address without comms (workers come and go).
+                del self.available[addr]
             if self._slots >= self.limit:
                 self._collect_idle()
             if self._slots < self.limit:
@@ -804,18 +807,21 @@ class ConnectionPool:
         return comm
 
     def _collect_idle(self) -> None:
-        for _addr, comms in list(self.available.items()):
+        for comms in self.available.values():
             for comm in comms:
                 comm.abort()
                 self._free_slot()
-            comms.clear()
+        self.available.clear()
 
     def reuse(self, addr: str, comm: Comm) -> None:
         """Give back a comm obtained from :meth:`connect`."""
         addr = normalize_address(addr)
-        if comm not in self.occupied[addr]:
+        busy = self.occupied.get(addr)
+        if busy is None or comm not in busy:
             return  # given back already (or the pool was closed meanwhile)
-        self.occupied[addr].discard(comm)
+        busy.discard(comm)
+        if not busy:
+            del self.occupied[addr]
         if comm.closed() or self._closed:
             if not comm.closed():
                 comm.abort()

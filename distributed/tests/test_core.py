@@ -422,6 +422,33 @@ def test_pool_replaces_comms_closed_while_idle(scheme: str) -> None:
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
+def test_pool_keeps_no_entry_for_an_address_without_comms(scheme: str) -> None:
+    # A scheduler's pool sees every worker that ever joined: what it keeps per address must go with the comms.
+    async def main() -> None:
+        pool = ConnectionPool(limit=1, timeout=5)
+        try:
+            for _ in range(3):  # servers that come and go, one after the other
+                async with MyServer(listen_address(scheme)) as server:
+                    assert await asyncio.wait_for(pool.call(server.address, {"op": "add", "x": 1, "y": 1}), 5) == 2
+                    assert set(pool.available) == {server.address} and not pool.occupied
+                    pool.remove(server.address)
+                assert not pool.available and not pool.occupied
+            async with MyServer(listen_address(scheme)) as a, MyServer(listen_address(scheme)) as b:
+                # At the limit, the idle comm to ``a`` is closed to make room for ``b``: ``a`` leaves no entry.
+                assert await asyncio.wait_for(pool.call(a.address, {"op": "add", "x": 1, "y": 0}), 5) == 1
+                assert await asyncio.wait_for(pool.call(b.address, {"op": "add", "x": 2, "y": 0}), 5) == 2
+                assert set(pool.available) == {b.address} and not pool.occupied
+                (idle,) = pool.available[b.address]
+                idle.abort()
+                assert await asyncio.wait_for(pool.call(b.address, {"op": "add", "x": 3, "y": 0}), 5) == 3
+                assert set(pool.available) == {b.address} and pool.open == 1
+        finally:
+            await pool.close()
+
+    run_async(main)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
 def test_pool_comm_broken_mid_call_is_not_reused(scheme: str) -> None:
     async def main() -> None:
         async with MyServer(listen_address(scheme)) as server:
