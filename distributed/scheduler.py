@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import dask
 import dask.config
-from dask.utils import format_bytes, key_split, parse_timedelta
+from dask.utils import format_bytes, parse_timedelta
 
 from distributed.batched import BatchedSend
 from distributed.comm import (
@@ -92,7 +92,7 @@ from distributed.scheduler_state import (
 )
 from distributed.scheduler_streams import SchedulerStreams
 from distributed.security import Security, coerce_security
-from distributed.utils import refuse_unsupported, unsupported
+from distributed.utils import key_split_uncached, refuse_unsupported, unsupported
 
 if TYPE_CHECKING:
     from distributed.dashboard.core import BokehDashboard
@@ -1626,10 +1626,10 @@ class Scheduler(Server):
         elif type(key) is str:
             group_name = _key_name(key)
         else:
-            group_name = key_split(key)
+            group_name = key_split_uncached(key)
         tg = self.task_groups.get(group_name)
         if tg is None:
-            name = key_split(key)
+            name = key_split_uncached(key)
             tp = self.task_prefixes.get(name)
             if tp is None:
                 tp = self.task_prefixes[name] = TaskPrefix(name)
@@ -2582,13 +2582,12 @@ def _key_name(key: str) -> str:
     """
     head, sep, tail = key.rpartition("-")
     if not sep or tail.isalpha():
-        whole: str = key_split(key)
-        return whole
+        return key_split_uncached(key)
     name = _key_names.get(head)
     if name is None:
         if len(_key_names) >= _KEY_NAMES_MAX:
             _key_names.clear()
-        name = _key_names[head] = key_split(head)
+        name = _key_names[head] = key_split_uncached(head)
     return name
 
 

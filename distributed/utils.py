@@ -43,6 +43,7 @@ __all__ = [
     "in_async_call",
     "iscoroutinefunction",
     "key_split",
+    "key_split_uncached",
     "parse_bytes",
     "parse_timedelta",
     "refuse_unsupported",
@@ -54,6 +55,24 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+#: dask's ``key_split`` itself, without the cache its decorator adds.
+_KEY_SPLIT: Callable[[Any], str] = key_split.__wrapped__
+
+
+def key_split_uncached(key: Any) -> str:
+    """What :func:`dask.utils.key_split` returns for ``key``, without going through its cache.
+
+    ``key_split`` keeps the last 100,000 keys it was given with their results:
+    on a scheduler that runs for hours and sees graph after graph, about 20 MB
+    of keys of graphs long gone, filling over hours, which reads as a leak.
+    Code that splits a key once and keeps what it needs calls this instead.
+    """
+    while type(key) is tuple and key:  # as key_split: a tuple key is named by its first element
+        key = key[0]
+    if type(key) is bytes:
+        key = key.decode()
+    return _KEY_SPLIT(key)
 
 TimeoutError = asyncio.TimeoutError
 

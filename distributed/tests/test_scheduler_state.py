@@ -917,6 +917,23 @@ def test_a_group_whose_tasks_are_all_forgotten_is_dropped_and_its_totals_kept() 
     assert tp.state_counts()["forgotten"] == 6
 
 
+def test_graph_after_graph_leaves_nothing_in_dask_key_split_cache() -> None:
+    # key_split keeps its last 100,000 keys: filled by a scheduler that named each new
+    # graph's group with it, about 20 MB that grew for an hour of a fault soak.
+    from dask.utils import key_split
+
+    s = new_scheduler()
+    check(s, s.add_worker_state(A, 4))
+    key_split.cache_clear()
+    for round_ in range(20):
+        token = f"{round_:032x}"
+        keys: list[Key] = [(f"sum-{token}", 0), (f"inc-{token}", 1), f"f-{token}", f"plain{round_}", f"a-b-{round_}x"]
+        check(s, s.update_graph("c1", {k: spec(order=i) for i, k in enumerate(keys)}, keys))
+        assert s.tasks[keys[0]].group.prefix.name == "sum" and s.tasks[keys[2]].group.prefix.name == "f"
+        check(s, s.client_releases_keys("c1", keys, stimulus_id=f"release-{round_}"))
+    assert key_split.cache_info().currsize == 0
+
+
 def test_task_groups_count_states() -> None:
     s = new_scheduler()
     check(s, s.add_worker_state(A, 4))

@@ -15,9 +15,34 @@ from distributed.utils import (
     get_asyncio_loop,
     import_term,
     iscoroutinefunction,
+    key_split_uncached,
     sync,
     wait_for,
 )
+
+KEYS: list[Any] = [
+    "x",
+    "inc-1f0e8a9d2c3b4a5f6e7d8c9b0a1f2e3d",
+    "hello-world-1",
+    ("sum-aggregate-9f8e7d6c", 3, 1),
+    (("nested-abc123", 0), 1),
+    b"bytes-key-12",
+    "1f0e8a9d2c3b4a5f6e7d8c9b0a1f2e3d",
+    "<Foo.bar object at 0x7f>-1",
+    "('x', 1)",
+    "x-ab-ffffffff",
+    42,
+]
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_key_split_uncached_names_keys_as_key_split_does_and_keeps_none(key: Any) -> None:
+    from dask.utils import key_split
+
+    key_split.cache_clear()
+    got = key_split_uncached(key)
+    assert key_split.cache_info().currsize == 0  # nothing kept: a long-running scheduler sees millions of keys
+    assert got == key_split(key)
 
 
 class CustomError(Exception):
