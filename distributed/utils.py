@@ -74,6 +74,7 @@ def key_split_uncached(key: Any) -> str:
         key = key.decode()
     return _KEY_SPLIT(key)
 
+
 TimeoutError = asyncio.TimeoutError
 
 #: Per-thread state: ``thread_state.execution_state`` is set while a task runs
