@@ -14,7 +14,8 @@ Names follow dask.distributed where it has the metric:
     Tasks of each key prefix in each state now (dask.distributed's
     ``prefix_state_totals`` counts transitions instead, which would cost work
     on every transition).
-``dask_scheduler_tasks_compute_seconds_total{task_prefix_name}``, ``dask_scheduler_tasks_output_bytes_total{task_prefix_name}``
+``dask_scheduler_tasks_compute_seconds_total{task_prefix_name}``,
+``dask_scheduler_tasks_output_bytes_total{task_prefix_name}``
     Compute time and output bytes of each prefix's finished tasks.
 ``dask_scheduler_memory_bytes{type}``
     Workers' memory summed: ``managed``, ``unmanaged``, ``spilled``, as their heartbeats reported it.

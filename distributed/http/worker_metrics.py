@@ -10,7 +10,8 @@ buffer and its event-loop tick statistics; names follow dask.distributed:
     process's RSS), ``spilled`` (results on disk, bytes on disk).
 ``dask_worker_transfer_incoming_bytes``, ``dask_worker_transfer_incoming_count``
     Data being fetched from other workers now (bytes by sizeof, peers asked).
-``dask_worker_transfer_incoming_bytes_total``, ``dask_worker_transfer_incoming_count_total``, ``dask_worker_transfer_outgoing_bytes_total``, ``dask_worker_transfer_outgoing_count_total``
+``dask_worker_transfer_incoming_bytes_total``, ``dask_worker_transfer_incoming_count_total``,
+``dask_worker_transfer_outgoing_bytes_total``, ``dask_worker_transfer_outgoing_count_total``
     Data received from and sent to other workers since the worker started.
 ``dask_worker_spill_bytes_total{activity}``, ``dask_worker_spill_count_total{activity}``
     ``disk_write`` and ``disk_read`` of the spill buffer, when spilling is on.

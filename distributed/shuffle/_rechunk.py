@@ -526,4 +526,5 @@ def rechunk_p2p(
         dsk[unpack.key] = unpack
 
     graph = HighLevelGraph.from_collections(name, MaterializedLayer(dsk), dependencies=[x])
-    return da.Array(graph, name, chunks, meta=x, dtype=x.dtype)  # type: ignore[no-untyped-call]  # dask.array is untyped
+    # dask.array is untyped
+    return da.Array(graph, name, chunks, meta=x, dtype=x.dtype)  # type: ignore[no-untyped-call]
