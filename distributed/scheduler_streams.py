@@ -75,7 +75,7 @@ class LargeStateGC:
         #: Full collections run to free cycles among frozen objects.
         self.refreezes = 0
 
-    def tend(self, ntasks: int, forgotten: int = 0) -> None:
+    def tend(self, ntasks: int, forgotten: int) -> None:
         """Freeze, refreeze or unfreeze for ``ntasks`` tasks held and ``forgotten`` forgotten so far."""
         if ntasks >= self.frozen_at + self.step:
             self._freeze(ntasks, forgotten, generation=1)

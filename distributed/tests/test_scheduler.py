@@ -194,15 +194,15 @@ def test_large_state_gc_freezes_while_large_and_unfreezes_after() -> None:
     assert gc.get_freeze_count() == 0
     policy = LargeStateGC(step=10)
     try:
-        policy.tend(5)
+        policy.tend(5, 0)
         assert gc.get_freeze_count() == 0 and policy.frozen_at == 0
-        policy.tend(10)
+        policy.tend(10, 0)
         assert gc.get_freeze_count() > 0 and policy.frozen_at == 10
-        policy.tend(15)  # less than a step since the last freeze
+        policy.tend(15, 0)  # less than a step since the last freeze
         assert policy.frozen_at == 10
-        policy.tend(25)
+        policy.tend(25, 0)
         assert policy.frozen_at == 25
-        policy.tend(9)  # shrank below one step: back into view
+        policy.tend(9, 0)  # shrank below one step: back into view
         assert gc.get_freeze_count() == 0 and policy.frozen_at == 0
     finally:
         gc.unfreeze()
