@@ -10,7 +10,6 @@ from distributed import (
     config,  # noqa: F401  (first: applies the logging config before other modules make their loggers)
     lock,  # noqa: F401  (dask and users import distributed.lock.Lock)
 )
-from distributed.actor import Actor, ActorFuture, BaseActorFuture
 from distributed.client import (
     Client,
     Future,
@@ -23,6 +22,7 @@ from distributed.client import (
     performance_report,
     wait,
 )
+from distributed.client.actor import Actor, ActorFuture, BaseActorFuture
 from distributed.coordination import Event, Lock, MultiLock, Queue, Semaphore, Variable
 from distributed.core import Status, rpc
 from distributed.deploy import Adaptive, LocalCluster, SpecCluster, SSHCluster

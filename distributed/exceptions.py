@@ -6,8 +6,6 @@ import asyncio
 import concurrent.futures
 from typing import Any
 
-from distributed.comm.core import CommClosedError
-
 __all__ = [
     "ActorLostError",
     "CancelledError",
@@ -15,6 +13,7 @@ __all__ = [
     "CommClosedError",
     "FutureCancelledError",
     "FuturesCancelledError",
+    "InvalidTransition",
     "KilledWorker",
     "LostDataError",
     "NoValidWorkerError",
@@ -27,6 +26,34 @@ __all__ = [
 #: catches it), unlike ``asyncio.CancelledError``, which cancels coroutines.
 CancelledError = concurrent.futures.CancelledError
 TimeoutError = asyncio.TimeoutError
+
+
+class CommClosedError(IOError):
+    """The comm was closed (by us, by the peer, or by a broken connection)."""
+
+
+class InvalidTransition(RuntimeError):
+    """A change of a task's state that its state machine's transition table does not allow.
+
+    The scheduler's and the worker's machines raise it (the scheduler in
+    validation mode, or where a transition lacks the report it needs).
+
+    Parameters
+    ----------
+    key
+        The task's key.
+    start, finish
+        The state the task is in, and the one asked for.
+    why
+        What made it impossible, or the stimulus that asked for it.
+    """
+
+    def __init__(self, key: object, start: str, finish: str, why: str) -> None:
+        super().__init__(f"Invalid transition of {key!r}: {start} -> {finish} ({why})")
+        self.key = key
+        self.start = start
+        self.finish = finish
+        self.why = why
 
 
 class FutureCancelledError(CancelledError):

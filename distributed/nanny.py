@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 A :class:`Nanny` listens on an address of its own and runs its
 :class:`~distributed.Worker` in a child process (a
-:class:`~distributed.deploy.spawn.ServerProcess`).  The worker is told the
+:class:`~distributed.spawn.ServerProcess`).  The worker is told the
 nanny's address (``Worker(nanny=...)``), so it registers with the scheduler
 carrying it: ``scheduler_info()["workers"][addr]["nanny"]``, and the
 scheduler reaches the nanny to restart or kill the worker.
@@ -53,12 +53,12 @@ from dask.utils import parse_timedelta
 from distributed.comm import Comm, CommClosedError, connect
 from distributed.comm.addressing import listen_addresses, listen_protocol, parse_ports
 from distributed.core import Route, Server, Status, error_message, send_recv
-from distributed.deploy.spawn import ServerProcess, config_snapshot
 from distributed.diagnostics.plugin import NannyPlugin
 from distributed.preloading import PreloadManager, process_preloads
 from distributed.protocol import messages as m
 from distributed.protocol.serialize import Serialize, unwrap
 from distributed.security import Security, coerce_security
+from distributed.spawn import ServerProcess, config_snapshot
 from distributed.utils import get_ip_interface, refuse_unsupported, scheduler_address
 from distributed.worker import FIRST_CONNECT_TIMEOUT, Worker, parse_memory_limit
 from distributed.worker_options import check_unsupported_worker_kwargs

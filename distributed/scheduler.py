@@ -68,7 +68,7 @@ from distributed.comm import (
 )
 from distributed.core import Route, Server, Status
 from distributed.diagnostics.plugin import SchedulerPlugin
-from distributed.exceptions import ActorLostError, KilledWorker, LostDataError, NoValidWorkerError
+from distributed.exceptions import ActorLostError, InvalidTransition, KilledWorker, LostDataError, NoValidWorkerError
 from distributed.preloading import PreloadManager, process_preloads
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key, Payload
@@ -81,6 +81,7 @@ from distributed.scheduler_state import (
     ALL_TASK_STATES,
     EMPTY,
     ClientState,
+    Out,
     TaskGroup,
     TaskPrefix,
     TaskState,
@@ -101,8 +102,6 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "ClientState",
-    "InvalidTransition",
-    "Out",
     "Scheduler",
     "TaskGroup",
     "TaskPrefix",
@@ -138,54 +137,6 @@ def _startstops(msg: m.TaskFinished | m.WorkerTaskErred) -> list[dict[str, Any]]
     if start is not None and stop is not None and stop > 0:
         spans.append({"action": "compute", "start": start, "stop": stop})
     return spans
-
-
-class InvalidTransition(RuntimeError):
-    """A transition the table does not allow (raised in validation mode)."""
-
-
-class Out:
-    """What a stimulus produced: recommendations and messages to send.
-
-    It also carries what the transitions a stimulus asks for need to know
-    from it: ``finished`` (the report of the task going from processing to
-    memory), ``scattered`` (where scattered data landed, for released ->
-    memory), ``opened`` (workers whose threads may have freed up: queued
-    tasks go there once the recommendations settle) and ``placements``
-    (workers chosen in advance for tasks about to go to processing: a stolen
-    task's thief, checked against its restrictions by whoever chose it).
-    """
-
-    __slots__ = (
-        "recs",
-        "workers",
-        "clients",
-        "free",
-        "opened",
-        "target",
-        "finished",
-        "erred",
-        "scattered",
-        "placements",
-        "no_room_for",
-    )
-
-    def __init__(self) -> None:
-        self.recs: dict[TaskState, TaskStateName] = {}
-        self.workers: defaultdict[str, list[m.SchedulerToWorker]] = defaultdict(list)
-        self.clients: defaultdict[str, list[m.SchedulerToClient]] = defaultdict(list)
-        self.free: defaultdict[str, list[Key]] = defaultdict(list)
-        self.opened: list[WorkerState] = []
-        #: The worker a queued task was pulled for (set just before queued -> processing).
-        self.target: WorkerState | None = None
-        self.finished: m.TaskFinished | None = None
-        #: The worker's report of a task that raised (set only when plugins are there to see it).
-        self.erred: m.WorkerTaskErred | None = None
-        self.scattered: tuple[list[WorkerState], int, str | None] | None = None
-        self.placements: dict[TaskState, WorkerState] | None = None
-        #: A root-task duration no worker had room for since a task last left processing:
-        #: later root tasks of that duration queue without scanning the workers again.
-        self.no_room_for: float | None = None
 
 
 class Scheduler(Server):
@@ -784,7 +735,7 @@ class Scheduler(Server):
             func = table.get((start, finish))
             if func is None:
                 if validate or start == "released":
-                    raise InvalidTransition(f"Impossible transition from {start} to {finish} for {ts.key!r}")
+                    raise InvalidTransition(ts.key, start, finish, "not in the transition table")
                 # Go through released, then try again.
                 func = table[(start, "released")]
                 recs[ts] = finish
@@ -1404,7 +1355,7 @@ class Scheduler(Server):
     def _processing_to_memory(self, ts: TaskState, out: Out) -> PluginKwargs:
         finished = out.finished
         if finished is None:
-            raise InvalidTransition(f"{ts.key!r} can go to memory only when its worker reports it finished")
+            raise InvalidTransition(ts.key, ts.state, "memory", "only when its worker reports it finished")
         out.finished = None
         nbytes = finished["nbytes"]
         type_ = finished["type"]
@@ -1434,7 +1385,7 @@ class Scheduler(Server):
     def _released_to_memory(self, ts: TaskState, out: Out) -> PluginKwargs:
         scattered = out.scattered
         if scattered is None:
-            raise InvalidTransition(f"{ts.key!r} can go from released to memory only when it was scattered")
+            raise InvalidTransition(ts.key, ts.state, "memory", "only when it was scattered")
         out.scattered = None
         holders, nbytes, type_ = scattered
         ts.state = "memory"

@@ -26,12 +26,13 @@ with :func:`without`.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import defaultdict, deque
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from types import MappingProxyType
 from typing import Any, Final, Literal, TypeVar, cast, get_args
 
+from distributed.protocol import messages as m
 from distributed.protocol.messages import Key, Payload
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "NO_ANNOTATIONS",
     "ClientState",
     "MemoryState",
+    "Out",
     "TaskGroup",
     "TaskPrefix",
     "TaskState",
@@ -502,3 +504,47 @@ class ClientState:
 
     def __repr__(self) -> str:
         return f"<ClientState {self.client_key!r}>"
+
+
+class Out:
+    """What a stimulus produced: recommendations and messages to send.
+
+    It also carries what the transitions a stimulus asks for need to know
+    from it: ``finished`` (the report of the task going from processing to
+    memory), ``scattered`` (where scattered data landed, for released ->
+    memory), ``opened`` (workers whose threads may have freed up: queued
+    tasks go there once the recommendations settle) and ``placements``
+    (workers chosen in advance for tasks about to go to processing: a stolen
+    task's thief, checked against its restrictions by whoever chose it).
+    """
+
+    __slots__ = (
+        "recs",
+        "workers",
+        "clients",
+        "free",
+        "opened",
+        "target",
+        "finished",
+        "erred",
+        "scattered",
+        "placements",
+        "no_room_for",
+    )
+
+    def __init__(self) -> None:
+        self.recs: dict[TaskState, TaskStateName] = {}
+        self.workers: defaultdict[str, list[m.SchedulerToWorker]] = defaultdict(list)
+        self.clients: defaultdict[str, list[m.SchedulerToClient]] = defaultdict(list)
+        self.free: defaultdict[str, list[Key]] = defaultdict(list)
+        self.opened: list[WorkerState] = []
+        #: The worker a queued task was pulled for (set just before queued -> processing).
+        self.target: WorkerState | None = None
+        self.finished: m.TaskFinished | None = None
+        #: The worker's report of a task that raised (set only when plugins are there to see it).
+        self.erred: m.WorkerTaskErred | None = None
+        self.scattered: tuple[list[WorkerState], int, str | None] | None = None
+        self.placements: dict[TaskState, WorkerState] | None = None
+        #: A root-task duration no worker had room for since a task last left processing:
+        #: later root tasks of that duration queue without scanning the workers again.
+        self.no_room_for: float | None = None

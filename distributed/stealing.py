@@ -61,10 +61,10 @@ from dask.utils import parse_timedelta
 from distributed.core import StreamRoute
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
+from distributed.scheduler_state import Out, TaskState, WorkerState
 
 if TYPE_CHECKING:
-    from distributed.scheduler import Out, Scheduler
-    from distributed.scheduler_state import TaskState, WorkerState
+    from distributed.scheduler import Scheduler
 
 logger = logging.getLogger(__name__)
 
@@ -207,8 +207,6 @@ class WorkStealing:
             return
         finish = {ws: self._finish_time(ws) for ws in itertools.chain(thieves, victims)}
         victims.sort(key=finish.__getitem__, reverse=True)
-        from distributed.scheduler import Out  # the scheduler module imports this one
-
         out = Out()
         for victim in victims:
             for ts in self._candidates(victim):
@@ -309,8 +307,6 @@ class WorkStealing:
             # Started (or done) on the victim: it stays there.
             self.log.append((time.time(), ts.key, victim.address, thief.address, "refused"))
             return
-        from distributed.scheduler import Out  # the scheduler module imports this one
-
         out = Out()
         if thief.status == "running" and s.workers.get(thief.address) is thief and self.allowed(ts, thief):
             out.placements = {ts: thief}

@@ -49,7 +49,6 @@ __all__ = [
     "refuse_unsupported",
     "scheduler_address",
     "sync",
-    "thread_state",
     "unsupported",
     "wait_for",
 ]
@@ -76,10 +75,6 @@ def key_split_uncached(key: Any) -> str:
 
 
 TimeoutError = asyncio.TimeoutError
-
-#: Per-thread state: ``thread_state.execution_state`` is set while a task runs
-#: in a worker thread, so ``get_worker``/``get_client`` can find their worker.
-thread_state = threading.local()
 
 
 def unsupported(where: str, name: str, why: str = "") -> NotImplementedError:

@@ -528,7 +528,7 @@ def cluster(
     ``should_check_state`` are accepted as dask's harness has them and have no
     effect here.
     """
-    from distributed.deploy.spawn import ServerProcess
+    from distributed.spawn import ServerProcess
 
     child_config = {"distributed.scheduler.validate": True, "distributed.worker.validate": True, **(config or {})}
     skw = {"host": "127.0.0.1", "port": 0, "dashboard": False, **(scheduler_kwargs or {})}

@@ -30,8 +30,9 @@ import psutil
 from dask.sizeof import sizeof
 from dask.utils import parse_bytes, parse_timedelta, typename
 
-from distributed.actor import Actor
 from distributed.batched import BatchedSend
+from distributed.client.actor import Actor
+from distributed.client.client import get_client
 from distributed.comm import Comm, CommClosedError, connect, validate_address
 from distributed.comm.addressing import listen_addresses, listen_protocol, parse_ports
 from distributed.config import get_interval, silence_logging
@@ -48,11 +49,12 @@ from distributed.protocol.messages import Key
 from distributed.protocol.schema import checker
 from distributed.protocol.serialize import Serialize, unwrap
 from distributed.security import Security, acting_as, coerce_security
-from distributed.shuffle import ShuffleWorkerExtension
+from distributed.shuffle._worker_plugin import ShuffleWorkerExtension
 from distributed.spill import SpillBuffer
-from distributed.threadpool import ThreadPool, current_pool
+from distributed.task_context import TaskHost, rejoin, secede, thread_state
+from distributed.threadpool import ThreadPool
 from distributed.uploads import import_uploaded, save_upload
-from distributed.utils import get_ip_interface, scheduler_address, thread_state, unsupported
+from distributed.utils import get_ip_interface, scheduler_address, unsupported
 from distributed.worker_memory import WorkerMemoryMonitor
 from distributed.worker_options import check_unsupported_worker_kwargs
 from distributed.worker_state import (
@@ -353,7 +355,7 @@ class Worker(Server):
         #: (tell the nanny to close too, why), from the first close() call.
         self._close_nanny: tuple[bool, str] | None = None
         self.incoming_transfer_count = 0
-        #: Actor instances by key; the data store holds an Actor proxy for each (see distributed.actor).
+        #: Actor instances by key; the data store holds an Actor proxy for each (see distributed.client.actor).
         self.actors: dict[Key, object] = {}
         #: Keys the scheduler asked to keep as actors, until they are forgotten here.
         self._actor_keys: set[Key] = set()
@@ -1355,8 +1357,8 @@ class Worker(Server):
         return Serialize(getattr(self._actor(msg["key"]), msg["attribute"]))
 
     # -- helpers for user code ----------------------------------------------------------
-    def _get_client(self, timeout: float | None = None) -> Client:
-        """A synchronous client of our scheduler, sharing this worker's event loop."""
+    def task_client(self, timeout: float | None = None) -> Client:
+        """A synchronous client of our scheduler, sharing this worker's event loop (made on first use)."""
         if self._client is None or self._client.status in ("closed", "closing"):
             from distributed.client import Client
 
@@ -1522,16 +1524,16 @@ class _TaskContext:
     def __init__(self, worker: Worker, key: Key) -> None:
         self.worker = worker
         self.key = key
-        self.old_state: Any = None
-        self.old_key: Any = None
-        self.old_worker: Any = None
+        self.old_state: dict[str, object] | None = None
+        self.old_key: Key | None = None
+        self.old_worker: TaskHost | None = None
         self.ident = 0
 
     def __enter__(self) -> None:
         ts = thread_state
-        self.old_state = getattr(ts, "execution_state", None)
-        self.old_key = getattr(ts, "key", None)
-        self.old_worker = getattr(ts, "worker", None)
+        self.old_state = ts.execution_state
+        self.old_key = ts.key
+        self.old_worker = ts.worker
         ts.execution_state = {"worker": self.worker, "key": self.key}
         ts.key = self.key
         ts.worker = self.worker
@@ -1608,66 +1610,7 @@ def get_worker() -> Worker:
     ValueError
         When not called from within a task.
     """
-    worker = getattr(thread_state, "worker", None)
+    worker = thread_state.worker
     if isinstance(worker, Worker):
         return worker
     raise ValueError("No worker found: get_worker() must be called from within a task")
-
-
-def get_client(address: str | None = None, timeout: float | str | None = None, resolve_address: bool = True) -> Client:
-    """The client to use here: the worker's own inside a task, else the default.
-
-    Raises
-    ------
-    ValueError
-        When there is no client (dask reads this as "no distributed scheduler").
-    """
-    worker = getattr(thread_state, "worker", None)
-    if isinstance(worker, Worker):
-        return worker._get_client(timeout=parse_timedelta(timeout) if timeout is not None else None)
-    from distributed.client.client import Client, get_default_client
-
-    client = get_default_client()
-    if client is not None and (address is None or client.scheduler_address == address):
-        return client
-    if address is not None:
-        return Client(address, timeout=timeout)
-    raise ValueError(
-        "No clients found\n"
-        "Start a client and point it to the scheduler address\n"
-        "  from distributed import Client\n"
-        "  client = Client('ip-addr-of-scheduler:8786')\n"
-    )
-
-
-def secede() -> None:
-    """Leave the worker's thread pool while this task waits on others.
-
-    The pool starts another thread in its place, and the worker tells the
-    scheduler the task is long-running, so that both give its slot to other
-    tasks.  A coroutine task (run on the worker's event loop, holding no pool
-    thread) only gives up its slot.
-
-    Raises
-    ------
-    ValueError
-        When not called from within a task.
-    """
-    worker = get_worker()
-    key = getattr(thread_state, "key", None)
-    if key is not None:
-        pool = current_pool()
-        if pool is not None:
-            pool.secede_current_thread()
-        worker.secede_task(key)
-
-
-def rejoin() -> None:
-    """Have a task that called :func:`secede` take a thread of the worker's pool again.
-
-    Blocks until a slot frees: the next pool thread to finish its task leaves the
-    pool to make room.  A no-op outside a seceded task.
-    """
-    pool = current_pool()
-    if pool is not None:
-        pool.rejoin_current_thread()

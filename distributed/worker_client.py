@@ -6,12 +6,9 @@ import warnings
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
-from typing import TYPE_CHECKING
 
-from distributed.worker import get_client, get_worker, rejoin, secede
-
-if TYPE_CHECKING:
-    from distributed.client import Client
+from distributed.client.client import Client, get_client
+from distributed.task_context import current_worker, rejoin, secede
 
 __all__ = ["local_client", "worker_client"]
 
@@ -55,7 +52,8 @@ def worker_client(timeout: float | str | None = None, separate_thread: bool = Tr
     ...         a, b = client.submit(fib, n - 1), client.submit(fib, n - 2)
     ...         return a.result() + b.result()
     """
-    get_worker()  # raises ValueError outside a task
+    if current_worker() is None:
+        raise ValueError("No worker found: worker_client() must be called from within a task")
     client = get_client(timeout=timeout)
     # Only the outermost seceding block of a task rejoins: an inner one that rejoined
     # would hold the thread while the outer block still waits on other tasks.

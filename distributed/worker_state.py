@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final, Literal, get_args
 
+from distributed.exceptions import InvalidTransition
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key, Payload
 from distributed.spill import SpillBuffer
@@ -82,17 +83,6 @@ TaskStateName = Literal[
     "forgotten",
 ]
 WORKER_TASK_STATES: Final[frozenset[TaskStateName]] = frozenset(get_args(TaskStateName))
-
-
-class InvalidTransition(RuntimeError):
-    """A change of a task's state that the transition table does not allow."""
-
-    def __init__(self, key: Key, start: str, finish: str, stimulus_id: str) -> None:
-        super().__init__(f"Invalid transition of {key!r}: {start} -> {finish} (stimulus {stimulus_id})")
-        self.key = key
-        self.start = start
-        self.finish = finish
-        self.stimulus_id = stimulus_id
 
 
 class WorkerTask:
@@ -469,7 +459,7 @@ class WorkerStateMachine:
         start = ts.state
         func = _TRANSITIONS[start].get(finish)
         if func is None:
-            raise InvalidTransition(ts.key, start, finish, stimulus_id)
+            raise InvalidTransition(ts.key, start, finish, f"stimulus {stimulus_id}")
         recs = func(self, ts, stimulus_id, instructions)
         self.transition_counter += 1
         self.log.append((ts.key, start, ts.state, stimulus_id, time.time()))
@@ -871,7 +861,8 @@ class WorkerStateMachine:
         if ts is None or ts.state != "ready":
             # Cannot happen: the shell takes the lined-up task back before any other event.
             if self.validate:
-                raise InvalidTransition(ev.key, "missing" if ts is None else ts.state, "executing", ev.stimulus_id)
+                state = "missing" if ts is None else ts.state
+                raise InvalidTransition(ev.key, state, "executing", f"stimulus {ev.stimulus_id}")
             return
         self._apply(ts, "executing", ev.stimulus_id, instructions)
 

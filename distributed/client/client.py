@@ -84,7 +84,7 @@ from distributed.client.outbox import Outbox
 from distributed.client.registry import FutureRegistry
 from distributed.client.topics import TopicSubscriptions
 from distributed.client.transfer import DataTransfer
-from distributed.comm import get_address_host, parse_address
+from distributed.comm import get_address_host, parse_address, resolve_address
 from distributed.core import ConnectionPool, rebuild_exception
 from distributed.dask_api import (
     graph_expr,
@@ -95,7 +95,8 @@ from distributed.protocol.messages import Key
 from distributed.protocol.schema import checker
 from distributed.protocol.serialize import Serialize, unwrap
 from distributed.security import Security, coerce_security
-from distributed.utils import LoopRunner, format_dashboard_link, sync, thread_state
+from distributed.task_context import current_worker, secede
+from distributed.utils import LoopRunner, format_dashboard_link, sync
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +106,7 @@ __all__ = [
     "Client",
     "Future",
     "default_client",
+    "get_client",
     "get_default_client",
     "get_task_metadata",
     "global_clients",
@@ -1160,9 +1162,7 @@ class Client(Generic[AsyncT]):
         refuse_unsupported("Client.gather", direct=direct is False)
         if isinstance(futures, Iterator):
             return (self.gather(f, errors=errors, direct=direct) for f in futures)
-        if thread_state.__dict__.get("worker") is not None and not self.asynchronous:
-            from distributed.worker import secede
-
+        if current_worker() is not None and not self.asynchronous:
             secede()
         return self.sync(self.transfer.gather, futures, errors=errors, asynchronous=asynchronous)
 
@@ -3260,6 +3260,56 @@ def _time_before_now(t: float | str | None) -> float | None:
 
 
 # -- module functions ---------------------------------------------------------------------
+def get_client(address: str | None = None, timeout: float | str | None = None, resolve_address: bool = True) -> Client:
+    """The client to use here: the worker's own inside a task, else the default one.
+
+    Parameters
+    ----------
+    address
+        The scheduler the client must be connected to.  Outside a task, a
+        default client of another scheduler is not returned: a new client
+        of ``address`` is made instead.
+    timeout
+        How long connecting a new client may take.
+    resolve_address
+        Compare ``address`` with the default client's scheduler after
+        resolving its host name (``"localhost:8786"`` matches
+        ``"tcp://127.0.0.1:8786"``); with False, compare the strings as given.
+
+    Raises
+    ------
+    ValueError
+        When there is no client (dask reads this as "no distributed scheduler").
+    """
+    worker = current_worker()
+    if worker is not None:
+        client = worker.task_client(timeout=parse_timedelta(timeout) if timeout is not None else None)
+        if not isinstance(client, Client):
+            raise TypeError(f"The worker's client is a {type(client).__name__}, not a Client")
+        return client
+    client = get_default_client()
+    if client is not None and (address is None or _same_scheduler(client, address, resolve_address)):
+        return client
+    if address is not None:
+        return Client(address, timeout=timeout)
+    raise ValueError(
+        "No clients found\n"
+        "Start a client and point it to the scheduler address\n"
+        "  from distributed import Client\n"
+        "  client = Client('ip-addr-of-scheduler:8786')\n"
+    )
+
+
+def _same_scheduler(client: Client, address: str, resolve: bool) -> bool:
+    """Whether ``client`` is connected to the scheduler at ``address``."""
+    if not resolve:
+        return client.scheduler_address == address
+    try:
+        return resolve_address(client.scheduler_address or "") == resolve_address(address)
+    except (OSError, ValueError):  # an address that does not resolve names no scheduler we know
+        return False
+
+
 def get_task_metadata() -> Any:
     """Not supported yet."""
     raise NotImplementedError("get_task_metadata is not supported yet")

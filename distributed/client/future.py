@@ -409,6 +409,6 @@ def collect_futures(x: Any, out: list[Future]) -> None:
 
 def get_client_for_future() -> Client:
     """The client that an unpickled future should bind to."""
-    from distributed.worker import get_client
+    from distributed.client.client import get_client  # the client module imports this one
 
     return get_client()

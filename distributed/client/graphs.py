@@ -46,7 +46,7 @@ from distributed.dask_api import (
 )
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
-from distributed.shuffle import describe_shuffles
+from distributed.shuffle._core import describe_shuffles
 
 __all__ = [
     "CollectionGraph",

@@ -38,7 +38,7 @@ from typing import Any, Final
 from dask.base import tokenize
 from dask.utils import parse_timedelta, typename
 
-from distributed.actor import Actor
+from distributed.client.actor import Actor
 from distributed.client.future import Future, FutureState, collect_futures
 from distributed.client.link import SchedulerLink, raise_if_malformed
 from distributed.client.registry import FutureRegistry

@@ -20,6 +20,7 @@ A server bound to one host (``127.0.0.1`` included) announces that host.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Sequence
 
 import dask.config
@@ -39,6 +40,7 @@ __all__ = [
     "parse_address",
     "parse_host_port",
     "parse_ports",
+    "resolve_address",
     "unparse_address",
     "unparse_host_port",
     "validate_address",
@@ -168,6 +170,25 @@ def validate_address(addr: object) -> None:
 def normalize_address(addr: str) -> str:
     """The address with its scheme made explicit."""
     return unparse_address(*parse_address(addr))
+
+
+def resolve_address(addr: str) -> str:
+    """The address with its scheme made explicit and a TCP host name replaced by its IP address.
+
+    ``"localhost:8786"`` gives ``"tcp://127.0.0.1:8786"``; an address that is
+    already an IP address, or not a TCP one, only gains its scheme.
+
+    Raises
+    ------
+    OSError
+        When the host name does not resolve.
+    """
+    scheme, loc = parse_address(addr)
+    if scheme not in ("tcp", "tls"):
+        return unparse_address(scheme, loc)
+    host, port = parse_host_port(loc)
+    family_address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][4]
+    return unparse_address(scheme, unparse_host_port(str(family_address[0]), port))
 
 
 def address_from_user_args(

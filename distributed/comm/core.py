@@ -20,6 +20,7 @@ from typing import Any, TypedDict, Unpack
 import dask.config
 
 from distributed.comm.addressing import parse_address
+from distributed.exceptions import CommClosedError
 
 __all__ = [
     "Comm",
@@ -31,10 +32,6 @@ __all__ = [
 ]
 
 CommHandler = Callable[["Comm"], Coroutine[Any, Any, None]]
-
-
-class CommClosedError(IOError):
-    """The comm was closed (by us, by the peer, or by a broken connection)."""
 
 
 class ConnectionArgs(TypedDict, total=False):

@@ -2,23 +2,29 @@
 
 Each successful acquisition takes a fresh lease id, so one object shared by
 threads holds several; they are given back first in, first out, and are
-refreshed (see :class:`~distributed.coordination.leases.LeaseKeeper`) while
+refreshed (see :class:`LeaseKeeper`) while
 the object holds any.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import math
 import threading
 from collections import deque
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from distributed.coordination.leases import LeaseKeeper
+from distributed.coordination.leases import lease_timeout
 from distributed.coordination.primitive import Acquirable
 
 if TYPE_CHECKING:
     from distributed.client import Client
 
-__all__ = ["LeaseHolder"]
+__all__ = ["LeaseHolder", "LeaseKeeper"]
+
+logger = logging.getLogger(__name__)
 
 
 class LeaseHolder(Acquirable):
@@ -73,3 +79,46 @@ class LeaseHolder(Acquirable):
         with self._leases_lock:
             self._leases.clear()
         self._keeper.stop()
+
+
+class LeaseKeeper:
+    """Refreshes the leases one primitive object holds, while it holds any.
+
+    Parameters
+    ----------
+    held
+        The lease ids held now.
+    refresh
+        Sends the scheduler a refresh of these ids.
+    """
+
+    def __init__(self, held: Callable[[], list[str]], refresh: Callable[[list[str]], Awaitable[Any]]) -> None:
+        self.held = held
+        self.refresh = refresh
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Keep refreshing (call on the client's loop after each acquisition)."""
+        if self._task is None or self._task.done():
+            interval = lease_timeout() / 5
+            if math.isfinite(interval):
+                self._task = asyncio.ensure_future(self._run(max(interval, 0.01)))
+
+    def stop(self) -> None:
+        """Stop refreshing (nothing left to refresh)."""
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    async def _run(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            ids = self.held()
+            if not ids:
+                return
+            try:
+                await self.refresh(ids)
+            except Exception as e:
+                # The client closed or lost the scheduler: the leases end there anyway.
+                logger.debug("Refreshing leases %s failed: %r", ids, e)
+                return

@@ -20,7 +20,7 @@ from collections.abc import Hashable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from distributed.comm import Comm
-from distributed.coordination.leases import LeaseClock
+from distributed.coordination.lease_clock import LeaseClock
 from distributed.coordination.names import normalize_name
 from distributed.coordination.waiting import await_grant, gives_up_at_once
 from distributed.core import Route

@@ -19,7 +19,7 @@ __all__ = ["Acquirable", "ClientBound"]
 
 def _bound_client(self: ClientBound) -> Client:
     if self._client is None:
-        from distributed.worker import get_client
+        from distributed.client.client import get_client
 
         self._client = get_client()
     return self._client

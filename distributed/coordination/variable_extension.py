@@ -14,7 +14,7 @@ from collections.abc import Hashable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from distributed.comm import Comm
-from distributed.coordination.held import KeyHolds
+from distributed.coordination.key_holds import KeyHolds
 from distributed.coordination.names import normalize_name
 from distributed.coordination.waiting import counted
 from distributed.core import Route

@@ -45,11 +45,11 @@ from typing import Any
 
 import psutil
 
-from distributed.deploy.spawn import WorkerProcess
 from distributed.deploy.spec import SpecCluster
 from distributed.nanny import Nanny
 from distributed.scheduler import Scheduler
 from distributed.security import Security, coerce_security
+from distributed.spawn import WorkerProcess
 from distributed.utils import get_ip_interface, import_term, refuse_unsupported
 from distributed.worker import Worker, parse_memory_limit
 

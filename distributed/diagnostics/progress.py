@@ -27,7 +27,7 @@ from distributed.comm import Comm
 from distributed.core import Route
 from distributed.diagnostics.plugin import SchedulerPlugin
 from distributed.protocol import messages as m
-from distributed.protocol.messages import Key
+from distributed.protocol.messages import Key, ProgressStatus
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
@@ -38,13 +38,9 @@ __all__ = [
     "MultiProgress",
     "Progress",
     "ProgressExtension",
-    "ProgressStatus",
     "dependent_keys",
     "format_time",
 ]
-
-#: Where a watch is: waiting for the scheduler to know its keys, running, or over.
-ProgressStatus = Literal["pending", "running", "finished", "error"]
 
 
 def dependent_keys(tasks: Iterable[TaskState], complete: bool = False) -> tuple[set[Key], set[Key]]:

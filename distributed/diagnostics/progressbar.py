@@ -30,9 +30,8 @@ from dask.base import is_dask_collection
 from dask.utils import format_time, parse_timedelta
 
 from distributed.client import Future, default_client, futures_of
-from distributed.diagnostics.progress import ProgressStatus
 from distributed.protocol import messages as m
-from distributed.protocol.messages import Key
+from distributed.protocol.messages import Key, ProgressStatus
 from distributed.protocol.schema import checker
 
 if TYPE_CHECKING:

@@ -380,6 +380,10 @@ TaskStreamReply = Sequence[Mapping[str, Any]]
 Acknowledged = Literal["OK"]
 
 
+#: Where a progress watch is: waiting for the scheduler to know its keys, running, or over.
+ProgressStatus = Literal["pending", "running", "finished", "error"]
+
+
 class ProgressState(TypedDict):
     """A progress watch's state: tasks by group, all counted and not yet done.
 
@@ -389,7 +393,7 @@ class ProgressState(TypedDict):
     """
 
     id: str
-    status: Literal["pending", "running", "finished", "error"]
+    status: ProgressStatus
     all: Mapping[str, int]
     remaining: Mapping[str, int]
     erred_key: NotRequired[Key]

@@ -50,12 +50,13 @@ import asyncio
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, NewType
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, NewType, Protocol
 
 from dask._task_spec import GraphNode, Task
 
 from distributed.protocol import messages as m
 from distributed.protocol.pickle import dumps
+from distributed.task_context import current_worker
 
 if TYPE_CHECKING:
     from distributed.shuffle._disk import ShardStore
@@ -288,11 +289,25 @@ class P2PBarrierTask(Task):
         return type(self)(self.key, self.func, *self.args, spec=self.spec, **self.kwargs)
 
 
-def _extension() -> Any:
-    from distributed.worker import get_worker
+class WorkerShuffles(Protocol):
+    """What the task bodies below use of their worker's shuffle extension (``Worker.shuffle``)."""
 
-    worker = get_worker()
-    return worker.shuffle
+    def add_partition(self, shuffle_id: ShuffleId, data: Any, input_partition: PartitionId) -> int:
+        """Send the shards of one input partition; return the run id."""
+
+    def barrier(self, shuffle_id: ShuffleId, run_ids: Sequence[int]) -> int:
+        """All transfers are done; return the run id."""
+
+    def get_output_partition(self, shuffle_id: ShuffleId, run_id: int, partition: Any) -> Any:
+        """One output partition of run ``run_id``."""
+
+
+def _extension() -> WorkerShuffles:
+    """The shuffle extension of the worker running this task (the worker sits above this module)."""
+    extension: WorkerShuffles | None = getattr(current_worker(), "shuffle", None)
+    if extension is None:
+        raise RuntimeError("P2P shuffle tasks run only on a worker")
+    return extension
 
 
 def transfer_partition(shuffle_id: ShuffleId, data: Any, input_partition: PartitionId) -> int:

@@ -31,11 +31,11 @@ from typing import TYPE_CHECKING, Any
 from distributed.core import Route
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
-from distributed.scheduler_state import TaskState, TaskStateName
+from distributed.scheduler_state import Out, TaskState, TaskStateName
 from distributed.shuffle._exceptions import ShuffleRunRefused
 
 if TYPE_CHECKING:
-    from distributed.scheduler import Out, Scheduler
+    from distributed.scheduler import Scheduler
 
 logger = logging.getLogger(__name__)
 
@@ -168,8 +168,6 @@ class ShuffleSchedulerExtension:
             )
             if run is not None:
                 self._forget(run)
-            from distributed.scheduler import Out  # the scheduler module imports this one
-
             out = Out()
             self._rerun(barrier, f"shuffle-restart-{shuffle_id}-{time.time()}", out)
             s.send_all(out)

@@ -296,7 +296,7 @@ async def test_call_to_an_actor_whose_worker_closed_fails_soon(
     """No wait for the whole connect timeout: the actor's worker was up, so a refused connection means it is gone."""
     import time
 
-    from distributed.actor import ACTOR_CONNECT_TIMEOUT
+    from distributed.client.actor import ACTOR_CONNECT_TIMEOUT
 
     counter = await c.submit(Counter, actor=True, workers=[a.address])
     assert await counter.increment() == 1

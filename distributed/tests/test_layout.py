@@ -14,6 +14,13 @@
 * Wire messages are built from their declarations in
   :mod:`distributed.protocol.messages`: no ``{"op": ...}`` literal (nor
   ``dict(op=...)``) outside ``distributed/protocol/``.
+* Imports point down the layers that the README's "Architecture" section
+  lists (read from it here, so the list stays true): a module imports from
+  its own layer or a lower one, the scheduler side and the client side never
+  import each other, and every module is in a layer.  Imports inside
+  functions count; those under ``if TYPE_CHECKING:`` do not.
+* No runtime import circle spans two packages, and no module is longer than
+  :data:`MAX_MODULE_LINES` lines.
 
 The checks run over every module of the package except its tests.
 """
@@ -21,9 +28,12 @@ The checks run over every module of the package except its tests.
 from __future__ import annotations
 
 import ast
+import fnmatch
 import functools
+import re
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -200,6 +210,176 @@ def op_dict_literals(path: Path, tree: ast.Module) -> Iterator[str]:
             yield f"{where(path, node)}: {ast.unparse(node)[:80]}"
 
 
+# -- layers ------------------------------------------------------------------------------
+#: The longest a module may be; past it, split it along a seam.
+MAX_MODULE_LINES = 1500
+
+#: Imports allowed against the layers: (importer, imported), each named once in the README.
+ALLOWED_UPWARD = {("client.client", "deploy.local")}
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One entry of the README's layer list."""
+
+    number: int
+    side: str | None  # "scheduler" or "client" for the two sides of layer 4
+    patterns: tuple[str, ...]
+
+
+def read_layers(text: str) -> list[Layer]:
+    """The layer list of the README's "Architecture" section: ``N. name: ``module`` ...`` entries."""
+    section = text.split("\nArchitecture\n---", 1)[1].split("\n-------", 1)[0]
+    layers: list[Layer] = []
+    for entry in re.split(r"\n(?=\d+\. )|\n\n", section):
+        head = re.match(r"(\d+)\. ([^:]*):", entry)
+        if head is None:
+            continue
+        side = next((s for s in ("scheduler", "client") if f"the {s} side" in head.group(2)), None)
+        layers.append(Layer(int(head.group(1)), side, tuple(re.findall(r"``([\w.*]+)``", entry[head.end() :]))))
+    return layers
+
+
+def module_name(path: Path) -> str:
+    """``distributed/client/future.py`` -> ``client.future``; the package itself is ``distributed``."""
+    parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts) or "distributed"
+
+
+def layer_of(module: str, layers: list[Layer]) -> Layer | None:
+    """The layer whose most specific pattern names ``module`` (an exact name beats any pattern)."""
+    best: tuple[int, Layer] | None = None
+    for layer in layers:
+        for pattern in layer.patterns:
+            if pattern == module:
+                rank = 10_000
+            elif "*" in pattern and (fnmatch.fnmatchcase(module, pattern) or f"{module}.*" == pattern):
+                rank = len(pattern.replace("*", ""))
+            else:
+                continue
+            if best is None or rank > best[0]:
+                best = (rank, layer)
+    return best[1] if best else None
+
+
+def type_checking_nodes(tree: ast.Module) -> set[int]:
+    """The ids of the nodes under ``if TYPE_CHECKING:`` (imports there are for annotations only)."""
+    ids: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for stmt in node.body:
+                ids.update(id(n) for n in ast.walk(stmt))
+    return ids
+
+
+def runtime_imports(module: str, is_package: bool, tree: ast.Module, known: set[str]) -> Iterator[tuple[str, int]]:
+    """The package's modules that ``module`` imports when it runs, with the line of each import."""
+    skip = type_checking_nodes(tree)
+    for node in ast.walk(tree):
+        if id(node) in skip or not isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        else:
+            base = node.module or ""
+            if node.level:
+                parts = ["distributed", *module.split(".")] if module != "distributed" else ["distributed"]
+                if not is_package:
+                    parts = parts[:-1]
+                parts = parts[: len(parts) - (node.level - 1)]
+                base = ".".join([*parts, base] if base else parts)
+            # ``from pkg import module`` imports the module (its package comes with any import);
+            # ``from pkg import name`` imports the package's face.
+            targets = [
+                f"{base}.{alias.name}" if f"{base}.{alias.name}".removeprefix("distributed.") in known else base
+                for alias in node.names
+            ]
+        for target in targets:
+            if target != "distributed" and not target.startswith("distributed."):
+                continue
+            name = target.removeprefix("distributed.") if target != "distributed" else "distributed"
+            if name in known and name != module:
+                yield name, node.lineno
+
+
+@functools.cache
+def import_graph() -> dict[str, dict[str, int]]:
+    """Module -> the modules it imports at run time -> the line of the first such import."""
+    trees = {module_name(path): (path, tree) for path, tree in parsed()}
+    known = set(trees)
+    graph: dict[str, dict[str, int]] = {}
+    for module, (path, tree) in trees.items():
+        edges = graph.setdefault(module, {})
+        for target, line in runtime_imports(module, path.name == "__init__.py", tree, known):
+            edges.setdefault(target, line)
+    return graph
+
+
+def layer_breaches(graph: dict[str, dict[str, int]], layers: list[Layer]) -> Iterator[str]:
+    """Imports that point up the layers or across the two sides, and modules in no layer."""
+    for module in sorted(graph):
+        if layer_of(module, layers) is None:
+            yield f"{module}: in no layer of the README's list"
+    for module, edges in sorted(graph.items()):
+        here = layer_of(module, layers)
+        if here is None:
+            continue
+        for target, line in sorted(edges.items()):
+            there = layer_of(target, layers)
+            if there is None or (module, target) in ALLOWED_UPWARD:
+                continue
+            if there.number > here.number:
+                yield f"{module}:{line} imports {target}: layer {here.number} -> {there.number}"
+            elif here.side and there.side and here.side != there.side:
+                yield f"{module}:{line} imports {target}: the {here.side} side -> the {there.side} side"
+            elif there.number == here.number and there.side and not here.side:
+                yield f"{module}:{line} imports {target}: a module of neither side -> the {there.side} side"
+
+
+def package_of(module: str, graph: dict[str, dict[str, int]]) -> str:
+    """The package ``module`` belongs to: itself for a package's ``__init__``."""
+    if any(other.startswith(f"{module}.") for other in graph):
+        return module
+    return module.rpartition(".")[0] if "." in module else "distributed"
+
+
+def import_circles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """The strongly connected groups of two or more modules (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, {}):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return groups
+
+
 @functools.cache
 def parsed() -> tuple[tuple[Path, ast.Module], ...]:
     return tuple((path, ast.parse(path.read_text(), filename=str(path))) for path in package_modules())
@@ -229,6 +409,29 @@ def test_messages_are_built_in_protocol_only() -> None:
         line for path, tree in parsed() if protocol not in path.parents for line in op_dict_literals(path, tree)
     ]
     assert not offenders, "\n".join(offenders)
+
+
+def test_imports_point_down_the_layers() -> None:
+    layers = read_layers((ROOT / "README.rst").read_text())
+    assert {layer.number for layer in layers} == set(range(1, 8))
+    breaches = list(layer_breaches(import_graph(), layers))
+    assert not breaches, "\n".join(breaches)
+
+
+def test_no_import_circle_spans_two_packages() -> None:
+    # The one allowed upward import runs only when called (a function-level import), after both ends loaded.
+    graph = {
+        module: {target: line for target, line in edges.items() if (module, target) not in ALLOWED_UPWARD}
+        for module, edges in import_graph().items()
+    }
+    spanning = [group for group in import_circles(graph) if len({package_of(m, graph) for m in group}) > 1]
+    assert not spanning, "\n".join(" ".join(group) for group in spanning)
+
+
+def test_no_module_is_too_long() -> None:
+    lengths = {module_name(path): len(path.read_text().splitlines()) for path in package_modules()}
+    too_long = {module: n for module, n in lengths.items() if n > MAX_MODULE_LINES}
+    assert not too_long, too_long
 
 
 # -- the checks themselves catch what they must ------------------------------------------

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from distributed import Client, Nanny, Scheduler, Status, Worker
-from distributed.deploy.spawn import ServerProcess
+from distributed.spawn import ServerProcess
 from distributed.utils_test import async_poll_for, cluster, gen_test, poll_for
 
 

@@ -23,7 +23,8 @@ from distributed.exceptions import KilledWorker
 from distributed.protocol import Serialized, unwrap
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
-from distributed.scheduler import Out, Scheduler
+from distributed.scheduler import Scheduler
+from distributed.scheduler_state import Out
 
 Msg = dict[str, Any]
 

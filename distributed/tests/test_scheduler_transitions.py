@@ -18,11 +18,12 @@ import dask
 import pytest
 
 from distributed import Client, SchedulerPlugin
-from distributed.exceptions import KilledWorker
+from distributed.exceptions import InvalidTransition, KilledWorker
 from distributed.protocol import Serialized, unwrap
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
-from distributed.scheduler import InvalidTransition, Out, Scheduler
+from distributed.scheduler import Scheduler
+from distributed.scheduler_state import Out
 from distributed.tests.test_scheduler_state import done, scattered
 from distributed.utils_test import async_poll_for, gen_cluster, slowinc
 from distributed.worker import Worker
@@ -205,7 +206,7 @@ def test_illegal_transition_raises_in_validation_mode() -> None:
     s.add_worker_state(A, 1)
     s.update_graph("c1", {"x": spec(), "y": spec(["x"], 1)}, ["y"], stimulus_id="graph")
     assert s.tasks["y"].state == "waiting"
-    with pytest.raises(InvalidTransition, match="waiting to memory"):
+    with pytest.raises(InvalidTransition, match="waiting -> memory"):
         s.transitions({s.tasks["y"]: "memory"}, "bad")
     # processing -> memory only with a worker's report.
     with pytest.raises(InvalidTransition, match="reports it finished"):

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from distributed.client import Client
-from distributed.deploy.spawn import ServerProcess, config_snapshot
+from distributed.spawn import ServerProcess, config_snapshot
 from distributed.utils_test import poll_for
 
 pytestmark = pytest.mark.timeout(120)
@@ -196,7 +196,7 @@ def test_child_exits_when_parent_dies() -> None:
     script = textwrap.dedent(
         """
         import sys, time
-        from distributed.deploy.spawn import ServerProcess
+        from distributed.spawn import ServerProcess
 
         if __name__ == "__main__":
             s = ServerProcess("scheduler", {"host": "127.0.0.1", "dashboard": False})
