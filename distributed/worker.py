@@ -1,6 +1,6 @@
 """The worker: runs tasks in a thread pool and serves their results.
 
-This module is the I/O shell around :class:`~distributed.worker_state.
+This module is the I/O shell around :class:`~distributed.worker_state_machine.
 WorkerStateMachine`: it turns messages from the scheduler and results from
 threads into events, and carries out the instructions the state machine
 returns (run a task, fetch data from a peer, message the scheduler).
@@ -57,7 +57,7 @@ from distributed.uploads import import_uploaded, save_upload
 from distributed.utils import get_ip_interface, scheduler_address, unsupported
 from distributed.worker_memory import WorkerMemoryMonitor
 from distributed.worker_options import check_unsupported_worker_kwargs
-from distributed.worker_state import (
+from distributed.worker_state_machine import (
     AcquireReplicasEvent,
     ComputeTaskEvent,
     Execute,
@@ -75,10 +75,10 @@ from distributed.worker_state import (
     SendMessage,
     StateMachineEvent,
     StealRequestEvent,
-    TaskStateName,
     UpdateDataEvent,
     WorkerStateMachine,
     WorkerTask,
+    WorkerTaskStateName,
 )
 from distributed.workspace import WorkDir, WorkSpace
 
@@ -903,7 +903,9 @@ class Worker(Server):
         watching = any(type(p).transition is not WorkerPlugin.transition for p in self.plugins.values())
         self.state.transition_hook = self._plugins_transition if watching else None
 
-    def _plugins_transition(self, key: Key, start: TaskStateName, finish: TaskStateName, stimulus_id: str) -> None:
+    def _plugins_transition(
+        self, key: Key, start: WorkerTaskStateName, finish: WorkerTaskStateName, stimulus_id: str
+    ) -> None:
         for name, plugin in list(self.plugins.items()):
             try:
                 plugin.transition(key, start, finish, stimulus_id=stimulus_id)

@@ -20,8 +20,8 @@ from distributed.client.client import (
 )
 from distributed.client.defaults import temp_default_client
 from distributed.client.future import Future, FutureState
-from distributed.client.futures import DoneAndNotDoneFutures, as_completed, fire_and_forget, futures_of, wait
 from distributed.client.reports import get_task_stream, performance_report
+from distributed.client.waiting import DoneAndNotDoneFutures, as_completed, fire_and_forget, futures_of, wait
 from distributed.exceptions import (
     CancelledError,
     CancelledFuturesGroup,

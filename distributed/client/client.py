@@ -1249,7 +1249,7 @@ class Client(Generic[AsyncT]):
 
     # -- cancel, retry ------------------------------------------------------------------------
     async def _cancel(self, futures: Any, reason: str | None = None, force: bool = False) -> None:
-        from distributed.client.futures import futures_of
+        from distributed.client.waiting import futures_of
 
         # futures_of also finds the futures behind persisted collections.
         keys = list({f.key for f in futures_of(futures)})
@@ -3156,7 +3156,7 @@ class Client(Generic[AsyncT]):
 
     def futures_of(self, collection: Any) -> list[Future]:
         """The futures held in a collection."""
-        from distributed.client.futures import futures_of
+        from distributed.client.waiting import futures_of
 
         return futures_of(collection, client=self)
 

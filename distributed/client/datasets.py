@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from dask.typing import no_default
 
-from distributed.client.futures import futures_of
+from distributed.client.waiting import futures_of
 from distributed.coordination.names import check_name
 from distributed.protocol import messages as m
 from distributed.protocol.schema import checker

@@ -62,14 +62,14 @@ __all__ = [
     "SendMessage",
     "StateMachineEvent",
     "StealRequestEvent",
-    "TaskStateName",
     "UpdateDataEvent",
     "WorkerStateMachine",
     "WorkerTask",
+    "WorkerTaskStateName",
 ]
 
 #: The states of a task on a worker (mypy rejects a misspelt one).
-TaskStateName = Literal[
+WorkerTaskStateName = Literal[
     "waiting",
     "ready",
     "executing",
@@ -82,7 +82,7 @@ TaskStateName = Literal[
     "released",
     "forgotten",
 ]
-WORKER_TASK_STATES: Final[frozenset[TaskStateName]] = frozenset(get_args(TaskStateName))
+WORKER_TASK_STATES: Final[frozenset[WorkerTaskStateName]] = frozenset(get_args(WorkerTaskStateName))
 
 
 class WorkerTask:
@@ -112,7 +112,7 @@ class WorkerTask:
 
     def __init__(self, key: Key) -> None:
         self.key: Key = key
-        self.state: TaskStateName = "released"
+        self.state: WorkerTaskStateName = "released"
         self.run_spec: Payload | None = None
         self.run_id = -1
         self.priority: tuple[Any, ...] = ()
@@ -144,9 +144,9 @@ class WorkerTask:
 
 
 #: Where tasks should go next, as the transition methods and handlers see it.
-Recs = dict["WorkerTask", TaskStateName]
+Recs = dict["WorkerTask", WorkerTaskStateName]
 #: ``hook(key, start, finish, stimulus_id)``, called after each transition.
-TransitionHook = Callable[[Key, TaskStateName, TaskStateName, str], None]
+TransitionHook = Callable[[Key, WorkerTaskStateName, WorkerTaskStateName, str], None]
 
 
 # -- events -------------------------------------------------------------------
@@ -416,7 +416,9 @@ class WorkerStateMachine:
             assert len(self.executing) <= self.nthreads, "more tasks executing than threads"
         return instructions
 
-    def transitions(self, recommendations: Mapping[WorkerTask, TaskStateName], stimulus_id: str) -> list[Instruction]:
+    def transitions(
+        self, recommendations: Mapping[WorkerTask, WorkerTaskStateName], stimulus_id: str
+    ) -> list[Instruction]:
         """Move tasks to the states recommended, through the transition table.
 
         Raises :class:`InvalidTransition` for a pair the table does not allow.
@@ -434,7 +436,7 @@ class WorkerStateMachine:
 
     # -- the transition engine ----------------------------------------------------
     def _transition(
-        self, ts: WorkerTask, finish: TaskStateName, stimulus_id: str, instructions: list[Instruction]
+        self, ts: WorkerTask, finish: WorkerTaskStateName, stimulus_id: str, instructions: list[Instruction]
     ) -> None:
         """Move ``ts`` to ``finish``, then apply whatever that recommends."""
         recs = self._apply(ts, finish, stimulus_id, instructions)
@@ -453,7 +455,7 @@ class WorkerStateMachine:
                 recs.update(more)
 
     def _apply(
-        self, ts: WorkerTask, finish: TaskStateName, stimulus_id: str, instructions: list[Instruction]
+        self, ts: WorkerTask, finish: WorkerTaskStateName, stimulus_id: str, instructions: list[Instruction]
     ) -> Recs | None:
         """The one place a transition happens: look it up in the table, run it, record it."""
         start = ts.state
@@ -815,7 +817,7 @@ class WorkerStateMachine:
         self._release_resources(ts)
         if ts.state == "cancelled":
             # A task here waits on it: fetch the copy a peer holds.
-            finish: TaskStateName = "fetch" if self._needed_here(ts) else "forgotten"
+            finish: WorkerTaskStateName = "fetch" if self._needed_here(ts) else "forgotten"
             self._transition(ts, finish, ev.stimulus_id, instructions)
             return
         if ts.state not in ("executing", "long-running"):
@@ -842,7 +844,7 @@ class WorkerStateMachine:
             return
         self.executing.discard(ts)
         self._release_resources(ts)
-        finish: TaskStateName = "fetch" if self._needed_here(ts) else "forgotten"
+        finish: WorkerTaskStateName = "fetch" if self._needed_here(ts) else "forgotten"
         self._transition(ts, finish, ev.stimulus_id, instructions)
 
     def _handle_reschedule(self, ev: RescheduleEvent, instructions: list[Instruction]) -> None:
@@ -878,7 +880,7 @@ class WorkerStateMachine:
         # Either way the scheduler hears which state it was in, after any
         # task-finished sent before: it moves the task only on a give-up.
         ts = self.tasks.get(ev.key)
-        state: TaskStateName | None = None if ts is None else ts.state
+        state: WorkerTaskStateName | None = None if ts is None else ts.state
         if ts is not None and (state == "waiting" or state == "ready"):
             for dep in list(ts.dependents):
                 dep.dependencies.discard(ts)
@@ -1105,7 +1107,7 @@ Transition = Callable[[WorkerStateMachine, WorkerTask, str, list[Instruction]], 
 
 _W = WorkerStateMachine
 #: Every allowed change of a worker task's state, and the method that makes it.
-_TRANSITION_PAIRS: dict[tuple[TaskStateName, TaskStateName], Transition] = {
+_TRANSITION_PAIRS: dict[tuple[WorkerTaskStateName, WorkerTaskStateName], Transition] = {
     ("released", "waiting"): _W._to_waiting,
     ("released", "ready"): _W._to_ready,
     ("released", "fetch"): _W._to_fetch,
@@ -1141,7 +1143,9 @@ for _s in WORKER_TASK_STATES - {"forgotten"}:
     _TRANSITION_PAIRS[(_s, "forgotten")] = _W._to_forgotten
 
 #: Every allowed ``(start, finish)`` pair of a worker task and the method that makes it (read only).
-TRANSITION_TABLE: Mapping[tuple[TaskStateName, TaskStateName], Transition] = MappingProxyType(_TRANSITION_PAIRS)
+TRANSITION_TABLE: Mapping[tuple[WorkerTaskStateName, WorkerTaskStateName], Transition] = MappingProxyType(
+    _TRANSITION_PAIRS
+)
 
 #: The same table keyed by start, then finish (two lookups, no tuple per transition).
 _TRANSITIONS: dict[str, dict[str, Transition]] = {s: {} for s in WORKER_TASK_STATES}
