@@ -61,7 +61,7 @@ from distributed.security import Security, coerce_security
 from distributed.spawn import ServerProcess, config_snapshot
 from distributed.utils import get_ip_interface, refuse_unsupported, scheduler_address
 from distributed.worker import FIRST_CONNECT_TIMEOUT, Worker, parse_memory_limit
-from distributed.worker_options import check_unsupported_worker_kwargs
+from distributed.worker.options import check_unsupported_worker_kwargs
 
 logger = logging.getLogger(__name__)
 

@@ -41,7 +41,7 @@ from distributed.http.prometheus import (
     render,
 )
 from distributed.spill import SpillBuffer
-from distributed.worker_state_machine import WORKER_TASK_STATES
+from distributed.worker.state_machine import WORKER_TASK_STATES
 
 if TYPE_CHECKING:
     from distributed.worker import Worker

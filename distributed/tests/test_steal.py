@@ -21,7 +21,7 @@ from distributed.scheduler import Scheduler
 from distributed.stealing import WorkStealing
 from distributed.tests.test_scheduler_state import scattered
 from distributed.utils_test import gen_cluster, slowinc
-from distributed.worker_state_machine import (
+from distributed.worker.state_machine import (
     ComputeTaskEvent,
     Execute,
     ExecuteSuccess,

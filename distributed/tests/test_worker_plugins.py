@@ -12,7 +12,7 @@ from distributed.protocol.serialize import Serialize, Serialized
 from distributed.scheduler import Scheduler
 from distributed.utils_test import gen_cluster, inc
 from distributed.worker import Worker
-from distributed.worker_state_machine import (
+from distributed.worker.state_machine import (
     ComputeTaskEvent,
     ExecuteSuccess,
     InvalidTransition,
@@ -220,7 +220,7 @@ def test_task_state_is_only_set_inside_the_transition_table_methods() -> None:
     import ast
     import inspect
 
-    from distributed import worker_state_machine as worker_state
+    from distributed.worker import state_machine as worker_state
 
     table_methods = {f.__name__ for f in worker_state.TRANSITION_TABLE.values()}
     tree = ast.parse(inspect.getsource(worker_state))

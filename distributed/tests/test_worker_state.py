@@ -14,7 +14,7 @@ import pytest
 
 from distributed.protocol import Serialized
 from distributed.protocol.messages import Key
-from distributed.worker_state_machine import (
+from distributed.worker.state_machine import (
     AcquireReplicasEvent,
     ComputeTaskEvent,
     Execute,

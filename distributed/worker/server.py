@@ -1,6 +1,6 @@
 """The worker: runs tasks in a thread pool and serves their results.
 
-This module is the I/O shell around :class:`~distributed.worker_state_machine.
+This module is the I/O shell around :class:`~distributed.worker.state_machine.
 WorkerStateMachine`: it turns messages from the scheduler and results from
 threads into events, and carries out the instructions the state machine
 returns (run a task, fetch data from a peer, message the scheduler).
@@ -21,7 +21,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Generator, Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import dask
@@ -51,18 +51,28 @@ from distributed.protocol.serialize import Serialize, unwrap
 from distributed.security import Security, acting_as, coerce_security
 from distributed.shuffle._worker_plugin import ShuffleWorkerExtension
 from distributed.spill import SpillBuffer
-from distributed.task_context import TaskHost, rejoin, secede, thread_state
+from distributed.task_context import rejoin, secede, thread_state
 from distributed.threadpool import ThreadPool
 from distributed.uploads import import_uploaded, save_upload
 from distributed.utils import get_ip_interface, scheduler_address, unsupported
-from distributed.worker_memory import WorkerMemoryMonitor
-from distributed.worker_options import check_unsupported_worker_kwargs
-from distributed.worker_state_machine import (
+from distributed.worker.execution import (
+    Runnable,
+    StepsInTaskContext,
+    TaskContext,
+    consume,
+    deserialize_spec,
+    failure_event,
+    run_actor_method,
+    run_in_thread,
+    success_event,
+)
+from distributed.worker.memory import WorkerMemoryMonitor
+from distributed.worker.options import check_unsupported_worker_kwargs
+from distributed.worker.state_machine import (
     AcquireReplicasEvent,
     ComputeTaskEvent,
     Execute,
     ExecuteAbandoned,
-    ExecuteFailure,
     ExecuteStarted,
     ExecuteSuccess,
     FreeKeysEvent,
@@ -85,7 +95,7 @@ from distributed.workspace import WorkDir, WorkSpace
 if TYPE_CHECKING:
     from distributed.client import Client
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("distributed.worker")  # the name users configure, as in dask
 
 __all__ = ["Worker", "get_client", "get_worker", "parse_memory_limit", "rejoin", "secede"]
 
@@ -339,11 +349,11 @@ class Worker(Server):
         self._results_wake_pending = False
         #: A ready task lined up for the first pool thread to finish its task (see _line_up_next);
         #: set by the loop, taken by a pool thread, both under _results_lock.
-        self._lined_up: _Runnable | None = None
+        self._lined_up: Runnable | None = None
         #: A pool thread whose result is at least this large leaves the lined-up task to the loop (see _post_result).
         self._large_result_bytes = math.inf
         #: The last task prepared to run (its spec unpickled), reused when it is lined up again or executed.
-        self._prepared: _Runnable | None = None
+        self._prepared: Runnable | None = None
         self.outgoing_transfer_count = 0
         #: The scheduler accepted this worker (it may hand it data from then on, even while plugins set up).
         self.registered = False
@@ -1061,7 +1071,7 @@ class Worker(Server):
             return
         self.executor.submit_nowait(self._run_task_in_thread, runnable)
 
-    def _prepare(self, ts: WorkerTask) -> _Runnable | None:
+    def _prepare(self, ts: WorkerTask) -> Runnable | None:
         """What a pool thread needs to run ``ts``, or None for the :meth:`execute` coroutine.
 
         That takes async tasks, large run specs (unpickled off the loop) and
@@ -1084,32 +1094,32 @@ class Worker(Server):
         self._prepared = prepared = (node, args, ts.key, ts.run_id)
         return prepared
 
-    def _run_task_in_thread(self, runnable: _Runnable) -> None:
+    def _run_task_in_thread(self, runnable: Runnable) -> None:
         """Run a task, then the lined-up one if this thread may take it, and so on."""
-        next_one: _Runnable | None = runnable
+        next_one: Runnable | None = runnable
         while next_one is not None:
             next_one = self._post_result(self._run_one(*next_one), take_next=True)
 
     def _run_one(self, node: Any, args: dict[Key, Any], key: Key, run_id: int) -> StateMachineEvent:
         start = time.time()
         try:
-            with _TaskContext(self, key):
+            with TaskContext(self, key):
                 value = node(args)
             nbytes, type_name = sizeof(value), typename(type(value))
             if key in self._actor_keys:
                 value = self._keep_actor(key, value)
-            return _success(key, run_id, value, nbytes, type_name, start)
+            return success_event(key, run_id, value, nbytes, type_name, start)
         except Reschedule:
             return RescheduleEvent(stimulus_id=f"reschedule-{time.time()}", key=key, run_id=run_id)
         except BaseException as e:
-            return _failure(e, key, run_id, start)
+            return failure_event(e, key, run_id, start)
 
-    def _post_result(self, ev: StateMachineEvent, take_next: bool = False) -> _Runnable | None:
+    def _post_result(self, ev: StateMachineEvent, take_next: bool = False) -> Runnable | None:
         """Queue a result from a pool thread; wake the loop once per batch.
 
         With ``take_next``, take the lined-up task if this thread may run another.
         """
-        taken: _Runnable | None = None
+        taken: Runnable | None = None
         with self._results_lock:
             self._results.append(ev)
             # After a large result the loop must store it (and spill, if memory is short) before
@@ -1161,23 +1171,23 @@ class Worker(Server):
         loop = asyncio.get_running_loop()
         start = time.time()
         try:
-            node = await _deserialize_spec(run_spec, loop, self.executor)
+            node = await deserialize_spec(run_spec, loop, self.executor)
             if getattr(node, "is_coro", False):
-                value = await _StepsInTaskContext(node(args), self, key)
+                value = await StepsInTaskContext(node(args), self, key)
                 nbytes, type_name = sizeof(value), typename(type(value))
             else:
                 value, nbytes, type_name = await asyncio.wrap_future(
-                    self.executor.submit(_run_in_thread, self, node, args, key, loop)
+                    self.executor.submit(run_in_thread, self, node, args, key, loop)
                 )
             if key in self._actor_keys:
                 value = self._keep_actor(key, value)
-            ev = _success(key, run_id, value, nbytes, type_name, start)
+            ev = success_event(key, run_id, value, nbytes, type_name, start)
         except Reschedule:
             ev = RescheduleEvent(stimulus_id=f"reschedule-{time.time()}", key=key, run_id=run_id)
         except asyncio.CancelledError:
             raise
         except BaseException as e:
-            ev = _failure(e, key, run_id, start)
+            ev = failure_event(e, key, run_id, start)
         self.handle_stimulus(ev)
         if self._actor_keys:
             self._prune_actors([key])
@@ -1285,7 +1295,7 @@ class Worker(Server):
             if msg.get("wait", True):
                 result = await result
             else:
-                self.spawn(_consume(result))
+                self.spawn(consume(result))
                 result = None
         return Serialize(result)
 
@@ -1350,7 +1360,7 @@ class Worker(Server):
         else:
             loop = asyncio.get_running_loop()
             result = await loop.run_in_executor(
-                self.actor_executor, functools.partial(_run_actor_method, self, method, args, kwargs)
+                self.actor_executor, functools.partial(run_actor_method, self, method, args, kwargs)
             )
         return Serialize(result)
 
@@ -1469,138 +1479,6 @@ def _read_get_data_reply(worker: str, response: Any) -> tuple[dict[Key, Any], di
 
 
 _check_get_data_reply = checker(m.GetDataReply)
-
-
-_spec_cache: dict[int, Any] = {}
-
-#: A task ready for a pool thread: ``(task object, its inputs, key, run_id)``.
-_Runnable = tuple[Any, dict[Key, Any], Key, int]
-
-
-async def _deserialize_spec(run_spec: Any, loop: asyncio.AbstractEventLoop, executor: ThreadPool) -> Any:
-    """The task object behind a run_spec, unpickled off the event loop when large."""
-    if run_spec is None:
-        raise RuntimeError("Task has no run specification")
-    frames = getattr(run_spec, "frames", None)
-    if frames is not None and sum(len(f) for f in frames) > 100_000:
-        return await loop.run_in_executor(None, unwrap, run_spec)
-    return unwrap(run_spec)
-
-
-def _success(key: Key, run_id: int, value: object, nbytes: int, type_name: str, start: float) -> ExecuteSuccess:
-    """The event for a task that returned ``value``."""
-    stop = time.time()
-    return ExecuteSuccess(
-        stimulus_id=f"task-finished-{stop}",
-        key=key,
-        run_id=run_id,
-        value=value,
-        nbytes=nbytes,
-        type=type_name,
-        start=start,
-        stop=stop,
-    )
-
-
-def _failure(exc: BaseException, key: Key, run_id: int, start: float) -> ExecuteFailure:
-    """The event for a task that raised ``exc``."""
-    stop = time.time()
-    err = error_message(exc, exc.__traceback__)
-    return ExecuteFailure(
-        stimulus_id=f"task-erred-{stop}",
-        key=key,
-        run_id=run_id,
-        exception=err["exception"],
-        traceback=err["traceback"],
-        text=err["text"],
-        start=start,
-        stop=stop,
-    )
-
-
-class _TaskContext:
-    """Sets the thread state that ``get_worker``/``get_client`` read."""
-
-    __slots__ = ("worker", "key", "old_state", "old_key", "old_worker", "ident")
-
-    def __init__(self, worker: Worker, key: Key) -> None:
-        self.worker = worker
-        self.key = key
-        self.old_state: dict[str, object] | None = None
-        self.old_key: Key | None = None
-        self.old_worker: TaskHost | None = None
-        self.ident = 0
-
-    def __enter__(self) -> None:
-        ts = thread_state
-        self.old_state = ts.execution_state
-        self.old_key = ts.key
-        self.old_worker = ts.worker
-        ts.execution_state = {"worker": self.worker, "key": self.key}
-        ts.key = self.key
-        ts.worker = self.worker
-        # One dict store per task: which task this thread runs, for the profiler.
-        self.ident = threading.get_ident()
-        self.worker.active_threads[self.ident] = self.key
-
-    def __exit__(self, *exc: object) -> None:
-        ts = thread_state
-        ts.execution_state = self.old_state
-        ts.key = self.old_key
-        ts.worker = self.old_worker
-        outer = self.old_key
-        if outer is None:
-            self.worker.active_threads.pop(self.ident, None)
-        else:  # a task run inside another on this thread (the outer one resumes)
-            self.worker.active_threads[self.ident] = outer
-
-
-class _StepsInTaskContext:
-    """Await a coroutine task with its thread state set during each of its steps only.
-
-    Coroutine tasks share the event loop's thread: state set for the whole
-    ``await`` would be seen by whatever else runs on the loop meanwhile, and
-    tasks that interleave would restore each other's state on leaving.
-    """
-
-    def __init__(self, coro: Any, worker: Worker, key: Key) -> None:
-        self.coro = coro
-        self.worker = worker
-        self.key = key
-
-    def __await__(self) -> Generator[Any, Any, Any]:
-        steps = self.coro.__await__()
-        send: Any = None
-        error: BaseException | None = None
-        while True:
-            with _TaskContext(self.worker, self.key):
-                try:
-                    yielded = steps.throw(error) if error is not None else steps.send(send)
-                except StopIteration as stop:
-                    return stop.value
-            try:
-                send, error = (yield yielded), None
-            except BaseException as e:  # delivered into the coroutine (cancellation included)
-                send, error = None, e
-
-
-def _run_actor_method(worker: Worker, method: Any, args: Any, kwargs: Any) -> Any:
-    """Run in the actor thread, which ``get_worker``/``get_client`` and actor proxies recognise."""
-    thread_state.worker = worker
-    thread_state.actor = True
-    return method(*args, **kwargs)
-
-
-def _run_in_thread(
-    worker: Worker, node: Any, args: dict[Key, Any], key: Key, loop: asyncio.AbstractEventLoop
-) -> tuple[Any, int, str]:
-    with _TaskContext(worker, key):
-        value = node(args)
-        return value, sizeof(value), typename(type(value))
-
-
-async def _consume(aw: Any) -> None:
-    await aw
 
 
 # -- functions for user code ----------------------------------------------------------------

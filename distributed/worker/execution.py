@@ -1,0 +1,172 @@
+"""Running a task's code on a worker: the thread state around it, and the events its end makes.
+
+A task runs in a pool thread (:func:`run_in_thread`) or, a coroutine, on the
+worker's event loop (:class:`StepsInTaskContext`); either way
+:class:`TaskContext` sets what :mod:`distributed.task_context` reads (the
+worker, the key) for as long as the task's code runs, and puts back what was
+there (a task may run inside another on the same thread).  The outcome
+becomes a :class:`~distributed.worker.state_machine.ExecuteSuccess` or
+:class:`~distributed.worker.state_machine.ExecuteFailure` for the state machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any
+
+from dask.sizeof import sizeof
+from dask.utils import typename
+
+from distributed.core import error_message
+from distributed.protocol.messages import Key
+from distributed.protocol.serialize import unwrap
+from distributed.task_context import TaskHost, thread_state
+from distributed.worker.state_machine import ExecuteFailure, ExecuteSuccess
+
+if TYPE_CHECKING:
+    from distributed.threadpool import ThreadPool
+    from distributed.worker.server import Worker
+
+__all__ = [
+    "Runnable",
+    "StepsInTaskContext",
+    "TaskContext",
+    "consume",
+    "deserialize_spec",
+    "failure_event",
+    "run_actor_method",
+    "run_in_thread",
+    "success_event",
+]
+
+#: A task ready for a pool thread: ``(task object, its inputs, key, run_id)``.
+Runnable = tuple[Any, dict[Key, Any], Key, int]
+
+
+async def deserialize_spec(run_spec: Any, loop: asyncio.AbstractEventLoop, executor: ThreadPool) -> Any:
+    """The task object behind a run_spec, unpickled off the event loop when large."""
+    if run_spec is None:
+        raise RuntimeError("Task has no run specification")
+    frames = getattr(run_spec, "frames", None)
+    if frames is not None and sum(len(f) for f in frames) > 100_000:
+        return await loop.run_in_executor(None, unwrap, run_spec)
+    return unwrap(run_spec)
+
+
+def success_event(key: Key, run_id: int, value: object, nbytes: int, type_name: str, start: float) -> ExecuteSuccess:
+    """The event for a task that returned ``value``."""
+    stop = time.time()
+    return ExecuteSuccess(
+        stimulus_id=f"task-finished-{stop}",
+        key=key,
+        run_id=run_id,
+        value=value,
+        nbytes=nbytes,
+        type=type_name,
+        start=start,
+        stop=stop,
+    )
+
+
+def failure_event(exc: BaseException, key: Key, run_id: int, start: float) -> ExecuteFailure:
+    """The event for a task that raised ``exc``."""
+    stop = time.time()
+    err = error_message(exc, exc.__traceback__)
+    return ExecuteFailure(
+        stimulus_id=f"task-erred-{stop}",
+        key=key,
+        run_id=run_id,
+        exception=err["exception"],
+        traceback=err["traceback"],
+        text=err["text"],
+        start=start,
+        stop=stop,
+    )
+
+
+class TaskContext:
+    """Sets the thread state that ``get_worker``/``get_client`` read."""
+
+    __slots__ = ("worker", "key", "old_state", "old_key", "old_worker", "ident")
+
+    def __init__(self, worker: Worker, key: Key) -> None:
+        self.worker = worker
+        self.key = key
+        self.old_state: dict[str, object] | None = None
+        self.old_key: Key | None = None
+        self.old_worker: TaskHost | None = None
+        self.ident = 0
+
+    def __enter__(self) -> None:
+        ts = thread_state
+        self.old_state = ts.execution_state
+        self.old_key = ts.key
+        self.old_worker = ts.worker
+        ts.execution_state = {"worker": self.worker, "key": self.key}
+        ts.key = self.key
+        ts.worker = self.worker
+        # One dict store per task: which task this thread runs, for the profiler.
+        self.ident = threading.get_ident()
+        self.worker.active_threads[self.ident] = self.key
+
+    def __exit__(self, *exc: object) -> None:
+        ts = thread_state
+        ts.execution_state = self.old_state
+        ts.key = self.old_key
+        ts.worker = self.old_worker
+        outer = self.old_key
+        if outer is None:
+            self.worker.active_threads.pop(self.ident, None)
+        else:  # a task run inside another on this thread (the outer one resumes)
+            self.worker.active_threads[self.ident] = outer
+
+
+class StepsInTaskContext:
+    """Await a coroutine task with its thread state set during each of its steps only.
+
+    Coroutine tasks share the event loop's thread: state set for the whole
+    ``await`` would be seen by whatever else runs on the loop meanwhile, and
+    tasks that interleave would restore each other's state on leaving.
+    """
+
+    def __init__(self, coro: Any, worker: Worker, key: Key) -> None:
+        self.coro = coro
+        self.worker = worker
+        self.key = key
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        steps = self.coro.__await__()
+        send: Any = None
+        error: BaseException | None = None
+        while True:
+            with TaskContext(self.worker, self.key):
+                try:
+                    yielded = steps.throw(error) if error is not None else steps.send(send)
+                except StopIteration as stop:
+                    return stop.value
+            try:
+                send, error = (yield yielded), None
+            except BaseException as e:  # delivered into the coroutine (cancellation included)
+                send, error = None, e
+
+
+def run_actor_method(worker: Worker, method: Any, args: Any, kwargs: Any) -> Any:
+    """Run in the actor thread, which ``get_worker``/``get_client`` and actor proxies recognise."""
+    thread_state.worker = worker
+    thread_state.actor = True
+    return method(*args, **kwargs)
+
+
+def run_in_thread(
+    worker: Worker, node: Any, args: dict[Key, Any], key: Key, loop: asyncio.AbstractEventLoop
+) -> tuple[Any, int, str]:
+    with TaskContext(worker, key):
+        value = node(args)
+        return value, sizeof(value), typename(type(value))
+
+
+async def consume(aw: Any) -> None:
+    await aw
