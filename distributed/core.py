@@ -266,7 +266,7 @@ class LogBuffer(logging.Handler):
     ----------
     prefix
         Logger names to keep, e.g. ``"distributed.scheduler"`` (which also
-        covers ``distributed.scheduler_streams``).
+        covers ``distributed.scheduler.streams``).
     n
         Most records kept (default ``distributed.admin.log-length``).
     """

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import importlib
 import inspect
 import logging
 import os
+import sys
 import threading
 import types
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import dask
@@ -44,6 +46,7 @@ __all__ = [
     "iscoroutinefunction",
     "key_split",
     "key_split_uncached",
+    "lazy_attribute",
     "parse_bytes",
     "parse_timedelta",
     "refuse_unsupported",
@@ -75,6 +78,33 @@ def key_split_uncached(key: Any) -> str:
 
 
 TimeoutError = asyncio.TimeoutError
+
+
+def lazy_attribute(face: str, sources: Mapping[str, str], name: str) -> object:
+    """The module ``__getattr__`` of a package face (PEP 562): ``name`` imported from its module on first use.
+
+    A face that gathers the names of several modules, say the scheduler side and
+    the client side of a package, then loads only what a caller asks for, and
+    importing one module of the package does not load the others.
+
+    Parameters
+    ----------
+    face
+        The face's module name (its ``__name__``).
+    sources
+        Each name the face offers, and the module that defines it.
+
+    Raises
+    ------
+    AttributeError
+        For a name the face does not offer (Python then looks for a submodule of that name).
+    """
+    module = sources.get(name)
+    if module is None:
+        raise AttributeError(f"module {face!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    setattr(sys.modules[face], name, value)
+    return value
 
 
 def unsupported(where: str, name: str, why: str = "") -> NotImplementedError:

@@ -1158,7 +1158,7 @@ async def _noop() -> None:
 
 @atexit.register
 def _close_global_clients() -> None:
-    for c in list(Client._instances):
+    for c in list(ClientBase._instances):
         try:
             if c.status not in ("closed",) and not c.asynchronous:
                 c.close()

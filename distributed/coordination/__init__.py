@@ -22,24 +22,45 @@ scheduler keeps computed).
 
 Their wire messages are declared in the "coordination" section of
 :mod:`distributed.protocol.messages`, and the extensions are registered with
-every scheduler by :data:`distributed.scheduler_extensions.DEFAULT_EXTENSIONS`.
+every scheduler by :data:`distributed.scheduler.extensions.DEFAULT_EXTENSIONS`.
 Names of primitives are any msgpack-able key (see :mod:`.names`).
 """
 
 from __future__ import annotations
 
-from distributed.coordination.event import Event
-from distributed.coordination.event_extension import EventExtension
-from distributed.coordination.lock import Lock
-from distributed.coordination.lock_extension import LockExtension
-from distributed.coordination.multi_lock import MultiLock
-from distributed.coordination.multi_lock_extension import MultiLockExtension
-from distributed.coordination.queue import Queue
-from distributed.coordination.queue_extension import QueueExtension
-from distributed.coordination.semaphore import Semaphore
-from distributed.coordination.semaphore_extension import SemaphoreExtension
-from distributed.coordination.variable import Variable
-from distributed.coordination.variable_extension import VariableExtension
+from typing import TYPE_CHECKING, Final
+
+from distributed.utils import lazy_attribute
+
+if TYPE_CHECKING:
+    from distributed.coordination.event import Event
+    from distributed.coordination.event_extension import EventExtension
+    from distributed.coordination.lock import Lock
+    from distributed.coordination.lock_extension import LockExtension
+    from distributed.coordination.multi_lock import MultiLock
+    from distributed.coordination.multi_lock_extension import MultiLockExtension
+    from distributed.coordination.queue import Queue
+    from distributed.coordination.queue_extension import QueueExtension
+    from distributed.coordination.semaphore import Semaphore
+    from distributed.coordination.semaphore_extension import SemaphoreExtension
+    from distributed.coordination.variable import Variable
+    from distributed.coordination.variable_extension import VariableExtension
+
+#: Where each name of this face comes from: imported on first use, so that a caller of one side loads only it.
+_SOURCES: Final = {
+    "Event": "distributed.coordination.event",
+    "EventExtension": "distributed.coordination.event_extension",
+    "Lock": "distributed.coordination.lock",
+    "LockExtension": "distributed.coordination.lock_extension",
+    "MultiLock": "distributed.coordination.multi_lock",
+    "MultiLockExtension": "distributed.coordination.multi_lock_extension",
+    "Queue": "distributed.coordination.queue",
+    "QueueExtension": "distributed.coordination.queue_extension",
+    "Semaphore": "distributed.coordination.semaphore",
+    "SemaphoreExtension": "distributed.coordination.semaphore_extension",
+    "Variable": "distributed.coordination.variable",
+    "VariableExtension": "distributed.coordination.variable_extension",
+}
 
 __all__ = [
     "Event",
@@ -55,3 +76,11 @@ __all__ = [
     "Variable",
     "VariableExtension",
 ]
+
+
+def __getattr__(name: str) -> object:
+    return lazy_attribute(__name__, _SOURCES, name)
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

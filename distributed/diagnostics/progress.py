@@ -31,7 +31,7 @@ from distributed.protocol.messages import Key, ProgressStatus
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
-    from distributed.scheduler_state import TaskState
+    from distributed.scheduler.records import TaskState
 
 __all__ = [
     "BaseProgress",

@@ -35,7 +35,7 @@ from distributed.protocol.messages import FIRE_AND_FORGET
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
-    from distributed.scheduler_state import TaskState, WorkerState
+    from distributed.scheduler.records import TaskState, WorkerState
 
 __all__ = ["counts", "info_routes"]
 

@@ -1,7 +1,7 @@
 """The scheduler's Prometheus metrics (``GET /metrics`` on its HTTP server).
 
 Read when scraped, from counters the scheduler keeps anyway: the per-group
-state counts of :class:`~distributed.scheduler_state.TaskGroup` (never the task
+state counts of :class:`~distributed.scheduler.records.TaskGroup` (never the task
 table), the workers' last heartbeats, and the event-loop tick statistics.
 Names follow dask.distributed where it has the metric:
 
@@ -43,7 +43,7 @@ from distributed.http.prometheus import (
     render,
 )
 from distributed.protocol.messages import FIRE_AND_FORGET
-from distributed.scheduler_state import ALL_TASK_STATES, TaskStateName
+from distributed.scheduler.records import ALL_TASK_STATES, TaskStateName
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from distributed.core import Route
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
-from distributed.scheduler_state import Out, TaskState, TaskStateName
+from distributed.scheduler.records import Out, TaskState, TaskStateName
 from distributed.shuffle._exceptions import ShuffleRunRefused
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ from distributed.comm import Comm
 from distributed.coordination import LockExtension
 from distributed.core import Route, rpc
 from distributed.protocol import messages as m
-from distributed.scheduler_extensions import DEFAULT_EXTENSIONS
+from distributed.scheduler.extensions import DEFAULT_EXTENSIONS
 from distributed.utils_test import async_poll_for, gen_cluster, gen_test
 
 

@@ -10,7 +10,7 @@ import pytest
 import distributed
 from distributed import Client, Event, LocalCluster, Scheduler, Worker
 from distributed.coordination import EventExtension
-from distributed.scheduler_extensions import DEFAULT_EXTENSIONS
+from distributed.scheduler.extensions import DEFAULT_EXTENSIONS
 from distributed.utils_test import async_poll_for, gen_cluster
 
 

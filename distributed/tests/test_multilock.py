@@ -12,7 +12,7 @@ import pytest
 import distributed
 from distributed import Client, LocalCluster, MultiLock, Scheduler, Worker
 from distributed.coordination import MultiLockExtension
-from distributed.scheduler_extensions import DEFAULT_EXTENSIONS
+from distributed.scheduler.extensions import DEFAULT_EXTENSIONS
 from distributed.utils_test import async_poll_for, gen_cluster
 
 

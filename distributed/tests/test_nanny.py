@@ -19,7 +19,7 @@ import pytest
 
 from distributed import Client, KilledWorker, LocalCluster, Nanny, Scheduler, SchedulerPlugin, Status
 from distributed.exceptions import CancelledError
-from distributed.scheduler_state import WorkerState
+from distributed.scheduler.records import WorkerState
 from distributed.utils_test import async_poll_for, poll_for
 
 

@@ -35,7 +35,7 @@ from distributed.diagnostics.progressbar import (
     is_kernel,
     progress,
 )
-from distributed.scheduler_extensions import DEFAULT_EXTENSIONS
+from distributed.scheduler.extensions import DEFAULT_EXTENSIONS
 from distributed.utils_test import async_poll_for, cluster, div, gen_cluster, inc
 
 AsyncClient = Client[Literal[True]]

@@ -11,7 +11,7 @@ import pytest
 from distributed import Client, Future, LocalCluster, Scheduler, Worker, wait
 from distributed.coordination.publish_extension import PublishExtension
 from distributed.protocol.serialize import Serialized
-from distributed.scheduler_extensions import DEFAULT_EXTENSIONS
+from distributed.scheduler.extensions import DEFAULT_EXTENSIONS
 from distributed.utils_test import async_poll_for, gen_cluster, inc
 
 

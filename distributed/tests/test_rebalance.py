@@ -8,9 +8,9 @@ import dask
 import pytest
 
 from distributed import Client, LocalCluster
-from distributed.rebalance import MEASURES, Move, RebalanceSettings, measure, plan, recent_to_old_time
 from distributed.scheduler import Scheduler
-from distributed.scheduler_state import (
+from distributed.scheduler.rebalance import MEASURES, Move, RebalanceSettings, measure, plan, recent_to_old_time
+from distributed.scheduler.records import (
     MemoryState,
     TaskGroup,
     TaskPrefix,

@@ -21,12 +21,13 @@ import dask.array as da
 import psutil
 import pytest
 
-from distributed import Client, LocalCluster, Nanny, Scheduler, Worker, WorkerPlugin, scheduler_requests, wait
+from distributed import Client, LocalCluster, Nanny, Scheduler, Worker, WorkerPlugin, wait
 from distributed.core import rpc
 from distributed.exceptions import NoValidWorkerError
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.protocol.serialize import Serialize
+from distributed.scheduler import requests as scheduler_requests
 from distributed.tests.test_cli import WORKER, Proc, poll_with_proc, procs, start_scheduler
 from distributed.utils_test import async_poll_for, gen_cluster, inc, poll_for, slowinc
 

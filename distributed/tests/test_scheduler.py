@@ -189,7 +189,7 @@ async def test_two_clients_share_keys(c: Client, s: Scheduler, a: Worker, b: Wor
 def test_large_state_gc_freezes_while_large_and_unfreezes_after() -> None:
     import gc
 
-    from distributed.scheduler_streams import LargeStateGC
+    from distributed.scheduler.streams import LargeStateGC
 
     assert gc.get_freeze_count() == 0
     policy = LargeStateGC(step=10)
@@ -219,7 +219,7 @@ def test_large_state_gc_frees_cycles_frozen_alive_once_work_has_flowed_through()
     import gc
     import weakref
 
-    from distributed.scheduler_streams import LargeStateGC
+    from distributed.scheduler.streams import LargeStateGC
 
     assert gc.get_freeze_count() == 0
     policy = LargeStateGC(step=10)
@@ -242,7 +242,7 @@ def test_large_state_gc_frees_cycles_frozen_alive_once_work_has_flowed_through()
 def test_large_state_gc_only_draining_runs_no_full_collection() -> None:
     import gc
 
-    from distributed.scheduler_streams import LargeStateGC
+    from distributed.scheduler.streams import LargeStateGC
 
     policy = LargeStateGC(step=10)
     try:
@@ -259,11 +259,16 @@ def test_large_state_gc_only_draining_runs_no_full_collection() -> None:
 def test_scheduler_builds_declared_messages() -> None:
     """No ``{"op": ...}`` literal in the scheduler's modules: each message is built as its declared type."""
 
-    import distributed.scheduler as sched_mod
-    import distributed.scheduler_requests as requests_mod
-    import distributed.scheduler_streams as streams_mod
+    import importlib
+    import pkgutil
 
-    for mod in (sched_mod, streams_mod, requests_mod):
+    import distributed.scheduler as package
+
+    modules = [
+        importlib.import_module(f"{package.__name__}.{info.name}") for info in pkgutil.iter_modules(package.__path__)
+    ]
+    assert len(modules) >= 10
+    for mod in modules:
         for node in ast.walk(ast.parse(inspect.getsource(mod))):
             if isinstance(node, ast.Dict):
                 keys = [k.value for k in node.keys if isinstance(k, ast.Constant)]
@@ -326,7 +331,7 @@ def test_interface_errors() -> None:
 async def test_large_graph_is_added_in_slices_with_the_loop_running_between(
     c: Client, s: Scheduler, a: Worker, b: Worker
 ) -> None:
-    from distributed.scheduler import INGEST_SLICE
+    from distributed.scheduler.graph import INGEST_SLICE
 
     events: list[str] = []
     loop = asyncio.get_running_loop()

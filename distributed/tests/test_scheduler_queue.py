@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from distributed.scheduler_queue import PriorityQueue
+from distributed.scheduler.queue import PriorityQueue
 
 
 def drain(q: PriorityQueue[str]) -> list[tuple[tuple[int, ...], str]]:

@@ -24,7 +24,7 @@ from distributed.protocol import Serialized, unwrap
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.scheduler import Scheduler
-from distributed.scheduler_state import Out
+from distributed.scheduler.records import Out
 
 Msg = dict[str, Any]
 

@@ -14,7 +14,7 @@ import pytest
 import distributed
 from distributed import Client, LocalCluster, Scheduler, Semaphore, Worker
 from distributed.coordination import SemaphoreExtension
-from distributed.scheduler_extensions import DEFAULT_EXTENSIONS
+from distributed.scheduler.extensions import DEFAULT_EXTENSIONS
 from distributed.utils_test import async_poll_for, gen_cluster
 
 

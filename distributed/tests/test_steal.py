@@ -18,7 +18,7 @@ from distributed.protocol import Serialized
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.scheduler import Scheduler
-from distributed.stealing import WorkStealing
+from distributed.scheduler.stealing import WorkStealing
 from distributed.tests.test_scheduler_state import scattered
 from distributed.utils_test import gen_cluster, slowinc
 from distributed.worker.state_machine import (

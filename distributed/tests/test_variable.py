@@ -11,7 +11,7 @@ import pytest
 import distributed
 from distributed import Client, Future, LocalCluster, Scheduler, Variable, Worker, wait
 from distributed.coordination import VariableExtension
-from distributed.scheduler_extensions import DEFAULT_EXTENSIONS
+from distributed.scheduler.extensions import DEFAULT_EXTENSIONS
 from distributed.utils_test import async_poll_for, gen_cluster, inc, slowinc
 
 

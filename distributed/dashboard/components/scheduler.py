@@ -23,7 +23,7 @@ from bokeh.plotting import figure
 if TYPE_CHECKING:
     from distributed.diagnostics.task_stream import StreamBars, TaskStreamPlugin
     from distributed.scheduler import Scheduler
-    from distributed.scheduler_state import TaskState
+    from distributed.scheduler.records import TaskState
 
 __all__ = [
     "LiveTaskStream",

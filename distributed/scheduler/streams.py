@@ -24,8 +24,8 @@ from distributed.config import get_interval
 from distributed.core import Route, Status, StreamRoute, error_message
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
-from distributed.rebalance import recent_to_old_time
-from distributed.scheduler_state import ClientState, WorkerState
+from distributed.scheduler.rebalance import recent_to_old_time
+from distributed.scheduler.records import ClientState, WorkerState
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler

@@ -18,7 +18,7 @@ key and has room for it, until no senders or no recipients are left.  A move
 never takes a sender below the mean by more than its half gap nor a recipient
 above it by more than its own (nor past ``recipient-max``), so a second
 rebalance right after moves nothing back.  Copying and freeing are the
-scheduler's business (:meth:`distributed.scheduler_requests.ClusterRequests.handle_rebalance`).
+scheduler's business (:meth:`distributed.scheduler.requests.ClusterRequests.handle_rebalance`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import Any, Final, Literal, NamedTuple, cast, get_args
 import dask.config
 
 from distributed.config import get_interval
-from distributed.scheduler_state import MemoryState, TaskState, WorkerState
+from distributed.scheduler.records import MemoryState, TaskState, WorkerState
 
 __all__ = ["MEASURES", "Measure", "Move", "RebalanceSettings", "measure", "plan", "recent_to_old_time", "worker_memory"]
 

@@ -20,14 +20,15 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import dask.config
 from dask.utils import parse_timedelta
 
-from distributed import profile, rebalance
+from distributed import profile
 from distributed.comm import Comm, CommClosedError
 from distributed.core import RemoteError, error_message
 from distributed.diagnostics.task_stream import ensure_task_stream
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.protocol.serialize import Serialize, unwrap
-from distributed.scheduler_state import TaskState, WorkerState
+from distributed.scheduler import rebalance
+from distributed.scheduler.records import TaskState, WorkerState
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
@@ -514,7 +515,7 @@ class ClusterRequests:
     async def handle_rebalance(self, comm: Comm, msg: m.Rebalance) -> str:
         """Move keys from the workers of the pool using the most memory to those using the least.
 
-        The plan (:func:`distributed.rebalance.plan`) measures each worker as
+        The plan (:func:`distributed.scheduler.rebalance.plan`) measures each worker as
         ``distributed.worker.memory.rebalance.measure`` says and moves least
         recently inserted keys from workers above the pool's mean to workers
         below it, within the ``sender-min``/``recipient-max``/``sender-recipient-gap``

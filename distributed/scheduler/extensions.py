@@ -35,12 +35,12 @@ from distributed.coordination.semaphore_extension import SemaphoreExtension
 from distributed.coordination.variable_extension import VariableExtension
 from distributed.core import Route, StreamRoute
 from distributed.diagnostics.progress import ProgressExtension
+from distributed.scheduler.stealing import WorkStealing
 from distributed.shuffle._scheduler_plugin import ShuffleSchedulerExtension
-from distributed.stealing import WorkStealing
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
-    from distributed.scheduler_state import Out
+    from distributed.scheduler.records import Out
 
 __all__ = [
     "DEFAULT_EXTENSIONS",

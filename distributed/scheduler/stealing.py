@@ -61,7 +61,7 @@ from dask.utils import parse_timedelta
 from distributed.core import StreamRoute
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
-from distributed.scheduler_state import Out, TaskState, WorkerState
+from distributed.scheduler.records import Out, TaskState, WorkerState
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler

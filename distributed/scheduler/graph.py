@@ -1,0 +1,396 @@
+"""Graphs from clients: ``update_graph`` checks a graph, makes its tasks and starts them (in slices when large)."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+from distributed.protocol import messages as m
+from distributed.protocol.messages import Key
+from distributed.protocol.serialize import as_serialized
+from distributed.scheduler.records import (
+    EMPTY,
+    ClientState,
+    Out,
+    TaskState,
+    TaskStateName,
+    grown,
+    without,
+)
+
+if TYPE_CHECKING:
+    pass
+
+from distributed.scheduler.state import priority_key
+from distributed.scheduler.stimuli import SchedulerStimuli
+
+logger = logging.getLogger("distributed.scheduler")
+
+__all__ = ["INGEST_SLICE", "GraphIngestion"]
+
+#: Tasks of a large graph added between two chances for others to be served
+#: (see :meth:`GraphIngestion.update_graph_slices`): about ten milliseconds of work.
+INGEST_SLICE: Final = 1000
+
+
+class GraphIngestion(SchedulerStimuli):
+    """Graphs from clients become tasks: checked, added in slices, then sent on their way."""
+
+    def update_graph(
+        self,
+        client: str,
+        tasks: Mapping[Key, m.TaskSpec],
+        keys: Sequence[Key],
+        *,
+        user_priority: int = 0,
+        annotations: Mapping[str, Any] | None = None,
+        stimulus_id: str | None = None,
+        graph: str | None = None,
+        final: bool = True,
+        generation: int | None = None,
+        checked: bool = False,
+    ) -> Out:
+        """Add a client's graph and want its ``keys``.
+
+        Tasks whose key is already known keep their existing state (a key
+        names one computation).  Tasks whose dependencies are neither in the
+        graph nor known are cancelled as "lost dependencies".
+
+        A large graph may come in several parts sharing a ``graph`` id: the
+        tasks of every part are held (wanted by a stand-in client) until the
+        ``final`` part arrives, so that nothing a later part depends on is
+        released in between.
+
+        ``generation`` (default: a new one) orders these tasks after those of
+        earlier graphs of the same priority; ``checked`` says the graph was
+        already checked for NaN keys and cycles (see :meth:`update_graph_slices`).
+        """
+        stimulus_id = stimulus_id or f"update-graph-{time.time()}"
+        out = Out()
+        problem = None if checked else _graph_problem(tasks, keys, self.tasks)
+        if problem is not None:
+            # Refused whole: nothing of it enters the state, so nothing is left behind.
+            logger.warning("Refused a graph from client %s: %s", client, problem)
+            exc = ValueError(f"Graph refused: {problem}")
+            payload = as_serialized(exc)
+            for key in keys:
+                out.clients[client].append(
+                    m.ClientTaskErred(op="task-erred", key=key, exception=payload, traceback=None, text=str(exc))
+                )
+            return out
+        cs = self.clients.get(client)
+        if cs is None:
+            cs = self.clients[client] = ClientState(client)
+        holder: ClientState | None = None
+        if graph is not None:
+            hold_id = f"{client}/graph-{graph}"
+            holder = self.clients.get(hold_id)
+            if holder is None:
+                holder = self.clients[hold_id] = ClientState(hold_id)
+        if generation is None:
+            self.generation += 1
+            generation = self.generation
+        global_annotations = dict(annotations or {})
+        new: list[TaskState] = []
+        for key, spec in tasks.items():
+            ts = self.tasks.get(key)
+            if ts is None:
+                ts = self.new_task(key, spec["run_spec"])
+                new.append(ts)
+                if spec.get("actor"):
+                    ts.actor = True
+            else:
+                if ts.run_spec is None and spec["run_spec"] is not None and ts.state == "released":
+                    ts.run_spec = spec["run_spec"]
+                continue
+            # No dict per task unless the task has annotations of its own (read only below).
+            own = spec.get("annotations")
+            ann = {**global_annotations, **own} if own else global_annotations
+            priority = ann.get("priority", user_priority) if ann else user_priority
+            ts.priority = (-(priority or 0), generation, spec["order"])
+            if ann:
+                self._apply_annotations(ts, ann)
+        lost: list[TaskState] = []
+        for ts in new:
+            spec = tasks[ts.key]
+            for dep_key in spec["dependencies"]:
+                dts = self.tasks.get(dep_key)
+                if dts is None:
+                    ts.has_lost_dependencies = True
+                    continue
+                if dts is ts:
+                    continue
+                ts.dependencies = grown(ts.dependencies, dts)
+                dts.dependents = grown(dts.dependents, ts)
+            if ts.has_lost_dependencies:
+                lost.append(ts)
+        # Propagate lost dependencies to dependents in this graph.
+        if lost:
+            stack = list(lost)
+            lost_set = set(lost)
+            while stack:
+                t = stack.pop()
+                for d in t.dependents:
+                    if d not in lost_set:
+                        lost_set.add(d)
+                        d.has_lost_dependencies = True
+                        stack.append(d)
+        if holder is not None and not final:
+            for key in tasks:
+                hts = self.tasks.get(key)
+                if hts is not None and not hts.has_lost_dependencies:
+                    hts.who_wants = grown(hts.who_wants, holder)
+                    holder.wants_what.add(hts)
+        wanted: list[TaskState] = []
+        for key in keys:
+            ts = self.tasks.get(key)
+            if ts is None:
+                out.clients[client].append(m.CancelledKeys(op="cancelled-keys", keys=[key], reason="lost dependencies"))
+                continue
+            ts.who_wants = grown(ts.who_wants, cs)
+            cs.wants_what.add(ts)
+            wanted.append(ts)
+        for ts in wanted:
+            if ts.has_lost_dependencies:
+                ts.who_wants = without(ts.who_wants, cs)
+                cs.wants_what.discard(ts)
+                out.clients[client].append(
+                    m.CancelledKeys(op="cancelled-keys", keys=[ts.key], reason="lost dependencies")
+                )
+            elif ts.state == "memory":
+                out.clients[client].append(self._key_in_memory(ts))
+            elif ts.state == "erred":
+                self._report_erred(ts, cs, out)
+        if self.plugins:
+            ann_out: dict[str, dict[Key, Any]] = defaultdict(dict)
+            for ts in new:
+                for k, v in ts.annotations.items():
+                    ann_out[k][ts.key] = v
+            self.call_plugins(
+                "update_graph",
+                self,
+                client=client,
+                keys={ts.key for ts in wanted},
+                tasks=[ts.key for ts in new],
+                annotations=dict(ann_out),
+                priority={ts.key: ts.priority for ts in new},
+                stimulus_id=stimulus_id,
+            )
+        if lost:
+            self._drop_lost(lost_set, stimulus_id, out)
+        recs: dict[TaskState, TaskStateName] = {}
+        # Recommendations pop last-in first: insert the most urgent task last.
+        for ts in sorted(new, key=priority_key, reverse=True):
+            if ts.state == "released":
+                recs[ts] = "waiting"
+        for ts in wanted:
+            if ts.state == "released" and not ts.has_lost_dependencies:
+                recs[ts] = "waiting"
+        self.transitions(recs, stimulus_id, out)
+        if holder is not None and final:
+            # The whole graph is here: stop holding its parts.
+            out2 = self.remove_client_state(holder.client_key, stimulus_id)
+            for addr, keys_ in out2.free.items():
+                out.free[addr].extend(keys_)
+            for addr, msgs in out2.workers.items():
+                out.workers[addr].extend(msgs)
+            for c, client_msgs in out2.clients.items():
+                out.clients[c].extend(client_msgs)
+        return out
+
+    def update_graph_slices(
+        self,
+        client: str,
+        tasks: Mapping[Key, m.TaskSpec],
+        keys: Sequence[Key],
+        *,
+        user_priority: int = 0,
+        annotations: Mapping[str, Any] | None = None,
+        stimulus_id: str | None = None,
+        graph: str | None = None,
+        final: bool = True,
+        size: int = INGEST_SLICE,
+    ) -> Iterator[Out]:
+        """:meth:`update_graph` in slices of ``size`` tasks: the messages of each slice in turn.
+
+        The caller may let other work in between slices (the state is whole
+        after each), so that a large graph does not stop the scheduler from
+        answering workers and clients for as long as it takes to add it all.
+        The result is that of one :meth:`update_graph`: the graph is checked
+        whole first, and its tasks share one generation.  Tasks nobody wants
+        yet are held (as for a graph in parts) until the last slice is in.
+        A graph in which a task comes before one of its dependencies is added
+        in one go.
+        """
+        stimulus_id = stimulus_id or f"update-graph-{time.time()}"
+        slices = _slices(tasks, keys, size)
+        if slices is None:
+            yield self.update_graph(
+                client,
+                tasks,
+                keys,
+                user_priority=user_priority,
+                annotations=annotations,
+                stimulus_id=stimulus_id,
+                graph=graph,
+                final=final,
+            )
+            return
+        problem = _graph_problem(tasks, keys, self.tasks)
+        if problem is not None:
+            yield self.update_graph(client, tasks, keys, stimulus_id=stimulus_id)
+            return
+        slice_keys, unwanted = slices
+        if unwanted and graph is None:
+            # Hold the slices' tasks as a graph in parts would be held.
+            graph = f"slices-{uuid.uuid4().hex}"
+        self.generation += 1
+        generation = self.generation
+        last = len(slice_keys) - 1
+        items = iter(tasks.items())
+        for i, wanted in enumerate(slice_keys):
+            part = dict(itertools.islice(items, size))
+            yield self.update_graph(
+                client,
+                part,
+                wanted,
+                user_priority=user_priority,
+                annotations=annotations,
+                stimulus_id=stimulus_id,
+                graph=graph,
+                final=final if i == last else graph is None,
+                generation=generation,
+                checked=True,
+            )
+
+    def _drop_lost(self, lost: set[TaskState], stimulus_id: str, out: Out) -> None:
+        """Forget new tasks that cannot run because a dependency is unknown.
+
+        Every dependent of a lost task is lost too: forgetting the lost
+        tasks no other lost task depends on forgets the rest in turn, and
+        with them the dependencies nothing else needs.
+        """
+        recs: dict[TaskState, TaskStateName] = {}
+        for ts in lost:
+            for cs in ts.who_wants:
+                cs.wants_what.discard(ts)
+            ts.who_wants = EMPTY
+            if not ts.dependents:
+                recs[ts] = "forgotten"
+        self.transitions(recs, stimulus_id, out)
+
+    def _apply_annotations(self, ts: TaskState, ann: Mapping[str, Any]) -> None:
+        ts.annotations = {
+            k: v for k, v in ann.items() if isinstance(v, (str, int, float, bool, tuple, list, dict, type(None)))
+        }
+        retries = ann.get("retries")
+        if isinstance(retries, int) and not isinstance(retries, bool):
+            ts.retries = retries
+        workers = ann.get("workers")
+        if workers:
+            if isinstance(workers, (str, int)):
+                workers = [workers]
+            hosts: set[str] = set()
+            addrs: set[Any] = set()
+            for w in workers:
+                if not isinstance(w, str):
+                    addrs.add(w)  # a worker name that is not a string, e.g. 0
+                    continue
+                if "://" in w or w in self.aliases or any(ws.name == w for ws in self.workers.values()):
+                    addrs.add(w)
+                elif ":" in w:
+                    addrs.add(f"{'tcp' if self._protocol == 'inproc' else self._protocol}://{w}")
+                else:
+                    hosts.add(w)
+                    addrs.add(w)
+            ts.worker_restrictions = addrs or None
+            ts.host_restrictions = hosts or None
+        resources = ann.get("resources")
+        if isinstance(resources, dict) and resources:
+            ts.resource_restrictions = {str(k): float(v) for k, v in resources.items()}
+        if ann.get("allow_other_workers"):
+            ts.loose_restrictions = True
+
+
+def _nan_in_key(key: object) -> bool:
+    """Whether ``key`` is or holds a NaN: a key that never equals itself cannot be looked up."""
+    if isinstance(key, float):
+        return key != key
+    if isinstance(key, tuple):
+        return any(_nan_in_key(k) for k in key)
+    return False
+
+
+def _slices(tasks: Mapping[Key, m.TaskSpec], keys: Sequence[Key], size: int) -> tuple[list[list[Key]], bool] | None:
+    """How :meth:`Scheduler.update_graph_slices` cuts a graph: the wanted keys of each slice.
+
+    Also whether some task is not wanted.  None when the graph is one slice
+    or a task comes before a dependency of the graph (a slice could not find it).
+    """
+    if len(tasks) <= size:
+        return None
+    wanted = set(keys)
+    slice_keys: list[list[Key]] = []
+    seen: set[Key] = set()
+    unwanted = False
+    current: list[Key] = []
+    for i, (key, spec) in enumerate(tasks.items()):
+        if i and i % size == 0:
+            slice_keys.append(current)
+            current = []
+        for dep in spec["dependencies"]:
+            if dep in tasks and dep not in seen:
+                return None
+        seen.add(key)
+        if key in wanted:
+            current.append(key)
+        else:
+            unwanted = True
+    # Wanted keys that are not tasks of the graph come with the last slice.
+    current.extend(k for k in keys if k not in tasks)
+    slice_keys.append(current)
+    return slice_keys, unwanted
+
+
+def _graph_problem(tasks: Mapping[Key, m.TaskSpec], keys: Sequence[Key], known: Mapping[Key, Any]) -> str | None:
+    """Why the new tasks of a graph cannot run (a NaN key, a cycle), or None.
+
+    Only tasks not ``known`` count: a known key keeps the dependencies it has.
+    """
+    for key in keys:
+        if type(key) is not str and _nan_in_key(key):
+            return f"key {key!r} is NaN or holds a NaN"
+    # Depth-first search for a cycle among the new tasks; 1: on the current path, 2: done.
+    mark: dict[Key, int] = {}
+    for root in tasks:
+        if root in mark or root in known:
+            continue
+        if type(root) is not str and _nan_in_key(root):
+            return f"key {root!r} is NaN or holds a NaN"
+        mark[root] = 1
+        path: list[Key] = [root]
+        stack = [iter(tasks[root]["dependencies"])]
+        while stack:
+            for dep in stack[-1]:
+                if dep == path[-1] or dep not in tasks or dep in known:
+                    continue
+                seen = mark.get(dep)
+                if seen is None:
+                    if type(dep) is not str and _nan_in_key(dep):
+                        return f"key {dep!r} is NaN or holds a NaN"
+                    mark[dep] = 1
+                    path.append(dep)
+                    stack.append(iter(tasks[dep]["dependencies"]))
+                    break
+                if seen == 1:
+                    cycle = [*path[path.index(dep) :], dep]
+                    return "cycle between the keys " + " -> ".join(map(repr, cycle))
+            else:
+                mark[path.pop()] = 2
+                stack.pop()
+    return None

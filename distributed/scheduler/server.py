@@ -1,0 +1,740 @@
+"""The scheduler's server: the shell around its state machine.
+
+:class:`Scheduler` listens, registers workers and clients (through
+:mod:`.streams`), answers requests (:mod:`.requests`), runs its extensions
+and plugins, checks its workers' heartbeats, and sends what the state
+machine's stimuli return, batched per worker and per client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import logging
+import math
+import os
+import time
+import uuid
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Final
+
+import dask
+import dask.config
+from dask.utils import parse_timedelta
+
+from distributed.batched import BatchedSend
+from distributed.comm import (
+    CommClosedError,
+    address_from_user_args,
+    get_address_host,
+    parse_address,
+    validate_address,
+)
+from distributed.core import Route, Server, Status
+from distributed.diagnostics.plugin import SchedulerPlugin
+from distributed.preloading import PreloadManager, process_preloads
+from distributed.protocol import messages as m
+from distributed.protocol.serialize import to_serialize
+from distributed.scheduler.events import EventLog
+from distributed.scheduler.extensions import ExtensionFactory, make_extensions, start_extensions
+from distributed.scheduler.records import (
+    Out,
+    WorkerState,
+)
+from distributed.scheduler.requests import ClusterRequests
+from distributed.scheduler.streams import SchedulerStreams
+from distributed.security import Security, coerce_security
+from distributed.utils import refuse_unsupported, unsupported
+
+if TYPE_CHECKING:
+    from distributed.dashboard.core import BokehDashboard
+
+from distributed.scheduler.graph import GraphIngestion
+from distributed.scheduler.state import SchedulerState
+
+if TYPE_CHECKING:
+    from distributed.dashboard.core import BokehDashboard
+
+logger = logging.getLogger("distributed.scheduler")
+
+__all__ = ["UNRESPONSIVE_WORKER_GRACE", "Scheduler"]
+
+#: Seconds a worker removed for silence (``worker-ttl``) gets to close on its nanny's SIGTERM before
+#: the SIGKILL (as dask's nanny gives it): a stopped or stuck process never answers, a woken one is quick.
+UNRESPONSIVE_WORKER_GRACE: Final = 4.0
+
+
+class Scheduler(GraphIngestion, Server):
+    """Dynamic distributed task scheduler.
+
+    Parameters
+    ----------
+    host, port
+        Where to listen.  ``host`` is an IP address or host name, and may
+        carry a scheme and a port (``"tcp://0.0.0.0"``, ``"10.0.0.5:8786"``,
+        ``"[::1]"``).  ``host=None`` listens on all interfaces and announces
+        the address of the interface that routes outward.
+    interface
+        Listen on the IPv4 address of this network interface (``"eth0"``);
+        not together with ``host``.
+    protocol
+        ``"tcp"`` (default), ``"tls"`` or ``"inproc"``.
+    contact_address
+        The address to announce (to workers, clients, the scheduler file)
+        instead of the one listened at, as behind NAT or in a container.
+        Default from ``distributed.scheduler.contact-address``.
+    scheduler_file
+        Write the address and identity here (JSON) once listening.
+    idle_timeout
+        Close after this long with no work and no client.
+    validate
+        Check state invariants after every transition (slow; for tests).
+    dashboard, dashboard_address
+        Whether and where to serve HTTP endpoints.
+    plugins
+        :class:`SchedulerPlugin` instances to add at start.
+    allowed_failures
+        How many workers may die running one task before it errs with
+        :class:`KilledWorker`.
+    worker_ttl
+        Remove a worker not heard from for this long.
+    extensions
+        Extension classes by name, each called with the scheduler while it is
+        constructed (default:
+        :data:`distributed.scheduler.extensions.DEFAULT_EXTENSIONS`).
+    security
+        A :class:`~distributed.security.Security` (or a dict of its keywords):
+        the TLS credentials of the ``scheduler`` role, used to listen (with
+        ``protocol="tls"``) and to connect to workers.  Default from config.
+    preload
+        Modules to run in the scheduler: module names, paths to ``.py`` files,
+        ``http(s)://`` addresses or module source (see
+        :mod:`distributed.preloading`), imported now; their ``dask_setup(scheduler)``
+        runs once it has started, ``dask_teardown(scheduler)`` as it closes.
+        Default from ``distributed.scheduler.preload``.
+    preload_argv
+        Arguments for a preload whose ``dask_setup`` is a click command: one
+        list for all, or one per preload.  Default from
+        ``distributed.scheduler.preload-argv``.
+    services, http_prefix, jupyter
+        Only their defaults are supported yet (no extra services, HTTP
+        routes at ``/``, no Jupyter server): any other value raises
+        ``NotImplementedError`` naming the parameter.
+    loop
+        Ignored, as in ``dask.distributed``: the scheduler runs on the event
+        loop that starts it.
+
+    Examples
+    --------
+    >>> async with Scheduler(port=8786) as s:  # doctest: +SKIP
+    ...     await s.finished()
+    """
+
+    default_port = 8786
+
+    def __init__(
+        self,
+        loop: Any = None,
+        *,
+        host: str | None = None,
+        port: int = 0,
+        interface: str | None = None,
+        protocol: str | None = None,
+        validate: bool | None = None,
+        dashboard: bool | None = None,
+        dashboard_address: str | None = None,
+        http_prefix: str | None = "/",
+        plugins: Iterable[SchedulerPlugin] = (),
+        allowed_failures: int | None = None,
+        worker_ttl: float | str | None = None,
+        scheduler_file: str | None = None,
+        idle_timeout: float | str | None = None,
+        contact_address: str | None = None,
+        security: Security | dict[str, Any] | None = None,
+        services: Any = None,
+        extensions: Mapping[str, ExtensionFactory] | None = None,
+        jupyter: bool = False,
+        preload: str | Sequence[str] | None = None,
+        preload_argv: Sequence[str] | Sequence[Sequence[str]] | None = None,
+    ) -> None:
+        self.security = coerce_security(security, "Scheduler")
+        # First: a preload may change what the rest reads (the config, the comm backends).
+        #: The preloads, imported; set up at the end of start, torn down as the scheduler closes.
+        self.preloads: PreloadManager = process_preloads(
+            self,
+            preload or None,
+            preload_argv or None,
+            config_preload="distributed.scheduler.preload",
+            config_argv="distributed.scheduler.preload-argv",
+        )
+        if http_prefix not in (None, "", "/"):
+            raise unsupported("Scheduler", "http_prefix", f"routes are served at /, not {http_prefix!r}")
+        refuse_unsupported("Scheduler", services=bool(services), jupyter=jupyter)
+        self.id = f"Scheduler-{uuid.uuid4()}"
+        if not protocol and "://" not in (host or ""):
+            default = "tls" if self.security.require_encryption else "tcp"
+            protocol = dask.config.get("distributed.comm.default-scheme", default)
+            if self.security.require_encryption and protocol == "tcp":
+                protocol = "tls"
+        #: Where to listen: host (with or without a scheme), port, interface and protocol in one address.
+        self._start_address = address_from_user_args(host, port, interface, protocol, who="Scheduler")
+        self._protocol = parse_address(self._start_address)[0]
+        contact = contact_address or dask.config.get("distributed.scheduler.contact-address", None)
+        if contact:
+            validate_address(contact)
+        self._contact_address: str | None = contact or None
+        allow_pickle = dask.config.get("distributed.scheduler.pickle", True)
+        if not isinstance(allow_pickle, bool):
+            # A security control: a value such as "no" must not read as true.
+            raise ValueError(f"distributed.scheduler.pickle must be true or false, got {allow_pickle!r}")
+        #: Whether requests that make the scheduler unpickle what it is sent are served
+        #: (``distributed.scheduler.pickle``, read once at construction).
+        self.allow_pickle: bool = allow_pickle
+        self.dashboard = dashboard
+        self.dashboard_address = dashboard_address
+        self.scheduler_file = scheduler_file
+        self._wrote_scheduler_file = False
+        ttl = worker_ttl if worker_ttl is not None else dask.config.get("distributed.scheduler.worker-ttl")
+        self.worker_ttl: float | None = parse_timedelta(ttl) if ttl else None
+        idle = idle_timeout if idle_timeout is not None else dask.config.get("distributed.scheduler.idle-timeout")
+        self.idle_timeout: float | None = parse_timedelta(idle) if idle else None
+        SchedulerState.__init__(self, validate=validate, allowed_failures=allowed_failures, protocol=self._protocol)
+        #: While a batch of stream messages is handled: the messages its stimuli produced, not sent yet.
+        self._held: Out | None = None
+        #: Recent events by topic and the clients subscribed to topics.
+        self.event_log = EventLog(self)
+        self.events = self.event_log.events
+        self.event_subscriber = self.event_log.subscribers
+        self._initial_plugins = list(plugins)
+        self.stream_comms: dict[str, BatchedSend] = {}
+        self.client_comms: dict[str, BatchedSend] = {}
+        #: Set when a worker joins, for :meth:`wait_for_workers`; made on first use.
+        self._worker_joined: asyncio.Event | None = None
+        self.extensions: dict[str, Any] = {}
+        self.http_server: Any = None
+        #: The bokeh dashboard served by ``http_server`` (None without one).
+        self.dashboard_server: BokehDashboard | None = None
+
+        self.requests = ClusterRequests(self)
+        self.streams = SchedulerStreams(self)
+        handlers: dict[str, Route[Any]] = {
+            **self.streams.routes(),
+            "identity": Route(m.Empty, self.requests.handle_identity),
+            "scheduler_info": Route(m.Empty, self.requests.handle_identity),
+            "who_has": Route(m.OptionalKeysRequest, self.requests.handle_who_has),
+            "has_what": Route(m.WorkersRequest, self.requests.handle_has_what),
+            "nthreads": Route(m.WorkersRequest, self.requests.handle_nthreads),
+            "processing": Route(m.WorkersRequest, self.requests.handle_processing),
+            "nbytes": Route(m.OptionalKeysRequest, self.requests.handle_nbytes),
+            "run_function": Route(m.RunFunction, self.requests.handle_run_function),
+            "broadcast": Route(m.RunFunction, self.requests.handle_broadcast),
+            "story": Route(m.StoryRequest, self.requests.handle_story),
+            "retire_workers": Route(m.RetireWorkers, self.requests.handle_retire_workers),
+            "replicate": Route(m.Replicate, self.requests.handle_replicate),
+            "rebalance": Route(m.Rebalance, self.requests.handle_rebalance),
+            "wait_for_workers": Route(m.WaitForWorkers, self.requests.handle_wait_for_workers),
+            "restart": Route(m.Restart, self.requests.handle_restart),
+            "restart_workers": Route(m.RestartWorkers, self.requests.handle_restart_workers),
+            "register_scheduler_plugin": Route(m.RegisterPlugin, self.requests.handle_register_plugin),
+            "unregister_scheduler_plugin": Route(m.UnregisterPlugin, self.requests.handle_unregister_plugin),
+            "register_nanny": Route(m.RegisterNanny, self.requests.handle_register_nanny),
+            "register_nanny_plugin": Route(m.RegisterNannyPlugin, self.requests.handle_register_nanny_plugin),
+            "unregister_nanny_plugin": Route(m.UnregisterNannyPlugin, self.requests.handle_unregister_nanny_plugin),
+            "task_states": Route(m.OptionalKeysRequest, self.requests.handle_task_states),
+            "get_task_stream": Route(m.GetTaskStream, self.requests.handle_get_task_stream),
+            "profile": Route(m.GetProfile, self.requests.handle_profile),
+            "profile_metadata": Route(m.GetProfileMetadata, self.requests.handle_profile_metadata),
+            "terminate": Route(m.Empty, self.requests.handle_terminate),
+            "workers_to_close": Route(m.WorkersToClose, self.requests.handle_workers_to_close),
+            "adaptive_target": Route(m.AdaptiveTarget, self.requests.handle_adaptive_target),
+            **self.event_log.routes(),
+        }
+        stream_handlers = {**self.streams.stream_routes(), **self.event_log.stream_routes()}
+        Server.__init__(
+            self,
+            handlers,
+            stream_handlers,
+            connection_args=self.security.get_connection_args("scheduler"),
+            listen_args=self.security.get_listen_args("scheduler"),
+        )
+        # Workers' and nannies' error replies carry pickled exceptions: left unopened when pickle is off.
+        self.rpc.unpickle_errors = self.allow_pickle
+        make_extensions(self, extensions, self._blocked_handlers())
+
+    def _blocked_handlers(self) -> list[str]:
+        return list(dask.config.get("distributed.scheduler.blocked-handlers", []))
+
+    # ======================================================================
+    # Life cycle
+    # ======================================================================
+    async def start_unsafe(self) -> None:
+        await self.listen(self._start_address)
+        if self._contact_address:
+            self._address = self._contact_address
+        start_extensions(self)
+        for plugin in self._initial_plugins:
+            await self.add_plugin(plugin)
+        if self.worker_ttl:
+            self.periodic(max(self.worker_ttl / 10, 0.05), self._check_worker_ttl, name="worker-ttl")
+        if self.idle_timeout:
+            self.periodic(max(self.idle_timeout / 4, 0.05), self._check_idle, name="idle-timeout")
+        if self.full_disk_timeout:
+            interval = min(max(self.full_disk_timeout / 10, 0.05), 1.0)
+            self.periodic(interval, self._check_full_disks, name="full-disk-timeout")
+        if self.dashboard or (self.dashboard is None and self.dashboard_address):
+            try:
+                from distributed.http.scheduler import start_http_server
+
+                self.http_server = await start_http_server(self, self.dashboard_address or ":8787")
+            except Exception:
+                logger.warning("Could not start the HTTP server", exc_info=True)
+        if self.scheduler_file:
+            self.write_scheduler_file(self.scheduler_file)
+        await self.preloads.start()
+        logger.debug("Scheduler at: %s", self.address)
+
+    def write_scheduler_file(self, path: str) -> None:
+        """Write this scheduler's identity as JSON to ``path``."""
+        import json
+
+        with open(path, "w") as f:
+            json.dump(self.identity(), f, indent=2)
+        self._wrote_scheduler_file = True
+
+    async def _close(self) -> None:
+        for plugin in list(self.plugins.values()):
+            try:
+                await plugin.before_close()
+            except Exception:
+                logger.exception("Plugin before_close failed")
+        await self.preloads.teardown()
+        for _addr, bs in list(self.stream_comms.items()):
+            try:
+                bs.send(m.CloseWorker(op="close-worker", reason="scheduler-close"))
+            except CommClosedError:
+                pass
+        for bs in list(self.stream_comms.values()) + list(self.client_comms.values()):
+            await bs.close(timeout=1)
+        for plugin in list(self.plugins.values()):
+            try:
+                await plugin.close()
+            except Exception:
+                logger.exception("Plugin close failed")
+        if self.http_server is not None:
+            await self.http_server.close()
+        self.requests.close()
+        if self.scheduler_file and self._wrote_scheduler_file and os.path.exists(self.scheduler_file):
+            try:
+                os.remove(self.scheduler_file)
+            except OSError:
+                pass
+        await super()._close()
+
+    def _check_idle(self) -> None:
+        self.check_idle()
+
+    def check_idle(self) -> float | None:
+        """Since when the scheduler has had nothing to do, or None while it has work.
+
+        Work is a task processing on a worker, queued, or waiting for a
+        worker that can run it.  Past ``idle_timeout`` of idleness the
+        scheduler closes itself.  Runs periodically when ``idle_timeout`` is
+        set; deployment libraries also call it to decide when to scale a
+        cluster to zero.
+
+        Returns
+        -------
+        float or None
+            The time (``time.time()``) the scheduler became idle, None when
+            it has work or is closing.
+        """
+        if self.status in (Status.closing, Status.closed):
+            return None
+        if any(ws.processing for ws in self.workers.values()) or self.unrunnable or self.n_queued:
+            self.idle_since = None
+            return None
+        if self.idle_since is None:
+            self.idle_since = time.time()
+            return self.idle_since
+        if self.idle_timeout and time.time() > self.idle_since + self.idle_timeout:
+            logger.info("Scheduler idle for %s s, closing", self.idle_timeout)
+            self.spawn(self.close(), name="idle-close")
+        return self.idle_since
+
+    @property
+    def ip(self) -> str:
+        """The host part of the address listened at (``"0.0.0.0"`` when listening on every interface).
+
+        Raises
+        ------
+        AttributeError
+            Before the scheduler listens (so ``getattr(s, "ip", None)`` gives None then).
+        """
+        if not self.listeners:
+            raise AttributeError(f"{type(self).__name__} is not listening yet: no ip")
+        return get_address_host(self.listen_address)
+
+    @property
+    def services(self) -> dict[str, Any]:
+        """The servers running beside the scheduler's comms, by name: ``"dashboard"``, the HTTP server, if any.
+
+        Each has a ``port``; :meth:`identity` reports ``{name: port}``.
+        """
+        return {"dashboard": self.http_server} if self.http_server is not None else {}
+
+    def _check_worker_ttl(self) -> None:
+        """Remove the workers not heard from within ``worker_ttl``; have their nannies replace them.
+
+        What such a worker ran or alone held runs again elsewhere.  The worker is
+        stopped, swapped out or stuck, and may wake up later: its stream is closed
+        now, so that when it does it finds itself cut off (as after losing its
+        scheduler) and closes, its nanny starting a new worker, or reconnects
+        afresh (``death_timeout``), instead of running on unknown to us.  And, as
+        in dask, its nanny is asked to replace it at once (SIGTERM, then SIGKILL
+        after :data:`UNRESPONSIVE_WORKER_GRACE`), which also ends a worker that
+        never wakes.  A worker without a nanny is only removed.
+        """
+        assert self.worker_ttl is not None
+        now = time.time()
+        for ws in list(self.workers.values()):
+            if not ws.last_seen or ws.last_seen >= now - self.worker_ttl:
+                continue
+            address, nanny = ws.address, ws.nanny
+            logger.warning(
+                "Worker %s not heard from in %s s; removing it%s",
+                address,
+                self.worker_ttl,
+                f" and having its nanny {nanny} replace it" if nanny else "",
+            )
+            stream = self.stream_comms.get(address)
+            self.send_all(self.remove_worker_state(address, stimulus_id=f"worker-ttl-{now}"))
+            self.log_event(
+                "scheduler", {"action": "worker-ttl-timed-out", "workers": [address], "ttl": self.worker_ttl}
+            )
+            if stream is not None:
+                stream.abort()
+            if nanny:
+                self.spawn(self._replace_unresponsive_worker(address, nanny), name="worker-ttl-replace")
+
+    async def _replace_unresponsive_worker(self, address: str, nanny: str) -> None:
+        """Ask ``nanny`` for a new worker process in place of the one at ``address`` (see ``_check_worker_ttl``)."""
+        request = m.NannyRestart(
+            op="restart",
+            timeout=UNRESPONSIVE_WORKER_GRACE,
+            reason=f"worker-ttl: {address} not heard from in {self.worker_ttl} s",
+            wait=False,
+            # Not a worker that the nanny has started since (the old one woke, closed and was replaced).
+            worker=address,
+        )
+        timeout = float(parse_timedelta(dask.config.get("distributed.comm.timeouts.connect")) or 30)
+        try:
+            await asyncio.wait_for(self.rpc.call(nanny, request), timeout)
+        except (OSError, CommClosedError, TimeoutError) as e:
+            # Stuck too, or cut off with its worker: the worker learns it was removed when it wakes up.
+            logger.warning("Could not ask nanny %s to replace the unresponsive worker %s: %r", nanny, address, e)
+
+    def identity(self) -> dict[str, Any]:
+        """A summary of this scheduler and its workers."""
+        return {
+            "type": "Scheduler",
+            "id": self.id,
+            "address": self.address,
+            "services": {name: server.port for name, server in self.services.items()},
+            "started": self.time_started,
+            "n_workers": len(self.workers),
+            "total_threads": self.total_nthreads,
+            "total_memory": sum(ws.memory_limit for ws in self.workers.values()),
+            "workers": {ws.address: ws.identity() for ws in self.workers.values()},
+        }
+
+    def __repr__(self) -> str:
+        addr = self._address or "not started"
+        return (
+            f"<Scheduler {addr!r}, workers: {len(self.workers)}, "
+            f"threads: {self.total_nthreads}, tasks: {len(self.tasks)}>"
+        )
+
+    # ======================================================================
+    # Plugins and events
+    # ======================================================================
+    async def add_plugin(self, plugin: SchedulerPlugin, *, idempotent: bool = False, name: str | None = None) -> None:
+        """Add a plugin and run its ``start`` hook."""
+        name = name or getattr(plugin, "name", None) or f"{type(plugin).__name__}-{uuid.uuid4()}"
+        if name in self.plugins and idempotent:
+            return
+        self.plugins[name] = plugin
+        start = getattr(plugin, "start", None)
+        if start is not None:
+            result = start(self)
+            if inspect.isawaitable(result):
+                await result
+
+    def remove_plugin(self, name: str) -> None:
+        """Remove the plugin called ``name``."""
+        if name not in self.plugins:
+            raise ValueError(f"Could not find plugin {name!r} among {list(self.plugins)}")
+        del self.plugins[name]
+
+    def log_event(self, topic: str | Sequence[str], msg: Any) -> None:
+        """Record an event under one or more topics, and send it to the clients subscribed to them."""
+        topics = self.event_log.log(topic, msg)
+        if self.plugins:
+            for t in topics:
+                self.call_plugins("log_event", t, msg)
+
+    def get_events(self, topic: str | None = None) -> tuple[tuple[float, Any], ...] | dict[str, Any]:
+        """The ``(time, msg)`` events of ``topic``, oldest first; of every topic, by topic, when None."""
+        return self.event_log.get(topic)
+
+    def subscribe_topic(self, topic: str, client: str) -> None:
+        """Send client ``client`` each new event of ``topic``."""
+        self.event_log.subscribe(topic, client)
+
+    def unsubscribe_topic(self, topic: str, client: str) -> None:
+        """Stop sending client ``client`` the events of ``topic``."""
+        self.event_log.unsubscribe(topic, client)
+
+    def send_all(self, out: Out) -> None:
+        """Send what a stimulus produced (the I/O shell of the state machine).
+
+        Inside :meth:`holding_sends`, what was held is sent first, so that
+        messages leave in the order of the stimuli that made them.
+        """
+        held = self._held
+        if held is not None and out is not held:
+            self._held = Out()
+            self._send(held)
+        self._send(out)
+
+    @contextmanager
+    def holding_sends(self) -> Iterator[Out]:
+        """Gather the messages of several stimuli into one :class:`Out`, sent at the end.
+
+        For a batch of stream messages (a worker's task-finished reports):
+        one send per batch instead of one per task.  Handlers that take the
+        yielded ``Out`` add to it; any other :meth:`send_all` flushes it first.
+        """
+        if self._held is not None:
+            yield self._held  # nested: the outer holder sends
+            return
+        self._held = Out()
+        try:
+            yield self._held
+        finally:
+            held, self._held = self._held, None
+            self._send(held)
+
+    @property
+    def held_out(self) -> Out | None:
+        """The :class:`Out` gathering messages during :meth:`holding_sends`, or None."""
+        return self._held
+
+    def _send(self, out: Out) -> None:
+        workers = self.workers
+        for addr, msgs in out.workers.items():
+            bs = self.stream_comms.get(addr)
+            if bs is not None:
+                try:
+                    ws = workers.get(addr)
+                    if ws is not None and len(ws.processing) - len(ws.long_running) <= ws.nthreads:
+                        # No backlog there: its threads wait for these, so do not batch them.
+                        bs.send_now(*msgs)
+                    else:
+                        bs.send(*msgs)
+                except CommClosedError:
+                    logger.debug("Worker %s stream closed; dropping %d messages", addr, len(msgs))
+        for addr, keys in out.free.items():
+            bs = self.stream_comms.get(addr)
+            if bs is not None and keys:
+                # After this stimulus's compute-tasks, and without hurrying them.
+                try:
+                    bs.send_lazy(m.FreeKeys(op="free-keys", keys=keys))
+                except CommClosedError:
+                    pass
+        for client, client_msgs in out.clients.items():
+            cbs = self.client_comms.get(client)
+            if cbs is not None:
+                try:
+                    cbs.send(*client_msgs)
+                except CommClosedError:
+                    logger.debug("Client %s stream closed", client)
+
+    async def retire_workers(
+        self,
+        workers: Sequence[str] | None = None,
+        *,
+        names: Sequence[Any] | None = None,
+        close_workers: bool = False,
+        remove: bool = True,
+        stimulus_id: str | None = None,
+        **kwargs: Any,
+    ) -> dict[str, Any]:
+        """Retire workers gracefully: the data only they hold moves to other running workers first.
+
+        Parameters
+        ----------
+        workers, names
+            The workers to retire, by address or by name (not both).  With
+            neither, ``kwargs`` choose them as :meth:`workers_to_close` does.
+        close_workers
+            Also tell the retired workers to close.
+        remove
+            Forget the retired workers at once (else they stay known, taking no tasks).
+        stimulus_id
+            For the logs and stories.
+        **kwargs
+            ``n``, ``target``, ``minimum``, ``memory_ratio`` and ``key`` (a
+            callable ``WorkerState -> group``: groups are retired whole).
+
+        Returns
+        -------
+        dict
+            The retired workers' identities by address; a worker whose only
+            copies could go nowhere stays and is not in it.
+        """
+        msg = m.RetireWorkers(
+            op="retire_workers", workers=workers, names=names, close_workers=close_workers, remove=remove
+        )
+        if stimulus_id is not None:
+            msg["stimulus_id"] = stimulus_id
+        for name, value in kwargs.items():
+            if name in ("n", "target", "minimum"):
+                msg[name] = value  # type: ignore[literal-required]  # one of the int fields checked just above
+            elif name == "memory_ratio":
+                msg["memory_ratio"] = value
+            elif name == "key":
+                # In process: the caller's own callable, handed over as it is.
+                msg["key"] = None if value is None else to_serialize(value)
+            elif name == "attribute":
+                raise TypeError(
+                    "Scheduler.retire_workers(attribute=...): it returns the retired workers' identities by address; "
+                    "use workers_to_close(attribute=...) to choose workers by another attribute"
+                )
+            else:
+                raise TypeError(f"Scheduler.retire_workers() got an unexpected keyword argument {name!r}")
+        return await self.requests.retire_workers(msg)
+
+    def workers_to_close(
+        self,
+        memory_ratio: float | None = None,
+        n: int | None = None,
+        key: Callable[[WorkerState], Hashable] | None = None,
+        minimum: int | None = None,
+        target: int | None = None,
+        attribute: str = "address",
+    ) -> list[Any]:
+        """Workers that can be closed at low cost (see ``retire_workers``), as their ``attribute``.
+
+        Idle workers holding the least data come first.  Called in process,
+        ``key`` runs as given; over the ``workers_to_close`` request, the
+        caller sends it pickled and the scheduler unpickles and runs it, as
+        it runs a function sent to ``run_on_scheduler``: sending one is an
+        explicit request to run that code here.
+
+        Parameters
+        ----------
+        memory_ratio
+            Without ``n``/``target``: close idle workers as long as those left
+            have this many times (default 2) the memory the data held needs.
+        n
+            How many workers to close.
+        key
+            A callable ``WorkerState -> group`` (say ``lambda ws: ws.host``):
+            the workers of one group are closed together or not at all.
+        minimum
+            Workers to leave at least.
+        target
+            Workers to leave (``n`` is then the excess).
+        attribute
+            The :class:`WorkerState` attribute to return of each worker
+            (``"address"``, ``"name"``, ``"host"``...).
+
+        Examples
+        --------
+        >>> scheduler.workers_to_close(key=lambda ws: ws.host, attribute="name")  # doctest: +SKIP
+        ['job-1-0', 'job-1-1']
+        """
+        if not isinstance(attribute, str) or attribute.startswith("_") or not hasattr(WorkerState, attribute):
+            raise ValueError(f"workers_to_close(attribute={attribute!r}): not an attribute of WorkerState")
+        chosen = self.requests.workers_to_close(n=n, target=target, minimum=minimum, memory_ratio=memory_ratio, key=key)
+        return [getattr(ws, attribute) for ws in chosen]
+
+    def adaptive_target(self, target_duration: float | str | None = None) -> int:
+        """How many workers the current load wants, for adaptive scaling.
+
+        Enough threads to get through the work in hand (the expected time of
+        the tasks processing, queued and unrunnable) within ``target_duration``,
+        but never more threads than there are tasks to run; turned into workers
+        by the mean threads per worker.  At least one worker while tasks wait
+        and none runs; twice the workers when the data held fills more than 60%
+        of their memory limits.  Below the current count, only the workers that
+        :meth:`workers_to_close` would let go (idle, with room for their data
+        elsewhere) are given up.
+
+        Parameters
+        ----------
+        target_duration
+            How long the work in hand should take (default
+            ``distributed.adaptive.target-duration``); shorter asks for more workers.
+        """
+        if target_duration is None:
+            target_duration = dask.config.get("distributed.adaptive.target-duration")
+        duration = float(parse_timedelta(target_duration, "s") or 0)
+        if duration <= 0:
+            raise ValueError(f"adaptive_target(target_duration={target_duration!r}): it must be positive")
+        workers = list(self.workers.values())
+        busy = sum(ws.occupancy for ws in workers)
+        n_tasks = self.n_queued + len(self.unrunnable) + sum(len(ws.processing) for ws in workers)
+        # Waiting work: measured on a sample, so that a long queue costs no more than 100 lookups.
+        waiting = self.n_queued + len(self.unrunnable)
+        sample = [ts for _, ts in itertools.islice(self.queued, 200) if ts.state == "queued"][:100]
+        sample += list(itertools.islice(self.unrunnable, 100 - len(sample)))
+        if sample:
+            busy += sum(self.get_task_duration(ts) for ts in sample) * waiting / len(sample)
+        threads = min(math.ceil(busy / duration), n_tasks)
+        if workers:
+            per_worker = sum(ws.nthreads for ws in workers) / len(workers)
+            cpu = math.ceil(threads / max(per_worker, 1))
+        else:
+            cpu = threads
+        if waiting and not workers:
+            cpu = max(cpu, 1)
+        limit = sum(ws.memory_limit for ws in workers)
+        held = sum(max(ws.nbytes, 0) for ws in workers)
+        memory = 2 * len(workers) if limit > 0 and held > 0.6 * limit else 0
+        target = max(cpu, memory)
+        if target >= len(workers):
+            return target
+        return len(workers) - len(self.workers_to_close())
+
+    async def wait_for_workers(self, n_workers: int) -> None:
+        """Return once at least ``n_workers`` workers are connected."""
+        while len(self.workers) < n_workers:
+            if self._worker_joined is None:
+                self._worker_joined = asyncio.Event()
+            self._worker_joined.clear()
+            await self._worker_joined.wait()
+
+    def _check_full_disks(self) -> None:
+        if self.full_disk_timeout is None or self.status in (Status.closing, Status.closed):
+            return
+        now = time.time()
+        if not self.workers_stuck_on_full_disks():
+            self.full_disks_since = None
+        elif self.full_disks_since is None:
+            self.full_disks_since = now
+        elif now - self.full_disks_since >= self.full_disk_timeout:
+            self.full_disks_since = None
+            self.send_all(self.fail_tasks_stuck_on_full_disks(stimulus_id=f"full-disk-timeout-{now}"))
+
+    def on_worker_joined(self, ws: WorkerState) -> None:
+        """Wake :meth:`wait_for_workers`."""
+        if self._worker_joined is not None:
+            self._worker_joined.set()
+
+    def on_worker_left(self, address: str) -> None:
+        """Drop the stream and the pooled connections to the worker."""
+        self.stream_comms.pop(address, None)
+        self.rpc.remove(address)
