@@ -41,6 +41,7 @@ records of its own modules (``distributed.scheduler*`` for a scheduler,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import errno
 import inspect
@@ -50,7 +51,7 @@ import time
 import types
 import weakref
 from collections import defaultdict, deque
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -70,6 +71,7 @@ from distributed.utils import format_exception_text, get_traceback
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "BorrowedComm",
     "ConnectionPool",
     "LogBuffer",
     "RemoteError",
@@ -79,6 +81,7 @@ __all__ = [
     "StreamRoute",
     "error_message",
     "raise_remote_error",
+    "reply_result",
     "rpc",
     "send_recv",
 ]
@@ -245,7 +248,19 @@ async def send_recv(comm: Comm, msg: Mapping[str, Any], *, unpickle_errors: bool
     await comm.write(msg)
     if msg.get("reply", True) is False:
         return None
-    response = await comm.read()
+    return reply_result(await comm.read(), unpickle_errors=unpickle_errors)
+
+
+def reply_result(response: object, *, unpickle_errors: bool = True) -> Any:
+    """The result of a reply read off a comm; its exception raised for an error reply.
+
+    Raises
+    ------
+    ProtocolError
+        When ``response`` is not a reply.
+    Exception
+        The remote handler's exception (a :class:`RemoteError` with ``unpickle_errors=False``).
+    """
     if not isinstance(response, dict):
         raise ProtocolError(f"Malformed reply: {type(response).__name__}")
     status = response.get("status")
@@ -254,6 +269,38 @@ async def send_recv(comm: Comm, msg: Mapping[str, Any], *, unpickle_errors: bool
     if status == "error":
         raise_remote_error(response, unpickle=unpickle_errors)
     raise ProtocolError(f"Malformed reply status {status!r}")
+
+
+class BorrowedComm:
+    """A comm of a :class:`ConnectionPool`, lent for requests (see :meth:`ConnectionPool.borrowed`).
+
+    It knows whether the comm stands between two messages: a request cut off
+    after its write, or answered with something that is not a reply, leaves
+    the comm out of step, and the pool closes it instead of lending it again.
+    """
+
+    __slots__ = ("comm", "in_step")
+
+    def __init__(self, comm: Comm) -> None:
+        self.comm = comm
+        self.in_step = True
+
+    @property
+    def same_process(self) -> bool:
+        """Whether the peer is in this process (its replies need no checking)."""
+        return self.comm.same_process
+
+    async def request(self, msg: Mapping[str, Any], *, unpickle_errors: bool = True) -> Any:
+        """Send request ``msg`` and return its result (see :func:`send_recv`)."""
+        self.in_step = False
+        await self.comm.write(msg)
+        if msg.get("reply", True) is False:
+            self.in_step = True
+            return None
+        response = await self.comm.read()
+        # A reply, even an error reply, ends the exchange; anything else leaves the peer out of step.
+        self.in_step = isinstance(response, dict) and response.get("status") in ("OK", "error")
+        return reply_result(response, unpickle_errors=unpickle_errors)
 
 
 class LogBuffer(logging.Handler):
@@ -835,26 +882,37 @@ class ConnectionPool:
         comm.abort()
         self.reuse(addr, comm)
 
-    async def call(self, addr: str, msg: Mapping[str, Any]) -> Any:
-        """Send request ``msg`` to ``addr`` and return its result.
+    @contextlib.asynccontextmanager
+    async def borrowed(self, addr: str, timeout: float | None = None) -> AsyncIterator[BorrowedComm]:
+        """A comm to ``addr`` for requests in an ``async with`` block, given back after it.
 
-        A comm that fails mid-call is closed, never reused.
+        A comm left between two messages goes back to the pool, even when the
+        block raised (an error reply leaves the comm in step); one cut off
+        mid-request (the peer went, a timeout or a cancellation struck, a
+        reply was malformed) is closed, never lent again.
+
+        Parameters
+        ----------
+        timeout
+            Bounds getting the comm: waiting for a free slot and connecting
+            (default: only the connect timeout bounds the connecting).
         """
-        comm = await self.connect(addr)
-        ok = False
+        if timeout is None:
+            comm = await self.connect(addr)
+        else:
+            comm = await asyncio.wait_for(self.connect(addr), timeout)
+        borrowed = BorrowedComm(comm)
         try:
-            result = await send_recv(comm, msg, unpickle_errors=self.unpickle_errors)
-            ok = True
-            return result
-        except (CommClosedError, ProtocolError):
-            raise
-        except Exception:
-            ok = True  # a remote error: the comm itself is fine
-            raise
+            yield borrowed
         finally:
-            if not ok:
+            if not borrowed.in_step:
                 comm.abort()
             self.reuse(addr, comm)
+
+    async def call(self, addr: str, msg: Mapping[str, Any]) -> Any:
+        """Send request ``msg`` to ``addr`` and return its result (a comm cut off mid-call is closed)."""
+        async with self.borrowed(addr) as comm:
+            return await comm.request(msg, unpickle_errors=self.unpickle_errors)
 
     def remove(self, addr: str) -> None:
         """Close all idle comms to ``addr``."""

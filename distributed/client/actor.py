@@ -45,11 +45,9 @@ import dask.config
 from dask._task_spec import TaskRef
 from dask.utils import parse_timedelta
 
-from distributed.comm import CommClosedError
-from distributed.core import ConnectionPool, send_recv
+from distributed.core import BorrowedComm, ConnectionPool
 from distributed.exceptions import ActorLostError
 from distributed.protocol import messages as m
-from distributed.protocol.framing import ProtocolError
 from distributed.protocol.messages import Key
 from distributed.protocol.serialize import Serialize, unwrap
 from distributed.task_context import TaskHost, current_worker, in_actor_thread
@@ -315,23 +313,12 @@ async def _request(pool: ConnectionPool, address: str, key: Key, msg: m.ActorExe
     the call, means the actor is lost: an ``OSError`` raised by the actor's own
     method arrives as an error reply and is raised as it is.
     """
+    borrowed: BorrowedComm | None = None
     try:
-        comm = await pool.connect(address, timeout=min(_connect_timeout(), ACTOR_CONNECT_TIMEOUT))
+        async with pool.borrowed(address, timeout=min(_connect_timeout(), ACTOR_CONNECT_TIMEOUT)) as borrowed:
+            result = await borrowed.request(msg)
     except OSError as e:
+        if borrowed is not None and borrowed.in_step:
+            raise  # an error reply: the actor's own method raised it
         raise ActorLostError(key, address) from e
-    ok = False
-    try:
-        result = await send_recv(comm, msg)
-        ok = True
-    except CommClosedError as e:
-        raise ActorLostError(key, address) from e
-    except ProtocolError:
-        raise
-    except Exception:
-        ok = True  # an error reply: the connection itself is fine
-        raise
-    finally:
-        if not ok:
-            comm.abort()
-        pool.reuse(address, comm)
     return unwrap(result)

@@ -43,7 +43,7 @@ from distributed.client.future import Future, FutureState, collect_futures
 from distributed.client.link import SchedulerLink, raise_if_malformed
 from distributed.client.registry import FutureRegistry
 from distributed.comm import CommClosedError
-from distributed.core import ConnectionPool, send_recv
+from distributed.core import ConnectionPool
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.protocol.schema import checker
@@ -227,15 +227,8 @@ class DataTransfer:
         # A holder that does not accept a connection at once is likely gone:
         # fail over (ask the scheduler again) instead of retrying for the
         # whole connect timeout.  The transfer itself is not limited here.
-        comm = await asyncio.wait_for(self.pool.connect(worker), min(FETCH_CONNECT_TIMEOUT, self.timeout))
-        ok = False
-        try:
-            response = await send_recv(comm, m.GetData(op="get_data", keys=keys, who=self.link.client_id))
-            ok = True
-        finally:
-            if not ok:
-                comm.abort()
-            self.pool.reuse(worker, comm)
+        async with self.pool.borrowed(worker, timeout=min(FETCH_CONNECT_TIMEOUT, self.timeout)) as comm:
+            response = await comm.request(m.GetData(op="get_data", keys=keys, who=self.link.client_id))
         if not comm.same_process:
             raise_if_malformed(_CHECK_GET_DATA, response, f"'get_data' from {worker}")
         reply: m.GetDataReply = response
@@ -344,15 +337,8 @@ class DataTransfer:
             When its reply is malformed.
         """
         # As in get_data: a worker that does not accept a connection at once is likely gone.
-        comm = await asyncio.wait_for(self.pool.connect(worker), min(FETCH_CONNECT_TIMEOUT, self.timeout))
-        ok = False
-        try:
-            response = await send_recv(comm, m.WorkerUpdateData(op="update_data", data=data))
-            ok = True
-        finally:
-            if not ok:
-                comm.abort()
-            self.pool.reuse(worker, comm)
+        async with self.pool.borrowed(worker, timeout=min(FETCH_CONNECT_TIMEOUT, self.timeout)) as comm:
+            response = await comm.request(m.WorkerUpdateData(op="update_data", data=data))
         if self.link.check_replies:
             raise_if_malformed(_CHECK_UPDATE_DATA, response, f"'update_data' from {worker}")
         reply: m.UpdateDataReply = response

@@ -156,7 +156,6 @@ class as_completed:
         self.raise_errors = raise_errors
         self.timeout: float | None = parse_timedelta(timeout) if timeout is not None else None
         self._deadline: float | None = time.monotonic() + self.timeout if self.timeout is not None else None
-        self._async_queue: asyncio.Queue[Future] | None = None
         for f in futures or ():
             self.add(f)
 

@@ -471,6 +471,33 @@ def test_pool_comm_broken_mid_call_is_not_reused(scheme: str) -> None:
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
+def test_borrowed_comm_goes_back_in_step_and_is_closed_out_of_step(scheme: str) -> None:
+    async def main() -> None:
+        async with MyServer(listen_address(scheme)) as server:
+            pool = ConnectionPool(limit=1, timeout=5)
+            try:
+                async with pool.borrowed(server.address) as comm:
+                    assert await comm.request({"op": "add", "x": 1, "y": 2}) == 3
+                    with pytest.raises(CustomError):  # an error reply: still between two messages
+                        await comm.request({"op": "fail", "kind": "custom"})
+                    assert comm.in_step
+                    assert await comm.request({"op": "add", "x": 2, "y": 2}) == 4
+                assert pool.open == 1 and len(pool.available[server.address]) == 1
+                # A request cut off after its write (here by a timeout) leaves the comm out of step.
+                with pytest.raises(TimeoutError):
+                    async with pool.borrowed(server.address) as comm:
+                        await asyncio.wait_for(comm.request({"op": "hold"}), 0.2)
+                assert not comm.in_step and comm.comm.closed()
+                assert pool.open == 0
+                server.gate.set()
+                assert await asyncio.wait_for(pool.call(server.address, {"op": "add", "x": 3, "y": 4}), 5) == 7
+            finally:
+                await pool.close()
+
+    run_async(main)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
 def test_pool_close_wakes_waiters(scheme: str) -> None:
     async def main() -> None:
         async with MyServer(listen_address(scheme)) as server:

@@ -110,8 +110,6 @@ def parse_memory_limit(memory_limit: str | float | None, nthreads: int, total_co
     ``None`` or 0 means no limit (returns 0); a limit above the machine's memory
     is capped to it.  A negative or unparseable value raises ``ValueError``.
     """
-    import psutil
-
     total = psutil.virtual_memory().total
     given = memory_limit
     if memory_limit is None or memory_limit == 0:
@@ -342,7 +340,6 @@ class Worker(Server):
         self.plugins: dict[str, WorkerPlugin] = {}
         self._initial_plugins = list(plugins)
         self._client: Client | None = None
-        self._stream_task: asyncio.Task[None] | None = None
         self._running_tasks: set[asyncio.Task[Any]] = set()
         self._results: list[StateMachineEvent] = []
         self._results_lock = threading.Lock()
@@ -537,7 +534,7 @@ class Worker(Server):
         if self.status == Status.paused:
             # Paused before joining: the scheduler takes a new worker to be running.
             self.batched_stream.send(m.WorkerStatusChange(op="worker-status-change", status="paused"))
-        self._stream_task = self.spawn(self._read_scheduler_stream(comm), name="scheduler-stream")
+        self.spawn(self._read_scheduler_stream(comm), name="scheduler-stream")
 
     async def _read_scheduler_stream(self, comm: Comm) -> None:
         check = self.validate or not comm.same_process
