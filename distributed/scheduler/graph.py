@@ -71,54 +71,85 @@ class GraphIngestion(SchedulerStimuli):
         already checked for NaN keys and cycles (see :meth:`update_graph_slices`).
         """
         stimulus_id = stimulus_id or f"update-graph-{time.time()}"
-        out = Out()
         problem = None if checked else _graph_problem(tasks, keys, self.tasks)
         if problem is not None:
-            # Refused whole: nothing of it enters the state, so nothing is left behind.
-            logger.warning("Refused a graph from client %s: %s", client, problem)
-            exc = ValueError(f"Graph refused: {problem}")
-            payload = as_serialized(exc)
-            for key in keys:
-                out.clients[client].append(
-                    m.ClientTaskErred(op="task-erred", key=key, exception=payload, traceback=None, text=str(exc))
-                )
-            return out
-        cs = self.clients.get(client)
-        if cs is None:
-            cs = self.clients[client] = ClientState(client)
-        holder: ClientState | None = None
-        if graph is not None:
-            hold_id = f"{client}/graph-{graph}"
-            holder = self.clients.get(hold_id)
-            if holder is None:
-                holder = self.clients[hold_id] = ClientState(hold_id)
+            return self._refuse_graph(client, keys, problem)
+        out = Out()
+        cs = self._client_state(client)
+        holder = None if graph is None else self._client_state(f"{client}/graph-{graph}")
         if generation is None:
             self.generation += 1
             generation = self.generation
-        global_annotations = dict(annotations or {})
+        new = self._add_tasks(tasks, dict(annotations or {}), user_priority, generation)
+        lost = self._link_dependencies(new, tasks)
+        if holder is not None and not final:
+            self._hold(holder, tasks)
+        wanted = self._want(cs, keys, out)
+        if self.plugins:
+            self._tell_plugins_of_graph(client, new, wanted, stimulus_id)
+        if lost:
+            self._drop_lost(lost, stimulus_id, out)
+        self._start(new, wanted, stimulus_id, out)
+        if holder is not None and final:
+            self._stop_holding(holder, stimulus_id, out)
+        return out
+
+    # -- the phases of update_graph -------------------------------------------------------
+    def _refuse_graph(self, client: str, keys: Sequence[Key], problem: str) -> Out:
+        """Err every key of a graph refused whole: nothing of it enters the state, so nothing is left behind."""
+        logger.warning("Refused a graph from client %s: %s", client, problem)
+        exc = ValueError(f"Graph refused: {problem}")
+        payload = as_serialized(exc)
+        out = Out()
+        for key in keys:
+            out.clients[client].append(
+                m.ClientTaskErred(op="task-erred", key=key, exception=payload, traceback=None, text=str(exc))
+            )
+        return out
+
+    def _client_state(self, client: str) -> ClientState:
+        """The client's record, made on its first graph (or a graph's stand-in holder, on its first part)."""
+        cs = self.clients.get(client)
+        if cs is None:
+            cs = self.clients[client] = ClientState(client)
+        return cs
+
+    def _add_tasks(
+        self, tasks: Mapping[Key, m.TaskSpec], annotations: dict[str, Any], user_priority: int, generation: int
+    ) -> list[TaskState]:
+        """Make the tasks of keys not known yet, with their priority and annotations; return them.
+
+        A known key keeps its state (a key names one computation); a released
+        one without a run_spec (say, scattered, then lost) takes the new one.
+        """
         new: list[TaskState] = []
         for key, spec in tasks.items():
             ts = self.tasks.get(key)
-            if ts is None:
-                ts = self.new_task(key, spec["run_spec"])
-                new.append(ts)
-                if spec.get("actor"):
-                    ts.actor = True
-            else:
+            if ts is not None:
                 if ts.run_spec is None and spec["run_spec"] is not None and ts.state == "released":
                     ts.run_spec = spec["run_spec"]
                 continue
+            ts = self.new_task(key, spec["run_spec"])
+            new.append(ts)
+            if spec.get("actor"):
+                ts.actor = True
             # No dict per task unless the task has annotations of its own (read only below).
             own = spec.get("annotations")
-            ann = {**global_annotations, **own} if own else global_annotations
+            ann = {**annotations, **own} if own else annotations
             priority = ann.get("priority", user_priority) if ann else user_priority
             ts.priority = (-(priority or 0), generation, spec["order"])
             if ann:
                 self._apply_annotations(ts, ann)
+        return new
+
+    def _link_dependencies(self, new: list[TaskState], tasks: Mapping[Key, m.TaskSpec]) -> set[TaskState]:
+        """Link the new tasks to their dependencies; return those that cannot run, a dependency being unknown.
+
+        Every dependent in this graph of such a task cannot run either.
+        """
         lost: list[TaskState] = []
         for ts in new:
-            spec = tasks[ts.key]
-            for dep_key in spec["dependencies"]:
+            for dep_key in tasks[ts.key]["dependencies"]:
                 dts = self.tasks.get(dep_key)
                 if dts is None:
                     ts.has_lost_dependencies = True
@@ -129,23 +160,27 @@ class GraphIngestion(SchedulerStimuli):
                 dts.dependents = grown(dts.dependents, ts)
             if ts.has_lost_dependencies:
                 lost.append(ts)
-        # Propagate lost dependencies to dependents in this graph.
-        if lost:
-            stack = list(lost)
-            lost_set = set(lost)
-            while stack:
-                t = stack.pop()
-                for d in t.dependents:
-                    if d not in lost_set:
-                        lost_set.add(d)
-                        d.has_lost_dependencies = True
-                        stack.append(d)
-        if holder is not None and not final:
-            for key in tasks:
-                hts = self.tasks.get(key)
-                if hts is not None and not hts.has_lost_dependencies:
-                    hts.who_wants = grown(hts.who_wants, holder)
-                    holder.wants_what.add(hts)
+        lost_set = set(lost)
+        stack = lost
+        while stack:
+            for d in stack.pop().dependents:
+                if d not in lost_set:
+                    lost_set.add(d)
+                    d.has_lost_dependencies = True
+                    stack.append(d)
+        return lost_set
+
+    def _hold(self, holder: ClientState, tasks: Mapping[Key, m.TaskSpec]) -> None:
+        """Have the stand-in client of a graph in parts want this part's tasks until the last part is in."""
+        for key in tasks:
+            hts = self.tasks.get(key)
+            if hts is not None and not hts.has_lost_dependencies:
+                hts.who_wants = grown(hts.who_wants, holder)
+                holder.wants_what.add(hts)
+
+    def _want(self, cs: ClientState, keys: Sequence[Key], out: Out) -> list[TaskState]:
+        """Have the client want ``keys``; tell it at once of those lost, in memory or erred. Return the wanted."""
+        client = cs.client_key
         wanted: list[TaskState] = []
         for key in keys:
             ts = self.tasks.get(key)
@@ -166,23 +201,29 @@ class GraphIngestion(SchedulerStimuli):
                 out.clients[client].append(self._key_in_memory(ts))
             elif ts.state == "erred":
                 self._report_erred(ts, cs, out)
-        if self.plugins:
-            ann_out: dict[str, dict[Key, Any]] = defaultdict(dict)
-            for ts in new:
-                for k, v in ts.annotations.items():
-                    ann_out[k][ts.key] = v
-            self.call_plugins(
-                "update_graph",
-                self,
-                client=client,
-                keys={ts.key for ts in wanted},
-                tasks=[ts.key for ts in new],
-                annotations=dict(ann_out),
-                priority={ts.key: ts.priority for ts in new},
-                stimulus_id=stimulus_id,
-            )
-        if lost:
-            self._drop_lost(lost_set, stimulus_id, out)
+        return wanted
+
+    def _tell_plugins_of_graph(
+        self, client: str, new: list[TaskState], wanted: list[TaskState], stimulus_id: str
+    ) -> None:
+        """The plugins' ``update_graph`` hook: the new tasks, their annotations and priorities, the keys wanted."""
+        annotations: dict[str, dict[Key, Any]] = defaultdict(dict)
+        for ts in new:
+            for k, v in ts.annotations.items():
+                annotations[k][ts.key] = v
+        self.call_plugins(
+            "update_graph",
+            self,
+            client=client,
+            keys={ts.key for ts in wanted},
+            tasks=[ts.key for ts in new],
+            annotations=dict(annotations),
+            priority={ts.key: ts.priority for ts in new},
+            stimulus_id=stimulus_id,
+        )
+
+    def _start(self, new: list[TaskState], wanted: list[TaskState], stimulus_id: str, out: Out) -> None:
+        """Send the new tasks and the wanted released ones on their way (to waiting), most urgent first."""
         recs: dict[TaskState, TaskStateName] = {}
         # Recommendations pop last-in first: insert the most urgent task last.
         for ts in sorted(new, key=priority_key, reverse=True):
@@ -192,16 +233,16 @@ class GraphIngestion(SchedulerStimuli):
             if ts.state == "released" and not ts.has_lost_dependencies:
                 recs[ts] = "waiting"
         self.transitions(recs, stimulus_id, out)
-        if holder is not None and final:
-            # The whole graph is here: stop holding its parts.
-            out2 = self.remove_client_state(holder.client_key, stimulus_id)
-            for addr, keys_ in out2.free.items():
-                out.free[addr].extend(keys_)
-            for addr, msgs in out2.workers.items():
-                out.workers[addr].extend(msgs)
-            for c, client_msgs in out2.clients.items():
-                out.clients[c].extend(client_msgs)
-        return out
+
+    def _stop_holding(self, holder: ClientState, stimulus_id: str, out: Out) -> None:
+        """The whole graph is here: the stand-in client of its parts lets go of them."""
+        released = self.remove_client_state(holder.client_key, stimulus_id)
+        for addr, keys in released.free.items():
+            out.free[addr].extend(keys)
+        for addr, msgs in released.workers.items():
+            out.workers[addr].extend(msgs)
+        for c, client_msgs in released.clients.items():
+            out.clients[c].extend(client_msgs)
 
     def update_graph_slices(
         self,
