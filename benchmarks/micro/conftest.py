@@ -19,7 +19,7 @@ def is_this_project() -> bool:
     except ImportError:
         return False
     sched = getattr(scheduler, "Scheduler", None)
-    if sched is None or not hasattr(scheduler, "Out"):
+    if sched is None or not hasattr(scheduler, "Effects"):
         return False
     try:
         params = inspect.signature(sched.task_finished).parameters

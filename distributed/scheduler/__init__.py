@@ -10,7 +10,7 @@ Clients submit graphs of tasks; workers run them.  The scheduler keeps a
     ... -> released -> forgotten
 
 The state machine is plain methods without I/O.  A stimulus (a graph arrives,
-a task finished, a worker left) changes state and returns an :class:`Out`:
+a task finished, a worker left) changes state and returns an :class:`Effects`:
 the recommendations still to apply and the messages to send.
 :meth:`SchedulerState.transitions` applies recommendations until none are left;
 each allowed ``(start, finish)`` pair has one method in a table, and every
@@ -19,15 +19,16 @@ counter, :meth:`SchedulerState.story`, validation and the plugins' ``transition`
 hook see every change.  Any other pair goes through ``released`` (or raises
 :class:`InvalidTransition` in validation mode).  What a transition needs from
 its stimulus (the report of a finished task, where scattered data landed, the
-worker whose thread freed up for a queued task) travels on the stimulus's
-:class:`Out`.  Only then does the I/O shell send the
+worker whose thread freed up for a queued task) is given to ``transitions``
+apart, as :class:`~distributed.scheduler.records.TransitionInputs`, so that the
+:class:`Effects` hold only what goes out.  Only then does the I/O shell send the
 messages, batched per worker and per client.  Tests drive the same methods
 without any socket.
 
 The package, by seam:
 
 - :mod:`.records`: :class:`TaskState`, :class:`WorkerState`, :class:`ClientState`,
-  task groups and prefixes, and :class:`Out`;
+  task groups and prefixes, and :class:`Effects`;
 - :mod:`.state`: :class:`SchedulerState`, the transition table and worker choice;
 - :mod:`.stimuli`: what workers and clients do to the state;
 - :mod:`.graph`: graphs from clients, in named phases;
@@ -62,7 +63,7 @@ from distributed.utils import lazy_attribute
 if TYPE_CHECKING:
     from distributed.scheduler.records import (
         ClientState,
-        Out,
+        Effects,
         TaskGroup,
         TaskPrefix,
         TaskState,
@@ -75,7 +76,7 @@ if TYPE_CHECKING:
 #: Where each name of this face comes from: imported on first use, so that a caller of one side loads only it.
 _SOURCES: Final = {
     "ClientState": "distributed.scheduler.records",
-    "Out": "distributed.scheduler.records",
+    "Effects": "distributed.scheduler.records",
     "Scheduler": "distributed.scheduler.server",
     "SchedulerState": "distributed.scheduler.state",
     "TaskGroup": "distributed.scheduler.records",
@@ -87,7 +88,7 @@ _SOURCES: Final = {
 
 __all__ = [
     "ClientState",
-    "Out",
+    "Effects",
     "Scheduler",
     "SchedulerState",
     "TaskGroup",

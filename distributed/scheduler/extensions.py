@@ -40,7 +40,7 @@ from distributed.shuffle._scheduler_plugin import ShuffleSchedulerExtension
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
-    from distributed.scheduler.records import Out
+    from distributed.scheduler.records import Effects
 
 __all__ = [
     "DEFAULT_EXTENSIONS",
@@ -99,7 +99,7 @@ class HasStart(Protocol):
 class HasRemoveWorker(Protocol):
     """An extension acting when a worker leaves."""
 
-    def on_remove_worker(self, address: str, stimulus_id: str, out: Out) -> None:
+    def on_remove_worker(self, address: str, stimulus_id: str, out: Effects) -> None:
         """Called once the scheduler's own transitions for the departed worker are done."""
 
 

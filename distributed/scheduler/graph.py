@@ -8,7 +8,7 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
@@ -16,16 +16,12 @@ from distributed.protocol.serialize import as_serialized
 from distributed.scheduler.records import (
     EMPTY,
     ClientState,
-    Out,
+    Effects,
     TaskState,
     TaskStateName,
     grown,
     without,
 )
-
-if TYPE_CHECKING:
-    pass
-
 from distributed.scheduler.state import priority_key
 from distributed.scheduler.stimuli import SchedulerStimuli
 
@@ -54,7 +50,7 @@ class GraphIngestion(SchedulerStimuli):
         final: bool = True,
         generation: int | None = None,
         checked: bool = False,
-    ) -> Out:
+    ) -> Effects:
         """Add a client's graph and want its ``keys``.
 
         Tasks whose key is already known keep their existing state (a key
@@ -74,7 +70,7 @@ class GraphIngestion(SchedulerStimuli):
         problem = None if checked else _graph_problem(tasks, keys, self.tasks)
         if problem is not None:
             return self._refuse_graph(client, keys, problem)
-        out = Out()
+        out = Effects()
         cs = self._client_state(client)
         holder = None if graph is None else self._client_state(f"{client}/graph-{graph}")
         if generation is None:
@@ -95,12 +91,12 @@ class GraphIngestion(SchedulerStimuli):
         return out
 
     # -- the phases of update_graph -------------------------------------------------------
-    def _refuse_graph(self, client: str, keys: Sequence[Key], problem: str) -> Out:
+    def _refuse_graph(self, client: str, keys: Sequence[Key], problem: str) -> Effects:
         """Err every key of a graph refused whole: nothing of it enters the state, so nothing is left behind."""
         logger.warning("Refused a graph from client %s: %s", client, problem)
         exc = ValueError(f"Graph refused: {problem}")
         payload = as_serialized(exc)
-        out = Out()
+        out = Effects()
         for key in keys:
             out.clients[client].append(
                 m.ClientTaskErred(op="task-erred", key=key, exception=payload, traceback=None, text=str(exc))
@@ -178,7 +174,7 @@ class GraphIngestion(SchedulerStimuli):
                 hts.who_wants = grown(hts.who_wants, holder)
                 holder.wants_what.add(hts)
 
-    def _want(self, cs: ClientState, keys: Sequence[Key], out: Out) -> list[TaskState]:
+    def _want(self, cs: ClientState, keys: Sequence[Key], out: Effects) -> list[TaskState]:
         """Have the client want ``keys``; tell it at once of those lost, in memory or erred. Return the wanted."""
         client = cs.client_key
         wanted: list[TaskState] = []
@@ -222,7 +218,7 @@ class GraphIngestion(SchedulerStimuli):
             stimulus_id=stimulus_id,
         )
 
-    def _start(self, new: list[TaskState], wanted: list[TaskState], stimulus_id: str, out: Out) -> None:
+    def _start(self, new: list[TaskState], wanted: list[TaskState], stimulus_id: str, out: Effects) -> None:
         """Send the new tasks and the wanted released ones on their way (to waiting), most urgent first."""
         recs: dict[TaskState, TaskStateName] = {}
         # Recommendations pop last-in first: insert the most urgent task last.
@@ -234,7 +230,7 @@ class GraphIngestion(SchedulerStimuli):
                 recs[ts] = "waiting"
         self.transitions(recs, stimulus_id, out)
 
-    def _stop_holding(self, holder: ClientState, stimulus_id: str, out: Out) -> None:
+    def _stop_holding(self, holder: ClientState, stimulus_id: str, out: Effects) -> None:
         """The whole graph is here: the stand-in client of its parts lets go of them."""
         released = self.remove_client_state(holder.client_key, stimulus_id)
         for addr, keys in released.free.items():
@@ -256,7 +252,7 @@ class GraphIngestion(SchedulerStimuli):
         graph: str | None = None,
         final: bool = True,
         size: int = INGEST_SLICE,
-    ) -> Iterator[Out]:
+    ) -> Iterator[Effects]:
         """:meth:`update_graph` in slices of ``size`` tasks: the messages of each slice in turn.
 
         The caller may let other work in between slices (the state is whole
@@ -309,7 +305,7 @@ class GraphIngestion(SchedulerStimuli):
                 checked=True,
             )
 
-    def _drop_lost(self, lost: set[TaskState], stimulus_id: str, out: Out) -> None:
+    def _drop_lost(self, lost: set[TaskState], stimulus_id: str, out: Effects) -> None:
         """Forget new tasks that cannot run because a dependency is unknown.
 
         Every dependent of a lost task is lost too: forgetting the lost

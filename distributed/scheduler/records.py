@@ -40,12 +40,13 @@ __all__ = [
     "EMPTY",
     "NO_ANNOTATIONS",
     "ClientState",
+    "Effects",
     "MemoryState",
-    "Out",
     "TaskGroup",
     "TaskPrefix",
     "TaskState",
     "TaskStateName",
+    "TransitionInputs",
     "UnmanagedHistory",
     "WorkerState",
     "drop",
@@ -506,45 +507,72 @@ class ClientState:
         return f"<ClientState {self.client_key!r}>"
 
 
-class Out:
-    """What a stimulus produced: recommendations and messages to send.
+class Effects:
+    """What a stimulus produces: the recommendations still to apply, and the messages to send.
 
-    It also carries what the transitions a stimulus asks for need to know
-    from it: ``finished`` (the report of the task going from processing to
-    memory), ``scattered`` (where scattered data landed, for released ->
-    memory), ``opened`` (workers whose threads may have freed up: queued
-    tasks go there once the recommendations settle) and ``placements``
-    (workers chosen in advance for tasks about to go to processing: a stolen
-    task's thief, checked against its restrictions by whoever chose it).
+    Attributes
+    ----------
+    recs
+        Task -> the state it should go to next (applied by ``transitions``).
+    workers, clients
+        Messages to each worker's and each client's stream, by address and client id.
+    free
+        Keys each worker may free, sent as one message per worker.
     """
 
-    __slots__ = (
-        "recs",
-        "workers",
-        "clients",
-        "free",
-        "opened",
-        "target",
-        "finished",
-        "erred",
-        "scattered",
-        "placements",
-        "no_room_for",
-    )
+    __slots__ = ("recs", "workers", "clients", "free")
 
     def __init__(self) -> None:
         self.recs: dict[TaskState, TaskStateName] = {}
         self.workers: defaultdict[str, list[m.SchedulerToWorker]] = defaultdict(list)
         self.clients: defaultdict[str, list[m.SchedulerToClient]] = defaultdict(list)
         self.free: defaultdict[str, list[Key]] = defaultdict(list)
-        self.opened: list[WorkerState] = []
-        #: The worker a queued task was pulled for (set just before queued -> processing).
+
+
+class TransitionInputs:
+    """What the transitions a stimulus asks for need from it, and what their loop keeps between them.
+
+    Parameters
+    ----------
+    finished
+        A worker's report of the task going from processing to memory.
+    erred
+        A worker's report of a task that raised (given only when plugins are there to see it).
+    scattered
+        Where scattered data landed, its size and type, for released -> memory.
+    placements
+        Workers chosen in advance for tasks about to go to processing: a stolen
+        task's thief, checked against its restrictions by whoever chose it.
+    opened
+        Workers whose threads may have freed up: queued tasks go there once
+        the recommendations settle (transitions that free a thread add to it).
+
+    Attributes
+    ----------
+    target
+        The worker a queued task was pulled for (set by the loop just before
+        queued -> processing).
+    no_room_for
+        A root-task duration no worker had room for since a task last left
+        processing: later root tasks of that duration queue without scanning
+        the workers again.
+    """
+
+    __slots__ = ("finished", "erred", "scattered", "placements", "opened", "target", "no_room_for")
+
+    def __init__(
+        self,
+        *,
+        finished: m.TaskFinished | None = None,
+        erred: m.WorkerTaskErred | None = None,
+        scattered: tuple[list[WorkerState], int, str | None] | None = None,
+        placements: dict[TaskState, WorkerState] | None = None,
+        opened: list[WorkerState] | None = None,
+    ) -> None:
+        self.finished = finished
+        self.erred = erred
+        self.scattered = scattered
+        self.placements = placements
+        self.opened: list[WorkerState] = opened if opened is not None else []
         self.target: WorkerState | None = None
-        self.finished: m.TaskFinished | None = None
-        #: The worker's report of a task that raised (set only when plugins are there to see it).
-        self.erred: m.WorkerTaskErred | None = None
-        self.scattered: tuple[list[WorkerState], int, str | None] | None = None
-        self.placements: dict[TaskState, WorkerState] | None = None
-        #: A root-task duration no worker had room for since a task last left processing:
-        #: later root tasks of that duration queue without scanning the workers again.
         self.no_room_for: float | None = None

@@ -40,7 +40,7 @@ from distributed.protocol.serialize import to_serialize
 from distributed.scheduler.events import EventLog
 from distributed.scheduler.extensions import ExtensionFactory, make_extensions, start_extensions
 from distributed.scheduler.records import (
-    Out,
+    Effects,
     WorkerState,
 )
 from distributed.scheduler.requests import ClusterRequests
@@ -202,7 +202,7 @@ class Scheduler(GraphIngestion, Server):
         self.idle_timeout: float | None = parse_timedelta(idle) if idle else None
         SchedulerState.__init__(self, validate=validate, allowed_failures=allowed_failures, protocol=self._protocol)
         #: While a batch of stream messages is handled: the messages its stimuli produced, not sent yet.
-        self._held: Out | None = None
+        self._held: Effects | None = None
         #: Recent events by topic and the clients subscribed to topics.
         self.event_log = EventLog(self)
         self.events = self.event_log.events
@@ -496,7 +496,7 @@ class Scheduler(GraphIngestion, Server):
         """Stop sending client ``client`` the events of ``topic``."""
         self.event_log.unsubscribe(topic, client)
 
-    def send_all(self, out: Out) -> None:
+    def send_all(self, out: Effects) -> None:
         """Send what a stimulus produced (the I/O shell of the state machine).
 
         Inside :meth:`holding_sends`, what was held is sent first, so that
@@ -504,22 +504,22 @@ class Scheduler(GraphIngestion, Server):
         """
         held = self._held
         if held is not None and out is not held:
-            self._held = Out()
+            self._held = Effects()
             self._send(held)
         self._send(out)
 
     @contextmanager
-    def holding_sends(self) -> Iterator[Out]:
-        """Gather the messages of several stimuli into one :class:`Out`, sent at the end.
+    def holding_sends(self) -> Iterator[Effects]:
+        """Gather the messages of several stimuli into one :class:`Effects`, sent at the end.
 
         For a batch of stream messages (a worker's task-finished reports):
         one send per batch instead of one per task.  Handlers that take the
-        yielded ``Out`` add to it; any other :meth:`send_all` flushes it first.
+        yielded ``Effects`` add to it; any other :meth:`send_all` flushes it first.
         """
         if self._held is not None:
             yield self._held  # nested: the outer holder sends
             return
-        self._held = Out()
+        self._held = Effects()
         try:
             yield self._held
         finally:
@@ -527,11 +527,11 @@ class Scheduler(GraphIngestion, Server):
             self._send(held)
 
     @property
-    def held_out(self) -> Out | None:
-        """The :class:`Out` gathering messages during :meth:`holding_sends`, or None."""
+    def held_out(self) -> Effects | None:
+        """The :class:`Effects` gathering messages during :meth:`holding_sends`, or None."""
         return self._held
 
-    def _send(self, out: Out) -> None:
+    def _send(self, out: Effects) -> None:
         workers = self.workers
         for addr, msgs in out.workers.items():
             bs = self.stream_comms.get(addr)

@@ -3,7 +3,7 @@
 :class:`SchedulerState` holds the records and every transition method; the
 stimuli (:mod:`.stimuli`), graph ingestion (:mod:`.graph`) and the server
 (:mod:`.server`) build on it.  Nothing here does I/O: a stimulus returns an
-:class:`~distributed.scheduler.records.Out` of messages that the server sends.
+:class:`~distributed.scheduler.records.Effects` of messages that the server sends.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import dask
 import dask.config
@@ -30,21 +30,18 @@ from distributed.scheduler.records import (
     ALL_TASK_STATES,
     EMPTY,
     ClientState,
-    Out,
+    Effects,
     TaskGroup,
     TaskPrefix,
     TaskState,
     TaskStateName,
+    TransitionInputs,
     WorkerState,
     drop,
     grown,
     without,
 )
 from distributed.utils import key_split_uncached
-
-if TYPE_CHECKING:
-    pass
-
 
 logger = logging.getLogger("distributed.scheduler")
 
@@ -183,9 +180,11 @@ class SchedulerState:
         self.time_started = time.time()
         self.idle_since: float | None = time.time()
         #: ``hook(address, stimulus_id, out)`` of each extension that acts when a worker leaves.
-        self.remove_worker_hooks: list[Callable[[str, str, Out], None]] = []
+        self.remove_worker_hooks: list[Callable[[str, str, Effects], None]] = []
 
-        self._transitions_table: dict[tuple[TaskStateName, TaskStateName], Callable[[TaskState, Out], PluginKwargs]] = {
+        self._transitions_table: dict[
+            tuple[TaskStateName, TaskStateName], Callable[[TaskState, Effects, TransitionInputs], PluginKwargs]
+        ] = {
             ("released", "waiting"): self._released_to_waiting,
             ("released", "memory"): self._released_to_memory,
             ("released", "forgotten"): self._released_to_forgotten,
@@ -240,24 +239,37 @@ class SchedulerState:
     # The transition engine
     # ======================================================================
     def transitions(
-        self, recommendations: Mapping[TaskState, TaskStateName], stimulus_id: str, out: Out | None = None
-    ) -> Out:
+        self,
+        recommendations: Mapping[TaskState, TaskStateName],
+        stimulus_id: str,
+        out: Effects | None = None,
+        given: TransitionInputs | None = None,
+    ) -> Effects:
         """Apply recommendations, and those they produce, until none are left.
 
         The one entry point of the state machine: every change of a task's
         state happens in a table method called from here, counted, logged
         for :meth:`story`, shown to plugins and (in validation mode) checked.
         Once no recommendation is left, queued root tasks go to the workers
-        in ``out.opened`` while they have free slots.
+        in ``given.opened`` while they have free slots.
+
+        Parameters
+        ----------
+        out
+            Where to add the messages (default: a new :class:`Effects`).
+        given
+            What the stimulus tells the transitions (a worker's report, workers
+            with free threads; see :class:`TransitionInputs`).
 
         Returns the messages to send (``out.workers``, ``out.clients``).
         """
         if out is None:
-            out = Out()
+            out = Effects()
+        if given is None:
+            given = TransitionInputs()
         recs = out.recs
         recs.update(recommendations)
-        out.no_room_for = None  # workers may have gained room since this Out was last used
-        opened = out.opened
+        opened = given.opened
         table = self._transitions_table
         log = self.transition_log
         # Bound once per stimulus, not per transition: only plugins that watch transitions.
@@ -279,7 +291,7 @@ class SchedulerState:
                     continue
                 pull_room -= 1
                 ts, finish = qts, "processing"
-                out.target = pull_ws
+                given.target = pull_ws
             elif opened:
                 pull_ws = opened.pop()
                 pull_room = self._queue_room(pull_ws)
@@ -297,7 +309,7 @@ class SchedulerState:
                 func = table[(start, "released")]
                 recs[ts] = finish
                 finish = "released"
-            extra = func(ts, out)
+            extra = func(ts, out, given)
             new = ts.state
             if new == start:
                 continue  # nothing changed (e.g. still needed, so not forgotten)
@@ -333,7 +345,7 @@ class SchedulerState:
                 tg.prefix.retire(tg)
 
     # -- the transition methods ------------------------------------------------
-    def _released_to_waiting(self, ts: TaskState, out: Out) -> None:
+    def _released_to_waiting(self, ts: TaskState, out: Effects, given: TransitionInputs) -> None:
         if ts.run_spec is None:
             # Scattered data that was lost: nothing can bring it back.
             ts.state = "released"
@@ -395,7 +407,7 @@ class SchedulerState:
         elif ts.state == "queued":
             self.n_queued -= 1  # its heap entry is skipped when popped
 
-    def _waiting_to_processing(self, ts: TaskState, out: Out) -> None:
+    def _waiting_to_processing(self, ts: TaskState, out: Effects, given: TransitionInputs) -> None:
         cap = self._input_cap
         if cap and ts.dependencies:
             total = 0
@@ -410,7 +422,7 @@ class SchedulerState:
             self.unrunnable.discard(ts)
         elif start == "queued":
             self.n_queued -= 1
-        placements = out.placements
+        placements = given.placements
         if placements is not None:
             ws = placements.pop(ts, None)
             if ws is not None and ws.status == "running" and self.workers.get(ws.address) is ws:
@@ -418,9 +430,9 @@ class SchedulerState:
                 return
         if self._is_queueable(ts):
             duration = ts.prefix.duration_average
-            ws = None if out.no_room_for == duration else self._worker_with_room(duration)
+            ws = None if given.no_room_for == duration else self._worker_with_room(duration)
             if ws is None:
-                out.no_room_for = duration
+                given.no_room_for = duration
                 ts.state = "queued"
                 self.n_queued += 1
                 self.queued.push(ts.priority, ts)
@@ -433,7 +445,7 @@ class SchedulerState:
                 return
         self._add_to_processing(ts, ws, out)
 
-    def _refuse_inputs(self, ts: TaskState, total: int, cap: int, out: Out) -> None:
+    def _refuse_inputs(self, ts: TaskState, total: int, cap: int, out: Effects) -> None:
         """Err ``ts``, whose inputs alone are more than any worker may hold: running it would only kill workers.
 
         The task stays where it is and is recommended to erred, so that the
@@ -459,24 +471,24 @@ class SchedulerState:
             self._largest_memory_limit = max((w.memory_limit for w in self.workers.values()), default=0)
         self._input_cap = 0 if self._unlimited_workers else self._largest_memory_limit
 
-    def _queued_to_processing(self, ts: TaskState, out: Out) -> None:
-        ws = out.target
-        out.target = None
+    def _queued_to_processing(self, ts: TaskState, out: Effects, given: TransitionInputs) -> None:
+        ws = given.target
+        given.target = None
         if ws is None:
             # Recommended without a worker in mind: look for room anywhere.
-            self._waiting_to_processing(ts, out)
+            self._waiting_to_processing(ts, out, given)
             return
         self.n_queued -= 1
         self._add_to_processing(ts, ws, out)
 
-    def _to_waiting_again(self, ts: TaskState, out: Out) -> None:
+    def _to_waiting_again(self, ts: TaskState, out: Effects, given: TransitionInputs) -> None:
         """A queued or no-worker task whose dependency must be computed again."""
         self._unqueue(ts)
         ts.state = "waiting"
         if not ts.waiting_on:
             out.recs[ts] = "processing"
 
-    def _add_to_processing(self, ts: TaskState, ws: WorkerState, out: Out) -> None:
+    def _add_to_processing(self, ts: TaskState, ws: WorkerState, out: Effects) -> None:
         ts.state = "processing"
         ts.processing_on = ws
         ts.waiting_on = EMPTY
@@ -522,12 +534,12 @@ class SchedulerState:
             return d
         return self.default_durations.get(ts.prefix.name, self.unknown_duration)
 
-    def _exit_processing(self, ts: TaskState, out: Out) -> WorkerState | None:
+    def _exit_processing(self, ts: TaskState, out: Effects, given: TransitionInputs) -> WorkerState | None:
         """Take ``ts`` off its worker; give the freed slot to a queued task."""
         ws = ts.processing_on
         if ws is None:
             return None
-        out.no_room_for = None
+        given.no_room_for = None
         ts.processing_on = None
         duration = ws.processing.pop(ts, 0.0)
         ws.occupancy = max(ws.occupancy - duration, 0.0) if ws.processing else 0.0
@@ -536,7 +548,7 @@ class SchedulerState:
             for r, amount in ts.resource_restrictions.items():
                 ws.used_resources[r] = ws.used_resources.get(r, 0.0) - amount
         if self.n_queued:
-            out.opened.append(ws)
+            given.opened.append(ws)
         if ts.resource_restrictions and self.unrunnable:
             for uts in list(self.unrunnable):
                 if uts.resource_restrictions:
@@ -668,7 +680,7 @@ class SchedulerState:
                     return ws
         return None
 
-    def _notify_in_memory(self, ts: TaskState, out: Out) -> None:
+    def _notify_in_memory(self, ts: TaskState, out: Effects) -> None:
         recs = out.recs
         for dts in ts.dependents:
             drop(dts.waiting_on, ts)
@@ -688,14 +700,14 @@ class SchedulerState:
         elif not ts.waiters:
             recs[ts] = "released"
 
-    def _processing_to_memory(self, ts: TaskState, out: Out) -> PluginKwargs:
-        finished = out.finished
+    def _processing_to_memory(self, ts: TaskState, out: Effects, given: TransitionInputs) -> PluginKwargs:
+        finished = given.finished
         if finished is None:
             raise InvalidTransition(ts.key, ts.state, "memory", "only when its worker reports it finished")
-        out.finished = None
+        given.finished = None
         nbytes = finished["nbytes"]
         type_ = finished["type"]
-        ws = self._exit_processing(ts, out)
+        ws = self._exit_processing(ts, out, given)
         assert ws is not None
         ts.state = "memory"
         ts.nbytes = nbytes
@@ -718,11 +730,11 @@ class SchedulerState:
             }
         return None
 
-    def _released_to_memory(self, ts: TaskState, out: Out) -> PluginKwargs:
-        scattered = out.scattered
+    def _released_to_memory(self, ts: TaskState, out: Effects, given: TransitionInputs) -> PluginKwargs:
+        scattered = given.scattered
         if scattered is None:
             raise InvalidTransition(ts.key, ts.state, "memory", "only when it was scattered")
-        out.scattered = None
+        given.scattered = None
         holders, nbytes, type_ = scattered
         ts.state = "memory"
         ts.nbytes = nbytes
@@ -737,14 +749,14 @@ class SchedulerState:
             return {"workers": [ws.address for ws in holders], "nbytes": nbytes, "type": type_}
         return None
 
-    def _after_release(self, ts: TaskState, out: Out) -> None:
+    def _after_release(self, ts: TaskState, out: Effects) -> None:
         """A released task that is still needed waits again; an unneeded one is forgotten."""
         if ts.who_wants or ts.waiters:
             out.recs.setdefault(ts, "waiting")
         elif not ts.dependents:
             out.recs.setdefault(ts, "forgotten")
 
-    def _release_dependencies(self, ts: TaskState, out: Out) -> None:
+    def _release_dependencies(self, ts: TaskState, out: Effects) -> None:
         for dts in ts.dependencies:
             drop(dts.waiters, ts)
             if (
@@ -754,7 +766,7 @@ class SchedulerState:
             ):
                 out.recs.setdefault(dts, "released")
 
-    def _waiting_to_released(self, ts: TaskState, out: Out) -> None:
+    def _waiting_to_released(self, ts: TaskState, out: Effects, given: TransitionInputs) -> None:
         self._unqueue(ts)
         ts.state = "released"
         ts.waiting_on = EMPTY
@@ -762,8 +774,8 @@ class SchedulerState:
             self._release_dependencies(ts, out)
         self._after_release(ts, out)
 
-    def _processing_to_released(self, ts: TaskState, out: Out) -> None:
-        ws = self._exit_processing(ts, out)
+    def _processing_to_released(self, ts: TaskState, out: Effects, given: TransitionInputs) -> None:
+        ws = self._exit_processing(ts, out, given)
         if ws is not None and ws.address in self.workers:
             out.free[ws.address].append(ts.key)
         ts.state = "released"
@@ -772,7 +784,7 @@ class SchedulerState:
             self._release_dependencies(ts, out)
         self._after_release(ts, out)
 
-    def _memory_to_released(self, ts: TaskState, out: Out) -> None:
+    def _memory_to_released(self, ts: TaskState, out: Effects, given: TransitionInputs) -> None:
         # A key still wanted leaves memory only when its data was lost: its
         # clients wait again (it is recomputed, or errs if it cannot be).
         for cs in ts.who_wants:
@@ -789,7 +801,7 @@ class SchedulerState:
                 out.recs[dts] = "released"
         self._after_release(ts, out)
 
-    def _drop_holders(self, ts: TaskState, out: Out) -> None:
+    def _drop_holders(self, ts: TaskState, out: Effects) -> None:
         """Forget every copy of ``ts``; the workers still here are told to drop theirs."""
         for ws in ts.who_has:
             del ws.has_what[ts]
@@ -800,14 +812,14 @@ class SchedulerState:
                 out.free[ws.address].append(ts.key)
         ts.who_has = EMPTY
 
-    def _memory_to_erred(self, ts: TaskState, out: Out) -> None:
+    def _memory_to_erred(self, ts: TaskState, out: Effects, given: TransitionInputs) -> None:
         """An actor whose worker left: its state cannot be recomputed, so its key errs (error set before)."""
         self._drop_holders(ts, out)
         if ts.exception_blame is None:
             ts.exception_blame = ts
         self._mark_erred(ts, out)
 
-    def _erred_to_released(self, ts: TaskState, out: Out) -> None:
+    def _erred_to_released(self, ts: TaskState, out: Effects, given: TransitionInputs) -> None:
         ts.state = "released"
         ts.exception = None
         ts.traceback = None
@@ -818,7 +830,7 @@ class SchedulerState:
                 out.recs.setdefault(dts, "released")
         self._after_release(ts, out)
 
-    def _released_to_forgotten(self, ts: TaskState, out: Out) -> None:
+    def _released_to_forgotten(self, ts: TaskState, out: Effects, given: TransitionInputs) -> None:
         if ts.who_wants or ts.dependents:
             # Still needed after all: keep it released.
             return
@@ -858,7 +870,7 @@ class SchedulerState:
         ts.exception_text = text
         ts.exception_blame = ts
 
-    def _mark_erred(self, ts: TaskState, out: Out) -> None:
+    def _mark_erred(self, ts: TaskState, out: Effects) -> None:
         ts.state = "erred"
         ts.waiting_on = EMPTY
         blame = ts.exception_blame or ts
@@ -881,14 +893,14 @@ class SchedulerState:
                 for cs in ts.who_wants:
                     out.clients[cs.client_key].append(msg)
 
-    def _to_erred_by_blame(self, ts: TaskState, out: Out) -> None:
+    def _to_erred_by_blame(self, ts: TaskState, out: Effects, given: TransitionInputs) -> None:
         self._unqueue(ts)
         if ts.exception_blame is None:
             ts.exception_blame = ts
         self._mark_erred(ts, out)
 
-    def _processing_to_erred_by_blame(self, ts: TaskState, out: Out) -> PluginKwargs:
-        ws = self._exit_processing(ts, out)
+    def _processing_to_erred_by_blame(self, ts: TaskState, out: Effects, given: TransitionInputs) -> PluginKwargs:
+        ws = self._exit_processing(ts, out, given)
         if ws is not None and ws.address in self.workers:
             out.free[ws.address].append(ts.key)
         if ts.exception_blame is None:
@@ -896,8 +908,8 @@ class SchedulerState:
         self._mark_erred(ts, out)
         if not self.plugins:
             return None
-        erred = out.erred
-        out.erred = None
+        erred = given.erred
+        given.erred = None
         extra: dict[str, Any] = {"worker": ws.address if ws is not None else None}
         if erred is not None and erred["key"] == ts.key:
             extra["startstops"] = _startstops(erred)
@@ -933,7 +945,7 @@ class SchedulerState:
     def _key_in_memory(ts: TaskState) -> m.KeyInMemory:
         return m.KeyInMemory(op="key-in-memory", key=ts.key, workers=[ws.address for ws in ts.who_has], type=ts.type)
 
-    def _report_erred(self, ts: TaskState, cs: ClientState, out: Out) -> None:
+    def _report_erred(self, ts: TaskState, cs: ClientState, out: Effects) -> None:
         msg = self._task_erred(ts)
         if msg is not None:
             out.clients[cs.client_key].append(msg)

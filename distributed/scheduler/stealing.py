@@ -61,7 +61,7 @@ from dask.utils import parse_timedelta
 from distributed.core import StreamRoute
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
-from distributed.scheduler.records import Out, TaskState, WorkerState
+from distributed.scheduler.records import Effects, TaskState, TransitionInputs, WorkerState
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
@@ -207,7 +207,7 @@ class WorkStealing:
             return
         finish = {ws: self._finish_time(ws) for ws in itertools.chain(thieves, victims)}
         victims.sort(key=finish.__getitem__, reverse=True)
-        out = Out()
+        out = Effects()
         for victim in victims:
             for ts in self._candidates(victim):
                 compute = s.get_task_duration(ts)
@@ -251,14 +251,14 @@ class WorkStealing:
         ts: TaskState,
         victim: WorkerState,
         thief: WorkerState,
-        out: Out | None = None,
+        out: Effects | None = None,
         *,
         compute: float | None = None,
         transfer: float | None = None,
     ) -> None:
         """Ask ``victim`` to give ``ts`` up so that it runs on ``thief``.
 
-        The request goes in ``out`` (an :class:`~distributed.scheduler.Out`)
+        The request goes in ``out`` (an :class:`~distributed.scheduler.Effects`)
         when given, else it is sent at once.  The task moves only when the
         victim confirms it had not started it.
         """
@@ -307,10 +307,10 @@ class WorkStealing:
             # Started (or done) on the victim: it stays there.
             self.log.append((time.time(), ts.key, victim.address, thief.address, "refused"))
             return
-        out = Out()
-        if thief.status == "running" and s.workers.get(thief.address) is thief and self.allowed(ts, thief):
-            out.placements = {ts: thief}
-        s.transitions({ts: "released"}, steal.stimulus_id, out)
+        out = Effects()
+        placed = thief.status == "running" and s.workers.get(thief.address) is thief and self.allowed(ts, thief)
+        given = TransitionInputs(placements={ts: thief} if placed else None)
+        s.transitions({ts: "released"}, steal.stimulus_id, out, given)
         s.send_all(out)
         self.count += 1
         self.log.append((time.time(), ts.key, victim.address, thief.address, "moved"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from distributed.comm import (
     validate_address,
@@ -17,17 +17,14 @@ from distributed.protocol.serialize import as_serialized
 from distributed.scheduler.records import (
     EMPTY,
     ClientState,
-    Out,
+    Effects,
     TaskState,
     TaskStateName,
+    TransitionInputs,
     WorkerState,
     grown,
     without,
 )
-
-if TYPE_CHECKING:
-    pass
-
 from distributed.scheduler.state import SchedulerState, priority_key, state_of
 
 logger = logging.getLogger("distributed.scheduler")
@@ -39,10 +36,10 @@ class SchedulerStimuli(SchedulerState):
     """What happens to the state from outside: workers finish or lose tasks, join and leave; clients want keys.
 
     Each method changes the state through :meth:`~SchedulerState.transitions`
-    and returns the :class:`~distributed.scheduler.records.Out` to send.
+    and returns the :class:`~distributed.scheduler.records.Effects` to send.
     """
 
-    def task_finished(self, worker: str, msg: m.TaskFinished, stimulus_id: str, out: Out | None = None) -> Out:
+    def task_finished(self, worker: str, msg: m.TaskFinished, stimulus_id: str, out: Effects | None = None) -> Effects:
         """``worker`` finished a task and holds its result.
 
         ``msg`` is the worker's report as it arrived (already checked against
@@ -51,7 +48,7 @@ class SchedulerStimuli(SchedulerState):
         with that of other stimuli (see :meth:`holding_sends`).
         """
         if out is None:
-            out = Out()
+            out = Effects()
         key = msg["key"]
         ts = self.tasks.get(key)
         ws = self.workers.get(worker)
@@ -76,12 +73,11 @@ class SchedulerStimuli(SchedulerState):
         type_ = msg["type"]
         if type_:
             ts.group.types.add(type_)
-        out.finished = msg
-        return self.transitions({ts: "memory"}, stimulus_id, out)
+        return self.transitions({ts: "memory"}, stimulus_id, out, TransitionInputs(finished=msg))
 
-    def task_erred(self, worker: str, msg: m.WorkerTaskErred, stimulus_id: str) -> Out:
+    def task_erred(self, worker: str, msg: m.WorkerTaskErred, stimulus_id: str) -> Effects:
         """A task raised on ``worker`` (``msg`` is the worker's report)."""
-        out = Out()
+        out = Effects()
         ts = self.tasks.get(msg["key"])
         ws = self.workers.get(worker)
         if (
@@ -100,9 +96,8 @@ class SchedulerStimuli(SchedulerState):
         if ts.erred_on is None:
             ts.erred_on = set()
         ts.erred_on.add(worker)
-        if self.plugins:
-            out.erred = msg
-        return self.transitions({ts: "erred"}, stimulus_id, out)
+        given = TransitionInputs(erred=msg) if self.plugins else None
+        return self.transitions({ts: "erred"}, stimulus_id, out, given)
 
     def add_worker_state(
         self,
@@ -117,7 +112,7 @@ class SchedulerStimuli(SchedulerState):
         keys: Sequence[Key] = (),
         nbytes: Mapping[Key, int] | None = None,
         stimulus_id: str | None = None,
-    ) -> Out:
+    ) -> Effects:
         """A worker joined: record it and give it work."""
         stimulus_id = stimulus_id or f"add-worker-{time.time()}"
         _check_worker_fields(address, nthreads, name, memory_limit)
@@ -133,7 +128,7 @@ class SchedulerStimuli(SchedulerState):
         self.aliases[ws.name] = address
         self.total_nthreads += nthreads
         self._track_memory_limit(ws, joined=True)
-        out = Out()
+        out = Effects()
         for key in keys:
             ts = self.tasks.get(key)
             if ts is not None and ts.state == "memory":
@@ -143,8 +138,7 @@ class SchedulerStimuli(SchedulerState):
             else:
                 out.free[address].append(key)
         recs: dict[TaskState, TaskStateName] = {ts: "processing" for ts in self.unrunnable if self._can_run_on(ts, ws)}
-        out.opened.append(ws)
-        self.transitions(recs, stimulus_id, out)
+        self.transitions(recs, stimulus_id, out, TransitionInputs(opened=[ws]))
         if self.plugins:
             self.call_plugins("add_worker", self, address)
         self.on_worker_joined(ws)
@@ -154,9 +148,9 @@ class SchedulerStimuli(SchedulerState):
         valid = self._valid_workers(ts)
         return valid is None or ws in valid
 
-    def remove_worker_state(self, address: str, *, stimulus_id: str, safe: bool = False) -> Out:
+    def remove_worker_state(self, address: str, *, stimulus_id: str, safe: bool = False) -> Effects:
         """A worker left: rerun what it was running and recompute what only it held."""
-        out = Out()
+        out = Effects()
         ws = self.workers.pop(address, None)
         if ws is None:
             return out
@@ -205,20 +199,19 @@ class SchedulerStimuli(SchedulerState):
             self.call_plugins("remove_worker", self, address, stimulus_id=stimulus_id)
         return out
 
-    def reopen_worker_state(self, address: str, *, stimulus_id: str) -> Out:
+    def reopen_worker_state(self, address: str, *, stimulus_id: str) -> Effects:
         """A worker that was to retire stays: it takes tasks again (queued ones and those waiting for it)."""
-        out = Out()
+        out = Effects()
         ws = self.workers.get(address)
         if ws is None or ws.status == "running":
             return out
         ws.status = "running"
-        out.opened.append(ws)
         recs: dict[TaskState, TaskStateName] = {ts: "processing" for ts in self.unrunnable if self._can_run_on(ts, ws)}
-        return self.transitions(recs, stimulus_id, out)
+        return self.transitions(recs, stimulus_id, out, TransitionInputs(opened=[ws]))
 
-    def report_holders(self, tasks: Iterable[TaskState]) -> Out:
+    def report_holders(self, tasks: Iterable[TaskState]) -> Effects:
         """Tell the clients wanting these keys where they are now (they moved: their old holders left)."""
-        out = Out()
+        out = Effects()
         for ts in tasks:
             if ts.state == "memory" and ts.who_wants:
                 msg = self._key_in_memory(ts)
@@ -226,7 +219,7 @@ class SchedulerStimuli(SchedulerState):
                     out.clients[cs.client_key].append(msg)
         return out
 
-    def fail_tasks_restricted_to(self, gone: Mapping[str, Any], *, stimulus_id: str, reason: str) -> Out:
+    def fail_tasks_restricted_to(self, gone: Mapping[str, Any], *, stimulus_id: str, reason: str) -> Effects:
         """Err the tasks that may run only on workers that left for good.
 
         ``gone`` maps the departed workers' addresses to their names.  A task
@@ -235,7 +228,7 @@ class SchedulerStimuli(SchedulerState):
         :class:`~distributed.exceptions.NoValidWorkerError` instead of waiting
         for a worker that will not come back.
         """
-        out = Out()
+        out = Effects()
         idents = set(gone) | {str(n) for n in gone.values()}
         recs: dict[TaskState, TaskStateName] = {}
         # Rare (a retirement), so a pass over the tasks is fine: waiting ones would end up unrunnable too.
@@ -266,14 +259,14 @@ class SchedulerStimuli(SchedulerState):
                 return False
         return bool(self.n_queued or self.unrunnable or any(ws.processing for ws in workers))
 
-    def fail_tasks_stuck_on_full_disks(self, *, stimulus_id: str) -> Out:
+    def fail_tasks_stuck_on_full_disks(self, *, stimulus_id: str) -> Effects:
         """Err, with :class:`MemoryError`, the tasks that wait for workers paused on full memory and a failed disk.
 
         Tasks queued, waiting for a worker, or assigned to one (a paused worker
         starts none) err; those depending on them err by blame, as after any
         error.  Results already in memory stay and can be fetched.
         """
-        out = Out()
+        out = Effects()
         if not self.workers_stuck_on_full_disks():
             return out
         example = next(iter(self.workers.values()))
@@ -291,15 +284,15 @@ class SchedulerStimuli(SchedulerState):
             recs[ts] = "erred"
         return self.transitions(recs, stimulus_id, out)
 
-    def client_releases_keys(self, client: str, keys: Iterable[Key], stimulus_id: str) -> Out:
+    def client_releases_keys(self, client: str, keys: Iterable[Key], stimulus_id: str) -> Effects:
         """A client no longer wants ``keys``."""
-        out = Out()
+        out = Effects()
         cs = self.clients.get(client)
         if cs is not None:
             self._release_for(cs, keys, stimulus_id, out)
         return out
 
-    def _release_for(self, cs: ClientState, keys: Iterable[Key], stimulus_id: str, out: Out) -> None:
+    def _release_for(self, cs: ClientState, keys: Iterable[Key], stimulus_id: str, out: Effects) -> None:
         recs: dict[TaskState, TaskStateName] = {}
         for key in keys:
             ts = self.tasks.get(key)
@@ -314,14 +307,14 @@ class SchedulerStimuli(SchedulerState):
                     recs[ts] = "released"
         self.transitions(recs, stimulus_id, out)
 
-    def client_desires_keys(self, client: str, keys: Iterable[Key], stimulus_id: str) -> Out:
+    def client_desires_keys(self, client: str, keys: Iterable[Key], stimulus_id: str) -> Effects:
         """A client wants ``keys`` (already known to the scheduler).
 
         The stand-in client :data:`~distributed.protocol.messages.FIRE_AND_FORGET`
         wants a key only until it is done: the transitions into memory and
         erred drop its want, and a key already done is not wanted at all.
         """
-        out = Out()
+        out = Effects()
         cs = self.clients.get(client)
         if cs is None:
             cs = self.clients[client] = ClientState(client)
@@ -347,14 +340,14 @@ class SchedulerStimuli(SchedulerState):
                 recs[ts] = "waiting"
         return self.transitions(recs, stimulus_id, out)
 
-    def remove_client_state(self, client: str, stimulus_id: str) -> Out:
+    def remove_client_state(self, client: str, stimulus_id: str) -> Effects:
         """A client left: release everything it wanted.
 
         That includes what the stand-ins holding the parts of its graphs
         still in flight (``<client>/graph-<id>``) wanted: no final part
         will ever come to release them.
         """
-        out = Out()
+        out = Effects()
         prefix = f"{client}/graph-"
         for name in [client, *(c for c in self.clients if c.startswith(prefix))]:
             cs = self.clients.get(name)
@@ -366,7 +359,7 @@ class SchedulerStimuli(SchedulerState):
                 self.call_plugins("remove_client", self, client)
         return out
 
-    def cancel_keys(self, msg: m.CancelKeys, stimulus_id: str) -> Out:
+    def cancel_keys(self, msg: m.CancelKeys, stimulus_id: str) -> Effects:
         """A client cancels ``msg["keys"]``.
 
         A key only the cancelling client wants (or nobody) is cancelled,
@@ -375,7 +368,7 @@ class SchedulerStimuli(SchedulerState):
         the cancelling client's interest goes.  With ``force`` the keys are
         cancelled for every client regardless (``Client.cancel(force=True)``).
         """
-        out = Out()
+        out = Effects()
         reason = msg.get("reason", "cancelled by a client")
         force = msg.get("force", False)
         cs = self.clients.get(msg["client"])
@@ -417,9 +410,9 @@ class SchedulerStimuli(SchedulerState):
             recs[ts] = "released" if ts.state != "released" else "forgotten"
         return self.transitions(recs, stimulus_id, out)
 
-    def update_data_state(self, msg: m.UpdateData, stimulus_id: str) -> Out:
+    def update_data_state(self, msg: m.UpdateData, stimulus_id: str) -> Effects:
         """Data was scattered to workers: record it in memory, wanted by ``msg["client"]``."""
-        out = Out()
+        out = Effects()
         client = msg["client"]
         who_has = msg["who_has"]
         nbytes = msg["nbytes"]
@@ -452,13 +445,13 @@ class SchedulerStimuli(SchedulerState):
                     continue  # wanted by others, so it runs again instead
             ts.who_wants = grown(ts.who_wants, cs)
             cs.wants_what.add(ts)
-            out.scattered = (holders, nbytes.get(key, 0), types.get(key))
-            self.transitions({ts: "memory"}, stimulus_id, out)
+            scattered = TransitionInputs(scattered=(holders, nbytes.get(key, 0), types.get(key)))
+            self.transitions({ts: "memory"}, stimulus_id, out, scattered)
         return out
 
-    def add_keys(self, address: str, keys: Sequence[Key]) -> Out:
+    def add_keys(self, address: str, keys: Sequence[Key]) -> Effects:
         """A worker says it holds ``keys`` (after fetching them, say)."""
-        out = Out()
+        out = Effects()
         ws = self.workers.get(address)
         if ws is None:
             return out
@@ -473,13 +466,13 @@ class SchedulerStimuli(SchedulerState):
                 out.free[address].append(key)
         return out
 
-    def drop_replicas(self, address: str, keys: Sequence[Key]) -> Out:
+    def drop_replicas(self, address: str, keys: Sequence[Key]) -> Effects:
         """Forget ``address``'s copies of ``keys`` and have it free them; a key's last copy is never dropped.
 
         The key stays in memory on its other holders, so no task changes state.
         A copy that a task processing on ``address`` needs as input is kept.
         """
-        out = Out()
+        out = Effects()
         ws = self.workers.get(address)
         if ws is None:
             return out
@@ -500,12 +493,12 @@ class SchedulerStimuli(SchedulerState):
         """Whether a task processing on ``ws`` takes ``ts`` as input."""
         return any(dts.processing_on is ws for dts in ts.dependents)
 
-    def release_worker_data(self, address: str, keys: Sequence[Key], stimulus_id: str) -> Out:
+    def release_worker_data(self, address: str, keys: Sequence[Key], stimulus_id: str) -> Effects:
         """A worker dropped its copies of ``keys``."""
         ws = self.workers.get(address)
         recs: dict[TaskState, TaskStateName] = {}
         if ws is None:
-            return Out()
+            return Effects()
         for key in keys:
             ts = self.tasks.get(key)
             if ts is None or ws not in ts.who_has:
@@ -517,7 +510,7 @@ class SchedulerStimuli(SchedulerState):
                 recs[ts] = "released"
         return self.transitions(recs, stimulus_id)
 
-    def missing_data(self, address: str, msg: m.MissingData, stimulus_id: str) -> Out:
+    def missing_data(self, address: str, msg: m.MissingData, stimulus_id: str) -> Effects:
         """A worker could not fetch dependencies of ``msg["key"]`` from where we said they were."""
         recs: dict[TaskState, TaskStateName] = {}
         missing = msg["missing"]
@@ -540,16 +533,16 @@ class SchedulerStimuli(SchedulerState):
                 recs[dts] = "released"
         return self.transitions(recs, stimulus_id)
 
-    def reschedule(self, address: str, msg: m.Reschedule, stimulus_id: str) -> Out:
+    def reschedule(self, address: str, msg: m.Reschedule, stimulus_id: str) -> Effects:
         """A task asked to be run again, maybe elsewhere."""
         ts = self.tasks.get(msg["key"])
         if ts is None or not self._runs_on(ts, address, msg["run_id"]):
-            return Out()
+            return Effects()
         return self.transitions({ts: "released"}, stimulus_id)
 
-    def long_running(self, address: str, msg: m.LongRunning, stimulus_id: str) -> Out:
+    def long_running(self, address: str, msg: m.LongRunning, stimulus_id: str) -> Effects:
         """A task seceded from its worker's thread pool: its slot is free."""
-        out = Out()
+        out = Effects()
         ws = self.workers.get(address)
         ts = self.tasks.get(msg["key"])
         if ws is None or ts is None or ts.processing_on is not ws or ts.run_id != msg["run_id"]:
@@ -561,10 +554,9 @@ class SchedulerStimuli(SchedulerState):
         if duration:
             ws.processing[ts] = 0.0
             ws.occupancy = max(ws.occupancy - duration, 0.0)
-        out.opened.append(ws)
-        return self.transitions({}, stimulus_id, out)
+        return self.transitions({}, stimulus_id, out, TransitionInputs(opened=[ws]))
 
-    def retry(self, keys: Sequence[Key], stimulus_id: str) -> tuple[list[Key], Out]:
+    def retry(self, keys: Sequence[Key], stimulus_id: str) -> tuple[list[Key], Effects]:
         """Rerun erred ``keys``: release the tasks whose own failure they inherit.
 
         Returns those tasks' keys and what to send.

@@ -3,7 +3,7 @@
 Workers and clients register over a request and then keep that comm as a
 batched stream in both directions.  Everything here decodes a message, calls
 one stimulus method of :class:`~distributed.scheduler.Scheduler` (which
-changes state and returns an ``Out``), and sends what it returned; no task
+changes state and returns an ``Effects``), and sends what it returned; no task
 state changes here.  Keeping the shell apart is what lets tests drive the
 state machine without sockets.
 """

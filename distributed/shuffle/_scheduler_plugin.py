@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from distributed.core import Route
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
-from distributed.scheduler.records import Out, TaskState, TaskStateName
+from distributed.scheduler.records import Effects, TaskState, TaskStateName
 from distributed.shuffle._exceptions import ShuffleRunRefused
 
 if TYPE_CHECKING:
@@ -168,7 +168,7 @@ class ShuffleSchedulerExtension:
             )
             if run is not None:
                 self._forget(run)
-            out = Out()
+            out = Effects()
             self._rerun(barrier, f"shuffle-restart-{shuffle_id}-{time.time()}", out)
             s.send_all(out)
         raise ShuffleRunRefused(
@@ -216,12 +216,12 @@ class ShuffleSchedulerExtension:
         except Exception as e:
             logger.debug("Telling %s to forget shuffle %s failed: %r", addr, msg["id"], e)
 
-    def on_remove_worker(self, address: str, stimulus_id: str, out: Out) -> None:
+    def on_remove_worker(self, address: str, stimulus_id: str, out: Effects) -> None:
         """A worker left: restart every unfinished shuffle it took part in."""
         for run in [r for r in self.active.values() if address in r.participants]:
             self._restart(run, address, out)
 
-    def _restart(self, run: _Run, address: str, out: Out) -> None:
+    def _restart(self, run: _Run, address: str, out: Effects) -> None:
         s = self.scheduler
         self._forget(run)
         barrier = run.barrier
@@ -232,7 +232,7 @@ class ShuffleSchedulerExtension:
         s.log_event("p2p", {"action": "p2p-run-restart", "id": run.id, "run_id": run.run_id, "worker": address})
         self._rerun(barrier, stimulus_id, out)
 
-    def _rerun(self, barrier: TaskState, stimulus_id: str, out: Out) -> None:
+    def _rerun(self, barrier: TaskState, stimulus_id: str, out: Effects) -> None:
         """Make every transfer of a shuffle run again, then its barrier; unpack tasks are unpinned.
 
         A transfer done on a worker that is asked to run it again in this

@@ -1,7 +1,7 @@
 """Unit tests of the scheduler's state machine, driven without any socket.
 
 Every stimulus (``update_graph``, ``task_finished``, ``remove_worker_state``,
-...) is a plain method that changes state and returns an :class:`Out` with the
+...) is a plain method that changes state and returns an :class:`Effects` with the
 messages to send; these tests call them directly on a scheduler that is never
 started, check the messages, and validate the whole state after every step.
 
@@ -24,7 +24,7 @@ from distributed.protocol import Serialized, unwrap
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.scheduler import Scheduler
-from distributed.scheduler.records import Out
+from distributed.scheduler.records import Effects
 
 Msg = dict[str, Any]
 
@@ -60,13 +60,13 @@ def new_scheduler(**kwargs: Any) -> Scheduler:
     return Scheduler(validate=True, **kwargs)
 
 
-def check(s: Scheduler, out: Out) -> Out:
+def check(s: Scheduler, out: Effects) -> Effects:
     """Validate the whole state after a step and pass the step's output on."""
     s.validate_state()
     return out
 
 
-def computes(out: Out, worker: str | None = None) -> list[m.ComputeTask]:
+def computes(out: Effects, worker: str | None = None) -> list[m.ComputeTask]:
     """The compute-task messages of ``out`` (to one worker, or to any)."""
     result: list[m.ComputeTask] = []
     for addr, msgs in out.workers.items():
@@ -76,11 +76,11 @@ def computes(out: Out, worker: str | None = None) -> list[m.ComputeTask]:
     return result
 
 
-def computed_keys(out: Out, worker: str | None = None) -> list[Key]:
+def computed_keys(out: Effects, worker: str | None = None) -> list[Key]:
     return [msg["key"] for msg in computes(out, worker)]
 
 
-def compute_of(out: Out, key: Key) -> tuple[str, m.ComputeTask]:
+def compute_of(out: Effects, key: Key) -> tuple[str, m.ComputeTask]:
     """The one worker asked to compute ``key``, and the message."""
     found = [
         (addr, msg)
@@ -92,11 +92,11 @@ def compute_of(out: Out, key: Key) -> tuple[str, m.ComputeTask]:
     return found[0]
 
 
-def freed(out: Out) -> dict[str, set[Key]]:
+def freed(out: Effects) -> dict[str, set[Key]]:
     return {addr: set(keys) for addr, keys in out.free.items() if keys}
 
 
-def client_ops(out: Out, client: str, op: str) -> list[Msg]:
+def client_ops(out: Effects, client: str, op: str) -> list[Msg]:
     """The messages of one op to ``client`` (as plain dicts, to read any field)."""
     return [cast(Msg, msg) for msg in out.clients.get(client, []) if msg["op"] == op]
 
@@ -132,7 +132,7 @@ def state(s: Scheduler, key: Key) -> str:
     return s.tasks[key].state
 
 
-def finish(s: Scheduler, key: Key, nbytes: int = 100, type_: str = "int", duration: float = 0.1) -> Out:
+def finish(s: Scheduler, key: Key, nbytes: int = 100, type_: str = "int", duration: float = 0.1) -> Effects:
     """The worker processing ``key`` reports it finished (with the current run_id)."""
     ts = s.tasks[key]
     assert ts.state == "processing", ts

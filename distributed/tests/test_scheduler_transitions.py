@@ -23,7 +23,7 @@ from distributed.protocol import Serialized, unwrap
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.scheduler import Scheduler
-from distributed.scheduler.records import Out
+from distributed.scheduler.records import Effects
 from distributed.tests.test_scheduler_state import done, scattered
 from distributed.utils_test import async_poll_for, gen_cluster, slowinc
 from distributed.worker import Worker
@@ -71,13 +71,13 @@ def new_scheduler() -> tuple[Scheduler, TransitionRecorder]:
     return s, rec
 
 
-def compute_tasks(out: Out) -> list[tuple[str, Key, int]]:
+def compute_tasks(out: Effects) -> list[tuple[str, Key, int]]:
     return [
         (a, msg["key"], msg["run_id"]) for a, msgs in out.workers.items() for msg in msgs if msg["op"] == "compute-task"
     ]
 
 
-def run_all(s: Scheduler, out: Out) -> None:
+def run_all(s: Scheduler, out: Effects) -> None:
     """Finish every task handed out, and those handed out in turn, until none is left."""
     todo = compute_tasks(out)
     while todo:
