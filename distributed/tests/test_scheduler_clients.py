@@ -17,19 +17,9 @@ from distributed.protocol import messages as m
 from distributed.protocol import unwrap
 from distributed.protocol.messages import Key
 from distributed.scheduler import Scheduler
-from distributed.tests.test_scheduler_state import (
-    A,
-    B,
-    check,
-    client_ops,
-    compute_of,
-    computed_keys,
-    finish,
-    freed,
-    new_scheduler,
-    scattered,
-    spec,
-)
+from distributed.tests.machines import A, B, check, client_ops, compute_of, computed_keys, finish, freed, scattered
+from distributed.tests.machines import task_spec as spec
+from distributed.tests.machines import validating_scheduler as new_scheduler
 from distributed.utils_test import async_poll_for, gen_cluster, inc, slowinc
 from distributed.worker import Worker
 

@@ -20,7 +20,8 @@ from distributed.protocol import messages as m
 from distributed.protocol import unwrap
 from distributed.protocol.messages import Key
 from distributed.scheduler import Scheduler
-from distributed.tests.test_scheduler_state import check, client_ops, finish, freed, spec, state
+from distributed.tests.machines import check, client_ops, finish, freed, state
+from distributed.tests.machines import task_spec as spec
 from distributed.tests.test_scheduler_transitions import assert_plugin_saw_the_story, new_scheduler
 from distributed.utils_test import gen_cluster, inc
 from distributed.worker import Worker

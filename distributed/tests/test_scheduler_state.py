@@ -11,7 +11,7 @@ tried to unpickle user code, these tests would fail.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
 import dask
@@ -24,124 +24,31 @@ from distributed.protocol import Serialized, unwrap
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.scheduler import Scheduler
-from distributed.scheduler.records import Effects
-
-Msg = dict[str, Any]
-
-A = "tcp://10.0.0.1:1234"
-B = "tcp://10.0.0.2:1234"
-C = "tcp://10.0.0.3:1234"
-
-
-# -- helpers ---------------------------------------------------------------------------
-def opaque_spec() -> Serialized:
-    """A run_spec whose frames are not a pickle: unpickling it would raise."""
-    return Serialized({"s": "pickle"}, [b"not a pickle"])
-
-
-def spec(
-    deps: Sequence[Key] = (),
-    order: int = 0,
-    run_spec: Serialized | None = None,
-    annotations: Mapping[str, Any] | None = None,
-) -> m.TaskSpec:
-    """One task of an update-graph."""
-    t: m.TaskSpec = {
-        "run_spec": run_spec if run_spec is not None else opaque_spec(),
-        "dependencies": list(deps),
-        "order": order,
-    }
-    if annotations is not None:
-        t["annotations"] = dict(annotations)
-    return t
+from distributed.tests.machines import (
+    A,
+    B,
+    C,
+    Msg,
+    RecordingStream,
+    cancel,
+    check,
+    client_ops,
+    compute_of,
+    computed_keys,
+    computes,
+    done,
+    finish,
+    freed,
+    opaque_spec,
+    report_erred,
+    scattered,
+    state,
+)
+from distributed.tests.machines import task_spec as spec
+from distributed.tests.machines import validating_scheduler as new_scheduler
 
 
-def new_scheduler(**kwargs: Any) -> Scheduler:
-    return Scheduler(validate=True, **kwargs)
-
-
-def check(s: Scheduler, out: Effects) -> Effects:
-    """Validate the whole state after a step and pass the step's output on."""
-    s.validate_state()
-    return out
-
-
-def computes(out: Effects, worker: str | None = None) -> list[m.ComputeTask]:
-    """The compute-task messages of ``out`` (to one worker, or to any)."""
-    result: list[m.ComputeTask] = []
-    for addr, msgs in out.workers.items():
-        if worker is not None and addr != worker:
-            continue
-        result.extend(msg for msg in msgs if msg["op"] == "compute-task")
-    return result
-
-
-def computed_keys(out: Effects, worker: str | None = None) -> list[Key]:
-    return [msg["key"] for msg in computes(out, worker)]
-
-
-def compute_of(out: Effects, key: Key) -> tuple[str, m.ComputeTask]:
-    """The one worker asked to compute ``key``, and the message."""
-    found = [
-        (addr, msg)
-        for addr, msgs in out.workers.items()
-        for msg in msgs
-        if msg["op"] == "compute-task" and msg["key"] == key
-    ]
-    assert len(found) == 1, found
-    return found[0]
-
-
-def freed(out: Effects) -> dict[str, set[Key]]:
-    return {addr: set(keys) for addr, keys in out.free.items() if keys}
-
-
-def client_ops(out: Effects, client: str, op: str) -> list[Msg]:
-    """The messages of one op to ``client`` (as plain dicts, to read any field)."""
-    return [cast(Msg, msg) for msg in out.clients.get(client, []) if msg["op"] == op]
-
-
-def done(key: Key, run_id: int, nbytes: int = 100, type_: str = "int", duration: float = 0.1) -> m.TaskFinished:
-    """A worker's task-finished report."""
-    return m.TaskFinished(
-        op="task-finished", key=key, run_id=run_id, nbytes=nbytes, type=type_, start=1000.0, stop=1000.0 + duration
-    )
-
-
-def report_erred(key: Key, run_id: int, exception: Any, traceback: Any, text: str) -> m.WorkerTaskErred:
-    """A worker's task-erred report."""
-    return m.WorkerTaskErred(
-        op="task-erred", key=key, run_id=run_id, exception=exception, traceback=traceback, text=text
-    )
-
-
-def scattered(
-    client: str, who_has: Mapping[Key, Sequence[str]], nbytes: Mapping[Key, int], types: Mapping[Key, str]
-) -> m.UpdateData:
-    """A client's update-data after scattering."""
-    return m.UpdateData(op="update-data", client=client, who_has=who_has, nbytes=nbytes, types=types)
-
-
-def cancel(client: str, keys: Sequence[Key], reason: str, force: bool = False) -> m.CancelKeys:
-    """A client's cancel-keys request."""
-    return m.CancelKeys(op="cancel-keys", client=client, keys=keys, reason=reason, force=force)
-
-
-def state(s: Scheduler, key: Key) -> str:
-    """The state of ``key`` now (a function, so that mypy does not narrow it across steps)."""
-    return s.tasks[key].state
-
-
-def finish(s: Scheduler, key: Key, nbytes: int = 100, type_: str = "int", duration: float = 0.1) -> Effects:
-    """The worker processing ``key`` reports it finished (with the current run_id)."""
-    ts = s.tasks[key]
-    assert ts.state == "processing", ts
-    assert ts.processing_on is not None
-    return check(
-        s, s.task_finished(ts.processing_on.address, done(key, ts.run_id, nbytes, type_, duration), f"finish-{key}")
-    )
-
-
+# -- fixtures ---------------------------------------------------------------------------
 @pytest.fixture
 def saturation_one() -> Iterator[None]:
     with dask.config.set({"distributed.scheduler.worker-saturation": 1.0}):
@@ -452,19 +359,6 @@ def test_retries_rerun_once_then_err() -> None:
     assert msg["exception"] is exc
     assert msg["text"] == "second"
     assert not computes(out)
-
-
-class RecordingStream:
-    """Stands in for a worker's BatchedSend: records what send_all sends, in order."""
-
-    def __init__(self) -> None:
-        self.sent: list[Msg] = []
-
-    def send(self, *msgs: Msg) -> None:
-        self.sent.extend(msgs)
-
-    def send_now(self, *msgs: Msg) -> None:
-        self.sent.extend(msgs)
 
 
 def _worker_keeps_running(sent: Sequence[Msg], key: Key) -> bool:
@@ -1208,3 +1102,20 @@ def test_task_prefix_names_are_those_of_key_split(key: str) -> None:
     s.update_graph("c1", {key: spec()}, [key])
     assert s.tasks[key].group.name == key_split(key)
     assert s.tasks[key].prefix.name == key_split(key)
+
+
+def test_the_state_machine_runs_a_graph_without_a_server() -> None:
+    from distributed.core import Server
+    from distributed.tests.machines import state_machine
+
+    s = state_machine()
+    assert not isinstance(s, Server)
+    check(s, s.add_worker_state(A, 1))
+    out = check(s, s.update_graph("c", {"x": spec(), "y": spec(["x"])}, ["y"]))
+    (cx,) = computes(out, A)
+    assert cx["key"] == "x"
+    out = check(s, s.task_finished(A, done("x", cx["run_id"]), "s1"))
+    (cy,) = computes(out, A)
+    assert cy["key"] == "y"
+    check(s, s.task_finished(A, done("y", cy["run_id"]), "s2"))
+    assert s.tasks["y"].state == "memory" and s.tasks["x"].state == "released"

@@ -19,12 +19,13 @@ import pytest
 
 from distributed import Client, SchedulerPlugin
 from distributed.exceptions import InvalidTransition, KilledWorker
-from distributed.protocol import Serialized, unwrap
 from distributed.protocol import messages as m
+from distributed.protocol import unwrap
 from distributed.protocol.messages import Key
 from distributed.scheduler import Scheduler
 from distributed.scheduler.records import Effects
-from distributed.tests.test_scheduler_state import done, scattered
+from distributed.tests.machines import compute_tasks, done, scattered, validating_scheduler
+from distributed.tests.machines import task_spec as spec
 from distributed.utils_test import async_poll_for, gen_cluster, slowinc
 from distributed.worker import Worker
 
@@ -60,21 +61,11 @@ def assert_plugin_saw_the_story(s: Scheduler, rec: TransitionRecorder) -> None:
     assert s.transition_counter == len(s.transition_log) == sum(len(v) for v in rec.seen.values())
 
 
-def spec(deps: list[Key] | None = None, order: int = 0) -> m.TaskSpec:
-    return {"run_spec": Serialized({"s": "pickle"}, [b"not a pickle"]), "dependencies": deps or [], "order": order}
-
-
 def new_scheduler() -> tuple[Scheduler, TransitionRecorder]:
-    s = Scheduler(validate=True)
+    s = validating_scheduler()
     rec = TransitionRecorder()
     s.plugins[rec.name or "recorder"] = rec
     return s, rec
-
-
-def compute_tasks(out: Effects) -> list[tuple[str, Key, int]]:
-    return [
-        (a, msg["key"], msg["run_id"]) for a, msgs in out.workers.items() for msg in msgs if msg["op"] == "compute-task"
-    ]
 
 
 def run_all(s: Scheduler, out: Effects) -> None:

@@ -154,7 +154,8 @@ def test_restart_drops_transfer_results_before_running_the_transfers_again() -> 
     from distributed.protocol import messages as m
     from distributed.scheduler import Scheduler
     from distributed.shuffle import ShuffleSchedulerExtension
-    from distributed.tests.test_scheduler_state import A, RecordingStream, finish, spec
+    from distributed.tests.machines import A, RecordingStream, finish
+    from distributed.tests.machines import task_spec as spec
 
     class Recorder(RecordingStream):
         send_lazy = RecordingStream.send

@@ -23,8 +23,9 @@ from distributed.core import Status
 from distributed.dashboard.components.scheduler import worker_rows
 from distributed.spill import SpillBuffer
 from distributed.tests.logs import caught_logs, messages
+from distributed.tests.machines import check, client_ops, finish, state
+from distributed.tests.machines import task_spec as spec
 from distributed.tests.test_cli import WORKER, Proc, poll_with_proc, procs, start_scheduler
-from distributed.tests.test_scheduler_state import check, client_ops, finish, spec, state
 from distributed.tests.tmpfs import mounted_tmpfs, remount
 from distributed.utils_test import async_poll_for, gen_test
 from distributed.worker import Worker

@@ -14,12 +14,12 @@ import dask
 import pytest
 
 from distributed.batched import BatchedSend
-from distributed.protocol import Serialized
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.scheduler import Scheduler
 from distributed.scheduler.stealing import WorkStealing
-from distributed.tests.test_scheduler_state import scattered
+from distributed.tests.machines import scattered
+from distributed.tests.machines import task_spec as spec
 from distributed.utils_test import gen_cluster, slowinc
 from distributed.worker.state_machine import (
     ComputeTaskEvent,
@@ -59,17 +59,6 @@ class Recorded(BatchedSend):
     def take(self) -> list[m.SchedulerToWorker]:
         msgs, self.sent = self.sent, []
         return msgs
-
-
-def spec(deps: list[Key] | None = None, order: int = 0, annotations: dict[str, Any] | None = None) -> m.TaskSpec:
-    t: m.TaskSpec = {
-        "run_spec": Serialized({"s": "pickle"}, [b"not a pickle"]),
-        "dependencies": deps or [],
-        "order": order,
-    }
-    if annotations:
-        t["annotations"] = annotations
-    return t
 
 
 def stealing(s: Scheduler) -> WorkStealing:
