@@ -39,20 +39,17 @@ from distributed.protocol import messages as m
 from distributed.protocol.serialize import to_serialize
 from distributed.scheduler.events import EventLog
 from distributed.scheduler.extensions import ExtensionFactory, make_extensions, start_extensions
+from distributed.scheduler.graph import GraphIngestion
 from distributed.scheduler.records import (
     Effects,
     WorkerState,
 )
 from distributed.scheduler.requests import ClusterRequests
+from distributed.scheduler.settings import SchedulerServerSettings
+from distributed.scheduler.state import SchedulerState
 from distributed.scheduler.streams import SchedulerStreams
 from distributed.security import Security, coerce_security
 from distributed.utils import refuse_unsupported, unsupported
-
-if TYPE_CHECKING:
-    from distributed.dashboard.core import BokehDashboard
-
-from distributed.scheduler.graph import GraphIngestion
-from distributed.scheduler.state import SchedulerState
 
 if TYPE_CHECKING:
     from distributed.dashboard.core import BokehDashboard
@@ -173,33 +170,31 @@ class Scheduler(GraphIngestion, Server):
             raise unsupported("Scheduler", "http_prefix", f"routes are served at /, not {http_prefix!r}")
         refuse_unsupported("Scheduler", services=bool(services), jupyter=jupyter)
         self.id = f"Scheduler-{uuid.uuid4()}"
+        server_settings = SchedulerServerSettings.from_config(
+            contact_address=contact_address, worker_ttl=worker_ttl, idle_timeout=idle_timeout
+        )
+        #: The server's settings read from the config (the state machine's are ``settings``).
+        self.server_settings = server_settings
         if not protocol and "://" not in (host or ""):
             default = "tls" if self.security.require_encryption else "tcp"
-            protocol = dask.config.get("distributed.comm.default-scheme", default)
+            protocol = server_settings.default_scheme or default
             if self.security.require_encryption and protocol == "tcp":
                 protocol = "tls"
         #: Where to listen: host (with or without a scheme), port, interface and protocol in one address.
         self._start_address = address_from_user_args(host, port, interface, protocol, who="Scheduler")
         self._protocol = parse_address(self._start_address)[0]
-        contact = contact_address or dask.config.get("distributed.scheduler.contact-address", None)
-        if contact:
-            validate_address(contact)
-        self._contact_address: str | None = contact or None
-        allow_pickle = dask.config.get("distributed.scheduler.pickle", True)
-        if not isinstance(allow_pickle, bool):
-            # A security control: a value such as "no" must not read as true.
-            raise ValueError(f"distributed.scheduler.pickle must be true or false, got {allow_pickle!r}")
+        if server_settings.contact_address:
+            validate_address(server_settings.contact_address)
+        self._contact_address = server_settings.contact_address
         #: Whether requests that make the scheduler unpickle what it is sent are served
         #: (``distributed.scheduler.pickle``, read once at construction).
-        self.allow_pickle: bool = allow_pickle
+        self.allow_pickle = server_settings.allow_pickle
         self.dashboard = dashboard
         self.dashboard_address = dashboard_address
         self.scheduler_file = scheduler_file
         self._wrote_scheduler_file = False
-        ttl = worker_ttl if worker_ttl is not None else dask.config.get("distributed.scheduler.worker-ttl")
-        self.worker_ttl: float | None = parse_timedelta(ttl) if ttl else None
-        idle = idle_timeout if idle_timeout is not None else dask.config.get("distributed.scheduler.idle-timeout")
-        self.idle_timeout: float | None = parse_timedelta(idle) if idle else None
+        self.worker_ttl = server_settings.worker_ttl
+        self.idle_timeout = server_settings.idle_timeout
         SchedulerState.__init__(self, validate=validate, allowed_failures=allowed_failures, protocol=self._protocol)
         #: While a batch of stream messages is handled: the messages its stimuli produced, not sent yet.
         self._held: Effects | None = None
@@ -264,7 +259,7 @@ class Scheduler(GraphIngestion, Server):
         make_extensions(self, extensions, self._blocked_handlers())
 
     def _blocked_handlers(self) -> list[str]:
-        return list(dask.config.get("distributed.scheduler.blocked-handlers", []))
+        return list(self.server_settings.blocked_handlers)
 
     # ======================================================================
     # Life cycle
@@ -428,9 +423,8 @@ class Scheduler(GraphIngestion, Server):
             # Not a worker that the nanny has started since (the old one woke, closed and was replaced).
             worker=address,
         )
-        timeout = float(parse_timedelta(dask.config.get("distributed.comm.timeouts.connect")) or 30)
         try:
-            await asyncio.wait_for(self.rpc.call(nanny, request), timeout)
+            await asyncio.wait_for(self.rpc.call(nanny, request), self.server_settings.connect_timeout)
         except (OSError, CommClosedError, TimeoutError) as e:
             # Stuck too, or cut off with its worker: the worker learns it was removed when it wakes up.
             logger.warning("Could not ask nanny %s to replace the unresponsive worker %s: %r", nanny, address, e)

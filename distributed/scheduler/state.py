@@ -16,9 +16,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-import dask
-import dask.config
-from dask.utils import format_bytes, parse_timedelta
+from dask.utils import format_bytes
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 from distributed.exceptions import InvalidTransition, LostDataError
@@ -41,6 +39,7 @@ from distributed.scheduler.records import (
     grown,
     without,
 )
+from distributed.scheduler.settings import SchedulingSettings
 from distributed.utils import key_split_uncached
 
 logger = logging.getLogger("distributed.scheduler")
@@ -121,30 +120,19 @@ class SchedulerState:
     ) -> None:
         #: The scheme of the scheduler's own address: a worker restriction given as ``host:port`` gets it.
         self._protocol = protocol
-        self.validate = bool(dask.config.get("distributed.scheduler.validate", False) if validate is None else validate)
-        self.allowed_failures = int(
-            dask.config.get("distributed.scheduler.allowed-failures") if allowed_failures is None else allowed_failures
-        )
-        full = dask.config.get("distributed.scheduler.full-disk-timeout")
-        #: Seconds every worker may stay paused, unable to spill after a disk error, before waiting tasks err.
-        self.full_disk_timeout: float | None = parse_timedelta(full) if full else None
+        settings = SchedulingSettings.from_config(validate=validate, allowed_failures=allowed_failures)
+        #: The settings read from the config; each is also an attribute of its own (read per task).
+        self.settings = settings
+        self.validate = settings.validate
+        self.allowed_failures = settings.allowed_failures
+        self.full_disk_timeout = settings.full_disk_timeout
         #: Since when (``time.time()``) every worker has been paused that way with tasks waiting; None if not so.
         self.full_disks_since: float | None = None
-        self.bandwidth = float(dask.utils.parse_bytes(str(dask.config.get("distributed.scheduler.bandwidth"))))
-        self.unknown_duration = float(
-            parse_timedelta(dask.config.get("distributed.scheduler.unknown-task-duration")) or 0.5
-        )
-        self.default_durations: dict[str, float] = {
-            k: float(parse_timedelta(v) or 0)
-            for k, v in dask.config.get("distributed.scheduler.default-task-durations", {}).items()
-        }
-        self.root_latency_budget = float(
-            parse_timedelta(dask.config.get("distributed.scheduler.root-task-latency-budget", "5ms")) or 0.0
-        )
-        sat = dask.config.get("distributed.scheduler.worker-saturation")
-        self.worker_saturation = float(sat) if sat not in (None, "inf") else math.inf
-        if not self.worker_saturation > 0:
-            raise ValueError(f"worker-saturation must be positive, got {sat!r}")
+        self.bandwidth = settings.bandwidth
+        self.unknown_duration = settings.unknown_duration
+        self.default_durations = settings.default_durations
+        self.root_latency_budget = settings.root_latency_budget
+        self.worker_saturation = settings.worker_saturation
 
         self.tasks: dict[Key, TaskState] = {}
         self.workers: dict[str, WorkerState] = {}
@@ -174,8 +162,9 @@ class SchedulerState:
         self.transition_counter = 0
         #: Tasks forgotten since the start (how much work has flowed through the state).
         self.tasks_forgotten = 0
-        log_length = int(dask.config.get("distributed.scheduler.transition-log-length", 100000))
-        self.transition_log: deque[tuple[Key, TaskStateName, TaskStateName, str, float]] = deque(maxlen=log_length)
+        self.transition_log: deque[tuple[Key, TaskStateName, TaskStateName, str, float]] = deque(
+            maxlen=settings.transition_log_length
+        )
         self.plugins: dict[str, SchedulerPlugin] = {}
         self.time_started = time.time()
         self.idle_since: float | None = time.time()

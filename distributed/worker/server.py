@@ -17,15 +17,12 @@ import math
 import os
 import random
 import sys
-import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-import dask
-import dask.config
 import psutil
 from dask.sizeof import sizeof
 from dask.utils import parse_bytes, parse_timedelta, typename
@@ -68,6 +65,7 @@ from distributed.worker.execution import (
 )
 from distributed.worker.memory import WorkerMemoryMonitor
 from distributed.worker.options import check_unsupported_worker_kwargs
+from distributed.worker.settings import WorkerSettings
 from distributed.worker.state_machine import (
     AcquireReplicasEvent,
     ComputeTaskEvent,
@@ -292,13 +290,23 @@ class Worker(Server):
         self._protocol = listen_protocol(protocol, host, scheduler_ip, self.security.require_encryption)
         self._listen_address = listen_address
         self._contact_address = contact_address
-        self.resources: dict[str, float] = dict(resources or dask.config.get("distributed.worker.resources", {}) or {})
-        self.validate = bool(dask.config.get("distributed.worker.validate", False) if validate is None else validate)
+        settings = WorkerSettings.from_config(
+            validate=validate,
+            resources=resources,
+            local_directory=local_directory,
+            memory_monitor_interval=memory_monitor_interval,
+            heartbeat_interval=heartbeat_interval,
+        )
+        #: The settings read from the config.
+        self.settings = settings
+        self.resources = dict(settings.resources)
+        self.validate = settings.validate
         self.id = f"Worker-{uuid.uuid4()}"
         # Each worker gets a directory of its own under the base (as dask.distributed's do),
         # so workers given the same local_directory never share scratch files.
-        base = local_directory or dask.config.get("temporary-directory", None) or tempfile.gettempdir()
-        self.local_directory = os.path.join(base, "dask-scratch-space", f"worker-{self.id[len('Worker-') :]}")
+        self.local_directory = os.path.join(
+            settings.directory_base, "dask-scratch-space", f"worker-{self.id[len('Worker-') :]}"
+        )
         self._work_dir: WorkDir | None = None
         self.lifetime = parse_timedelta(lifetime) if lifetime is not None else None
         #: At the end of ``lifetime``, have the nanny start a new worker (instead of closing it too).
@@ -314,20 +322,8 @@ class Worker(Server):
             self, target=memory_target_fraction, spill=memory_spill_fraction, pause=memory_pause_fraction
         )
         #: Seconds between two memory checks.
-        self.memory_monitor_interval = float(
-            parse_timedelta(
-                memory_monitor_interval
-                if memory_monitor_interval is not None
-                else dask.config.get("distributed.worker.memory.monitor-interval")
-            )
-            or 0.1
-        )
-        hb = (
-            heartbeat_interval
-            if heartbeat_interval is not None
-            else dask.config.get("distributed.worker.heartbeat-interval", "1s")
-        )
-        self.heartbeat_interval = float(parse_timedelta(hb) or 1.0)
+        self.memory_monitor_interval = settings.memory_monitor_interval
+        self.heartbeat_interval = settings.heartbeat_interval
         self.nanny = nanny
         self.death_timeout = parse_timedelta(death_timeout) if death_timeout is not None else None
         self.data: MutableMapping[Key, Any] = data if data is not None else {}
@@ -408,7 +404,7 @@ class Worker(Server):
         )
 
     def _blocked_handlers(self) -> list[str]:
-        return list(dask.config.get("distributed.worker.blocked-handlers", []))
+        return list(self.settings.blocked_handlers)
 
     @property
     def status(self) -> Status:
@@ -451,8 +447,8 @@ class Worker(Server):
 
             self.http_server = await start_worker_http_server(self, self.dashboard_address or ":0")
         self.state = self._new_state_machine(
-            transfer_limit=int(parse_bytes(str(dask.config.get("distributed.worker.transfer.message-bytes-limit")))),
-            fetch_concurrency=int(dask.config.get("distributed.worker.connections.outgoing")),
+            transfer_limit=self.settings.transfer_limit,
+            fetch_concurrency=self.settings.fetch_concurrency,
         )
         self._update_transition_hook()
         if self.name is None:
@@ -475,9 +471,7 @@ class Worker(Server):
 
     async def _register_with_scheduler(self, timeout: float | None = None) -> None:
         if timeout is None:
-            timeout = self.death_timeout or float(
-                parse_timedelta(dask.config.get("distributed.comm.timeouts.connect")) or 30
-            )
+            timeout = self.death_timeout or self.settings.connect_timeout
         deadline = time.monotonic() + timeout
         first = True
         while True:
@@ -813,11 +807,10 @@ class Worker(Server):
     async def _tell_nanny_to_close(self, reason: str) -> None:
         """Ask our nanny to close after this process ends rather than start another worker."""
         assert self.nanny is not None
-        timeout = float(parse_timedelta(dask.config.get("distributed.comm.timeouts.connect")) or 30)
         try:
             await asyncio.wait_for(
                 self.rpc.call(self.nanny, m.NannyCloseGracefully(op="close_gracefully", reason=reason)),
-                min(timeout, 5.0),
+                min(self.settings.connect_timeout, 5.0),
             )
         except (OSError, CommClosedError, TimeoutError):
             # Without the message the nanny starts a new worker: better than no worker.
@@ -830,7 +823,7 @@ class Worker(Server):
         was running runs elsewhere); when no other worker can take them it
         keeps the worker, which closes anyway.
         """
-        timeout = float(parse_timedelta(dask.config.get("distributed.comm.timeouts.tcp")) or 30)
+        timeout = self.settings.tcp_timeout
         request = m.RetireWorkers(
             op="retire_workers",
             workers=[self.address],

@@ -1,0 +1,159 @@
+"""The scheduler's settings, read from dask's config in one place and typed.
+
+:class:`SchedulingSettings` is what the state machine reads (how tasks are
+placed and when they err); :class:`SchedulerServerSettings` what the server
+reads (how it listens and watches its workers).  Each is read once, when a
+scheduler is made: a ``Scheduler`` keyword given wins over its config key.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import dask.config
+from dask.utils import parse_bytes, parse_timedelta
+
+__all__ = ["SchedulerServerSettings", "SchedulingSettings"]
+
+
+def _seconds_or_none(value: Any) -> float | None:
+    """A duration in seconds, or None for a falsy value (``null``, ``0``, ``False``: off)."""
+    return parse_timedelta(value) if value else None
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulingSettings:
+    """What the scheduler's state machine reads of the config (``distributed.scheduler.*``).
+
+    Attributes
+    ----------
+    validate
+        Check every invariant after each transition (``validate``).
+    allowed_failures
+        Workers a task may see die under it before it errs with KilledWorker (``allowed-failures``).
+    full_disk_timeout
+        Seconds every worker may stay paused, unable to spill after a disk error, before waiting
+        tasks err; None waits (``full-disk-timeout``).
+    bandwidth
+        Bytes per second assumed between workers, to price moving inputs (``bandwidth``).
+    unknown_duration
+        Seconds assumed for a task of a prefix never run (``unknown-task-duration``).
+    default_durations
+        Assumed seconds by task prefix (``default-task-durations``).
+    root_latency_budget
+        Seconds of root tasks a worker may be sent beyond its threads (``root-task-latency-budget``).
+    worker_saturation
+        Root tasks per thread sent before the rest queue on the scheduler; ``inf``: no queue
+        (``worker-saturation``).
+    transition_log_length
+        Transitions kept for ``story`` (``transition-log-length``).
+    """
+
+    validate: bool = False
+    allowed_failures: int = 3
+    full_disk_timeout: float | None = 60.0
+    bandwidth: float = 100e6
+    unknown_duration: float = 0.5
+    default_durations: Mapping[str, float] = field(default_factory=dict)
+    root_latency_budget: float = 0.005
+    worker_saturation: float = 1.1
+    transition_log_length: int = 100_000
+
+    @classmethod
+    def from_config(cls, *, validate: bool | None = None, allowed_failures: int | None = None) -> SchedulingSettings:
+        """The settings in dask's config now, with the keywords given instead of theirs.
+
+        Raises
+        ------
+        ValueError
+            For a ``worker-saturation`` that is not positive.
+        """
+
+        def get(key: str, default: Any = None) -> Any:
+            return dask.config.get(f"distributed.scheduler.{key}", default)
+
+        saturation = get("worker-saturation")
+        worker_saturation = float(saturation) if saturation not in (None, "inf") else math.inf
+        if not worker_saturation > 0:
+            raise ValueError(f"worker-saturation must be positive, got {saturation!r}")
+        return cls(
+            validate=bool(get("validate", False) if validate is None else validate),
+            allowed_failures=int(get("allowed-failures") if allowed_failures is None else allowed_failures),
+            full_disk_timeout=_seconds_or_none(get("full-disk-timeout")),
+            bandwidth=float(parse_bytes(str(get("bandwidth")))),
+            unknown_duration=float(parse_timedelta(get("unknown-task-duration")) or 0.5),
+            default_durations={
+                k: float(parse_timedelta(v) or 0) for k, v in (get("default-task-durations", {}) or {}).items()
+            },
+            root_latency_budget=float(parse_timedelta(get("root-task-latency-budget", "5ms")) or 0.0),
+            worker_saturation=worker_saturation,
+            transition_log_length=int(get("transition-log-length", 100_000)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerServerSettings:
+    """What the scheduler's server reads of the config.
+
+    Attributes
+    ----------
+    default_scheme
+        The scheme to listen with when none is given (``distributed.comm.default-scheme``).
+    contact_address
+        The address to announce (``distributed.scheduler.contact-address``), or None.
+    allow_pickle
+        Whether requests that make the scheduler unpickle what it is sent are served
+        (``distributed.scheduler.pickle``).
+    worker_ttl
+        Seconds a worker may stay silent before it is removed; None: never (``worker-ttl``).
+    idle_timeout
+        Seconds without work after which the scheduler closes; None: never (``idle-timeout``).
+    blocked_handlers
+        Requests refused (``blocked-handlers``).
+    connect_timeout
+        Seconds to connect to a peer (``distributed.comm.timeouts.connect``).
+    """
+
+    default_scheme: str | None = None
+    contact_address: str | None = None
+    allow_pickle: bool = True
+    worker_ttl: float | None = 300.0
+    idle_timeout: float | None = None
+    blocked_handlers: tuple[str, ...] = ()
+    connect_timeout: float = 30.0
+
+    @classmethod
+    def from_config(
+        cls,
+        *,
+        contact_address: str | None = None,
+        worker_ttl: float | str | None = None,
+        idle_timeout: float | str | None = None,
+    ) -> SchedulerServerSettings:
+        """The settings in dask's config now, with the keywords given instead of theirs.
+
+        Raises
+        ------
+        ValueError
+            For a ``distributed.scheduler.pickle`` that is not a boolean (a value such as
+            ``"no"`` must not read as true: it is a security control).
+        """
+
+        def get(key: str, default: Any = None) -> Any:
+            return dask.config.get(f"distributed.scheduler.{key}", default)
+
+        allow_pickle = get("pickle", True)
+        if not isinstance(allow_pickle, bool):
+            raise ValueError(f"distributed.scheduler.pickle must be true or false, got {allow_pickle!r}")
+        return cls(
+            default_scheme=dask.config.get("distributed.comm.default-scheme", None),
+            contact_address=contact_address or get("contact-address", None) or None,
+            allow_pickle=allow_pickle,
+            worker_ttl=_seconds_or_none(worker_ttl if worker_ttl is not None else get("worker-ttl")),
+            idle_timeout=_seconds_or_none(idle_timeout if idle_timeout is not None else get("idle-timeout")),
+            blocked_handlers=tuple(get("blocked-handlers", []) or ()),
+            connect_timeout=float(parse_timedelta(dask.config.get("distributed.comm.timeouts.connect")) or 30),
+        )

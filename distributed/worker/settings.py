@@ -1,0 +1,86 @@
+"""The worker's settings, read from dask's config in one place and typed.
+
+Read once, when a worker is made; a ``Worker`` keyword given wins over its
+config key.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import dask.config
+from dask.utils import parse_bytes, parse_timedelta
+
+__all__ = ["WorkerSettings"]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    """What a worker reads of the config (``distributed.worker.*`` unless said otherwise).
+
+    Attributes
+    ----------
+    validate
+        Check the state machine's invariants after each event (``validate``).
+    resources
+        Abstract resources this worker offers, by name (``resources``).
+    directory_base
+        Where the worker's own scratch directory goes (``temporary-directory``, else the system's).
+    memory_monitor_interval
+        Seconds between two memory checks (``memory.monitor-interval``).
+    heartbeat_interval
+        Seconds between two heartbeats to the scheduler (``heartbeat-interval``).
+    blocked_handlers
+        Requests refused (``blocked-handlers``).
+    transfer_limit
+        Most bytes asked of one peer at once (``transfer.message-bytes-limit``).
+    fetch_concurrency
+        Most peers fetched from at once (``connections.outgoing``).
+    connect_timeout, tcp_timeout
+        Seconds to connect to a peer, and to wait on a connection
+        (``distributed.comm.timeouts.connect``, ``.tcp``).
+    """
+
+    validate: bool = False
+    resources: dict[str, float] = field(default_factory=dict)
+    directory_base: str = field(default_factory=tempfile.gettempdir)
+    memory_monitor_interval: float = 0.1
+    heartbeat_interval: float = 1.0
+    blocked_handlers: tuple[str, ...] = ()
+    transfer_limit: int = 50 * 2**20
+    fetch_concurrency: int = 50
+    connect_timeout: float = 30.0
+    tcp_timeout: float = 30.0
+
+    @classmethod
+    def from_config(
+        cls,
+        *,
+        validate: bool | None = None,
+        resources: Mapping[str, float] | None = None,
+        local_directory: str | None = None,
+        memory_monitor_interval: float | str | None = None,
+        heartbeat_interval: float | str | None = None,
+    ) -> WorkerSettings:
+        """The settings in dask's config now, with the keywords given instead of theirs."""
+
+        def get(key: str, default: Any = None) -> Any:
+            return dask.config.get(f"distributed.worker.{key}", default)
+
+        monitor = memory_monitor_interval if memory_monitor_interval is not None else get("memory.monitor-interval")
+        heartbeat = heartbeat_interval if heartbeat_interval is not None else get("heartbeat-interval", "1s")
+        return cls(
+            validate=bool(get("validate", False) if validate is None else validate),
+            resources={k: float(v) for k, v in (resources or get("resources", {}) or {}).items()},
+            directory_base=local_directory or dask.config.get("temporary-directory", None) or tempfile.gettempdir(),
+            memory_monitor_interval=float(parse_timedelta(monitor) or 0.1),
+            heartbeat_interval=float(parse_timedelta(heartbeat) or 1.0),
+            blocked_handlers=tuple(get("blocked-handlers", []) or ()),
+            transfer_limit=int(parse_bytes(str(get("transfer.message-bytes-limit")))),
+            fetch_concurrency=int(get("connections.outgoing")),
+            connect_timeout=float(parse_timedelta(dask.config.get("distributed.comm.timeouts.connect")) or 30),
+            tcp_timeout=float(parse_timedelta(dask.config.get("distributed.comm.timeouts.tcp")) or 30),
+        )
