@@ -1,21 +1,25 @@
-"""Client methods written once for both kinds of client: values on a synchronous one, awaitables on an asynchronous one.
+"""Methods written once for synchronous and asynchronous use: values on a synchronous client, awaitables on an asynchronous one.
 
-A :class:`Client` is synchronous (``Client()``, typed ``Client[Literal[False]]``)
-or asynchronous (``Client(asynchronous=True)``, ``Client[Literal[True]]``), and
-most of its methods take ``asynchronous=`` to ask for the other form once.
-Such a method is written once, decorated with :class:`dual_method`: its body
-checks the arguments at once, in the caller's thread (so that bad arguments
-raise where the call is, on either kind of client), and returns the work to
-run on the client's loop as a coroutine function of no arguments.  The
-descriptor runs it through :meth:`Client.sync`, which awaits it on a
-synchronous client and hands back the awaitable on an asynchronous one.
+A :class:`~distributed.Client` is synchronous (``Client()``, typed
+``Client[Literal[False]]``) or asynchronous (``Client(asynchronous=True)``,
+``Client[Literal[True]]``), and most of its methods take ``asynchronous=`` to
+ask for the other form once.  The coordination primitives (``Lock``,
+``Queue``, ...) follow the client they talk through.  Such a method is
+written once, decorated with :class:`dual_method`: its body checks the
+arguments at once, in the caller's thread (so that bad arguments raise where
+the call is, on either kind of client), and returns the work to run on the
+client's loop as a coroutine function of no arguments.  The descriptor runs
+it through the host's ``sync``, which awaits it on a synchronous client and
+hands back the awaitable on an asynchronous one.
 
-For the type checker, the method bound to a ``Client[Literal[False]]`` is a
-:class:`SyncCall` (the body's parameters, returning ``T``) and bound to a
-``Client[Literal[True]]`` an :class:`AsyncCall` (returning ``Awaitable[T]``);
+For the type checker, the method bound to a synchronous host is a
+:class:`SyncCall` (the body's parameters, returning ``T``) and bound to an
+asynchronous one an :class:`AsyncCall` (returning ``Awaitable[T]``);
 ``asynchronous=True`` or ``False`` switches the form of one call.  Arguments
 are checked against the body's own signature except in such a switched call
-(a keyword cannot follow a parameter specification's ``*args``).
+(a keyword cannot follow a parameter specification's ``*args``).  A
+primitive made without a client (``Lock("x")``) does not know its mode
+statically: its methods are :class:`AnyModeCall`, returning ``Any``.
 """
 
 from __future__ import annotations
@@ -23,12 +27,13 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, Self, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, Protocol, Self, TypeVar, overload
 
 if TYPE_CHECKING:
-    from distributed.client.client import Client
+    from distributed.client.base import ClientBase
+    from distributed.coordination.primitive import ClientBound
 
-__all__ = ["AsyncCall", "SyncCall", "dual_method"]
+__all__ = ["AnyModeCall", "AsyncCall", "BoundDual", "DualHost", "SyncCall", "Work", "dual_method"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -37,19 +42,26 @@ T = TypeVar("T")
 Work = Callable[[], Awaitable[T]]
 
 
+class DualHost(Protocol):
+    """What a dual method runs through: a client, or a primitive (which uses its client's)."""
+
+    def sync(self, func: Callable[..., Awaitable[Any]], *args: Any, asynchronous: bool | None = None) -> Any:
+        """Await ``func(*args)`` on the client's loop, or return the awaitable (see :meth:`Client.sync`)."""
+
+
 class BoundDual(Generic[P, T]):
-    """A dual method bound to a client; called, it runs the body, then the work it returns."""
+    """A dual method bound to its host: runs the body, then the work it returns (the call types below)."""
 
-    __slots__ = ("body", "client")
+    __slots__ = ("body", "host")
 
-    def __init__(self, body: Callable[Concatenate[Any, P], Work[T]], client: Client[bool]) -> None:
+    def __init__(self, body: Callable[Concatenate[Any, P], Work[T]], host: DualHost) -> None:
         self.body = body
-        self.client = client
+        self.host = host
 
     def run(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Check the arguments (the body), then await the work or return it as an awaitable."""
         asynchronous = kwargs.pop("asynchronous", None)
-        return self.client.sync(self.body(self.client, *args, **kwargs), asynchronous=asynchronous)
+        return self.host.sync(self.body(self.host, *args, **kwargs), asynchronous=asynchronous)
 
     @property
     def __name__(self) -> str:
@@ -67,11 +79,26 @@ class BoundDual(Generic[P, T]):
         return call_signature(self.body)
 
     def __repr__(self) -> str:
-        return f"<bound method Client.{self.body.__name__} of {self.client!r}>"
+        return f"<bound method {type(self.host).__name__}.{self.body.__name__} of {self.host!r}>"
+
+
+class AnyModeCall(BoundDual[P, T]):
+    """A dual method of a host whose form is not known statically (a primitive made without a client)."""
+
+    __slots__ = ()
+
+    @overload
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Any: ...
+
+    @overload
+    def __call__(self, *args: Any, asynchronous: bool | None, **kwargs: Any) -> Any: ...
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.run(args, kwargs)
 
 
 class SyncCall(BoundDual[P, T]):
-    """A dual method of a synchronous client: returns the value, or an awaitable with ``asynchronous=True``."""
+    """A dual method of a synchronous host: returns the value, or an awaitable with ``asynchronous=True``."""
 
     __slots__ = ()
 
@@ -92,7 +119,7 @@ class SyncCall(BoundDual[P, T]):
 
 
 class AsyncCall(BoundDual[P, T]):
-    """A dual method of an asynchronous client: returns an awaitable, or the value with ``asynchronous=False``."""
+    """A dual method of an asynchronous host: returns an awaitable, or the value with ``asynchronous=False``."""
 
     __slots__ = ()
 
@@ -113,7 +140,7 @@ class AsyncCall(BoundDual[P, T]):
 
 
 class dual_method(Generic[P, T]):
-    """Make a client method of a body that checks its arguments and returns the work to run (see the module).
+    """Make a method of a body that checks its arguments and returns the work to run (see the module).
 
     Parameters
     ----------
@@ -128,27 +155,35 @@ class dual_method(Generic[P, T]):
         self.__wrapped__ = body
 
     @overload
-    def __get__(self, client: None, owner: type[Any]) -> Self: ...
+    def __get__(self, host: None, owner: type[Any]) -> Self: ...
 
     @overload
-    def __get__(self, client: Client[Literal[False]], owner: type[Any]) -> SyncCall[P, T]: ...
+    def __get__(
+        self, host: ClientBase[Literal[False]] | ClientBound[Literal[False]], owner: type[Any]
+    ) -> SyncCall[P, T]: ...
 
     @overload
-    def __get__(self, client: Client[Literal[True]], owner: type[Any]) -> AsyncCall[P, T]: ...
+    def __get__(
+        self, host: ClientBase[Literal[True]] | ClientBound[Literal[True]], owner: type[Any]
+    ) -> AsyncCall[P, T]: ...
 
     @overload
-    def __get__(self, client: Client[bool], owner: type[Any]) -> SyncCall[P, T] | AsyncCall[P, T]: ...
+    def __get__(self, host: ClientBase[bool], owner: type[Any]) -> SyncCall[P, T] | AsyncCall[P, T]: ...
 
-    def __get__(self, client: Client[bool] | None, owner: type[Any]) -> Any:
-        if client is None:
+    @overload
+    def __get__(self, host: ClientBound[bool], owner: type[Any]) -> AnyModeCall[P, T]: ...
+
+    def __get__(self, host: DualHost | None, owner: type[Any]) -> Any:
+        if host is None:
             return self
-        if client.asynchronous:
-            return AsyncCall(self.body, client)
-        return SyncCall(self.body, client)
+        # The class only names the form; both run the same way (the host's sync picks the form).
+        if getattr(host, "asynchronous", False) is True:
+            return AsyncCall(self.body, host)
+        return SyncCall(self.body, host)
 
-    def __call__(self, client: Client[bool], /, *args: Any, **kwargs: Any) -> object:
-        """Call the method on ``client`` (``Client.nthreads(client)``, as with any method read off the class)."""
-        return BoundDual(self.body, client).run(args, kwargs)
+    def __call__(self, host: DualHost, /, *args: Any, **kwargs: Any) -> object:
+        """Call the method on ``host`` (``Client.nthreads(client)``, as with any method read off the class)."""
+        return AnyModeCall(self.body, host).run(args, kwargs)
 
 
 @functools.cache

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from dask.utils import parse_timedelta
 
+from distributed.client.base import AsyncT
+from distributed.client.dual import Work, dual_method
 from distributed.coordination.names import name_or_new
 from distributed.coordination.primitive import ClientBound
 from distributed.protocol import messages as m
@@ -17,7 +19,7 @@ if TYPE_CHECKING:
 __all__ = ["Event"]
 
 
-class Event(ClientBound, noun="event"):
+class Event(ClientBound[AsyncT], noun="event"):
     """A flag shared by every client and task of a cluster, by name, as :class:`asyncio.Event`.
 
     An event starts clear; :meth:`set` wakes everyone in :meth:`wait`
@@ -42,11 +44,12 @@ class Event(ClientBound, noun="event"):
     True
     """
 
-    def __init__(self, name: Any = None, client: Client | None = None) -> None:
+    def __init__(self, name: Any = None, client: Client[AsyncT] | None = None) -> None:
         super().__init__(client)
         self.name: Any = name_or_new(name, "event")
 
-    def wait(self, timeout: float | str | timedelta | None = None) -> Any:
+    @dual_method
+    def wait(self, timeout: float | str | timedelta | None = None) -> Work[bool]:
         """Wait until the event is set (an awaitable with an asynchronous client).
 
         Parameters
@@ -63,19 +66,22 @@ class Event(ClientBound, noun="event"):
         t = parse_timedelta(timeout) if timeout is not None else None
         return self._request(m.EventWait(op="event_wait", name=self.name, timeout=t))
 
-    def set(self) -> Any:
+    @dual_method
+    def set(self) -> Work[None]:
         """Set the event, waking every waiter (an awaitable with an asynchronous client)."""
         return self._request(m.EventSet(op="event_set", name=self.name))
 
-    def clear(self) -> Any:
+    @dual_method
+    def clear(self) -> Work[None]:
         """Clear the event: later waits wait again (an awaitable with an asynchronous client)."""
         return self._request(m.EventClear(op="event_clear", name=self.name))
 
-    def is_set(self) -> Any:
+    @dual_method
+    def is_set(self) -> Work[bool]:
         """Whether the event is set (an awaitable with an asynchronous client)."""
         return self._request(m.EventIsSet(op="event_is_set", name=self.name))
 
-    def __reduce__(self) -> tuple[type[Event], tuple[Any]]:
+    def __reduce__(self) -> tuple[type[Event[Any]], tuple[Any]]:
         return (Event, (self.name,))
 
     def __repr__(self) -> str:

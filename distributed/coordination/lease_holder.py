@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from distributed.client.base import AsyncT
 from distributed.coordination.leases import lease_timeout
 from distributed.coordination.primitive import Acquirable
 
@@ -27,7 +28,7 @@ __all__ = ["LeaseHolder", "LeaseKeeper"]
 logger = logging.getLogger(__name__)
 
 
-class LeaseHolder(Acquirable):
+class LeaseHolder(Acquirable[AsyncT]):
     """A primitive whose acquisitions are leases the scheduler ends when their holder dies.
 
     Subclasses send the refresh message of their kind in :meth:`_refresh`.
@@ -38,7 +39,7 @@ class LeaseHolder(Acquirable):
         The client to use (None: found when first used).
     """
 
-    def __init__(self, client: Client | None) -> None:
+    def __init__(self, client: Client[AsyncT] | None) -> None:
         super().__init__(client)
         self._leases: deque[str] = deque()
         # Threads sharing one object take and give back leases concurrently.

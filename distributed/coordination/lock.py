@@ -14,12 +14,15 @@ out.  Leases end when their holder dies, as a Semaphore's do (see
 
 from __future__ import annotations
 
+import functools
 import uuid
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from dask.utils import parse_timedelta
 
+from distributed.client.base import AsyncT
+from distributed.client.dual import Work, dual_method
 from distributed.coordination.lease_holder import LeaseHolder
 from distributed.coordination.names import name_or_new
 from distributed.protocol import messages as m
@@ -31,7 +34,7 @@ if TYPE_CHECKING:
 __all__ = ["Lock"]
 
 
-class Lock(LeaseHolder, noun="lock"):
+class Lock(LeaseHolder[AsyncT], noun="lock"):
     """A lock shared by every client and task of a cluster.
 
     A holder that dies loses the lock: when its client leaves the scheduler,
@@ -60,7 +63,7 @@ class Lock(LeaseHolder, noun="lock"):
     """
 
     def __init__(
-        self, name: Any = None, client: Client | None = None, scheduler_rpc: Any = None, loop: Any = None
+        self, name: Any = None, client: Client[AsyncT] | None = None, scheduler_rpc: Any = None, loop: Any = None
     ) -> None:
         if scheduler_rpc is not None:
             raise unsupported("Lock", "scheduler_rpc", "give client= instead")
@@ -78,7 +81,8 @@ class Lock(LeaseHolder, noun="lock"):
         held = self._held()
         return held[0] if held else None
 
-    def acquire(self, blocking: bool = True, timeout: float | str | timedelta | None = None) -> Any:
+    @dual_method
+    def acquire(self, blocking: bool = True, timeout: float | str | timedelta | None = None) -> Work[bool]:
         """Acquire the lock.
 
         Parameters
@@ -106,14 +110,15 @@ class Lock(LeaseHolder, noun="lock"):
             if t is not None:
                 raise ValueError("can't specify a timeout for a non-blocking call")
             t = 0.0
-        return self.client.sync(self._acquire, t)
+        return functools.partial(self._acquire, t)
 
     async def _acquire(self, timeout: float | None) -> bool:
         lease = uuid.uuid4().hex
         msg = m.LockAcquire(op="lock_acquire", name=self.name, id=lease, timeout=timeout, client=self.client.id)
         return await self._take(lease, msg)
 
-    def release(self) -> Any:
+    @dual_method
+    def release(self) -> Work[None]:
         """Release the lock (an awaitable with an asynchronous client).
 
         Raises
@@ -122,16 +127,23 @@ class Lock(LeaseHolder, noun="lock"):
             When this object does not hold the lock.
         """
         lease = self._pop_oldest(f"Released too often: {self!r} is not held")
-        return self.client.sync(self._release, lease)
+        return functools.partial(self._release, lease)
 
     async def _release(self, lease: str) -> None:
         await self._give_back(m.LockRelease(op="lock_release", name=self.name, id=lease))
 
-    def locked(self) -> Any:
+    @dual_method
+    def locked(self) -> Work[bool]:
         """Whether anyone holds the lock (an awaitable with an asynchronous client)."""
         return self._request(m.LockLocked(op="lock_locked", name=self.name))
 
-    def __reduce__(self) -> tuple[type[Lock], tuple[Any]]:
+    def _acquiring(self) -> Work[bool]:
+        return Lock.acquire.body(self)
+
+    def _releasing(self) -> Work[None]:
+        return Lock.release.body(self)
+
+    def __reduce__(self) -> tuple[type[Lock[Any]], tuple[Any]]:
         return (Lock, (self.name,))
 
     def __repr__(self) -> str:

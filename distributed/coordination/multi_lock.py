@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Iterable
 from datetime import timedelta
@@ -9,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from dask.utils import parse_timedelta
 
+from distributed.client.base import AsyncT
+from distributed.client.dual import Work, dual_method
 from distributed.coordination.names import check_name, normalize_name
 from distributed.coordination.primitive import Acquirable
 from distributed.protocol import messages as m
@@ -19,7 +22,7 @@ if TYPE_CHECKING:
 __all__ = ["MultiLock"]
 
 
-class MultiLock(Acquirable, noun="lock"):
+class MultiLock(Acquirable[AsyncT], noun="lock"):
     """Several locks, by name, taken together: all of them (or ``num_locks`` of them) or none.
 
     Requests are served in arrival order: a request waits behind every
@@ -45,15 +48,16 @@ class MultiLock(Acquirable, noun="lock"):
     ...     ...  # holds both x and y
     """
 
-    def __init__(self, names: Iterable[Any] = (), client: Client | None = None) -> None:
+    def __init__(self, names: Iterable[Any] = (), client: Client[AsyncT] | None = None) -> None:
         super().__init__(client)
         self.names: list[Any] = [check_name(n) for n in names]
         self.id = uuid.uuid4().hex
         self._locked = False
 
+    @dual_method
     def acquire(
         self, blocking: bool = True, timeout: float | str | timedelta | None = None, num_locks: int | None = None
-    ) -> Any:
+    ) -> Work[bool]:
         """Acquire the locks.
 
         Parameters
@@ -91,7 +95,7 @@ class MultiLock(Acquirable, noun="lock"):
             raise ValueError(f"num_locks must be between 1 and the number of names ({distinct}), got {n!r}")
         if self._locked:
             raise RuntimeError(f"{self!r} is held already")
-        return self.client.sync(self._acquire, t, n)
+        return functools.partial(self._acquire, t, n)
 
     async def _acquire(self, timeout: float | None, num_locks: int) -> bool:
         client = self.client
@@ -106,7 +110,8 @@ class MultiLock(Acquirable, noun="lock"):
         self._locked = bool(await client.scheduler.call(msg))
         return self._locked
 
-    def release(self) -> Any:
+    @dual_method
+    def release(self) -> Work[Any]:
         """Release the locks (an awaitable with an asynchronous client).
 
         Raises
@@ -123,7 +128,13 @@ class MultiLock(Acquirable, noun="lock"):
         """Whether this object holds its locks."""
         return self._locked
 
-    def __reduce__(self) -> tuple[type[MultiLock], tuple[list[Any]]]:
+    def _acquiring(self) -> Work[bool]:
+        return MultiLock.acquire.body(self)
+
+    def _releasing(self) -> Work[Any]:
+        return MultiLock.release.body(self)
+
+    def __reduce__(self) -> tuple[type[MultiLock[Any]], tuple[list[Any]]]:
         return (MultiLock, (self.names,))
 
     def __repr__(self) -> str:

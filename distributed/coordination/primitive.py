@@ -9,7 +9,12 @@ client, returned as an awaitable with an asynchronous one.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Self
+import functools
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Generic, Self, cast
+
+from distributed.client.base import AsyncT
+from distributed.client.dual import Work
 
 if TYPE_CHECKING:
     from distributed.client import Client
@@ -17,15 +22,17 @@ if TYPE_CHECKING:
 __all__ = ["Acquirable", "ClientBound"]
 
 
-def _bound_client(self: ClientBound) -> Client:
+def _bound_client(self: ClientBound[AsyncT]) -> Client[AsyncT]:
     if self._client is None:
         from distributed.client.client import get_client
 
-        self._client = get_client()
+        # A primitive made without a client takes the one found here, whatever its mode: such a
+        # primitive is a ClientBound[bool] to the type checker, which then knows no form of its calls.
+        self._client = cast("Client[AsyncT]", get_client())
     return self._client
 
 
-class ClientBound:
+class ClientBound(Generic[AsyncT]):
     """A primitive that talks to the scheduler through a client found when first used.
 
     Subclasses name what they are (``class Lock(ClientBound, noun="lock")``),
@@ -45,43 +52,51 @@ class ClientBound:
             doc = f"The client this {noun} talks through."
             setattr(cls, "client", property(_bound_client, doc=doc))  # noqa: B010
 
-    def __init__(self, client: Client | None) -> None:
+    def __init__(self, client: Client[AsyncT] | None) -> None:
         self._client = client
 
     @property
-    def client(self) -> Client:
+    def client(self) -> Client[AsyncT]:
         """The client this primitive talks through."""
         return _bound_client(self)
 
-    def _request(self, msg: Any) -> Any:
-        """Send ``msg`` to the scheduler and answer its reply (an awaitable with an asynchronous client)."""
-        return self.client.sync(self._send, msg)
+    def sync(self, func: Callable[..., Awaitable[Any]], *args: Any, asynchronous: bool | None = None) -> Any:
+        """Run ``func(*args)`` on the client's loop: await it, or return it as an awaitable (see ``Client.sync``)."""
+        return self.client.sync(func, *args, asynchronous=asynchronous)
+
+    def _request(self, msg: Any) -> Work[Any]:
+        """The work of sending ``msg`` to the scheduler and answering with its reply."""
+        return functools.partial(self._send, msg)
 
     async def _send(self, msg: Any) -> Any:
         return await self.client.scheduler.call(msg)
 
 
-class Acquirable(ClientBound):
-    """A primitive held between ``acquire()`` and ``release()``, also as a (async) context manager."""
+class Acquirable(ClientBound[AsyncT]):
+    """A primitive held between ``acquire()`` and ``release()``, also as a (async) context manager.
 
-    def acquire(self) -> Any:
-        """Acquire the primitive (an awaitable with an asynchronous client)."""
+    Subclasses give the work of ``acquire()`` with its defaults and of
+    ``release()`` (:meth:`_acquiring`, :meth:`_releasing`), which the
+    context managers run: ``with`` on a synchronous client, ``async with`` on
+    an asynchronous one.
+    """
+
+    def _acquiring(self) -> Work[bool]:
         raise NotImplementedError
 
-    def release(self) -> Any:
-        """Release the primitive (an awaitable with an asynchronous client)."""
+    def _releasing(self) -> Work[Any]:
         raise NotImplementedError
 
     def __enter__(self) -> Self:
-        self.acquire()
+        self.sync(self._acquiring())
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.release()
+        self.sync(self._releasing())
 
     async def __aenter__(self) -> Self:
-        await self.acquire()
+        await self.sync(self._acquiring())
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self.release()
+        await self.sync(self._releasing())

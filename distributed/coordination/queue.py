@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from dask.utils import parse_timedelta
 
+from distributed.client.base import AsyncT
+from distributed.client.dual import Work, dual_method
 from distributed.coordination.held import before_get, from_item, to_item
 from distributed.coordination.names import name_or_new
 from distributed.coordination.primitive import ClientBound
@@ -18,7 +21,7 @@ if TYPE_CHECKING:
 __all__ = ["Queue"]
 
 
-class Queue(ClientBound, noun="queue"):
+class Queue(ClientBound[AsyncT], noun="queue"):
     """A first-in, first-out queue shared by every client and task of a cluster, by name.
 
     Items are :class:`~distributed.Future` objects or any picklable objects.  A
@@ -50,14 +53,15 @@ class Queue(ClientBound, noun="queue"):
     2
     """
 
-    def __init__(self, name: Any = None, client: Client | None = None, maxsize: int = 0) -> None:
+    def __init__(self, name: Any = None, client: Client[AsyncT] | None = None, maxsize: int = 0) -> None:
         if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize < 0:
             raise ValueError(f"Queue(maxsize=...) must be an int >= 0, got {maxsize!r}")
         super().__init__(client)
         self.name: Any = name_or_new(name, "queue")
         self.maxsize = maxsize
 
-    def put(self, value: Any, timeout: float | str | timedelta | None = None) -> Any:
+    @dual_method
+    def put(self, value: Any, timeout: float | str | timedelta | None = None) -> Work[None]:
         """Append ``value``, waiting while the queue is full (an awaitable with an asynchronous client).
 
         Parameters
@@ -73,7 +77,7 @@ class Queue(ClientBound, noun="queue"):
             When there was no room within ``timeout``; nothing was put.
         """
         t = parse_timedelta(timeout) if timeout is not None else None
-        return self.client.sync(self._put, value, t)
+        return functools.partial(self._put, value, t)
 
     async def _put(self, value: Any, timeout: float | None) -> None:
         item = await to_item(self.client, value)
@@ -81,7 +85,8 @@ class Queue(ClientBound, noun="queue"):
         if not await self.client.scheduler.call(msg):
             raise TimeoutError(f"Queue {self.name!r} had no room within {timeout} s")
 
-    def get(self, timeout: float | str | timedelta | None = None, batch: bool | int = False) -> Any:
+    @dual_method
+    def get(self, timeout: float | str | timedelta | None = None, batch: bool | int = False) -> Work[Any]:
         """Take the first item (an awaitable with an asynchronous client).
 
         Parameters
@@ -106,7 +111,7 @@ class Queue(ClientBound, noun="queue"):
         if not isinstance(batch, (bool, int)) or (not isinstance(batch, bool) and batch < 0):
             raise ValueError(f"Queue.get(batch=...) must be a bool or an int >= 0, got {batch!r}")
         t = parse_timedelta(timeout) if timeout is not None else None
-        return self.client.sync(self._get, t, batch)
+        return functools.partial(self._get, t, batch)
 
     async def _get(self, timeout: float | None, batch: bool | int) -> Any:
         client = self.client
@@ -127,11 +132,12 @@ class Queue(ClientBound, noun="queue"):
             return items[0]
         return items
 
-    def qsize(self) -> Any:
+    @dual_method
+    def qsize(self) -> Work[int]:
         """How many items the queue holds (an awaitable with an asynchronous client)."""
         return self._request(m.QueueSize(op="queue_qsize", name=self.name, maxsize=self.maxsize))
 
-    def __reduce__(self) -> tuple[type[Queue], tuple[Any, None, int]]:
+    def __reduce__(self) -> tuple[type[Queue[Any]], tuple[Any, None, int]]:
         return (Queue, (self.name, None, self.maxsize))
 
     def __repr__(self) -> str:

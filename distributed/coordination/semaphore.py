@@ -8,12 +8,15 @@ does not keep others out for ever.  Leases are released first in, first out.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from dask.utils import parse_timedelta
 
+from distributed.client.base import AsyncT
+from distributed.client.dual import Work, dual_method
 from distributed.coordination.lease_holder import LeaseHolder
 from distributed.coordination.names import name_or_new
 from distributed.protocol import messages as m
@@ -25,7 +28,7 @@ if TYPE_CHECKING:
 __all__ = ["Semaphore"]
 
 
-class Semaphore(LeaseHolder, noun="semaphore"):
+class Semaphore(LeaseHolder[AsyncT], noun="semaphore"):
     """A semaphore shared by every client and task of a cluster: at most ``max_leases`` holders at once.
 
     Leases of a holder that dies end: when its client leaves the scheduler,
@@ -63,7 +66,7 @@ class Semaphore(LeaseHolder, noun="semaphore"):
         scheduler_rpc: Any = None,
         loop: Any = None,
         *,
-        client: Client | None = None,
+        client: Client[AsyncT] | None = None,
     ) -> None:
         if scheduler_rpc is not None:
             raise unsupported("Semaphore", "scheduler_rpc", "give client= instead")
@@ -79,7 +82,8 @@ class Semaphore(LeaseHolder, noun="semaphore"):
     async def _refresh(self, ids: list[str]) -> None:
         await self.client.scheduler.call(m.SemaphoreRefresh(op="semaphore_refresh_leases", name=self.name, ids=ids))
 
-    def acquire(self, timeout: float | str | timedelta | None = None) -> Any:
+    @dual_method
+    def acquire(self, timeout: float | str | timedelta | None = None) -> Work[bool]:
         """Take a lease, waiting for one to be free.
 
         Parameters
@@ -103,7 +107,7 @@ class Semaphore(LeaseHolder, noun="semaphore"):
         if self._closed:
             raise RuntimeError(f"{self!r} was closed")
         t = parse_timedelta(timeout) if timeout is not None else None
-        return self.client.sync(self._acquire, t)
+        return functools.partial(self._acquire, t)
 
     async def _acquire(self, timeout: float | None) -> bool:
         lease = uuid.uuid4().hex
@@ -117,7 +121,8 @@ class Semaphore(LeaseHolder, noun="semaphore"):
         )
         return await self._take(lease, msg)
 
-    def release(self) -> Any:
+    @dual_method
+    def release(self) -> Work[bool]:
         """Give the oldest lease of this object back.
 
         Returns
@@ -132,16 +137,18 @@ class Semaphore(LeaseHolder, noun="semaphore"):
             When this object holds no lease.
         """
         lease = self._pop_oldest(f"Released too often: {self!r} holds no lease")
-        return self.client.sync(self._release, lease)
+        return functools.partial(self._release, lease)
 
     async def _release(self, lease: str) -> bool:
         return bool(await self._give_back(m.SemaphoreRelease(op="semaphore_release", name=self.name, id=lease)))
 
-    def get_value(self) -> Any:
+    @dual_method
+    def get_value(self) -> Work[int]:
         """How many leases are held, by anyone (an awaitable with an asynchronous client)."""
         return self._request(m.SemaphoreValue(op="semaphore_value", name=self.name))
 
-    def close(self) -> Any:
+    @dual_method
+    def close(self) -> Work[None]:
         """Remove the semaphore from the scheduler: every lease ends, waiters get none.
 
         This object cannot acquire again; a new ``Semaphore`` of the same
@@ -149,13 +156,19 @@ class Semaphore(LeaseHolder, noun="semaphore"):
         client.
         """
         self._closed = True
-        return self.client.sync(self._close)
+        return self._close
 
     async def _close(self) -> None:
         self._drop_all()
         await self.client.scheduler.call(m.SemaphoreClose(op="semaphore_close", name=self.name))
 
-    def __reduce__(self) -> tuple[type[Semaphore], tuple[int, Any]]:
+    def _acquiring(self) -> Work[bool]:
+        return Semaphore.acquire.body(self)
+
+    def _releasing(self) -> Work[bool]:
+        return Semaphore.release.body(self)
+
+    def __reduce__(self) -> tuple[type[Semaphore[Any]], tuple[int, Any]]:
         return (Semaphore, (self.max_leases, self.name))
 
     def __repr__(self) -> str:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from dask.utils import parse_timedelta
 
+from distributed.client.base import AsyncT
+from distributed.client.dual import Work, dual_method
 from distributed.coordination.held import before_get, from_item, to_item
 from distributed.coordination.names import name_or_new
 from distributed.coordination.primitive import ClientBound
@@ -19,7 +22,7 @@ if TYPE_CHECKING:
 __all__ = ["Variable"]
 
 
-class Variable(ClientBound, noun="variable"):
+class Variable(ClientBound[AsyncT], noun="variable"):
     """A value shared by every client and task of a cluster, by name.
 
     The value is a :class:`~distributed.Future` or any picklable object.  A
@@ -48,11 +51,12 @@ class Variable(ClientBound, noun="variable"):
     2
     """
 
-    def __init__(self, name: Any = None, client: Client | None = None) -> None:
+    def __init__(self, name: Any = None, client: Client[AsyncT] | None = None) -> None:
         super().__init__(client)
         self.name: Any = name_or_new(name, "variable")
 
-    def set(self, value: Any, timeout: float | str | timedelta | None = "30 s") -> Any:
+    @dual_method
+    def set(self, value: Any, timeout: float | str | timedelta | None = "30 s") -> Work[None]:
         """Set the value (an awaitable with an asynchronous client).
 
         Parameters
@@ -68,7 +72,7 @@ class Variable(ClientBound, noun="variable"):
             When the scheduler did not take the value within ``timeout``.
         """
         t = parse_timedelta(timeout) if timeout is not None else None
-        return self.client.sync(self._set, value, t)
+        return functools.partial(self._set, value, t)
 
     async def _set(self, value: Any, timeout: float | None) -> None:
         async def send() -> None:
@@ -80,7 +84,8 @@ class Variable(ClientBound, noun="variable"):
         except TimeoutError:
             raise TimeoutError(f"Variable {self.name!r} was not set within {timeout} s") from None
 
-    def get(self, timeout: float | str | timedelta | None = None) -> Any:
+    @dual_method
+    def get(self, timeout: float | str | timedelta | None = None) -> Work[Any]:
         """The value, waiting until there is one (an awaitable with an asynchronous client).
 
         Parameters
@@ -99,7 +104,7 @@ class Variable(ClientBound, noun="variable"):
             When the variable had no value within ``timeout``.
         """
         t = parse_timedelta(timeout) if timeout is not None else None
-        return self.client.sync(self._get, t)
+        return functools.partial(self._get, t)
 
     async def _get(self, timeout: float | None) -> Any:
         client = self.client
@@ -110,11 +115,12 @@ class Variable(ClientBound, noun="variable"):
             raise TimeoutError(f"Variable {self.name!r} had no value within {timeout} s")
         return from_item(client, reply["item"])
 
-    def delete(self) -> Any:
+    @dual_method
+    def delete(self) -> Work[None]:
         """Delete the variable (its value goes for every client; an awaitable with an asynchronous client)."""
         return self._request(m.VariableDelete(op="variable_delete", name=self.name))
 
-    def __reduce__(self) -> tuple[type[Variable], tuple[Any]]:
+    def __reduce__(self) -> tuple[type[Variable[Any]], tuple[Any]]:
         return (Variable, (self.name,))
 
     def __repr__(self) -> str:

@@ -9,7 +9,7 @@ from typing import Any, Literal, assert_type
 import dask.array as da
 import dask.bag as db
 
-from distributed import Client, Future, LocalCluster, WorkerPlugin
+from distributed import Client, Event, Future, LocalCluster, Lock, MultiLock, Queue, Semaphore, Variable, WorkerPlugin
 from distributed.client.client import SchedulerHandle
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
@@ -70,6 +70,77 @@ async def async_client_types(c: Client[Literal[True]], x: da.Array) -> None:
     assert_type(c.get_versions(), Awaitable[dict[str, Any]])
     assert_type(c.register_plugin(WorkerPlugin()), Awaitable[str | dict[str, Any]])
     assert_type(c.unregister_worker_plugin("p"), Awaitable[dict[str, Any]])
+
+
+def sync_primitive_types(c: Client[Literal[False]]) -> None:
+    """Primitives given a synchronous client return values (checked by mypy only)."""
+    lock = Lock("x", client=c)
+    assert_type(lock, Lock[Literal[False]])
+    assert_type(lock.acquire(), bool)
+    assert_type(lock.acquire(timeout="1s"), bool)
+    assert_type(lock.release(), None)
+    assert_type(lock.locked(), bool)
+    assert_type(lock.acquire(asynchronous=True), Awaitable[bool])
+    sem = Semaphore(2, "s", client=c)
+    assert_type(sem.acquire(), bool)
+    assert_type(sem.release(), bool)
+    assert_type(sem.get_value(), int)
+    assert_type(MultiLock(["a", "b"], client=c).acquire(num_locks=1), bool)
+    q = Queue("q", client=c)
+    assert_type(q.put(1), None)
+    assert_type(q.get(), Any)
+    assert_type(q.qsize(), int)
+    v = Variable("v", client=c)
+    assert_type(v.set(1), None)
+    assert_type(v.get(), Any)
+    assert_type(v.delete(), None)
+    e = Event("e", client=c)
+    assert_type(e.set(), None)
+    assert_type(e.wait(1), bool)
+    assert_type(e.is_set(), bool)
+
+
+async def async_primitive_types(c: Client[Literal[True]]) -> None:
+    """Primitives given an asynchronous client return awaitables (checked by mypy only)."""
+    lock = Lock("x", client=c)
+    assert_type(lock, Lock[Literal[True]])
+    assert_type(lock.acquire(), Awaitable[bool])
+    assert_type(await lock.acquire(timeout=1), bool)
+    assert_type(lock.release(), Awaitable[None])
+    assert_type(Semaphore(client=c).get_value(), Awaitable[int])
+    assert_type(Queue(client=c).qsize(), Awaitable[int])
+    assert_type(Variable(client=c).get(), Awaitable[Any])
+    assert_type(Event(client=c).is_set(), Awaitable[bool])
+    assert_type(Event(client=c).is_set(asynchronous=False), bool)
+    async with Lock("y", client=c) as held:
+        assert_type(held, Lock[Literal[True]])
+
+
+def unknown_mode_primitive_types() -> None:
+    """A primitive made without a client finds one when used: its form is not known statically."""
+    lock = Lock("x")
+    assert_type(lock.acquire(), Any)
+    assert_type(Queue().get(), Any)
+
+
+@gen_cluster(client=True)
+async def test_primitives_return_awaitables_on_an_async_client(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
+) -> None:
+    lock = Lock("x", client=c)
+    call = lock.acquire()
+    assert inspect.isawaitable(call)
+    assert await call is True
+    assert await lock.locked() is True
+    await lock.release()
+    q = Queue("q", client=c)
+    await q.put(1)
+    assert await q.qsize() == 1
+    assert await q.get() == 1
+    e = Event("e", client=c)
+    await e.set()
+    assert await e.is_set() is True
+    assert "asynchronous" in str(inspect.signature(lock.acquire))
 
 
 def construction_types() -> None:
