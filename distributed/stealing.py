@@ -1,0 +1,7 @@
+"""``from distributed.stealing import WorkStealing`` keeps working: work stealing lives in :mod:`distributed.scheduler.stealing`."""
+
+from __future__ import annotations
+
+from distributed.scheduler.stealing import WorkStealing
+
+__all__ = ["WorkStealing"]
