@@ -55,7 +55,7 @@ from distributed.worker import Worker, parse_memory_limit
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["LocalCluster", "nprocesses_nthreads", "split_cores"]
+__all__ = ["LocalCluster", "cluster_protocol", "nprocesses_nthreads", "split_cores", "worker_counts"]
 
 
 def split_cores(cores: int) -> tuple[int, int]:
@@ -110,6 +110,46 @@ def _resolve_worker_class(worker_class: Any) -> type[Any] | None:
     if not isinstance(cls, type):
         raise TypeError(f"worker_class must be a class or its dotted path, got {worker_class!r}")
     return cls
+
+
+def worker_counts(n_workers: int | None, threads_per_worker: int | None, processes: bool) -> tuple[int, int]:
+    """How many workers of how many threads a LocalCluster starts: the given, the rest from this machine's cores.
+
+    Raises
+    ------
+    ValueError
+        For fewer than 0 workers or 1 thread.
+    """
+    cores = os.cpu_count() or 1
+    if n_workers is None and threads_per_worker is None:
+        n_workers, threads_per_worker = split_cores(cores) if processes else (1, cores)
+    elif n_workers is None:
+        assert threads_per_worker is not None
+        n_workers = max(1, cores // max(1, threads_per_worker))
+    elif threads_per_worker is None:
+        threads_per_worker = max(1, cores // max(1, n_workers))
+    if n_workers < 0 or threads_per_worker < 1:
+        raise ValueError(f"Need n_workers >= 0 and threads_per_worker >= 1, got {n_workers}, {threads_per_worker}")
+    return n_workers, threads_per_worker
+
+
+def cluster_protocol(protocol: str | None, encrypted: bool, processes: bool, scheduler_port: int) -> str:
+    """The protocol a LocalCluster's servers use: the given, else TLS with credentials, else in-process or TCP.
+
+    Raises
+    ------
+    ValueError
+        For the in-process protocol with worker processes.
+    """
+    if protocol is None:
+        if encrypted:
+            protocol = "tls"
+        else:
+            protocol = "inproc" if not processes and not scheduler_port else "tcp"
+    protocol = protocol.rstrip(":/")
+    if processes and protocol == "inproc":
+        raise ValueError("Worker processes cannot use the in-process protocol")
+    return protocol
 
 
 class LocalCluster(SpecCluster):
@@ -248,16 +288,7 @@ class LocalCluster(SpecCluster):
         else:
             self._worker_class_path = None
 
-        cores = os.cpu_count() or 1
-        if n_workers is None and threads_per_worker is None:
-            n_workers, threads_per_worker = split_cores(cores) if processes else (1, cores)
-        elif n_workers is None:
-            assert threads_per_worker is not None
-            n_workers = max(1, cores // max(1, threads_per_worker))
-        elif threads_per_worker is None:
-            threads_per_worker = max(1, cores // max(1, n_workers))
-        if n_workers < 0 or threads_per_worker < 1:
-            raise ValueError(f"Need n_workers >= 0 and threads_per_worker >= 1, got {n_workers}, {threads_per_worker}")
+        n_workers, threads_per_worker = worker_counts(n_workers, threads_per_worker, bool(processes))
         self.threads_per_worker = threads_per_worker
         if memory_limit == "auto":
             self.memory_limit: str | float | None = psutil.virtual_memory().total // max(1, n_workers)
@@ -274,15 +305,7 @@ class LocalCluster(SpecCluster):
         if interface:
             host = get_ip_interface(interface)  # a missing interface fails here, naming it
         sec = coerce_security(security, "LocalCluster", temporary_ok=True)
-        if protocol is None:
-            if sec.require_encryption:
-                protocol = "tls"
-            else:
-                protocol = "inproc" if not processes and not scheduler_port else "tcp"
-        protocol = protocol.rstrip(":/")
-        if processes and protocol == "inproc":
-            raise ValueError("Worker processes cannot use the in-process protocol")
-        self.protocol = protocol
+        self.protocol = cluster_protocol(protocol, sec.require_encryption, bool(processes), scheduler_port)
         self.host = host or "127.0.0.1"
         self.scheduler_port = scheduler_port
 
