@@ -513,3 +513,58 @@ def test_checks_find_private_members_of_another_modules_class_on_self() -> None:
     found = [line.split(": ", 1)[1] for line in private_reach_ins(ROOT / "sample.py", ast.parse(FOREIGN_SAMPLE))]
     # Holder defines _close too, yet the client's _close is Client's; Holder's own (and a maybe-Holder) pass.
     assert found == ["self.client._close"]
+
+
+LAYERS_SAMPLE = """
+Architecture
+------------
+
+Text before the list.
+
+1. leaves: ``protocol.*`` ``utils``
+2. transport: ``core``
+4. the scheduler side: ``scheduler.*``
+4. the client side: ``client.*``
+7. faces: ``distributed``
+
+After the list.
+
+Develop
+-------
+"""
+
+
+def test_checks_read_the_layer_list() -> None:
+    layers = read_layers(LAYERS_SAMPLE)
+    assert [(layer.number, layer.side) for layer in layers] == [
+        (1, None),
+        (2, None),
+        (4, "scheduler"),
+        (4, "client"),
+        (7, None),
+    ]
+    assert layer_of("protocol", layers) is layers[0] and layer_of("protocol.messages", layers) is layers[0]
+    assert layer_of("scheduler.state", layers) is layers[2]
+    assert layer_of("worker", layers) is None
+
+
+def test_checks_find_layer_breaches_and_circles() -> None:
+    layers = read_layers(LAYERS_SAMPLE)
+    graph = {
+        "utils": {"core": 3},  # a leaf importing transport
+        "core": {"protocol.messages": 1},
+        "protocol.messages": {},
+        "scheduler.state": {"client.future": 5, "core": 2},  # across the sides
+        "client.future": {"distributed": 9},  # up to the faces
+        "distributed": {"scheduler.state": 1, "client.future": 1},
+        "worker": {},  # in no layer
+    }
+    found = list(layer_breaches(graph, layers))
+    assert found == [
+        "worker: in no layer of the README's list",
+        "client.future:9 imports distributed: layer 4 -> 7",
+        "scheduler.state:5 imports client.future: the scheduler side -> the client side",
+        "utils:3 imports core: layer 1 -> 2",
+    ]
+    circles = import_circles(graph)
+    assert circles == [["client.future", "distributed", "scheduler.state"]]
