@@ -443,9 +443,51 @@ def fault_summary(records: list[dict[str, Any]], wanted: list[str]) -> dict[str,
 
 # -- memory -----------------------------------------------------------------------------------
 def _scheduler_sample(dask_scheduler: Any) -> dict[str, Any]:
+    import gc
+
     import psutil
 
-    return {"rss": psutil.Process().memory_info().rss, "tasks": len(dask_scheduler.tasks)}
+    s = dask_scheduler
+    return {
+        "rss": psutil.Process().memory_info().rss,
+        "tasks": len(s.tasks),
+        # What the RSS is made of: bytes malloc hands out (a leak grows them) and keeps free
+        # (fragmentation grows those), and Python's own count of blocks and objects.
+        **_malloc_info(),
+        "py_blocks": sys.getallocatedblocks(),
+        "gc_objects": len(gc.get_objects()),
+        "sizes": {
+            "task_groups": len(s.task_groups),
+            "task_prefixes": len(s.task_prefixes),
+            "clients": len(s.clients),
+            "workers": len(s.workers),
+            "aliases": len(s.aliases),
+            "pool_addresses": len(s.rpc.available) + len(s.rpc.occupied),
+            "event_topics": len(s.events),
+            "events": sum(len(v) for v in s.events.values()),
+        },
+    }
+
+
+def _malloc_info() -> dict[str, int]:
+    """glibc's ``mallinfo2``: bytes in use and bytes free in the heap (empty where there is none)."""
+    import ctypes
+    import ctypes.util
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [
+            (name, ctypes.c_size_t)
+            for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks")
+        ] + [("keepcost", ctypes.c_size_t)]
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallinfo2 = libc.mallinfo2
+    except (OSError, AttributeError):
+        return {}
+    mallinfo2.restype = MallInfo2
+    info = mallinfo2()
+    return {"heap_in_use": int(info.uordblks + info.hblkhd), "heap_free": int(info.fordblks)}
 
 
 def memory_sample(client: Any, t0: float) -> dict[str, Any]:
@@ -459,6 +501,12 @@ def memory_sample(client: Any, t0: float) -> dict[str, Any]:
         s = call(client.run_on_scheduler, 30.0, _scheduler_sample)
         sample["scheduler_rss_mb"] = round(s["rss"] / 2**20, 1)
         sample["scheduler_tasks"] = s["tasks"]
+        for key in ("heap_in_use", "heap_free"):
+            if key in s:
+                sample[f"scheduler_{key}_mb"] = round(s[key] / 2**20, 1)
+        sample["scheduler_py_blocks"] = s["py_blocks"]
+        sample["scheduler_gc_objects"] = s["gc_objects"]
+        sample["scheduler_sizes"] = s["sizes"]
     except Exception as e:
         sample["scheduler_rss_mb"] = None
         sample["scheduler_error"] = type(e).__name__
@@ -481,7 +529,9 @@ def sampler(client: Any, every: float, stop: threading.Event, t0: float, st: Sta
         st.memory.append(sample)
         print(
             f"{sample['t_min'] * 60:6.0f}s memory: scheduler {sample['scheduler_rss_mb']} MB"
-            f" ({sample.get('scheduler_tasks')} tasks), workers mean {sample['worker_rss_mean_mb']} MB"
+            f" ({sample.get('scheduler_tasks')} tasks; heap in use {sample.get('scheduler_heap_in_use_mb')} MB,"
+            f" free {sample.get('scheduler_heap_free_mb')} MB; {sample.get('scheduler_py_blocks')} Python blocks,"
+            f" {sample.get('scheduler_gc_objects')} objects), workers mean {sample['worker_rss_mean_mb']} MB"
             f" max {sample['worker_rss_max_mb']} MB",
             file=sys.stderr,
             flush=True,
@@ -713,6 +763,8 @@ def run_soak(args: Any) -> dict[str, Any]:
     mem = {
         "samples": st.memory,
         "scheduler_rss_mb": trend(st.memory, "scheduler_rss_mb"),
+        "scheduler_heap_in_use_mb": trend(st.memory, "scheduler_heap_in_use_mb"),
+        "scheduler_heap_free_mb": trend(st.memory, "scheduler_heap_free_mb"),
         "worker_rss_mean_mb": trend(st.memory, "worker_rss_mean_mb"),
         "note": (
             "local topology: the scheduler runs in the soak's own process, its RSS includes the client"
