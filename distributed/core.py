@@ -369,6 +369,9 @@ class Server:
 
     default_port = 0
 
+    #: The loggers whose records ``get_logs`` returns (default: this class's module).
+    log_prefix: str | None = None
+
     def __init__(
         self,
         handlers: Mapping[str, Route[Any]] | None = None,
@@ -384,8 +387,8 @@ class Server:
         self.listen_args: ConnectionArgs = listen_args or ConnectionArgs()
         self.handlers: dict[str, Route[Any]] = dict(handlers or {})
         self.handlers.setdefault("get_logs", Route(m.GetLogs, self.handle_get_logs))
-        #: This server's recent log records (kept while it runs).
-        self.logs = LogBuffer(type(self).__module__)
+        #: This server's recent log records (kept while it runs): those of its loggers (see ``log_prefix``).
+        self.logs = LogBuffer(self.log_prefix or type(self).__module__)
         #: How late this server's event loop runs a periodic tick (see :mod:`distributed.loop_health`).
         self.loop_health = LoopHealth(type(self).__name__)
         self.stream_handlers: dict[str, StreamRoute[Any]] = dict(stream_handlers or {})

@@ -130,6 +130,8 @@ class Scheduler(GraphIngestion, Server):
     """
 
     default_port = 8786
+    #: Every module of the scheduler package logs under this name.
+    log_prefix = "distributed.scheduler"
 
     def __init__(
         self,

@@ -216,6 +216,9 @@ class Worker(Server):
     ...     await w.finished()
     """
 
+    #: Every module of the worker package logs under this name.
+    log_prefix = "distributed.worker"
+
     def __init__(
         self,
         scheduler_ip: str | None = None,
