@@ -72,25 +72,31 @@ class SchedulingSettings:
             For a ``worker-saturation`` that is not positive.
         """
 
-        def get(key: str, default: Any = None) -> Any:
-            return dask.config.get(f"distributed.scheduler.{key}", default)
-
-        saturation = get("worker-saturation")
+        saturation = dask.config.get("distributed.scheduler.worker-saturation")
         worker_saturation = float(saturation) if saturation not in (None, "inf") else math.inf
         if not worker_saturation > 0:
             raise ValueError(f"worker-saturation must be positive, got {saturation!r}")
         return cls(
-            validate=bool(get("validate", False) if validate is None else validate),
-            allowed_failures=int(get("allowed-failures") if allowed_failures is None else allowed_failures),
-            full_disk_timeout=_seconds_or_none(get("full-disk-timeout")),
-            bandwidth=float(parse_bytes(str(get("bandwidth")))),
-            unknown_duration=float(parse_timedelta(get("unknown-task-duration")) or 0.5),
+            validate=bool(dask.config.get("distributed.scheduler.validate", False) if validate is None else validate),
+            allowed_failures=int(
+                dask.config.get("distributed.scheduler.allowed-failures")
+                if allowed_failures is None
+                else allowed_failures
+            ),
+            full_disk_timeout=_seconds_or_none(dask.config.get("distributed.scheduler.full-disk-timeout")),
+            bandwidth=float(parse_bytes(str(dask.config.get("distributed.scheduler.bandwidth")))),
+            unknown_duration=float(
+                parse_timedelta(dask.config.get("distributed.scheduler.unknown-task-duration")) or 0.5
+            ),
             default_durations={
-                k: float(parse_timedelta(v) or 0) for k, v in (get("default-task-durations", {}) or {}).items()
+                k: float(parse_timedelta(v) or 0)
+                for k, v in (dask.config.get("distributed.scheduler.default-task-durations", {}) or {}).items()
             },
-            root_latency_budget=float(parse_timedelta(get("root-task-latency-budget", "5ms")) or 0.0),
+            root_latency_budget=float(
+                parse_timedelta(dask.config.get("distributed.scheduler.root-task-latency-budget", "5ms")) or 0.0
+            ),
             worker_saturation=worker_saturation,
-            transition_log_length=int(get("transition-log-length", 100_000)),
+            transition_log_length=int(dask.config.get("distributed.scheduler.transition-log-length", 100_000)),
         )
 
 
@@ -142,18 +148,19 @@ class SchedulerServerSettings:
             ``"no"`` must not read as true: it is a security control).
         """
 
-        def get(key: str, default: Any = None) -> Any:
-            return dask.config.get(f"distributed.scheduler.{key}", default)
-
-        allow_pickle = get("pickle", True)
+        allow_pickle = dask.config.get("distributed.scheduler.pickle", True)
         if not isinstance(allow_pickle, bool):
             raise ValueError(f"distributed.scheduler.pickle must be true or false, got {allow_pickle!r}")
         return cls(
             default_scheme=dask.config.get("distributed.comm.default-scheme", None),
-            contact_address=contact_address or get("contact-address", None) or None,
+            contact_address=contact_address or dask.config.get("distributed.scheduler.contact-address", None) or None,
             allow_pickle=allow_pickle,
-            worker_ttl=_seconds_or_none(worker_ttl if worker_ttl is not None else get("worker-ttl")),
-            idle_timeout=_seconds_or_none(idle_timeout if idle_timeout is not None else get("idle-timeout")),
-            blocked_handlers=tuple(get("blocked-handlers", []) or ()),
+            worker_ttl=_seconds_or_none(
+                worker_ttl if worker_ttl is not None else dask.config.get("distributed.scheduler.worker-ttl")
+            ),
+            idle_timeout=_seconds_or_none(
+                idle_timeout if idle_timeout is not None else dask.config.get("distributed.scheduler.idle-timeout")
+            ),
+            blocked_handlers=tuple(dask.config.get("distributed.scheduler.blocked-handlers", []) or ()),
             connect_timeout=float(parse_timedelta(dask.config.get("distributed.comm.timeouts.connect")) or 30),
         )

@@ -9,7 +9,6 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import dask.config
 from dask.utils import parse_bytes, parse_timedelta
@@ -67,20 +66,27 @@ class WorkerSettings:
     ) -> WorkerSettings:
         """The settings in dask's config now, with the keywords given instead of theirs."""
 
-        def get(key: str, default: Any = None) -> Any:
-            return dask.config.get(f"distributed.worker.{key}", default)
-
-        monitor = memory_monitor_interval if memory_monitor_interval is not None else get("memory.monitor-interval")
-        heartbeat = heartbeat_interval if heartbeat_interval is not None else get("heartbeat-interval", "1s")
+        monitor = (
+            memory_monitor_interval
+            if memory_monitor_interval is not None
+            else dask.config.get("distributed.worker.memory.monitor-interval")
+        )
+        heartbeat = (
+            heartbeat_interval
+            if heartbeat_interval is not None
+            else dask.config.get("distributed.worker.heartbeat-interval", "1s")
+        )
         return cls(
-            validate=bool(get("validate", False) if validate is None else validate),
-            resources={k: float(v) for k, v in (resources or get("resources", {}) or {}).items()},
+            validate=bool(dask.config.get("distributed.worker.validate", False) if validate is None else validate),
+            resources={
+                k: float(v) for k, v in (resources or dask.config.get("distributed.worker.resources", {}) or {}).items()
+            },
             directory_base=local_directory or dask.config.get("temporary-directory", None) or tempfile.gettempdir(),
             memory_monitor_interval=float(parse_timedelta(monitor) or 0.1),
             heartbeat_interval=float(parse_timedelta(heartbeat) or 1.0),
-            blocked_handlers=tuple(get("blocked-handlers", []) or ()),
-            transfer_limit=int(parse_bytes(str(get("transfer.message-bytes-limit")))),
-            fetch_concurrency=int(get("connections.outgoing")),
+            blocked_handlers=tuple(dask.config.get("distributed.worker.blocked-handlers", []) or ()),
+            transfer_limit=int(parse_bytes(str(dask.config.get("distributed.worker.transfer.message-bytes-limit")))),
+            fetch_concurrency=int(dask.config.get("distributed.worker.connections.outgoing")),
             connect_timeout=float(parse_timedelta(dask.config.get("distributed.comm.timeouts.connect")) or 30),
             tcp_timeout=float(parse_timedelta(dask.config.get("distributed.comm.timeouts.tcp")) or 30),
         )
