@@ -1,4 +1,7 @@
-"""``from distributed.stealing import WorkStealing`` keeps working: work stealing lives in :mod:`distributed.scheduler.stealing`."""
+"""``from distributed.stealing import WorkStealing`` keeps working.
+
+Work stealing lives in :mod:`distributed.scheduler.stealing`.
+"""
 
 from __future__ import annotations
 

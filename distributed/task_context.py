@@ -24,7 +24,7 @@ from distributed.threadpool import current_pool
 if TYPE_CHECKING:
     from distributed.core import ConnectionPool
 
-__all__ = ["TaskHost", "TaskThreadState", "current_key", "current_worker", "in_actor_thread", "rejoin", "secede"]
+__all__ = ["TaskHost", "TaskThreadState", "current_worker", "in_actor_thread", "rejoin", "secede"]
 
 
 class TaskHost(Protocol):
@@ -83,11 +83,6 @@ thread_state = TaskThreadState()
 def current_worker() -> TaskHost | None:
     """The worker running the task (or actor method) on this thread, else None."""
     return thread_state.worker
-
-
-def current_key() -> Key | None:
-    """The key of the task running on this thread, else None."""
-    return thread_state.key
 
 
 def in_actor_thread() -> bool:

@@ -1,4 +1,4 @@
-"""Methods written once for synchronous and asynchronous use: values on a synchronous client, awaitables on an asynchronous one.
+"""Methods written once for both forms: values on a synchronous client, awaitables on an asynchronous one.
 
 A :class:`~distributed.Client` is synchronous (``Client()``, typed
 ``Client[Literal[False]]``) or asynchronous (``Client(asynchronous=True)``,
