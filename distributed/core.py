@@ -66,7 +66,7 @@ from distributed.protocol import messages as m
 from distributed.protocol.framing import ProtocolError
 from distributed.protocol.schema import Check, checker
 from distributed.protocol.serialize import Serialized, as_serialized, unwrap
-from distributed.utils import format_exception_text, get_traceback
+from distributed.utils import format_exception_text, get_traceback, wait_for
 
 logger = logging.getLogger(__name__)
 
@@ -903,7 +903,7 @@ class ConnectionPool:
         if timeout is None:
             comm = await self.connect(addr)
         else:
-            comm = await asyncio.wait_for(self.connect(addr), timeout)
+            comm = await wait_for(self.connect(addr), timeout)
         borrowed = BorrowedComm(comm)
         try:
             yield borrowed

@@ -231,7 +231,7 @@ def sync(
         coro = func(*args, **kwargs)
         try:
             if timeout is not None:
-                return await asyncio.wait_for(coro, timeout)
+                return await wait_for(coro, timeout)
             return await coro
         except asyncio.CancelledError as e:
             if type(e) is asyncio.CancelledError:
@@ -478,10 +478,24 @@ def import_term(name: str) -> Any:
 
 
 async def wait_for(aw: Awaitable[T], timeout: float | None) -> T:
-    """``asyncio.wait_for`` that accepts ``None`` for no timeout."""
+    """Await ``aw`` for at most ``timeout`` seconds (``None``: no limit).
+
+    Use this, not ``asyncio.wait_for``: before Python 3.12 that one loses a
+    cancellation arriving in the same loop step as the result of what it
+    waits on (it returns that result, or raises its error, instead).  A retry
+    loop that catches the error then retries on, and a Ctrl-C or a close is
+    ignored until its deadline.  Here ``aw`` runs in the caller's own task
+    under :func:`asyncio.timeout`, so a cancellation always wins.
+
+    Raises
+    ------
+    TimeoutError
+        When ``aw`` has not finished after ``timeout`` seconds (it is cancelled).
+    """
     if timeout is None:
         return await aw
-    return await asyncio.wait_for(aw, timeout)
+    async with asyncio.timeout(timeout):
+        return await aw
 
 
 def format_dashboard_link(host: str, port: int) -> str:

@@ -155,9 +155,10 @@ async def async_poll_for(predicate: Callable[[], bool], timeout: float = 20, per
 
 
 async def wait_for(aw: Coroutine[Any, Any, T], timeout: float) -> T:
-    """``asyncio.wait_for`` with a clear failure message."""
+    """Await ``aw`` for at most ``timeout`` seconds; fail the test with a clear message after."""
     try:
-        return await asyncio.wait_for(aw, timeout)
+        async with asyncio.timeout(timeout):
+            return await aw
     except TimeoutError:
         pytest.fail(f"timed out after {timeout} s")
 
@@ -312,7 +313,8 @@ def run_async(
     async def main() -> T:
         if check_loop_errors:
             asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: errors.append(ctx))
-        return await asyncio.wait_for(make(), timeout)
+        async with asyncio.timeout(timeout):
+            return await make()
 
     loop = asyncio.new_event_loop()
     try:

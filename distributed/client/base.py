@@ -71,7 +71,7 @@ from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.security import Security, coerce_security
 from distributed.task_context import current_worker, secede
-from distributed.utils import LoopRunner, format_dashboard_link, sync
+from distributed.utils import LoopRunner, format_dashboard_link, sync, wait_for
 
 if TYPE_CHECKING:
     from distributed.client.client import Client
@@ -340,7 +340,7 @@ class ClientBase(Generic[AsyncT]):
         if asynchronous or self._in_loop_thread():
             coro = func(*args, **kwargs)
             if callback_timeout is not None:
-                return asyncio.wait_for(coro, parse_timedelta(callback_timeout))
+                return wait_for(coro, parse_timedelta(callback_timeout))
             return coro
         return sync(self.loop, func, *args, callback_timeout=callback_timeout, **kwargs)
 
@@ -383,7 +383,7 @@ class ClientBase(Generic[AsyncT]):
             self._loop_runner.stop()
             return None
         if asynchronous:
-            return asyncio.wait_for(self._close(), t)
+            return wait_for(self._close(), t)
         try:
             if (not self.loop.is_closed() and self._loop_runner.is_started) or self._loop_runner.thread is None:
                 self.sync(self._close, callback_timeout=t)

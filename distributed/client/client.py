@@ -69,6 +69,7 @@ from distributed.protocol.schema import checker
 from distributed.protocol.serialize import Serialize, unwrap
 from distributed.security import Security
 from distributed.task_context import current_worker
+from distributed.utils import wait_for
 
 if TYPE_CHECKING:
     from distributed.client.datasets import Datasets
@@ -984,7 +985,7 @@ class Client(ClientBase[AsyncT]):
         t = parse_timedelta(timeout) if timeout is not None else None
 
         async def waiter() -> None:
-            await asyncio.wait_for(self.link.request(m.WaitForWorkers(op="wait_for_workers", n_workers=n_workers)), t)
+            await wait_for(self.link.request(m.WaitForWorkers(op="wait_for_workers", n_workers=n_workers)), t)
 
         return waiter
 

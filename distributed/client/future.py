@@ -25,6 +25,7 @@ from dask.utils import parse_timedelta, typename
 from distributed.core import rebuild_exception
 from distributed.exceptions import FutureCancelledError
 from distributed.protocol.messages import Key
+from distributed.utils import wait_for
 
 if TYPE_CHECKING:
     from distributed.client.client import Client
@@ -279,7 +280,7 @@ class Future(TaskRef):
 
         async def get() -> BaseException | None:
             t = parse_timedelta(timeout) if timeout is not None else None
-            await asyncio.wait_for(self.state.event().wait(), t)
+            await wait_for(self.state.event().wait(), t)
             return self.state.error()
 
         if client.asynchronous and client.registry.on_loop():

@@ -42,6 +42,7 @@ from distributed.core import ConnectionPool, StreamRoute, error_message
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.protocol.schema import Check, MessageError, checker
+from distributed.utils import wait_for
 
 logger = logging.getLogger(__name__)
 
@@ -182,7 +183,7 @@ class SchedulerLink:
         comm = await connect(address, timeout=self.timeout, name="client->scheduler", **self.pool.connection_args)
         try:
             await comm.write(m.RegisterClient(op="register-client", client=self.client_id))
-            response = await asyncio.wait_for(comm.read(), self.timeout)
+            response = await wait_for(comm.read(), self.timeout)
         except BaseException:
             comm.abort()
             raise

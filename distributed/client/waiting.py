@@ -20,6 +20,7 @@ from distributed.client.future import Future, collect_futures
 from distributed.dask_api import is_dask_collection
 from distributed.exceptions import FutureCancelledError, FuturesCancelledError
 from distributed.protocol.messages import Key
+from distributed.utils import wait_for
 
 __all__ = ["DoneAndNotDoneFutures", "as_completed", "fire_and_forget", "futures_of", "wait"]
 
@@ -104,7 +105,7 @@ def wait(fs: Any, timeout: Any = None, return_when: str = ALL_COMPLETED) -> Any:
             for fs in states:
                 fs.add_callback(one_done)
             try:
-                await asyncio.wait_for(waiter, t)
+                await wait_for(waiter, t)
             except TimeoutError:
                 left = sum(not fs.done() for fs in states)
                 if return_when == FIRST_COMPLETED:

@@ -53,6 +53,7 @@ from distributed.comm.core import Comm, CommClosedError, CommHandler, Listener, 
 from distributed.comm.refusals import RefusalLog, refused_log_interval
 from distributed.protocol.framing import ProtocolError, dumps, loads
 from distributed.protocol.serialize import Frame
+from distributed.utils import wait_for
 
 logger = logging.getLogger(__name__)
 
@@ -678,7 +679,7 @@ async def tcp_connect(loc: str, timeout: float, ssl_context: ssl.SSLContext | No
                     ssl=ssl_context,
                     ssl_handshake_timeout=remaining,
                 )
-            transport, protocol = await asyncio.wait_for(connecting, timeout=remaining)
+            transport, protocol = await wait_for(connecting, timeout=remaining)
             break
         except (TimeoutError, OSError) as e:
             if ssl_context is not None and isinstance(e, (ssl.SSLError, ConnectionResetError, BrokenPipeError)):

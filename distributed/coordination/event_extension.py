@@ -16,6 +16,7 @@ from distributed.coordination.names import normalize_name
 from distributed.coordination.waiting import counted, gives_up_at_once
 from distributed.core import Route
 from distributed.protocol import messages as m
+from distributed.utils import wait_for
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
@@ -72,7 +73,7 @@ class EventExtension:
             return False
         try:
             with counted(self.waiters, name):
-                await asyncio.wait_for(event.wait(), timeout)
+                await wait_for(event.wait(), timeout)
         except TimeoutError:
             return False
         finally:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -15,6 +14,7 @@ from distributed.coordination.held import before_get, from_item, to_item
 from distributed.coordination.names import name_or_new
 from distributed.coordination.primitive import ClientBound
 from distributed.protocol import messages as m
+from distributed.utils import wait_for
 
 if TYPE_CHECKING:
     from distributed.client import Client
@@ -80,7 +80,7 @@ class Variable(ClientBound[AsyncT], noun="variable"):
             await self.client.scheduler.call(m.VariableSet(op="variable_set", name=self.name, item=item))
 
         try:
-            await asyncio.wait_for(send(), timeout)
+            await wait_for(send(), timeout)
         except TimeoutError:
             raise TimeoutError(f"Variable {self.name!r} was not set within {timeout} s") from None
 

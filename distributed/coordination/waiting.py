@@ -13,6 +13,8 @@ import asyncio
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 
+from distributed.utils import wait_for
+
 __all__ = ["await_grant", "counted", "gives_up_at_once"]
 
 
@@ -48,7 +50,7 @@ async def await_grant(
         The answer, or False when ``timeout`` passed first.
     """
     try:
-        return await asyncio.wait_for(asyncio.shield(fut), timeout)
+        return await wait_for(asyncio.shield(fut), timeout)
     except TimeoutError:
         if fut.done():
             return fut.result()  # answered right at the deadline

@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 import dask.config
 
 from distributed.deploy.spec import ProcessInterface, SpecCluster
+from distributed.utils import wait_for
 
 if TYPE_CHECKING:
     import asyncssh
@@ -258,7 +259,7 @@ class SSHProcess(ProcessInterface):
         status: Any = None
         if self.proc is not None:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.proc.wait_closed(), 5)
+                await wait_for(self.proc.wait_closed(), 5)
             status = self.proc.exit_status if self.proc.exit_signal is None else self.proc.exit_signal[0]
         output = "\n".join(self._output)
         return RuntimeError(
@@ -284,7 +285,7 @@ class SSHProcess(ProcessInterface):
                 if not await self._signal(proc, sig):
                     break
                 try:
-                    await asyncio.wait_for(proc.wait_closed(), timeout)
+                    await wait_for(proc.wait_closed(), timeout)
                 except TimeoutError:
                     logger.warning(
                         "The %s on %s did not exit within %s s of SIG%s", self._what(), self.host, timeout, sig

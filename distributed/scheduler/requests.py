@@ -29,6 +29,7 @@ from distributed.protocol.messages import Key
 from distributed.protocol.serialize import Serialize, unwrap
 from distributed.scheduler import rebalance
 from distributed.scheduler.records import TaskState, WorkerState
+from distributed.utils import wait_for
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
@@ -639,7 +640,7 @@ class ClusterRequests:
         request = m.NannyRestart(op="restart", timeout=min(timeout / 4, 2.0), reason=reason, wait=wait)
         calls = [self.scheduler.rpc.call(ws.nanny, request) for ws in workers if ws.nanny]
         try:
-            await asyncio.wait_for(asyncio.gather(*calls), timeout)
+            await wait_for(asyncio.gather(*calls), timeout)
         except TimeoutError:
             raise TimeoutError(f"{len(calls)} worker(s) did not all restart within {timeout} s") from None
 
@@ -722,7 +723,7 @@ class ClusterRequests:
             try:
                 if nanny not in by_nanny:
                     # Maybe gone for good: do not wait out the whole connect timeout on it.
-                    pool.reuse(nanny, await asyncio.wait_for(pool.connect(nanny), _PENDING_NANNY_CONNECT))
+                    pool.reuse(nanny, await wait_for(pool.connect(nanny), _PENDING_NANNY_CONNECT))
                 # The nanny replies with its plugin's outcome as data: the scheduler never opens it.
                 return by_nanny.get(nanny, nanny), await pool.call(nanny, request)
             except (OSError, CommClosedError, TimeoutError) as e:

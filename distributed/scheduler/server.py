@@ -49,7 +49,7 @@ from distributed.scheduler.settings import SchedulerServerSettings
 from distributed.scheduler.state import SchedulerState
 from distributed.scheduler.streams import SchedulerStreams
 from distributed.security import Security, coerce_security
-from distributed.utils import refuse_unsupported, unsupported
+from distributed.utils import refuse_unsupported, unsupported, wait_for
 
 if TYPE_CHECKING:
     from distributed.dashboard.core import BokehDashboard
@@ -426,7 +426,7 @@ class Scheduler(GraphIngestion, Server):
             worker=address,
         )
         try:
-            await asyncio.wait_for(self.rpc.call(nanny, request), self.server_settings.connect_timeout)
+            await wait_for(self.rpc.call(nanny, request), self.server_settings.connect_timeout)
         except (OSError, CommClosedError, TimeoutError) as e:
             # Stuck too, or cut off with its worker: the worker learns it was removed when it wakes up.
             logger.warning("Could not ask nanny %s to replace the unresponsive worker %s: %r", nanny, address, e)

@@ -310,3 +310,32 @@ def test_small_helpers() -> None:
             await wait_for(asyncio.Event().wait(), 0.01)
 
     asyncio.run(main())
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("outcome", ["error", "result"])
+def test_wait_for_never_loses_a_cancellation_that_arrives_with_the_result(outcome: str) -> None:
+    """Python 3.11's ``asyncio.wait_for`` hands back the result (or raises the error) here instead.
+
+    A retry loop around a connect then retried on after Ctrl-C, until its deadline.
+    """
+
+    async def main() -> None:
+        answer: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        async def waiter() -> int:
+            return await wait_for(answer, 10)
+
+        task = asyncio.create_task(waiter())
+        await asyncio.sleep(0)  # the task now waits on the answer
+        assert not task.done()
+        # The answer and the cancellation land in the same loop step.
+        if outcome == "error":
+            answer.set_exception(ConnectionRefusedError("refused"))
+        else:
+            answer.set_result(1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())

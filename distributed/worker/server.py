@@ -51,7 +51,7 @@ from distributed.spill import SpillBuffer
 from distributed.task_context import rejoin, secede, thread_state
 from distributed.threadpool import ThreadPool
 from distributed.uploads import import_uploaded, save_upload
-from distributed.utils import get_ip_interface, scheduler_address, unsupported
+from distributed.utils import get_ip_interface, scheduler_address, unsupported, wait_for
 from distributed.worker.execution import (
     Runnable,
     StepsInTaskContext,
@@ -811,7 +811,7 @@ class Worker(Server):
         """Ask our nanny to close after this process ends rather than start another worker."""
         assert self.nanny is not None
         try:
-            await asyncio.wait_for(
+            await wait_for(
                 self.rpc.call(self.nanny, m.NannyCloseGracefully(op="close_gracefully", reason=reason)),
                 min(self.settings.connect_timeout, 5.0),
             )
@@ -835,7 +835,7 @@ class Worker(Server):
             stimulus_id=f"worker-close-gracefully-{time.time()}",
         )
         try:
-            retired = await asyncio.wait_for(self.rpc.call(self.scheduler_addr, request), timeout)
+            retired = await wait_for(self.rpc.call(self.scheduler_addr, request), timeout)
         except TimeoutError:
             logger.warning("The data of %s found no other holder within %s s", self.address, timeout)
             return
