@@ -7,15 +7,24 @@ msgpack data; each topic keeps its last ``distributed.scheduler.events-log-lengt
 events.  A client subscribed to a topic gets each new event of it on its
 stream as it is logged.
 
+Each worker has a topic of its own, its address, kept after it leaves so
+that one can look up why it went.  Workers come and go at new addresses
+(a nanny's restart, adaptive scaling), so only the topics of the last
+:data:`DEPARTED_WORKER_TOPICS` workers to leave are kept, unless a client
+subscribed to one; without that bound the log would grow by a topic per
+worker ever seen, for as long as the scheduler runs.
+
 Invariants: ``subscribers[topic]`` holds ids of clients that asked for
 ``topic`` and have not asked to stop; ids of clients that left are dropped
-the next time an event of the topic is sent.
+the next time an event of the topic is sent.  ``departed`` holds, oldest
+first, the addresses of workers that left and did not come back, at most
+:data:`DEPARTED_WORKER_TOPICS` of them.
 """
 
 from __future__ import annotations
 
 import time
-from collections import defaultdict, deque
+from collections import OrderedDict, defaultdict, deque
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +37,10 @@ from distributed.protocol import messages as m
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
 
-__all__ = ["EventLog"]
+__all__ = ["DEPARTED_WORKER_TOPICS", "EventLog"]
+
+#: How many of the workers that left keep their own topic (their address) in the log.
+DEPARTED_WORKER_TOPICS = 100
 
 #: An event as it is kept and sent: when it was logged, and what.
 Event = tuple[float, Any]
@@ -53,6 +65,8 @@ class EventLog:
         self.events: defaultdict[str, deque[Event]] = defaultdict(self._new_log)
         #: Ids of the clients subscribed to each topic.
         self.subscribers: defaultdict[str, set[str]] = defaultdict(set)
+        #: Addresses of the workers that left, oldest first (values unused).
+        self.departed: OrderedDict[str, None] = OrderedDict()
 
     def _new_log(self) -> deque[Event]:
         return deque(maxlen=self.length)
@@ -122,6 +136,19 @@ class EventLog:
             subscribers.discard(client)
             if not subscribers:
                 del self.subscribers[topic]
+
+    def worker_joined(self, address: str) -> None:
+        """A worker joined at ``address``: its topic is kept again (it may be one that left)."""
+        self.departed.pop(address, None)
+
+    def worker_left(self, address: str) -> None:
+        """A worker left: keep its topic among those of the last workers to leave, dropping the oldest."""
+        self.departed[address] = None
+        self.departed.move_to_end(address)
+        while len(self.departed) > DEPARTED_WORKER_TOPICS:
+            oldest, _ = self.departed.popitem(last=False)
+            if not self.subscribers.get(oldest):
+                self.events.pop(oldest, None)
 
     # -- handlers ----------------------------------------------------------------------
     def handle_log_event(self, comm: Comm, msg: m.LogEvent) -> None:

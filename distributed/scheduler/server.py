@@ -24,6 +24,7 @@ import dask
 import dask.config
 from dask.utils import parse_timedelta
 
+from distributed import heap
 from distributed.batched import BatchedSend
 from distributed.comm import (
     CommClosedError,
@@ -56,11 +57,15 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("distributed.scheduler")
 
-__all__ = ["UNRESPONSIVE_WORKER_GRACE", "Scheduler"]
+__all__ = ["HEAP_TRIM_INTERVAL", "UNRESPONSIVE_WORKER_GRACE", "Scheduler"]
 
 #: Seconds a worker removed for silence (``worker-ttl``) gets to close on its nanny's SIGTERM before
 #: the SIGKILL (as dask's nanny gives it): a stopped or stuck process never answers, a woken one is quick.
 UNRESPONSIVE_WORKER_GRACE: Final = 4.0
+
+#: Seconds between two hand-backs of the scheduler's free heap memory to the OS, each only
+#: if tasks were forgotten since the last: glibc keeps what a forgotten graph freed, in the RSS.
+HEAP_TRIM_INTERVAL: Final = 60.0
 
 
 class Scheduler(GraphIngestion, Server):
@@ -209,6 +214,8 @@ class Scheduler(GraphIngestion, Server):
         self.client_comms: dict[str, BatchedSend] = {}
         #: Set when a worker joins, for :meth:`wait_for_workers`; made on first use.
         self._worker_joined: asyncio.Event | None = None
+        #: ``tasks_forgotten`` at the last hand-back of free heap memory.
+        self._heap_trimmed_at_forgotten = 0
         self.extensions: dict[str, Any] = {}
         self.http_server: Any = None
         #: The bokeh dashboard served by ``http_server`` (None without one).
@@ -280,6 +287,8 @@ class Scheduler(GraphIngestion, Server):
         if self.full_disk_timeout:
             interval = min(max(self.full_disk_timeout / 10, 0.05), 1.0)
             self.periodic(interval, self._check_full_disks, name="full-disk-timeout")
+        if heap.can_trim():
+            self.periodic(HEAP_TRIM_INTERVAL, self.trim_heap, name="heap-trim")
         if self.dashboard or (self.dashboard is None and self.dashboard_address):
             try:
                 from distributed.http.scheduler import start_http_server
@@ -713,6 +722,24 @@ class Scheduler(GraphIngestion, Server):
             self._worker_joined.clear()
             await self._worker_joined.wait()
 
+    async def trim_heap(self) -> bool:
+        """Hand the heap memory freed since tasks were last forgotten back to the OS.
+
+        Runs in a thread (tens of milliseconds on a large fragmented heap), so
+        the event loop goes on meanwhile.  Called every :data:`HEAP_TRIM_INTERVAL`
+        seconds on glibc.
+
+        Returns
+        -------
+        Whether the heap was trimmed: not when no task was forgotten since the last time.
+        """
+        forgotten = self.tasks_forgotten
+        if forgotten == self._heap_trimmed_at_forgotten:
+            return False
+        self._heap_trimmed_at_forgotten = forgotten
+        await asyncio.to_thread(heap.trim)
+        return True
+
     def _check_full_disks(self) -> None:
         if self.full_disk_timeout is None or self.status in (Status.closing, Status.closed):
             return
@@ -726,11 +753,13 @@ class Scheduler(GraphIngestion, Server):
             self.send_all(self.fail_tasks_stuck_on_full_disks(stimulus_id=f"full-disk-timeout-{now}"))
 
     def on_worker_joined(self, ws: WorkerState) -> None:
-        """Wake :meth:`wait_for_workers`."""
+        """Wake :meth:`wait_for_workers`; keep the worker's event topic."""
+        self.event_log.worker_joined(ws.address)
         if self._worker_joined is not None:
             self._worker_joined.set()
 
     def on_worker_left(self, address: str) -> None:
-        """Drop the stream and the pooled connections to the worker."""
+        """Drop the stream and the pooled connections to the worker; its event topic joins those of the departed."""
         self.stream_comms.pop(address, None)
         self.rpc.remove(address)
+        self.event_log.worker_left(address)

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 import pytest
 
+import distributed.scheduler.events
 import distributed.worker
 from distributed import Client, LocalCluster, Scheduler, SchedulerPlugin, Worker, get_worker
 from distributed.utils_test import async_poll_for, gen_cluster, poll_for
@@ -200,3 +201,28 @@ def test_events_from_worker_processes_reach_a_sync_client() -> None:
             # The handler ran on the client's event loop thread, not this one.
             assert threads[0] != threading.get_ident()
             assert c.get_events("proc")[0][1] == got[0][1]
+
+
+@gen_cluster(client=True, nthreads=[])
+async def test_only_the_last_departed_workers_keep_their_topics(
+    c: Client[Literal[True]], s: Scheduler, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Workers come and go at new addresses: without a bound the log grows a topic per worker ever seen."""
+    monkeypatch.setattr(distributed.scheduler.events, "DEPARTED_WORKER_TOPICS", 2)
+    addresses = []
+    for i in range(5):
+        async with Worker(s.address, nthreads=1, name=f"w{i}") as w:
+            addresses.append(w.address)
+            await async_poll_for(lambda: w.address in s.workers, 10)
+            if i == 0:
+                c.subscribe_topic(w.address, lambda event: None)
+                await async_poll_for(lambda: c.id in s.event_subscriber[w.address], 5)
+        await async_poll_for(lambda: w.address not in s.workers, 10)
+    # The first is kept for its subscriber; of the rest, the last two to leave.
+    assert [a for a in addresses if a in s.events] == [addresses[0], addresses[3], addresses[4]]
+    assert [msg["action"] for _, msg in await c.get_events(addresses[4])] == ["add-worker", "remove-worker"]
+    assert list(s.event_log.departed) == addresses[3:]
+    # A worker back at an address that left is no longer among the departed.
+    s.event_log.worker_joined(addresses[3])
+    assert list(s.event_log.departed) == addresses[4:]
+    assert len([e for _, e in s.get_events("all") if e["action"] == "remove-worker"]) == 5

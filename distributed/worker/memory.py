@@ -18,16 +18,14 @@ under the nanny's terminate line.
 
 from __future__ import annotations
 
-import ctypes
 import logging
-import sys
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
 
 import dask.config
 import psutil
 
+from distributed import heap
 from distributed.core import Status
 from distributed.spill import SpillBuffer
 
@@ -40,26 +38,6 @@ logger = logging.getLogger(__name__)
 
 #: Results stored, as a fraction of the memory limit, after which process memory is measured again.
 _GROWTH_CHECK_FRACTION = 0.02
-
-
-def _load_malloc_trim() -> Callable[[int], int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        trim: Callable[[int], int] = libc.malloc_trim
-    except (OSError, AttributeError):  # not glibc
-        return None
-    return trim
-
-
-_malloc_trim = _load_malloc_trim()
-
-
-def _trim_heap() -> None:
-    """Give freed heap memory back to the OS: glibc keeps freed blocks of a few MB in its heap."""
-    if _malloc_trim is not None:
-        _malloc_trim(0)
 
 
 def _fraction(given: float | Literal[False] | None, config_key: str, default: float) -> float | None:
@@ -211,7 +189,7 @@ class WorkerMemoryMonitor:
             rss = self.memory()
         if count and rss > goal:
             # Freed values may sit in the allocator's heap, still counted in RSS.
-            _trim_heap()
+            heap.trim()
             rss = self.memory()
         if count and not self._spill_logged:
             # Once per worker: spilling repeats every interval under memory pressure.
