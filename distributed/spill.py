@@ -23,9 +23,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-import pickle
 import shutil
-import struct
 from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any
 
@@ -33,13 +31,11 @@ import zict
 from dask.sizeof import sizeof
 
 from distributed.protocol.messages import Key
-from distributed.protocol.serialize import SerializationError, pickle_dumps, pickle_loads
+from distributed.protocol.serialize import SerializationError, deserialize_bytes, serialize_bytelist
 
 __all__ = ["SpillActivity", "SpillBuffer", "SpilledSize"]
 
 logger = logging.getLogger(__name__)
-
-_LEN = struct.Struct("<Q")
 
 
 def _sizeof(value: Any) -> int:
@@ -55,30 +51,13 @@ def _weight(key: Key, value: Any) -> float:
 
 
 def _dump(value: Any) -> list[bytes | bytearray | memoryview]:
-    """Pickle (protocol 5, buffers out of band) into frames prefixed by their lengths."""
-    buffers: list[pickle.PickleBuffer] = []
-    payload = pickle_dumps(value, buffer_callback=buffers.append)
-    frames: list[bytes | bytearray | memoryview] = [payload]
-    for b in buffers:
-        try:
-            frames.append(b.raw())
-        except BufferError:  # not contiguous
-            frames.append(memoryview(bytes(b)))
-    lengths = [f.nbytes if isinstance(f, memoryview) else len(f) for f in frames]
-    header = _LEN.pack(len(frames)) + b"".join(_LEN.pack(n) for n in lengths)
-    return [header, *frames]
+    """Serialise with the default families (a type registered on ``dask_serialize`` as its own frames,
+    others pickled with buffers out of band) into frames that read back when joined."""
+    return serialize_bytelist(value, on_error="raise")
 
 
 def _load(blob: bytearray | memoryview) -> Any:
-    view = memoryview(blob)
-    (n,) = _LEN.unpack_from(view, 0)
-    lengths = [_LEN.unpack_from(view, _LEN.size * (i + 1))[0] for i in range(n)]
-    pos = _LEN.size * (n + 1)
-    frames = []
-    for length in lengths:
-        frames.append(view[pos : pos + length])
-        pos += length
-    return pickle_loads(frames[0], frames[1:])
+    return deserialize_bytes(blob)
 
 
 def _nothing() -> None:

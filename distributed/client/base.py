@@ -22,7 +22,7 @@ import logging
 import time
 import uuid
 import weakref
-from collections.abc import Awaitable, Callable, Collection, Generator, Iterator
+from collections.abc import Awaitable, Callable, Collection, Generator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, Self, TypeAlias, TypeVar, cast, overload
 
 import dask
@@ -69,6 +69,7 @@ from distributed.dask_api import (
 )
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
+from distributed.protocol.serialize import families
 from distributed.security import Security, coerce_security
 from distributed.task_context import current_worker, secede
 from distributed.utils import LoopRunner, format_dashboard_link, sync, wait_for
@@ -142,8 +143,8 @@ class ClientBase(Generic[AsyncT]):
         asynchronous: bool = False,
         name: str | None = None,
         heartbeat_interval: Any = None,
-        serializers: Any = None,
-        deserializers: Any = None,
+        serializers: Sequence[str] | None = None,
+        deserializers: Sequence[str] | None = None,
         extensions: Any = None,
         direct_to_workers: bool | None = None,
         connection_limit: int = 512,
@@ -153,10 +154,13 @@ class ClientBase(Generic[AsyncT]):
         refuse_unsupported(
             "Client",
             heartbeat_interval=heartbeat_interval is not None,
-            serializers=serializers is not None,
-            deserializers=deserializers is not None,
             extensions=bool(extensions),
             direct_to_workers=direct_to_workers is False,
+        )
+        # As in dask, deserializers default to the serializers: what the client sends, it takes back.
+        families_chosen = (
+            _family_names(serializers, "serializers"),
+            _family_names(serializers if deserializers is None else deserializers, "deserializers"),
         )
         if kwargs and (address is not None or scheduler_file is not None):
             # They configure the LocalCluster started when no address is given.
@@ -216,7 +220,7 @@ class ClientBase(Generic[AsyncT]):
         self.link = SchedulerLink(self.id, self.outbox, self.registry, self.pool, self._timeout, lambda: self.loop)
         self.link.address = address
         #: Gathers results from workers, scatters data to them.
-        self.transfer = DataTransfer(self.registry, self.link, self.pool, self._timeout)
+        self.transfer = DataTransfer(self.registry, self.link, self.pool, self._timeout, *families_chosen)
         #: The topics this client subscribed to, and their event handlers.
         self.topics = TopicSubscriptions(self.id, self.link.post)
         self.link.add_route("event", self.topics.route())
@@ -1190,3 +1194,17 @@ async def _wait_for_scheduler_file(path: str, timeout: float) -> str:
             raise TimeoutError(f"Scheduler file {path} did not appear (with an address) within {timeout} s")
         await asyncio.sleep(0.05)
     return address
+
+
+def _family_names(names: Sequence[str] | None, parameter: str) -> tuple[str, ...] | None:
+    """``Client(serializers=)`` or ``deserializers=`` checked: registered family names, or None."""
+    if names is None:
+        return None
+    if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+        raise TypeError(f"Client({parameter}=) takes a list of serializer family names, got {names!r}")
+    unknown = [n for n in names if n not in families]
+    if unknown:
+        raise ValueError(
+            f"Client({parameter}=) names unknown serializer families {unknown}; registered: {sorted(families)}"
+        )
+    return tuple(names)

@@ -38,7 +38,7 @@ import logging
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, overload
 
 from dask._task_spec import TaskRef
@@ -124,7 +124,15 @@ class Client(ClientBase[AsyncT]):
         the TLS credentials of the ``client`` role.  Default: the cluster's
         when given a cluster object, else from config.  ``True`` starts the
         local cluster (no address given) with :meth:`Security.temporary`.
-    heartbeat_interval, serializers, deserializers, extensions
+    serializers
+        The serializer families the data this client scatters may travel as,
+        tried in order (default: ``dask``, then ``pickle``).  An object none of
+        them takes is refused with a ``SerializationError``.
+    deserializers
+        The families the data this client gathers may come in (default: those
+        of ``serializers``; when neither is given, any); data in another one
+        raises ``TypeError``.
+    heartbeat_interval, extensions
         Not supported yet: a value other than the default raises
         ``NotImplementedError`` naming the parameter.
     **kwargs
@@ -149,8 +157,8 @@ class Client(ClientBase[AsyncT]):
         asynchronous: Literal[False] = False,
         name: str | None = None,
         heartbeat_interval: Any = None,
-        serializers: Any = None,
-        deserializers: Any = None,
+        serializers: Sequence[str] | None = None,
+        deserializers: Sequence[str] | None = None,
         extensions: Any = None,
         direct_to_workers: bool | None = None,
         connection_limit: int = 512,
@@ -171,8 +179,8 @@ class Client(ClientBase[AsyncT]):
         asynchronous: Literal[True],
         name: str | None = None,
         heartbeat_interval: Any = None,
-        serializers: Any = None,
-        deserializers: Any = None,
+        serializers: Sequence[str] | None = None,
+        deserializers: Sequence[str] | None = None,
         extensions: Any = None,
         direct_to_workers: bool | None = None,
         connection_limit: int = 512,
@@ -193,8 +201,8 @@ class Client(ClientBase[AsyncT]):
         asynchronous: bool,
         name: str | None = None,
         heartbeat_interval: Any = None,
-        serializers: Any = None,
-        deserializers: Any = None,
+        serializers: Sequence[str] | None = None,
+        deserializers: Sequence[str] | None = None,
         extensions: Any = None,
         direct_to_workers: bool | None = None,
         connection_limit: int = 512,
@@ -213,8 +221,8 @@ class Client(ClientBase[AsyncT]):
         asynchronous: bool = False,
         name: str | None = None,
         heartbeat_interval: Any = None,
-        serializers: Any = None,
-        deserializers: Any = None,
+        serializers: Sequence[str] | None = None,
+        deserializers: Sequence[str] | None = None,
         extensions: Any = None,
         direct_to_workers: bool | None = None,
         connection_limit: int = 512,

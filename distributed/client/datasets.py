@@ -51,7 +51,7 @@ async def publish(client: Client, datasets: Mapping[Any, Any], override: bool) -
             keys=keys,
             # Pickled now even when the scheduler is in this process: a getter
             # unpickles a copy, whose futures then belong to the getter's client.
-            data=as_serialized(data),
+            data=as_serialized(data, client.transfer.serializers),
             override=override,
             client=client.id,
         )
@@ -75,7 +75,7 @@ async def get_dataset(client: Client, name: Any, default: Any = no_default) -> A
             raise KeyError(f"Dataset '{name}' not found")
         return default
     with client.as_current():
-        data = unwrap(reply["data"])
+        data = unwrap(reply["data"], client.transfer.deserializers)
     # The scheduler counts the client as wanting the keys already; each future
     # new to this client asks for its key's status as it binds (see FutureRegistry.acquire).
     for future in futures_of(data):

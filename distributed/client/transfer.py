@@ -32,7 +32,7 @@ import logging
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 from dask.base import tokenize
@@ -47,7 +47,7 @@ from distributed.core import ConnectionPool
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.protocol.schema import checker
-from distributed.protocol.serialize import Serialize, unwrap
+from distributed.protocol.serialize import Serialize, Serialized, serialize, unwrap
 
 logger = logging.getLogger(__name__)
 
@@ -94,11 +94,23 @@ class DataTransfer:
         worker to scatter to.
     """
 
-    def __init__(self, registry: FutureRegistry, link: SchedulerLink, pool: ConnectionPool, timeout: float) -> None:
+    def __init__(
+        self,
+        registry: FutureRegistry,
+        link: SchedulerLink,
+        pool: ConnectionPool,
+        timeout: float,
+        serializers: Sequence[str] | None = None,
+        deserializers: Sequence[str] | None = None,
+    ) -> None:
         self.registry = registry
         self.link = link
         self.pool = pool
         self.timeout = timeout
+        #: The serializer families scattered data may use, in order (None: the defaults).
+        self.serializers = serializers
+        #: The families gathered data may come in (None: any).
+        self.deserializers = deserializers
 
     async def gather(self, futures: Any, errors: str = "raise") -> Any:
         """The values of ``futures``, in the same structure (lists, tuples, sets, dicts, nested).
@@ -232,7 +244,8 @@ class DataTransfer:
         if not comm.same_process:
             raise_if_malformed(_CHECK_GET_DATA, response, f"'get_data' from {worker}")
         reply: m.GetDataReply = response
-        return {k: unwrap(v) for k, v in reply["data"].items()}
+        deserializers = self.deserializers
+        return {k: unwrap(v, deserializers) for k, v in reply["data"].items()}
 
     async def scatter(
         self, data: Any, workers: Any = None, broadcast: bool | int = False, hash: bool = True, timeout: Any = None
@@ -288,7 +301,7 @@ class DataTransfer:
             could not be reached.
         """
         copies = len(addrs) if broadcast is True else max(min(int(broadcast), len(addrs)), 1)
-        assignment = spread(items, addrs, broadcast)
+        assignment = spread(items, addrs, broadcast, self.serializers)
         who_has: defaultdict[Key, list[str]] = defaultdict(list)
         nbytes: dict[Key, int] = {}
         types: dict[Key, str] = {}
@@ -297,7 +310,7 @@ class DataTransfer:
             replies = await asyncio.gather(
                 *(self.update_data(a, d) for a, d in assignment.items()), return_exceptions=True
             )
-            failed: dict[Key, Serialize] = {}
+            failed: dict[Key, Serialize | Serialized] = {}
             for (a, d), reply in zip(assignment.items(), replies):
                 if isinstance(reply, (OSError, TimeoutError)):  # CommClosedError is an OSError
                     logger.info("Scatter to %s failed (%r): placing its %d keys elsewhere", a, reply, len(d))
@@ -326,7 +339,7 @@ class DataTransfer:
             f"in {SCATTER_ROUNDS} rounds of placing the data elsewhere"
         )
 
-    async def update_data(self, worker: str, data: Mapping[Key, Serialize]) -> m.UpdateDataReply:
+    async def update_data(self, worker: str, data: Mapping[Key, Serialize | Serialized]) -> m.UpdateDataReply:
         """Put ``data`` on ``worker`` with one ``update_data`` request; its reply, checked.
 
         Raises
@@ -416,16 +429,20 @@ def scatter_items(data: Any, hash: bool) -> tuple[dict[Key, Any], list[Key]]:
     return dict(zip(order, seq)), order
 
 
-def spread(items: Mapping[Key, Any], addrs: list[str], broadcast: bool | int) -> dict[str, dict[Key, Serialize]]:
+def spread(
+    items: Mapping[Key, Any], addrs: list[str], broadcast: bool | int, serializers: Sequence[str] | None = None
+) -> dict[str, dict[Key, Serialize | Serialized]]:
     """What each worker of ``addrs`` receives: item ``i`` goes to ``addrs[i]`` and the next ones.
 
     ``broadcast=True`` puts every item on every worker, an int ``n`` on ``n``
-    workers (at most all of them), anything else on one.
+    workers (at most all of them), anything else on one.  With ``serializers``
+    each item is serialised now, by the first of those families that takes it
+    (a ``SerializationError`` when none does); else when it is sent, by the defaults.
     """
-    assignment: defaultdict[str, dict[Key, Serialize]] = defaultdict(dict)
+    assignment: defaultdict[str, dict[Key, Serialize | Serialized]] = defaultdict(dict)
     copies = len(addrs) if broadcast is True else max(min(int(broadcast), len(addrs)), 1)
     for i, (k, v) in enumerate(items.items()):
-        ser = Serialize(v)
+        ser = Serialize(v) if serializers is None else Serialized(*serialize(v, serializers, on_error="raise"))
         for j in range(copies):
             assignment[addrs[(i + j) % len(addrs)]][k] = ser
     return dict(assignment)

@@ -74,11 +74,11 @@ def dumps(msg: Any, *, strict: bool = False) -> list[Frame]:
                 return msgpack.ExtType(EXT_INLINE, obj.packed)
             header, sub = obj.header, obj.frames
         elif isinstance(obj, Serialize):
-            header, sub = serialize(obj.data)
+            header, sub = serialize(obj.data, on_error="raise")
         elif strict:
             raise TypeError(f"Cannot encode {type(obj).__name__} in a message")
         else:
-            header, sub = serialize(obj)
+            header, sub = serialize(obj, on_error="raise")
         size = 0
         for f in sub:
             size += f.nbytes if isinstance(f, memoryview) else len(f)

@@ -16,22 +16,36 @@ never copied into one big blob.  The standard library's pickle is tried first
 and cloudpickle is used when the object needs pickling by value (lambdas,
 objects defined in ``__main__``) or when plain pickle fails.
 
+Serializer families
+-------------------
+A family is a named pair ``dumps(obj) -> (header, frames)`` and
+``loads(header, frames) -> obj`` (see :func:`register_serialization_family`).
+:func:`serialize` tries the families it is given in turn, by default
+``("dask", "pickle")``: a family that cannot take the object raises
+``NotImplementedError`` and the next one is tried.  ``pickle`` is defined here;
+``dask`` (types registered on ``dask_serialize``), ``msgpack`` and ``error``
+in :mod:`distributed.protocol.families`, ``cuda`` in
+:mod:`distributed.protocol.cuda`.  A header names its family under ``"s"``;
+the task forms ``"task"`` and ``"task-split"`` count as ``pickle``.
+
 Nothing here is ever called on the scheduler for task payloads: the scheduler
 keeps :class:`Serialized` values as they came.
 """
 
 from __future__ import annotations
 
+import inspect
 import io
 import logging
 import pickle
+import struct
 import sys
 import threading
 import types
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Final, Literal, NamedTuple
 
 import cloudpickle
 import msgpack
@@ -39,15 +53,23 @@ import msgpack
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "DEFAULT_SERIALIZERS",
+    "Family",
     "Frame",
     "SerializationError",
     "Serialize",
     "Serialized",
     "deserialize",
+    "deserialize_bytes",
+    "families",
     "nbytes_of_frames",
+    "nested_deserialize",
     "pickle_dumps",
     "pickle_loads",
+    "register_serialization_family",
     "serialize",
+    "serialize_bytelist",
+    "serialize_bytes",
     "serialize_task",
     "to_serialize",
     "unwrap",
@@ -248,23 +270,158 @@ def _buffer_frame(pb: pickle.PickleBuffer) -> Frame:
         return memoryview(bytes(pb))
 
 
-def serialize(obj: Any) -> tuple[dict[str, Any], list[Frame]]:
-    """Turn ``obj`` into a header and frames (pickle protocol 5, out of band).
+class Family(NamedTuple):
+    """A serializer family: how an object becomes a header and frames, and back."""
 
-    Raises
-    ------
-    SerializationError
-        When ``obj`` cannot be pickled.
+    #: ``dumps(obj)`` (or ``dumps(obj, context=...)``) -> ``(header, frames)``; raises
+    #: ``NotImplementedError`` for an object the family does not take.
+    dumps: Callable[..., tuple[dict[str, Any], Sequence[Any]]]
+    #: ``loads(header, frames)`` -> the object.
+    loads: Callable[[dict[str, Any], list[Frame]], Any]
+    #: Whether ``dumps`` takes the ``context`` keyword.
+    wants_context: bool
+    #: ``takes(cls)``: whether ``dumps`` takes objects of ``cls``, answered without trying (None: try).
+    takes: Callable[[type], bool] | None = None
+
+
+#: The serializer families by name, in registration order.
+families: dict[str, Family] = {}
+
+#: The families :func:`serialize` tries, in order, when given none.
+DEFAULT_SERIALIZERS: Final = ("dask", "pickle")
+
+#: Header names the task forms go by; each is the ``pickle`` family as far as a choice of families goes.
+_PICKLE_FORMS: Final = frozenset({"pickle", "task", "task-split"})
+
+
+def register_serialization_family(
+    name: str,
+    dumps: Callable[..., tuple[dict[str, Any], Sequence[Any]]],
+    loads: Callable[[dict[str, Any], list[Frame]], Any],
+    takes: Callable[[type], bool] | None = None,
+) -> None:
+    """Register a serializer family under ``name`` (replacing one of that name).
+
+    Parameters
+    ----------
+    name
+        What ``serializers=`` and ``deserializers=`` lists call it.
+    dumps
+        ``dumps(obj) -> (header, frames)``: ``header`` a msgpack-able dict,
+        ``frames`` bytes-like objects (buffers are sent as they are, never
+        copied).  Raise ``NotImplementedError`` for objects the family does not
+        take, so that the next family is tried.  May take a ``context`` keyword.
+    loads
+        ``loads(header, frames) -> obj``.
+    takes
+        Optional ``takes(cls) -> bool``, a cheap answer to whether ``dumps``
+        takes objects of ``cls`` (it is asked before each object, so that a
+        family that passes on most objects costs no exception each time).
+
+    Examples
+    --------
+    >>> def dumps(x):  # doctest: +SKIP
+    ...     return {}, [str(x).encode()]
+    >>> def loads(header, frames):  # doctest: +SKIP
+    ...     return frames[0].decode()
+    >>> register_serialization_family("text", dumps, loads)  # doctest: +SKIP
     """
-    if isinstance(obj, Serialized):
-        return obj.header, obj.frames
-    if isinstance(obj, Serialize):
-        obj = obj.data
+    if name in ("task", "task-split", "malformed"):
+        raise ValueError(f"{name!r} is the name of a form of the pickle family; choose another")
+    try:
+        wants_context = "context" in inspect.signature(dumps).parameters
+    except (TypeError, ValueError):
+        wants_context = False
+    families[name] = Family(dumps, loads, wants_context, takes)
+
+
+def _as_frame(frame: Any) -> Frame:
+    """A frame a family returned, as bytes, bytearray or a flat byte memoryview (never copied)."""
+    if isinstance(frame, (bytes, bytearray)):
+        return frame
+    view = frame if isinstance(frame, memoryview) else memoryview(frame)
+    if view.format != "B" or view.ndim != 1:
+        try:
+            view = view.cast("B")
+        except TypeError:
+            view = memoryview(view.tobytes())  # not contiguous: the one copy there is no way around
+    return view
+
+
+def _pickle_family_dumps(obj: Any) -> tuple[dict[str, Any], list[Frame]]:
     buffers: list[pickle.PickleBuffer] = []
     payload = pickle_dumps(obj, buffer_callback=buffers.append)
     frames: list[Frame] = [payload]
     frames.extend(_buffer_frame(b) for b in buffers)
     return {"s": "pickle"}, frames
+
+
+def _pickle_family_loads(header: dict[str, Any], frames: list[Frame]) -> Any:
+    return pickle_loads(frames[0], frames[1:])
+
+
+families["pickle"] = Family(_pickle_family_dumps, _pickle_family_loads, False)
+
+
+def serialize(
+    obj: Any,
+    serializers: Sequence[str] | None = None,
+    on_error: Literal["message", "raise"] = "message",
+    context: dict[str, Any] | None = None,
+) -> tuple[dict[str, Any], list[Frame]]:
+    """Turn ``obj`` into a header and frames with the first family that takes it.
+
+    Parameters
+    ----------
+    obj
+        Any object; a :class:`Serialized` gives its own header and frames, a
+        :class:`Serialize` the object it wraps.
+    serializers
+        Names of the families to try, in order (default :data:`DEFAULT_SERIALIZERS`).
+    on_error
+        When no family takes ``obj`` or one fails: ``"message"`` (as in dask)
+        returns an ``error`` family object that raises when deserialised;
+        ``"raise"`` raises.
+    context
+        Passed to the families whose ``dumps`` take a ``context`` keyword.
+
+    Raises
+    ------
+    SerializationError
+        With ``on_error="raise"``, when ``obj`` cannot be serialised by those families.
+    ValueError
+        For a family name that is not registered.
+    """
+    if isinstance(obj, Serialized):
+        return obj.header, obj.frames
+    if isinstance(obj, Serialize):
+        obj = obj.data
+    names = DEFAULT_SERIALIZERS if serializers is None else serializers
+    failure: BaseException | None = None
+    for name in names:
+        family = families.get(name)
+        if family is None:
+            if serializers is None:
+                continue  # a default family not registered (yet): the next one
+            raise ValueError(f"Unknown serializer family {name!r}; registered: {sorted(families)}")
+        if family.takes is not None and not family.takes(type(obj)):
+            continue
+        try:
+            header, frames = family.dumps(obj, context=context) if family.wants_context else family.dumps(obj)
+        except NotImplementedError:
+            continue
+        except Exception as e:
+            failure = e
+            break
+        kind = header.get("s")
+        if kind != name and not (name == "pickle" and kind in _PICKLE_FORMS):
+            header["s"] = name
+        return header, [_as_frame(f) for f in frames]
+    reason = f"{failure!r}" if failure is not None else f"no family of {list(names)} takes it"
+    text = f"Could not serialize object of type {type(obj).__name__}: {reason}"
+    if on_error == "raise":
+        raise SerializationError(text) from failure
+    return {"s": "error"}, [text.encode()]
 
 
 def _pickled_by_value(obj: Any) -> bool:
@@ -378,7 +535,7 @@ def serialize_task(obj: Any, functions: FunctionCache | None = None) -> Serializ
             return Serialized({"s": "task-split"}, out)
         payload = _dumps_task_state(obj, buffers)
     except Exception:
-        header, frames = serialize(obj)
+        header, frames = serialize(obj, on_error="raise")
         return Serialized(header, frames)
     out = [payload]
     out.extend(_buffer_frame(b) for b in buffers)
@@ -399,19 +556,44 @@ def _load_function(blob: Frame) -> Any:
     return func
 
 
-def deserialize(header: dict[str, Any], frames: Sequence[Frame]) -> Any:
+def deserialize(header: dict[str, Any], frames: Sequence[Frame], deserializers: Iterable[str] | None = None) -> Any:
     """Inverse of :func:`serialize`.
+
+    Parameters
+    ----------
+    header, frames
+        As :func:`serialize` made them.
+    deserializers
+        Names of the families allowed (default: any registered).
 
     Raises
     ------
     SerializationError
-        For an unknown serialiser or frames that do not unpickle.
+        For an unknown family, frames that do not load, or an object the
+        ``error`` family stands for (it could not be serialised).
+    TypeError
+        When the object's family is not among ``deserializers``.
     """
     kind = header.get("s")
     if kind == "malformed":
         raise SerializationError(f"Malformed serialized object: {header.get('error')}")
-    if kind not in ("pickle", "task", "task-split"):
-        raise SerializationError(f"Unknown serializer {kind!r}")
+    if deserializers is not None:
+        allowed = set(deserializers)
+        family_name = "pickle" if kind in _PICKLE_FORMS else kind
+        if family_name not in allowed:
+            raise TypeError(
+                f"Data serialized with the {family_name!r} family; allowed to deserialize: {sorted(allowed)}"
+            )
+    if kind not in _PICKLE_FORMS:
+        family = families.get(kind) if isinstance(kind, str) else None
+        if family is None:
+            raise SerializationError(f"Unknown serializer {kind!r}")
+        try:
+            return family.loads(header, list(frames))
+        except SerializationError:
+            raise
+        except Exception as e:
+            raise SerializationError(f"Could not deserialize object of the {kind!r} family: {e!r}") from e
     if not frames:
         raise SerializationError("No frames to deserialize")
     try:
@@ -428,22 +610,97 @@ def deserialize(header: dict[str, Any], frames: Sequence[Frame]) -> Any:
         raise SerializationError(f"Could not deserialize object: {e!r}") from e
 
 
-def unwrap(value: Any) -> Any:
-    """The object behind ``value``, deserialising it if it is still frames.
+def nested_deserialize(value: Any, deserializers: Iterable[str] | None = None) -> Any:
+    """``value`` with every :class:`Serialize` and :class:`Serialized` in it, at any depth of dicts, lists and
+    tuples, replaced by its object.
+
+    Examples
+    --------
+    >>> nested_deserialize({"x": [to_serialize(1), 2]})
+    {'x': [1, 2]}
+    """
+    if isinstance(value, Serialize):
+        return value.data
+    if isinstance(value, Serialized):
+        return deserialize(value.header, value.frames, deserializers)
+    if isinstance(value, dict):
+        return {k: nested_deserialize(v, deserializers) for k, v in value.items()}
+    if isinstance(value, list):
+        return [nested_deserialize(v, deserializers) for v in value]
+    if isinstance(value, tuple):
+        return tuple(nested_deserialize(v, deserializers) for v in value)
+    return value
+
+
+#: The length of a byte list's description (its first frame starts with it).
+_DESCRIPTION_LENGTH = struct.Struct("<Q")
+
+
+def serialize_bytelist(
+    obj: Any,
+    serializers: Sequence[str] | None = None,
+    on_error: Literal["message", "raise"] = "message",
+    context: dict[str, Any] | None = None,
+) -> list[Frame]:
+    """Serialise ``obj`` into frames that stand alone: joined, :func:`deserialize_bytes` reads them back.
+
+    The first frame describes the rest (the header and each frame's length);
+    the others are :func:`serialize`'s frames, not copied.  The parameters are
+    those of :func:`serialize`.
+    """
+    header, frames = serialize(obj, serializers=serializers, on_error=on_error, context=context)
+    description = msgpack.packb(
+        {"header": header, "lengths": [nbytes_of_frames([f]) for f in frames]}, use_bin_type=True
+    )
+    return [_DESCRIPTION_LENGTH.pack(len(description)) + description, *frames]
+
+
+def serialize_bytes(obj: Any, **kwargs: Any) -> bytes:
+    """``obj`` as one bytes object (:func:`serialize_bytelist` joined); ``kwargs`` as for :func:`serialize`."""
+    return b"".join(serialize_bytelist(obj, **kwargs))
+
+
+def deserialize_bytes(data: Frame, deserializers: Iterable[str] | None = None) -> Any:
+    """The object of :func:`serialize_bytes` (or of :func:`serialize_bytelist`'s frames joined).
+
+    Raises
+    ------
+    SerializationError
+        When ``data`` is not such bytes, or its object does not deserialise.
+    """
+    view = memoryview(data).cast("B") if not isinstance(data, memoryview) or data.format != "B" else data
+    try:
+        (size,) = _DESCRIPTION_LENGTH.unpack_from(view)
+        start = _DESCRIPTION_LENGTH.size + size
+        description = msgpack.unpackb(view[_DESCRIPTION_LENGTH.size : start], use_list=False, strict_map_key=False)
+        header, lengths = description["header"], description["lengths"]
+        if start + sum(lengths) != view.nbytes:
+            raise ValueError(f"{view.nbytes} bytes where the description says {start + sum(lengths)}")
+    except Exception as e:
+        raise SerializationError(f"Not the bytes of a serialized object: {e!r}") from e
+    frames: list[Frame] = []
+    for length in lengths:
+        frames.append(view[start : start + length])
+        start += length
+    return deserialize(header, frames, deserializers)
+
+
+def unwrap(value: Any, deserializers: Iterable[str] | None = None) -> Any:
+    """The object behind ``value``, deserialising it if it is still frames (with one of ``deserializers``).
 
     Plain values come back unchanged, so callers need not know whether the
     message travelled through TCP (frames) or in process (live objects).
     """
     if isinstance(value, Serialized):
-        return deserialize(value.header, value.frames)
+        return deserialize(value.header, value.frames, deserializers)
     if isinstance(value, Serialize):
         return value.data
     return value
 
 
-def as_serialized(value: Any) -> Serialized:
-    """``value`` in serialised form (serialising a live object now)."""
+def as_serialized(value: Any, serializers: Sequence[str] | None = None) -> Serialized:
+    """``value`` in serialised form (serialising a live object now, with ``serializers``)."""
     if isinstance(value, Serialized):
         return value
-    header, frames = serialize(value)
+    header, frames = serialize(value, serializers, on_error="raise")
     return Serialized(header, frames)

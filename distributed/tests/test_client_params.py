@@ -23,8 +23,6 @@ UNREACHABLE = "tcp://127.0.0.1:1"
     "name, value",
     [
         ("heartbeat_interval", "5s"),
-        ("serializers", ["pickle"]),
-        ("deserializers", ["pickle"]),
         ("extensions", {"pubsub": object}),
         ("direct_to_workers", False),
     ],

@@ -22,7 +22,7 @@ from distributed.core import ConnectionPool
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.protocol.schema import Check
-from distributed.protocol.serialize import Serialize
+from distributed.protocol.serialize import Serialize, Serialized
 from distributed.utils_test import async_poll_for, gen_test
 
 Point = namedtuple("Point", ["x", "y"])
@@ -167,7 +167,7 @@ class FakeScatter(DataTransfer):
         self.dead = dead
         self.stored: dict[str, set[Key]] = {}
 
-    async def update_data(self, worker: str, data: Mapping[Key, Serialize]) -> m.UpdateDataReply:
+    async def update_data(self, worker: str, data: Mapping[Key, Serialize | Serialized]) -> m.UpdateDataReply:
         if worker in self.dead:
             raise CommClosedError(f"{worker} is gone")
         self.stored.setdefault(worker, set()).update(data)

@@ -250,7 +250,12 @@ def test_unpicklable_raises_serialization_error() -> None:
     with pytest.raises(SerializationError, match="lock"):
         dumps({"x": to_serialize(lock)})
     with pytest.raises(SerializationError, match="Could not serialize"):
-        serialize(lock)
+        serialize(lock, on_error="raise")
+    # By default, as in dask, the failure travels as an object of the error family, raised where it is read.
+    header, frames = serialize(lock)
+    assert header["s"] == "error"
+    with pytest.raises(SerializationError, match="Could not serialize object of type lock"):
+        deserialize(header, frames)
     with pytest.raises(SerializationError):
         dumps({"x": lock})
     # SerializationError is a TypeError, as pickle's own errors are.

@@ -192,7 +192,7 @@ def test_clear_drops_spilled_values_without_reading_them(tmp_path: Path, monkeyp
     def no_reading(*args: Any) -> Any:
         raise AssertionError("a spilled value was read")
 
-    monkeypatch.setattr(distributed.spill, "pickle_loads", no_reading)
+    monkeypatch.setattr(distributed.spill, "deserialize_bytes", no_reading)
     buf.clear()
     assert len(buf) == 0 and buf.memory_bytes == 0 and os.listdir(buf.directory) == []
     assert buf.spilled.memory == buf.spilled.disk == 0
