@@ -989,11 +989,28 @@ class Client(ClientBase[AsyncT]):
 
     @dual_method
     def wait_for_workers(self, n_workers: int, timeout: Any = None) -> Work[None]:
-        """Wait until ``n_workers`` workers are connected."""
+        """Wait until ``n_workers`` workers are connected.
+
+        Raises
+        ------
+        ValueError
+            When ``n_workers`` is not a positive integer.
+        TimeoutError
+            After ``timeout``, saying how many workers had arrived.
+        """
+        if isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 1:
+            raise ValueError(f"wait_for_workers: n_workers must be a positive integer, got {n_workers!r}")
         t = parse_timedelta(timeout) if timeout is not None else None
 
         async def waiter() -> None:
-            await wait_for(self.link.request(m.WaitForWorkers(op="wait_for_workers", n_workers=n_workers)), t)
+            try:
+                await wait_for(self.link.request(m.WaitForWorkers(op="wait_for_workers", n_workers=n_workers)), t)
+            except TimeoutError:
+                info = await self.link.checked_request(m.Empty(op="identity"), _CHECK_IDENTITY)
+                arrived = sum(1 for w in info["workers"].values() if w.get("status", "running") == "running")
+                raise TimeoutError(
+                    f"Only {arrived} of the {n_workers} workers waited for had arrived after {t} s"
+                ) from None
 
         return waiter
 

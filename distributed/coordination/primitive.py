@@ -10,7 +10,7 @@ client, returned as an awaitable with an asynchronous one.
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
 from typing import TYPE_CHECKING, Any, Generic, Self, cast
 
 from distributed.client.base import AsyncT
@@ -59,6 +59,19 @@ class ClientBound(Generic[AsyncT]):
     def client(self) -> Client[AsyncT]:
         """The client this primitive talks through."""
         return _bound_client(self)
+
+    def __await__(self) -> Generator[Any, None, Self]:
+        """``await Semaphore(...)`` (a ``Lock``, ``Queue``, ``Event``, ...) gives the primitive, as in dask.
+
+        The primitive exists on the scheduler from its first use, so there is
+        nothing to wait for: async code written for dask, where awaiting it
+        registers it, runs unchanged.
+        """
+
+        async def ready() -> Self:
+            return self
+
+        return ready().__await__()
 
     def sync(self, func: Callable[..., Awaitable[Any]], *args: Any, asynchronous: bool | None = None) -> Any:
         """Run ``func(*args)`` on the client's loop: await it, or return it as an awaitable (see ``Client.sync``)."""

@@ -89,3 +89,13 @@ async def test_nanny_logs(c: Client[Literal[True]], s: Scheduler) -> None:
         logs = await c.get_worker_logs(nanny=True)
         assert set(logs) == {nanny.worker_address}
         assert any("Nanny at" in text for _, text in logs[str(nanny.worker_address)])
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)])
+async def test_wait_for_workers_says_how_many_arrived(c: Client[Literal[True]], s: Scheduler, a: Worker) -> None:
+    await c.wait_for_workers(1)
+    with pytest.raises(TimeoutError, match=r"^Only 1 of the 3 workers waited for had arrived after 0.2 s$"):
+        await c.wait_for_workers(3, timeout=0.2)
+    for bad in (0, -1, 1.5, "2", True):
+        with pytest.raises(ValueError, match="n_workers must be a positive integer"):
+            await c.wait_for_workers(bad)  # type: ignore[arg-type]  # the mistakes tested

@@ -167,3 +167,21 @@ def test_semaphore_on_a_synchronous_client() -> None:
             with dask.config.set({"distributed.scheduler.locks.lease-timeout": "inf"}):
                 assert sem.acquire() is True  # no refreshes needed, none started
                 assert sem.release() is True
+
+
+@gen_cluster(client=True, nthreads=[])
+async def test_primitives_are_awaitable_as_in_dask(c: Client, s: Scheduler) -> None:
+    from distributed import Event, Lock, Queue
+
+    sem = await Semaphore(max_leases=2, name="awaited", client=c)
+    assert isinstance(sem, Semaphore) and await sem.acquire() and await sem.acquire()
+    assert not await sem.acquire(timeout=0.05)
+    lock = await Lock("awaited-lock", client=c)
+    async with lock:
+        assert await lock.locked()
+    queue = await Queue("awaited-queue", client=c)
+    await queue.put(1)
+    assert await queue.get() == 1
+    event = await Event("awaited-event", client=c)
+    await event.set()
+    assert await event.is_set()
