@@ -170,7 +170,8 @@ class ClientBase(Generic[AsyncT]):
         else:
             timeout_value = timeout
         self._timeout = float(parse_timedelta(timeout_value) or 30)
-        self.id = f"{type(self).__name__}-{uuid.uuid4()}"
+        # As in dask, a name shows in the id: the scheduler's logs and dashboard tell clients apart by it.
+        self.id = f"{type(self).__name__}-{name}-{uuid.uuid4()}" if name else f"{type(self).__name__}-{uuid.uuid4()}"
         self.name = name
         self.asynchronous = asynchronous
         self._in_worker = _in_worker

@@ -147,3 +147,14 @@ async def test_close_timeout(s: Scheduler, a: Worker, b: Worker) -> None:
     c = await Client(s.address, asynchronous=True)
     await c.close(timeout="5s")
     assert c.status == "closed"
+
+
+@gen_cluster(nthreads=[])
+async def test_a_client_name_shows_in_its_id(s: Scheduler) -> None:
+    async with (
+        Client(s.address, asynchronous=True, name="etl-job") as named,
+        Client(s.address, asynchronous=True) as plain,
+    ):
+        assert named.id.startswith("Client-etl-job-") and named.name == "etl-job"
+        assert plain.id.startswith("Client-") and "etl-job" not in plain.id
+        assert {named.id, plain.id} <= set(s.clients)
