@@ -34,6 +34,7 @@ from distributed.scheduler import Scheduler
 from distributed.security import Security
 from distributed.utils import sync
 from distributed.worker import Worker, get_client, get_worker, rejoin, secede
+from distributed.worker.task_output import print, warn
 from distributed.worker_client import local_client, worker_client
 
 __version__ = "2026.11.0"
@@ -79,11 +80,13 @@ __all__ = [
     "get_worker",
     "local_client",
     "performance_report",
+    "print",
     "progress",
     "rejoin",
     "rpc",
     "secede",
     "sync",
     "wait",
+    "warn",
     "worker_client",
 ]

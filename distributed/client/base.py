@@ -303,6 +303,7 @@ class ClientBase(Generic[AsyncT]):
             self.scheduler_address = self.cluster.scheduler_address
         assert self.scheduler_address is not None
         await self.link.connect(self.scheduler_address)
+        self.topics.subscribe_defaults()
         return self
 
     @property

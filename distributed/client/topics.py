@@ -5,6 +5,11 @@ client's stream, as ``(time, msg)``; the handler given for the topic is
 called with it on the client's event loop, and awaited when it returns an
 awaitable.  A handler that raises is logged; the other events still arrive.
 
+Every client handles the topics ``print`` and ``warn`` from the start
+(:data:`DEFAULT_HANDLERS`): what tasks print or warn with ``distributed.print``
+and ``distributed.warn`` shows where the client runs.  A handler of one's own
+for either replaces the default.
+
 Invariants: ``handlers`` holds exactly the topics the client asked the
 scheduler for and has not asked to stop; an event of a topic not there (one
 unsubscribed while the event travelled) is dropped.
@@ -13,9 +18,12 @@ unsubscribed while the event travelled) is dropped.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import inspect
 import logging
-from collections.abc import Callable
+import sys
+import warnings
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from distributed.core import StreamRoute
@@ -23,10 +31,49 @@ from distributed.protocol import messages as m
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["EventHandler", "TopicSubscriptions"]
+__all__ = ["DEFAULT_HANDLERS", "EventHandler", "TopicSubscriptions", "show_print", "show_warning"]
 
 #: Called with each event ``(time, msg)`` of a topic; may return an awaitable.
 EventHandler = Callable[[tuple[float, Any]], Any]
+
+
+def show_print(event: tuple[float, Any]) -> None:
+    """Print what a task printed with ``distributed.print`` (an event of topic ``print``).
+
+    An event logged by hand under ``print`` with any other message is printed as it is.
+    """
+    _, msg = event
+    if not isinstance(msg, dict) or not isinstance(msg.get("args"), (list, tuple)):
+        builtins.print(msg)
+        return
+    printed: m.PrintEvent = msg  # type: ignore[assignment]  # checked above: a dict with its args
+    file = {1: sys.stdout, 2: sys.stderr}.get(printed.get("file", 0))
+    sep, end = printed.get("sep", " "), printed.get("end", "\n")
+    builtins.print(*printed["args"], sep=sep, end=end, file=file, flush=bool(printed.get("flush")))
+
+
+def show_warning(event: tuple[float, Any]) -> None:
+    """Warn as a task warned with ``distributed.warn`` (an event of topic ``warn``).
+
+    The category is imported by its path when it can be (else ``UserWarning``);
+    an event logged by hand with any other message is warned as text.
+    """
+    _, msg = event
+    if not isinstance(msg, dict) or "message" not in msg:
+        warnings.warn(str(msg), UserWarning, stacklevel=2)
+        return
+    category: type[Warning] = UserWarning
+    path = msg.get("category")
+    if isinstance(path, str):
+        module_name, _, name = path.rpartition(".")
+        found = getattr(sys.modules.get(module_name), name, None)
+        if isinstance(found, type) and issubclass(found, Warning):
+            category = found
+    warnings.warn(str(msg["message"]), category, stacklevel=2)
+
+
+#: The topics every client handles unless given a handler of its own.
+DEFAULT_HANDLERS: Mapping[str, EventHandler] = {"print": show_print, "warn": show_warning}
 
 
 class TopicSubscriptions:
@@ -61,6 +108,12 @@ class TopicSubscriptions:
         if topic not in self.handlers:
             self._post(m.TopicSubscription(op="subscribe-topic", topic=topic, client=self.client_id))
         self.handlers[topic] = handler
+
+    def subscribe_defaults(self) -> None:
+        """Handle the topics of :data:`DEFAULT_HANDLERS` not already given a handler."""
+        for topic, handler in DEFAULT_HANDLERS.items():
+            if topic not in self.handlers:
+                self.subscribe(topic, handler)
 
     def unsubscribe(self, topic: str) -> None:
         """Stop handling the events of ``topic``.

@@ -1095,6 +1095,31 @@ class WorkerLogEvent(TypedDict):
     worker: str
 
 
+class PrintEvent(TypedDict, total=False):
+    """``distributed.print`` in a task: the event of topic ``print`` its clients print.
+
+    ``file`` is 1 for ``sys.stdout``, 2 for ``sys.stderr`` (absent: the default).
+    """
+
+    args: Sequence[str]
+    sep: str | None
+    end: str | None
+    flush: bool
+    file: int
+    worker: str
+
+
+class WarnEvent(TypedDict, total=False):
+    """``distributed.warn`` in a task: the event of topic ``warn`` its clients warn with.
+
+    ``category`` is the warning class's import path, e.g. ``"builtins.UserWarning"``.
+    """
+
+    message: str
+    category: str
+    worker: str
+
+
 # -- events and topics: scheduler -> client (stream) ----------------------------------
 class TopicEvent(TypedDict):
     """An event of a topic the client subscribed to: ``event`` is ``(time, msg)``."""

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import io
+import sys
 import threading
 import time
+import warnings
 from typing import Any, Literal
 
 import pytest
 
+import distributed
 import distributed.scheduler.events
 import distributed.worker
 from distributed import Client, LocalCluster, Scheduler, SchedulerPlugin, Worker, get_worker
@@ -230,3 +234,53 @@ async def test_only_the_last_departed_workers_keep_their_topics(
     everything = s.get_events("all")
     assert isinstance(everything, tuple)
     assert len([e for _, e in everything if e["action"] == "remove-worker"]) == 5
+
+
+def print_and_warn(x: int) -> int:
+    distributed.print("from the task", x, sep="|")
+    distributed.print("to stderr", file=sys.stderr)
+    distributed.warn(f"careful with {x}", RuntimeWarning)
+    distributed.warn("plain")
+    return x + 1
+
+
+@pytest.mark.timeout(120)
+def test_print_and_warn_in_a_task_show_on_the_client(capsys: pytest.CaptureFixture[str]) -> None:
+    seen = {"out": "", "err": ""}
+
+    def printed(text: str, stream: str) -> bool:
+        captured = capsys.readouterr()  # takes what was captured so far: kept in seen
+        seen["out"] += captured.out
+        seen["err"] += captured.err
+        return text in seen[stream]
+
+    with (
+        LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+        warnings.catch_warnings(record=True) as caught,
+    ):
+        warnings.simplefilter("always")
+        # The worker is another process: what shows here, the client printed from the events.
+        assert client.submit(print_and_warn, 1).result(timeout=60) == 2
+        poll_for(lambda: printed("from the task|1\n", "out") and printed("to stderr\n", "err"), 30)
+        poll_for(lambda: len(caught) >= 2, 30)
+    assert [(type(w.message), str(w.message)) for w in caught[:2]] == [
+        (RuntimeWarning, "careful with 1"),
+        (UserWarning, "plain"),
+    ]
+    # Outside a task: the builtins, nothing logged.
+    distributed.print("local", "line", sep="-")
+    assert capsys.readouterr().out == "local-line\n"
+    with pytest.warns(UserWarning, match="local warning"):
+        distributed.warn("local warning")
+
+
+@gen_cluster(client=True)
+async def test_print_in_a_task_refuses_a_file_the_clients_cannot_print_to(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
+) -> None:
+    def to_a_file() -> None:
+        distributed.print("x", file=io.StringIO())
+
+    with pytest.raises(TypeError, match="sys.stdout or sys.stderr only"):
+        await c.submit(to_a_file)
