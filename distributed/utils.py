@@ -18,9 +18,10 @@ import sys
 import threading
 import types
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast, overload
 
 import dask
+from dask.typing import no_default
 from dask.utils import format_bytes, funcname, key_split, parse_bytes, parse_timedelta
 
 from distributed.interfaces import get_ip, get_ip_interface, get_ipv6
@@ -28,6 +29,7 @@ from distributed.interfaces import get_ip, get_ip_interface, get_ipv6
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "ErrorLogger",
     "Log",
     "Logs",
     "LoopRunner",
@@ -41,12 +43,18 @@ __all__ = [
     "get_ip_interface",
     "get_ipv6",
     "get_traceback",
+    "has_arg",
     "import_term",
     "in_async_call",
+    "is_kernel",
     "iscoroutinefunction",
     "key_split",
     "key_split_uncached",
     "lazy_attribute",
+    "log_errors",
+    "nbytes",
+    "no_default",
+    "open_port",
     "parse_bytes",
     "parse_timedelta",
     "refuse_unsupported",
@@ -541,3 +549,126 @@ def scheduler_address(
     if "://" in address:
         return address
     return f"tcp://{address}:{port}" if port is not None else f"tcp://{address}"
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class ErrorLogger:
+    """What :func:`log_errors` gives without a function: a context manager, and a decorator."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        if exc is None or isinstance(exc, (asyncio.CancelledError, GeneratorExit, KeyboardInterrupt)):
+            return
+        module = "distributed"
+        frame = tb
+        while frame is not None and frame.tb_next is not None:
+            frame = frame.tb_next
+        if frame is not None:
+            module = frame.tb_frame.f_globals.get("__name__", module)
+        logging.getLogger(module).error("%s: %s", type(exc).__name__, exc, exc_info=exc)
+
+    def __call__(self, func: F) -> F:
+        """``func`` (synchronous or a coroutine function) with its errors logged."""
+        if iscoroutinefunction(func):
+
+            @functools.wraps(func)
+            async def logged_async(*args: Any, **kwargs: Any) -> Any:
+                with self:
+                    return await func(*args, **kwargs)
+
+            return cast(F, logged_async)
+
+        @functools.wraps(func)
+        def logged(*args: Any, **kwargs: Any) -> Any:
+            with self:
+                return func(*args, **kwargs)
+
+        return cast(F, logged)
+
+
+@overload
+def log_errors(func: F, pdb: bool = False) -> F: ...
+
+
+@overload
+def log_errors(func: None = None, pdb: bool = False) -> ErrorLogger: ...
+
+
+def log_errors(func: F | None = None, pdb: bool = False) -> F | ErrorLogger:
+    """Log an exception on its way out, then let it go on: ``with log_errors():``, ``@log_errors``.
+
+    For code whose errors would otherwise be lost (a callback, a background
+    task): the exception is logged at ERROR with its traceback, by the logger
+    of the module that raised it, and raised again.  A cancellation is not an
+    error and is not logged.
+
+    Parameters
+    ----------
+    func
+        The function to wrap (synchronous or a coroutine function); None gives
+        a context manager that is also a decorator (``@log_errors()``).
+    pdb
+        Refused when True: no interactive debugger is started in a server.
+
+    Examples
+    --------
+    >>> with log_errors():  # doctest: +SKIP
+    ...     risky()
+    """
+    if pdb:
+        raise unsupported("log_errors", "pdb", "no debugger is started in a server")
+    error_logger = ErrorLogger()
+    return error_logger if func is None else error_logger(func)
+
+
+def nbytes(frame: Any) -> int:
+    """Bytes in ``frame``: ``len`` of bytes and bytearrays, ``nbytes`` of buffers (memoryviews, arrays).
+
+    Examples
+    --------
+    >>> nbytes(b"abc"), nbytes(memoryview(bytes(10)).cast("B"))
+    (3, 10)
+    """
+    if isinstance(frame, (bytes, bytearray)):
+        return len(frame)
+    try:
+        return int(frame.nbytes)
+    except AttributeError:
+        return len(frame)
+
+
+def open_port(host: str = "") -> int:
+    """A TCP port free on ``host`` now (another process may take it before it is used).
+
+    Examples
+    --------
+    >>> 0 < open_port("127.0.0.1") < 65536
+    True
+    """
+    import socket
+
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def has_arg(func: Callable[..., Any], argname: str) -> bool:
+    """Whether ``func`` takes a parameter ``argname`` (by name; also through ``**kwargs``)."""
+    try:
+        params = inspect.signature(func).parameters
+    except (TypeError, ValueError):
+        return False
+    return argname in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def is_kernel() -> bool:
+    """Whether this process is a Jupyter (IPython) kernel."""
+    if "IPython" not in sys.modules:
+        return False
+    from IPython import get_ipython
+
+    return getattr(get_ipython(), "kernel", None) is not None

@@ -15,15 +15,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import functools
 import gc
 import inspect
+import io
 import logging
+import random
 import subprocess
 import threading
 import time
 import weakref
-from collections.abc import Callable, Coroutine, Iterator, Sequence
+from collections.abc import Callable, Collection, Coroutine, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import dask
@@ -46,6 +49,8 @@ __all__ = [
     "async_poll_for",
     "b",
     "c",
+    "captured_handler",
+    "captured_logger",
     "check_process_leak",
     "check_thread_leak",
     "cleanup",
@@ -55,20 +60,28 @@ __all__ = [
     "config_for_cluster_tests",
     "dec",
     "div",
+    "double",
     "gen_cluster",
     "gen_test",
     "inc",
     "loop",
     "loop_in_thread",
+    "new_config",
     "poll_for",
     "popen",
+    "randominc",
+    "reset_config",
     "run_async",
     "s",
     "slowadd",
+    "slowdec",
+    "slowidentity",
     "slowinc",
+    "slowsum",
     "throws",
     "varying",
     "wait_for",
+    "wait_for_state",
 ]
 
 T = TypeVar("T")
@@ -110,6 +123,35 @@ def slowadd(x: Any, y: Any, delay: float = 0.02) -> Any:
 
 
 _varying_state: dict[str, int] = {}
+
+
+def slowdec(x: Any, delay: float = 0.02) -> Any:
+    """``x - 1`` after a pause."""
+    time.sleep(delay)
+    return x - 1
+
+
+def slowidentity(*args: Any, delay: float = 0.02) -> Any:
+    """Its one argument (or the tuple of several) after a pause."""
+    time.sleep(delay)
+    return args[0] if len(args) == 1 else args
+
+
+def slowsum(seq: Sequence[Any], delay: float = 0.02) -> Any:
+    """``sum(seq)`` after a pause."""
+    time.sleep(delay)
+    return sum(seq)
+
+
+def double(x: Any) -> Any:
+    """``x * 2``."""
+    return x * 2
+
+
+def randominc(x: Any, scale: float = 1) -> Any:
+    """``x + 1`` after a pause of up to ``scale`` seconds (different each call)."""
+    time.sleep(random.random() * scale)
+    return x + 1
 
 
 def varying(items: Sequence[Any]) -> Callable[[], Any]:
@@ -161,6 +203,82 @@ async def wait_for(aw: Coroutine[Any, Any, T], timeout: float) -> T:
             return await aw
     except TimeoutError:
         pytest.fail(f"timed out after {timeout} s")
+
+
+# -- logs and config ------------------------------------------------------------------------
+@contextlib.contextmanager
+def captured_logger(
+    logger: str | logging.Logger, level: int = logging.INFO, propagate: bool | None = None
+) -> Iterator[io.StringIO]:
+    """What ``logger`` logs at ``level`` and above in the block, as text in the yielded ``StringIO``.
+
+    ``propagate`` set, the logger passes records to its parents (or not) meanwhile.
+    """
+    if isinstance(logger, str):
+        logger = logging.getLogger(logger)
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    old_level, old_propagate = logger.level, logger.propagate
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    if propagate is not None:
+        logger.propagate = propagate
+    try:
+        yield stream
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+        logger.propagate = old_propagate
+
+
+@contextlib.contextmanager
+def captured_handler(handler: logging.StreamHandler[Any]) -> Iterator[io.StringIO]:
+    """What ``handler`` writes in the block, as text in the yielded ``StringIO`` (instead of its stream)."""
+    stream = io.StringIO()
+    old = handler.setStream(stream)
+    try:
+        yield stream
+    finally:
+        handler.setStream(old)
+
+
+#: dask's configuration as this module found it (what :func:`reset_config` goes back to).
+_CONFIG_AT_IMPORT = copy.deepcopy(dask.config.config)
+
+
+def reset_config() -> None:
+    """Put dask's configuration back to what it was when ``distributed.utils_test`` was imported."""
+    dask.config.config.clear()
+    dask.config.config.update(copy.deepcopy(_CONFIG_AT_IMPORT))
+
+
+@contextlib.contextmanager
+def new_config(config: dict[str, Any]) -> Iterator[None]:
+    """dask's configuration replaced whole by ``config`` (nested dicts) in the block."""
+    saved = copy.deepcopy(dask.config.config)
+    dask.config.config.clear()
+    dask.config.config.update(copy.deepcopy(config))
+    try:
+        yield
+    finally:
+        dask.config.config.clear()
+        dask.config.config.update(saved)
+
+
+async def wait_for_state(
+    key: Any, state: str | Collection[str], dask_worker: Worker | Scheduler, *, interval: float = 0.01
+) -> None:
+    """Wait until task ``key`` is in ``state`` (or one of several) on a worker or the scheduler.
+
+    Without a deadline of its own: the test's timeout ends a wait that never ends.
+    """
+    states = {state} if isinstance(state, str) else set(state)
+    while True:
+        tasks: Mapping[Any, Any] = dask_worker.tasks
+        ts = tasks.get(key)
+        if ts is not None and ts.state in states:
+            return
+        await asyncio.sleep(interval)
 
 
 # -- leak checks ------------------------------------------------------------------------------

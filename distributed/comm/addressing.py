@@ -43,6 +43,7 @@ __all__ = [
     "resolve_address",
     "unparse_address",
     "unparse_host_port",
+    "uri_from_host_port",
     "validate_address",
 ]
 
@@ -240,6 +241,33 @@ def address_from_user_args(
     if host_port and port and host_port != port:
         raise ValueError(f"{who}: port given twice, {host_port} in host= and {port} in port=")
     return unparse_address(scheme, unparse_host_port(host, host_port or int(port or 0)))
+
+
+def uri_from_host_port(host_arg: str | None, port_arg: int | str | None, default_port: int) -> str:
+    """The address of ``--host`` and ``--port`` options: ``"tcp://host:port"``.
+
+    ``host_arg`` may carry a scheme and a port itself; a port given both ways
+    must agree (0, "any free port", agrees with anything).  With neither,
+    ``default_port``.
+
+    Examples
+    --------
+    >>> uri_from_host_port("10.0.0.1", 8786, 0)
+    'tcp://10.0.0.1:8786'
+    >>> uri_from_host_port("tls://10.0.0.1:9000", None, 8786)
+    'tls://10.0.0.1:9000'
+
+    Raises
+    ------
+    ValueError
+        When the two give different ports.
+    """
+    scheme, loc = parse_address(host_arg or "")
+    port_given = int(port_arg) if port_arg is not None and port_arg != "" else None
+    host, port = parse_host_port(loc, port_given if port_given is not None else default_port)
+    if port_given is not None and port != 0 and port != port_given:
+        raise ValueError(f"Two ports given: {port} in host {host_arg!r} and {port_given} as the port")
+    return unparse_address(scheme, unparse_host_port(host, port))
 
 
 def parse_ports(port: int | str | Sequence[int] | None) -> list[int]:

@@ -43,13 +43,12 @@ import math
 import os
 from typing import Any
 
-import psutil
-
 from distributed.deploy.spec import SpecCluster
 from distributed.nanny import Nanny
 from distributed.scheduler import Scheduler
 from distributed.security import Security, coerce_security
 from distributed.spawn import WorkerProcess
+from distributed.system import MEMORY_LIMIT
 from distributed.utils import get_ip_interface, import_term, refuse_unsupported
 from distributed.worker import Worker, parse_memory_limit
 
@@ -291,7 +290,7 @@ class LocalCluster(SpecCluster):
         n_workers, threads_per_worker = worker_counts(n_workers, threads_per_worker, bool(processes))
         self.threads_per_worker = threads_per_worker
         if memory_limit == "auto":
-            self.memory_limit: str | float | None = psutil.virtual_memory().total // max(1, n_workers)
+            self.memory_limit: str | float | None = MEMORY_LIMIT // max(1, n_workers)
         else:
             parse_memory_limit(memory_limit, threads_per_worker)  # a bad value fails here, not in each worker
             self.memory_limit = memory_limit

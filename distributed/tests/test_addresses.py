@@ -220,3 +220,16 @@ async def test_worker_port_ranges() -> None:
             assert sorted([a.port, b.port]) == ports  # the second passes over the port the first took
             with pytest.raises(OSError, match=f"Every port from tcp://127.0.0.1:{ports[0]}"):
                 await Worker(s.address, port=span, nthreads=1)
+
+
+def test_uri_from_host_port() -> None:
+    from distributed.comm.addressing import uri_from_host_port
+
+    assert uri_from_host_port("10.0.0.1", 8786, 0) == "tcp://10.0.0.1:8786"
+    assert uri_from_host_port("10.0.0.1", "8786", 0) == "tcp://10.0.0.1:8786"
+    assert uri_from_host_port("tls://10.0.0.1:9000", None, 8786) == "tls://10.0.0.1:9000"
+    assert uri_from_host_port("10.0.0.1:9000", 9000, 8786) == "tcp://10.0.0.1:9000"
+    assert uri_from_host_port(None, None, 8786) == "tcp://:8786"
+    assert uri_from_host_port("::1", 5, 0) == "tcp://[::1]:5"
+    with pytest.raises(ValueError, match="Two ports given: 1 in host 'h:1' and 5"):
+        uri_from_host_port("h:1", 5, 0)

@@ -134,7 +134,9 @@ def test_default_sizes(no_leaks: None, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_memory_limit_auto_splits_total(no_leaks: None) -> None:
-    total = psutil.virtual_memory().total
+    from distributed.system import MEMORY_LIMIT
+
+    total = MEMORY_LIMIT  # the machine's, or less in a container
     with LocalCluster(processes=False, n_workers=2, threads_per_worker=1, dashboard_address=None) as c:
         limits = [w["memory_limit"] for w in c.scheduler_info["workers"].values()]
         assert limits == [total // 2, total // 2]

@@ -266,9 +266,9 @@ def test_local_cluster_refuses_a_negative_memory_limit_up_front(processes: bool)
 
 
 def test_auto_memory_limit_is_the_share_of_the_machine() -> None:
-    import psutil
+    from distributed.system import MEMORY_LIMIT
 
-    total = psutil.virtual_memory().total
+    total = MEMORY_LIMIT  # the machine's, or less in a container
     cores = os.cpu_count() or 1
     assert parse_memory_limit("auto", cores) == total
     assert parse_memory_limit(10 * total, 1) == total  # capped to the machine

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
+import socket
 import threading
 from typing import Any
 
@@ -13,9 +15,14 @@ from distributed.utils import (
     LoopRunner,
     format_exception_text,
     get_asyncio_loop,
+    has_arg,
     import_term,
+    is_kernel,
     iscoroutinefunction,
     key_split_uncached,
+    log_errors,
+    nbytes,
+    open_port,
     sync,
     wait_for,
 )
@@ -339,3 +346,51 @@ def test_wait_for_never_loses_a_cancellation_that_arrives_with_the_result(outcom
             await task
 
     asyncio.run(main())
+
+
+def _raises_in_a_callback() -> None:
+    raise ValueError("lost otherwise")
+
+
+def test_log_errors_logs_and_raises_again(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.ERROR), pytest.raises(ValueError, match="lost otherwise"), log_errors():
+        _raises_in_a_callback()
+    [record] = caplog.records
+    assert record.name == __name__ and "ValueError: lost otherwise" in record.getMessage() and record.exc_info
+
+    @log_errors
+    def decorated(x: int) -> int:
+        if x < 0:
+            raise KeyError(x)
+        return x + 1
+
+    @log_errors()
+    async def decorated_async(x: int) -> int:
+        raise RuntimeError(x)
+
+    caplog.clear()
+    assert decorated(1) == 2 and decorated.__name__ == "decorated"
+    with caplog.at_level(logging.ERROR), pytest.raises(KeyError):
+        decorated(-1)
+    with caplog.at_level(logging.ERROR), pytest.raises(RuntimeError):
+        asyncio.run(decorated_async(3))
+    assert [r.getMessage() for r in caplog.records] == ["KeyError: -1", "RuntimeError: 3"]
+    caplog.clear()
+    with caplog.at_level(logging.ERROR), pytest.raises(asyncio.CancelledError), log_errors():
+        raise asyncio.CancelledError
+    assert not caplog.records  # a cancellation is no error
+    with pytest.raises(NotImplementedError, match="pdb"):
+        log_errors(pdb=True)
+
+
+def test_small_helpers_downstream_code_imports() -> None:
+    import numpy as np
+
+    assert nbytes(b"abcd") == 4 and nbytes(bytearray(3)) == 3
+    assert nbytes(memoryview(np.ones(10).data)) == 80 and nbytes(np.ones((2, 3))) == 48
+    port = open_port("127.0.0.1")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))  # free, as promised
+    assert has_arg(lambda x, y=1: x, "y") and has_arg(lambda **kw: 0, "anything")
+    assert not has_arg(lambda x: x, "y") and not has_arg(len, "x")
+    assert is_kernel() is False

@@ -118,3 +118,57 @@ def test_async_poll_for_fails_after_deadline() -> None:
 
     with pytest.raises(pytest.fail.Exception, match="0.05"):
         run_async(main)
+
+
+# -- the helpers downstream test suites import ---------------------------------------------
+def test_slow_and_small_task_functions() -> None:
+    from distributed.utils_test import double, randominc, slowdec, slowidentity, slowsum
+
+    assert slowdec(3, delay=0) == 2 and slowsum([1, 2, 3], delay=0) == 6 and double(4) == 8
+    assert slowidentity(5, delay=0) == 5 and slowidentity(1, 2, delay=0) == (1, 2)
+    assert randominc(1, scale=0) == 2
+
+
+def test_captured_logger_and_handler() -> None:
+    import logging
+
+    from distributed.utils_test import captured_handler, captured_logger
+
+    log = logging.getLogger("distributed.test-captured")
+    with captured_logger("distributed.test-captured", level=logging.WARNING) as text:
+        log.info("not at this level")
+        log.warning("seen")
+    log.warning("after the block")
+    assert text.getvalue() == "seen\n"
+    handler = logging.StreamHandler()
+    log.addHandler(handler)
+    try:
+        with captured_handler(handler) as stream:
+            log.error("through the handler")
+        assert stream.getvalue() == "through the handler\n"
+    finally:
+        log.removeHandler(handler)
+
+
+def test_new_config_and_reset_config() -> None:
+    from distributed.utils_test import new_config, reset_config
+
+    before = dask.config.get("distributed.scheduler.allowed-failures")
+    with new_config({"only": {"key": 1}}):
+        assert dask.config.get("only.key") == 1
+        assert dask.config.get("distributed.scheduler.allowed-failures", None) is None
+    assert dask.config.get("distributed.scheduler.allowed-failures") == before
+    dask.config.set({"distributed.scheduler.allowed-failures": before + 7})
+    reset_config()
+    assert dask.config.get("distributed.scheduler.allowed-failures") == before
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)])
+async def test_wait_for_state_on_a_worker_and_the_scheduler(c: Client, s: Scheduler, a: Worker) -> None:
+    from distributed.utils_test import slowinc, wait_for_state
+
+    future = c.submit(slowinc, 1, delay=0.3, key="slow")
+    await wait_for_state("slow", "executing", a)
+    await wait_for_state("slow", "processing", s)
+    await wait_for_state("slow", ("memory", "released"), s)
+    assert await future == 2

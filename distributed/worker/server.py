@@ -48,6 +48,7 @@ from distributed.protocol.serialize import Serialize, unwrap
 from distributed.security import Security, acting_as, coerce_security
 from distributed.shuffle._worker_plugin import ShuffleWorkerExtension
 from distributed.spill import SpillBuffer
+from distributed.system import MEMORY_LIMIT
 from distributed.task_context import rejoin, secede, thread_state
 from distributed.threadpool import ThreadPool
 from distributed.uploads import import_uploaded, save_upload
@@ -107,8 +108,9 @@ def parse_memory_limit(memory_limit: str | float | None, nthreads: int, total_co
 
     ``None`` or 0 means no limit (returns 0); a limit above the machine's memory
     is capped to it.  A negative or unparseable value raises ``ValueError``.
+    The machine's memory is what this process may use (:data:`distributed.system.MEMORY_LIMIT`).
     """
-    total = psutil.virtual_memory().total
+    total = MEMORY_LIMIT
     given = memory_limit
     if memory_limit is None or memory_limit == 0:
         return 0
