@@ -37,6 +37,7 @@ import itertools
 import logging
 import time
 import uuid
+import warnings
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, overload
@@ -53,7 +54,6 @@ from distributed.client.base import (
     ProfileResult,
     SchedulerHandle,
     TaskStreamResult,
-    refuse_unsupported,
 )
 from distributed.client.defaults import default_client, get_default_client, global_clients
 from distributed.client.dual import Work, dual_method
@@ -70,6 +70,8 @@ from distributed.protocol.serialize import Serialize, unwrap
 from distributed.security import Security
 from distributed.task_context import current_worker
 from distributed.utils import wait_for
+from distributed.versions import VersionMismatchWarning, get_versions
+from distributed.versions import error_message as version_mismatch
 
 if TYPE_CHECKING:
     from distributed.client.datasets import Datasets
@@ -1249,15 +1251,40 @@ class Client(ClientBase[AsyncT]):
         return futures_of(collection, client=self)
 
     @dual_method
-    def get_versions(self, check: bool = False, packages: Any = None) -> Work[dict[str, Any]]:
-        """Versions of the main packages here."""
-        refuse_unsupported("Client.get_versions", check=check, packages=bool(packages))
-        import sys
+    def get_versions(self, check: bool = False, packages: Sequence[str] | None = None) -> Work[dict[str, Any]]:
+        """Versions of Python and the packages that must agree, here, on the scheduler and on each worker.
 
-        from distributed.dask_api import dask_version
+        Parameters
+        ----------
+        check
+            Compare them: a required package (python, dask, distributed,
+            msgpack, cloudpickle) in different versions raises; any other
+            difference warns (``VersionMismatchWarning``).
+        packages
+            More packages to report, asked of the scheduler and each worker.
+
+        Returns
+        -------
+        ``{"client": ..., "scheduler": ..., "workers": {address: ...}}``, each
+        ``{"host": ..., "packages": ...}``.
+
+        Raises
+        ------
+        ValueError
+            With ``check=True``, when a required package differs (the message has the table).
+        """
+        names = list(packages) if packages is not None else None
 
         async def versions() -> dict[str, Any]:
-            return {"client": {"python": sys.version.split()[0], "dask": dask_version()}}
+            reply = await self.link.request(m.VersionsRequest(op="versions", packages=names))
+            result = {"client": get_versions(names), "scheduler": reply["scheduler"], "workers": dict(reply["workers"])}
+            if check:
+                found = version_mismatch(result["scheduler"], result["workers"], result["client"])
+                if found["error"]:
+                    raise ValueError(found["error"])
+                if found["warning"]:
+                    warnings.warn(VersionMismatchWarning(found["warning"]), stacklevel=2)
+            return result
 
         return versions
 

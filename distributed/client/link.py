@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, Final, cast
 
@@ -43,6 +44,7 @@ from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.protocol.schema import Check, MessageError, checker
 from distributed.utils import wait_for
+from distributed.versions import VersionMismatchWarning, get_versions
 
 logger = logging.getLogger(__name__)
 
@@ -182,7 +184,7 @@ class SchedulerLink:
         self.address = address
         comm = await connect(address, timeout=self.timeout, name="client->scheduler", **self.pool.connection_args)
         try:
-            await comm.write(m.RegisterClient(op="register-client", client=self.client_id))
+            await comm.write(m.RegisterClient(op="register-client", client=self.client_id, versions=get_versions()))
             response = await wait_for(comm.read(), self.timeout)
         except BaseException:
             comm.abort()
@@ -200,6 +202,8 @@ class SchedulerLink:
                 comm.abort()
                 raise
         registered = cast(m.RegisterClientReply, response)  # checked above (or built as declared in process)
+        if registered.get("warning"):
+            warnings.warn(VersionMismatchWarning(registered["warning"]), stacklevel=2)
         # Known from the start (dashboard_link) without another round trip.
         self.services = registered["services"]
         self._comm = comm

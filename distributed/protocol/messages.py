@@ -37,6 +37,14 @@ class Empty(TypedDict):
     op: str
 
 
+class VersionsRequest(TypedDict):
+    """Ask a scheduler (for itself and its workers) or a worker for its versions, with ``packages`` besides
+    the usual ones."""
+
+    op: Literal["versions"]
+    packages: NotRequired[Sequence[str] | None]
+
+
 def request(op: str, **fields: Any) -> dict[str, Any]:
     """The request ``op`` with ``fields``, for a caller that learns the op only at run time.
 
@@ -70,6 +78,8 @@ class RegisterClientReply(TypedDict):
     id: str
     #: Ports of the scheduler's services by name (``dashboard``): what ``Client.dashboard_link`` needs.
     services: Mapping[str, int]
+    #: The packages whose versions differ between the client, the scheduler and the workers (a table).
+    warning: NotRequired[str]
 
 
 class KeysRequest(TypedDict):
@@ -403,6 +413,7 @@ class ProgressState(TypedDict):
 #: Every request a client makes of the scheduler.
 ClientRequest = (
     RegisterClient
+    | VersionsRequest
     | Empty
     | KeysRequest
     | OptionalKeysRequest

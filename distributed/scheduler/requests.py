@@ -30,6 +30,7 @@ from distributed.protocol.serialize import Serialize, unwrap
 from distributed.scheduler import rebalance
 from distributed.scheduler.records import TaskState, WorkerState
 from distributed.utils import wait_for
+from distributed.versions import get_versions
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
@@ -128,6 +129,22 @@ class ClusterRequests:
 
     def handle_identity(self, comm: Comm, msg: m.Empty) -> dict[str, Any]:
         return self.scheduler.identity()
+
+    async def handle_versions(self, comm: Comm, msg: m.VersionsRequest) -> dict[str, Any]:
+        """Answer ``versions``: the scheduler's and each worker's (asked again when ``packages`` are named)."""
+        packages = msg.get("packages")
+        s = self.scheduler
+        if not packages:
+            return {"scheduler": get_versions(), "workers": {a: ws.versions for a, ws in s.workers.items()}}
+
+        async def of_worker(address: str) -> tuple[str, Any]:
+            try:
+                return address, await s.rpc.call(address, m.VersionsRequest(op="versions", packages=list(packages)))
+            except (OSError, CommClosedError) as e:
+                return address, {"error": error_message(e)["message"]}
+
+        workers = dict(await asyncio.gather(*(of_worker(a) for a in list(s.workers))))
+        return {"scheduler": get_versions(packages), "workers": workers}
 
     def handle_who_has(self, comm: Comm, msg: m.OptionalKeysRequest) -> dict[Key, list[str]]:
         keys = msg.get("keys")

@@ -226,6 +226,7 @@ class Scheduler(GraphIngestion, Server):
         handlers: dict[str, Route[Any]] = {
             **self.streams.routes(),
             "identity": Route(m.Empty, self.requests.handle_identity),
+            "versions": Route(m.VersionsRequest, self.requests.handle_versions),
             "scheduler_info": Route(m.Empty, self.requests.handle_identity),
             "who_has": Route(m.OptionalKeysRequest, self.requests.handle_who_has),
             "has_what": Route(m.WorkersRequest, self.requests.handle_has_what),

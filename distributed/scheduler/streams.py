@@ -26,6 +26,8 @@ from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.scheduler.rebalance import recent_to_old_time
 from distributed.scheduler.records import ClientState, WorkerState
+from distributed.versions import error_message as version_mismatch
+from distributed.versions import get_versions
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
@@ -106,6 +108,8 @@ class SchedulerStreams:
         #: The worker that sent the stream message being handled.
         self._current_worker: WorkerState | None = None
         self.gc = LargeStateGC()
+        #: The scheduler's own versions, compared with each client's as it joins.
+        self.versions = get_versions()
         #: How long unmanaged memory must last to count as old (see ``WorkerState.memory``).
         self._recent_to_old = recent_to_old_time()
 
@@ -338,9 +342,13 @@ class SchedulerStreams:
         cs.last_seen = time.time()
         try:
             services = {"dashboard": s.http_server.port} if s.http_server is not None else {}
-            await comm.write(
-                m.RegisterClientReply(status="OK", time=time.time(), address=s.address, id=s.id, services=services)
-            )
+            reply = m.RegisterClientReply(status="OK", time=time.time(), address=s.address, id=s.id, services=services)
+            if cs.versions:
+                workers = {a: ws.versions for a, ws in s.workers.items()}
+                mismatch = version_mismatch(self.versions, workers, cs.versions)["warning"]
+                if mismatch:
+                    reply["warning"] = mismatch
+            await comm.write(reply)
         except CommClosedError:
             return
         bs = BatchedSend(

@@ -70,8 +70,6 @@ async def test_work_submission_refusals(c: Client[Literal[True]], s: Scheduler, 
         ("Client.get(optimize_kwarg=...)", lambda: c.get({"a": 1}, "a", optimize_kwarg=1)),
         ("Client.gather(direct=...)", lambda: c.gather([], direct=False)),
         ("Client.scatter(direct=...)", lambda: c.scatter(1, direct=False)),
-        ("Client.get_versions(check=...)", lambda: c.get_versions(check=True)),
-        ("Client.get_versions(packages=...)", lambda: c.get_versions(packages=["numpy"])),
     ]
     for message, call in cases:
         with pytest.raises(NotImplementedError, match="^" + re.escape(message)):

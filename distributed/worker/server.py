@@ -16,7 +16,6 @@ import logging
 import math
 import os
 import random
-import sys
 import threading
 import time
 import uuid
@@ -34,7 +33,6 @@ from distributed.comm import Comm, CommClosedError, connect, validate_address
 from distributed.comm.addressing import listen_addresses, listen_protocol, parse_ports
 from distributed.config import get_interval, silence_logging
 from distributed.core import Route, Server, Status, StreamRoute, error_message
-from distributed.dask_api import dask_version
 from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.exceptions import Reschedule
 from distributed.http.server import HTTPServerHandle
@@ -53,6 +51,7 @@ from distributed.task_context import rejoin, secede, thread_state
 from distributed.threadpool import ThreadPool
 from distributed.uploads import import_uploaded, save_upload
 from distributed.utils import get_ip_interface, scheduler_address, unsupported, wait_for
+from distributed.versions import get_versions
 from distributed.worker.execution import (
     Runnable,
     StepsInTaskContext,
@@ -380,6 +379,7 @@ class Worker(Server):
             "update_data": Route(m.WorkerUpdateData, self.handle_update_data),
             "run": Route(m.RunFunction, self.handle_run),
             "identity": Route(m.Empty, self.handle_identity),
+            "versions": Route(m.VersionsRequest, lambda comm, msg: get_versions(msg.get("packages"))),
             "close": Route(m.WorkerClose, self.handle_close),
             "keys": Route(m.Empty, lambda comm, msg: list(self.data)),
             "acquire-replicas": Route(m.AcquireReplicas, self.handle_acquire_replicas),
@@ -510,7 +510,7 @@ class Worker(Server):
                 keys=list(self.data),
                 nbytes={k: sizeof(v) for k, v in self.data.items()},
                 local_directory=self.local_directory,
-                versions={"python": sys.version.split()[0], "dask": dask_version()},
+                versions=get_versions(),
             )
         )
         response = await comm.read()
