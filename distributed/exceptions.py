@@ -190,8 +190,12 @@ class ActorLostError(ValueError):
         return (type(self), (self.key, self.worker))
 
 
-class LostDataError(Exception):
-    """Data held only by workers that left, and which cannot be recomputed."""
+class LostDataError(CancelledError):
+    """Data held only by workers that left, and which cannot be recomputed.
+
+    A ``CancelledError`` (``concurrent.futures``'): dask cancels such a future,
+    and code written for it catches that; this says why.
+    """
 
 
 class NoValidWorkerError(Exception):
