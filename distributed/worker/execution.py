@@ -12,9 +12,10 @@ becomes a :class:`~distributed.worker.state_machine.ExecuteSuccess` or
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
 from dask.sizeof import sizeof
@@ -30,13 +31,17 @@ if TYPE_CHECKING:
     from distributed.threadpool import ThreadPool
     from distributed.worker.server import Worker
 
+logger = logging.getLogger("distributed.worker")
+
 __all__ = [
+    "FailureLog",
     "Runnable",
     "StepsInTaskContext",
     "TaskContext",
     "consume",
     "deserialize_spec",
     "failure_event",
+    "failure_log",
     "run_actor_method",
     "run_in_thread",
     "success_event",
@@ -71,9 +76,47 @@ def success_event(key: Key, run_id: int, value: object, nbytes: int, type_name: 
     )
 
 
+class FailureLog:
+    """Logs tasks that raised, as dask's workers do, at most :attr:`limit` per :attr:`period` seconds.
+
+    A graph whose thousand tasks all fail would otherwise flood the log: past
+    the limit the failures are counted, and the next one logged says how many
+    were left out.
+    """
+
+    def __init__(self, limit: int = 10, period: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.limit = limit
+        self.period = period
+        self.clock = clock
+        self._window_start = 0.0
+        self._in_window = 0
+        #: Failures not logged since the last one that was.
+        self.left_out = 0
+        self._lock = threading.Lock()
+
+    def failed(self, key: Key, exc: BaseException) -> None:
+        """Log that task ``key`` raised ``exc`` (unless over the limit)."""
+        now = self.clock()
+        with self._lock:
+            if now - self._window_start > self.period:
+                self._window_start, self._in_window = now, 0
+            if self._in_window >= self.limit:
+                self.left_out += 1
+                return
+            self._in_window += 1
+            left_out, self.left_out = self.left_out, 0
+        more = f" ({left_out} more failures not logged)" if left_out else ""
+        logger.warning("Compute failed: task %r raised %s: %s%s", key, type(exc).__name__, exc, more)
+
+
+#: The log of failed tasks of this process's workers.
+failure_log = FailureLog()
+
+
 def failure_event(exc: BaseException, key: Key, run_id: int, start: float) -> ExecuteFailure:
-    """The event for a task that raised ``exc``."""
+    """The event for a task that raised ``exc`` (logged, within the rate limit of :data:`failure_log`)."""
     stop = time.time()
+    failure_log.failed(key, exc)
     err = error_message(exc, exc.__traceback__)
     return ExecuteFailure(
         stimulus_id=f"task-erred-{stop}",
