@@ -283,3 +283,14 @@ async def test_a_failed_task_is_logged_on_its_worker(
         r.getMessage().startswith("Compute failed: task 'failing-task' raised ZeroDivisionError")
         for r in caplog.records
     )
+
+
+def current_task_key(x: int) -> Any:
+    return get_worker().get_current_task()
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)])
+async def test_get_current_task(c: Client[Literal[True]], s: Scheduler, a: Worker) -> None:
+    assert await c.submit(current_task_key, 1, key="which-task") == "which-task"
+    with pytest.raises(ValueError, match="no task of this worker"):
+        a.get_current_task()

@@ -844,6 +844,12 @@ class Worker(Server):
         if self.address not in retired:
             logger.warning("No other worker could take the data only %s holds; it will be recomputed", self.address)
 
+    def get_current_task(self) -> Key:
+        """The key of the task running on the calling thread (``ValueError`` outside a task of this worker)."""
+        if thread_state.worker is not self or thread_state.key is None:
+            raise ValueError("get_current_task: no task of this worker runs on this thread")
+        return thread_state.key
+
     def identity(self) -> dict[str, Any]:
         """A summary of this worker."""
         return {
