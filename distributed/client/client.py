@@ -621,6 +621,46 @@ class Client(ClientBase[AsyncT]):
         return functools.partial(self.link.request, m.LogEvent(op="log_event", topic=topics, msg=msg))
 
     @dual_method
+    def set_metadata(self, key: Any, value: Any) -> Work[None]:
+        """Put ``value`` (plain msgpack data) in the scheduler's metadata at ``key``.
+
+        ``key`` may be a list, a path into nested dicts (made where missing):
+        ``set_metadata(["a", "b"], 1)`` then ``get_metadata("a")`` gives ``{"b": 1}``.
+
+        Raises
+        ------
+        TypeError
+            When ``value`` is not plain msgpack data.
+        """
+        from distributed.protocol.framing import is_msgpack_serializable
+
+        if not is_msgpack_serializable(value):
+            raise TypeError(f"Metadata must be msgpack serializable. Got {type(value)=} instead.")
+        path = list(key) if isinstance(key, list) else [key]
+        return functools.partial(self.link.request, m.SetMetadata(op="set_metadata", keys=path, value=value))
+
+    @dual_method
+    def get_metadata(self, key: Any, default: Any = no_default) -> Work[Any]:
+        """The scheduler's metadata at ``key`` (a key or a list, a path); ``default`` when there is none.
+
+        Raises
+        ------
+        KeyError
+            When there is nothing at ``key`` and no ``default``.
+        """
+        path = list(key) if isinstance(key, list) else [key]
+
+        async def get() -> Any:
+            reply = await self.link.request(m.GetMetadata(op="get_metadata", keys=path))
+            if "value" in reply:
+                return reply["value"]
+            if default is no_default:
+                raise KeyError(key)
+            return default
+
+        return get
+
+    @dual_method
     def get_events(self, topic: str | None = None) -> Work[Any]:
         """The events the scheduler keeps: of ``topic`` as ``((time, msg), ...)``, oldest first.
 

@@ -45,6 +45,21 @@ class VersionsRequest(TypedDict):
     packages: NotRequired[Sequence[str] | None]
 
 
+class SetMetadata(TypedDict):
+    """Put ``value`` (msgpack-able) at the path ``keys`` of the scheduler's metadata."""
+
+    op: Literal["set_metadata"]
+    keys: Sequence[Any]
+    value: Any
+
+
+class GetMetadata(TypedDict):
+    """Read the scheduler's metadata at the path ``keys``: ``{"value": ...}``, or ``{}`` when there is none."""
+
+    op: Literal["get_metadata"]
+    keys: Sequence[Any]
+
+
 def request(op: str, **fields: Any) -> dict[str, Any]:
     """The request ``op`` with ``fields``, for a caller that learns the op only at run time.
 
@@ -414,6 +429,8 @@ class ProgressState(TypedDict):
 ClientRequest = (
     RegisterClient
     | VersionsRequest
+    | SetMetadata
+    | GetMetadata
     | Empty
     | KeysRequest
     | OptionalKeysRequest

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import dask
 import dask.config
+from dask.typing import no_default
 from dask.utils import parse_timedelta
 
 from distributed import heap
@@ -41,6 +42,7 @@ from distributed.protocol.serialize import to_serialize
 from distributed.scheduler.events import EventLog
 from distributed.scheduler.extensions import ExtensionFactory, make_extensions, start_extensions
 from distributed.scheduler.graph import GraphIngestion
+from distributed.scheduler.metadata import MetadataStore
 from distributed.scheduler.records import (
     Effects,
     WorkerState,
@@ -207,6 +209,9 @@ class Scheduler(GraphIngestion, Server):
         self._held: Effects | None = None
         #: Recent events by topic and the clients subscribed to topics.
         self.event_log = EventLog(self)
+        self.metadata_store = MetadataStore()
+        #: The metadata clients set (``Client.set_metadata``): nested dicts.
+        self.task_metadata = self.metadata_store.values
         self.events = self.event_log.events
         self.event_subscriber = self.event_log.subscribers
         self._initial_plugins = list(plugins)
@@ -255,6 +260,7 @@ class Scheduler(GraphIngestion, Server):
             "workers_to_close": Route(m.WorkersToClose, self.requests.handle_workers_to_close),
             "adaptive_target": Route(m.AdaptiveTarget, self.requests.handle_adaptive_target),
             **self.event_log.routes(),
+            **self.metadata_store.routes(),
         }
         stream_handlers = {**self.streams.stream_routes(), **self.event_log.stream_routes()}
         Server.__init__(
@@ -722,6 +728,19 @@ class Scheduler(GraphIngestion, Server):
                 self._worker_joined = asyncio.Event()
             self._worker_joined.clear()
             await self._worker_joined.wait()
+
+    def set_metadata(self, keys: Any, value: Any) -> None:
+        """Put ``value`` at the path ``keys`` (a key, or a list of them) of :attr:`task_metadata`."""
+        self.metadata_store.set(keys, value)
+
+    def get_metadata(self, keys: Any, default: Any = no_default) -> Any:
+        """The value at the path ``keys`` of :attr:`task_metadata`; ``default`` (else ``KeyError``) when none."""
+        try:
+            return self.metadata_store.get(keys)
+        except KeyError:
+            if default is no_default:
+                raise
+            return default
 
     async def trim_heap(self) -> bool:
         """Hand the heap memory freed since tasks were last forgotten back to the OS.

@@ -99,3 +99,25 @@ async def test_wait_for_workers_says_how_many_arrived(c: Client[Literal[True]], 
     for bad in (0, -1, 1.5, "2", True):
         with pytest.raises(ValueError, match="n_workers must be a positive integer"):
             await c.wait_for_workers(bad)  # type: ignore[arg-type]  # the mistakes tested
+
+
+@gen_cluster(client=True, nthreads=[])
+async def test_metadata_on_the_scheduler(c: Client[Literal[True]], s: Scheduler) -> None:
+    await c.set_metadata("x", 1)
+    assert await c.get_metadata("x") == 1
+    await c.set_metadata(["a", "b", "c"], {"deep": [1, 2]})
+    assert await c.get_metadata(["a", "b"]) == {"c": {"deep": (1, 2)}}  # msgpack: arrays come back as tuples
+    assert await c.get_metadata(["a", "b", "c", "deep"]) == (1, 2)
+    await c.set_metadata(["x", "y"], 2)  # replaces the 1 in the way
+    assert await c.get_metadata("x") == {"y": 2}
+    assert await c.get_metadata("missing", default=None) is None
+    assert await c.get_metadata(["a", "nope"], default="d") == "d"
+    with pytest.raises(KeyError):
+        await c.get_metadata("missing")
+    with pytest.raises(TypeError, match="msgpack"):
+        c.set_metadata("bad", {1, 2})
+    # The scheduler's own view and methods, as in dask.
+    assert s.task_metadata["a"]["b"]["c"]["deep"] == (1, 2)
+    s.set_metadata(["from", "scheduler"], 3)
+    assert s.get_metadata(["from", "scheduler"]) == 3 == await c.get_metadata(["from", "scheduler"])
+    assert s.get_metadata("none", default=0) == 0
