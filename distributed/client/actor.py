@@ -270,11 +270,15 @@ class Actor(TaskRef):
             return future  # on the loop that makes the call (an asynchronous client): await it
         return future.result()
 
-    def _call_method(self, name: str, *args: Any, **kwargs: Any) -> ActorFuture[Any]:
+    def _call_method(self, name: str, *args: Any, separate_thread: bool = True, **kwargs: Any) -> ActorFuture[Any]:
+        # separate_thread=False (as in dask): a quick method runs on the worker's event loop, with
+        # no hop to the actor thread; one that blocks would stop the worker meanwhile.
         self._check_alive()
         msg = m.ActorExecute(
             op="actor_execute", key=self.key, function=name, args=Serialize(args), kwargs=Serialize(kwargs)
         )
+        if not separate_thread:
+            msg["separate_thread"] = False
         return self._send(msg)
 
 
@@ -286,7 +290,8 @@ def _local_attribute(
     if not callable(attr):
         return attr
 
-    def call(*args: Any, **kwargs: Any) -> ActorFuture[Any]:
+    def call(*args: Any, separate_thread: bool = True, **kwargs: Any) -> ActorFuture[Any]:
+        # Here the call runs at once in the calling thread, whatever separate_thread says.
         if inspect.iscoroutinefunction(attr):
             loop, _ = channel()
             return ActorFuture(asyncio.run_coroutine_threadsafe(attr(*args, **kwargs), loop), loop)

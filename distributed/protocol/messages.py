@@ -1255,6 +1255,8 @@ class ActorExecute(TypedDict):
     function: str
     args: Payload
     kwargs: Payload
+    #: False: run a plain method on the worker's event loop, not in the actor thread.
+    separate_thread: NotRequired[bool]
 
 
 class ActorAttribute(TypedDict):

@@ -308,3 +308,18 @@ async def test_call_to_an_actor_whose_worker_closed_fails_soon(
     with pytest.raises(ActorLostError):
         await counter.increment()
     assert time.monotonic() - start < ACTOR_CONNECT_TIMEOUT + 5
+
+
+class ThreadReporter:
+    def thread(self) -> str:
+        return threading.current_thread().name
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)])
+async def test_separate_thread_false_runs_the_method_on_the_workers_loop(
+    c: Client[Literal[True]], s: Scheduler, a: Worker
+) -> None:
+    actor = await c.submit(ThreadReporter, actor=True)
+    assert (await actor.thread()).startswith("Dask-Actor-Threads")
+    # On the worker's event loop: here, in process, the thread running this test.
+    assert await actor.thread(separate_thread=False) == threading.current_thread().name

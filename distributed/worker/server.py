@@ -1351,13 +1351,15 @@ class Worker(Server):
             raise ValueError(f"No actor {key!r} on worker {self.address}: it was released or never made") from None
 
     async def handle_actor_execute(self, comm: Comm, msg: m.ActorExecute) -> Serialize:
-        """Call a method of an actor held here: ``async def`` ones on the loop, others in the actor thread."""
-        instance = self._actor(msg["key"])
-        method = getattr(instance, msg["function"])
+        """Call a method of an actor held here: ``async def`` ones (and those asked to) on the loop, others in
+        the actor thread."""
+        method = getattr(self._actor(msg["key"]), msg["function"])
         args = unwrap(msg["args"])
         kwargs = unwrap(msg["kwargs"])
         if inspect.iscoroutinefunction(method):
             result = await method(*args, **kwargs)
+        elif not msg.get("separate_thread", True):
+            result = method(*args, **kwargs)
         else:
             loop = asyncio.get_running_loop()
             result = await loop.run_in_executor(
