@@ -1233,11 +1233,13 @@ class Client(ClientBase[AsyncT]):
             Wait until the new worker processes joined (else return once each
             nanny started replacing its worker).
 
+        A worker without a nanny is closed, as in dask: whatever deployed it
+        may start another, which ``wait_for_workers`` then waits for.
+
         Raises
         ------
-        ValueError
-            When a worker has no nanny (nothing would start it again); nothing is
-            cancelled then.
+        TimeoutError
+            When the workers are not back within ``timeout`` (the message says how many are).
         """
         t = self._restart_timeout(timeout)
 

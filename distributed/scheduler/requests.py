@@ -625,11 +625,18 @@ class ClusterRequests:
         return failed
 
     async def handle_restart(self, comm: Comm, msg: m.Restart) -> str:
-        """Cancel every future of every client, then replace every worker process through its nanny."""
+        """Cancel every future of every client, then replace every worker process through its nanny.
+
+        As in dask, a worker without a nanny is closed, not restarted (whatever
+        deployed it may start another); with ``wait_for_workers`` the restart
+        then waits for as many workers as there were, and fails with a
+        ``TimeoutError`` saying how many came back.
+        """
         s = self.scheduler
         timeout = float(msg.get("timeout") or 30)
+        deadline = time.monotonic() + timeout
         workers = list(s.workers.values())
-        _need_nannies(workers)
+        wait = msg.get("wait_for_workers", True)
         reason = "The scheduler restarted its workers (Client.restart)"
         stimulus_id = f"restart-{time.time()}"
         for cs in list(s.clients.values()):
@@ -639,8 +646,34 @@ class ClusterRequests:
                 s.send_all(s.cancel_keys(cancel, stimulus_id))
         if s.plugins:
             s.call_plugins("restart", s)
-        await self._restart(workers, timeout, msg.get("wait_for_workers", True), reason)
+        bare = [ws for ws in workers if not ws.nanny]
+        if bare:
+            logger.warning("Workers %s have no nanny: closed, not restarted", [ws.address for ws in bare])
+            for ws in bare:
+                self._close_worker(ws, "restart", stimulus_id)
+        await self._restart([ws for ws in workers if ws.nanny], timeout, wait, reason)
+        if wait and bare:
+            try:
+                await wait_for(s.wait_for_workers(len(workers)), max(deadline - time.monotonic(), 0))
+            except TimeoutError:
+                raise TimeoutError(
+                    f"Waited for {len(workers)} worker(s) to reconnect after restarting, but after {timeout} s only "
+                    f"{len(s.workers)} have; workers without a nanny come back only if something restarts them "
+                    "(or pass wait_for_workers=False)"
+                ) from None
         return "OK"
+
+    def _close_worker(self, ws: WorkerState, reason: str, stimulus_id: str) -> None:
+        """Forget worker ``ws`` and tell it to close."""
+        s = self.scheduler
+        bs = s.stream_comms.get(ws.address)
+        if s.workers.get(ws.address) is ws:
+            s.send_all(s.remove_worker_state(ws.address, stimulus_id=stimulus_id))
+        if bs is not None:
+            try:
+                bs.send(m.CloseWorker(op="close-worker", reason=reason))
+            except CommClosedError:
+                pass
 
     async def handle_restart_workers(self, comm: Comm, msg: m.RestartWorkers) -> dict[str, str]:
         """Replace these workers' processes through their nannies; their tasks run elsewhere or again."""

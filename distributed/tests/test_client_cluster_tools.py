@@ -121,3 +121,28 @@ async def test_metadata_on_the_scheduler(c: Client[Literal[True]], s: Scheduler)
     s.set_metadata(["from", "scheduler"], 3)
     assert s.get_metadata(["from", "scheduler"]) == 3 == await c.get_metadata(["from", "scheduler"])
     assert s.get_metadata("none", default=0) == 0
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1), ("127.0.0.1", 1)])
+async def test_restart_closes_workers_without_a_nanny(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
+) -> None:
+    future = c.submit(lambda: 1)
+    await future
+    with pytest.raises(TimeoutError, match=r"Waited for 2 worker\(s\) to reconnect after restarting, but .* only 0"):
+        await c.restart(timeout=1)
+    assert not s.workers and future.status == "cancelled"
+    await a.finished()
+    await b.finished()
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)])
+async def test_restart_without_waiting_closes_a_bare_worker_and_returns(
+    c: Client[Literal[True]], s: Scheduler, a: Worker
+) -> None:
+    await c.restart(wait_for_workers=False)
+    assert not s.workers
+    await a.finished()
+    async with Worker(s.address, nthreads=1) as w:  # what a deployment would start instead
+        assert await c.submit(lambda x: x + 1, 1) == 2
+        assert list(s.workers) == [w.address]
