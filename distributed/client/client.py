@@ -660,6 +660,24 @@ class Client(ClientBase[AsyncT]):
 
         return get
 
+    def forward_logging(self, logger_name: str | None = None, level: int = logging.NOTSET) -> Any:
+        """Log here what workers log: records of ``logger_name`` (None: all) at ``level`` and above.
+
+        Each record a worker logs (now, and on workers that join later) is sent
+        to this client and handled by its own logger of the same name, so it
+        shows wherever this process's logging shows it.
+        """
+        from distributed.diagnostics.plugin import ForwardLoggingPlugin
+
+        plugin = ForwardLoggingPlugin(logger_name, level, FORWARDED_LOGGING_TOPIC)
+        name = _forwarding_plugin_name(logger_name)
+        self.subscribe_topic(FORWARDED_LOGGING_TOPIC, _log_forwarded_record)
+        return self.register_plugin(plugin, name=name)
+
+    def unforward_logging(self, logger_name: str | None = None) -> Any:
+        """Stop :meth:`forward_logging` of ``logger_name``."""
+        return self.unregister_worker_plugin(_forwarding_plugin_name(logger_name))
+
     @dual_method
     def get_events(self, topic: str | None = None) -> Work[Any]:
         """The events the scheduler keeps: of ``topic`` as ``((time, msg), ...)``, oldest first.
@@ -1397,3 +1415,19 @@ def _same_scheduler(client: Client, address: str, resolve: bool) -> bool:
 def get_task_metadata() -> Any:
     """Not supported yet."""
     raise NotImplementedError("get_task_metadata is not supported yet")
+
+
+#: The event topic of records forwarded by :meth:`Client.forward_logging`.
+FORWARDED_LOGGING_TOPIC = "forwarded-logging"
+
+
+def _forwarding_plugin_name(logger_name: str | None) -> str:
+    return f"forward-logging-{logger_name}" if logger_name else "forward-logging"
+
+
+def _log_forwarded_record(event: tuple[float, Any]) -> None:
+    """A record a worker forwarded, handled by this process's logger of its name."""
+    _, fields = event
+    if isinstance(fields, dict):
+        record = logging.makeLogRecord(fields)
+        logging.getLogger(record.name).handle(record)

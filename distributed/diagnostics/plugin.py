@@ -9,6 +9,7 @@ because a user registered them.
 from __future__ import annotations
 
 import inspect
+import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -17,7 +18,15 @@ if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
     from distributed.worker import Worker
 
-__all__ = ["Environ", "NannyPlugin", "SchedulerPlugin", "UploadFile", "WorkerPlugin", "WorkerSetupCallback"]
+__all__ = [
+    "Environ",
+    "ForwardLoggingPlugin",
+    "NannyPlugin",
+    "SchedulerPlugin",
+    "UploadFile",
+    "WorkerPlugin",
+    "WorkerSetupCallback",
+]
 
 
 class SchedulerPlugin:
@@ -175,6 +184,60 @@ class WorkerSetupCallback(WorkerPlugin):
         except (TypeError, ValueError):  # a callable without a signature
             takes_worker = False
         return self.callback(dask_worker=worker) if takes_worker else self.callback()
+
+
+class ForwardLoggingPlugin(WorkerPlugin):
+    """Send what a logger logs on each worker to the clients, as events of ``topic`` (``Client.forward_logging``).
+
+    Each record becomes plain data (its message formatted, its traceback as
+    text) logged on the scheduler under ``topic``; a client subscribed there
+    hands it to its own logger of the same name.
+
+    Parameters
+    ----------
+    logger_name
+        The logger on the workers (None: the root logger, so every record).
+    level
+        The least level forwarded.
+    topic
+        The event topic.
+    """
+
+    def __init__(self, logger_name: str | None, level: int, topic: str) -> None:
+        self.logger_name = logger_name
+        self.level = level
+        self.topic = topic
+        self.handler: logging.Handler | None = None
+
+    def setup(self, worker: Worker) -> None:
+        """Attach the forwarding handler to the logger on ``worker``."""
+        self.handler = _EventForwardingHandler(worker, self.topic, self.level)
+        logging.getLogger(self.logger_name).addHandler(self.handler)
+
+    def teardown(self, worker: Worker) -> None:
+        """Detach the handler."""
+        if self.handler is not None:
+            logging.getLogger(self.logger_name).removeHandler(self.handler)
+            self.handler = None
+
+
+class _EventForwardingHandler(logging.Handler):
+    def __init__(self, worker: Worker, topic: str, level: int) -> None:
+        super().__init__(level)
+        self.worker = worker
+        self.topic = topic
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            fields = {k: v for k, v in vars(record).items() if isinstance(v, (str, int, float, bool, type(None)))}
+            fields["msg"] = record.getMessage()
+            fields["args"] = None
+            if record.exc_info and not record.exc_text:
+                fields["exc_text"] = logging.Formatter().formatException(record.exc_info)
+            fields.pop("exc_info", None)
+            self.worker.log_event(self.topic, fields)
+        except Exception:
+            self.handleError(record)
 
 
 class NannyPlugin:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import io
+import logging
+import os
 import sys
 import threading
 import time
@@ -284,3 +286,34 @@ async def test_print_in_a_task_refuses_a_file_the_clients_cannot_print_to(
 
     with pytest.raises(TypeError, match="sys.stdout or sys.stderr only"):
         await c.submit(to_a_file)
+
+
+def log_on_worker(n: int) -> int:
+    import logging
+
+    logging.getLogger("test.forwarded").warning("from the worker: %d", n)
+    try:
+        raise KeyError("inside")
+    except KeyError:
+        logging.getLogger("test.forwarded").exception("with a traceback")
+    logging.getLogger("test.other").warning("not forwarded")
+    return n
+
+
+@pytest.mark.timeout(120)
+def test_forward_logging_shows_worker_records_in_the_client(caplog: pytest.LogCaptureFixture) -> None:
+    with (
+        LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+        caplog.at_level("INFO"),
+    ):
+        client.forward_logging("test.forwarded", level=logging.INFO)
+        assert client.submit(log_on_worker, 7).result(timeout=60) == 7
+        poll_for(lambda: any(r.getMessage() == "with a traceback" for r in caplog.records), 30)
+        forwarded = [r for r in caplog.records if r.name == "test.forwarded"]
+        assert [r.getMessage() for r in forwarded] == ["from the worker: 7", "with a traceback"]
+        assert forwarded[0].levelname == "WARNING" and forwarded[0].process != os.getpid()  # made on the worker
+        assert "KeyError: 'inside'" in (forwarded[1].exc_text or "")
+        assert not any(r.name == "test.other" for r in caplog.records)
+        client.unforward_logging("test.forwarded")
+        assert "forward-logging-test.forwarded" not in cluster.scheduler.requests.worker_plugins
