@@ -61,6 +61,7 @@ from distributed.client.future import Future, collect_futures
 from distributed.client.graphs import (
     worker_list,
 )
+from distributed.cluster_dump import worker_state, write_cluster_dump
 from distributed.comm import resolve_address
 from distributed.core import rebuild_exception
 from distributed.protocol import messages as m
@@ -69,7 +70,7 @@ from distributed.protocol.schema import checker
 from distributed.protocol.serialize import Serialize, unwrap
 from distributed.security import Security
 from distributed.task_context import current_worker
-from distributed.utils import wait_for
+from distributed.utils import unsupported, wait_for
 from distributed.versions import VersionMismatchWarning, get_versions
 from distributed.versions import error_message as version_mismatch
 
@@ -677,6 +678,51 @@ class Client(ClientBase[AsyncT]):
     def unforward_logging(self, logger_name: str | None = None) -> Any:
         """Stop :meth:`forward_logging` of ``logger_name``."""
         return self.unregister_worker_plugin(_forwarding_plugin_name(logger_name))
+
+    @dual_method
+    def dump_cluster_state(
+        self,
+        filename: str = "dask-cluster-dump",
+        write_from_scheduler: bool | None = None,
+        exclude: Collection[str] = (),
+        format: Literal["msgpack", "yaml"] = "msgpack",
+    ) -> Work[str]:
+        """Write the state of the scheduler and of every worker to one file, for debugging.
+
+        Read it back with :func:`distributed.cluster_dump.load_cluster_dump`.
+
+        Parameters
+        ----------
+        filename
+            The file's name without its suffix (``.msgpack.gz`` or ``.yaml`` is added).
+        write_from_scheduler
+            Refused when True: this client writes the file, where it runs.
+        exclude
+            Fields of the task records to leave out (``"run_spec"``, say).
+        format
+            ``"msgpack"`` (gzipped) or ``"yaml"``.
+
+        Returns
+        -------
+        The path written.
+        """
+        if write_from_scheduler:
+            raise unsupported("Client.dump_cluster_state", "write_from_scheduler", "the client writes the file")
+        if format not in ("msgpack", "yaml"):
+            raise ValueError(f"dump_cluster_state(format={format!r}): 'msgpack' or 'yaml'")
+        left_out = list(exclude)
+
+        async def dump() -> str:
+            scheduler = await self.link.request(m.DumpState(op="dump_state", exclude=left_out))
+            workers = await self._run(worker_state, exclude=left_out, on_error="return")
+            state = {
+                "scheduler": scheduler,
+                "workers": {a: w if isinstance(w, dict) else repr(w) for a, w in workers.items()},
+                "versions": await self.get_versions(asynchronous=True),
+            }
+            return await asyncio.to_thread(write_cluster_dump, state, filename, format)
+
+        return dump
 
     @dual_method
     def get_events(self, topic: str | None = None) -> Work[Any]:

@@ -60,6 +60,14 @@ class GetMetadata(TypedDict):
     keys: Sequence[Any]
 
 
+class DumpState(TypedDict):
+    """Ask the scheduler for its state as plain data (``Client.dump_cluster_state``), without the fields
+    named in ``exclude``."""
+
+    op: Literal["dump_state"]
+    exclude: Sequence[str]
+
+
 def request(op: str, **fields: Any) -> dict[str, Any]:
     """The request ``op`` with ``fields``, for a caller that learns the op only at run time.
 
@@ -429,6 +437,7 @@ class ProgressState(TypedDict):
 ClientRequest = (
     RegisterClient
     | VersionsRequest
+    | DumpState
     | SetMetadata
     | GetMetadata
     | Empty

@@ -27,6 +27,7 @@ from dask.utils import parse_timedelta
 
 from distributed import heap
 from distributed.batched import BatchedSend
+from distributed.cluster_dump import scheduler_state
 from distributed.comm import (
     CommClosedError,
     address_from_user_args,
@@ -232,6 +233,7 @@ class Scheduler(GraphIngestion, Server):
             **self.streams.routes(),
             "identity": Route(m.Empty, self.requests.handle_identity),
             "versions": Route(m.VersionsRequest, self.requests.handle_versions),
+            "dump_state": Route(m.DumpState, lambda comm, msg: scheduler_state(self, msg["exclude"])),
             "scheduler_info": Route(m.Empty, self.requests.handle_identity),
             "who_has": Route(m.OptionalKeysRequest, self.requests.handle_who_has),
             "has_what": Route(m.WorkersRequest, self.requests.handle_has_what),

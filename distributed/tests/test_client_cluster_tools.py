@@ -146,3 +146,31 @@ async def test_restart_without_waiting_closes_a_bare_worker_and_returns(
     async with Worker(s.address, nthreads=1) as w:  # what a deployment would start instead
         assert await c.submit(lambda x: x + 1, 1) == 2
         assert list(s.workers) == [w.address]
+
+
+@pytest.mark.parametrize("format", ["msgpack", "yaml"])
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1), ("127.0.0.1", 1)])
+async def test_dump_cluster_state_is_readable_by_a_script(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker, tmp_path: Path, format: Literal["msgpack", "yaml"]
+) -> None:
+    from distributed.cluster_dump import load_cluster_dump
+
+    done = c.submit(lambda x: x + 1, 1, key="done", workers=[a.address])
+    await done
+    failed = c.submit(lambda: 1 / 0, key="failed")
+    with pytest.raises(ZeroDivisionError):
+        await failed
+    path = await c.dump_cluster_state(str(tmp_path / "dump"), format=format, exclude=["run_spec"])
+    assert path == str(tmp_path / f"dump.{'msgpack.gz' if format == 'msgpack' else 'yaml'}")
+    state = load_cluster_dump(path)
+    tasks = state["scheduler"]["tasks"]
+    assert tasks["done"]["state"] == "memory" and tasks["done"]["who_has"] == [a.address]
+    assert tasks["failed"]["state"] == "erred" and "ZeroDivisionError" in tasks["failed"]["exception_text"]
+    assert "run_spec" not in tasks["done"]
+    assert set(state["scheduler"]["workers"]) == set(state["workers"]) == {a.address, b.address}
+    assert state["workers"][a.address]["tasks"]["done"]["state"] == "memory"
+    assert "done" in state["workers"][a.address]["data"]
+    assert state["versions"]["client"]["packages"]["dask"]
+    assert any(e[1].get("action") == "add-worker" for e in state["scheduler"]["events"]["all"])
+    with pytest.raises(NotImplementedError, match="write_from_scheduler"):
+        c.dump_cluster_state(write_from_scheduler=True)
