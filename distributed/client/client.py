@@ -37,7 +37,6 @@ import itertools
 import logging
 import time
 import uuid
-import warnings
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, overload
@@ -50,18 +49,17 @@ from distributed.client.base import (
     ALL_COMPLETED,
     FIRST_COMPLETED,
     AsyncT,
-    ClientBase,
     ProfileResult,
     SchedulerHandle,
     TaskStreamResult,
 )
+from distributed.client.debugging import ClientDebugging
 from distributed.client.defaults import default_client, get_default_client, global_clients
 from distributed.client.dual import Work, dual_method
 from distributed.client.future import Future, collect_futures
 from distributed.client.graphs import (
     worker_list,
 )
-from distributed.cluster_dump import worker_state, write_cluster_dump
 from distributed.comm import resolve_address
 from distributed.core import rebuild_exception
 from distributed.protocol import messages as m
@@ -70,9 +68,7 @@ from distributed.protocol.schema import checker
 from distributed.protocol.serialize import Serialize, unwrap
 from distributed.security import Security
 from distributed.task_context import current_worker
-from distributed.utils import unsupported, wait_for
-from distributed.versions import VersionMismatchWarning, get_versions
-from distributed.versions import error_message as version_mismatch
+from distributed.utils import wait_for
 
 if TYPE_CHECKING:
     from distributed.client.datasets import Datasets
@@ -97,7 +93,7 @@ T = TypeVar("T")
 _CHECK_IDENTITY: Final = checker(m.SchedulerIdentity)
 
 
-class Client(ClientBase[AsyncT]):
+class Client(ClientDebugging[AsyncT]):
     """Connect to and submit computation to a cluster.
 
     Parameters
@@ -253,38 +249,6 @@ class Client(ClientBase[AsyncT]):
         )
 
     # -- running functions ----------------------------------------------------------------
-    async def _run(
-        self,
-        function: Callable[..., Any],
-        *args: Any,
-        workers: Any = None,
-        wait: bool = True,
-        nanny: bool = False,
-        on_error: str = "raise",
-        **kwargs: Any,
-    ) -> Any:
-        response = await self.link.request(
-            m.RunFunction(
-                op="broadcast",
-                function=Serialize(function),
-                args=Serialize(args),
-                kwargs=Serialize(kwargs),
-                workers=worker_list(workers),
-                wait=wait,
-                nanny=nanny,
-            )
-        )
-        results: dict[str, Any] = {}
-        for addr, resp in response.items():
-            if resp.get("status") == "OK":
-                results[addr] = unwrap(resp.get("result"))
-            else:
-                exc = rebuild_exception(resp)
-                if on_error == "raise":
-                    raise exc
-                if on_error == "return":
-                    results[addr] = exc
-        return results if wait else None
 
     @overload
     def run(
@@ -621,46 +585,6 @@ class Client(ClientBase[AsyncT]):
         topics: str | list[str] = topic if isinstance(topic, str) else list(topic)
         return functools.partial(self.link.request, m.LogEvent(op="log_event", topic=topics, msg=msg))
 
-    @dual_method
-    def set_metadata(self, key: Any, value: Any) -> Work[None]:
-        """Put ``value`` (plain msgpack data) in the scheduler's metadata at ``key``.
-
-        ``key`` may be a list, a path into nested dicts (made where missing):
-        ``set_metadata(["a", "b"], 1)`` then ``get_metadata("a")`` gives ``{"b": 1}``.
-
-        Raises
-        ------
-        TypeError
-            When ``value`` is not plain msgpack data.
-        """
-        from distributed.protocol.framing import is_msgpack_serializable
-
-        if not is_msgpack_serializable(value):
-            raise TypeError(f"Metadata must be msgpack serializable. Got {type(value)=} instead.")
-        path = list(key) if isinstance(key, list) else [key]
-        return functools.partial(self.link.request, m.SetMetadata(op="set_metadata", keys=path, value=value))
-
-    @dual_method
-    def get_metadata(self, key: Any, default: Any = no_default) -> Work[Any]:
-        """The scheduler's metadata at ``key`` (a key or a list, a path); ``default`` when there is none.
-
-        Raises
-        ------
-        KeyError
-            When there is nothing at ``key`` and no ``default``.
-        """
-        path = list(key) if isinstance(key, list) else [key]
-
-        async def get() -> Any:
-            reply = await self.link.request(m.GetMetadata(op="get_metadata", keys=path))
-            if "value" in reply:
-                return reply["value"]
-            if default is no_default:
-                raise KeyError(key)
-            return default
-
-        return get
-
     def forward_logging(self, logger_name: str | None = None, level: int = logging.NOTSET) -> Any:
         """Log here what workers log: records of ``logger_name`` (None: all) at ``level`` and above.
 
@@ -678,51 +602,6 @@ class Client(ClientBase[AsyncT]):
     def unforward_logging(self, logger_name: str | None = None) -> Any:
         """Stop :meth:`forward_logging` of ``logger_name``."""
         return self.unregister_worker_plugin(_forwarding_plugin_name(logger_name))
-
-    @dual_method
-    def dump_cluster_state(
-        self,
-        filename: str = "dask-cluster-dump",
-        write_from_scheduler: bool | None = None,
-        exclude: Collection[str] = (),
-        format: Literal["msgpack", "yaml"] = "msgpack",
-    ) -> Work[str]:
-        """Write the state of the scheduler and of every worker to one file, for debugging.
-
-        Read it back with :func:`distributed.cluster_dump.load_cluster_dump`.
-
-        Parameters
-        ----------
-        filename
-            The file's name without its suffix (``.msgpack.gz`` or ``.yaml`` is added).
-        write_from_scheduler
-            Refused when True: this client writes the file, where it runs.
-        exclude
-            Fields of the task records to leave out (``"run_spec"``, say).
-        format
-            ``"msgpack"`` (gzipped) or ``"yaml"``.
-
-        Returns
-        -------
-        The path written.
-        """
-        if write_from_scheduler:
-            raise unsupported("Client.dump_cluster_state", "write_from_scheduler", "the client writes the file")
-        if format not in ("msgpack", "yaml"):
-            raise ValueError(f"dump_cluster_state(format={format!r}): 'msgpack' or 'yaml'")
-        left_out = list(exclude)
-
-        async def dump() -> str:
-            scheduler = await self.link.request(m.DumpState(op="dump_state", exclude=left_out))
-            workers = await self._run(worker_state, exclude=left_out, on_error="return")
-            state = {
-                "scheduler": scheduler,
-                "workers": {a: w if isinstance(w, dict) else repr(w) for a, w in workers.items()},
-                "versions": await self.get_versions(asynchronous=True),
-            }
-            return await asyncio.to_thread(write_cluster_dump, state, filename, format)
-
-        return dump
 
     @dual_method
     def get_events(self, topic: str | None = None) -> Work[Any]:
@@ -1355,44 +1234,6 @@ class Client(ClientBase[AsyncT]):
         from distributed.client.waiting import futures_of
 
         return futures_of(collection, client=self)
-
-    @dual_method
-    def get_versions(self, check: bool = False, packages: Sequence[str] | None = None) -> Work[dict[str, Any]]:
-        """Versions of Python and the packages that must agree, here, on the scheduler and on each worker.
-
-        Parameters
-        ----------
-        check
-            Compare them: a required package (python, dask, distributed,
-            msgpack, cloudpickle) in different versions raises; any other
-            difference warns (``VersionMismatchWarning``).
-        packages
-            More packages to report, asked of the scheduler and each worker.
-
-        Returns
-        -------
-        ``{"client": ..., "scheduler": ..., "workers": {address: ...}}``, each
-        ``{"host": ..., "packages": ...}``.
-
-        Raises
-        ------
-        ValueError
-            With ``check=True``, when a required package differs (the message has the table).
-        """
-        names = list(packages) if packages is not None else None
-
-        async def versions() -> dict[str, Any]:
-            reply = await self.link.request(m.VersionsRequest(op="versions", packages=names))
-            result = {"client": get_versions(names), "scheduler": reply["scheduler"], "workers": dict(reply["workers"])}
-            if check:
-                found = version_mismatch(result["scheduler"], result["workers"], result["client"])
-                if found["error"]:
-                    raise ValueError(found["error"])
-                if found["warning"]:
-                    warnings.warn(VersionMismatchWarning(found["warning"]), stacklevel=2)
-            return result
-
-        return versions
 
 
 def _as_log_records(records: Any) -> list[tuple[str, str]]:

@@ -9,7 +9,7 @@ from typing import Any, Literal
 import pytest
 
 from distributed import Client, Nanny, Scheduler, Worker
-from distributed.utils_test import gen_cluster
+from distributed.utils_test import async_poll_for, gen_cluster
 
 #: Calls of the setup callbacks below made in this process (the workers of these tests run here).
 CALLS: list[str] = []
@@ -174,3 +174,27 @@ async def test_dump_cluster_state_is_readable_by_a_script(
     assert any(e[1].get("action") == "add-worker" for e in state["scheduler"]["events"]["all"])
     with pytest.raises(NotImplementedError, match="write_from_scheduler"):
         c.dump_cluster_state(write_from_scheduler=True)
+
+
+def waits_in_a_named_function(event_name: str) -> int:
+    from distributed import Event
+
+    Event(event_name).wait(timeout=30)
+    return 1
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1), ("127.0.0.1", 1)])
+async def test_call_stack_of_running_tasks(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
+    from distributed import Event
+
+    event = Event("release-call-stack", client=c)
+    future = c.submit(waits_in_a_named_function, "release-call-stack", key="stuck", workers=[a.address])
+    await async_poll_for(lambda: "stuck" in a.active_threads.values(), 10)
+    everything = await c.call_stack()
+    assert set(everything) == {a.address}
+    assert any("waits_in_a_named_function" in line for line in everything[a.address]["stuck"])
+    assert set(await c.call_stack(futures=[future])) == {a.address}
+    assert await c.call_stack(keys=["not-running"]) == {}
+    await event.set()
+    assert await future == 1
+    assert await c.call_stack() == {}
