@@ -63,10 +63,14 @@ async def test_check_raises_on_a_required_package_and_warns_on_another(
     c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     real = get_versions
-    monkeypatch.setattr(distributed.client.debugging, "get_versions", lambda p=None: with_package(real(p), "numpy", "0.1"))
+    monkeypatch.setattr(
+        distributed.client.debugging, "get_versions", lambda p=None: with_package(real(p), "numpy", "0.1")
+    )
     with pytest.warns(VersionMismatchWarning, match="numpy"):
         await c.get_versions(check=True)
-    monkeypatch.setattr(distributed.client.debugging, "get_versions", lambda p=None: with_package(real(p), "dask", "0.1"))
+    monkeypatch.setattr(
+        distributed.client.debugging, "get_versions", lambda p=None: with_package(real(p), "dask", "0.1")
+    )
     with pytest.raises(ValueError, match="(?s)Mismatched versions found.*dask"):
         await c.get_versions(check=True)
     await c.get_versions()  # without check: no complaint
