@@ -50,7 +50,10 @@ import dask.config
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ServerProcess", "WorkerProcess", "config_snapshot"]
+__all__ = ["CANCEL_GRACE", "ServerProcess", "WorkerProcess", "config_snapshot"]
+
+#: Seconds a child whose start was cancelled gets to stop by itself (SIGTERM) before it is killed.
+CANCEL_GRACE = 5.0
 
 ServerKind = Literal["scheduler", "worker"]
 
@@ -225,6 +228,11 @@ class ServerProcess:
             seconds (the child is killed).
         RuntimeError
             When the child fails to start its server.
+
+        Cancelled (a signal, a close while starting), it asks the child to stop
+        (SIGTERM) and waits up to :data:`CANCEL_GRACE` seconds before killing
+        it: the child gives up its start and tears down what it had set up
+        (preloads, plugins), as it does when stopped after starting.
         """
         self._launch()
         deadline = time.monotonic() + timeout
@@ -235,6 +243,12 @@ class ServerProcess:
                     raise TimeoutError(f"The {self.kind} process did not start within {timeout} s")
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 0.05)
+        except asyncio.CancelledError:
+            try:
+                await self.close(timeout=CANCEL_GRACE)
+            finally:
+                self.kill()  # also when cancelled again while waiting
+            raise
         except BaseException:
             self.kill()
             raise

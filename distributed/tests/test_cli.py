@@ -489,7 +489,7 @@ def test_worker_preload_with_arguments(procs: Callable[..., Proc], tmp_path: Pat
     if nanny:
         assert preload_events(nanny_log) == [["setup", "Nanny", str(worker.pid), "default"]]
     assert worker.signal_and_wait(signal.SIGTERM) == 0, worker.stderr()
-    assert preload_events(log)[1:] == [["teardown", "Worker", setup[2]]]
+    assert preload_events(log)[1:] == [["teardown", "Worker", setup[2]]], worker.stderr()
     if nanny:
         assert preload_events(nanny_log)[1:] == [["teardown", "Nanny", str(worker.pid)]]
     assert sched.signal_and_wait(signal.SIGTERM) == 0, sched.stderr()

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
+from pathlib import Path
 
 import dask.config
 import psutil
@@ -17,7 +18,7 @@ import pytest
 
 from distributed.client import Client
 from distributed.spawn import ServerProcess, config_snapshot
-from distributed.utils_test import poll_for
+from distributed.utils_test import async_poll_for, poll_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -234,3 +235,48 @@ def test_config_snapshot_is_plain_data() -> None:
     assert snap["distributed"]["scheduler"]["validate"] is True
     assert "unpicklable-test-key" not in snap
     pickle.dumps(snap)
+
+
+SLOW_PRELOAD = """
+import time
+
+LOG = {log!r}
+
+
+def dask_setup(worker):
+    with open(LOG, "a") as f:
+        f.write("setup\\n")
+    time.sleep(1)  # still starting when the start is cancelled
+
+
+def dask_teardown(worker):
+    with open(LOG, "a") as f:
+        f.write("teardown\\n")
+"""
+
+
+def test_a_cancelled_start_stops_the_child_cleanly(procs: list[ServerProcess], tmp_path: Path) -> None:
+    """Cancelled while the child starts (a Ctrl-C, a close), the child is asked to stop, not killed:
+    what it set up is torn down (a nanny's worker lost its preload teardown this way)."""
+    log = tmp_path / "events.log"
+    preload = tmp_path / "slow_preload.py"
+    preload.write_text(SLOW_PRELOAD.format(log=str(log)))
+
+    async def main() -> int | None:
+        s = ServerProcess("scheduler", {"host": "127.0.0.1", "dashboard": False})
+        procs.append(s)
+        addr = await s.start(timeout=60)
+        w = ServerProcess(
+            "worker", {"scheduler_ip": addr, "nthreads": 1, "host": "127.0.0.1", "preload": [str(preload)]}
+        )
+        procs.append(w)
+        starting = asyncio.ensure_future(w.start(timeout=60))
+        await async_poll_for(lambda: log.exists() and "setup" in log.read_text(), 30)
+        starting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await starting
+        await s.close(timeout=20)
+        return w.exitcode
+
+    assert asyncio.run(main()) == 0  # it stopped by itself
+    assert log.read_text().split() == ["setup", "teardown"]
