@@ -9,6 +9,7 @@ pickled by one version may not load in another); an optional one, a warning.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import locale
 import os
@@ -54,7 +55,10 @@ def get_system_info() -> dict[str, Any]:
     }
 
 
+@functools.cache
 def _version_of(package: str) -> str | None:
+    # Cached for the life of the process: reading an installed package's metadata takes a few
+    # milliseconds, and the scheduler, every worker and every client of a process ask at start.
     if package == "python":
         return ".".join(map(str, sys.version_info[:3]))
     if package == "distributed":
