@@ -73,13 +73,7 @@ class FamilyDispatch(Dispatch):
 
     def register(self, type: Any, func: F | None = None) -> F | Callable[[F], F]:
         """Register ``func`` for ``type`` (or a tuple of types); as a decorator without ``func``."""
-
-        def wrapper(func: F) -> F:
-            super(FamilyDispatch, self).register(type, func)  # type: ignore[no-untyped-call]  # as above
-            self.version += 1
-            return func
-
-        return wrapper(func) if func is not None else wrapper
+        return self._counted(super().register, type, func)
 
     @overload
     def register_lazy(self, toplevel: str, func: None = None) -> Callable[[F], F]: ...
@@ -89,9 +83,13 @@ class FamilyDispatch(Dispatch):
 
     def register_lazy(self, toplevel: str, func: F | None = None) -> F | Callable[[F], F]:
         """Run ``func`` (which registers) the first time a type of package ``toplevel`` is looked up."""
+        return self._counted(super().register_lazy, toplevel, func)
 
+    def _counted(self, register: Callable[[Any, Any], Any], what: Any, func: F | None) -> F | Callable[[F], F]:
+        # Each registration, eager or lazy, makes cached lookups stale: a type looked up and found
+        # without an entry may now have one.
         def wrapper(func: F) -> F:
-            super(FamilyDispatch, self).register_lazy(toplevel, func)  # type: ignore[no-untyped-call]  # as above
+            register(what, func)
             self.version += 1
             return func
 
