@@ -3,7 +3,9 @@
 # headless browser the dashboard's browser tests use (Debian's chromium).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-python -m pip install -e ".[test]"
+# Eager: an environment that already holds older releases (pytest, IPython, ...) is
+# brought to the newest, so that CI checks what a new install of the package gets.
+python -m pip install --upgrade --upgrade-strategy eager -e ".[test]"
 
 # The dashboard tests open /status in headless Chromium. Install it with apt when
 # it is missing and we may (root, apt-get present); otherwise those tests skip

@@ -666,9 +666,12 @@ def has_arg(func: Callable[..., Any], argname: str) -> bool:
 
 
 def is_kernel() -> bool:
-    """Whether this process is a Jupyter (IPython) kernel."""
-    if "IPython" not in sys.modules:
-        return False
-    from IPython import get_ipython
+    """Whether this process is a Jupyter kernel (an IPython shell with a kernel).
 
-    return getattr(get_ipython(), "kernel", None) is not None
+    Looks only at an IPython already imported: a process that never imported it
+    is no kernel, and importing it here would cost a plain script its start-up.
+    """
+    # Read through getattr: IPython's own typing of get_ipython differs between releases.
+    get_ipython = getattr(sys.modules.get("IPython"), "get_ipython", None)
+    shell = get_ipython() if get_ipython is not None else None
+    return shell is not None and getattr(shell, "kernel", None) is not None

@@ -33,6 +33,7 @@ from distributed.client import Future, default_client, futures_of
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key, ProgressStatus
 from distributed.protocol.schema import checker
+from distributed.utils import is_kernel
 
 if TYPE_CHECKING:
     from distributed.client import Client
@@ -52,14 +53,6 @@ logger = logging.getLogger(__name__)
 _CHECK_STATE: Final = checker(m.ProgressState)
 
 _FINAL: Final = ("finished", "error")
-
-
-def is_kernel() -> bool:
-    """Whether this runs in a Jupyter kernel (an IPython shell with a kernel)."""
-    ipython = sys.modules.get("IPython")
-    get_ipython = getattr(ipython, "get_ipython", None)
-    shell = get_ipython() if get_ipython is not None else None
-    return shell is not None and getattr(shell, "kernel", None) is not None
 
 
 def _client_of(keys: list[Any], scheduler: Any) -> Client:

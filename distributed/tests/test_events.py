@@ -18,6 +18,7 @@ import distributed
 import distributed.scheduler.events
 import distributed.worker
 from distributed import Client, LocalCluster, Scheduler, SchedulerPlugin, Worker, get_worker
+from distributed.tests.logs import caught_logs
 from distributed.utils_test import async_poll_for, gen_cluster, poll_for
 
 
@@ -301,19 +302,19 @@ def log_on_worker(n: int) -> int:
 
 
 @pytest.mark.timeout(120)
-def test_forward_logging_shows_worker_records_in_the_client(caplog: pytest.LogCaptureFixture) -> None:
+def test_forward_logging_shows_worker_records_in_the_client() -> None:
     with (
         LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster,
         Client(cluster) as client,
-        caplog.at_level("INFO"),
+        caught_logs("test", logging.INFO) as records,
     ):
         client.forward_logging("test.forwarded", level=logging.INFO)
         assert client.submit(log_on_worker, 7).result(timeout=60) == 7
-        poll_for(lambda: any(r.getMessage() == "with a traceback" for r in caplog.records), 30)
-        forwarded = [r for r in caplog.records if r.name == "test.forwarded"]
+        poll_for(lambda: any(r.getMessage() == "with a traceback" for r in records), 30)
+        forwarded = [r for r in records if r.name == "test.forwarded"]
         assert [r.getMessage() for r in forwarded] == ["from the worker: 7", "with a traceback"]
         assert forwarded[0].levelname == "WARNING" and forwarded[0].process != os.getpid()  # made on the worker
         assert "KeyError: 'inside'" in (forwarded[1].exc_text or "")
-        assert not any(r.name == "test.other" for r in caplog.records)
+        assert not any(r.name == "test.other" for r in records)
         client.unforward_logging("test.forwarded")
         assert "forward-logging-test.forwarded" not in cluster.scheduler.requests.worker_plugins

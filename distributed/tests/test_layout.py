@@ -434,6 +434,20 @@ def test_no_module_is_too_long() -> None:
     assert not too_long, too_long
 
 
+def test_tests_catch_logs_with_a_handler_of_their_own() -> None:
+    # ``caplog`` sees this package's records only on pytest releases that attach to loggers which do not
+    # propagate, and then only when the logger did not propagate as the test began: distributed.tests.logs.
+    tests = PACKAGE / "tests"
+    users = [
+        f"{path.relative_to(ROOT)}:{node.lineno} {node.name}"
+        for path in sorted(tests.glob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and any(arg.arg == "caplog" for arg in node.args.args + node.args.kwonlyargs)
+    ]
+    assert not users, "\n".join(users)
+
+
 # -- the checks themselves catch what they must ------------------------------------------
 SAMPLE = """
 import os as operating_system

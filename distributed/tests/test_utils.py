@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from distributed.tests.logs import caught_logs, messages
 from distributed.utils import (
     LoopRunner,
     format_exception_text,
@@ -352,10 +353,14 @@ def _raises_in_a_callback() -> None:
     raise ValueError("lost otherwise")
 
 
-def test_log_errors_logs_and_raises_again(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.ERROR), pytest.raises(ValueError, match="lost otherwise"), log_errors():
+def test_log_errors_logs_and_raises_again() -> None:
+    with (
+        caught_logs(__name__, logging.ERROR) as records,
+        pytest.raises(ValueError, match="lost otherwise"),
+        log_errors(),
+    ):
         _raises_in_a_callback()
-    [record] = caplog.records
+    [record] = records
     assert record.name == __name__ and "ValueError: lost otherwise" in record.getMessage() and record.exc_info
 
     @log_errors
@@ -368,17 +373,16 @@ def test_log_errors_logs_and_raises_again(caplog: pytest.LogCaptureFixture) -> N
     async def decorated_async(x: int) -> int:
         raise RuntimeError(x)
 
-    caplog.clear()
     assert decorated(1) == 2 and decorated.__name__ == "decorated"
-    with caplog.at_level(logging.ERROR), pytest.raises(KeyError):
-        decorated(-1)
-    with caplog.at_level(logging.ERROR), pytest.raises(RuntimeError):
-        asyncio.run(decorated_async(3))
-    assert [r.getMessage() for r in caplog.records] == ["KeyError: -1", "RuntimeError: 3"]
-    caplog.clear()
-    with caplog.at_level(logging.ERROR), pytest.raises(asyncio.CancelledError), log_errors():
+    with caught_logs(__name__, logging.ERROR) as records:
+        with pytest.raises(KeyError):
+            decorated(-1)
+        with pytest.raises(RuntimeError):
+            asyncio.run(decorated_async(3))
+    assert messages(records) == ["KeyError: -1", "RuntimeError: 3"]
+    with caught_logs(__name__, logging.ERROR) as records, pytest.raises(asyncio.CancelledError), log_errors():
         raise asyncio.CancelledError
-    assert not caplog.records  # a cancellation is no error
+    assert not records  # a cancellation is no error
     with pytest.raises(NotImplementedError, match="pdb"):
         log_errors(pdb=True)
 

@@ -16,6 +16,7 @@ from dask.delayed import delayed
 from distributed import Client, Status, get_client, get_worker, rejoin, secede
 from distributed.protocol.messages import Key
 from distributed.scheduler import Scheduler
+from distributed.tests.logs import caught_logs, messages
 from distributed.utils_test import async_poll_for, gen_cluster, inc
 from distributed.worker import Worker
 
@@ -245,24 +246,21 @@ async def test_closed_workers_leave_no_descriptor_behind_without_the_cycle_colle
 
 
 # -- failed tasks are logged, within a rate limit -------------------------------------------
-def test_failure_log_is_rate_limited(caplog: pytest.LogCaptureFixture) -> None:
+def test_failure_log_is_rate_limited() -> None:
     from distributed.worker.execution import FailureLog
 
     now = [0.0]
     log = FailureLog(limit=2, period=10, clock=lambda: now[0])
-    with caplog.at_level("WARNING", logger="distributed.worker"):
+    with caught_logs("distributed.worker") as records:
         for i in range(5):
             log.failed(f"k-{i}", ValueError(i))
-        assert [r.getMessage() for r in caplog.records] == [
+        assert messages(records) == [
             "Compute failed: task 'k-0' raised ValueError: 0",
             "Compute failed: task 'k-1' raised ValueError: 1",
         ]
         now[0] = 11  # a new period
         log.failed("k-5", KeyError("x"))
-    assert (
-        caplog.records[-1].getMessage()
-        == "Compute failed: task 'k-5' raised KeyError: 'x' (3 more failures not logged)"
-    )
+    assert records[-1].getMessage() == "Compute failed: task 'k-5' raised KeyError: 'x' (3 more failures not logged)"
 
 
 def fails(x: int) -> int:
@@ -271,18 +269,15 @@ def fails(x: int) -> int:
 
 @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)])
 async def test_a_failed_task_is_logged_on_its_worker(
-    c: Client[Literal[True]], s: Scheduler, a: Worker, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    c: Client[Literal[True]], s: Scheduler, a: Worker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from distributed.worker import execution
 
     monkeypatch.setattr(execution, "failure_log", execution.FailureLog())  # not spent by earlier tests
-    with caplog.at_level("WARNING", logger="distributed.worker"):
+    with caught_logs("distributed.worker") as records:
         with pytest.raises(ZeroDivisionError):
             await c.submit(fails, 1, key="failing-task")
-    assert any(
-        r.getMessage().startswith("Compute failed: task 'failing-task' raised ZeroDivisionError")
-        for r in caplog.records
-    )
+    assert any(m.startswith("Compute failed: task 'failing-task' raised ZeroDivisionError") for m in messages(records))
 
 
 def current_task_key(x: int) -> Any:
