@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 
 import pytest
 
@@ -38,19 +37,27 @@ def fib(n: int) -> int:
 class _Active:
     """Counts the tasks that hold a thread of their worker's pool, and the most at once."""
 
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
+    def __init__(self, overlap: int = 1) -> None:
+        self.changed = threading.Condition()
         self.now = 0
         self.most = 0
+        #: How many tasks at once a task holding its thread waits for (until the first time it happens).
+        self.overlap = overlap
 
     def enter(self) -> None:
-        with self.lock:
+        with self.changed:
             self.now += 1
             self.most = max(self.most, self.now)
+            self.changed.notify_all()
 
     def leave(self) -> None:
-        with self.lock:
+        with self.changed:
             self.now -= 1
+
+    def work(self) -> None:
+        """Hold the thread until ``overlap`` tasks held theirs at once (or 10 s), so that an overlap shows."""
+        with self.changed:
+            self.changed.wait_for(lambda: self.most >= self.overlap, timeout=10)
 
 
 ACTIVE = _Active()
@@ -60,7 +67,7 @@ def counted_fib(n: int) -> int:
     """fib, counting itself active except inside its ``worker_client`` block."""
     ACTIVE.enter()
     try:
-        time.sleep(0.002)  # some work while holding the thread, so overlaps show
+        ACTIVE.work()
         if n < 2:
             return n
         ACTIVE.leave()
@@ -72,7 +79,7 @@ def counted_fib(n: int) -> int:
         finally:
             # After rejoin(): holds a pool thread again.
             ACTIVE.enter()
-        time.sleep(0.002)
+        ACTIVE.work()
         return result
     finally:
         ACTIVE.leave()
@@ -128,7 +135,7 @@ async def test_recursive_fib_on_one_thread(c: Client, s: Scheduler, a: Worker) -
 @pytest.mark.parametrize("nthreads", [1, 2])
 def test_recursive_tasks_never_oversubscribe(nthreads: int) -> None:
     global ACTIVE
-    ACTIVE = _Active()
+    ACTIVE = _Active(overlap=nthreads)
 
     @gen_cluster(client=True, nthreads=[("127.0.0.1", nthreads)])
     async def run(c: Client, s: Scheduler, a: Worker) -> None:
