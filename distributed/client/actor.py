@@ -291,13 +291,21 @@ def _local_attribute(
         return attr
 
     def call(*args: Any, separate_thread: bool = True, **kwargs: Any) -> ActorFuture[Any]:
-        # Here the call runs at once in the calling thread, whatever separate_thread says.
-        if inspect.iscoroutinefunction(attr):
+        # As on a remote call: ``async def`` methods, and others asked with separate_thread=False, run on
+        # the worker's loop; the rest at once in the calling thread, which is already an actor thread.
+        if inspect.iscoroutinefunction(attr) or not separate_thread:
             loop, _ = channel()
-            return ActorFuture(asyncio.run_coroutine_threadsafe(attr(*args, **kwargs), loop), loop)
+            return ActorFuture(asyncio.run_coroutine_threadsafe(_on_loop(attr, args, kwargs), loop), loop)
         return ActorFuture(_finished(lambda: attr(*args, **kwargs)))
 
     return call
+
+
+async def _on_loop(method: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Call ``method`` on the running loop, awaiting it when it is ``async def``."""
+    if inspect.iscoroutinefunction(method):
+        return await method(*args, **kwargs)
+    return method(*args, **kwargs)
 
 
 #: Seconds a call waits to reach its actor's worker.  That worker was up when

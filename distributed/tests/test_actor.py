@@ -323,3 +323,26 @@ async def test_separate_thread_false_runs_the_method_on_the_workers_loop(
     assert (await actor.thread()).startswith("Dask-Actor-Threads")
     # On the worker's event loop: here, in process, the thread running this test.
     assert await actor.thread(separate_thread=False) == threading.current_thread().name
+
+
+class AsksWhere:
+    """An actor that asks another actor on its worker where a call of each kind runs."""
+
+    def __init__(self, other: Actor) -> None:
+        self.other = other
+
+    def where(self) -> tuple[str, str, str]:
+        here = self.other.thread().result(timeout=5)
+        on_loop = self.other.thread(separate_thread=False).result(timeout=5)
+        return threading.current_thread().name, here, on_loop
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)])
+async def test_a_call_on_the_same_worker_honours_separate_thread(
+    c: Client[Literal[True]], s: Scheduler, a: Worker
+) -> None:
+    reporter = c.submit(ThreadReporter, actor=True)
+    asker = await c.submit(AsksWhere, reporter, actor=True)
+    caller_thread, default, on_loop = await asker.where()
+    assert caller_thread.startswith("Dask-Actor-Threads") and default == caller_thread  # runs at once, here
+    assert on_loop == threading.current_thread().name  # the worker's loop: in process, this test's thread
