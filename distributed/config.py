@@ -41,12 +41,42 @@ _HANDLER_MARK = "_distributed_stderr_handler"
 _here = os.path.dirname(os.path.abspath(__file__))
 _defaults_path = os.path.join(_here, "distributed.yaml")
 
-#: Old flat keys renamed into the ``distributed.*`` tree, as users of older
-#: releases still write them (only for keys this package reads).
+#: Old key names renamed to the keys they stand for, as released dask.distributed renames them
+#: (users of older releases still write them).  Two of its old names are keys of this package
+#: (``distributed.scheduler.transition-log-length`` and ``events-log-length``) and keep their meaning here.
 deprecations: dict[str, str] = {
     "allowed-failures": "distributed.scheduler.allowed-failures",
     "bandwidth": "distributed.scheduler.bandwidth",
+    "default-data-size": "distributed.scheduler.default-data-size",
+    "work-stealing": "distributed.scheduler.work-stealing",
     "worker-ttl": "distributed.scheduler.worker-ttl",
+    "multiprocessing-method": "distributed.worker.multiprocessing-method",
+    "use-file-locking": "distributed.worker.use-file-locking",
+    "profile-interval": "distributed.worker.profile.interval",
+    "profile-cycle-interval": "distributed.worker.profile.cycle",
+    "worker-memory-target": "distributed.worker.memory.target",
+    "worker-memory-spill": "distributed.worker.memory.spill",
+    "worker-memory-pause": "distributed.worker.memory.pause",
+    "worker-memory-terminate": "distributed.worker.memory.terminate",
+    "heartbeat-interval": "distributed.client.heartbeat",
+    "compression": "distributed.comm.compression",
+    "connect-timeout": "distributed.comm.timeouts.connect",
+    "tcp-timeout": "distributed.comm.timeouts.tcp",
+    "default-scheme": "distributed.comm.default-scheme",
+    "socket-backlog": "distributed.comm.socket-backlog",
+    "diagnostics-link": "distributed.dashboard.link",
+    "bokeh-export-tool": "distributed.dashboard.export-tool",
+    "tick-time": "distributed.admin.tick.interval",
+    "tick-maximum-delay": "distributed.admin.tick.limit",
+    "log-length": "distributed.admin.log-length",
+    "log-format": "distributed.admin.log-format",
+    "pdb-on-err": "distributed.admin.pdb-on-err",
+    "ucx": "distributed.comm.ucx",
+    "rmm": "distributed.rmm",
+    "transition-log-length": "distributed.admin.low-level-log-length",
+    "recent-messages-log-length": "distributed.admin.low-level-log-length",
+    "distributed.comm.recent-messages-log-length": "distributed.admin.low-level-log-length",
+    "distributed.p2p.disk": "distributed.p2p.storage.disk",
 }
 
 

@@ -52,6 +52,7 @@ from dask.utils import parse_timedelta
 
 from distributed.comm import Comm, CommClosedError, connect
 from distributed.comm.addressing import listen_addresses, listen_protocol, parse_ports
+from distributed.config_refusals import refuse_unhonoured_config
 from distributed.core import Route, Server, Status, error_message, send_recv
 from distributed.diagnostics.plugin import NannyPlugin
 from distributed.preloading import PreloadManager, process_preloads
@@ -208,6 +209,7 @@ class Nanny(Server):
             config_preload="distributed.nanny.preload",
             config_argv="distributed.nanny.preload-argv",
         )
+        refuse_unhonoured_config("nanny")
         for key in ("nanny", "scheduler_ip", "scheduler_port"):
             if key in worker_kwargs:
                 raise TypeError(f"Nanny() got an unexpected keyword argument {key!r}")
@@ -258,7 +260,10 @@ class Nanny(Server):
                 else [a if isinstance(a, str) else list(a) for a in preload_argv]
             )
         if lifetime_restart:
-            if worker_kwargs.get("lifetime") is None:
+            if (
+                worker_kwargs.get("lifetime") is None
+                and dask.config.get("distributed.worker.lifetime.duration") is None
+            ):
                 raise ValueError("Nanny(lifetime_restart=True) needs lifetime=")
             self._worker_kwargs["lifetime_restart"] = True
         self.env = dict(env or {})

@@ -62,6 +62,7 @@ from distributed.client.registry import FutureRegistry
 from distributed.client.topics import TopicSubscriptions
 from distributed.client.transfer import DataTransfer
 from distributed.comm import get_address_host, parse_address
+from distributed.config_refusals import refuse_unhonoured_config
 from distributed.core import ConnectionPool
 from distributed.dask_api import (
     graph_expr,
@@ -151,6 +152,7 @@ class ClientBase(Generic[AsyncT]):
         _in_worker: bool = False,
         **kwargs: Any,
     ) -> None:
+        refuse_unhonoured_config("client")
         refuse_unsupported(
             "Client",
             heartbeat_interval=heartbeat_interval is not None,

@@ -31,6 +31,7 @@ from typing import Any, Protocol, Self, TypeVar
 from dask.utils import format_bytes, parse_timedelta
 
 from distributed.comm import get_address_host, parse_address
+from distributed.config_refusals import refuse_unhonoured_config
 from distributed.core import ConnectionPool, LogBuffer, Status
 from distributed.protocol import messages as m
 from distributed.security import Security
@@ -81,6 +82,7 @@ class Cluster:
         scheduler_sync_interval: float | str = 1,
         quiet: bool = False,
     ) -> None:
+        refuse_unhonoured_config("cluster")
         self.asynchronous = asynchronous
         #: Whether :meth:`_log` keeps its messages without printing them.
         self.quiet = quiet

@@ -35,6 +35,7 @@ from distributed.comm import (
     parse_address,
     validate_address,
 )
+from distributed.config_refusals import refuse_unhonoured_config
 from distributed.core import Route, Server, Status
 from distributed.diagnostics.plugin import SchedulerPlugin
 from distributed.preloading import PreloadManager, process_preloads
@@ -179,6 +180,7 @@ class Scheduler(GraphIngestion, Server):
         if http_prefix not in (None, "", "/"):
             raise unsupported("Scheduler", "http_prefix", f"routes are served at /, not {http_prefix!r}")
         refuse_unsupported("Scheduler", services=bool(services), jupyter=jupyter)
+        refuse_unhonoured_config("scheduler")
         self.id = f"Scheduler-{uuid.uuid4()}"
         server_settings = SchedulerServerSettings.from_config(
             contact_address=contact_address, worker_ttl=worker_ttl, idle_timeout=idle_timeout

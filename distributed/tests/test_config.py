@@ -19,6 +19,9 @@ PACKAGE = Path(distributed.__file__).parent
 #: Top-level sections read as a whole mapping (their keys are logger names, not settings).
 WHOLE_MAPPINGS = {"distributed.logging"}
 
+#: The keys distributed/config.py reads (it applies the logging config).
+READ_BY_CONFIG = WHOLE_MAPPINGS | {"distributed.admin.log-format"}
+
 
 def _source_strings() -> set[str]:
     """Every string literal in the package's modules (tests and the harness excluded)."""
@@ -27,9 +30,11 @@ def _source_strings() -> set[str]:
         rel = path.relative_to(PACKAGE)
         found = re.findall(r"\"([a-z0-9_.\-]+)\"", path.read_text())
         if rel.name == "config.py":
-            # config.py registers and renames keys; it reads only whole mappings.
-            strings.update(k for k in found if k in WHOLE_MAPPINGS)
+            # config.py registers and renames keys; it reads only the logging ones.
+            strings.update(k for k in found if k in READ_BY_CONFIG)
             continue
+        if rel.name == "config_refusals.py":
+            continue  # it names the keys that nothing reads
         if rel.parts[0] == "tests" or rel.name == "utils_test.py":
             continue  # tests set keys
         strings.update(found)

@@ -13,6 +13,7 @@ import os
 import signal
 from typing import Any
 
+import dask
 import pytest
 
 from distributed import Client, Nanny, Scheduler, Status, Worker
@@ -106,6 +107,30 @@ async def test_lifetime_restart_replaces_the_worker_and_keeps_the_data() -> None
         await new_worker_of(s, a, second)
         assert a.status == Status.running and b.status == Status.running
         assert await c.gather(futures) == list(range(20))
+
+
+@pytest.mark.timeout(90)
+@gen_test(timeout=80)
+async def test_lifetime_from_config() -> None:
+    lifetime = {"distributed.worker.lifetime.duration": "1s", "distributed.worker.lifetime.restart": True}
+    with dask.config.set(lifetime):
+        async with (
+            Scheduler(host="127.0.0.1", dashboard=False) as s,
+            Nanny(s.address, nthreads=1, name="mortal") as a,
+            Client(s.address, asynchronous=True) as c,
+        ):
+            await async_poll_for(lambda: len(s.workers) == 1, timeout=30)
+            await new_worker_of(s, a, a.pid)
+            assert a.status == Status.running and a.restarts >= 1
+            assert await c.submit(sum, [1, 2]) == 3
+    # Without a nanny the worker closes at the end of its lifetime (nothing could start it again).
+    staggered = {"distributed.worker.lifetime.duration": "1s", "distributed.worker.lifetime.stagger": "0.5s"}
+    with dask.config.set(staggered):
+        async with Scheduler(host="127.0.0.1", dashboard=False) as s:
+            w = await Worker(s.address, nthreads=1)
+            assert w.lifetime is not None and 0.5 <= w.lifetime <= 1.5 and not w.lifetime_restart
+            await async_poll_for(lambda: w.status == Status.closed, timeout=30)
+            await w.close()
 
 
 @pytest.mark.timeout(90)

@@ -9,7 +9,6 @@ returns (run a task, fetch data from a peer, message the scheduler).
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import functools
 import inspect
 import logging
@@ -22,16 +21,17 @@ import uuid
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+import dask.config
 import psutil
 from dask.sizeof import sizeof
 from dask.utils import parse_bytes, parse_timedelta, typename
 
 from distributed.batched import BatchedSend
-from distributed.client.actor import Actor
 from distributed.client.client import get_client
 from distributed.comm import Comm, CommClosedError, connect, validate_address
 from distributed.comm.addressing import listen_addresses, listen_protocol, parse_ports
 from distributed.config import get_interval, silence_logging
+from distributed.config_refusals import refuse_unhonoured_config
 from distributed.core import Route, Server, Status, StreamRoute, error_message
 from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.exceptions import Reschedule
@@ -52,6 +52,7 @@ from distributed.threadpool import ThreadPool
 from distributed.uploads import import_uploaded, save_upload
 from distributed.utils import get_ip_interface, scheduler_address, unsupported, wait_for
 from distributed.versions import get_versions
+from distributed.worker.actors import ActorHost
 from distributed.worker.execution import (
     Runnable,
     StepsInTaskContext,
@@ -195,10 +196,12 @@ class Worker(Server):
         nanny that starts it).
     lifetime, lifetime_stagger
         Close gracefully (handing the data off) after this long, give or take
-        a random part of ``lifetime_stagger``.
+        a random part of ``lifetime_stagger``.  Defaults from
+        ``distributed.worker.lifetime.duration`` and ``.stagger``.
     lifetime_restart
         At the end of ``lifetime``, have the nanny start a new worker rather
-        than close too (needs a nanny and a ``lifetime``).
+        than close too (needs a nanny and a ``lifetime``).  Default from
+        ``distributed.worker.lifetime.restart`` (for a worker with a nanny).
     preload
         Modules to run in the worker: module names, paths to ``.py`` files,
         ``http(s)://`` addresses or module source (see
@@ -251,7 +254,7 @@ class Worker(Server):
         security: Security | dict[str, Any] | None = None,
         lifetime: float | str | None = None,
         lifetime_stagger: float | str | None = None,
-        lifetime_restart: bool = False,
+        lifetime_restart: bool | None = None,
         dashboard: bool | None = None,
         dashboard_address: str | None = None,
         silence_logs: int | bool | None = None,
@@ -270,10 +273,18 @@ class Worker(Server):
             config_preload="distributed.worker.preload",
             config_argv="distributed.worker.preload-argv",
         )
+        refuse_unhonoured_config("worker")
         if lifetime_restart and nanny is None:
             raise unsupported("Worker", "lifetime_restart", "it needs a nanny to start the new worker")
         if lifetime_restart and lifetime is None:
             raise ValueError("Worker(lifetime_restart=True) needs lifetime=")
+        if lifetime is None:
+            lifetime = dask.config.get("distributed.worker.lifetime.duration")
+        if lifetime_stagger is None:
+            lifetime_stagger = dask.config.get("distributed.worker.lifetime.stagger")
+        if lifetime_restart is None:
+            # From config, as in dask: a worker without a nanny has no one to start it again, and just closes.
+            lifetime_restart = bool(dask.config.get("distributed.worker.lifetime.restart")) and nanny is not None
         if interface is not None:
             if host is not None:
                 raise ValueError("Worker: give host= or interface=, not both")
@@ -362,12 +373,12 @@ class Worker(Server):
         #: (tell the nanny to close too, why), from the first close() call.
         self._close_nanny: tuple[bool, str] | None = None
         self.incoming_transfer_count = 0
-        #: Actor instances by key; the data store holds an Actor proxy for each (see distributed.client.actor).
-        self.actors: dict[Key, object] = {}
-        #: Keys the scheduler asked to keep as actors, until they are forgotten here.
-        self._actor_keys: set[Key] = set()
+        #: The actors held here; the data store holds an Actor proxy for each (see distributed.client.actor).
+        self.actor_host = ActorHost(functools.partial(run_actor_method, self))
+        #: Actor instances by key.
+        self.actors: dict[Key, object] = self.actor_host.instances
         #: Runs the actors' (non-async) methods, one call at a time.
-        self.actor_executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="Dask-Actor-Threads")
+        self.actor_executor = self.actor_host.executor
         #: Thread id -> key of the task it runs now (the profiler reads it to attribute samples).
         self.active_threads: dict[int, Key] = {}
         # Read (and checked) now: a setting refused must stop the worker before it starts.
@@ -579,8 +590,7 @@ class Worker(Server):
         old = self.state
         if old is not None:
             self.data.clear()
-            self.actors.clear()
-            self._actor_keys.clear()
+            self.actor_host.clear()
             self._take_back_lined_up()
             self.state = self._new_state_machine(old.transfer_limit, old.fetch_concurrency)
             self._update_transition_hook()
@@ -950,7 +960,7 @@ class Worker(Server):
             return False
         started = [ev.key for ev in events if type(ev) is ExecuteStarted]
         self._carry_out(state.handle_stimulus(*events), started)
-        if self._actor_keys:
+        if self.actor_host.keys:
             self._prune_actors([ev.key for ev in events if isinstance(ev, ExecuteSuccess)])
         return True
 
@@ -1021,7 +1031,7 @@ class Worker(Server):
 
     def _stream_compute_task(self, msg: m.ComputeTask) -> None:
         if msg.get("actor"):
-            self._actor_keys.add(msg["key"])
+            self.actor_host.keys.add(msg["key"])
         self.handle_stimulus(
             ComputeTaskEvent(
                 stimulus_id=f"compute-task-{msg['run_id']}",
@@ -1041,7 +1051,7 @@ class Worker(Server):
         self.handle_stimulus(
             FreeKeysEvent(stimulus_id=msg.get("stimulus_id", f"free-keys-{time.time()}"), keys=tuple(msg["keys"]))
         )
-        if self._actor_keys:
+        if self.actor_host.keys:
             self._prune_actors(msg["keys"])
 
     def _stream_steal_request(self, msg: m.StealRequest) -> None:
@@ -1107,8 +1117,8 @@ class Worker(Server):
             with TaskContext(self, key):
                 value = node(args)
             nbytes, type_name = sizeof(value), typename(type(value))
-            if key in self._actor_keys:
-                value = self._keep_actor(key, value)
+            if key in self.actor_host.keys:
+                value = self.actor_host.keep(key, value, self.address)
             return success_event(key, run_id, value, nbytes, type_name, start)
         except Reschedule:
             return RescheduleEvent(stimulus_id=f"reschedule-{time.time()}", key=key, run_id=run_id)
@@ -1180,8 +1190,8 @@ class Worker(Server):
                 value, nbytes, type_name = await asyncio.wrap_future(
                     self.executor.submit(run_in_thread, self, node, args, key, loop)
                 )
-            if key in self._actor_keys:
-                value = self._keep_actor(key, value)
+            if key in self.actor_host.keys:
+                value = self.actor_host.keep(key, value, self.address)
             ev = success_event(key, run_id, value, nbytes, type_name, start)
         except Reschedule:
             ev = RescheduleEvent(stimulus_id=f"reschedule-{time.time()}", key=key, run_id=run_id)
@@ -1190,7 +1200,7 @@ class Worker(Server):
         except BaseException as e:
             ev = failure_event(e, key, run_id, start)
         self.handle_stimulus(ev)
-        if self._actor_keys:
+        if self.actor_host.keys:
             self._prune_actors([key])
 
     async def gather_dep(self, worker: str, keys: tuple[Key, ...]) -> None:
@@ -1327,49 +1337,23 @@ class Worker(Server):
         return "OK"
 
     # -- actors -------------------------------------------------------------------------------
-    def _keep_actor(self, key: Key, instance: object) -> Actor:
-        """Keep a new actor here; the proxy to store (and hand out) as the key's value."""
-        self.actors[key] = instance
-        return Actor(type(instance), self.address, key)
-
     def _prune_actors(self, keys: Iterable[Key]) -> None:
         """Drop the actors among ``keys`` that the state machine no longer holds in memory."""
         state = self.state
-        for key in keys:
-            if key not in self._actor_keys:
-                continue
-            ts = state.tasks.get(key) if state is not None else None
-            if ts is None or ts.state != "memory":
-                self.actors.pop(key, None)
-            if ts is None:
-                self._actor_keys.discard(key)
 
-    def _actor(self, key: Key) -> object:
-        try:
-            return self.actors[key]
-        except KeyError:
-            raise ValueError(f"No actor {key!r} on worker {self.address}: it was released or never made") from None
+        def state_of(key: Key) -> str | None:
+            ts = state.tasks.get(key) if state is not None else None
+            return ts.state if ts is not None else None
+
+        self.actor_host.prune(keys, state_of)
 
     async def handle_actor_execute(self, comm: Comm, msg: m.ActorExecute) -> Serialize:
-        """Call a method of an actor held here: ``async def`` ones (and those asked to) on the loop, others in
-        the actor thread."""
-        method = getattr(self._actor(msg["key"]), msg["function"])
-        args = unwrap(msg["args"])
-        kwargs = unwrap(msg["kwargs"])
-        if inspect.iscoroutinefunction(method):
-            result = await method(*args, **kwargs)
-        elif not msg.get("separate_thread", True):
-            result = method(*args, **kwargs)
-        else:
-            loop = asyncio.get_running_loop()
-            result = await loop.run_in_executor(
-                self.actor_executor, functools.partial(run_actor_method, self, method, args, kwargs)
-            )
-        return Serialize(result)
+        """Call a method of an actor held here (see :meth:`ActorHost.execute`)."""
+        return await self.actor_host.execute(msg, self.address)
 
     def handle_actor_attribute(self, comm: Comm, msg: m.ActorAttribute) -> Serialize:
-        """The value of an attribute of an actor held here (read on the loop: a read does not wait)."""
-        return Serialize(getattr(self._actor(msg["key"]), msg["attribute"]))
+        """The value of an attribute of an actor held here."""
+        return self.actor_host.attribute(msg, self.address)
 
     # -- helpers for user code ----------------------------------------------------------
     def task_client(self, timeout: float | None = None) -> Client:

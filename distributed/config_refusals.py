@@ -1,0 +1,287 @@
+"""Config keys of dask.distributed that this package does not honour yet, refused by name.
+
+dask.config takes any key: a user's YAML file written for released
+dask.distributed, an environment variable or ``dask.config.set`` puts its keys
+in, whether anything reads them or not.  A key this package does not act on
+would then be accepted and ignored.  Each such key is listed here, and the
+server (or client, or cluster) it concerns refuses to start while the key holds
+anything but released dask.distributed's default, with an error naming the key.
+
+``released_config_keys.yaml`` beside this module lists released
+dask.distributed's keys with their defaults; the test of this module walks it
+and checks that each key is honoured (in ``distributed.yaml`` and read), listed
+in :data:`NOT_HONOURED`, or in :data:`INERT`.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+import dask.config
+import yaml
+from dask.utils import parse_bytes, parse_timedelta
+
+__all__ = [
+    "INERT",
+    "NOT_HONOURED",
+    "NotHonoured",
+    "Role",
+    "UnhonouredConfigError",
+    "refuse_unhonoured_config",
+    "released_aliases",
+    "released_defaults",
+]
+
+#: What checks a key: the process or object that would act on it.
+Role = Literal["scheduler", "worker", "nanny", "client", "cluster"]
+
+_SERVERS: Final[tuple[Role, ...]] = ("scheduler", "worker", "nanny", "client")
+
+
+@dataclass(frozen=True)
+class NotHonoured:
+    """A released key this package does not act on: who refuses it, why, and the values it takes all the same.
+
+    ``accepted`` holds values that ask for what this package does anyway
+    (``active-memory-manager.start: false`` where there is no active memory
+    manager); the default is always accepted.
+    """
+
+    roles: tuple[Role, ...]
+    why: str
+    accepted: tuple[Any, ...] = ()
+
+
+class UnhonouredConfigError(NotImplementedError):
+    """A config key that this package does not honour holds a value other than dask.distributed's default."""
+
+
+#: Released keys with nothing to act on, in dask.distributed either.
+INERT: Final[Mapping[str, str]] = {
+    "distributed.version": "the schema's version number; dask.distributed does not read it",
+    "distributed.scheduler.allowed-imports": (
+        "which modules the scheduler may import to decode a message; this scheduler imports none, whatever the list"
+    ),
+    "distributed.comm.zstd.level": "read only with zstd compression, which is refused (distributed.comm.compression)",
+    "distributed.comm.zstd.threads": "read only with zstd compression, which is refused (distributed.comm.compression)",
+    "distributed.comm.websockets.shard": "read only by the websocket comm, which this package does not have",
+}
+
+
+def _keys(roles: tuple[Role, ...], why: str, *keys: str, accepted: tuple[Any, ...] = ()) -> dict[str, NotHonoured]:
+    return {key: NotHonoured(roles, why, accepted) for key in keys}
+
+
+#: Released dask.distributed keys not honoured yet.
+NOT_HONOURED: Final[Mapping[str, NotHonoured]] = {
+    **_keys(
+        ("scheduler",),
+        "the scheduler sends each broadcast over the pooled connections it has",
+        "distributed.scheduler.reuse-broadcast-comm",
+        accepted=(True,),
+    ),
+    **_keys(
+        ("scheduler",),
+        "departed workers' and clients' event topics are kept for the last 100 workers, not by time",
+        "distributed.scheduler.events-cleanup-delay",
+    ),
+    **_keys(
+        ("scheduler",),
+        "tasks that no worker can run wait for one",
+        "distributed.scheduler.no-workers-timeout",
+    ),
+    **_keys(
+        ("scheduler",),
+        "root-ish task groups are told by their size against the cluster's threads",
+        "distributed.scheduler.rootish-taskgroup",
+        "distributed.scheduler.rootish-taskgroup-dependencies",
+    ),
+    **_keys(
+        ("scheduler",),
+        "the scheduler's HTTP routes are fixed",
+        "distributed.scheduler.http.routes",
+    ),
+    **_keys(
+        ("worker",),
+        "the worker's HTTP routes are fixed",
+        "distributed.worker.http.routes",
+    ),
+    **_keys(
+        ("scheduler",),
+        "there is no active memory manager yet",
+        "distributed.scheduler.active-memory-manager.start",
+        accepted=(False,),
+    ),
+    **_keys(
+        ("scheduler",),
+        "there is no active memory manager yet",
+        "distributed.scheduler.active-memory-manager.interval",
+        "distributed.scheduler.active-memory-manager.measure",
+        "distributed.scheduler.active-memory-manager.policies",
+    ),
+    **_keys(
+        ("scheduler",),
+        "an unknown size is not estimated by a default",
+        "distributed.scheduler.default-data-size",
+    ),
+    **_keys(
+        ("worker", "nanny"),
+        "local directories are always locked",
+        "distributed.worker.use-file-locking",
+        accepted=(True,),
+    ),
+    **_keys(("worker",), "incoming data requests are not limited", "distributed.worker.connections.incoming"),
+    **_keys(
+        ("worker",),
+        "incoming transfers are not throttled by memory",
+        "distributed.worker.memory.transfer",
+        accepted=(False,),
+    ),
+    **_keys(("worker",), "the spill file has no size limit", "distributed.worker.memory.max-spill"),
+    **_keys(
+        ("worker",),
+        "spilled values are not compressed",
+        "distributed.worker.memory.spill-compression",
+        accepted=(None, False),
+    ),
+    **_keys(
+        ("client",),
+        "clients fetch results through the workers' addresses when they can reach them",
+        "distributed.client.direct-to-workers",
+        accepted=(True,),
+    ),
+    **_keys(
+        ("client",),
+        "the client has no heartbeat of its own",
+        "distributed.client.heartbeat",
+        "distributed.client.scheduler-info-interval",
+    ),
+    **_keys(("client",), "no security loader is called", "distributed.client.security-loader"),
+    **_keys(("client",), "clients run no preloads", "distributed.client.preload", "distributed.client.preload-argv"),
+    **_keys(("cluster",), "lost worker jobs are not closed by time", "distributed.deploy.lost-worker-timeout"),
+    **_keys(("cluster",), "there is no cluster widget yet", "distributed.deploy.cluster-repr-interval"),
+    **_keys(
+        _SERVERS,
+        "failed operations are not retried",
+        "distributed.comm.retry.count",
+        "distributed.comm.retry.delay.min",
+        "distributed.comm.retry.delay.max",
+    ),
+    **_keys(_SERVERS, "frames are not compressed on the wire", "distributed.comm.compression", accepted=(None, False)),
+    **_keys(_SERVERS, "frames are not split into shards", "distributed.comm.shard"),
+    **_keys(_SERVERS, "serialization is never offloaded to a thread", "distributed.comm.offload", accepted=(False,)),
+    **_keys(
+        ("worker",),
+        "there is no GPU monitoring",
+        "distributed.diagnostics.nvml",
+        "distributed.diagnostics.cudf",
+        accepted=(False,),
+    ),
+    **_keys(
+        ("scheduler",),
+        "the scheduler keeps no history of computations",
+        "distributed.diagnostics.computations.max-history",
+        "distributed.diagnostics.computations.nframes",
+        "distributed.diagnostics.computations.ignore-modules",
+        "distributed.diagnostics.computations.ignore-files",
+    ),
+    **_keys(
+        ("scheduler",),
+        "the scheduler keeps no history of erred tasks",
+        "distributed.diagnostics.erred-tasks.max-history",
+    ),
+    **_keys(
+        ("worker",),
+        "P2P transfers are not retried and use the worker's threads",
+        "distributed.p2p.comm.retry.count",
+        "distributed.p2p.comm.retry.delay.min",
+        "distributed.p2p.comm.retry.delay.max",
+        "distributed.p2p.threads",
+    ),
+    **_keys(("scheduler",), "the dashboard has no export tool", "distributed.dashboard.export-tool"),
+    **_keys(("client",), "large graphs are not warned about", "distributed.admin.large-graph-warning-threshold"),
+    **_keys(
+        ("scheduler", "worker", "client"),
+        "the low-level logs have fixed lengths",
+        "distributed.admin.low-level-log-length",
+    ),
+    **_keys(
+        ("scheduler", "worker", "nanny"),
+        "the system monitor samples on a fixed schedule",
+        "distributed.admin.system-monitor.interval",
+        "distributed.admin.system-monitor.log-length",
+        "distributed.admin.system-monitor.disk",
+        "distributed.admin.system-monitor.host-cpu",
+        "distributed.admin.system-monitor.gil.enabled",
+        "distributed.admin.system-monitor.gil.interval",
+    ),
+    **_keys(
+        _SERVERS,
+        "every server runs on asyncio's own event loop",
+        "distributed.admin.event-loop",
+        accepted=("asyncio", "tornado"),
+    ),
+    **_keys(("worker",), "there is no RMM pool", "distributed.rmm.pool-size"),
+}
+
+_RELEASED_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "released_config_keys.yaml")
+
+
+@functools.cache
+def _released() -> dict[str, Any]:
+    with open(_RELEASED_PATH) as f:
+        loaded: dict[str, Any] = yaml.safe_load(f)
+    return loaded
+
+
+def released_defaults() -> dict[str, Any]:
+    """Released dask.distributed's config keys (dotted) with their defaults."""
+    return dict(_released()["keys"])
+
+
+def released_aliases() -> dict[str, str]:
+    """The old key names released dask.distributed renames, each to the key it stands for."""
+    return dict(_released()["aliases"])
+
+
+def _same(value: Any, default: Any) -> bool:
+    """Whether ``value`` means ``default`` (``"2000ms"`` means ``"2s"``, ``"1 KiB"`` means ``1024``)."""
+    if value == default:
+        return True
+    scalar = (str, int, float)
+    if isinstance(value, scalar) and isinstance(default, scalar) and not isinstance(value, bool | type(None)):
+        for parse in (parse_timedelta, parse_bytes):
+            try:
+                if parse(value) == parse(default):
+                    return True
+            except (ValueError, TypeError, KeyError, AttributeError):
+                continue
+    return False
+
+
+def refuse_unhonoured_config(role: Role) -> None:
+    """Raise if a key that ``role`` would act on in dask.distributed, but this package does not, is set.
+
+    Called as a scheduler, worker, nanny, client or cluster is made.
+
+    Raises
+    ------
+    UnhonouredConfigError
+        Naming the first such key holding a value other than released dask.distributed's default.
+    """
+    missing = object()
+    defaults = _released()["keys"]
+    for key, refusal in NOT_HONOURED.items():
+        if role not in refusal.roles:
+            continue
+        value = dask.config.get(key, default=missing)
+        if value is missing or _same(value, defaults[key]) or any(_same(value, a) for a in refusal.accepted):
+            continue
+        raise UnhonouredConfigError(
+            f"Config key {key!r} is set to {value!r}, which this package does not honour yet ({refusal.why}); "
+            f"unset it or set it to dask.distributed's default, {defaults[key]!r}"
+        )
