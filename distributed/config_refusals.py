@@ -91,11 +91,6 @@ NOT_HONOURED: Final[Mapping[str, NotHonoured]] = {
     ),
     **_keys(
         ("scheduler",),
-        "tasks that no worker can run wait for one",
-        "distributed.scheduler.no-workers-timeout",
-    ),
-    **_keys(
-        ("scheduler",),
         "root-ish task groups are told by their size against the cluster's threads",
         "distributed.scheduler.rootish-taskgroup",
         "distributed.scheduler.rootish-taskgroup-dependencies",

@@ -199,7 +199,10 @@ class LostDataError(CancelledError):
 
 
 class NoValidWorkerError(Exception):
-    """A task may run only on workers that left the cluster for good (retired).
+    """A task may run only on workers that left the cluster for good (retired), or no worker ran it in time.
+
+    The second: ``distributed.scheduler.no-workers-timeout`` passed while no
+    worker could run the task (its restrictions, or no worker running at all).
 
     Parameters
     ----------
@@ -218,6 +221,8 @@ class NoValidWorkerError(Exception):
         super().__init__(
             f"Task {task!r} may run only on {workers} (workers=..., allow_other_workers=False), "
             f"and no such worker is left: {reason}."
+            if workers
+            else f"Task {task!r} found no worker to run it: {reason}."
         )
 
     def __reduce__(self) -> Any:

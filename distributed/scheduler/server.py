@@ -298,6 +298,9 @@ class Scheduler(GraphIngestion, Server):
         if self.full_disk_timeout:
             interval = min(max(self.full_disk_timeout / 10, 0.05), 1.0)
             self.periodic(interval, self._check_full_disks, name="full-disk-timeout")
+        if self.no_workers_timeout:
+            interval = min(max(self.no_workers_timeout / 10, 0.05), 1.0)
+            self.periodic(interval, self._check_no_workers, name="no-workers-timeout")
         if heap.can_trim():
             self.periodic(HEAP_TRIM_INTERVAL, self.trim_heap, name="heap-trim")
         if self.dashboard or (self.dashboard is None and self.dashboard_address):
@@ -763,6 +766,12 @@ class Scheduler(GraphIngestion, Server):
         self._heap_trimmed_at_forgotten = forgotten
         await asyncio.to_thread(heap.trim)
         return True
+
+    def _check_no_workers(self) -> None:
+        if self.status in (Status.closing, Status.closed):
+            return
+        now = time.time()
+        self.send_all(self.fail_unrunnable_tasks(now, stimulus_id=f"no-workers-timeout-{now}"))
 
     def _check_full_disks(self) -> None:
         if self.full_disk_timeout is None or self.status in (Status.closing, Status.closed):

@@ -37,6 +37,9 @@ class SchedulingSettings:
     full_disk_timeout
         Seconds every worker may stay paused, unable to spill after a disk error, before waiting
         tasks err; None waits (``full-disk-timeout``).
+    no_workers_timeout
+        Seconds a task may stay unrunnable (no worker can run it, or none runs at all) before it
+        errs; None waits (``no-workers-timeout``).
     bandwidth
         Bytes per second assumed between workers, to price moving inputs (``bandwidth``).
     unknown_duration
@@ -55,6 +58,7 @@ class SchedulingSettings:
     validate: bool = False
     allowed_failures: int = 3
     full_disk_timeout: float | None = 60.0
+    no_workers_timeout: float | None = None
     bandwidth: float = 100e6
     unknown_duration: float = 0.5
     default_durations: Mapping[str, float] = field(default_factory=dict)
@@ -84,6 +88,7 @@ class SchedulingSettings:
                 else allowed_failures
             ),
             full_disk_timeout=_seconds_or_none(dask.config.get("distributed.scheduler.full-disk-timeout")),
+            no_workers_timeout=_seconds_or_none(dask.config.get("distributed.scheduler.no-workers-timeout")),
             bandwidth=float(parse_bytes(str(dask.config.get("distributed.scheduler.bandwidth")))),
             unknown_duration=float(
                 parse_timedelta(dask.config.get("distributed.scheduler.unknown-task-duration")) or 0.5

@@ -128,6 +128,9 @@ class SchedulerState:
         self.full_disk_timeout = settings.full_disk_timeout
         #: Since when (``time.time()``) every worker has been paused that way with tasks waiting; None if not so.
         self.full_disks_since: float | None = None
+        self.no_workers_timeout = settings.no_workers_timeout
+        #: Since when (``time.time()``) no worker has been running; None while one runs.
+        self.no_workers_since: float | None = None
         self.bandwidth = settings.bandwidth
         self.unknown_duration = settings.unknown_duration
         self.default_durations = settings.default_durations
@@ -147,7 +150,7 @@ class SchedulerState:
         self.queued: PriorityQueue[TaskState] = PriorityQueue()
         self.n_queued = 0
         #: Tasks no current worker can run.
-        self.unrunnable: set[TaskState] = set()
+        self.unrunnable: dict[TaskState, float] = {}
         #: The stand-in client of ``fire_and_forget`` (made when it first asks for a key): it wants a
         #: key only until the key is done, so that nothing it asked for is kept once computed.
         self._fire_and_forget: ClientState | None = None
@@ -392,7 +395,7 @@ class SchedulerState:
     def _unqueue(self, ts: TaskState) -> None:
         """Take a queued or no-worker task off the count or set that tracks it, before it leaves that state."""
         if ts.state == "no-worker":
-            self.unrunnable.discard(ts)
+            self.unrunnable.pop(ts, None)
         elif ts.state == "queued":
             self.n_queued -= 1  # its heap entry is skipped when popped
 
@@ -408,7 +411,7 @@ class SchedulerState:
         # _unqueue, inlined: every task passes here.
         start = ts.state
         if start == "no-worker":
-            self.unrunnable.discard(ts)
+            self.unrunnable.pop(ts, None)
         elif start == "queued":
             self.n_queued -= 1
         placements = given.placements
@@ -430,7 +433,7 @@ class SchedulerState:
             ws = self.decide_worker(ts)
             if ws is None:
                 ts.state = "no-worker"
-                self.unrunnable.add(ts)
+                self.unrunnable[ts] = time.time()
                 return
         self._add_to_processing(ts, ws, out)
 
@@ -1012,7 +1015,7 @@ class SchedulerState:
                 assert cs in ts.who_wants, ("wants_what link", cs, ts)
         assert self.total_nthreads == sum(ws.nthreads for ws in self.workers.values())
         assert self.n_queued == sum(1 for ts in self.tasks.values() if ts.state == "queued"), "queued count"
-        assert self.unrunnable == {ts for ts in self.tasks.values() if ts.state == "no-worker"}, "unrunnable set"
+        assert set(self.unrunnable) == {ts for ts in self.tasks.values() if ts.state == "no-worker"}, "unrunnable set"
         limits = [ws.memory_limit for ws in self.workers.values()]
         assert self._input_cap == (0 if not limits or 0 in limits else max(limits)), "input cap"
         ff = self._fire_and_forget

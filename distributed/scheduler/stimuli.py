@@ -243,6 +243,38 @@ class SchedulerStimuli(SchedulerState):
             recs[ts] = "erred"
         return self.transitions(recs, stimulus_id, out)
 
+    def fail_unrunnable_tasks(self, now: float, *, stimulus_id: str) -> Effects:
+        """Err the tasks no worker could run for ``distributed.scheduler.no-workers-timeout``.
+
+        A task is unrunnable while no worker satisfies its restrictions
+        (``no-worker``), or, for a queued task, while no worker runs at all.
+        Such tasks err with :class:`~distributed.exceptions.NoValidWorkerError`
+        once unrunnable that long; those depending on them err by blame.
+        """
+        out = Effects()
+        timeout = self.no_workers_timeout
+        if timeout is None:
+            return out
+        running = any(ws.status == "running" for ws in self.workers.values())
+        if running:
+            self.no_workers_since = None
+        elif self.no_workers_since is None:
+            self.no_workers_since = now
+        stuck = [ts for ts, since in self.unrunnable.items() if now - since >= timeout]
+        if self.n_queued and self.no_workers_since is not None and now - self.no_workers_since >= timeout:
+            # Rare (a cluster without workers), so a pass over the tasks is fine.
+            stuck += [ts for ts in self.tasks.values() if ts.state == "queued"]
+        if not stuck:
+            return out
+        reason = f"none could for {timeout} s (distributed.scheduler.no-workers-timeout)"
+        recs: dict[TaskState, TaskStateName] = {}
+        for ts in stuck:
+            exc = NoValidWorkerError(ts.key, sorted(str(w) for w in ts.worker_restrictions or ()), reason)
+            self._set_error(ts, as_serialized(exc), None, str(exc))
+            recs[ts] = "erred"
+        logger.error("%d tasks found no worker to run them within %s s; they err", len(stuck), timeout)
+        return self.transitions(recs, stimulus_id, out)
+
     def workers_stuck_on_full_disks(self) -> bool:
         """Whether tasks wait while every worker is paused and cannot spill (its spill disk failed).
 

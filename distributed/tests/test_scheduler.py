@@ -358,3 +358,15 @@ async def test_result_type_names_are_one_string_per_type(c: Client, s: Scheduler
     types = [s.tasks[f.key].type for f in futures]
     assert types == ["int"] * 20
     assert len({id(t) for t in types}) == 1
+
+
+@gen_cluster(client=True, config={"distributed.scheduler.no-workers-timeout": "200ms"})
+async def test_a_task_no_worker_can_run_errs_after_the_no_workers_timeout(
+    c: Client, s: Scheduler, a: Worker, b: Worker
+) -> None:
+    from distributed.exceptions import NoValidWorkerError
+
+    future = c.submit(inc, 1, workers=["tcp://127.0.0.9:1"], allow_other_workers=False)
+    with pytest.raises(NoValidWorkerError, match="no-workers-timeout"):
+        await future
+    assert await c.submit(inc, 2) == 3  # the cluster goes on

@@ -11,6 +11,7 @@ tried to unpickle user code, these tests would fail.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
@@ -268,10 +269,45 @@ def test_no_workers_without_queuing_goes_to_no_worker(no_queuing: None) -> None:
     out = check(s, s.update_graph("c1", tasks, list(tasks)))
     assert not out.workers
     assert {ts.state for ts in s.tasks.values()} == {"no-worker"}
-    assert s.unrunnable == set(s.tasks.values())
+    assert set(s.unrunnable) == set(s.tasks.values())
     out = check(s, s.add_worker_state(A, 1))
     assert sorted(computed_keys(out, A)) == ["r-0", "r-1", "r-2"]
     assert not s.unrunnable
+
+
+def test_unrunnable_tasks_err_after_the_no_workers_timeout() -> None:
+    with dask.config.set({"distributed.scheduler.no-workers-timeout": "10s"}):
+        s = new_scheduler()
+    check(s, s.add_worker_state(A, 1))
+    check(s, s.update_graph("c1", {"x": spec(annotations={"workers": [B]}), "y": spec(["x"])}, ["y"]))
+    x = s.tasks["x"]
+    assert x.state == "no-worker"
+    since = s.unrunnable[x]
+    check(s, s.fail_unrunnable_tasks(since + 9, stimulus_id="early"))
+    assert x.state == "no-worker"
+    check(s, s.fail_unrunnable_tasks(since + 10, stimulus_id="late"))
+    assert [s.tasks[k].state for k in ("x", "y")] == ["erred", "erred"]
+    assert x.exception_text is not None and "no-workers-timeout" in x.exception_text and B in x.exception_text
+
+
+def test_tasks_err_when_no_worker_runs_for_the_no_workers_timeout() -> None:
+    with dask.config.set({"distributed.scheduler.no-workers-timeout": "10s"}):
+        s = new_scheduler()
+    tasks: dict[Key, m.TaskSpec] = {f"r-{i}": spec(order=i) for i in range(3)}
+    check(s, s.update_graph("c1", tasks, list(tasks)))
+    first_seen = max([time.time(), *s.unrunnable.values()])
+    check(s, s.fail_unrunnable_tasks(first_seen, stimulus_id="first"))  # no worker since now
+    check(s, s.fail_unrunnable_tasks(first_seen + 9, stimulus_id="early"))
+    assert {ts.state for ts in s.tasks.values()} <= {"queued", "no-worker"}
+    check(s, s.fail_unrunnable_tasks(first_seen + 10, stimulus_id="late"))
+    assert {ts.state for ts in s.tasks.values()} == {"erred"}
+
+
+def test_without_the_no_workers_timeout_unrunnable_tasks_wait() -> None:
+    s = new_scheduler()
+    check(s, s.update_graph("c1", {"x": spec(annotations={"workers": [B]})}, ["x"]))
+    check(s, s.fail_unrunnable_tasks(time.time() + 1e6, stimulus_id="much-later"))
+    assert s.tasks["x"].state in ("queued", "no-worker")
 
 
 def test_worker_restriction_waits_for_that_worker(no_queuing: None) -> None:
