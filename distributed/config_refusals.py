@@ -198,7 +198,6 @@ NOT_HONOURED: Final[Mapping[str, NotHonoured]] = {
         "distributed.p2p.threads",
     ),
     **_keys(("scheduler",), "the dashboard has no export tool", "distributed.dashboard.export-tool"),
-    **_keys(("client",), "large graphs are not warned about", "distributed.admin.large-graph-warning-threshold"),
     **_keys(
         ("scheduler", "worker", "client"),
         "the low-level logs have fixed lengths",

@@ -18,16 +18,19 @@ import logging
 import threading
 import time
 import uuid
+import warnings
 from collections import defaultdict, deque
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
+import dask.config
 from dask._task_spec import GraphNode
+from dask.utils import format_bytes, parse_bytes
 
 from distributed.client.gc_pause import paused_gc
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
-from distributed.protocol.serialize import FunctionCache, Serialize, serialize_task
+from distributed.protocol.serialize import FunctionCache, Serialize, Serialized, serialize_task
 
 logger = logging.getLogger(__name__)
 
@@ -115,6 +118,10 @@ class GraphPlan:
         #: Hand the task objects over as they are: the scheduler runs in this process, so its
         #: workers here get the same objects and nothing is pickled (as with dask's threads).
         self.live_specs = False
+        #: Bytes of the serialised tasks made so far.
+        self.nbytes = 0
+        #: Past this many bytes the graph is warned about, once (``distributed.admin.large-graph-warning-threshold``).
+        self.warn_above = large_graph_threshold()
 
     def __len__(self) -> int:
         return len(self.chunks)
@@ -125,6 +132,15 @@ class GraphPlan:
         final = i == len(self.chunks) - 1
         with paused_gc(len(chunk)):
             specs = self._task_specs(chunk, self._offsets[i])
+        if self.warn_above is not None and self.nbytes > self.warn_above:
+            self.warn_above = None
+            warnings.warn(
+                f"Sending a large graph: its tasks take {format_bytes(self.nbytes)} serialised, which slows "
+                "submitting and scheduling it. Load large data with dask itself (dask.array, dask.dataframe, "
+                "...), or scatter it once and pass the futures, rather than embedding it in the tasks.",
+                UserWarning,
+                stacklevel=2,
+            )
         if self.all_wanted:
             chunk_keys = list(chunk)
         else:
@@ -190,11 +206,17 @@ class GraphPlan:
         actors = self.actors
         make_node = self.node
         live = self.live_specs
+        nbytes = 0
         for j, key in enumerate(chunk, offset):
             node = make_node(key)
             deps = node.dependencies
+            if live:
+                run_spec: Serialize | Serialized = Serialize(node)
+            else:
+                run_spec = serialize_task(node, functions)
+                nbytes += sum(map(len, run_spec.frames))
             spec = m.TaskSpec(
-                run_spec=Serialize(node) if live else serialize_task(node, functions),
+                run_spec=run_spec,
                 dependencies=list(deps) if deps else (),
                 order=priorities.get(key, 0) if priorities is not None else j,
             )
@@ -204,7 +226,14 @@ class GraphPlan:
             if actors and key in actors:
                 spec["actor"] = True
             specs[key] = spec
+        self.nbytes += nbytes
         return specs
+
+
+def large_graph_threshold() -> int | None:
+    """Bytes of serialised tasks past which a graph is warned about; None: never."""
+    value = dask.config.get("distributed.admin.large-graph-warning-threshold")
+    return parse_bytes(value) if value else None
 
 
 class PendingParts:
