@@ -185,11 +185,6 @@ NOT_HONOURED: Final[Mapping[str, NotHonoured]] = {
         "distributed.diagnostics.computations.ignore-files",
     ),
     **_keys(
-        ("scheduler",),
-        "the scheduler keeps no history of erred tasks",
-        "distributed.diagnostics.erred-tasks.max-history",
-    ),
-    **_keys(
         ("worker",),
         "P2P transfers are not retried and use the worker's threads",
         "distributed.p2p.comm.retry.count",

@@ -602,6 +602,7 @@ class WorkerTaskErred(TypedDict):
     exception: Payload
     traceback: Any
     text: str
+    traceback_text: NotRequired[str]
     start: NotRequired[float]
     stop: NotRequired[float]
     transfers: NotRequired[Sequence[TransferSpan]]

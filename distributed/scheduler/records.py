@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections import defaultdict, deque
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final, Literal, TypeVar, cast, get_args
 
@@ -41,6 +42,7 @@ __all__ = [
     "NO_ANNOTATIONS",
     "ClientState",
     "Effects",
+    "ErredTask",
     "MemoryState",
     "TaskGroup",
     "TaskPrefix",
@@ -481,6 +483,29 @@ class WorkerState:
             f"<WorkerState {self.address!r}, name: {self.name}, status: {self.status}, "
             f"memory: {len(self.has_what)}, processing: {len(self.processing)}>"
         )
+
+
+@dataclass(frozen=True, slots=True)
+class ErredTask:
+    """A task that erred on a worker, as the scheduler's ``erred_tasks`` history keeps it (no graph, no run_spec).
+
+    Attributes
+    ----------
+    key
+        The task's key.
+    timestamp
+        When it erred (``time.time()``).
+    erred_on
+        The workers it erred on.
+    exception_text, traceback_text
+        The error and its traceback, as text.
+    """
+
+    key: Key
+    timestamp: float
+    erred_on: frozenset[str]
+    exception_text: str
+    traceback_text: str
 
 
 class ClientState:

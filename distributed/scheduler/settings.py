@@ -53,6 +53,8 @@ class SchedulingSettings:
         (``worker-saturation``).
     transition_log_length
         Transitions kept for ``story`` (``transition-log-length``).
+    erred_tasks_history
+        Erred tasks kept in ``erred_tasks`` (``distributed.diagnostics.erred-tasks.max-history``).
     """
 
     validate: bool = False
@@ -65,6 +67,7 @@ class SchedulingSettings:
     root_latency_budget: float = 0.005
     worker_saturation: float = 1.1
     transition_log_length: int = 100_000
+    erred_tasks_history: int = 100
 
     @classmethod
     def from_config(cls, *, validate: bool | None = None, allowed_failures: int | None = None) -> SchedulingSettings:
@@ -102,6 +105,7 @@ class SchedulingSettings:
             ),
             worker_saturation=worker_saturation,
             transition_log_length=int(dask.config.get("distributed.scheduler.transition-log-length", 100_000)),
+            erred_tasks_history=int(dask.config.get("distributed.diagnostics.erred-tasks.max-history")),
         )
 
 

@@ -29,6 +29,7 @@ from distributed.scheduler.records import (
     EMPTY,
     ClientState,
     Effects,
+    ErredTask,
     TaskGroup,
     TaskPrefix,
     TaskState,
@@ -129,6 +130,8 @@ class SchedulerState:
         #: Since when (``time.time()``) every worker has been paused that way with tasks waiting; None if not so.
         self.full_disks_since: float | None = None
         self.no_workers_timeout = settings.no_workers_timeout
+        #: The latest tasks that erred on a worker, newest first (``diagnostics.erred-tasks.max-history``).
+        self.erred_tasks: deque[ErredTask] = deque(maxlen=settings.erred_tasks_history)
         #: Since when (``time.time()``) no worker has been running; None while one runs.
         self.no_workers_since: float | None = None
         self.bandwidth = settings.bandwidth

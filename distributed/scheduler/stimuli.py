@@ -18,6 +18,7 @@ from distributed.scheduler.records import (
     EMPTY,
     ClientState,
     Effects,
+    ErredTask,
     TaskState,
     TaskStateName,
     TransitionInputs,
@@ -96,6 +97,9 @@ class SchedulerStimuli(SchedulerState):
         if ts.erred_on is None:
             ts.erred_on = set()
         ts.erred_on.add(worker)
+        self.erred_tasks.appendleft(
+            ErredTask(ts.key, time.time(), frozenset(ts.erred_on), msg["text"], msg.get("traceback_text", ""))
+        )
         given = TransitionInputs(erred=msg) if self.plugins else None
         return self.transitions({ts: "erred"}, stimulus_id, out, given)
 

@@ -537,12 +537,14 @@ def test_future_unpickled_in_a_task_on_a_worker_process_binds_the_worker_client(
 async def test_a_large_graph_is_warned_about_once(c: Client, s: Scheduler, a: Any, b: Any) -> None:
     import warnings
 
-    big = dask.delayed(len)(b"x" * 1_500_000)
+    from dask.delayed import delayed
+
+    big = delayed(len)(b"x" * 1_500_000)
     with pytest.warns(UserWarning, match=r"large graph: its tasks take 1\.\d+ MiB") as caught:
-        assert await c.compute(dask.delayed(sum)([big, big])) == 3_000_000
+        assert await c.compute(delayed(sum)([big, big])) == 3_000_000
     assert sum("large graph" in str(w.message) for w in caught) == 1
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert await c.submit(len, b"x" * 1000) == 1000  # small: no warning
         with dask.config.set({"distributed.admin.large-graph-warning-threshold": None}):
-            assert await c.compute(dask.delayed(len)(b"y" * 1_500_000)) == 1_500_000  # off
+            assert await c.compute(delayed(len)(b"y" * 1_500_000)) == 1_500_000  # off

@@ -370,3 +370,18 @@ async def test_a_task_no_worker_can_run_errs_after_the_no_workers_timeout(
     with pytest.raises(NoValidWorkerError, match="no-workers-timeout"):
         await future
     assert await c.submit(inc, 2) == 3  # the cluster goes on
+
+
+def raises_value_error(x: int) -> int:
+    raise ValueError(f"bad {x}")
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)], config={"distributed.diagnostics.erred-tasks.max-history": 2})
+async def test_the_latest_erred_tasks_are_kept(c: Client, s: Scheduler, a: Worker) -> None:
+    for i in range(3):
+        with pytest.raises(ValueError, match=f"bad {i}"):
+            await c.submit(raises_value_error, i, key=f"bad-{i}")
+    assert [e.key for e in s.erred_tasks] == ["bad-2", "bad-1"]  # newest first, at most 2
+    latest = s.erred_tasks[0]
+    assert latest.erred_on == {a.address} and "ValueError: bad 2" in latest.exception_text
+    assert "raises_value_error" in latest.traceback_text

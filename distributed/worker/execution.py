@@ -15,6 +15,7 @@ import asyncio
 import logging
 import threading
 import time
+import traceback
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
@@ -127,6 +128,7 @@ def failure_event(exc: BaseException, key: Key, run_id: int, start: float) -> Ex
         text=err["text"],
         start=start,
         stop=stop,
+        traceback_text="".join(traceback.format_tb(exc.__traceback__)),
     )
 
 

@@ -206,6 +206,7 @@ class ExecuteFailure(StateMachineEvent):
     text: str
     start: float
     stop: float
+    traceback_text: str = ""
 
 
 @dataclass(slots=True)
@@ -833,6 +834,8 @@ class WorkerStateMachine:
             start=ev.start,
             stop=ev.stop,
         )
+        if ev.traceback_text:
+            erred["traceback_text"] = ev.traceback_text
         if ts.transfers is not None:
             erred["transfers"] = ts.transfers
             ts.transfers = None
