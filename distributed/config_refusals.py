@@ -119,11 +119,6 @@ NOT_HONOURED: Final[Mapping[str, NotHonoured]] = {
         "distributed.scheduler.active-memory-manager.policies",
     ),
     **_keys(
-        ("scheduler",),
-        "an unknown size is not estimated by a default",
-        "distributed.scheduler.default-data-size",
-    ),
-    **_keys(
         ("worker", "nanny"),
         "local directories are always locked",
         "distributed.worker.use-file-locking",

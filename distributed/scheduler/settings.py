@@ -42,6 +42,8 @@ class SchedulingSettings:
         errs; None waits (``no-workers-timeout``).
     bandwidth
         Bytes per second assumed between workers, to price moving inputs (``bandwidth``).
+    default_data_size
+        Bytes assumed for a result whose size is not known yet, in that price (``default-data-size``).
     unknown_duration
         Seconds assumed for a task of a prefix never run (``unknown-task-duration``).
     default_durations
@@ -62,6 +64,7 @@ class SchedulingSettings:
     full_disk_timeout: float | None = 60.0
     no_workers_timeout: float | None = None
     bandwidth: float = 100e6
+    default_data_size: int = 1024
     unknown_duration: float = 0.5
     default_durations: Mapping[str, float] = field(default_factory=dict)
     root_latency_budget: float = 0.005
@@ -93,6 +96,7 @@ class SchedulingSettings:
             full_disk_timeout=_seconds_or_none(dask.config.get("distributed.scheduler.full-disk-timeout")),
             no_workers_timeout=_seconds_or_none(dask.config.get("distributed.scheduler.no-workers-timeout")),
             bandwidth=float(parse_bytes(str(dask.config.get("distributed.scheduler.bandwidth")))),
+            default_data_size=int(parse_bytes(str(dask.config.get("distributed.scheduler.default-data-size")))),
             unknown_duration=float(
                 parse_timedelta(dask.config.get("distributed.scheduler.unknown-task-duration")) or 0.5
             ),

@@ -135,6 +135,7 @@ class SchedulerState:
         #: Since when (``time.time()``) no worker has been running; None while one runs.
         self.no_workers_since: float | None = None
         self.bandwidth = settings.bandwidth
+        self.default_data_size = settings.default_data_size
         self.unknown_duration = settings.unknown_duration
         self.default_durations = settings.default_durations
         self.root_latency_budget = settings.root_latency_budget
@@ -591,6 +592,7 @@ class SchedulerState:
         else:
             candidates = valid if valid is not None else self.workers.values()
         bandwidth = self.bandwidth
+        unknown_size = self.default_data_size
         best: WorkerState | None = None
         best_cost = math.inf
         deps = ts.dependencies
@@ -602,7 +604,7 @@ class SchedulerState:
                 missing = 0
                 for dts in deps:
                     if ws not in dts.who_has:
-                        missing += dts.nbytes if dts.nbytes > 0 else 1024
+                        missing += dts.nbytes if dts.nbytes > 0 else unknown_size
                 cost += missing / bandwidth
             cost += len(ws.processing) * 1e-9  # tie-break: fewer tasks
             if cost < best_cost:

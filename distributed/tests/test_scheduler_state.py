@@ -322,6 +322,26 @@ def test_worker_restriction_waits_for_that_worker(no_queuing: None) -> None:
     assert computed_keys(out, B) == ["x"]
 
 
+@pytest.mark.parametrize("default_size, chosen", [("1kiB", B), ("1MB", A)])
+def test_a_result_of_unknown_size_is_priced_at_the_default_data_size(
+    no_queuing: None, default_size: str, chosen: str
+) -> None:
+    # y needs x1 (on A, size unknown) and x2 (on B, 2000 bytes): it runs where less must move.
+    with dask.config.set({"distributed.scheduler.default-data-size": default_size}):
+        s = new_scheduler()
+    check(s, s.add_worker_state(A, 1))
+    check(s, s.add_worker_state(B, 1))
+    graph: dict[Key, m.TaskSpec] = {
+        "x1": spec(annotations={"workers": [A]}),
+        "x2": spec(annotations={"workers": [B]}),
+        "y": spec(["x1", "x2"]),
+    }
+    check(s, s.update_graph("c1", graph, ["y"]))
+    finish(s, "x1", nbytes=0)
+    out = finish(s, "x2", nbytes=2000)
+    assert computed_keys(out, chosen) == ["y"]
+
+
 # -- errors ------------------------------------------------------------------------------
 def test_task_erred_reports_payload_and_blames_dependents() -> None:
     s = new_scheduler()
