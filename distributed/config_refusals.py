@@ -131,13 +131,6 @@ NOT_HONOURED: Final[Mapping[str, NotHonoured]] = {
         "distributed.worker.memory.transfer",
         accepted=(False,),
     ),
-    **_keys(("worker",), "the spill file has no size limit", "distributed.worker.memory.max-spill"),
-    **_keys(
-        ("worker",),
-        "spilled values are not compressed",
-        "distributed.worker.memory.spill-compression",
-        accepted=(None, False),
-    ),
     **_keys(
         ("client",),
         "clients fetch results through the workers' addresses when they can reach them",

@@ -30,6 +30,7 @@ from typing import Any
 import zict
 from dask.sizeof import sizeof
 
+from distributed.protocol.compression import Codec, all_codecs
 from distributed.protocol.messages import Key
 from distributed.protocol.serialize import SerializationError, deserialize_bytes, serialize_bytelist
 
@@ -50,14 +51,29 @@ def _weight(key: Key, value: Any) -> float:
     return float(_sizeof(value))
 
 
-def _dump(value: Any) -> list[bytes | bytearray | memoryview]:
+#: The first byte of a spill file whose value is not compressed (compressed ones start with their codec's tag).
+_RAW = b"\x00"
+
+
+def _dump(value: Any, codec: Codec | None) -> list[bytes | bytearray | memoryview]:
     """Serialise with the default families (a type registered on ``dask_serialize`` as its own frames,
-    others pickled with buffers out of band) into frames that read back when joined."""
-    return serialize_bytelist(value, on_error="raise")
+    others pickled with buffers out of band) into frames that read back when joined, after a one-byte tag:
+    the codec that compressed the rest, if any."""
+    frames = serialize_bytelist(value, on_error="raise")
+    if codec is None:
+        return [_RAW, *frames]
+    return [codec.tag, codec.compress(b"".join(frames))]
 
 
 def _load(blob: bytearray | memoryview) -> Any:
-    return deserialize_bytes(blob)
+    view = memoryview(blob)
+    tag = bytes(view[:1])
+    if tag == _RAW:
+        return deserialize_bytes(view[1:])
+    for codec in all_codecs():
+        if codec.tag == tag:
+            return deserialize_bytes(codec.decompress(bytes(view[1:])))
+    raise ValueError(f"A spill file compressed with a codec not installed here (tag {tag!r})")
 
 
 def _nothing() -> None:
@@ -90,6 +106,10 @@ class _Unpicklable(Exception):
     """Raised by the disk store for a value it cannot write; the value stays in memory."""
 
 
+class _NoRoom(Exception):
+    """Raised by the disk store when a value would take the spilled bytes past ``max-spill``; it stays in memory."""
+
+
 class _WriteFailed(Exception):
     """Raised by the disk store when writing a value failed with an OSError (its cause); the value stays in memory."""
 
@@ -101,8 +121,14 @@ class _DiskStore(MutableMapping[Key, Any]):
     is still counted there, so its size in memory is read rather than measured again.
     """
 
-    def __init__(self, directory: str, weights: dict[Key, float]) -> None:
+    def __init__(
+        self, directory: str, weights: dict[Key, float], max_bytes: int | None = None, codec: Codec | None = None
+    ) -> None:
         self.directory = directory
+        #: Bytes the spill files may take in all; None: no limit.
+        self.max_bytes = max_bytes
+        #: Compresses spilled values; None: stored as serialised.
+        self.codec = codec
         os.makedirs(directory, exist_ok=True)
         self.files = zict.File(directory)
         self.weights = weights
@@ -117,11 +143,14 @@ class _DiskStore(MutableMapping[Key, Any]):
 
     def __setitem__(self, key: Key, value: Any) -> None:
         try:
-            frames = _dump(value)
+            frames = _dump(value, self.codec)
         except SerializationError as e:
             raise _Unpicklable(key) from e
         if key in self.names:
             del self[key]
+        disk = sum(f.nbytes if isinstance(f, memoryview) else len(f) for f in frames)
+        if self.max_bytes is not None and self.total.disk + disk > self.max_bytes:
+            raise _NoRoom(key)
         self._counter += 1
         name = str(self._counter)
         try:
@@ -129,7 +158,6 @@ class _DiskStore(MutableMapping[Key, Any]):
         except OSError as e:
             self._remove_partial(name)
             raise _WriteFailed(key) from e
-        disk = sum(f.nbytes if isinstance(f, memoryview) else len(f) for f in frames)
         weight = self.weights.get(key)
         mem = int(weight) if weight is not None else _sizeof(value)
         self.names[key] = name
@@ -200,6 +228,11 @@ class SpillBuffer(zict.Buffer[Key, Any]):
     target
         Bytes of values (by sizeof) kept in memory before the least recently used
         are spilled; ``inf`` spills only when :meth:`evict` is called.
+    max_spill
+        Bytes the spill files may take in all (``distributed.worker.memory.max-spill``);
+        past it values stay in memory (logged once).  None: no limit.
+    codec
+        Compresses spilled values (``distributed.worker.memory.spill-compression``).
 
     Notes
     -----
@@ -211,10 +244,10 @@ class SpillBuffer(zict.Buffer[Key, Any]):
     back go through zict (``LRU.evict``, ``Buffer.fast_to_slow``, ``zict.File``).
     """
 
-    def __init__(self, directory: str, target: float) -> None:
+    def __init__(self, directory: str, target: float, max_spill: int | None = None, codec: Codec | None = None) -> None:
         memory: dict[Key, Any] = {}
         weights: dict[Key, float] = {}
-        self.disk = _DiskStore(directory, weights)
+        self.disk = _DiskStore(directory, weights, max_spill, codec)
         super().__init__(fast=memory, slow=self.disk, n=target, weight=_weight)
         lru = self.fast
         lru.weights = weights  # the disk store reads a spilled value's size from here
@@ -228,6 +261,7 @@ class SpillBuffer(zict.Buffer[Key, Any]):
         self._heavy = lru.heavy
         self._spilled = self.disk.names
         self._warned = False
+        self._warned_full = False
         #: The error of the write that turned spilling off; None while spilling works.
         self.disk_error: OSError | None = None
         # Bytes stored since ``_on_growth`` last ran (see watch_growth).
@@ -377,6 +411,15 @@ class SpillBuffer(zict.Buffer[Key, Any]):
                 )
             self[key]  # touch it: the next eviction tries other keys first
             return 0
+        except _NoRoom as e:
+            if not self._warned_full:
+                self._warned_full = True
+                logger.warning(
+                    "Spill files reached max-spill (%d bytes) at %r; values stay in memory until spilled ones go",
+                    self.disk.max_bytes,
+                    e.args[0],
+                )
+            return -1
         except _WriteFailed as e:
             # zict's LRU kept the value in memory: nothing is lost, only the room on disk.
             error = e.__cause__

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
+import dask
 import dask.array as da
 import numpy as np
 import psutil
@@ -145,6 +146,62 @@ def test_target_crossed_exactly_then_back_below(tmp_path: Path) -> None:
     assert len(buf.disk) == 0 and buf["a"] == "A2" and buf.memory_bytes == 16
     check_books(buf)
     buf.close()
+
+
+def test_max_spill_keeps_values_in_memory_past_it(tmp_path: Path) -> None:
+    buf = SpillBuffer(str(tmp_path / "storage"), target=1000, max_spill=3000)
+    with caught_logs("distributed.spill") as records:
+        for i in range(5):
+            buf.put(f"v{i}", b"x" * 1000, 1000)
+    # Each value takes a little over 1000 bytes on disk: two fit under 3000, the rest stay in memory.
+    assert set(buf.disk) == {"v0", "v1"} and buf.spilled.disk <= 3000
+    assert set(buf.fast) == {"v2", "v3", "v4"} and buf.memory_bytes == 3000
+    assert [r.getMessage() for r in records if "max-spill" in r.getMessage()] != [] and len(records) == 1
+    del buf["v0"]  # room again: the next eviction spills
+    buf.evict()
+    assert "v2" in buf.disk and all(buf[f"v{i}"] == b"x" * 1000 for i in range(1, 5))
+    check_books(buf)
+    buf.close()
+
+
+@pytest.mark.parametrize("compression", ["zlib", "auto", None])
+def test_spilled_values_are_compressed_as_configured(tmp_path: Path, compression: str | None) -> None:
+    from distributed.protocol.compression import codec_for
+
+    codec = codec_for(compression, "distributed.worker.memory.spill-compression")
+    buf = SpillBuffer(str(tmp_path / "storage"), target=100, codec=codec)
+    value = np.zeros(100_000)
+    buf.put("zeros", value, value.nbytes)
+    assert "zeros" in buf.disk
+    if compression == "zlib":
+        assert buf.spilled.disk < value.nbytes // 100
+    elif codec is None:
+        assert buf.spilled.disk > value.nbytes
+    assert np.array_equal(buf["zeros"], value)
+    buf.close()
+
+
+def test_worker_reads_max_spill_and_spill_compression() -> None:
+    async def main() -> None:
+        async with Scheduler(host="127.0.0.1", dashboard=False) as s:
+            config = {
+                "distributed.worker.memory.max-spill": "1 MiB",
+                "distributed.worker.memory.spill-compression": "zlib",
+            }
+            with dask.config.set(config):
+                async with Worker(s.address, nthreads=1, memory_limit="1 GiB") as w:
+                    assert isinstance(w.data, SpillBuffer)
+                    assert w.data.disk.max_bytes == 2**20 and w.data.disk.codec is not None
+                    assert w.data.disk.codec.name == "zlib"
+            async with Worker(s.address, nthreads=1, memory_limit="1 GiB", max_spill=1000) as w:
+                assert isinstance(w.data, SpillBuffer) and w.data.disk.max_bytes == 1000
+        with dask.config.set({"distributed.worker.memory.spill-compression": "brotli"}):
+            with pytest.raises(ValueError, match="spill-compression='brotli'"):
+                Worker("tcp://127.0.0.1:1")
+        with pytest.raises(ValueError, match="max_spill"):
+            Worker("tcp://127.0.0.1:1", max_spill=-1)
+
+    asyncio.run(main())
 
 
 def test_values_heavier_than_the_target(tmp_path: Path) -> None:

@@ -26,7 +26,6 @@ from distributed.worker import Worker
         ({"security": object()}, TypeError, "security"),
         ({"executor": "offload"}, NotImplementedError, "executor"),
         ({"services": {"x": object}}, NotImplementedError, "services"),
-        ({"max_spill": "1GB"}, NotImplementedError, "max_spill"),
         ({"extensions": {"x": object}}, NotImplementedError, "extensions"),
         ({"http_prefix": "/dask"}, NotImplementedError, "http_prefix"),
         ({"lifetime_restart": True}, NotImplementedError, "lifetime_restart"),

@@ -19,20 +19,23 @@ under the nanny's terminate line.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import TYPE_CHECKING, Literal
 
 import dask.config
 import psutil
+from dask.utils import parse_bytes
 
 from distributed import heap
 from distributed.core import Status
 from distributed.spill import SpillBuffer
+from distributed.system import MEMORY_LIMIT
 
 if TYPE_CHECKING:
     from distributed.worker import Worker
 
-__all__ = ["WorkerMemoryMonitor"]
+__all__ = ["WorkerMemoryMonitor", "parse_max_spill", "parse_memory_limit", "spill_target"]
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +53,57 @@ def _fraction(given: float | Literal[False] | None, config_key: str, default: fl
         name = config_key.rsplit(".", 1)[-1]
         raise ValueError(f"memory_{name}_fraction={value!r} (or {config_key}) must be a fraction >= 0, or False")
     return fraction
+
+
+def parse_memory_limit(memory_limit: str | float | None, nthreads: int, total_cores: int | None = None) -> int:
+    """A memory limit in bytes from ``"auto"``, ``"4GiB"``, a fraction or a number.
+
+    ``None`` or 0 means no limit (returns 0); a limit above the machine's memory
+    is capped to it.  A negative or unparseable value raises ``ValueError``.
+    The machine's memory is what this process may use (:data:`distributed.system.MEMORY_LIMIT`).
+    """
+    total = MEMORY_LIMIT
+    given = memory_limit
+    if memory_limit is None or memory_limit == 0:
+        return 0
+    if memory_limit == "auto":
+        cores = total_cores or os.cpu_count() or 1
+        return int(total * min(1, nthreads / cores))
+    if isinstance(memory_limit, str):
+        try:
+            memory_limit = parse_bytes(memory_limit)
+        except ValueError as e:
+            raise ValueError(f"memory_limit={given!r} is not 'auto', a number of bytes or a size like '4GiB'") from e
+    if isinstance(memory_limit, bool) or not isinstance(memory_limit, (int, float)):
+        raise TypeError(f"memory_limit={given!r} is not 'auto', a number of bytes or a size like '4GiB'")
+    if memory_limit < 0:
+        raise ValueError(f"memory_limit={given!r} is negative; give bytes, a size like '4GiB', 'auto', or 0 for none")
+    if isinstance(memory_limit, float) and memory_limit <= 1:
+        return int(total * memory_limit)
+    return min(int(memory_limit), total)
+
+
+def parse_max_spill(value: float | str | Literal[False] | None) -> int | None:
+    """Bytes the spill files may take (None: no limit), from ``max_spill`` or the config."""
+    if value is None:
+        value = dask.config.get("distributed.worker.memory.max-spill")
+    if value is None or value is False:
+        return None
+    limit = parse_bytes(value) if isinstance(value, str) else int(value)
+    if limit < 0:
+        raise ValueError(f"max_spill must be a number of bytes >= 0, not {value!r}")
+    return limit
+
+
+def spill_target(memory_limit: int, monitor: WorkerMemoryMonitor) -> float | None:
+    """Bytes of results kept in memory before spilling (inf: only by process memory), None: no spilling."""
+    if not memory_limit:
+        return None
+    if monitor.target_fraction is not None:
+        return monitor.target_fraction * memory_limit
+    if monitor.spill_fraction is not None:
+        return float("inf")
+    return None
 
 
 class WorkerMemoryMonitor:

@@ -27,7 +27,6 @@ _NOT_SUPPORTED: dict[str, tuple[Any, ...]] = {
     "low_level_profiler": (None, False),
     "profile_cycle_interval": (None,),
     "transition_counter_max": (None, False),
-    "max_spill": (None, False),
     "scheduler_sni": (None,),
     "WorkerStateClass": (None,),
     "connection_args": (None, {}),

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import dask.config
 import psutil
 from dask.sizeof import sizeof
-from dask.utils import parse_bytes, parse_timedelta, typename
+from dask.utils import parse_timedelta, typename
 
 from distributed.batched import BatchedSend
 from distributed.client.client import get_client
@@ -39,6 +39,7 @@ from distributed.http.server import HTTPServerHandle
 from distributed.preloading import PreloadManager, process_preloads
 from distributed.profile import Profiler, ProfileSettings, ProfileState, create
 from distributed.protocol import messages as m
+from distributed.protocol.compression import codec_for
 from distributed.protocol.framing import ProtocolError, is_msgpack_serializable
 from distributed.protocol.messages import Key
 from distributed.protocol.schema import checker
@@ -46,7 +47,6 @@ from distributed.protocol.serialize import Serialize, unwrap
 from distributed.security import Security, acting_as, coerce_security
 from distributed.shuffle._worker_plugin import ShuffleWorkerExtension
 from distributed.spill import SpillBuffer
-from distributed.system import MEMORY_LIMIT
 from distributed.task_context import rejoin, secede, thread_state
 from distributed.threadpool import ThreadPool
 from distributed.uploads import import_uploaded, save_upload
@@ -64,7 +64,7 @@ from distributed.worker.execution import (
     run_in_thread,
     success_event,
 )
-from distributed.worker.memory import WorkerMemoryMonitor
+from distributed.worker.memory import WorkerMemoryMonitor, parse_max_spill, parse_memory_limit, spill_target
 from distributed.worker.options import check_unsupported_worker_kwargs
 from distributed.worker.settings import WorkerSettings
 from distributed.worker.state_machine import (
@@ -103,45 +103,6 @@ __all__ = ["Worker", "get_client", "get_worker", "parse_memory_limit", "rejoin",
 FIRST_CONNECT_TIMEOUT = 1.0
 
 
-def parse_memory_limit(memory_limit: str | float | None, nthreads: int, total_cores: int | None = None) -> int:
-    """A memory limit in bytes from ``"auto"``, ``"4GiB"``, a fraction or a number.
-
-    ``None`` or 0 means no limit (returns 0); a limit above the machine's memory
-    is capped to it.  A negative or unparseable value raises ``ValueError``.
-    The machine's memory is what this process may use (:data:`distributed.system.MEMORY_LIMIT`).
-    """
-    total = MEMORY_LIMIT
-    given = memory_limit
-    if memory_limit is None or memory_limit == 0:
-        return 0
-    if memory_limit == "auto":
-        cores = total_cores or os.cpu_count() or 1
-        return int(total * min(1, nthreads / cores))
-    if isinstance(memory_limit, str):
-        try:
-            memory_limit = parse_bytes(memory_limit)
-        except ValueError as e:
-            raise ValueError(f"memory_limit={given!r} is not 'auto', a number of bytes or a size like '4GiB'") from e
-    if isinstance(memory_limit, bool) or not isinstance(memory_limit, (int, float)):
-        raise TypeError(f"memory_limit={given!r} is not 'auto', a number of bytes or a size like '4GiB'")
-    if memory_limit < 0:
-        raise ValueError(f"memory_limit={given!r} is negative; give bytes, a size like '4GiB', 'auto', or 0 for none")
-    if isinstance(memory_limit, float) and memory_limit <= 1:
-        return int(total * memory_limit)
-    return min(int(memory_limit), total)
-
-
-def _spill_target(memory_limit: int, monitor: WorkerMemoryMonitor) -> float | None:
-    """Bytes of results kept in memory before spilling (inf: only by process memory), None: no spilling."""
-    if not memory_limit:
-        return None
-    if monitor.target_fraction is not None:
-        return monitor.target_fraction * memory_limit
-    if monitor.spill_fraction is not None:
-        return float("inf")
-    return None
-
-
 class Worker(Server):
     """A worker: runs tasks the scheduler assigns and holds their results.
 
@@ -164,6 +125,10 @@ class Worker(Server):
         (fractions of ``memory_limit``; ``False`` turns the step off).
     memory_monitor_interval
         Override ``distributed.worker.memory.monitor-interval``.
+    max_spill
+        Bytes (or a string such as ``"10 GiB"``) the spill files may take in all;
+        past it results stay in memory.  ``False``: no limit.  Default from
+        ``distributed.worker.memory.max-spill``.
     host, port, protocol, interface
         Where to listen.  ``host`` is an IP address or host name and may carry
         a scheme (``"tcp://10.0.0.5"``); ``interface`` names a network
@@ -236,6 +201,7 @@ class Worker(Server):
         memory_spill_fraction: float | Literal[False] | None = None,
         memory_pause_fraction: float | Literal[False] | None = None,
         memory_monitor_interval: str | float | None = None,
+        max_spill: float | str | Literal[False] | None = None,
         host: str | None = None,
         port: int | str | None = 0,
         protocol: str | None = None,
@@ -344,7 +310,12 @@ class Worker(Server):
         self.data: MutableMapping[Key, Any] = data if data is not None else {}
         # With a memory limit the data becomes a spill buffer at start (it owns a directory);
         # without one it stays a plain dict: the per-task path pays nothing.
-        self._spill_target = _spill_target(self.memory_limit, self.memory_monitor) if data is None else None
+        self._spill_target = spill_target(self.memory_limit, self.memory_monitor) if data is None else None
+        self._max_spill = parse_max_spill(max_spill)
+        self._spill_codec = codec_for(
+            dask.config.get("distributed.worker.memory.spill-compression"),
+            "distributed.worker.memory.spill-compression",
+        )
         self.state: WorkerStateMachine | None = None
         self.executor = ThreadPool(self.nthreads, name="Dask-Worker-Threads")
         self.batched_stream: BatchedSend | None = None
@@ -451,7 +422,12 @@ class Worker(Server):
             self._address = self._contact_address
         await self._make_local_directory()
         if self._spill_target is not None:
-            self.data = SpillBuffer(os.path.join(self.local_directory, "storage"), target=self._spill_target)
+            self.data = SpillBuffer(
+                os.path.join(self.local_directory, "storage"),
+                target=self._spill_target,
+                max_spill=self._max_spill,
+                codec=self._spill_codec,
+            )
             self.memory_monitor.watch(self.data)
         large = self.memory_monitor.large_result_bytes()
         if large is not None:
