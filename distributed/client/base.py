@@ -68,6 +68,7 @@ from distributed.dask_api import (
     graph_expr,
     is_low_level_expr,
 )
+from distributed.preloading import PreloadManager, process_preloads
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.protocol.serialize import families
@@ -177,6 +178,14 @@ class ClientBase(Generic[AsyncT]):
         self.name = name
         self.asynchronous = asynchronous
         self._in_worker = _in_worker
+        #: The preloads of ``distributed.client.preload``, imported now; set up once connected, torn down at close.
+        self.preloads: PreloadManager = process_preloads(
+            self,
+            None,
+            None,
+            config_preload="distributed.client.preload",
+            config_argv="distributed.client.preload-argv",
+        )
         self.cluster: Any = None
         self._own_cluster = False
         self._cluster_kwargs = kwargs
@@ -306,6 +315,7 @@ class ClientBase(Generic[AsyncT]):
         assert self.scheduler_address is not None
         await self.link.connect(self.scheduler_address)
         self.topics.subscribe_defaults()
+        await self.preloads.start()
         return self
 
     @property
@@ -355,6 +365,7 @@ class ClientBase(Generic[AsyncT]):
     async def _close(self, fast: bool = False) -> None:
         if self.status == "closed" and not self.link.connected:
             return
+        await self.preloads.teardown()
         await self.link.close()
         await self.pool.close()
         for fs in self.futures.values():

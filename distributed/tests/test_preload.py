@@ -369,3 +369,20 @@ async def test_scheduler_and_workers_share_a_source_preload() -> None:
         async with Worker(s.address, nthreads=1, preload=text) as a, Worker(s.address, nthreads=1, preload=text) as b:
             await async_poll_for(lambda: len(s.workers) == 2, timeout=10)
             assert (s.foo, a.foo, b.foo) == ("Scheduler", "Worker", "Worker")
+
+
+# -- client -------------------------------------------------------------------------------
+@pytest.mark.timeout(30)
+@gen_test()
+async def test_client_preloads_from_config(tmp_path: Path) -> None:
+    log = tmp_path / "events.log"
+    text = CLICK_RECORDING.format(log=str(log))
+    config = {"distributed.client.preload": [text], "distributed.client.preload-argv": ["--value", "client"]}
+    async with Scheduler(host="127.0.0.1", dashboard=False) as s:
+        with dask.config.set(config):
+            c = Client(s.address, asynchronous=True)
+        assert events(log) == []  # imported, set up once connected
+        async with c:
+            assert getattr(c, "preloaded", None) == ("setup", "client", ())
+            assert [e[:2] for e in events(log)] == [("setup", "Client")]
+        assert [e[:2] for e in events(log)] == [("setup", "Client"), ("teardown", "Client")]
