@@ -86,11 +86,6 @@ NOT_HONOURED: Final[Mapping[str, NotHonoured]] = {
     ),
     **_keys(
         ("scheduler",),
-        "departed workers' and clients' event topics are kept for the last 100 workers, not by time",
-        "distributed.scheduler.events-cleanup-delay",
-    ),
-    **_keys(
-        ("scheduler",),
         "root-ish task groups are told by their size against the cluster's threads",
         "distributed.scheduler.rootish-taskgroup",
         "distributed.scheduler.rootish-taskgroup-dependencies",

@@ -9,16 +9,17 @@ stream as it is logged.
 
 Each worker has a topic of its own, its address, kept after it leaves so
 that one can look up why it went.  Workers come and go at new addresses
-(a nanny's restart, adaptive scaling), so only the topics of the last
-:data:`DEPARTED_WORKER_TOPICS` workers to leave are kept, unless a client
-subscribed to one; without that bound the log would grow by a topic per
-worker ever seen, for as long as the scheduler runs.
+(a nanny's restart, adaptive scaling), so a departed worker's topic is kept
+for ``distributed.scheduler.events-cleanup-delay`` (as in dask), and only the
+topics of the last :data:`DEPARTED_WORKER_TOPICS` workers to leave, unless a
+client subscribed to one; without those bounds the log would grow by a topic
+per worker ever seen, for as long as the scheduler runs.
 
 Invariants: ``subscribers[topic]`` holds ids of clients that asked for
 ``topic`` and have not asked to stop; ids of clients that left are dropped
 the next time an event of the topic is sent.  ``departed`` holds, oldest
-first, the addresses of workers that left and did not come back, at most
-:data:`DEPARTED_WORKER_TOPICS` of them.
+first, the addresses of workers that left and did not come back, with when
+they left, at most :data:`DEPARTED_WORKER_TOPICS` of them.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import dask.config
+from dask.utils import parse_timedelta
 
 from distributed.comm import Comm, CommClosedError
 from distributed.core import Route, StreamRoute
@@ -65,8 +67,10 @@ class EventLog:
         self.events: defaultdict[str, deque[Event]] = defaultdict(self._new_log)
         #: Ids of the clients subscribed to each topic.
         self.subscribers: defaultdict[str, set[str]] = defaultdict(set)
-        #: Addresses of the workers that left, oldest first (values unused).
-        self.departed: OrderedDict[str, None] = OrderedDict()
+        #: Addresses of the workers that left, oldest first, with when they left (``time.time()``).
+        self.departed: OrderedDict[str, float] = OrderedDict()
+        #: Seconds a departed worker's topic is kept.
+        self.cleanup_delay = float(parse_timedelta(dask.config.get("distributed.scheduler.events-cleanup-delay")))
 
     def _new_log(self) -> deque[Event]:
         return deque(maxlen=self.length)
@@ -141,14 +145,24 @@ class EventLog:
         """A worker joined at ``address``: its topic is kept again (it may be one that left)."""
         self.departed.pop(address, None)
 
-    def worker_left(self, address: str) -> None:
+    def worker_left(self, address: str, now: float | None = None) -> None:
         """A worker left: keep its topic among those of the last workers to leave, dropping the oldest."""
-        self.departed[address] = None
+        self.departed[address] = time.time() if now is None else now
         self.departed.move_to_end(address)
         while len(self.departed) > DEPARTED_WORKER_TOPICS:
-            oldest, _ = self.departed.popitem(last=False)
-            if not self.subscribers.get(oldest):
-                self.events.pop(oldest, None)
+            self._drop_departed()
+
+    def clean_up(self, now: float | None = None) -> None:
+        """Drop the topics of workers that left ``cleanup_delay`` or more ago (unless a client subscribed)."""
+        now = time.time() if now is None else now
+        departed = self.departed
+        while departed and now - next(iter(departed.values())) >= self.cleanup_delay:
+            self._drop_departed()
+
+    def _drop_departed(self) -> None:
+        oldest, _ = self.departed.popitem(last=False)
+        if not self.subscribers.get(oldest):
+            self.events.pop(oldest, None)
 
     # -- handlers ----------------------------------------------------------------------
     def handle_log_event(self, comm: Comm, msg: m.LogEvent) -> None:

@@ -303,6 +303,8 @@ class Scheduler(GraphIngestion, Server):
             self.periodic(interval, self._check_no_workers, name="no-workers-timeout")
         if heap.can_trim():
             self.periodic(HEAP_TRIM_INTERVAL, self.trim_heap, name="heap-trim")
+        cleanup = min(max(self.event_log.cleanup_delay / 10, 0.05), 60.0)
+        self.periodic(cleanup, self.event_log.clean_up, name="events-cleanup")
         if self.dashboard or (self.dashboard is None and self.dashboard_address):
             try:
                 from distributed.http.scheduler import start_http_server

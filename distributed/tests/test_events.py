@@ -239,6 +239,31 @@ async def test_only_the_last_departed_workers_keep_their_topics(
     assert len([e for _, e in everything if e["action"] == "remove-worker"]) == 5
 
 
+@gen_cluster(client=True, nthreads=[], config={"distributed.scheduler.events-cleanup-delay": "1h"})
+async def test_departed_workers_topics_go_after_the_cleanup_delay(c: Client[Literal[True]], s: Scheduler) -> None:
+    log = s.event_log
+    assert log.cleanup_delay == 3600
+    for i, address in enumerate(["tcp://10.0.0.1:1", "tcp://10.0.0.2:1", "tcp://10.0.0.3:1"]):
+        s.log_event(address, {"action": "something"})
+        log.worker_left(address, now=1000.0 + 1000 * i)
+    log.subscribe("tcp://10.0.0.1:1", c.id)
+    log.clean_up(now=4599.0)  # the first left 3599 s before: kept
+    assert list(log.departed) == ["tcp://10.0.0.1:1", "tcp://10.0.0.2:1", "tcp://10.0.0.3:1"]
+    log.clean_up(now=5600.0)  # the first two left an hour ago or more; the first is subscribed to
+    assert list(log.departed) == ["tcp://10.0.0.3:1"]
+    assert "tcp://10.0.0.1:1" in s.events and "tcp://10.0.0.2:1" not in s.events and "tcp://10.0.0.3:1" in s.events
+
+
+@gen_cluster(client=True, nthreads=[], config={"distributed.scheduler.events-cleanup-delay": "200ms"})
+async def test_the_scheduler_cleans_up_departed_topics_by_itself(c: Client[Literal[True]], s: Scheduler) -> None:
+    async with Worker(s.address, nthreads=1) as w:
+        address = w.address
+        await async_poll_for(lambda: address in s.workers, 10)
+    await async_poll_for(lambda: address not in s.workers, 10)
+    await async_poll_for(lambda: address not in s.events, 10)
+    assert not s.event_log.departed
+
+
 def print_and_warn(x: int) -> int:
     distributed.print("from the task", x, sep="|")
     distributed.print("to stderr", file=sys.stderr)
