@@ -74,7 +74,7 @@ from distributed.protocol.messages import Key
 from distributed.protocol.serialize import families
 from distributed.security import Security, coerce_security
 from distributed.task_context import current_worker, secede
-from distributed.utils import LoopRunner, format_dashboard_link, sync, wait_for
+from distributed.utils import LoopRunner, format_dashboard_link, import_term, sync, wait_for
 
 if TYPE_CHECKING:
     from distributed.client.client import Client
@@ -217,6 +217,8 @@ class ClientBase(Generic[AsyncT]):
             address = from_config
         if security is None and self.cluster is not None:
             security = getattr(self.cluster, "security", None)
+        if security is None and isinstance(address, str):
+            security = _security_from_loader(address)
         # True: temporary credentials for the cluster this client starts (none other would accept them).
         starts_cluster = address is None and scheduler_file is None and self.cluster is None
         self.security = coerce_security(security, "Client", temporary_ok=starts_cluster)
@@ -1183,6 +1185,23 @@ def _close_global_clients() -> None:
                 c.close()
         except Exception:
             pass
+
+
+def _security_from_loader(address: str) -> Any:
+    """The security that ``distributed.client.security-loader`` gives for ``address``; None without a loader.
+
+    The loader is a callable named by its import path; it is called with
+    ``{"address": address}`` and returns a :class:`~distributed.Security` (or
+    anything ``Client(security=)`` takes), or None for the default.
+    """
+    term = dask.config.get("distributed.client.security-loader")
+    if not term:
+        return None
+    try:
+        loader = import_term(term)
+    except Exception as e:
+        raise ImportError(f"Could not import {term!r}, set as distributed.client.security-loader: {e}") from e
+    return loader({"address": address})
 
 
 def _read_scheduler_file(path: str) -> str | None:

@@ -637,3 +637,32 @@ def test_cli_refuses_bad_tls_options(tmp_path: Path) -> None:
     missing = str(tmp_path / "missing.pem")
     result = run_cli([*SCHEDULER, "--tls-ca-file", missing, "--tls-cert", f["scheduler.crt"]])
     assert result.returncode == 2 and "Bad TLS options" in result.stderr
+
+
+LOADED_FOR: list[dict[str, Any]] = []
+LOADER_SECURITY: list[Security] = []
+
+
+def load_security(info: dict[str, Any]) -> Security:
+    """A security loader (``distributed.client.security-loader``): records what it was asked for."""
+    LOADED_FOR.append(info)
+    return LOADER_SECURITY[0]
+
+
+@pytest.mark.timeout(60)
+@gen_test()
+async def test_a_client_without_security_calls_the_security_loader() -> None:
+    sec = Security.temporary()
+    LOADER_SECURITY[:] = [sec]
+    LOADED_FOR.clear()
+    async with Scheduler(host="127.0.0.1", dashboard=False, security=sec) as s:
+        loader = f"{__name__}.load_security"
+        with dask.config.set({"distributed.client.security-loader": loader}):
+            async with Client(s.address, asynchronous=True) as c:
+                assert c.security is sec and [{"address": s.address}] == LOADED_FOR
+            # Security given: the loader is not asked.
+            async with Client(s.address, security=sec, asynchronous=True):
+                assert len(LOADED_FOR) == 1
+        with dask.config.set({"distributed.client.security-loader": "no.such.module.loader"}):
+            with pytest.raises(ImportError, match="security-loader"):
+                Client(s.address, asynchronous=True)
