@@ -138,7 +138,6 @@ NOT_HONOURED: Final[Mapping[str, NotHonoured]] = {
         "distributed.client.heartbeat",
         "distributed.client.scheduler-info-interval",
     ),
-    **_keys(("cluster",), "lost worker jobs are not closed by time", "distributed.deploy.lost-worker-timeout"),
     **_keys(("cluster",), "there is no cluster widget yet", "distributed.deploy.cluster-repr-interval"),
     **_keys(
         _SERVERS,

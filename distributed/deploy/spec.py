@@ -38,11 +38,13 @@ import atexit
 import copy
 import logging
 import math
+import time
 import weakref
 from collections.abc import Generator, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Self, cast
 
-from dask.utils import parse_bytes
+import dask.config
+from dask.utils import parse_bytes, parse_timedelta
 
 from distributed.config import silence_logging
 from distributed.core import Status
@@ -284,6 +286,12 @@ class SpecCluster(Cluster):
         self._leaving: set[asyncio.Task[None]] = set()
         self._adaptive: Adaptive | None = None
         self._adaptive_options: dict[str, Any] = {}
+        #: Seconds a worker that was connected may be missing from the scheduler before it is closed
+        #: and dropped from ``workers`` (``distributed.deploy.lost-worker-timeout``).
+        self.lost_worker_timeout = float(parse_timedelta(dask.config.get("distributed.deploy.lost-worker-timeout")))
+        # Entries whose workers all reached the scheduler once, and since when each is missing there.
+        self._arrived_once: set[Any] = set()
+        self._missing_since: dict[Any, float] = {}
         self.shutdown_on_close = shutdown_on_close
         if shutdown_on_close and not asynchronous:
             _to_close_at_exit.add(self)
@@ -412,17 +420,59 @@ class SpecCluster(Cluster):
                     raise errors[0]
             await self._refresh_scheduler_info()
 
+    async def _refresh_scheduler_info(self) -> None:
+        await super()._refresh_scheduler_info()
+        self._close_lost_workers(time.monotonic())
+
+    def _close_lost_workers(self, now: float) -> None:
+        """Close, and drop from ``workers``, the entries the scheduler lost ``lost_worker_timeout`` ago.
+
+        As in dask: a job whose worker left the scheduler (killed, its machine
+        gone) and did not come back is closed, so that the next scaling starts a
+        new one.  An entry still starting (never seen by the scheduler) is left alone.
+        """
+        if self.status in (Status.closing, Status.closed) or not self.scheduler_info:
+            return
+        arrived = {str(w.get("name")) for w in self.scheduler_info.get("workers", {}).values()}
+        lost: dict[Any, WorkerHandle] = {}
+        for nm in list(self.workers):
+            spec = self._started_specs.get(nm) or self.worker_spec.get(nm) or {}
+            if all(str(w) in arrived for w in worker_names(nm, spec)):
+                self._arrived_once.add(nm)
+                self._missing_since.pop(nm, None)
+                continue
+            if nm not in self._arrived_once:
+                continue
+            since = self._missing_since.setdefault(nm, now)
+            if now - since >= self.lost_worker_timeout:
+                lost[nm] = self.workers.pop(nm)
+                self._missing_since.pop(nm, None)
+                self._arrived_once.discard(nm)
+        if lost:
+            logger.warning(
+                "%s: workers %s left the scheduler %s s ago and did not come back; closing them",
+                self.name,
+                sorted(map(str, lost)),
+                self.lost_worker_timeout,
+            )
+            task = asyncio.get_running_loop().create_task(self._close_handles(lost), name=f"close-lost-{list(lost)}")
+            self._leaving.add(task)
+            task.add_done_callback(self._leaving.discard)
+
+    async def _close_handles(self, handles: Mapping[Any, WorkerHandle]) -> None:
+        for nm in handles:
+            self._started_specs.pop(nm, None)
+        results = await asyncio.gather(*(h.close() for h in handles.values()), return_exceptions=True)
+        for r in results:
+            if isinstance(r, BaseException):
+                logger.warning("Closing a worker failed: %r", r)
+
     async def _leave(self, handles: Mapping[Any, WorkerHandle]) -> None:
         """Retire these workers (taken out of ``workers``), then close them, whatever the retirement did."""
         try:
             await self._retire(handles)
         finally:
-            for nm in handles:
-                self._started_specs.pop(nm, None)
-            results = await asyncio.gather(*(h.close() for h in handles.values()), return_exceptions=True)
-            for r in results:
-                if isinstance(r, BaseException):
-                    logger.warning("Closing a worker failed: %r", r)
+            await self._close_handles(handles)
 
     async def _start_worker(self, name: Any, spec: Spec) -> WorkerHandle:
         """Start the worker ``name`` from its spec: ``cls(scheduler_address, name=name, **options)``."""

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import dask
 import pytest
 
 from distributed import Adaptive, SpecCluster
@@ -86,6 +87,28 @@ async def test_scale_down_by_name_and_address_and_correct_state() -> None:
         await cluster._correct_state()
         assert set(cluster.workers) == {"c", "d"}
         assert scheduler_names(cluster) == {"c", "d"}
+
+
+@gen_test()
+async def test_a_worker_lost_past_the_lost_worker_timeout_is_closed_and_started_anew() -> None:
+    with dask.config.set({"distributed.deploy.lost-worker-timeout": "300ms"}):
+        cluster = SpecCluster(
+            workers={n: worker_spec() for n in "ab"},
+            scheduler=SCHEDULER,
+            asynchronous=True,
+            scheduler_sync_interval=0.05,
+        )
+    async with cluster:
+        assert cluster.lost_worker_timeout == 0.3
+        await async_poll_for(lambda: scheduler_names(cluster) == {"a", "b"}, timeout=10)
+        await async_poll_for(lambda: cluster._arrived_once == {"a", "b"}, timeout=10)
+        lost = cluster.workers["a"]
+        await lost.close()  # gone from the scheduler, behind the cluster's back
+        await async_poll_for(lambda: "a" not in cluster.workers, timeout=10)
+        assert set(cluster.workers) == {"b"} and set(cluster.worker_spec) == {"a", "b"}
+        await cluster._correct_state()  # the next scaling starts it anew
+        assert set(cluster.workers) == {"a", "b"} and cluster.workers["a"] is not lost
+        await async_poll_for(lambda: scheduler_names(cluster) == {"a", "b"}, timeout=10)
 
 
 @pytest.mark.parametrize("stage", ["retiring", "closing"])
