@@ -121,12 +121,6 @@ NOT_HONOURED: Final[Mapping[str, NotHonoured]] = {
     ),
     **_keys(("worker",), "incoming data requests are not limited", "distributed.worker.connections.incoming"),
     **_keys(
-        ("worker",),
-        "incoming transfers are not throttled by memory",
-        "distributed.worker.memory.transfer",
-        accepted=(False,),
-    ),
-    **_keys(
         ("client",),
         "clients fetch results through the workers' addresses when they can reach them",
         "distributed.client.direct-to-workers",

@@ -195,6 +195,8 @@ def test_worker_reads_max_spill_and_spill_compression() -> None:
                     assert w.data.disk.codec.name == "zlib"
             async with Worker(s.address, nthreads=1, memory_limit="1 GiB", max_spill=1000) as w:
                 assert isinstance(w.data, SpillBuffer) and w.data.disk.max_bytes == 1000
+                # distributed.worker.memory.transfer: 10 % of the memory limit in flight from peers at once.
+                assert w.state is not None and w.state.incoming_bytes_limit == 0.1 * 2**30
         with dask.config.set({"distributed.worker.memory.spill-compression": "brotli"}):
             with pytest.raises(ValueError, match="spill-compression='brotli'"):
                 Worker("tcp://127.0.0.1:1")

@@ -370,6 +370,24 @@ def test_transfer_limit_splits_fetches() -> None:
     assert executes(h.gathered(PEER1, {g2.keys[0]: 0})) == ["z"]
 
 
+def test_incoming_bytes_limit_holds_fetches_from_all_peers_together() -> None:
+    h = Harness(incoming_bytes_limit=1000)
+    who_has = {"a": [PEER1], "b": [PEER2]}
+    instructions = h.compute("z", who_has=who_has, nbytes={"a": 600, "b": 600})
+    [g] = gathers(instructions)  # both at once would be 1200 bytes in flight
+    assert h.ws.in_flight_bytes == {g.worker: 600}
+    [g2] = gathers(h.gathered(g.worker, {g.keys[0]: 0}))
+    assert {g.keys[0], g2.keys[0]} == {"a", "b"} and h.ws.in_flight_bytes == {g2.worker: 600}
+    assert executes(h.gathered(g2.worker, {g2.keys[0]: 0})) == ["z"]
+    assert h.ws.in_flight_bytes == {}
+
+
+def test_one_fetch_goes_ahead_whatever_its_size() -> None:
+    h = Harness(incoming_bytes_limit=100)
+    [g] = gathers(h.compute("z", who_has={"a": [PEER1]}, nbytes={"a": 5000}))
+    assert g.keys == ("a",)
+
+
 # -- freeing -----------------------------------------------------------------------------------
 def test_free_keys_while_executing_cancels_and_drops_result() -> None:
     h = Harness()

@@ -312,6 +312,13 @@ class Worker(Server):
         # without one it stays a plain dict: the per-task path pays nothing.
         self._spill_target = spill_target(self.memory_limit, self.memory_monitor) if data is None else None
         self._max_spill = parse_max_spill(max_spill)
+        transfer = dask.config.get("distributed.worker.memory.transfer")
+        #: Most bytes fetched from peers at once (``distributed.worker.memory.transfer`` of the memory limit).
+        self._incoming_bytes_limit = (
+            float(transfer) * self.memory_limit
+            if transfer is not False and transfer and self.memory_limit
+            else math.inf
+        )
         self._spill_codec = codec_for(
             dask.config.get("distributed.worker.memory.spill-compression"),
             "distributed.worker.memory.spill-compression",
@@ -891,6 +898,7 @@ class Worker(Server):
             validate=self.validate,
             transfer_limit=transfer_limit,
             fetch_concurrency=fetch_concurrency,
+            incoming_bytes_limit=self._incoming_bytes_limit,
         )
 
     def _update_transition_hook(self) -> None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
@@ -354,6 +355,9 @@ class WorkerStateMachine:
         Most bytes to ask a peer for in one fetch.
     fetch_concurrency
         Most peers to fetch from at once.
+    incoming_bytes_limit
+        Most bytes in flight from all peers together (``distributed.worker.memory.transfer``
+        of the memory limit); one fetch goes ahead whatever its size when none is in flight.
     """
 
     def __init__(
@@ -366,6 +370,7 @@ class WorkerStateMachine:
         transfer_limit: int = 50_000_000,
         fetch_concurrency: int = 50,
         log_length: int = 100_000,
+        incoming_bytes_limit: float = math.inf,
     ) -> None:
         self.address = address
         self.nthreads = nthreads
@@ -384,6 +389,9 @@ class WorkerStateMachine:
         self.to_fetch: dict[WorkerTask, None] = {}
         #: Peers we are fetching from, with the keys asked of each.
         self.in_flight_workers: dict[str, set[WorkerTask]] = {}
+        self.incoming_bytes_limit = incoming_bytes_limit
+        #: Bytes asked of each peer in ``in_flight_workers`` (their sum is held to ``incoming_bytes_limit``).
+        self.in_flight_bytes: dict[str, int] = {}
         self.log: deque[tuple[Key, str, str, str, float]] = deque(maxlen=log_length)
         self.executed_count = 0
         self.nbytes_in_memory = 0
@@ -657,6 +665,8 @@ class WorkerStateMachine:
             return
         batches: dict[str, list[WorkerTask]] = {}
         sizes: dict[str, int] = {}
+        limit = self.incoming_bytes_limit
+        incoming = sum(self.in_flight_bytes.values()) if limit != math.inf else 0
         for ts in list(self.to_fetch):
             if len(self.in_flight_workers) + len(batches) >= self.fetch_concurrency and not any(
                 w in batches for w in ts.who_has
@@ -673,10 +683,15 @@ class WorkerStateMachine:
                 chosen = min(candidates)
             if chosen in batches and sizes[chosen] + ts.nbytes > self.transfer_limit:
                 continue
+            size = max(ts.nbytes, 0)
+            if incoming + size > limit and (incoming or batches):
+                break  # memory for more in flight: the rest waits for these to land
+            incoming += size
             batches.setdefault(chosen, []).append(ts)
-            sizes[chosen] = sizes.get(chosen, 0) + max(ts.nbytes, 0)
+            sizes[chosen] = sizes.get(chosen, 0) + size
         for worker, tss in batches.items():
             self.in_flight_workers[worker] = set(tss)
+            self.in_flight_bytes[worker] = sizes[worker]
             for ts in tss:
                 ts.coming_from = worker
                 self._transition(ts, "flight", "ensure-communicating", instructions)
@@ -921,6 +936,7 @@ class WorkerStateMachine:
 
     def _handle_gather_success(self, ev: GatherDepSuccess, instructions: list[Instruction]) -> None:
         asked = self.in_flight_workers.pop(ev.worker, set())
+        self.in_flight_bytes.pop(ev.worker, None)
         added: list[Key] = []
         nbytes: dict[Key, int] = {}
         sid = ev.stimulus_id
@@ -970,6 +986,7 @@ class WorkerStateMachine:
 
     def _handle_gather_failure(self, ev: GatherDepFailure, instructions: list[Instruction]) -> None:
         asked = self.in_flight_workers.pop(ev.worker, set())
+        self.in_flight_bytes.pop(ev.worker, None)
         if ev.exception is None:
             for ts in self.tasks.values():
                 ts.who_has.discard(ev.worker)
@@ -1104,6 +1121,7 @@ class WorkerStateMachine:
         for ts in self.executing:
             assert ts.state in ("executing", "cancelled"), ("executing set", ts)
         assert len(self.executing) <= self.nthreads, "more tasks executing than threads"
+        assert self.in_flight_bytes.keys() == self.in_flight_workers.keys(), "in-flight bytes per peer"
 
 
 Transition = Callable[[WorkerStateMachine, WorkerTask, str, list[Instruction]], "Recs | None"]
