@@ -74,6 +74,7 @@ __all__ = [
     "BorrowedComm",
     "ConnectionPool",
     "LogBuffer",
+    "PeriodicCallback",
     "RemoteError",
     "Route",
     "Server",
@@ -356,6 +357,62 @@ class LogBuffer(logging.Handler):
         logging.getLogger("distributed").removeHandler(self)
 
 
+class PeriodicCallback:
+    """A function a server calls every ``interval`` seconds, from its loop, until stopped or the server closes.
+
+    What ``Server.periodic_callbacks`` holds, as dask's holds tornado's
+    ``PeriodicCallback``: :meth:`start`, :meth:`stop`, :meth:`is_running`
+    and ``callback_time`` (milliseconds) work as there.  A call that raises
+    is logged, and the next one runs all the same.
+    """
+
+    __slots__ = ("callback", "interval", "name", "_server", "_task")
+
+    def __init__(self, server: Server, callback: Callable[[], Any], interval: float, name: str) -> None:
+        self.callback = callback
+        #: Seconds between calls.
+        self.interval = interval
+        self.name = name
+        self._server = server
+        self._task: asyncio.Task[Any] | None = None
+
+    @property
+    def callback_time(self) -> float:
+        """Milliseconds between calls (tornado's name)."""
+        return self.interval * 1000
+
+    @callback_time.setter
+    def callback_time(self, value: float) -> None:
+        self.interval = value / 1000
+
+    def start(self) -> None:
+        """Start calling (nothing if already running)."""
+        if not self.is_running():
+            self._task = self._server.spawn(self._run(), name=self.name)
+
+    def stop(self) -> None:
+        """Stop calling."""
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    def is_running(self) -> bool:
+        """Whether it is calling."""
+        return self._task is not None and not self._task.done()
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            try:
+                result = self.callback()
+                if inspect.isawaitable(result):
+                    await result
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("Periodic callback %s failed", self.name)
+
+
 class Server:
     """A message server: listens, checks messages, dispatches them to handlers.
 
@@ -396,6 +453,8 @@ class Server:
         self.status = Status.init
         self.rpc = ConnectionPool(limit=connection_limit, timeout=timeout, connection_args=self.connection_args)
         self._background: set[asyncio.Task[Any]] = set()
+        #: What the server calls periodically, by name (heartbeat, memory-monitor, worker-ttl, ...).
+        self.periodic_callbacks: dict[str, PeriodicCallback] = {}
         # The tasks running handle_comm, one per accepted comm: close() ends them too.
         self._handlers: set[asyncio.Task[Any]] = set()
         self._comms: set[Comm] = set()
@@ -544,22 +603,15 @@ class Server:
             exc = task.exception()
             logger.error("Background task %s failed", task.get_name(), exc_info=exc)
 
-    def periodic(self, interval: float, func: Callable[[], Any], name: str | None = None) -> asyncio.Task[Any]:
-        """Call ``func`` every ``interval`` seconds until the server closes."""
+    def periodic(self, interval: float, func: Callable[[], Any], name: str | None = None) -> PeriodicCallback:
+        """Call ``func`` every ``interval`` seconds until the server closes (or the callback is stopped).
 
-        async def loop() -> None:
-            while True:
-                await asyncio.sleep(interval)
-                try:
-                    result = func()
-                    if inspect.isawaitable(result):
-                        await result
-                except asyncio.CancelledError:
-                    raise
-                except Exception:
-                    logger.exception("Periodic callback %s failed", name or func)
-
-        return self.spawn(loop(), name=name)
+        The callback is kept in :attr:`periodic_callbacks` under ``name``.
+        """
+        callback = PeriodicCallback(self, func, interval, name or repr(func))
+        self.periodic_callbacks[callback.name] = callback
+        callback.start()
+        return callback
 
     # -- listening and dispatch ---------------------------------------------
     async def listen(self, addr: str, default_host: str | None = None) -> None:

@@ -554,11 +554,18 @@ def test_close_cancels_background_tasks() -> None:
 
         background = server.spawn(forever(), name="forever")
         periodic = server.periodic(0.001, tick, name="ticker")
+        assert server.periodic_callbacks["ticker"] is periodic and periodic.callback_time == 1
         await async_poll_for(lambda: ticks >= 3)
-        assert not background.done() and not periodic.done()
+        assert not background.done() and periodic.is_running()
+        # Stopped and started again, as dask's users do with tornado's callbacks.
+        periodic.stop()
+        assert not periodic.is_running()
+        stopped_at = ticks
+        periodic.start()
+        await async_poll_for(lambda: ticks >= stopped_at + 3)
         await server.close()
         assert server.status == Status.closed
-        assert background.cancelled() and periodic.cancelled()
+        assert background.cancelled() and not periodic.is_running()
         assert cleaned_up
         assert not server._background
         # Closing again is a no-op; starting again is refused.

@@ -289,3 +289,11 @@ async def test_get_current_task(c: Client[Literal[True]], s: Scheduler, a: Worke
     assert await c.submit(current_task_key, 1, key="which-task") == "which-task"
     with pytest.raises(ValueError, match="no task of this worker"):
         a.get_current_task()
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)], worker_kwargs={"memory_limit": "1 GiB"})
+async def test_periodic_callbacks_by_name(c: Client[Literal[True]], s: Scheduler, a: Worker) -> None:
+    assert {"heartbeat", "memory-monitor"} <= set(a.periodic_callbacks)
+    assert a.periodic_callbacks["heartbeat"].callback_time == a.heartbeat_interval * 1000
+    assert {"worker-ttl", "events-cleanup"} <= set(s.periodic_callbacks)
+    assert all(pc.is_running() for pc in a.periodic_callbacks.values())
