@@ -228,6 +228,12 @@ def _same(value: Any, default: Any) -> bool:
     return False
 
 
+@functools.cache
+def _for_role(role: Role) -> tuple[tuple[str, tuple[str, ...], NotHonoured], ...]:
+    """The refused keys ``role`` checks, each with its path of sections."""
+    return tuple((key, tuple(key.split(".")), r) for key, r in NOT_HONOURED.items() if role in r.roles)
+
+
 def refuse_unhonoured_config(role: Role) -> None:
     """Raise if a key that ``role`` would act on in dask.distributed, but this package does not, is set.
 
@@ -239,10 +245,13 @@ def refuse_unhonoured_config(role: Role) -> None:
         Naming the first such key holding a value other than released dask.distributed's default.
     """
     missing = object()
-    for key, refusal in NOT_HONOURED.items():
-        if role not in refusal.roles:
-            continue
-        value = dask.config.get(key, default=missing)
+    for key, path, refusal in _for_role(role):
+        # dask.config.get, without its parsing of the key: this runs as every server starts.
+        value: Any = dask.config.config
+        for part in path:
+            value = value.get(part, missing) if isinstance(value, dict) else missing
+            if value is missing:
+                break
         if value is missing:
             continue  # the usual case: the released defaults are read only when a key is set
         defaults = _released()["keys"]

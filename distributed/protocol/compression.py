@@ -9,6 +9,7 @@ naming the setting, not a silent fallback.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import zlib
 from collections.abc import Callable
@@ -45,6 +46,15 @@ def _zstd() -> Codec:
     return Codec("zstd", b"d", zstandard.ZstdCompressor().compress, zstandard.ZstdDecompressor().decompress)
 
 
+@functools.cache
+def _auto() -> Codec | None:
+    # Once per process: a failed import searches sys.path again each time, and every worker asks.
+    try:
+        return _lz4()
+    except ImportError:
+        return None
+
+
 _MAKERS: dict[str, Callable[[], Codec]] = {"zlib": _zlib, "lz4": _lz4, "snappy": _snappy, "zstd": _zstd}
 
 
@@ -59,10 +69,7 @@ def codec_for(name: Any, setting: str) -> Codec | None:
     if name is None or name is False or name == "None":
         return None
     if name == "auto":
-        try:
-            return _lz4()
-        except ImportError:
-            return None
+        return _auto()
     maker = _MAKERS.get(str(name))
     if maker is None:
         raise ValueError(f"{setting}={name!r}: not a compression; use one of auto, {', '.join(_MAKERS)} or None")
