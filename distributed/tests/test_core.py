@@ -587,9 +587,9 @@ def test_periodic_survives_failing_callback() -> None:
                 if calls % 2:
                     raise CustomError("transient")
 
-            task = server.periodic(0.001, flaky)
+            callback = server.periodic(0.001, flaky)
             await async_poll_for(lambda: calls >= 4)
-            assert not task.done()
+            assert callback.is_running()
 
     run_async(main)
 
