@@ -30,7 +30,7 @@ from typing import Any
 import zict
 from dask.sizeof import sizeof
 
-from distributed.protocol.compression import Codec, all_codecs
+from distributed.protocol.compression import Codec
 from distributed.protocol.messages import Key
 from distributed.protocol.serialize import SerializationError, deserialize_bytes, serialize_bytelist
 
@@ -65,15 +65,15 @@ def _dump(value: Any, codec: Codec | None) -> list[bytes | bytearray | memoryvie
     return [codec.tag, codec.compress(b"".join(frames))]
 
 
-def _load(blob: bytearray | memoryview) -> Any:
+def _load(blob: bytearray | memoryview, codec: Codec | None) -> Any:
+    """Read back what :func:`_dump` wrote with ``codec`` (the store's own: it wrote every file it reads)."""
     view = memoryview(blob)
     tag = bytes(view[:1])
     if tag == _RAW:
         return deserialize_bytes(view[1:])
-    for codec in all_codecs():
-        if codec.tag == tag:
-            return deserialize_bytes(codec.decompress(bytes(view[1:])))
-    raise ValueError(f"A spill file compressed with a codec not installed here (tag {tag!r})")
+    if codec is None or codec.tag != tag:
+        raise ValueError(f"A spill file tagged {tag!r}, not written by this store's codec ({codec})")
+    return deserialize_bytes(codec.decompress(bytes(view[1:])))
 
 
 def _nothing() -> None:
@@ -184,7 +184,7 @@ class _DiskStore(MutableMapping[Key, Any]):
                 pass
 
     def __getitem__(self, key: Key) -> Any:
-        value = _load(self.files[self.names[key]])
+        value = _load(self.files[self.names[key]], self.codec)
         self.activity.read_count += 1
         self.activity.read_bytes += self.sizes[key][1]
         return value

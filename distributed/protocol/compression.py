@@ -77,14 +77,3 @@ def codec_for(name: Any, setting: str) -> Codec | None:
         return maker()
     except ImportError as e:
         raise ValueError(f"{setting}={name!r}: the package it needs is not installed ({e})") from e
-
-
-def all_codecs() -> list[Codec]:
-    """The codecs installed here (to read back data whatever it was compressed with)."""
-    codecs = []
-    for maker in _MAKERS.values():
-        try:
-            codecs.append(maker())
-        except ImportError:
-            continue
-    return codecs
