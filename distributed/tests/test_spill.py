@@ -201,7 +201,9 @@ def test_worker_reads_max_spill_and_spill_compression() -> None:
             with pytest.raises(ValueError, match="spill-compression='brotli'"):
                 Worker("tcp://127.0.0.1:1")
         with pytest.raises(ValueError, match="max_spill"):
-            Worker("tcp://127.0.0.1:1", max_spill=-1)
+            Worker("tcp://127.0.0.1:1", memory_limit="1 GiB", max_spill=-1)
+        with pytest.raises(ValueError, match="max_spill=1000 needs a memory_limit"):
+            Worker("tcp://127.0.0.1:1", memory_limit=0, max_spill=1000)
 
     asyncio.run(main())
 

@@ -311,6 +311,9 @@ class Worker(Server):
         # With a memory limit the data becomes a spill buffer at start (it owns a directory);
         # without one it stays a plain dict: the per-task path pays nothing.
         self._spill_target = spill_target(self.memory_limit, self.memory_monitor) if data is None else None
+        if max_spill not in (None, False) and self._spill_target is None:
+            # Nothing spills without a memory limit (or with data= of the caller's): the limit would do nothing.
+            raise ValueError(f"max_spill={max_spill!r} needs a memory_limit and no data=: nothing spills otherwise")
         self._max_spill = parse_max_spill(max_spill)
         transfer = dask.config.get("distributed.worker.memory.transfer")
         #: Most bytes fetched from peers at once (``distributed.worker.memory.transfer`` of the memory limit).
