@@ -44,6 +44,7 @@ import logging
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import dask.config
@@ -66,7 +67,7 @@ from distributed.worker.options import check_unsupported_worker_kwargs
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Nanny", "terminate_fraction"]
+__all__ = ["Nanny", "NannySettings", "config_environ", "terminate_fraction"]
 
 #: Worker keywords a nanny cannot hand to a child process (objects, not data).
 _WORKER_PARAMS = frozenset(inspect.signature(Worker.__init__).parameters) - {"self", "kwargs"}
@@ -89,12 +90,58 @@ def terminate_fraction() -> float | None:
     return frac
 
 
-def _config_environ(key: str) -> dict[str, str]:
-    """Environment variables from the config mapping at ``key`` (values as strings)."""
+def config_environ(key: str) -> dict[str, str]:
+    """Environment variables from the config mapping at ``key`` (values as strings).
+
+    Raises
+    ------
+    TypeError
+        When the value at ``key`` is not a mapping.
+    """
     value = dask.config.get(key, None) or {}
     if not isinstance(value, dict):
         raise TypeError(f"{key} must be a mapping of environment variables, got {value!r}")
     return {str(k): str(v) for k, v in value.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class NannySettings:
+    """What a nanny reads of the config, in one place; read once, when the nanny is made.
+
+    Attributes
+    ----------
+    terminate
+        Kill the worker past this fraction of its memory limit, or None (``distributed.worker.memory.terminate``).
+    environ, pre_spawn_environ
+        The worker process's environment, and what the nanny sets in its own while it starts one
+        (``distributed.nanny.environ``, ``.pre-spawn-environ``).
+    watch_interval
+        Seconds between two looks at the worker process (``distributed.worker.memory.monitor-interval``).
+    connect_timeout
+        Seconds to reach the scheduler (``distributed.comm.timeouts.connect``).
+    lifetime
+        The workers' lifetime from config (``distributed.worker.lifetime.duration``), or None.
+    """
+
+    terminate: float | None = 0.95
+    environ: dict[str, str] = field(default_factory=dict)
+    pre_spawn_environ: dict[str, str] = field(default_factory=dict)
+    watch_interval: float = 0.1
+    connect_timeout: float = 30.0
+    lifetime: float | None = None
+
+    @classmethod
+    def from_config(cls) -> NannySettings:
+        """The settings in dask's config now."""
+        lifetime = dask.config.get("distributed.worker.lifetime.duration")
+        return cls(
+            terminate=terminate_fraction(),
+            environ=config_environ("distributed.nanny.environ"),
+            pre_spawn_environ=config_environ("distributed.nanny.pre-spawn-environ"),
+            watch_interval=float(parse_timedelta(dask.config.get("distributed.worker.memory.monitor-interval")) or 0.1),
+            connect_timeout=float(parse_timedelta(dask.config.get("distributed.comm.timeouts.connect")) or 30),
+            lifetime=float(parse_timedelta(lifetime)) if lifetime is not None else None,
+        )
 
 
 class Nanny(Server):
@@ -210,6 +257,8 @@ class Nanny(Server):
             config_argv="distributed.nanny.preload-argv",
         )
         refuse_unhonoured_config("nanny")
+        #: The settings read from the config.
+        self.settings = NannySettings.from_config()
         for key in ("nanny", "scheduler_ip", "scheduler_port"):
             if key in worker_kwargs:
                 raise TypeError(f"Nanny() got an unexpected keyword argument {key!r}")
@@ -260,10 +309,7 @@ class Nanny(Server):
                 else [a if isinstance(a, str) else list(a) for a in preload_argv]
             )
         if lifetime_restart:
-            if (
-                worker_kwargs.get("lifetime") is None
-                and dask.config.get("distributed.worker.lifetime.duration") is None
-            ):
+            if worker_kwargs.get("lifetime") is None and self.settings.lifetime is None:
                 raise ValueError("Nanny(lifetime_restart=True) needs lifetime=")
             self._worker_kwargs["lifetime_restart"] = True
         self.env = dict(env or {})
@@ -338,7 +384,7 @@ class Nanny(Server):
 
     # -- life cycle ---------------------------------------------------------------------
     async def start_unsafe(self) -> None:
-        frac = terminate_fraction()
+        frac = self.settings.terminate
         self._terminate_at = frac * self.memory_limit if frac is not None and self.memory_limit else None
         addrs, default_host = listen_addresses(
             None, self._host, self._ports, self._protocol, self.scheduler_addr, who="Nanny"
@@ -354,14 +400,13 @@ class Nanny(Server):
             if reply["status"] != "OK":
                 logger.error("Nanny plugin %s failed to set up on %s: %s", name, self.address, reply.get("text"))
         await self._start_worker()
-        interval = float(parse_timedelta(dask.config.get("distributed.worker.memory.monitor-interval")) or 0.1)
-        self.periodic(interval, self._watch, name="nanny-watch")
+        self.periodic(self.settings.watch_interval, self._watch, name="nanny-watch")
         logger.info("Nanny at %s, worker at %s", self.address, self.worker_address)
 
     async def _register_with_scheduler(self) -> dict[str, Any]:
         """The nanny plugins the scheduler holds, by name (asked until the worker's start timeout)."""
         death_timeout = self._worker_kwargs.get("death_timeout")
-        timeout = float(parse_timedelta(death_timeout or dask.config.get("distributed.comm.timeouts.connect")) or 30)
+        timeout = float(parse_timedelta(death_timeout) or 30) if death_timeout else self.settings.connect_timeout
         deadline = time.monotonic() + timeout
         first = True
         while True:
@@ -394,16 +439,15 @@ class Nanny(Server):
         proc = ServerProcess(
             "worker",
             kwargs,
-            env={**_config_environ("distributed.nanny.environ"), **self.env},
-            pre_spawn_env=_config_environ("distributed.nanny.pre-spawn-environ"),
+            env={**self.settings.environ, **self.env},
+            pre_spawn_env=self.settings.pre_spawn_environ,
             name=f"dask-worker-{self.name}" if self.name is not None else "dask-worker",
             config={**config_snapshot(), **self._config},
             server_class=self._worker_class,
             log_level=self._log_level,
         )
         self.process = proc
-        timeout = float(parse_timedelta(dask.config.get("distributed.comm.timeouts.connect")) or 30)
-        return await proc.start(timeout=max(timeout, 30))
+        return await proc.start(timeout=max(self.settings.connect_timeout, 30))
 
     async def _watch(self) -> None:
         proc = self.process

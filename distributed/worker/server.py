@@ -21,7 +21,6 @@ import uuid
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-import dask.config
 import psutil
 from dask.sizeof import sizeof
 from dask.utils import parse_timedelta, typename
@@ -244,13 +243,6 @@ class Worker(Server):
             raise unsupported("Worker", "lifetime_restart", "it needs a nanny to start the new worker")
         if lifetime_restart and lifetime is None:
             raise ValueError("Worker(lifetime_restart=True) needs lifetime=")
-        if lifetime is None:
-            lifetime = dask.config.get("distributed.worker.lifetime.duration")
-        if lifetime_stagger is None:
-            lifetime_stagger = dask.config.get("distributed.worker.lifetime.stagger")
-        if lifetime_restart is None:
-            # From config, as in dask: a worker without a nanny has no one to start it again, and just closes.
-            lifetime_restart = bool(dask.config.get("distributed.worker.lifetime.restart")) and nanny is not None
         if interface is not None:
             if host is not None:
                 raise ValueError("Worker: give host= or interface=, not both")
@@ -277,6 +269,9 @@ class Worker(Server):
             local_directory=local_directory,
             memory_monitor_interval=memory_monitor_interval,
             heartbeat_interval=heartbeat_interval,
+            lifetime=lifetime,
+            lifetime_stagger=lifetime_stagger,
+            lifetime_restart=lifetime_restart,
         )
         #: The settings read from the config.
         self.settings = settings
@@ -289,12 +284,12 @@ class Worker(Server):
             settings.directory_base, "dask-scratch-space", f"worker-{self.id[len('Worker-') :]}"
         )
         self._work_dir: WorkDir | None = None
-        self.lifetime = parse_timedelta(lifetime) if lifetime is not None else None
+        self.lifetime = settings.lifetime
+        if self.lifetime is not None and settings.lifetime_stagger:
+            self.lifetime = max(self.lifetime + (random.random() * 2 - 1) * settings.lifetime_stagger, 0.0)
         #: At the end of ``lifetime``, have the nanny start a new worker (instead of closing it too).
-        self.lifetime_restart = bool(lifetime_restart)
-        if self.lifetime is not None and lifetime_stagger is not None:
-            stagger = float(parse_timedelta(lifetime_stagger) or 0)
-            self.lifetime = max(self.lifetime + (random.random() * 2 - 1) * stagger, 0.0)
+        #: From config, as in dask, a worker without a nanny has no one to start it again, and just closes.
+        self.lifetime_restart = settings.lifetime_restart and nanny is not None
         self.dashboard_address = dashboard_address
         self._serve_http = bool(dashboard) if dashboard is not None else dashboard_address is not None
         self.http_server: HTTPServerHandle | None = None
@@ -315,17 +310,13 @@ class Worker(Server):
             # Nothing spills without a memory limit (or with data= of the caller's): the limit would do nothing.
             raise ValueError(f"max_spill={max_spill!r} needs a memory_limit and no data=: nothing spills otherwise")
         self._max_spill = parse_max_spill(max_spill)
-        transfer = dask.config.get("distributed.worker.memory.transfer")
         #: Most bytes fetched from peers at once (``distributed.worker.memory.transfer`` of the memory limit).
         self._incoming_bytes_limit = (
-            float(transfer) * self.memory_limit
-            if transfer is not False and transfer and self.memory_limit
+            settings.transfer_fraction * self.memory_limit
+            if settings.transfer_fraction is not None and self.memory_limit
             else math.inf
         )
-        self._spill_codec = codec_for(
-            dask.config.get("distributed.worker.memory.spill-compression"),
-            "distributed.worker.memory.spill-compression",
-        )
+        self._spill_codec = codec_for(settings.spill_compression, "distributed.worker.memory.spill-compression")
         self.state: WorkerStateMachine | None = None
         self.executor = ThreadPool(self.nthreads, name="Dask-Worker-Threads")
         self.batched_stream: BatchedSend | None = None

@@ -41,6 +41,17 @@ class WorkerSettings:
     connect_timeout, tcp_timeout
         Seconds to connect to a peer, and to wait on a connection
         (``distributed.comm.timeouts.connect``, ``.tcp``).
+    lifetime
+        Seconds the worker lives before it closes, or None (``lifetime.duration``).
+    lifetime_stagger
+        Up to this many seconds more or less, at random (``lifetime.stagger``).
+    lifetime_restart
+        At the end of its lifetime the worker asks its nanny for a new one (``lifetime.restart``).
+    transfer_fraction
+        Bytes in flight from peers stay under this fraction of the memory limit, or None for no bound
+        (``memory.transfer``).
+    spill_compression
+        How spilled values are compressed on disk (``memory.spill-compression``).
     """
 
     validate: bool = False
@@ -53,6 +64,11 @@ class WorkerSettings:
     fetch_concurrency: int = 50
     connect_timeout: float = 30.0
     tcp_timeout: float = 30.0
+    lifetime: float | None = None
+    lifetime_stagger: float = 0.0
+    lifetime_restart: bool = False
+    transfer_fraction: float | None = 0.1
+    spill_compression: str | bool | None = "auto"
 
     @classmethod
     def from_config(
@@ -63,6 +79,9 @@ class WorkerSettings:
         local_directory: str | None = None,
         memory_monitor_interval: float | str | None = None,
         heartbeat_interval: float | str | None = None,
+        lifetime: float | str | None = None,
+        lifetime_stagger: float | str | None = None,
+        lifetime_restart: bool | None = None,
     ) -> WorkerSettings:
         """The settings in dask's config now, with the keywords given instead of theirs."""
 
@@ -76,6 +95,14 @@ class WorkerSettings:
             if heartbeat_interval is not None
             else dask.config.get("distributed.worker.heartbeat-interval", "1s")
         )
+        duration = lifetime if lifetime is not None else dask.config.get("distributed.worker.lifetime.duration")
+        stagger = (
+            lifetime_stagger if lifetime_stagger is not None else dask.config.get("distributed.worker.lifetime.stagger")
+        )
+        restart = (
+            lifetime_restart if lifetime_restart is not None else dask.config.get("distributed.worker.lifetime.restart")
+        )
+        transfer = dask.config.get("distributed.worker.memory.transfer")
         return cls(
             validate=bool(dask.config.get("distributed.worker.validate", False) if validate is None else validate),
             resources={
@@ -89,4 +116,9 @@ class WorkerSettings:
             fetch_concurrency=int(dask.config.get("distributed.worker.connections.outgoing")),
             connect_timeout=float(parse_timedelta(dask.config.get("distributed.comm.timeouts.connect")) or 30),
             tcp_timeout=float(parse_timedelta(dask.config.get("distributed.comm.timeouts.tcp")) or 30),
+            lifetime=float(parse_timedelta(duration)) if duration is not None else None,
+            lifetime_stagger=float(parse_timedelta(stagger) or 0) if stagger is not None else 0.0,
+            lifetime_restart=bool(restart),
+            transfer_fraction=float(transfer) if transfer is not False and transfer else None,
+            spill_compression=dask.config.get("distributed.worker.memory.spill-compression"),
         )
