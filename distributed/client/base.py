@@ -997,7 +997,9 @@ class ClientBase(Generic[AsyncT]):
         in the same nesting): an awaitable of it on an asynchronous client.  With
         ``sync=False``, futures of the keys in that shape instead, at once.
         """
-        refuse_unsupported("Client.get", direct=direct is False, **{k: True for k in kwargs})
+        refuse_unsupported(
+            "Client.get", direct=direct is False, **{k: True for k in kwargs if k not in FOR_OTHER_SCHEDULERS}
+        )
         expr = graph_expr(dsk)
         flat = list(keys_of(keys))
         for k in flat:
@@ -1133,6 +1135,13 @@ class ClientBase(Generic[AsyncT]):
         return functools.partial(self._retry, futures)
 
 
+#: Keywords that dask's own collections pass through ``dask.compute`` to whichever scheduler runs the graph,
+#: which mean nothing to this one (as to dask's threaded scheduler): ``Client.get`` takes them and does nothing
+#: with them, where any other unknown keyword is refused by name.  ``flush`` is what ``dask.array.store``
+#: receives from xarray's ``to_netcdf``/``to_zarr``.
+FOR_OTHER_SCHEDULERS: frozenset[str] = frozenset({"flush"})
+
+
 class SchedulerHandle:
     """``client.scheduler``: the scheduler's address and a way to send it a request."""
 
@@ -1155,6 +1164,27 @@ class SchedulerHandle:
         False
         """
         return await self._client.link.request(msg)
+
+    def __getattr__(self, op: str) -> Callable[..., Awaitable[Any]]:
+        """The scheduler's request ``op`` by name, as dask's ``client.scheduler.<op>(**fields)``.
+
+        The fields go as keywords; the scheduler refuses, by name, an op it does
+        not serve, and checks the declared fields as for any request.
+
+        Examples
+        --------
+        >>> await client.scheduler.who_has(keys=["x"])  # doctest: +SKIP
+        {'x': ['tcp://127.0.0.1:40123']}
+        """
+        if op.startswith("_"):
+            raise AttributeError(op)
+        client = self._client
+
+        async def send(**fields: Any) -> Any:
+            return await client.link.request_by_name(op, **fields)
+
+        send.__name__ = send.__qualname__ = op
+        return send
 
 
 def refuse_unsupported(where: str, **given: bool) -> None:

@@ -56,7 +56,7 @@ from distributed.client.base import (
 from distributed.client.debugging import ClientDebugging
 from distributed.client.defaults import default_client, get_default_client, global_clients
 from distributed.client.dual import Work, dual_method
-from distributed.client.future import Future, collect_futures
+from distributed.client.future import Future
 from distributed.client.graphs import (
     worker_list,
 )
@@ -786,12 +786,10 @@ class Client(ClientDebugging[AsyncT]):
 
     @dual_method
     def who_has(self, futures: Any = None) -> Work[dict[Key, list[str]]]:
-        """Which workers hold each key."""
+        """Which workers hold each key: of ``futures`` (futures, or collections holding them), else of all."""
         keys = None
         if futures is not None:
-            flat: list[Future] = []
-            collect_futures(futures, flat)
-            keys = [f.key for f in flat]
+            keys = [f.key for f in self.futures_of(futures)]
         return functools.partial(self.link.request, m.OptionalKeysRequest(op="who_has", keys=keys))
 
     @dual_method

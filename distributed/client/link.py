@@ -462,6 +462,16 @@ class SchedulerLink:
     # -- requests -----------------------------------------------------------------------
     async def request(self, msg: SchedulerRequest) -> Any:
         """Send a request to the scheduler (after every graph part queued so far) and return its reply."""
+        return await self._send_request(msg)
+
+    async def request_by_name(self, op: str, **fields: Any) -> Any:
+        """:meth:`request` for an op named at run time (``client.scheduler.<op>(**fields)``).
+
+        The scheduler checks the fields against the op's declaration, as for any request.
+        """
+        return await self._send_request(m.request(op, **fields))
+
+    async def _send_request(self, msg: Mapping[str, Any]) -> Any:
         assert self.address is not None
         if self.lost:
             raise CommClosedError(f"The client lost its connection to the scheduler at {self.address}")

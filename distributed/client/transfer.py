@@ -36,7 +36,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 from dask.base import tokenize
-from dask.utils import parse_timedelta, typename
+from dask.utils import parse_timedelta
 
 from distributed.client.actor import Actor
 from distributed.client.future import Future, FutureState, collect_futures
@@ -423,9 +423,9 @@ def scatter_items(data: Any, hash: bool) -> tuple[dict[Key, Any], list[Key]]:
         return dict(data), list(data)
     seq = list(data) if isinstance(data, (list, tuple, set, frozenset)) else [data]
     if hash:
-        order: list[Key] = [f"{typename(type(x))}-{tokenize(x)}" for x in seq]
+        order: list[Key] = [f"{type(x).__name__}-{tokenize(x)}" for x in seq]
     else:
-        order = [f"{typename(type(x))}-{uuid.uuid4()}" for x in seq]
+        order = [f"{type(x).__name__}-{uuid.uuid4()}" for x in seq]
     return dict(zip(order, seq)), order
 
 

@@ -170,6 +170,10 @@ class ClusterRequests:
     def handle_nthreads(self, comm: Comm, msg: m.WorkersRequest) -> dict[str, int]:
         return {ws.address: ws.nthreads for ws in self.select_workers(msg.get("workers"))}
 
+    def handle_nthreads_running(self, comm: Comm, msg: m.WorkersRequest) -> dict[str, int]:
+        """Threads of the selected workers that run tasks now (not paused, not closing)."""
+        return {ws.address: ws.nthreads for ws in self.select_workers(msg.get("workers")) if ws.status == "running"}
+
     def handle_processing(self, comm: Comm, msg: m.WorkersRequest) -> dict[str, list[Key]]:
         return {ws.address: [ts.key for ts in ws.processing] for ws in self.select_workers(msg.get("workers"))}
 

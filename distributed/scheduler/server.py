@@ -240,6 +240,9 @@ class Scheduler(GraphIngestion, Server):
             "who_has": Route(m.OptionalKeysRequest, self.requests.handle_who_has),
             "has_what": Route(m.WorkersRequest, self.requests.handle_has_what),
             "nthreads": Route(m.WorkersRequest, self.requests.handle_nthreads),
+            # dask's names for the same answers, which code written for it sends (``client.scheduler.ncores()``).
+            "ncores": Route(m.WorkersRequest, self.requests.handle_nthreads),
+            "ncores_running": Route(m.WorkersRequest, self.requests.handle_nthreads_running),
             "processing": Route(m.WorkersRequest, self.requests.handle_processing),
             "nbytes": Route(m.OptionalKeysRequest, self.requests.handle_nbytes),
             "run_function": Route(m.RunFunction, self.requests.handle_run_function),

@@ -1,0 +1,92 @@
+"""Calls that libraries built on dask.distributed make, as they make them.
+
+Each case is one that a downstream project's own test suite (xgboost,
+LightGBM, dask-ml, xarray) runs against the client and failed here.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import dask.array as da
+import numpy as np
+import pytest
+
+from distributed import Client, futures_of, wait
+from distributed.scheduler import Scheduler
+from distributed.utils_test import gen_cluster, inc
+from distributed.worker import Worker
+
+
+@gen_cluster(client=True)
+async def test_scheduler_requests_by_name(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
+    # xgboost: ``await client.scheduler.who_has(keys=...)`` and ``client.scheduler.identity()``.
+    x = c.submit(inc, 1, key="x", workers=[a.address])
+    await x
+    # Sequences come back as msgpack gives them (tuples), as from dask's scheduler.
+    assert await c.scheduler.who_has(keys=["x"]) == {"x": (a.address,)}
+    info = await c.scheduler.identity()
+    assert set(info["workers"]) == {a.address, b.address}
+    assert await c.scheduler.ncores() == {a.address: 1, b.address: 2}
+    assert await c.scheduler.ncores(workers=[b.address]) == {b.address: 2}
+    assert await c.scheduler.ncores_running() == {a.address: 1, b.address: 2}
+
+
+@gen_cluster(client=True)
+async def test_scheduler_request_by_name_is_checked_by_the_scheduler(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
+) -> None:
+    with pytest.raises(ValueError, match="no_such_request"):
+        await c.scheduler.no_such_request(x=1)
+    with pytest.raises(Exception, match="keys"):
+        await c.scheduler.who_has(keys="x")
+    with pytest.raises(AttributeError):
+        c.scheduler._private
+    # The client still works after both refusals.
+    assert await c.submit(inc, 1) == 2
+
+
+@gen_cluster(client=True)
+async def test_ncores_running_leaves_out_a_paused_worker(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
+) -> None:
+    s.workers[b.address].status = "paused"
+    assert await c.scheduler.ncores_running() == {a.address: 1}
+    assert await c.scheduler.ncores() == {a.address: 1, b.address: 2}
+
+
+@gen_cluster(client=True)
+async def test_who_has_of_a_persisted_collection(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
+    # LightGBM: ``client.who_has(persisted)`` (released dask looks the futures up in the collection).
+    x = c.persist(da.ones(10, chunks=5))
+    await wait(x)
+    keys = {f.key for f in futures_of(x)}
+    assert len(keys) == 2
+    who = await c.who_has(x)
+    assert set(who) == keys
+    assert all(who[k] for k in keys)
+    assert await c.who_has(futures_of(x)) == who
+
+
+@gen_cluster(client=True)
+async def test_scattered_keys_are_named_by_the_type_s_short_name(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
+) -> None:
+    # dask-ml checks ``key.startswith("ndarray-")``, as released dask names them.
+    [f] = await c.scatter([np.arange(3)])
+    assert f.key.startswith("ndarray-")
+    [g] = await c.scatter([np.arange(3)], hash=False)
+    assert g.key.startswith("ndarray-")
+    assert (await c.scatter(5)).key.startswith("int-")
+
+
+def test_get_takes_what_dask_store_passes_on_and_refuses_other_keywords() -> None:
+    # xarray's to_netcdf/to_zarr call da.store(..., flush=True), which dask hands to the scheduler's get.
+    with Client(processes=False, n_workers=1, dashboard_address=None) as c:
+        with pytest.raises(NotImplementedError, match="not_a_keyword"):
+            c.get({"x": (inc, 1)}, "x", not_a_keyword=1)
+        kwargs: dict[str, Any] = {"flush": True}
+        assert c.get({"x": (inc, 1)}, "x", **kwargs) == 2
+        target = np.zeros(10)
+        da.store(da.arange(10, chunks=5), target, lock=False, flush=True)
+        assert (target == np.arange(10)).all()
