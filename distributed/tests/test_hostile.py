@@ -352,15 +352,17 @@ async def _fuzz(c: Client, s: Scheduler, a: Worker, n: Nanny) -> None:
     rng = random.Random(8)
     before = _snapshot(s, a)
     nanny_before = (n.worker_address, n.pid, n.restarts)
-    used: set[int] = set()  # local ports of the connections thrown at the servers
+    # (local port, server address) of the connections thrown at the servers: the port alone is not enough,
+    # since the kernel may hand a port of ours, once closed, to a connection of the cluster to another server.
+    used: set[tuple[int, str]] = set()
     targets = [(s.address, s.handlers), (a.address, a.handlers), (n.address, n.handlers)]
     for i in range(300):
         address, routes = targets[i % 3]
         if rng.random() < 0.5:
-            used.add(await _throw_raw(address, _raw_case(rng)))
+            used.add((await _throw_raw(address, _raw_case(rng)), address))
             continue
         comm = await connect(address)
-        used.add(_port(comm.local_address))
+        used.add((_port(comm.local_address), address))
         try:
             msg = _bad_message(rng, routes)
             with pytest.raises(ValueError):
@@ -368,11 +370,19 @@ async def _fuzz(c: Client, s: Scheduler, a: Worker, n: Nanny) -> None:
         finally:
             comm.abort()
 
-    def none_left() -> bool:
+    def left() -> list[str]:
         # The cluster's own connections come and go (pooled); none of ours may stay.
-        return not any(_port(x.peer_address) in used for server in (s, a, n) for x in server._comms)
+        return [
+            f"{x.peer_address} -> {server.address}"
+            for server in (s, a, n)
+            for x in server._comms
+            if (_port(x.peer_address), server.address) in used
+        ]
 
-    await async_poll_for(none_left, timeout=10)
+    deadline = time.monotonic() + 10
+    while left() and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    assert not left(), f"connections thrown at the servers still open: {left()}"
     assert _snapshot(s, a) == before
     assert (n.worker_address, n.pid, n.restarts) == nanny_before
     # And they still compute, on the nanny's worker too.
