@@ -16,6 +16,9 @@ Commands
     A mixed workload on worker processes while faults hit the workers (a SIGKILL every
     N seconds; a freeze, a cut link, a full disk in turn); checks every result, times
     each recovery, samples memory every minute, and reports what was lost and recomputed.
+``downstream [--suites xarray,streamz,...] [--sides released,this] [--source NAME=URL] [--out F]``
+    Other projects' own test suites (xarray, streamz, xgboost, LightGBM, dask-ml), pinned, run
+    in two environments that differ only in their ``distributed``: the release and this checkout.
 """
 
 from __future__ import annotations
@@ -183,6 +186,11 @@ def main(argv: list[str] | None = None) -> int:
 
     add_arguments(soak)
 
+    ds = sub.add_parser("downstream", help="other projects' test suites, against the release and this checkout")
+    from benchmarks.downstream import add_arguments as add_downstream_arguments
+
+    add_downstream_arguments(ds)
+
     one = sub.add_parser("_one", help=argparse.SUPPRESS)
     one.add_argument("workload")
     one.add_argument("params")
@@ -211,6 +219,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.soak import cmd_soak
 
         return cmd_soak(args)
+    if args.command == "downstream":
+        from benchmarks.downstream import cmd_downstream
+
+        return cmd_downstream(args)
     if args.command == "_one":
         return cmd_one(args)
     return cmd_probe(args)

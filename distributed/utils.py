@@ -18,13 +18,16 @@ import sys
 import threading
 import types
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
 
 import dask
 from dask.typing import no_default
 from dask.utils import format_bytes, funcname, key_split, parse_bytes, parse_timedelta
 
 from distributed.interfaces import get_ip, get_ip_interface, get_ipv6
+
+if TYPE_CHECKING:
+    from tornado.ioloop import IOLoop
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +49,7 @@ __all__ = [
     "has_arg",
     "import_term",
     "in_async_call",
+    "io_loop_of",
     "is_kernel",
     "iscoroutinefunction",
     "key_split",
@@ -202,6 +206,36 @@ def get_asyncio_loop(loop: Any) -> asyncio.AbstractEventLoop:
     if isinstance(loop, asyncio.AbstractEventLoop):
         return loop
     raise TypeError(f"Expected an event loop, got {type(loop).__name__}")
+
+
+def io_loop_of(loop: asyncio.AbstractEventLoop, timeout: float = 10) -> IOLoop:
+    """The tornado ``IOLoop`` over the asyncio ``loop``, as dask's objects hand out (``client.loop``).
+
+    Code written for dask calls tornado's API on it (``add_callback``,
+    ``call_later``, ``run_sync``); this package itself runs on the asyncio loop.
+    Tornado keeps one ``IOLoop`` per asyncio loop: asked from another thread
+    while the loop runs, the answer comes from the loop's own thread.
+
+    Raises
+    ------
+    RuntimeError
+        When tornado already holds an ``IOLoop`` for a loop that is not running
+        (that one can only be asked for from the loop's thread).
+    """
+    from tornado.ioloop import IOLoop
+    from tornado.platform.asyncio import AsyncIOLoop
+
+    if _in_loop_thread(loop):
+        return IOLoop.current()
+    if loop.is_running():
+
+        async def current() -> IOLoop:
+            return IOLoop.current()
+
+        return asyncio.run_coroutine_threadsafe(current(), loop).result(timeout)
+    wrapper = AsyncIOLoop(asyncio_loop=loop, make_current=False)
+    assert isinstance(wrapper, IOLoop)
+    return wrapper
 
 
 def _in_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:

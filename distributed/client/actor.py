@@ -219,7 +219,7 @@ class Actor(TaskRef):
 
                 self.bind(default_client())
         if self._client is not None:
-            client_loop = self._client.loop
+            client_loop = self._client.event_loop
             if client_loop is None:
                 raise RuntimeError(f"The client of {self!r} is not running")
             return client_loop, self._client.pool

@@ -30,6 +30,7 @@ import dask.config
 from dask.core import validate_key
 from dask.typing import NoDefault, no_default
 from dask.utils import parse_timedelta
+from tornado.ioloop import IOLoop
 
 from distributed.batched import BatchedSend
 from distributed.client.defaults import (
@@ -74,7 +75,7 @@ from distributed.protocol.messages import Key
 from distributed.protocol.serialize import families
 from distributed.security import Security, coerce_security
 from distributed.task_context import current_worker, secede
-from distributed.utils import LoopRunner, format_dashboard_link, import_term, sync, wait_for
+from distributed.utils import LoopRunner, format_dashboard_link, import_term, io_loop_of, sync, wait_for
 
 if TYPE_CHECKING:
     from distributed.client.client import Client
@@ -201,7 +202,10 @@ class ClientBase(Generic[AsyncT]):
             # A cluster object.
             self.cluster = address
             address = getattr(self.cluster, "scheduler_address", None)
-            cluster_loop = getattr(self.cluster, "loop", None)
+            # The cluster's asyncio loop: ours names it ``event_loop``; dask's clusters hand out a tornado IOLoop.
+            cluster_loop = getattr(self.cluster, "event_loop", None)
+            if cluster_loop is None:
+                cluster_loop = getattr(getattr(self.cluster, "loop", None), "asyncio_loop", None)
             if (
                 loop is None
                 and not asynchronous
@@ -231,7 +235,9 @@ class ClientBase(Generic[AsyncT]):
         self.registry = FutureRegistry(self._whole(), self.outbox, self._kick_outbox)
         self.pool = ConnectionPool(limit=connection_limit, connection_args=self.security.get_connection_args("client"))
         #: The connection to the scheduler: the stream both ways, and requests.
-        self.link = SchedulerLink(self.id, self.outbox, self.registry, self.pool, self._timeout, lambda: self.loop)
+        self.link = SchedulerLink(
+            self.id, self.outbox, self.registry, self.pool, self._timeout, lambda: self.event_loop
+        )
         self.link.address = address
         #: Gathers results from workers, scatters data to them.
         self.transfer = DataTransfer(self.registry, self.link, self.pool, self._timeout, *families_chosen)
@@ -246,7 +252,9 @@ class ClientBase(Generic[AsyncT]):
             except RuntimeError:
                 pass
         self._loop_runner = LoopRunner(loop=loop)
-        self.loop = self._loop_runner.loop
+        #: The asyncio event loop the client runs on (``loop`` is the tornado IOLoop over it, as in dask).
+        self.event_loop: asyncio.AbstractEventLoop = self._loop_runner.loop
+        self._io_loop: IOLoop | None = None
         self._started: asyncio.Future[Any] | None = None
         ClientBase._instances.add(self)
         #: Whether the client is a default one; only then does its ``with`` block make it current.
@@ -268,8 +276,8 @@ class ClientBase(Generic[AsyncT]):
                 raise
         else:
             try:
-                self.loop = asyncio.get_running_loop()
-                self._loop_runner = LoopRunner(loop=self.loop)
+                self.event_loop = asyncio.get_running_loop()
+                self._loop_runner = LoopRunner(loop=self.event_loop)
             except RuntimeError:
                 pass
 
@@ -295,7 +303,8 @@ class ClientBase(Generic[AsyncT]):
         return self
 
     async def _start(self) -> Self:
-        self.loop = asyncio.get_running_loop()
+        self.event_loop = asyncio.get_running_loop()
+        self._io_loop = IOLoop.current()
         self.link.status = "connecting"
         if self._scheduler_file is not None:
             self.scheduler_address = self.link.address = await _wait_for_scheduler_file(
@@ -362,7 +371,7 @@ class ClientBase(Generic[AsyncT]):
             if callback_timeout is not None:
                 return wait_for(coro, parse_timedelta(callback_timeout))
             return coro
-        return sync(self.loop, func, *args, callback_timeout=callback_timeout, **kwargs)
+        return sync(self.event_loop, func, *args, callback_timeout=callback_timeout, **kwargs)
 
     async def _close(self, fast: bool = False) -> None:
         if self.status == "closed" and not self.link.connected:
@@ -406,7 +415,7 @@ class ClientBase(Generic[AsyncT]):
         if asynchronous:
             return wait_for(self._close(), t)
         try:
-            if (not self.loop.is_closed() and self._loop_runner.is_started) or self._loop_runner.thread is None:
+            if (not self.event_loop.is_closed() and self._loop_runner.is_started) or self._loop_runner.thread is None:
                 self.sync(self._close, callback_timeout=t)
         except TimeoutError:
             raise
@@ -493,7 +502,7 @@ class ClientBase(Generic[AsyncT]):
         if getattr(self, "status", "closed") in ("closed", "closing") or self.asynchronous:
             return
         try:
-            self.loop.call_soon_threadsafe(self._close_abandoned)
+            self.event_loop.call_soon_threadsafe(self._close_abandoned)
         except RuntimeError:  # the loop is closed
             pass
 
@@ -527,6 +536,22 @@ class ClientBase(Generic[AsyncT]):
     def as_current(self) -> AsCurrent:
         """A context manager making this the current client (and dask's scheduler) inside it."""
         return AsCurrent(self._whole())
+
+    @property
+    def loop(self) -> IOLoop:
+        """The tornado ``IOLoop`` the client runs on, as dask's ``Client.loop`` (``add_callback``, ``run_sync``).
+
+        The asyncio loop behind it is :attr:`event_loop` (also ``loop.asyncio_loop``).
+        """
+        # Tornado's IOLoops over asyncio have ``asyncio_loop``; its base class does not declare it.
+        if self._io_loop is None or getattr(self._io_loop, "asyncio_loop", None) is not self.event_loop:
+            self._io_loop = io_loop_of(self.event_loop)
+        return self._io_loop
+
+    @property
+    def io_loop(self) -> IOLoop:
+        """The same as :attr:`loop` (dask has both names)."""
+        return self.loop
 
     @property
     def scheduler(self) -> SchedulerHandle:

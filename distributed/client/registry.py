@@ -96,13 +96,13 @@ class FutureRegistry:
     def on_loop(self) -> bool:
         """Whether the caller runs on the client's event loop."""
         try:
-            return asyncio.get_running_loop() is self.client.loop
+            return asyncio.get_running_loop() is self.client.event_loop
         except RuntimeError:
             return False
 
     def call_soon(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` on the client's loop (now, when called from it)."""
-        loop = self.client.loop
+        loop = self.client.event_loop
         if self.on_loop():
             fn()
         elif not loop.is_closed():

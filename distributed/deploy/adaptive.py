@@ -41,6 +41,8 @@ from distributed.protocol.serialize import Serialize
 from distributed.scheduler import Scheduler
 
 if TYPE_CHECKING:
+    from tornado.ioloop import IOLoop
+
     from distributed.deploy.spec import SpecCluster
 
 logger = logging.getLogger(__name__)
@@ -250,7 +252,7 @@ class Adaptive(AdaptiveCore):
         self._task: asyncio.Task[None] | None = None
         # Names of the workers a scheduler elsewhere knows, as of this look.
         self._remote_names: list[Any] = []
-        loop = cluster.loop
+        loop = cluster.event_loop
         if loop is None or loop.is_closed():
             raise RuntimeError(f"{cluster.name} has no running event loop: start it before adapting")
         if _running_loop() is loop:
@@ -277,7 +279,7 @@ class Adaptive(AdaptiveCore):
     def stop(self) -> None:
         """Stop adapting; the cluster keeps its workers (a scaling under way completes)."""
         self._stopped = True
-        loop = self.cluster.loop
+        loop = self.cluster.event_loop
         if _running_loop() is loop:
             self._cancel()
         elif loop is not None and not loop.is_closed():
@@ -288,8 +290,8 @@ class Adaptive(AdaptiveCore):
             self._task.cancel()
 
     @property
-    def loop(self) -> asyncio.AbstractEventLoop | None:
-        """The cluster's event loop, which the looks run on."""
+    def loop(self) -> IOLoop | None:
+        """The cluster's tornado ``IOLoop``, which the looks run on (its asyncio loop is the cluster's ``event_loop``)."""
         return self.cluster.loop
 
     @property

@@ -29,13 +29,14 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from typing import Any, Protocol, Self, TypeVar
 
 from dask.utils import format_bytes, parse_timedelta
+from tornado.ioloop import IOLoop
 
 from distributed.comm import get_address_host, parse_address
 from distributed.config_refusals import refuse_unhonoured_config
 from distributed.core import ConnectionPool, LogBuffer, Status
 from distributed.protocol import messages as m
 from distributed.security import Security
-from distributed.utils import Log, Logs, LoopRunner, format_dashboard_link, sync
+from distributed.utils import Log, Logs, LoopRunner, format_dashboard_link, io_loop_of, sync
 
 logger = logging.getLogger(__name__)
 
@@ -102,6 +103,7 @@ class Cluster:
         self._closing: asyncio.Future[None] | None = None
         self._loop_runner: LoopRunner | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._io_loop: IOLoop | None = None
         #: The cluster's own recent log records (``distributed.deploy``), kept while it runs.
         self._logs = LogBuffer("distributed.deploy")
         if asynchronous:
@@ -115,9 +117,19 @@ class Cluster:
 
     # -- loop and sync/async duality ----------------------------------------------------
     @property
-    def loop(self) -> asyncio.AbstractEventLoop | None:
-        """The event loop the cluster's servers and coroutines run on."""
+    def event_loop(self) -> asyncio.AbstractEventLoop | None:
+        """The asyncio event loop the cluster's servers and coroutines run on (None before it starts)."""
         return self._loop
+
+    @property
+    def loop(self) -> IOLoop | None:
+        """The tornado ``IOLoop`` over :attr:`event_loop`, as dask's ``Cluster.loop`` (None before it starts)."""
+        if self._loop is None:
+            return None
+        # Tornado's IOLoops over asyncio have ``asyncio_loop``; its base class does not declare it.
+        if self._io_loop is None or getattr(self._io_loop, "asyncio_loop", None) is not self._loop:
+            self._io_loop = io_loop_of(self._loop)
+        return self._io_loop
 
     def _in_loop_thread(self) -> bool:
         try:

@@ -211,7 +211,7 @@ class ProgressBar:
         """Start following the computation in the background, on the client's event loop (once)."""
         if self._running is not None:
             return
-        loop = self.client.loop
+        loop = self.client.event_loop
         if _running_loop() is loop:
             self._running = asyncio.ensure_future(self._listen_quietly())
         else:
@@ -227,10 +227,10 @@ class ProgressBar:
 
     def _run(self) -> None:
         """Follow the computation: block until it ends, unless on the client's loop (then in the background)."""
-        if self.client.asynchronous or _running_loop() is self.client.loop:
+        if self.client.asynchronous or _running_loop() is self.client.event_loop:
             self.start()
             return
-        self._running = asyncio.run_coroutine_threadsafe(self.listen(), self.client.loop)
+        self._running = asyncio.run_coroutine_threadsafe(self.listen(), self.client.event_loop)
         try:
             self._running.result()
         except BaseException:
@@ -661,7 +661,7 @@ def progress(
     else:
         bar = TextProgressBar(found, complete=complete, **kwargs)
     client = bar.client
-    if client.asynchronous or _running_loop() is client.loop:
+    if client.asynchronous or _running_loop() is client.event_loop:
         return bar
     return None
 

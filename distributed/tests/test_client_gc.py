@@ -102,7 +102,7 @@ def test_client_finaliser_on_its_own_loop_hands_the_close_to_the_loop() -> None:
                 client.__del__()
                 done.set()
 
-            client.loop.call_soon_threadsafe(finalise)
+            client.event_loop.call_soon_threadsafe(finalise)
             assert done.wait(10), "the finaliser blocked the loop"
             poll_for(lambda: client.id not in watcher.run_on_scheduler(clients_on_scheduler), 10)
             poll_for(lambda: client.status == "closed", 10)

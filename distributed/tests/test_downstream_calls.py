@@ -6,14 +6,18 @@ LightGBM, dask-ml, xarray) runs against the client and failed here.
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from typing import Any, Literal
 
 import dask.array as da
 import numpy as np
 import pytest
+from tornado.ioloop import IOLoop
 
 from distributed import Client, futures_of, wait
 from distributed.scheduler import Scheduler
+from distributed.utils import sync
 from distributed.utils_test import gen_cluster, inc
 from distributed.worker import Worker
 
@@ -90,3 +94,35 @@ def test_get_takes_what_dask_store_passes_on_and_refuses_other_keywords() -> Non
         target = np.zeros(10)
         da.store(da.arange(10, chunks=5), target, lock=False, flush=True)
         assert (target == np.arange(10)).all()
+
+
+def test_client_loop_is_a_tornado_ioloop_over_the_client_s_event_loop() -> None:
+    # streamz runs its streams on ``client.loop`` with tornado's API (add_callback, call_later).
+    with Client(processes=False, n_workers=1, dashboard_address=None) as c:
+        assert isinstance(c.loop, IOLoop)
+        assert getattr(c.loop, "asyncio_loop", None) is c.event_loop
+        assert c.io_loop is c.loop
+        ran = threading.Event()
+        seen: list[asyncio.AbstractEventLoop] = []
+
+        def on_loop() -> None:
+            seen.append(asyncio.get_running_loop())
+            c.loop.call_later(0.01, ran.set)
+
+        c.loop.add_callback(on_loop)
+        assert ran.wait(10)
+        assert seen == [c.event_loop]
+
+        async def two() -> int:
+            return 2
+
+        assert sync(c.loop, two) == 2
+        assert c.submit(inc, 1).result() == 2
+
+
+@gen_cluster(client=True)
+async def test_asynchronous_client_loop_is_the_current_ioloop(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
+) -> None:
+    assert c.loop is IOLoop.current()
+    assert c.event_loop is asyncio.get_running_loop()

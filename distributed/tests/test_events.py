@@ -106,7 +106,7 @@ async def test_subscribe_topic(c: Client[Literal[True]], s: Scheduler, a: Worker
     assert {"from": "worker", "worker": a.address} in msgs
     assert {"value": 7, "worker": b.address} in msgs
     assert all(isinstance(e, tuple) and len(e) == 2 and isinstance(e[0], float) for e in got)
-    assert set(loops) == {c.loop}
+    assert set(loops) == {c.event_loop}
     # Unsubscribed: the scheduler stops sending, the handler hears nothing more.
     c.unsubscribe_topic("news")
     await async_poll_for(lambda: "news" not in s.event_subscriber, 5)

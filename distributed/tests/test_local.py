@@ -13,6 +13,7 @@ import dask.array as da
 import numpy as np
 import psutil
 import pytest
+from tornado.ioloop import IOLoop
 
 import distributed.utils
 import distributed.worker
@@ -150,7 +151,9 @@ def test_inprocess_cluster(no_leaks: None) -> None:
         assert cluster.scheduler_address.startswith("inproc://")
         assert status_of(cluster) == Status.running
         assert cluster.asynchronous is False
-        assert cluster.loop is not None and cluster.loop.is_running()
+        assert cluster.event_loop is not None and cluster.event_loop.is_running()
+        # dask's Cluster.loop: a tornado IOLoop over that loop.
+        assert isinstance(cluster.loop, IOLoop) and getattr(cluster.loop, "asyncio_loop", None) is cluster.event_loop
         assert sorted(cluster.workers) == [0, 1]
         assert all(isinstance(w, Worker) for w in cluster.workers.values())
         assert cluster.scheduler_info["n_workers"] == 2
@@ -171,11 +174,12 @@ def test_client_shares_the_clusters_loop(no_leaks: None) -> None:
         with Client(cluster) as client:
             # No loop thread of its own: messages to the scheduler and the
             # in-process worker need no thread hop.
+            assert client.event_loop is cluster.event_loop
             assert client.loop is cluster.loop
             assert client._loop_runner.thread is None
             assert client.submit(operator.add, 1, 2).result() == 3
         # Closing the client leaves the cluster's loop running for the next one.
-        assert cluster.loop is not None and cluster.loop.is_running()
+        assert cluster.event_loop is not None and cluster.event_loop.is_running()
         with Client(cluster) as again:
             assert again.submit(operator.add, 2, 2).result() == 4
         # A client given a loop keeps it.
@@ -183,7 +187,7 @@ def test_client_shares_the_clusters_loop(no_leaks: None) -> None:
         other.start()
         try:
             with Client(cluster, loop=other.loop) as own:
-                assert own.loop is other.loop
+                assert own.event_loop is other.loop
                 assert own.submit(operator.add, 3, 2).result() == 5
         finally:
             other.stop()
@@ -305,7 +309,7 @@ def test_base_cluster_cannot_start() -> None:
 def test_async_cluster_and_client(no_leaks: None) -> None:
     async def main() -> None:
         async with LocalCluster(asynchronous=True, processes=False, n_workers=2, dashboard_address=None) as cluster:
-            assert cluster.asynchronous and cluster.loop is asyncio.get_running_loop()
+            assert cluster.asynchronous and cluster.event_loop is asyncio.get_running_loop()
             async with Client(cluster, asynchronous=True) as client:
                 assert await client.submit(operator.add, 1, 2) == 3
                 results = await client.gather(client.map(operator.mul, range(100), range(100)))
@@ -358,7 +362,7 @@ def test_sync_cluster_inside_running_loop_thread(no_leaks: None) -> None:
     async def main() -> None:
         cluster = LocalCluster(processes=False, n_workers=1, dashboard_address=None)
         try:
-            assert cluster.loop is not asyncio.get_running_loop()
+            assert cluster.event_loop is not asyncio.get_running_loop()
             async with Client(cluster, asynchronous=True) as client:
                 assert await client.submit(operator.add, 1, 2) == 3
         finally:
