@@ -42,7 +42,8 @@ class Suite:
     name: str
     #: Pinned requirements: the project and what its tests import.
     packages: tuple[str, ...]
-    #: pytest arguments naming the tests (paths in the clone, or ``--pyargs`` modules).
+    #: pytest arguments naming the tests: paths in the clone, ``--pyargs`` modules, or paths in an installed
+    #: package (``{streamz}/dataframe/tests``: the directory of package ``streamz`` in the environment).
     tests: tuple[str, ...]
     #: Git URL and tag of the project's sources, when its tests do not ship in its package.
     repo: str | None = None
@@ -65,7 +66,7 @@ SUITES: dict[str, Suite] = {
         Suite(
             "streamz",
             ("streamz==0.6.4",),
-            ("--pyargs", "streamz.tests.test_dask", "streamz.dataframe.tests"),
+            ("{streamz}/tests/test_dask.py", "{streamz}/dataframe/tests"),
         ),
         Suite(
             "xgboost",
@@ -155,6 +156,19 @@ def parse_counts(output: str) -> dict[str, int]:
     return counts
 
 
+_PACKAGE_DIR = re.compile(r"\{([\w.]+)\}")
+
+
+def resolve_tests(python: Path, tests: tuple[str, ...]) -> list[str]:
+    """``tests`` with each ``{package}`` replaced by that package's directory in ``python``'s environment."""
+
+    def package_dir(match: re.Match[str]) -> str:
+        code = f"import importlib.util, os; print(os.path.dirname(importlib.util.find_spec({match[1]!r}).origin))"
+        return _run([str(python), "-c", code]).stdout.strip()
+
+    return [_PACKAGE_DIR.sub(package_dir, t) for t in tests]
+
+
 def run_suite(python: Path, suite: Suite, cwd: Path, log: Path) -> dict[str, Any]:
     """Run ``suite`` with ``python``; its counts, wall time, and the tests that failed."""
     cmd = [
@@ -169,7 +183,7 @@ def run_suite(python: Path, suite: Suite, cwd: Path, log: Path) -> dict[str, Any
         "--timeout=300",
         "-rfE",
         *suite.pytest_args,
-        *suite.tests,
+        *resolve_tests(python, suite.tests),
     ]
     start = time.monotonic()
     env = {**os.environ, **suite.env, "PYTHONDONTWRITEBYTECODE": "1"}
@@ -178,7 +192,9 @@ def run_suite(python: Path, suite: Suite, cwd: Path, log: Path) -> dict[str, Any
         proc = subprocess.run(cmd, cwd=cwd, text=True, capture_output=True, timeout=suite.timeout, env=env, check=False)
         output = proc.stdout + proc.stderr
     except subprocess.TimeoutExpired as e:
-        output = f"{e.stdout or ''}{e.stderr or ''}\nTIMEOUT after {suite.timeout} s"
+        # With text=True the partial output is text, but the exception's fields are typed as bytes too.
+        partial = [x.decode() if isinstance(x, bytes) else (x or "") for x in (e.stdout, e.stderr)]
+        output = f"{''.join(partial)}\nTIMEOUT after {suite.timeout} s"
     log.write_text(output)
     failed = [
         line.split(" ", 1)[1].split(" - ")[0] for line in output.splitlines() if line.startswith(("FAILED ", "ERROR "))

@@ -185,7 +185,7 @@ class WorkersInfo(_SchedulerHandler):
                     str(ws.memory_limit),
                     str(len(ws.processing)),
                     str(len(ws.has_what)),
-                    html.escape(str(ws.status)),
+                    html.escape(ws.status.name),
                 ]
             )
         table = _table(["address", "name", "threads", "memory", "limit", "processing", "in memory", "status"], rows)
@@ -218,7 +218,7 @@ class WorkerInfo(_SchedulerHandler):
                     ("unmanaged", mem.unmanaged),
                     ("spilled", mem.spilled),
                     ("memory limit", ws.memory_limit),
-                    ("status", ws.status),
+                    ("status", ws.status.name),
                     ("pid", ws.pid),
                     ("local directory", ws.local_directory),
                 ]

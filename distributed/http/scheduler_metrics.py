@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from distributed.core import Status
 from distributed.http.prometheus import (
     NodeCollector,
     loop_health_metrics,
@@ -80,7 +81,7 @@ class SchedulerMetricCollector(NodeCollector["Scheduler"]):
     def _workers(self, s: Scheduler) -> Metric:
         idle = partial = saturated = other = 0
         for ws in s.workers.values():
-            if ws.status != "running":
+            if ws.status != Status.running:
                 other += 1
             elif not ws.processing:
                 idle += 1

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final, Literal, TypeVar, cast, get_args
 
+from distributed.core import Status
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key, Payload
 
@@ -431,7 +432,8 @@ class WorkerState:
         self.has_what: dict[TaskState, None] = {}
         self.nbytes = 0
         self.occupancy = 0.0
-        self.status = "running"
+        #: The worker's life cycle, as dask's plugins compare it: ``ws.status == Status.running``.
+        self.status: Status = Status.running
         self.last_seen = 0.0
         self.metrics: dict[str, Any] = {}
         self.local_directory = ""
@@ -463,7 +465,7 @@ class WorkerState:
             "local_directory": self.local_directory,
             "last_seen": self.last_seen,
             "metrics": dict(self.metrics),
-            "status": self.status,
+            "status": self.status.name,
         }
 
     @property

@@ -22,7 +22,7 @@ from dask.utils import parse_timedelta
 
 from distributed import profile
 from distributed.comm import Comm, CommClosedError
-from distributed.core import RemoteError, error_message
+from distributed.core import RemoteError, Status, error_message
 from distributed.diagnostics.task_stream import ensure_task_stream
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
@@ -172,7 +172,9 @@ class ClusterRequests:
 
     def handle_nthreads_running(self, comm: Comm, msg: m.WorkersRequest) -> dict[str, int]:
         """Threads of the selected workers that run tasks now (not paused, not closing)."""
-        return {ws.address: ws.nthreads for ws in self.select_workers(msg.get("workers")) if ws.status == "running"}
+        return {
+            ws.address: ws.nthreads for ws in self.select_workers(msg.get("workers")) if ws.status == Status.running
+        }
 
     def handle_processing(self, comm: Comm, msg: m.WorkersRequest) -> dict[str, list[Key]]:
         return {ws.address: [ts.key for ts in ws.processing] for ws in self.select_workers(msg.get("workers"))}
@@ -332,18 +334,18 @@ class ClusterRequests:
                 key=self.group_key(msg.get("key"), "retire_workers"),
             )
         # A worker already retiring (another call) is that call's to finish.
-        before = {ws: ws.status for ws in dict.fromkeys(targets) if ws.status in ("running", "paused")}
+        before = {ws: ws.status for ws in dict.fromkeys(targets) if ws.status in (Status.running, Status.paused)}
         targets = list(before)
         if not targets:
             return {}
         stimulus_id = msg.get("stimulus_id") or f"retire-workers-{time.time()}"
         for ws in targets:
-            ws.status = "closing_gracefully"
+            ws.status = Status.closing_gracefully
 
         def stay(ws: WorkerState) -> None:
             # Back as it was: a paused worker stays paused until it reports it resumed.
-            if before[ws] == "paused":
-                ws.status = "paused"
+            if before[ws] == Status.paused:
+                ws.status = Status.paused
             else:
                 s.send_all(s.reopen_worker_state(ws.address, stimulus_id=stimulus_id))
 
@@ -403,7 +405,7 @@ class ClusterRequests:
             raise ValueError(f"retire_workers(memory_ratio={memory_ratio}): it must not be negative")
         if key is not None and not callable(key):
             raise TypeError(f"workers_to_close(key={key!r}): it must be a callable taking a WorkerState")
-        live = [ws for ws in s.workers.values() if ws.status == "running"]
+        live = [ws for ws in s.workers.values() if ws.status == Status.running]
         if target is not None and n is None:
             n = max(len(live) - target, 0)
         if n is None and memory_ratio is None:
@@ -451,7 +453,7 @@ class ClusterRequests:
                     only[ws] = keys
             if not only:
                 return stuck
-            recipients = [ws for ws in s.workers.values() if ws not in out and ws.status == "running"]
+            recipients = [ws for ws in s.workers.values() if ws not in out and ws.status == Status.running]
             if not recipients:
                 why = "no other running worker can take the data only it holds"
                 for ws, keys in only.items():

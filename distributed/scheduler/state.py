@@ -18,6 +18,7 @@ from typing import Any
 
 from dask.utils import format_bytes
 
+from distributed.core import Status
 from distributed.diagnostics.plugin import SchedulerPlugin
 from distributed.exceptions import InvalidTransition, LostDataError
 from distributed.protocol import messages as m
@@ -389,7 +390,7 @@ class SchedulerState:
         best: WorkerState | None = None
         best_room = 0
         for ws in self.workers.values():
-            if ws.status != "running":
+            if ws.status != Status.running:
                 continue
             room = self._slots(ws, duration)
             if room > best_room:
@@ -421,7 +422,7 @@ class SchedulerState:
         placements = given.placements
         if placements is not None:
             ws = placements.pop(ts, None)
-            if ws is not None and ws.status == "running" and self.workers.get(ws.address) is ws:
+            if ws is not None and ws.status == Status.running and self.workers.get(ws.address) is ws:
                 self._add_to_processing(ts, ws, out)
                 return
         if self._is_queueable(ts):
@@ -554,7 +555,7 @@ class SchedulerState:
     def _queue_room(self, ws: WorkerState) -> int:
         """How many queued root tasks ``ws`` may take now."""
         head = self.queued.peek() if self.n_queued else None
-        if head is None or ws.status != "running" or ws.address not in self.workers:
+        if head is None or ws.status != Status.running or ws.address not in self.workers:
             return 0
         return self._slots(ws, head[1].prefix.duration_average)
 
@@ -597,7 +598,7 @@ class SchedulerState:
         best_cost = math.inf
         deps = ts.dependencies
         for ws in candidates:
-            if ws.status != "running":
+            if ws.status != Status.running:
                 continue
             cost = ws.occupancy / ws.nthreads
             if deps:
@@ -611,7 +612,7 @@ class SchedulerState:
                 best, best_cost = ws, cost
         if best is None and valid is None:
             for ws in self.workers.values():
-                if ws.status == "running":
+                if ws.status == Status.running:
                     return ws
         return best
 
@@ -620,7 +621,7 @@ class SchedulerState:
         best: WorkerState | None = None
         best_cost: tuple[float, float] = (math.inf, math.inf)
         for ws in valid if valid is not None else self.workers.values():
-            if ws.status != "running":
+            if ws.status != Status.running:
                 continue
             cost = (len(ws.actors) + sum(1 for pts in ws.processing if pts.actor), ws.occupancy / ws.nthreads)
             if cost < best_cost:

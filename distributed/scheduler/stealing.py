@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Any, Final
 import dask.config
 from dask.utils import parse_timedelta
 
-from distributed.core import StreamRoute
+from distributed.core import Status, StreamRoute
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.scheduler.records import Effects, TaskState, TransitionInputs, WorkerState
@@ -199,7 +199,7 @@ class WorkStealing:
         for ws in s.workers.values():
             busy = len(ws.processing) - len(ws.long_running)
             if busy < ws.nthreads:
-                if ws.status == "running":
+                if ws.status == Status.running:
                     thieves.append(ws)
             elif busy > ws.nthreads:
                 victims.append(ws)
@@ -308,7 +308,7 @@ class WorkStealing:
             self.log.append((time.time(), ts.key, victim.address, thief.address, "refused"))
             return
         out = Effects()
-        placed = thief.status == "running" and s.workers.get(thief.address) is thief and self.allowed(ts, thief)
+        placed = thief.status == Status.running and s.workers.get(thief.address) is thief and self.allowed(ts, thief)
         given = TransitionInputs(placements={ts: thief} if placed else None)
         s.transitions({ts: "released"}, steal.stimulus_id, out, given)
         s.send_all(out)

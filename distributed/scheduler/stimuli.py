@@ -10,6 +10,7 @@ from typing import Any
 from distributed.comm import (
     validate_address,
 )
+from distributed.core import Status
 from distributed.exceptions import ActorLostError, KilledWorker, NoValidWorkerError
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
@@ -158,7 +159,7 @@ class SchedulerStimuli(SchedulerState):
         ws = self.workers.pop(address, None)
         if ws is None:
             return out
-        ws.status = "closed"
+        ws.status = Status.closed
         self.total_nthreads -= ws.nthreads
         self._track_memory_limit(ws, joined=False)
         if self.aliases.get(ws.name) == address:
@@ -207,9 +208,9 @@ class SchedulerStimuli(SchedulerState):
         """A worker that was to retire stays: it takes tasks again (queued ones and those waiting for it)."""
         out = Effects()
         ws = self.workers.get(address)
-        if ws is None or ws.status == "running":
+        if ws is None or ws.status == Status.running:
             return out
-        ws.status = "running"
+        ws.status = Status.running
         recs: dict[TaskState, TaskStateName] = {ts: "processing" for ts in self.unrunnable if self._can_run_on(ts, ws)}
         return self.transitions(recs, stimulus_id, out, TransitionInputs(opened=[ws]))
 
@@ -259,7 +260,7 @@ class SchedulerStimuli(SchedulerState):
         timeout = self.no_workers_timeout
         if timeout is None:
             return out
-        running = any(ws.status == "running" for ws in self.workers.values())
+        running = any(ws.status == Status.running for ws in self.workers.values())
         if running:
             self.no_workers_since = None
         elif self.no_workers_since is None:
@@ -291,7 +292,7 @@ class SchedulerStimuli(SchedulerState):
         if not workers:
             return False
         for ws in workers:
-            if ws.status != "paused" or "spill_disk_error" not in ws.metrics:
+            if ws.status != Status.paused or "spill_disk_error" not in ws.metrics:
                 return False
         return bool(self.n_queued or self.unrunnable or any(ws.processing for ws in workers))
 

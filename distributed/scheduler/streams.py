@@ -289,10 +289,10 @@ class SchedulerStreams:
         """A worker paused or resumed; one that is retiring stays so."""
         s = self.scheduler
         ws = s.workers.get(self._sender())
-        if ws is None or ws.status not in ("running", "paused"):
+        if ws is None or ws.status not in (Status.running, Status.paused):
             return
         if msg["status"] == "paused":
-            ws.status = "paused"
+            ws.status = Status.paused
         else:
             s.send_all(s.reopen_worker_state(ws.address, stimulus_id=f"worker-resumed-{time.time()}"))
 

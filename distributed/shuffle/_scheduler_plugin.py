@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from distributed.core import Route
+from distributed.core import Route, Status
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.scheduler.records import Effects, TaskState, TaskStateName
@@ -178,7 +178,7 @@ class ShuffleSchedulerExtension:
     # -- runs -----------------------------------------------------------------------------------
     def _start(self, desc: m.ShuffleDescription, barrier: TaskState) -> _Run:
         s = self.scheduler
-        workers = sorted(addr for addr, ws in s.workers.items() if ws.status == "running")
+        workers = sorted(addr for addr, ws in s.workers.items() if ws.status == Status.running)
         if not workers:
             raise RuntimeError(f"Shuffle {desc['id']!r}: no running worker to take part")
         worker_for = assign_workers(workers, desc["npartitions"], desc["assignment"])

@@ -16,6 +16,7 @@ import pytest
 from tornado.ioloop import IOLoop
 
 from distributed import Client, futures_of, wait
+from distributed.core import Status
 from distributed.scheduler import Scheduler
 from distributed.utils import sync
 from distributed.utils_test import gen_cluster, inc
@@ -54,7 +55,7 @@ async def test_scheduler_request_by_name_is_checked_by_the_scheduler(
 async def test_ncores_running_leaves_out_a_paused_worker(
     c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
 ) -> None:
-    s.workers[b.address].status = "paused"
+    s.workers[b.address].status = Status.paused
     assert await c.scheduler.ncores_running() == {a.address: 1}
     assert await c.scheduler.ncores() == {a.address: 1, b.address: 2}
 
@@ -126,3 +127,16 @@ async def test_asynchronous_client_loop_is_the_current_ioloop(
 ) -> None:
     assert c.loop is IOLoop.current()
     assert c.event_loop is asyncio.get_running_loop()
+
+
+@gen_cluster(client=True)
+async def test_worker_state_status_is_the_status_enum(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
+) -> None:
+    # Scheduler plugins written for dask compare ``ws.status == Status.running``.
+    assert s.workers[a.address].status is Status.running
+    # What goes out to clients and the dashboard stays the status's name.
+    info = await c.scheduler.identity()
+    assert info["workers"][a.address]["status"] == "running"
+    await c.retire_workers([a.address], close_workers=False, remove=False)
+    assert s.workers[a.address].status is Status.closing_gracefully

@@ -22,7 +22,7 @@ import psutil
 import pytest
 
 from distributed import Client, LocalCluster, Nanny, Scheduler, Worker, WorkerPlugin, wait
-from distributed.core import rpc
+from distributed.core import Status, rpc
 from distributed.exceptions import NoValidWorkerError
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
@@ -126,7 +126,7 @@ async def test_retire_remove_false_keeps_the_worker_known_but_idle(
     [x] = await c.scatter([1], workers=[a.address])
     retired = await c.retire_workers([a.address], close_workers=False, remove=False)
     assert list(retired) == [a.address]
-    assert s.workers[a.address].status == "closing_gracefully"
+    assert s.workers[a.address].status == Status.closing_gracefully
     assert b.address in {ws.address for ws in s.tasks[x.key].who_has}
     # It takes no new tasks.
     futures = c.map(inc, range(20))
@@ -269,7 +269,7 @@ async def test_retire_the_last_worker_is_refused_and_it_stays(
     [x] = await c.scatter([42])
     retired = await c.retire_workers([a.address])
     assert retired == {}
-    assert s.workers[a.address].status == "running"
+    assert s.workers[a.address].status == Status.running
     assert a.status.name == "running"
     assert await x == 42
     # It takes tasks again.
@@ -291,17 +291,17 @@ async def test_retire_with_only_paused_workers_left_is_refused(
         memory_spill_fraction=False,
         memory_monitor_interval="10ms",
     ) as w:
-        await async_poll_for(lambda: w.address in s.workers and s.workers[w.address].status == "paused", 10)
+        await async_poll_for(lambda: w.address in s.workers and s.workers[w.address].status == Status.paused, 10)
         # A paused worker gets no new tasks.
         assert await c.submit(inc, 1, key="on-a") == 2
         assert s.tasks["on-a"].who_has == {s.workers[a.address]}
         retired = await c.retire_workers([a.address])
         assert retired == {}
-        assert s.workers[a.address].status == "running"
+        assert s.workers[a.address].status == Status.running
         assert _only_on(s, x.key, a.address)
         # Resumed, it can take a's data: a retires.
         w.memory_monitor.pause_fraction = 0.99
-        await async_poll_for(lambda: s.workers[w.address].status == "running", 10)
+        await async_poll_for(lambda: s.workers[w.address].status == Status.running, 10)
         retired = await c.retire_workers([a.address])
         assert list(retired) == [a.address]
         assert _only_on(s, x.key, w.address)

@@ -148,7 +148,7 @@ async def test_worker_on_full_disk_pauses_and_is_not_killed(disk64: Path) -> Non
                 addr = nanny.worker_address
                 assert addr is not None
                 # The disk fills, spilling turns off, the worker pauses (it is not killed and restarted).
-                await async_poll_for(lambda: s.workers[addr].status == "paused", timeout=60)
+                await async_poll_for(lambda: s.workers[addr].status == Status.paused, timeout=60)
                 errors = await c.run(disk_error_of)
                 assert errors[addr] is not None and "No space left on device" in errors[addr]
                 done = [f for f in futures if f.status == "finished"]
@@ -186,7 +186,7 @@ B = "tcp://10.0.0.2:1234"
 
 def paused_on_a_failed_disk(s: Scheduler, address: str) -> None:
     ws = s.workers[address]
-    ws.status = "paused"
+    ws.status = Status.paused
     ws.metrics["spill_disk_error"] = "[Errno 28] No space left on device"
 
 
@@ -205,7 +205,7 @@ def test_tasks_waiting_on_workers_paused_on_failed_disks_err_with_memory_error()
     assert not s.workers_stuck_on_full_disks()  # both run
     paused_on_a_failed_disk(s, A)
     assert not s.workers_stuck_on_full_disks()  # B still runs
-    s.workers[B].status = "paused"
+    s.workers[B].status = Status.paused
     assert not s.workers_stuck_on_full_disks()  # B may spill its way out
     paused_on_a_failed_disk(s, B)
     assert s.workers_stuck_on_full_disks()
@@ -239,7 +239,7 @@ async def test_futures_of_a_client_holding_every_result_end_on_a_full_disk(disk6
                 # Released, the results go; the worker resumes and computes again.
                 futures.clear()
                 del failed, f, x
-                await async_poll_for(lambda: all(ws.status == "running" for ws in s.workers.values()), timeout=30)
+                await async_poll_for(lambda: all(ws.status == Status.running for ws in s.workers.values()), timeout=30)
                 assert await c.submit(sum, [1, 2, 3]) == 6
                 assert nanny.restarts == 0
 

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from distributed import Client, rejoin, secede
+from distributed.core import Status
 from distributed.scheduler import Scheduler
 from distributed.threadpool import ThreadPool
 from distributed.utils_test import async_poll_for, gen_cluster, inc, poll_for
@@ -224,7 +225,7 @@ async def test_worker_over_its_memory_limit_pauses_and_resumes(c: Client, s: Sch
     async with Worker(s.address, nthreads=1, memory_limit=1, validate=True) as w:
         await async_poll_for(lambda: w.status.name == "paused", 5)
         # The worker tells the scheduler, which sends a paused worker no new tasks (as dask's).
-        await async_poll_for(lambda: s.workers[w.address].status == "paused", 5)
+        await async_poll_for(lambda: s.workers[w.address].status == Status.paused, 5)
         fut = c.submit(inc, 1, key="held-back")
         await async_poll_for(
             lambda: "held-back" in s.tasks and s.tasks["held-back"].state in ("queued", "no-worker"), 5

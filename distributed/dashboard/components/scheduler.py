@@ -346,7 +346,7 @@ def worker_rows(scheduler: Scheduler, now: float | None = None) -> Data:
         data["processing"].append(len(ws.processing))
         # Rounded so that a table of idle workers does not change at every tick.
         data["last_seen"].append(round(max(now - ws.last_seen, 0.0), 0) if ws.last_seen else 0.0)
-        data["status"].append(str(ws.status))
+        data["status"].append(ws.status.name)
         # A worker whose spill write failed keeps everything in memory from then on: say so where its memory is.
         disk_error = ws.metrics.get("spill_disk_error")
         data["spilling"].append(f"off: {disk_error}" if disk_error else "")
