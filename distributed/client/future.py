@@ -115,6 +115,10 @@ class FutureState:
         """The exception ``result()`` raises for this key, or None when it has none."""
         if self.status == "error":
             exc: BaseException = rebuild_exception(self.exception)
+            where = self.exception.get("where") if isinstance(self.exception, dict) else None
+            if where:
+                # The remote traceback holds only the task's own frames: say where they ran.
+                exc.add_note(where)
             return exc
         if self.status == "cancelled":
             return FutureCancelledError(self.key, self.reason)

@@ -478,6 +478,8 @@ class ClientTaskErred(TypedDict):
     exception: Payload
     traceback: Any
     text: str
+    #: Where the exception was raised, one line (the task to blame and its worker), added to it as a note.
+    where: NotRequired[str]
 
 
 class StreamBarrierReached(TypedDict):

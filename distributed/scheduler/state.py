@@ -954,9 +954,12 @@ class SchedulerState:
         blame = ts.exception_blame or ts
         if blame.exception is None:
             return None
-        return m.ClientTaskErred(
+        msg = m.ClientTaskErred(
             op="task-erred", key=ts.key, exception=blame.exception, traceback=blame.traceback, text=blame.exception_text
         )
+        if blame.erred_on:
+            msg["where"] = f"Raised in task {blame.key!r} on worker {', '.join(sorted(blame.erred_on))}"
+        return msg
 
     def _runs_on(self, ts: TaskState, address: str, run_id: int) -> bool:
         ws = ts.processing_on

@@ -6,6 +6,7 @@ import asyncio
 import operator
 import pickle
 import threading
+import traceback
 from typing import Any, Literal
 
 import dask
@@ -53,6 +54,26 @@ async def test_same_key_is_computed_once(c: Client, s: Scheduler, a: Worker, b: 
     assert x.key == y.key
     assert await x == await y == 2
     assert sum(1 for t in s.transition_log if t[0] == x.key and t[2] == "memory") == 1
+
+
+@gen_cluster(client=True)
+async def test_remote_traceback_is_the_task_s_frames_and_a_note_says_where_it_ran(
+    c: Client, s: Scheduler, a: Worker, b: Worker
+) -> None:
+    f = c.submit(raise_my_error, 3, key="bad", workers=[a.address])
+    with pytest.raises(MyError) as info:
+        await f
+    # After the client's own frames, the remote part holds only the user's function (no worker internals).
+    files = [fs.filename for fs in traceback.extract_tb(info.value.__traceback__)]
+    names = [fs.name for fs in traceback.extract_tb(info.value.__traceback__)]
+    first_remote = names.index("raise_my_error")
+    assert not any("/distributed/worker/" in name for name in files[first_remote:])
+    assert getattr(info.value, "__notes__", None) == [f"Raised in task 'bad' on worker {a.address}"]
+    # A dependent fails with the same exception, and the note names the task to blame.
+    g = c.submit(inc, f, key="dependent")
+    with pytest.raises(MyError) as info2:
+        await g
+    assert getattr(info2.value, "__notes__", None) == [f"Raised in task 'bad' on worker {a.address}"]
 
 
 @gen_cluster(client=True)
