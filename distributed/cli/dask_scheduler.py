@@ -26,6 +26,7 @@ from distributed.cli.utils import (
     security_from_options,
     setup_logging,
     tls_options,
+    version_line,
 )
 from distributed.cli.utils import (
     pid_file as write_pid_file,
@@ -185,6 +186,7 @@ async def _run(kwargs: dict[str, Any]) -> int:
 
     logger.info("-" * 47)
     logger.info("  Scheduler at:   %s", scheduler.address)
+    logger.info("  Versions:       %s", version_line())
     if scheduler.http_server is not None:
         host = scheduler.address.split("://", 1)[-1].rsplit(":", 1)[0]
         logger.info(

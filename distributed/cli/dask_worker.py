@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 import dask.config
-from dask.utils import parse_timedelta
+from dask.utils import format_bytes, parse_timedelta
 
 from distributed.cli.utils import (
     DurationType,
@@ -38,6 +38,7 @@ from distributed.cli.utils import (
     security_from_options,
     setup_logging,
     tls_options,
+    version_line,
     wait_for_scheduler_file,
 )
 from distributed.cli.utils import (
@@ -404,11 +405,15 @@ async def _run(
         await _close_all(workers)
         return 0
 
+    logger.info("-" * 47)
     for w in workers:
         if isinstance(w, Nanny):
             logger.info("  Nanny at:       %s (worker %s, pid %s)", w.address, w.worker_address, w.pid)
+            logger.info("  Memory:         %s", format_bytes(w.memory_limit) if w.memory_limit else "no limit")
             continue
         logger.info("  Worker at:      %s (name %s, %d threads)", w.address, w.name, w.nthreads)
+        logger.info("  Memory:         %s", format_bytes(w.memory_limit) if w.memory_limit else "no limit")
+        logger.info("  Local directory: %s", w.local_directory)
         if w.http_server is not None:
             # On every interface, the worker's own announced host is the one others reach it by.
             host = w.http_server.host
@@ -418,6 +423,8 @@ async def _run(
             logger.info("  dashboard at:   %s://%s:%d/health", w.http_server.scheme, host, w.http_server.port)
     # Started means registered: batch-system launchers (dask-jobqueue's) wait for this line, as dask's prints it.
     logger.info("  Registered to:  %s", address)
+    logger.info("  Versions:       %s", version_line())
+    logger.info("-" * 47)
 
     async def all_finished() -> None:
         await asyncio.gather(*(w.finished() for w in workers))

@@ -30,7 +30,7 @@ import click
 import dask.config
 from dask.utils import parse_bytes, parse_timedelta
 
-from distributed.config import DEFAULT_LOG_FORMAT, initialize_logging, silence_logging
+from distributed.config import DEFAULT_LOG_FORMAT, initialize_logging
 from distributed.utils import get_ip_interface
 
 __all__ = [
@@ -46,6 +46,7 @@ __all__ = [
     "security_from_options",
     "setup_logging",
     "tls_options",
+    "version_line",
     "wait_for_scheduler_file",
 ]
 
@@ -66,16 +67,18 @@ else:
     _MemoryLimitBase = click.ParamType
 
 
-def setup_logging(level: int = logging.INFO) -> None:
-    """Log ``distributed.*`` to stderr at ``level``; other libraries at WARNING.
+def setup_logging() -> None:
+    """Log ``distributed.*`` to stderr at the levels of the ``logging:`` config; other libraries at WARNING.
 
-    Idempotent. Each record is flushed as it is written (``StreamHandler``
-    flushes after every record), so a parent process reading our stderr sees
-    lines such as ``Scheduler at:`` as soon as they are logged.
+    The levels are the config's, as for ``dask scheduler`` and ``dask worker``
+    in dask: ``distributed: info`` unless the config says otherwise (say
+    ``distributed.worker: debug``, or ``distributed: warning`` for a quiet
+    process).  Idempotent. Each record is flushed as it is written
+    (``StreamHandler`` flushes after every record), so a parent process
+    reading our stderr sees lines such as ``Scheduler at:`` as soon as they
+    are logged.
     """
     initialize_logging()
-    logging.getLogger("distributed").setLevel(level)
-    silence_logging(level)
     root = logging.getLogger()
     if not root.handlers:
         fmt = dask.config.get("distributed.admin.log-format", None) or DEFAULT_LOG_FORMAT
@@ -83,6 +86,16 @@ def setup_logging(level: int = logging.INFO) -> None:
         handler.setFormatter(logging.Formatter(str(fmt)))
         handler.setLevel(logging.WARNING)
         root.addHandler(handler)
+
+
+def version_line() -> str:
+    """What a CLI logs of the versions it runs with, as it starts: ``distributed X, dask Y, Python Z``."""
+    import platform
+
+    from distributed.versions import get_package_info
+
+    found = get_package_info(["distributed", "dask"])
+    return f"distributed {found['distributed']}, dask {found['dask']}, Python {platform.python_version()}"
 
 
 class ShutdownSignal:

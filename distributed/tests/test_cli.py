@@ -21,6 +21,7 @@ from typing import Any
 import click
 import pytest
 
+import distributed
 from distributed.cli.dask_worker import nworkers_nthreads, parse_port_range
 from distributed.cli.utils import DurationType, MemoryLimitType, parse_resources
 
@@ -40,12 +41,17 @@ def _env() -> dict[str, str]:
 class Proc:
     """A subprocess whose stderr goes to a file (no pipe to fill up and block it)."""
 
-    def __init__(self, args: list[str], log: Path) -> None:
+    def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None) -> None:
         self.args = args
         self.log = log
         self._log_file = open(log, "wb")
         self.popen = subprocess.Popen(
-            args, stdout=subprocess.DEVNULL, stderr=self._log_file, stdin=subprocess.DEVNULL, env=_env(), cwd=REPO_ROOT
+            args,
+            stdout=subprocess.DEVNULL,
+            stderr=self._log_file,
+            stdin=subprocess.DEVNULL,
+            env={**_env(), **(env or {})},
+            cwd=REPO_ROOT,
         )
         self.pid = self.popen.pid
 
@@ -80,8 +86,8 @@ def procs(tmp_path: Path) -> Iterator[Callable[..., Proc]]:
     """Start subprocesses; all are killed (by PID) at the end of the test."""
     started: list[Proc] = []
 
-    def start(args: list[str], name: str = "proc") -> Proc:
-        p = Proc(args, tmp_path / f"{name}-{len(started)}.log")
+    def start(args: list[str], name: str = "proc", env: dict[str, str] | None = None) -> Proc:
+        p = Proc(args, tmp_path / f"{name}-{len(started)}.log", env)
         started.append(p)
         return p
 
@@ -121,12 +127,14 @@ def read_scheduler_file(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) and data.get("address") else None
 
 
-def start_scheduler(procs: Callable[..., Proc], tmp_path: Path, *extra: str) -> tuple[Proc, str, dict[str, Any]]:
+def start_scheduler(
+    procs: Callable[..., Proc], tmp_path: Path, *extra: str, env: dict[str, str] | None = None
+) -> tuple[Proc, str, dict[str, Any]]:
     sched_file = tmp_path / "scheduler.json"
     args = [*SCHEDULER, "--host", "127.0.0.1", "--port", "0", "--scheduler-file", str(sched_file)]
     if "--dashboard-address" not in extra:
         args.append("--no-dashboard")
-    proc = procs(args + list(extra), name="scheduler")
+    proc = procs(args + list(extra), name="scheduler", env=env)
     info = poll_with_proc(lambda: read_scheduler_file(sched_file), 30, "the scheduler file", proc)
     return proc, str(info["address"]), info
 
@@ -289,6 +297,37 @@ def test_scheduler_and_workers(procs: Callable[..., Proc], tmp_path: Path) -> No
     assert f"Scheduler at:   {address}" in err
     assert "Traceback" not in err
     assert not sched_file.exists()
+
+
+@pytest.mark.timeout(120)
+def test_startup_lines_say_memory_directory_and_versions(procs: Callable[..., Proc], tmp_path: Path) -> None:
+    sched, address, _ = start_scheduler(procs, tmp_path)
+    w = procs([*WORKER, address, "--nthreads", "1", "--no-nanny", "--memory-limit", "1GiB"], name="worker")
+    poll_with_proc(lambda: "Registered to:" in w.stderr(), 60, "the worker's registration", w)
+    assert w.signal_and_wait(signal.SIGTERM) == 0, w.stderr()
+    assert sched.signal_and_wait(signal.SIGTERM) == 0, sched.stderr()
+    versions = f"distributed {distributed.__version__}, dask "
+    assert f"Versions:       {versions}" in sched.stderr()
+    err = w.stderr()
+    assert f"Versions:       {versions}" in err
+    assert "Memory:         1.00 GiB" in err
+    assert "Local directory: " in err and "dask-scratch-space" in err
+
+
+@pytest.mark.timeout(120)
+def test_cli_logs_at_the_levels_of_the_logging_config(procs: Callable[..., Proc], tmp_path: Path) -> None:
+    # As in dask, the logging: config decides; the CLI no longer forces INFO on distributed.*.
+    config = tmp_path / "quiet.yaml"
+    config.write_text("logging:\n  distributed: warning\n")
+    env = {"DASK_CONFIG": str(config)}
+    sched, address, _ = start_scheduler(procs, tmp_path, env=env)
+    w = procs([*WORKER, address, "--nthreads", "1", "--no-nanny"], name="worker", env=env)
+    poll_with_proc(lambda: n_workers(address) == 1, 60, "the worker", w)
+    assert w.signal_and_wait(signal.SIGTERM) == 0, w.stderr()
+    assert sched.signal_and_wait(signal.SIGTERM) == 0, sched.stderr()
+    for err in (sched.stderr(), w.stderr()):
+        assert " - INFO - " not in err, err
+    assert "Scheduler at:" not in sched.stderr()
 
 
 @pytest.mark.timeout(120)
