@@ -56,6 +56,7 @@ from distributed.client.base import (
 from distributed.client.debugging import ClientDebugging
 from distributed.client.defaults import default_client, get_default_client, global_clients
 from distributed.client.dual import Work, dual_method
+from distributed.client.executor import ClientExecutor
 from distributed.client.future import Future
 from distributed.client.graphs import (
     worker_list,
@@ -1226,6 +1227,14 @@ class Client(ClientDebugging[AsyncT]):
             return reply
 
         return restart
+
+    def get_executor(self, **kwargs: Any) -> ClientExecutor:
+        """This client as a :class:`concurrent.futures.Executor` (see :class:`~distributed.client.executor.ClientExecutor`).
+
+        ``kwargs`` (``pure``, ``workers``, ``resources``, ``allow_other_workers``,
+        ``retries``) apply to every call made through it.
+        """
+        return ClientExecutor(self, **kwargs)
 
     def futures_of(self, collection: Any) -> list[Future]:
         """The futures held in a collection."""
