@@ -52,6 +52,8 @@ class Suite:
     pytest_args: tuple[str, ...] = ()
     #: Seconds for the whole suite in one environment.
     timeout: float = 1800
+    #: Run from the clone without it on ``sys.path`` (its package directory would shadow the installed one).
+    safe_path: bool = False
     env: dict[str, str] = field(default_factory=dict)
 
 
@@ -100,6 +102,7 @@ SUITES: dict[str, Suite] = {
             ),
             repo="https://github.com/dask/dask-ml.git",
             tag="v2025.1.0",
+            safe_path=True,
         ),
     ]
 }
@@ -173,6 +176,7 @@ def run_suite(python: Path, suite: Suite, cwd: Path, log: Path) -> dict[str, Any
     """Run ``suite`` with ``python``; its counts, wall time, and the tests that failed."""
     cmd = [
         str(python),
+        *(["-P"] if suite.safe_path else []),
         "-m",
         "pytest",
         "-q",

@@ -44,6 +44,7 @@ import asyncio
 import contextlib
 import enum
 import errno
+import functools
 import inspect
 import logging
 import sys
@@ -76,6 +77,7 @@ __all__ = [
     "LogBuffer",
     "PeriodicCallback",
     "RemoteError",
+    "RemoteRequests",
     "Route",
     "Server",
     "Status",
@@ -964,6 +966,13 @@ class ConnectionPool:
                 comm.abort()
             self.reuse(addr, comm)
 
+    def __call__(self, addr: str) -> RemoteRequests:
+        """Requests by name to the server at ``addr`` over this pool, as dask's ``pool(addr).who_has(...)``."""
+        return RemoteRequests(functools.partial(self._call_by_name, addr))
+
+    async def _call_by_name(self, addr: str, op: str, fields: dict[str, Any]) -> Any:
+        return await self.call(addr, m.request(op, **fields))
+
     async def call(self, addr: str, msg: Mapping[str, Any]) -> Any:
         """Send request ``msg`` to ``addr`` and return its result (a comm cut off mid-call is closed)."""
         async with self.borrowed(addr) as comm:
@@ -985,6 +994,31 @@ class ConnectionPool:
                     comm.abort()
             d.clear()
         self._notify()
+
+
+class RemoteRequests:
+    """A remote server's requests by name: ``await handle.who_has(keys=["x"])`` sends ``who_has``.
+
+    Code written for dask calls servers this way (``worker.scheduler.<op>(...)``,
+    ``rpc(addr).<op>(...)``).  The server checks the fields against the op's
+    declaration and refuses an op it does not serve, by name.
+    """
+
+    __slots__ = ("_send",)
+
+    def __init__(self, send: Callable[[str, dict[str, Any]], Awaitable[Any]]) -> None:
+        self._send = send
+
+    def __getattr__(self, op: str) -> Callable[..., Awaitable[Any]]:
+        if op.startswith("_"):
+            raise AttributeError(op)
+        send = self._send
+
+        async def request(**fields: Any) -> Any:
+            return await send(op, fields)
+
+        request.__name__ = request.__qualname__ = op
+        return request
 
 
 class rpc:
@@ -1021,6 +1055,15 @@ class rpc:
                 self._comm.abort()
                 self._comm = None
                 raise
+
+    def __getattr__(self, op: str) -> Callable[..., Awaitable[Any]]:
+        """The request ``op`` by name, as dask's ``rpc(addr).<op>(**fields)``."""
+        if op.startswith("_"):
+            raise AttributeError(op)
+        return RemoteRequests(self._call_fields).__getattr__(op)
+
+    async def _call_fields(self, op: str, fields: dict[str, Any]) -> Any:
+        return await self.call(op, **fields)
 
     async def close_rpc(self) -> None:
         """Close the comm."""

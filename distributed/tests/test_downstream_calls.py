@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from tornado.ioloop import IOLoop
 
-from distributed import Client, futures_of, wait
-from distributed.core import Status
+from distributed import Client, futures_of, get_worker, wait
+from distributed.core import Status, rpc
 from distributed.scheduler import Scheduler
 from distributed.utils import sync
 from distributed.utils_test import gen_cluster, inc
@@ -140,3 +140,28 @@ async def test_worker_state_status_is_the_status_enum(
     assert info["workers"][a.address]["status"] == "running"
     await c.retire_workers([a.address], close_workers=False, remove=False)
     assert s.workers[a.address].status is Status.closing_gracefully
+
+
+def ask_scheduler_from_task(key: str) -> Any:
+    worker = get_worker()
+
+    async def ask() -> Any:
+        return await worker.scheduler.who_has(keys=[key])
+
+    return worker.client.sync(ask)
+
+
+@gen_cluster(client=True)
+async def test_worker_scheduler_and_client_members(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
+) -> None:
+    # Deployment code and plugins written for dask use worker.scheduler.<op>(...) and worker.client.
+    x = c.submit(inc, 1, key="x", workers=[a.address])
+    await x
+    assert await a.scheduler.who_has(keys=["x"]) == {"x": (a.address,)}
+    with pytest.raises(ValueError, match="no_such_request"):
+        await a.scheduler.no_such_request()
+    assert await c.submit(ask_scheduler_from_task, "x", workers=[b.address]) == {"x": (a.address,)}
+    assert b.client is b.client  # one client per worker, made on first use
+    async with rpc(s.address) as r:
+        assert (await r.identity())["type"] == "Scheduler"

@@ -31,7 +31,7 @@ from distributed.comm import Comm, CommClosedError, connect, validate_address
 from distributed.comm.addressing import listen_addresses, listen_protocol, parse_ports
 from distributed.config import get_interval, silence_logging
 from distributed.config_refusals import refuse_unhonoured_config
-from distributed.core import Route, Server, Status, StreamRoute, error_message
+from distributed.core import RemoteRequests, Route, Server, Status, StreamRoute, error_message
 from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.exceptions import Reschedule
 from distributed.http.server import HTTPServerHandle
@@ -1334,6 +1334,21 @@ class Worker(Server):
         return self.actor_host.attribute(msg, self.address)
 
     # -- helpers for user code ----------------------------------------------------------
+    @property
+    def scheduler(self) -> RemoteRequests:
+        """The scheduler's requests by name over this worker's connections, as dask's ``Worker.scheduler``.
+
+        Examples
+        --------
+        >>> await get_worker().scheduler.who_has(keys=["x"])  # doctest: +SKIP
+        """
+        return self.rpc(self.scheduler_addr)
+
+    @property
+    def client(self) -> Client:
+        """The worker's own client of its scheduler (made on first use), as dask's ``Worker.client``."""
+        return self.task_client()
+
     def task_client(self, timeout: float | None = None) -> Client:
         """A synchronous client of our scheduler, sharing this worker's event loop (made on first use)."""
         if self._client is None or self._client.status in ("closed", "closing"):
