@@ -121,14 +121,17 @@ def build_env(workdir: Path, side: str, suites: list[Suite], fresh: bool) -> Pat
     stamp = venv / "requirements.json"
     distributed = str(ROOT) if side == "this" else f"distributed=={RELEASED_DISTRIBUTED}"
     wanted = sorted({*COMMON, *(p for s in suites for p in s.packages)})
-    if not fresh and stamp.exists() and json.loads(stamp.read_text()) == {"distributed": distributed, "pkgs": wanted}:
-        return python
-    if venv.exists():
-        _run(["rm", "-rf", str(venv)])
-    _run([sys.executable, "-m", "venv", str(venv)])
     install = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    _run([*install, *(["-e", distributed] if side == "this" else [distributed]), *wanted])
-    stamp.write_text(json.dumps({"distributed": distributed, "pkgs": wanted}))
+    if fresh or not stamp.exists() or json.loads(stamp.read_text()) != {"distributed": distributed, "pkgs": wanted}:
+        if venv.exists():
+            _run(["rm", "-rf", str(venv)])
+        _run([sys.executable, "-m", "venv", str(venv)])
+        _run([*install, distributed, *wanted])
+        stamp.write_text(json.dumps({"distributed": distributed, "pkgs": wanted}))
+    elif side == "this":
+        # Installed, not editable: a suite's own directory named ``distributed`` (LightGBM's tests have one)
+        # would shadow an editable install, as a namespace package.  So the checkout is installed anew each run.
+        _run([*install, "--no-deps", "--force-reinstall", distributed])
     return python
 
 

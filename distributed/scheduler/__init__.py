@@ -61,6 +61,7 @@ from typing import TYPE_CHECKING, Final
 from distributed.utils import lazy_attribute
 
 if TYPE_CHECKING:
+    from distributed.exceptions import KilledWorker
     from distributed.scheduler.records import (
         ClientState,
         Effects,
@@ -77,6 +78,8 @@ if TYPE_CHECKING:
 _SOURCES: Final = {
     "ClientState": "distributed.scheduler.records",
     "Effects": "distributed.scheduler.records",
+    # Raised to clients, defined with the other exceptions; dask's scheduler module has it, and code imports it there.
+    "KilledWorker": "distributed.exceptions",
     "Scheduler": "distributed.scheduler.server",
     "SchedulerState": "distributed.scheduler.state",
     "TaskGroup": "distributed.scheduler.records",
@@ -89,6 +92,7 @@ _SOURCES: Final = {
 __all__ = [
     "ClientState",
     "Effects",
+    "KilledWorker",
     "Scheduler",
     "SchedulerState",
     "TaskGroup",
