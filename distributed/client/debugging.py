@@ -11,7 +11,7 @@ import asyncio
 import functools
 import warnings
 from collections.abc import Callable, Collection, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from dask.typing import no_default
 
@@ -151,6 +151,72 @@ class ClientDebugging(ClientBase[AsyncT]):
 
         return dump
 
+    def recreate_task_locally(self, future: Any) -> Any:
+        """Run ``future``'s task in this process, with its inputs fetched from the cluster; its result.
+
+        For a look at a task with a debugger or a profiler: the task's own
+        function runs in the calling thread (the scheduler's copy of the task,
+        as the client sent it), on its inputs as the cluster holds them (or
+        computes them again).  On an asynchronous client, an awaitable that
+        runs it on the event loop.
+        """
+        key = _single_key(future)
+        if self.asynchronous:
+            return self._run_here(key)
+        # A synchronous client: sync() gives the value (its declared type covers both forms).
+        node, inputs = cast("tuple[Any, dict[Key, Any]]", self.sync(self._task_and_inputs, key))
+        return node(inputs)
+
+    def recreate_error_locally(self, future: Any) -> Any:
+        """Run the task that caused ``future``'s error in this process, so that it raises here.
+
+        The task to blame is the erred one itself or the dependency whose error
+        it carries.  Under ``pdb`` (``%debug`` in IPython) the post-mortem then
+        stops in the user's function.  ``future`` may be a collection holding
+        futures; the first erred one is used.  On an asynchronous client, an
+        awaitable.
+
+        Raises
+        ------
+        ValueError
+            When none of the futures erred.
+        """
+        from distributed.client.waiting import futures_of
+
+        keys = [f.key for f in futures_of(future)]
+
+        async def cause() -> Key:
+            key: Key | None = await self.link.request(m.KeysRequest(op="get_error_cause", keys=keys))
+            if key is None:
+                raise ValueError("No erred futures passed")
+            return key
+
+        if self.asynchronous:
+
+            async def run() -> Any:
+                return await self._run_here(await cause())
+
+            return run()
+        # A synchronous client: sync() gives the values (its declared type covers both forms).
+        blamed = cast("Key", self.sync(cause))
+        node, inputs = cast("tuple[Any, dict[Key, Any]]", self.sync(self._task_and_inputs, blamed))
+        return node(inputs)
+
+    async def _run_here(self, key: Key) -> Any:
+        node, inputs = await self._task_and_inputs(key)
+        return node(inputs)
+
+    async def _task_and_inputs(self, key: Key) -> tuple[Any, dict[Key, Any]]:
+        """The task of ``key`` as the client sent it (unpickled here), and its inputs' values by key."""
+        from distributed.client.future import Future
+
+        reply: m.RunSpecReply = await self.link.request(m.KeyRequest(op="get_runspec", key=key))
+        if reply["run_spec"] is None:
+            raise ValueError(f"{key!r} was not computed by a task (scattered data has no task to run again)")
+        deps = list(reply["dependencies"])
+        inputs = await self.transfer.gather([Future(k, self._whole()) for k in deps]) if deps else []
+        return unwrap(reply["run_spec"]), dict(zip(deps, inputs))
+
     @dual_method
     def call_stack(
         self, futures: Any = None, keys: Collection[Key] | None = None
@@ -220,3 +286,19 @@ class ClientDebugging(ClientBase[AsyncT]):
             return result
 
         return versions
+
+
+def _single_key(future: Any) -> Key:
+    """The key of ``future`` (a Future, or a collection holding exactly one).
+
+    Raises
+    ------
+    ValueError
+        When ``future`` holds no future or more than one.
+    """
+    from distributed.client.waiting import futures_of
+
+    found = futures_of(future)
+    if len(found) != 1:
+        raise ValueError(f"Expected one future, found {len(found)}")
+    return found[0].key

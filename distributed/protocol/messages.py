@@ -110,6 +110,20 @@ class KeysRequest(TypedDict):
     keys: Sequence[Key]
 
 
+class KeyRequest(TypedDict):
+    """A request about one key (``get_runspec``)."""
+
+    op: str
+    key: Key
+
+
+class RunSpecReply(TypedDict):
+    """A task's run specification as the client sent it, and the keys it reads (``get_runspec``)."""
+
+    run_spec: Payload | None
+    dependencies: Sequence[Key]
+
+
 class OptionalKeysRequest(TypedDict):
     op: str
     keys: NotRequired[Sequence[Key] | None]

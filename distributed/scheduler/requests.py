@@ -146,6 +146,27 @@ class ClusterRequests:
         workers = dict(await asyncio.gather(*(of_worker(a) for a in list(s.workers))))
         return {"scheduler": get_versions(packages), "workers": workers}
 
+    def handle_get_runspec(self, comm: Comm, msg: m.KeyRequest) -> m.RunSpecReply:
+        """The task's run specification, unopened, and its dependencies' keys (``recreate_task_locally``).
+
+        Raises
+        ------
+        KeyError
+            For a key the scheduler does not hold.
+        """
+        ts = self.scheduler.tasks.get(msg["key"])
+        if ts is None:
+            raise KeyError(f"The scheduler holds no task {msg['key']!r}")
+        return m.RunSpecReply(run_spec=ts.run_spec, dependencies=[dep.key for dep in ts.dependencies])
+
+    def handle_get_error_cause(self, comm: Comm, msg: m.KeysRequest) -> Key | None:
+        """The key of the task whose error the first erred one of ``keys`` carries (itself, or a dependency)."""
+        for key in msg["keys"]:
+            ts = self.scheduler.tasks.get(key)
+            if ts is not None and ts.state == "erred":
+                return (ts.exception_blame or ts).key
+        return None
+
     def handle_who_has(self, comm: Comm, msg: m.OptionalKeysRequest) -> dict[Key, list[str]]:
         keys = msg.get("keys")
         if keys is None:

@@ -238,6 +238,8 @@ class Scheduler(GraphIngestion, Server):
             "dump_state": Route(m.DumpState, lambda comm, msg: scheduler_state(self, msg["exclude"])),
             "scheduler_info": Route(m.Empty, self.requests.handle_identity),
             "who_has": Route(m.OptionalKeysRequest, self.requests.handle_who_has),
+            "get_runspec": Route(m.KeyRequest, self.requests.handle_get_runspec),
+            "get_error_cause": Route(m.KeysRequest, self.requests.handle_get_error_cause),
             "has_what": Route(m.WorkersRequest, self.requests.handle_has_what),
             "nthreads": Route(m.WorkersRequest, self.requests.handle_nthreads),
             # dask's names for the same answers, which code written for it sends (``client.scheduler.ncores()``).
