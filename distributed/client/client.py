@@ -819,10 +819,45 @@ class Client(ClientDebugging[AsyncT]):
         return nbytes_of
 
     @dual_method
-    def story(self, /, *keys_or_stimuli: Any) -> Work[list[tuple[Any, ...]]]:
-        """The scheduler's transition log for these keys."""
+    def story(self, /, *keys_or_stimuli: Any, on_error: str = "raise") -> Work[list[tuple[Any, ...]]]:
+        """The cluster's story of these keys: the scheduler's transitions, then each worker's.
+
+        Each entry is ``("scheduler", key, start, finish, recommendations,
+        stimulus_id, timestamp)`` or ``(worker address, *the worker's entry)``,
+        as in dask.
+
+        Parameters
+        ----------
+        on_error
+            ``"raise"``: a part that cannot answer raises its error;
+            ``"ignore"``: its entries are left out.
+
+        Raises
+        ------
+        ValueError
+            For another ``on_error``.
+        """
+        if on_error not in ("raise", "ignore"):
+            raise ValueError(f"on_error must be 'raise' or 'ignore', got {on_error!r}")
         keys = [k.key if isinstance(k, TaskRef) else k for k in keys_or_stimuli]
-        return functools.partial(self.link.request, m.StoryRequest(op="story", keys=keys))
+        request = m.StoryRequest(op="story", keys=keys)
+
+        async def part(where: str, ask: Awaitable[Any]) -> list[tuple[Any, ...]]:
+            try:
+                return [(where, *entry) for entry in await ask]
+            except Exception:
+                if on_error == "raise":
+                    raise
+                return []
+
+        async def cluster_story() -> list[tuple[Any, ...]]:
+            told = await part("scheduler", self.link.request(request))
+            workers = await self.link.request(m.WorkersRequest(op="nthreads", workers=None))
+            for entries in await asyncio.gather(*(part(w, self.pool.call(w, request)) for w in sorted(workers))):
+                told.extend(entries)
+            return told
+
+        return cluster_story
 
     @dual_method
     def get_task_stream(

@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 
 from distributed import Client, Future, Lock, as_completed, default_client, futures_of, get_client, wait
+from distributed.core import Route
 from distributed.exceptions import FutureCancelledError
+from distributed.protocol import messages as m
 from distributed.protocol.serialize import SerializationError
 from distributed.scheduler import Scheduler
 from distributed.utils_test import async_poll_for, gen_cluster, inc, slowinc
@@ -264,10 +266,31 @@ async def test_story_and_scheduler_info(c: Client[Literal[True]], s: Scheduler, 
     x = c.submit(inc, 1)
     await x
     story = await c.story(x.key)
-    assert [tuple(t)[2] for t in story][-1] == "memory"
+    # As in dask: the scheduler's entries first, each led by where it was told, then the workers'.
+    told = [entry for entry in story if entry[0] == "scheduler"]
+    assert told and told[-1][1] == x.key and told[-1][3] == "memory"
+    holder = next(iter(s.tasks[x.key].who_has)).address
+    assert any(entry[0] == holder and x.key in entry for entry in story)
+    with pytest.raises(ValueError, match="on_error"):
+        c.story(x.key, on_error="skip")
     info = await c.scheduler_info()
     assert set(info["workers"]) == {a.address, b.address}
     assert await c.nthreads() == {a.address: 1, b.address: 2}
+
+
+@gen_cluster(client=True)
+async def test_story_on_error(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
+    x = c.submit(inc, 1, workers=[a.address])
+    await x
+
+    def refuse(comm: Any, msg: Any) -> Any:
+        raise RuntimeError("no story here")
+
+    b.handlers["story"] = Route(m.StoryRequest, refuse)
+    with pytest.raises(RuntimeError, match="no story here"):
+        await c.story(x.key)
+    story = await c.story(x.key, on_error="ignore")
+    assert {entry[0] for entry in story} == {"scheduler", a.address}
 
 
 @gen_cluster(client=True)

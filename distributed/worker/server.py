@@ -372,6 +372,7 @@ class Worker(Server):
             "actor_attribute": Route(m.ActorAttribute, self.handle_actor_attribute),
             "profile": Route(m.WorkerProfile, self.handle_profile),
             "profile_metadata": Route(m.WorkerProfileMetadata, self.handle_profile_metadata),
+            "story": Route(m.StoryRequest, lambda comm, msg: [tuple(t) for t in self.story(*msg["keys"])]),
         }
         stream_handlers: dict[str, StreamRoute[Any]] = {
             "compute-task": StreamRoute(m.ComputeTask, self._stream_compute_task),
