@@ -1341,9 +1341,43 @@ def _same_scheduler(client: Client, address: str, resolve: bool) -> bool:
         return False
 
 
-def get_task_metadata() -> Any:
-    """Not supported yet."""
-    raise NotImplementedError("get_task_metadata is not supported yet")
+class get_task_metadata:
+    """Collect the metadata and final state of the tasks computed inside a ``with`` block.
+
+    The tasks are those the current client asks for inside the block; their
+    ``TaskState.metadata`` and final state (``memory`` or ``erred``) are read
+    on the scheduler as each finishes.
+
+    Examples
+    --------
+    >>> with get_task_metadata() as tasks:  # doctest: +SKIP
+    ...     x.compute()
+    >>> tasks.state  # doctest: +SKIP
+    {'x': 'memory'}
+    """
+
+    def __init__(self) -> None:
+        self.name = f"task-metadata-{uuid.uuid4().hex}"
+        #: By key, each task's metadata (after the block).
+        self.metadata: dict[Key, Any] | None = None
+        #: By key, each task's final state (after the block).
+        self.state: dict[Key, str] | None = None
+
+    async def __aenter__(self) -> get_task_metadata:
+        await get_client().scheduler.start_task_metadata(name=self.name)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        reply = await get_client().scheduler.stop_task_metadata(name=self.name)
+        self.metadata = dict(reply["metadata"])
+        self.state = dict(reply["state"])
+
+    def __enter__(self) -> get_task_metadata:
+        get_client().sync(self.__aenter__)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        get_client().sync(self.__aexit__)
 
 
 #: The event topic of records forwarded by :meth:`Client.forward_logging`.

@@ -110,6 +110,13 @@ class KeysRequest(TypedDict):
     keys: Sequence[Key]
 
 
+class TaskMetadataRequest(TypedDict):
+    """Start or stop collecting task metadata under ``name`` (``get_task_metadata``)."""
+
+    op: str
+    name: str
+
+
 class KeyRequest(TypedDict):
     """A request about one key (``get_runspec``)."""
 

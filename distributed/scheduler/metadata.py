@@ -3,6 +3,11 @@
 A path is a list of keys (a single key is a path of one); setting a path
 makes the dicts along it that are missing.  Values are plain msgpack data:
 the scheduler never unpickles them.
+
+Also the tasks' own metadata as a client collects it
+(:class:`distributed.get_task_metadata`): a :class:`TaskMetadataCollector`
+plugin, started and stopped by name, notes each task wanted while it runs and
+keeps its metadata and final state once it is in memory or erred.
 """
 
 from __future__ import annotations
@@ -12,9 +17,11 @@ from typing import Any
 
 from distributed.comm import Comm
 from distributed.core import Route
+from distributed.diagnostics.plugin import SchedulerPlugin
 from distributed.protocol import messages as m
+from distributed.protocol.messages import Key
 
-__all__ = ["MetadataStore"]
+__all__ = ["MetadataStore", "TaskMetadataCollector"]
 
 
 def _path(keys: Any) -> list[Any]:
@@ -72,3 +79,37 @@ class MetadataStore:
             return {"value": self.get(msg["keys"])}
         except KeyError:
             return {}
+
+
+class TaskMetadataCollector(SchedulerPlugin):
+    """Collect the metadata and final state of the tasks wanted while it runs (``get_task_metadata``).
+
+    Parameters
+    ----------
+    tasks
+        The scheduler's tasks by key, read as each one finishes.
+    name
+        The plugin's name, under which a client stops it.
+    """
+
+    def __init__(self, tasks: Mapping[Key, Any], name: str) -> None:
+        self.name = name
+        self._tasks = tasks
+        self._keys: set[Key] = set()
+        #: Each finished task's metadata (``TaskState.metadata``, empty when it has none).
+        self.metadata: dict[Key, Any] = {}
+        #: Each finished task's final state: ``memory`` or ``erred``.
+        self.state: dict[Key, str] = {}
+
+    def update_graph(self, scheduler: Any, *, keys: set[Any], **kwargs: Any) -> None:
+        """Note the keys a client wants."""
+        self._keys.update(keys)
+
+    def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
+        """Keep a noted task's metadata and state as it reaches memory or erred."""
+        if finish in ("memory", "erred") and key in self._keys:
+            ts = self._tasks.get(key)
+            if ts is not None:
+                self.metadata[key] = dict(ts.metadata or {})
+                self.state[key] = finish
+                self._keys.discard(key)

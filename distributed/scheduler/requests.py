@@ -28,6 +28,7 @@ from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.protocol.serialize import Serialize, unwrap
 from distributed.scheduler import rebalance
+from distributed.scheduler.metadata import TaskMetadataCollector
 from distributed.scheduler.records import TaskState, WorkerState
 from distributed.utils import wait_for
 from distributed.versions import get_versions
@@ -145,6 +146,24 @@ class ClusterRequests:
 
         workers = dict(await asyncio.gather(*(of_worker(a) for a in list(s.workers))))
         return {"scheduler": get_versions(packages), "workers": workers}
+
+    async def handle_start_task_metadata(self, comm: Comm, msg: m.TaskMetadataRequest) -> None:
+        """Start collecting the metadata of the tasks wanted from now on, under ``name``."""
+        await self.scheduler.add_plugin(TaskMetadataCollector(self.scheduler.tasks, msg["name"]), name=msg["name"])
+
+    def handle_stop_task_metadata(self, comm: Comm, msg: m.TaskMetadataRequest) -> dict[str, Any]:
+        """Stop collecting under ``name``: ``{"metadata": {key: ...}, "state": {key: "memory" | "erred"}}``.
+
+        Raises
+        ------
+        ValueError
+            When no collection runs under ``name``.
+        """
+        plugin = self.scheduler.plugins.get(msg["name"])
+        if not isinstance(plugin, TaskMetadataCollector):
+            raise ValueError(f"No task metadata is being collected under {msg['name']!r}")
+        self.scheduler.remove_plugin(msg["name"])
+        return {"metadata": plugin.metadata, "state": plugin.state}
 
     def handle_get_runspec(self, comm: Comm, msg: m.KeyRequest) -> m.RunSpecReply:
         """The task's run specification, unopened, and its dependencies' keys (``recreate_task_locally``).

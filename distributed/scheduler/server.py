@@ -239,6 +239,8 @@ class Scheduler(GraphIngestion, Server):
             "scheduler_info": Route(m.Empty, self.requests.handle_identity),
             "who_has": Route(m.OptionalKeysRequest, self.requests.handle_who_has),
             "get_runspec": Route(m.KeyRequest, self.requests.handle_get_runspec),
+            "start_task_metadata": Route(m.TaskMetadataRequest, self.requests.handle_start_task_metadata),
+            "stop_task_metadata": Route(m.TaskMetadataRequest, self.requests.handle_stop_task_metadata),
             "get_error_cause": Route(m.KeysRequest, self.requests.handle_get_error_cause),
             "has_what": Route(m.WorkersRequest, self.requests.handle_has_what),
             "nthreads": Route(m.WorkersRequest, self.requests.handle_nthreads),

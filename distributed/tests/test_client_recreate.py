@@ -77,3 +77,38 @@ async def test_scattered_data_has_no_task_to_run(c: Client[Literal[True]], s: Sc
         await c.recreate_task_locally(f)
     with pytest.raises(ValueError, match="one future"):
         c.recreate_task_locally([])
+
+
+def fail_once(x: int) -> int:
+    raise RuntimeError("no")
+
+
+def test_get_task_metadata_collects_the_block_s_tasks() -> None:
+    from distributed import get_task_metadata
+
+    with Client(processes=False, n_workers=1, dashboard_address=None) as c:
+        before = c.submit(inc, 0, key="before")
+        before.result()
+        with get_task_metadata() as tasks:
+            x = c.submit(inc, 1, key="x")
+            bad = c.submit(fail_once, 1, key="bad")
+            x.result()
+            with pytest.raises(RuntimeError):
+                bad.result()
+        assert tasks.state == {"x": "memory", "bad": "erred"}
+        assert tasks.metadata == {"x": {}, "bad": {}}
+        # The collector is gone with the block.
+        assert not [
+            p for p in c.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.plugins)) if "metadata" in p
+        ]
+
+
+@gen_cluster(client=True)
+async def test_get_task_metadata_async(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
+    from distributed import get_task_metadata
+
+    async with get_task_metadata() as tasks:
+        await c.submit(inc, 1, key="y")
+    assert tasks.state == {"y": "memory"}
+    with pytest.raises(ValueError, match="No task metadata"):
+        await c.scheduler.stop_task_metadata(name="never-started")
