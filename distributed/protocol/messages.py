@@ -110,6 +110,22 @@ class KeysRequest(TypedDict):
     keys: Sequence[Key]
 
 
+class MemorySamplerStart(TypedDict):
+    """Sample the cluster's memory under ``key`` every ``interval`` seconds (``MemorySampler``)."""
+
+    op: str
+    key: str
+    measure: str
+    interval: float
+
+
+class MemorySamplerStop(TypedDict):
+    """Stop the sampling under ``key``; the reply is its ``(time, bytes)`` samples."""
+
+    op: str
+    key: str
+
+
 class TaskMetadataRequest(TypedDict):
     """Start or stop collecting task metadata under ``name`` (``get_task_metadata``)."""
 

@@ -44,6 +44,7 @@ from distributed.protocol.serialize import to_serialize
 from distributed.scheduler.events import EventLog
 from distributed.scheduler.extensions import ExtensionFactory, make_extensions, start_extensions
 from distributed.scheduler.graph import GraphIngestion
+from distributed.scheduler.memory_sampler import MemorySamplerExtension
 from distributed.scheduler.metadata import MetadataStore
 from distributed.scheduler.records import (
     Effects,
@@ -213,6 +214,8 @@ class Scheduler(GraphIngestion, Server):
         #: Recent events by topic and the clients subscribed to topics.
         self.event_log = EventLog(self)
         self.metadata_store = MetadataStore()
+        #: The samplings of the cluster's memory that clients run (``MemorySampler``).
+        self.memory_sampler = MemorySamplerExtension(self.workers, self)
         #: The metadata clients set (``Client.set_metadata``): nested dicts.
         self.task_metadata = self.metadata_store.values
         self.events = self.event_log.events
@@ -272,6 +275,7 @@ class Scheduler(GraphIngestion, Server):
             "adaptive_target": Route(m.AdaptiveTarget, self.requests.handle_adaptive_target),
             **self.event_log.routes(),
             **self.metadata_store.routes(),
+            **self.memory_sampler.routes(),
         }
         stream_handlers = {**self.streams.stream_routes(), **self.event_log.stream_routes()}
         Server.__init__(
