@@ -33,13 +33,20 @@ class DoneAndNotDoneFutures(NamedTuple):
 
 
 def futures_of(o: Any, client: Client | None = None) -> list[Future]:
-    """The futures inside ``o`` (nested containers and dask collections)."""
+    """The futures inside ``o`` (nested containers and dask collections), in the order they appear there.
+
+    A collection's futures come in the order of its graph, which is the order
+    of its partitions (as in dask: libraries pair the partitions of two
+    collections by position, xgboost its data and labels).
+    """
     stack = [o]
     seen: set[int] = set()
     futures: dict[Key, Future] = {}
     while stack:
         x = stack.pop()
         if isinstance(x, Future):
+            # Found last to first (the stack pops the last item first), so reversed below; a future found
+            # twice keeps the place dask gives it (its first find here).
             futures.setdefault(x.key, x)
         elif isinstance(x, (list, tuple, set, frozenset)):
             stack.extend(x)
@@ -60,7 +67,7 @@ def futures_of(o: Any, client: Client | None = None) -> list[Future]:
         bad = [f for f in futures.values() if f.bound_client is not None and f.bound_client is not client]
         if bad:
             raise ValueError("Futures belong to another client")
-    return list(futures.values())
+    return list(reversed(futures.values()))
 
 
 def wait(fs: Any, timeout: Any = None, return_when: str = ALL_COMPLETED) -> Any:

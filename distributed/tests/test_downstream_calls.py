@@ -165,3 +165,17 @@ async def test_worker_scheduler_and_client_members(
     assert b.client is b.client  # one client per worker, made on first use
     async with rpc(s.address) as r:
         assert (await r.identity())["type"] == "Scheduler"
+
+
+@gen_cluster(client=True)
+async def test_futures_of_a_collection_come_in_partition_order(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
+) -> None:
+    # xgboost pairs the partitions of its data and its labels by position in futures_of.
+    x = c.persist(da.arange(40, chunks=5))
+    keys = [f.key for f in futures_of(x)]
+    assert keys == [(x.name, i) for i in range(8)]
+    f1, f2 = c.submit(inc, 1, key="f1"), c.submit(inc, 2, key="f2")
+    # As dask orders them: a future found twice takes the place of its last occurrence.
+    assert [f.key for f in futures_of([f1, f2, [f1]])] == ["f2", "f1"]
+    assert [f.key for f in futures_of([f1, f2])] == ["f1", "f2"]
