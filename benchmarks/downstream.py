@@ -52,8 +52,9 @@ class Suite:
     pytest_args: tuple[str, ...] = ()
     #: Seconds for the whole suite in one environment.
     timeout: float = 1800
-    #: Run from the clone without it on ``sys.path`` (its package directory would shadow the installed one).
-    safe_path: bool = False
+    #: Directories of the clone to remove: its package's sources, which would shadow the installed package
+    #: (pytest puts the clone's root on ``sys.path`` for its ``tests`` package).
+    shadows: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
 
 
@@ -102,7 +103,7 @@ SUITES: dict[str, Suite] = {
             ),
             repo="https://github.com/dask/dask-ml.git",
             tag="v2025.1.0",
-            safe_path=True,
+            shadows=("dask_ml",),
         ),
     ]
 }
@@ -144,6 +145,9 @@ def checkout(workdir: Path, suite: Suite, sources: dict[str, str]) -> Path:
     if not (dest / ".git").exists():
         url = sources.get(suite.name, suite.repo)
         _run(["git", "clone", "-q", "--depth", "1", "--branch", str(suite.tag), url, str(dest)])
+    for shadow in suite.shadows:
+        if (dest / shadow).exists():
+            _run(["rm", "-rf", str(dest / shadow)])
     return dest
 
 
@@ -179,7 +183,6 @@ def run_suite(python: Path, suite: Suite, cwd: Path, log: Path) -> dict[str, Any
     """Run ``suite`` with ``python``; its counts, wall time, and the tests that failed."""
     cmd = [
         str(python),
-        *(["-P"] if suite.safe_path else []),
         "-m",
         "pytest",
         "-q",
