@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Mapping
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Protocol
 
 from distributed.protocol.messages import Key
@@ -24,7 +25,7 @@ from distributed.threadpool import current_pool
 if TYPE_CHECKING:
     from distributed.core import ConnectionPool
 
-__all__ = ["TaskHost", "TaskThreadState", "current_worker", "in_actor_thread", "rejoin", "secede"]
+__all__ = ["TaskHost", "TaskThreadState", "current_worker", "in_actor_thread", "rejoin", "secede", "task_worker"]
 
 
 class TaskHost(Protocol):
@@ -79,10 +80,14 @@ class TaskThreadState(threading.local):
 #: This process's task state, one per thread.
 thread_state = TaskThreadState()
 
+#: The worker whose task runs in this context, set with the thread state.  Coroutines a task starts on an event
+#: loop (``client.sync(...)`` from a task) run in a copy of the task's context, so they see it too, as in dask.
+task_worker: ContextVar[TaskHost | None] = ContextVar("task_worker", default=None)
+
 
 def current_worker() -> TaskHost | None:
-    """The worker running the task (or actor method) on this thread, else None."""
-    return thread_state.worker
+    """The worker running the task (or actor method) on this thread, or that a coroutine's task runs on; else None."""
+    return thread_state.worker or task_worker.get()
 
 
 def in_actor_thread() -> bool:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from tornado.ioloop import IOLoop
 
-from distributed import Client, futures_of, get_worker, wait
+from distributed import Client, futures_of, get_client, get_worker, wait
 from distributed.core import Status, rpc
 from distributed.scheduler import Scheduler
 from distributed.utils import sync
@@ -179,3 +179,21 @@ async def test_futures_of_a_collection_come_in_partition_order(
     # As dask orders them: a future found twice takes the place of its last occurrence.
     assert [f.key for f in futures_of([f1, f2, [f1]])] == ["f2", "f1"]
     assert [f.key for f in futures_of([f1, f2])] == ["f1", "f2"]
+
+
+def sync_from_task_then_get_client() -> str:
+    # xgboost: a task's own client runs a coroutine on the worker's event loop, which asks get_client() again.
+    async def on_the_worker_loop() -> str:
+        return str(get_client().scheduler.address) + " " + get_worker().address
+
+    return str(get_client().sync(on_the_worker_loop))
+
+
+@gen_cluster(client=True)
+async def test_get_client_in_a_coroutine_a_task_runs_on_the_worker_loop(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
+) -> None:
+    assert await c.submit(sync_from_task_then_get_client, workers=[a.address]) == f"{s.address} {a.address}"
+    # Outside a task, on the client's own loop, there is still no worker.
+    with pytest.raises(ValueError, match="No worker found"):
+        get_worker()

@@ -17,6 +17,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Generator
+from contextvars import Token
 from typing import TYPE_CHECKING, Any
 
 from dask.sizeof import sizeof
@@ -25,7 +26,7 @@ from dask.utils import typename
 from distributed.core import error_message
 from distributed.protocol.messages import Key
 from distributed.protocol.serialize import unwrap
-from distributed.task_context import TaskHost, thread_state
+from distributed.task_context import TaskHost, task_worker, thread_state
 from distributed.worker.state_machine import ExecuteFailure, ExecuteSuccess
 
 if TYPE_CHECKING:
@@ -135,7 +136,7 @@ def failure_event(exc: BaseException, key: Key, run_id: int, start: float) -> Ex
 class TaskContext:
     """Sets the thread state that ``get_worker``/``get_client`` read."""
 
-    __slots__ = ("worker", "key", "old_state", "old_key", "old_worker", "ident")
+    __slots__ = ("worker", "key", "old_state", "old_key", "old_worker", "ident", "token")
 
     def __init__(self, worker: Worker, key: Key) -> None:
         self.worker = worker
@@ -144,6 +145,7 @@ class TaskContext:
         self.old_key: Key | None = None
         self.old_worker: TaskHost | None = None
         self.ident = 0
+        self.token: Token[TaskHost | None] | None = None
 
     def __enter__(self) -> None:
         ts = thread_state
@@ -153,6 +155,7 @@ class TaskContext:
         ts.execution_state = {"worker": self.worker, "key": self.key}
         ts.key = self.key
         ts.worker = self.worker
+        self.token = task_worker.set(self.worker)
         # One dict store per task: which task this thread runs, for the profiler.
         self.ident = threading.get_ident()
         self.worker.active_threads[self.ident] = self.key
@@ -162,6 +165,9 @@ class TaskContext:
         ts.execution_state = self.old_state
         ts.key = self.old_key
         ts.worker = self.old_worker
+        if self.token is not None:
+            task_worker.reset(self.token)
+            self.token = None
         outer = self.old_key
         if outer is None:
             self.worker.active_threads.pop(self.ident, None)
