@@ -25,7 +25,16 @@ from distributed.threadpool import current_pool
 if TYPE_CHECKING:
     from distributed.core import ConnectionPool
 
-__all__ = ["TaskHost", "TaskThreadState", "current_worker", "in_actor_thread", "rejoin", "secede", "task_worker"]
+__all__ = [
+    "TaskHost",
+    "TaskThreadState",
+    "context_worker",
+    "current_worker",
+    "in_actor_thread",
+    "rejoin",
+    "secede",
+    "task_worker",
+]
 
 
 class TaskHost(Protocol):
@@ -86,7 +95,17 @@ task_worker: ContextVar[TaskHost | None] = ContextVar("task_worker", default=Non
 
 
 def current_worker() -> TaskHost | None:
-    """The worker running the task (or actor method) on this thread, or that a coroutine's task runs on; else None."""
+    """The worker running the task (or actor method) on this thread, else None."""
+    return thread_state.worker
+
+
+def context_worker() -> TaskHost | None:
+    """:func:`current_worker`, or the worker of the task that started the coroutine running now; else None.
+
+    What ``get_worker()`` and ``get_client()`` look for, as dask's do: a coroutine
+    that a task runs on an event loop (``client.sync(...)`` from the task) is that
+    task's too, though it holds no thread of the worker's pool (nothing to secede).
+    """
     return thread_state.worker or task_worker.get()
 
 

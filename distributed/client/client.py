@@ -68,7 +68,7 @@ from distributed.protocol.messages import Key
 from distributed.protocol.schema import checker
 from distributed.protocol.serialize import Serialize, unwrap
 from distributed.security import Security
-from distributed.task_context import current_worker
+from distributed.task_context import context_worker
 from distributed.utils import wait_for
 
 if TYPE_CHECKING:
@@ -1312,7 +1312,7 @@ def get_client(address: str | None = None, timeout: float | str | None = None, r
     ValueError
         When there is no client (dask reads this as "no distributed scheduler").
     """
-    worker = current_worker()
+    worker = context_worker()
     if worker is not None:
         client = worker.task_client(timeout=parse_timedelta(timeout) if timeout is not None else None)
         if not isinstance(client, Client):

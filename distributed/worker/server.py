@@ -46,7 +46,7 @@ from distributed.protocol.serialize import Serialize, unwrap
 from distributed.security import Security, acting_as, coerce_security
 from distributed.shuffle._worker_plugin import ShuffleWorkerExtension
 from distributed.spill import SpillBuffer
-from distributed.task_context import current_worker, rejoin, secede, thread_state
+from distributed.task_context import context_worker, rejoin, secede, thread_state
 from distributed.threadpool import ThreadPool
 from distributed.uploads import import_uploaded, save_upload
 from distributed.utils import get_ip_interface, scheduler_address, unsupported, wait_for
@@ -1471,7 +1471,7 @@ def get_worker() -> Worker:
     ValueError
         When not called from within a task.
     """
-    worker = current_worker()
+    worker = context_worker()
     if isinstance(worker, Worker):
         return worker
     raise ValueError("No worker found: get_worker() must be called from within a task")
