@@ -1160,11 +1160,12 @@ class ClientBase(Generic[AsyncT]):
         return functools.partial(self._retry, futures)
 
 
-#: Keywords that dask's own collections pass through ``dask.compute`` to whichever scheduler runs the graph,
-#: which mean nothing to this one (as to dask's threaded scheduler): ``Client.get`` takes them and does nothing
-#: with them, where any other unknown keyword is refused by name.  ``flush`` is what ``dask.array.store``
-#: receives from xarray's ``to_netcdf``/``to_zarr``.
-FOR_OTHER_SCHEDULERS: frozenset[str] = frozenset({"flush"})
+#: Keywords that libraries pass through ``dask.compute`` (or straight to a scheduler's ``get``) whichever
+#: scheduler runs the graph, which mean nothing to this one (as in dask's): ``Client.get`` takes them and does
+#: nothing with them, where any other unknown keyword is refused by name.  ``flush`` is what ``dask.array.store``
+#: receives from xarray's ``to_netcdf``/``to_zarr``; ``num_workers`` is the threaded scheduler's pool size, which
+#: dask-ml's searches pass to whatever scheduler they were given.
+FOR_OTHER_SCHEDULERS: frozenset[str] = frozenset({"flush", "num_workers"})
 
 
 class SchedulerHandle:

@@ -348,16 +348,44 @@ def _as_frame(frame: Any) -> Frame:
     return view
 
 
+def _with_writeable(header: dict[str, Any], buffers: Sequence[Frame]) -> dict[str, Any]:
+    """``header``, noting which out-of-band ``buffers`` are writable (when any buffer is)."""
+    if buffers:
+        header["writeable"] = [not memoryview(b).readonly for b in buffers]
+    return header
+
+
+def _as_sent(header: dict[str, Any], buffers: Sequence[Frame]) -> Sequence[Frame]:
+    """``buffers`` writable where they were on the sender, read-only where they were not (as dask keeps them).
+
+    A NumPy array unpickled from a read-only frame is read-only; code such as
+    scikit-learn's writes into its inputs.  A frame read into its own buffer is
+    writable already; a small frame cut from a shared read buffer is copied here.
+    """
+    writeable = header.get("writeable")
+    if not writeable:
+        return buffers
+    out: list[Frame] = []
+    for w, frame in zip(writeable, buffers):
+        view = memoryview(frame)
+        if w and view.readonly:
+            frame = memoryview(bytearray(view))
+        elif not w and not view.readonly:
+            frame = view.toreadonly()
+        out.append(frame)
+    return out
+
+
 def _pickle_family_dumps(obj: Any) -> tuple[dict[str, Any], list[Frame]]:
     buffers: list[pickle.PickleBuffer] = []
     payload = pickle_dumps(obj, buffer_callback=buffers.append)
     frames: list[Frame] = [payload]
     frames.extend(_buffer_frame(b) for b in buffers)
-    return {"s": "pickle"}, frames
+    return _with_writeable({"s": "pickle"}, frames[1:]), frames
 
 
 def _pickle_family_loads(header: dict[str, Any], frames: list[Frame]) -> Any:
-    return pickle_loads(frames[0], frames[1:])
+    return pickle_loads(frames[0], _as_sent(header, frames[1:]))
 
 
 families["pickle"] = Family(_pickle_family_dumps, _pickle_family_loads, False)
@@ -532,14 +560,14 @@ def serialize_task(obj: Any, functions: FunctionCache | None = None) -> Serializ
             payload = _dumps_task_state((obj.key, obj.args, obj.kwargs), buffers)
             out: list[Frame] = [func_bytes, payload]
             out.extend(_buffer_frame(b) for b in buffers)
-            return Serialized({"s": "task-split"}, out)
+            return Serialized(_with_writeable({"s": "task-split"}, out[2:]), out)
         payload = _dumps_task_state(obj, buffers)
     except Exception:
         header, frames = serialize(obj, on_error="raise")
         return Serialized(header, frames)
     out = [payload]
     out.extend(_buffer_frame(b) for b in buffers)
-    return Serialized({"s": "task"}, out)
+    return Serialized(_with_writeable({"s": "task"}, out[1:]), out)
 
 
 _functions_loaded: OrderedDict[bytes, Any] = OrderedDict()
@@ -598,14 +626,14 @@ def deserialize(header: dict[str, Any], frames: Sequence[Frame], deserializers: 
         raise SerializationError("No frames to deserialize")
     try:
         if kind == "task":
-            return _TaskUnpickler(io.BytesIO(frames[0]), buffers=frames[1:]).load()
+            return _TaskUnpickler(io.BytesIO(frames[0]), buffers=_as_sent(header, frames[1:])).load()
         if kind == "task-split":
             from dask._task_spec import Task
 
             func = _load_function(frames[0])
-            key, args, kwargs = _TaskUnpickler(io.BytesIO(frames[1]), buffers=frames[2:]).load()
+            key, args, kwargs = _TaskUnpickler(io.BytesIO(frames[1]), buffers=_as_sent(header, frames[2:])).load()
             return Task(key, func, *args, **kwargs)
-        return pickle_loads(frames[0], frames[1:])
+        return pickle_loads(frames[0], _as_sent(header, frames[1:]))
     except Exception as e:
         raise SerializationError(f"Could not deserialize object: {e!r}") from e
 

@@ -13,6 +13,7 @@ from typing import Any, Literal
 import dask.array as da
 import numpy as np
 import pytest
+from dask._task_spec import Task
 from tornado.ioloop import IOLoop
 
 from distributed import Client, futures_of, get_client, get_worker, wait
@@ -90,7 +91,7 @@ def test_get_takes_what_dask_store_passes_on_and_refuses_other_keywords() -> Non
     with Client(processes=False, n_workers=1, dashboard_address=None) as c:
         with pytest.raises(NotImplementedError, match="not_a_keyword"):
             c.get({"x": (inc, 1)}, "x", not_a_keyword=1)
-        kwargs: dict[str, Any] = {"flush": True}
+        kwargs: dict[str, Any] = {"flush": True, "num_workers": 4}
         assert c.get({"x": (inc, 1)}, "x", **kwargs) == 2
         target = np.zeros(10)
         da.store(da.arange(10, chunks=5), target, lock=False, flush=True)
@@ -197,3 +198,35 @@ async def test_get_client_in_a_coroutine_a_task_runs_on_the_worker_loop(
     # Outside a task, on the client's own loop, there is still no worker.
     with pytest.raises(ValueError, match="No worker found"):
         get_worker()
+
+
+def writeable_flags(*arrays: np.ndarray) -> list[bool]:
+    return [bool(a.flags.writeable) for a in arrays]
+
+
+def small_array() -> np.ndarray:
+    return np.arange(10.0)
+
+
+def test_numpy_buffers_arrive_writable_as_they_were_sent() -> None:
+    # scikit-learn (through dask-ml) writes into its inputs: a task's array must be writable where it was.
+    from distributed.protocol.serialize import deserialize, serialize, serialize_task
+
+    writable = np.arange(100_000.0)
+    readonly = np.frombuffer(b"\x00" * 800_000, dtype="f8")
+    header, frames = serialize([writable, readonly])
+    # As frames arrive cut from a shared read buffer: read-only bytes.
+    got = deserialize(header, [bytes(f) for f in frames])
+    assert writeable_flags(*got) == [True, False]
+    spec = serialize_task(Task("t", writeable_flags, writable, readonly))
+    task = deserialize(spec.header, [bytes(f) for f in spec.frames])
+    assert task({}) == [True, False]
+
+
+@gen_cluster(client=True)
+async def test_array_from_another_worker_is_writable(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
+) -> None:
+    x = c.submit(small_array, workers=[a.address])
+    y = c.submit(writeable_flags, x, workers=[b.address])
+    assert await y == [True]
