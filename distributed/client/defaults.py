@@ -24,9 +24,11 @@ import contextvars
 import itertools
 import weakref
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import dask.config
+
+from distributed.task_context import context_worker
 
 if TYPE_CHECKING:
     from distributed.client.client import Client
@@ -84,6 +86,12 @@ def default_client(c: Client | None = None) -> Client:
         When there is none.
     """
     c = c or get_default_client()
+    if c is None:
+        # Inside a task (or a coroutine one runs) in a worker process: the worker's own client, which dask's
+        # workers make their process's default one.
+        worker = context_worker()
+        if worker is not None:
+            return cast("Client", worker.task_client())
     if c is None:
         raise ValueError(
             "No clients found\nStart a client and point it to the scheduler address\n"

@@ -230,3 +230,20 @@ async def test_array_from_another_worker_is_writable(
     x = c.submit(small_array, workers=[a.address])
     y = c.submit(writeable_flags, x, workers=[b.address])
     assert await y == [True]
+
+
+def wait_in_a_coroutine_of_a_task() -> bool:
+    # xgboost: distributed.wait(...) awaited inside a coroutine the task's client runs on the worker's loop.
+    client = get_client()
+    x = client.submit(inc, 1, pure=False)
+
+    async def on_the_worker_loop() -> bool:
+        await wait([x])
+        return x.done()
+
+    return bool(client.sync(on_the_worker_loop))
+
+
+def test_wait_in_a_worker_process_finds_the_worker_s_client() -> None:
+    with Client(n_workers=1, processes=True, dashboard_address=None) as c:
+        assert c.submit(wait_in_a_coroutine_of_a_task).result() is True
