@@ -64,7 +64,7 @@ from distributed.client.topics import TopicSubscriptions
 from distributed.client.transfer import DataTransfer
 from distributed.comm import get_address_host, parse_address
 from distributed.config_refusals import refuse_unhonoured_config
-from distributed.core import ConnectionPool
+from distributed.core import ConnectionPool, RemoteRequests
 from distributed.dask_api import (
     graph_expr,
     is_low_level_expr,
@@ -1195,7 +1195,8 @@ class SchedulerHandle:
         """The scheduler's request ``op`` by name, as dask's ``client.scheduler.<op>(**fields)``.
 
         The fields go as keywords; the scheduler refuses, by name, an op it does
-        not serve, and checks the declared fields as for any request.
+        not serve, and checks the declared fields as for any request.  The
+        request goes after every graph part the client queued before it.
 
         Examples
         --------
@@ -1204,13 +1205,8 @@ class SchedulerHandle:
         """
         if op.startswith("_"):
             raise AttributeError(op)
-        client = self._client
-
-        async def send(**fields: Any) -> Any:
-            return await client.link.request_by_name(op, **fields)
-
-        send.__name__ = send.__qualname__ = op
-        return send
+        link = self._client.link
+        return RemoteRequests(lambda name, fields: link.request_by_name(name, **fields)).__getattr__(op)
 
 
 def refuse_unsupported(where: str, **given: bool) -> None:

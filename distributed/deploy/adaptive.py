@@ -291,7 +291,7 @@ class Adaptive(AdaptiveCore):
 
     @property
     def loop(self) -> IOLoop | None:
-        """The cluster's tornado ``IOLoop``, which the looks run on (its asyncio loop is the cluster's ``event_loop``)."""
+        """The cluster's tornado ``IOLoop``, which the looks run on (over the cluster's ``event_loop``)."""
         return self.cluster.loop
 
     @property
