@@ -8,8 +8,10 @@ Commands
 ``compare A.json B.json``
     Side-by-side medians and ratios (e.g. this project against another
     ``distributed``).
-``gate --baseline benchmarks/baseline.json --results results.json [--threshold 0.35]``
-    Exit 1 when a gated ratio to the threads floor grew by more than the threshold.
+``gate --baseline benchmarks/baseline.json --results results.json [--threshold 0.35] [--rerun N]``
+    Run the gated cases on the baseline's commit, on this machine, and exit 1 when a
+    gated time here grew by more than the threshold over that reference (``--stored``,
+    or a clone without that commit: compare with the ratios stored in the baseline).
 ``baseline RUN.json [RUN.json ...] --out benchmarks/baseline.json``
     Write a baseline from one or more runs, keeping the largest ratio of each metric.
 ``soak [--minutes 10] [--faults kill,freeze,cut,disk] [--kill-every 20] [--out soak.json]``
@@ -27,7 +29,10 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from benchmarks.suites import Case
 
 
 def _load(path: str) -> dict[str, Any]:
@@ -79,27 +84,125 @@ def cmd_targets(args: argparse.Namespace) -> int:
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
-    from benchmarks.gate import failing_cases, gate, keep_best
+    from benchmarks.reference import has_commit
 
-    baseline, results = _load(args.baseline), _load(args.results)
-    passed, text = gate(baseline, results, args.threshold)
-    print(text)
+    baseline = _load(args.baseline)
+    results = _load(args.results) if args.results else None
+    commit = args.reference or baseline.get("commit")
+    if not args.stored and commit and not has_commit(commit):
+        print(
+            f"the baseline's commit {commit[:12]} is not in this clone: "
+            "comparing with the ratios stored in the baseline file instead",
+            flush=True,
+        )
+    if args.stored or not commit or not has_commit(commit):
+        if results is None:
+            results = _run_set(args, baseline.get("suite", "quick"))
+        return _gate_stored(args, baseline, results)
+    return _gate_side_by_side(args, baseline, results, commit)
+
+
+def _run_set(args: argparse.Namespace, suite: str) -> dict[str, Any]:
+    """Run the whole set here, as ``run`` does, for a gate given no results file."""
+    from benchmarks.report import results_table
     from benchmarks.runner import run_suite
+    from benchmarks.suites import SUITES
+
+    doc = run_suite(SUITES[suite], suite, None, ["gate", "--suite", suite])
+    _report(args, doc, results_table)
+    return doc
+
+
+def _report(args: argparse.Namespace, doc: dict[str, Any], results_table: Any) -> None:
+    print(results_table(doc))
+    if args.out:
+        Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"wrote {args.out}")
+
+
+def _cases_named(suite: str, names: set[str]) -> list[Case]:
     from benchmarks.suites import SUITES, case_name
 
+    return [c for c in SUITES[suite] if case_name(c["workload"], c["params"]) in names]
+
+
+def _gate_stored(args: argparse.Namespace, baseline: dict[str, Any], results: dict[str, Any]) -> int:
+    from benchmarks.gate import failing_cases, gate, keep_best
+    from benchmarks.runner import run_suite
+
+    passed, text = gate(baseline, results, args.threshold)
+    print(text)
+    suite = results.get("suite", "quick")
     for attempt in range(1, args.rerun + 1):
         if passed:
             break
-        bad = set(failing_cases(baseline, results, args.threshold))
-        cases = [c for c in SUITES[results.get("suite", "quick")] if case_name(c["workload"], c["params"]) in bad]
+        cases = _cases_named(suite, set(failing_cases(baseline, results, args.threshold)))
         print(
             f"\nre-running {len(cases)} failing case(s) (attempt {attempt} of {args.rerun}); "
             "each ratio keeps its best run",
             flush=True,
         )
-        results = keep_best(results, run_suite(cases, results.get("suite", "quick"), None, ["gate", "--rerun"]))
+        results = keep_best(results, run_suite(cases, suite, None, ["gate", "--rerun"]))
         passed, text = gate(baseline, results, args.threshold)
         print(text)
+    return 0 if passed else 1
+
+
+def _gate_side_by_side(
+    args: argparse.Namespace, baseline: dict[str, Any], results: dict[str, Any] | None, commit: str
+) -> int:
+    """Gate against ``commit`` run on this machine now.
+
+    Given no results file, the whole set runs here: each gated case on the
+    reference and then on this checkout, the other cases on this checkout
+    only.  Given one, only the reference side runs, once per gated case.
+    """
+    import tempfile
+    import time
+
+    from benchmarks.gate import failing_side_by_side, gate_side_by_side, gated_cases, keep_best
+    from benchmarks.reference import reference_tree, run_side_by_side
+    from benchmarks.report import results_table
+    from benchmarks.runner import run_case, run_suite
+    from benchmarks.suites import SUITES, case_name
+
+    suite = results.get("suite", "quick") if results is not None else baseline.get("suite", "quick")
+    gated = set(gated_cases(baseline))
+    with tempfile.TemporaryDirectory(prefix="bench-reference-") as d:
+        tree = reference_tree(commit, Path(d))
+        print(f"reference: the baseline's commit {commit[:12]}, on the {len(gated)} gated case(s)", file=sys.stderr)
+        if results is None:
+            t0 = time.perf_counter()
+            results = run_suite([], suite, None, ["gate", "--suite", suite])
+            reference: dict[str, Any] = {"commit": commit, "results": []}
+            for c in SUITES[suite]:
+                if case_name(c["workload"], c["params"]) in gated:
+                    ref_records, records = run_side_by_side([c], tree)
+                    reference["results"] += ref_records
+                    results["results"] += records
+                else:
+                    results["results"].append(run_case(c, None))
+            results["total_seconds"] = time.perf_counter() - t0
+            _report(args, results, results_table)
+        else:
+            cases = _cases_named(suite, gated)
+            reference = {"commit": commit, "results": [run_case(c, None, root=tree) for c in cases]}
+        passed, text = gate_side_by_side(baseline, reference, results, args.threshold)
+        print(text)
+        for attempt in range(1, args.rerun + 1):
+            if passed:
+                break
+            cases = _cases_named(suite, set(failing_side_by_side(baseline, reference, results, args.threshold)))
+            print(
+                f"\nre-running {len(cases)} failing case(s) on both sides, alternating "
+                f"(attempt {attempt} of {args.rerun}); each side keeps its best run",
+                flush=True,
+            )
+            ref_again, this_again = run_side_by_side(cases, tree)
+            reference = keep_best(reference, {"results": ref_again}, by="time")
+            results = keep_best(results, {"results": this_again}, by="time")
+            passed, text = gate_side_by_side(baseline, reference, results, args.threshold)
+            print(text)
     return 0 if passed else 1
 
 
@@ -107,6 +210,7 @@ def cmd_baseline(args: argparse.Namespace) -> int:
     from benchmarks.gate import merge_baseline
 
     doc = merge_baseline([_load(p) for p in args.runs])
+    doc["commit"] = args.commit
     Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote {args.out} from {len(args.runs)} run(s)")
     return 0
@@ -163,7 +267,16 @@ def main(argv: list[str] | None = None) -> int:
 
     g = sub.add_parser("gate", help="fail when a ratio to the threads floor regressed")
     g.add_argument("--baseline", required=True)
-    g.add_argument("--results", required=True)
+    g.add_argument(
+        "--reference",
+        metavar="COMMIT",
+        help="commit to run side by side as the reference (default: the baseline file's 'commit')",
+    )
+    g.add_argument(
+        "--stored", action="store_true", help="compare with the baseline file's stored ratios, not side by side"
+    )
+    g.add_argument("--results", help="results of this checkout to gate (default: run the set here)")
+    g.add_argument("--out", help="with no --results: write this checkout's results as JSON to this file")
     g.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD, help="allowed growth of a ratio (0.5 = 50 %%)")
     g.add_argument(
         "--rerun",
@@ -178,6 +291,9 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("baseline", help="write a gate baseline from one or more result files")
     b.add_argument("runs", nargs="+")
     b.add_argument("--out", required=True)
+    b.add_argument(
+        "--commit", required=True, help="the full commit the runs measured: the gate runs it as its reference"
+    )
 
     soak = sub.add_parser(
         "soak", help="mixed workload while faults hit the workers (kill, freeze, cut link, full disk)"

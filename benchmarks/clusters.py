@@ -35,10 +35,10 @@ NTHREADS = NWORKERS * THREADS_PER_WORKER
 BENCH_ROOT = Path(__file__).resolve().parent.parent
 
 
-def child_env() -> dict[str, str]:
-    """Environment for child processes: ``benchmarks`` importable, nothing else changed."""
+def child_env(root: Path = BENCH_ROOT) -> dict[str, str]:
+    """Environment for child processes: ``benchmarks`` importable from ``root``, nothing else changed."""
     env = dict(os.environ)
-    parts = [str(BENCH_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    parts = [str(root)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(parts))
     return env
 

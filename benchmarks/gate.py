@@ -1,4 +1,14 @@
-"""The regression gate: compare ratios to the threads floor against a committed baseline."""
+"""The regression gate: this checkout's times against the baseline's.
+
+Two ways to compare, the first preferred:
+
+* side by side (:func:`gate_side_by_side`): the baseline's commit ran the
+  same cases on this machine in the same run (see :mod:`benchmarks.reference`);
+  each gated time may be at most ``1 + threshold`` times the reference's.
+* stored ratios (:func:`gate`): without that commit, each gated ratio to the
+  threads floor may be at most ``1 + threshold`` times the ratio recorded in
+  the baseline file, on whatever machine recorded it.
+"""
 
 from __future__ import annotations
 
@@ -37,11 +47,29 @@ def failing_cases(baseline: dict[str, Any], results: dict[str, Any], threshold: 
     return bad
 
 
-def keep_best(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
-    """``first`` with each case's metrics replaced by ``second``'s where its ratio is lower.
+def best_value(m: dict[str, Any]) -> float | None:
+    """A metric's best run: the smallest, or the largest where higher is better."""
+    v = m.get("max") if m.get("higher_is_better") else m.get("min")
+    return None if v is None else float(v)
 
-    Used for one re-run of failing cases: noise rarely strikes the same case
-    twice, a real regression does.
+
+def _badness(m: dict[str, Any], by: str) -> float | None:
+    """What :func:`keep_best` minimises: the ratio to the threads floor, or the best run (``by="time"``)."""
+    if by == "ratio_threads":
+        r = m.get("ratio_threads")
+        return None if r is None else float(r)
+    v = best_value(m)
+    if v is None:
+        return None
+    return -v if m.get("higher_is_better") else v
+
+
+def keep_best(first: dict[str, Any], second: dict[str, Any], by: str = "ratio_threads") -> dict[str, Any]:
+    """``first`` with each case's metrics replaced by ``second``'s where they did better.
+
+    ``by`` is ``"ratio_threads"`` (a lower ratio to the threads floor) or
+    ``"time"`` (a better best run).  Used for re-runs of failing cases: noise
+    rarely strikes the same case twice, a real regression does.
     """
     import copy
 
@@ -57,9 +85,11 @@ def keep_best(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
         by_name = {m["metric"]: m for m in r2["metrics"]}
         for j, m in enumerate(r["metrics"]):
             m2 = by_name.get(m["metric"])
-            if m2 is None or m2.get("ratio_threads") is None:
+            new = None if m2 is None else _badness(m2, by)
+            if new is None:
                 continue
-            if m.get("ratio_threads") is None or m2["ratio_threads"] < m["ratio_threads"]:
+            old = _badness(m, by)
+            if old is None or new < old:
                 r["metrics"][j] = copy.deepcopy(m2)
     return out
 
@@ -92,6 +122,87 @@ def gate(baseline: dict[str, Any], results: dict[str, Any], threshold: float = D
             f"regression gate: ratio distributed/threads may grow by at most {threshold * 100:.0f} % over the baseline",
             table(headers, rows),
             f"gate {summary} ({len(rows)} ratios checked)",
+        ]
+    )
+    return not failed, text
+
+
+def gated_cases(baseline: dict[str, Any]) -> list[str]:
+    """Names of the baseline's cases that have a gated metric, in its order."""
+    names: list[str] = []
+    for case, _, _, _, _ in _gated(baseline, {"results": []}, 0.0):
+        if case not in names:
+            names.append(case)
+    return names
+
+
+def _side_by_side(
+    baseline: dict[str, Any], reference: dict[str, Any], results: dict[str, Any], threshold: float
+) -> Iterator[tuple[str, str, float | None, float | None, float | None, bool]]:
+    """``(case, metric, reference best, current best, limit, higher is better)`` per gated metric."""
+
+    def bests(doc: dict[str, Any]) -> dict[tuple[str, str], float | None]:
+        return {
+            (r["case"], m["metric"]): best_value(m)
+            for r in doc["results"]
+            if r.get("status") == "ok"
+            for m in r.get("metrics", [])
+        }
+
+    ref, now = bests(reference), bests(results)
+    higher = {
+        (r["case"], m["metric"]): bool(m.get("higher_is_better")) for r in baseline["results"] for m in r["metrics"]
+    }
+    for case, metric, _, _, _ in _gated(baseline, {"results": []}, 0.0):
+        old, new, up = ref.get((case, metric)), now.get((case, metric)), higher[(case, metric)]
+        limit = None if old is None else (old / (1 + threshold) if up else old * (1 + threshold))
+        yield case, metric, old, new, limit, up
+
+
+def failing_side_by_side(
+    baseline: dict[str, Any], reference: dict[str, Any], results: dict[str, Any], threshold: float = DEFAULT_THRESHOLD
+) -> list[str]:
+    """Cases with a gated metric past its limit, or not measured on either side."""
+    bad: list[str] = []
+    for case, _, old, new, limit, up in _side_by_side(baseline, reference, results, threshold):
+        past = limit is not None and new is not None and (new < limit if up else new > limit)
+        if (old is None or new is None or past) and case not in bad:
+            bad.append(case)
+    return bad
+
+
+def gate_side_by_side(
+    baseline: dict[str, Any], reference: dict[str, Any], results: dict[str, Any], threshold: float = DEFAULT_THRESHOLD
+) -> tuple[bool, str]:
+    """Return ``(passed, report)`` comparing this checkout with the reference run beside it.
+
+    Every gated metric of the baseline must have been measured on both sides,
+    and its best run here may be at most ``1 + threshold`` times the
+    reference's (at least ``1 / (1 + threshold)`` times, where higher is
+    better).  A case that failed on the reference side fails the gate too: it
+    cannot be compared.
+    """
+    rows: list[list[Any]] = []
+    failed = False
+    for case, metric, old, new, limit, up in _side_by_side(baseline, reference, results, threshold):
+        if old is None or new is None or limit is None:
+            verdict = "FAIL (not measured on the reference side)" if old is None else "FAIL (not measured)"
+            failed = True
+        else:
+            change = f"{(new / old - 1) * 100:+.0f} %"
+            if new < limit if up else new > limit:
+                verdict = f"FAIL ({change})"
+                failed = True
+            else:
+                verdict = f"ok ({change})"
+        rows.append([case, metric, old, new, limit, verdict])
+    headers = ["case", "metric", "reference best", "now best", "limit", "verdict"]
+    text = "\n".join(
+        [
+            f"regression gate, side by side: a gated time may grow by at most {threshold * 100:.0f} % "
+            f"over the baseline commit's ({str(reference.get('commit', '?'))[:12]}) on this machine",
+            table(headers, rows),
+            f"gate {'PASSED' if not failed else 'FAILED'} ({len(rows)} times checked)",
         ]
     )
     return not failed, text

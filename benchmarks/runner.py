@@ -92,8 +92,13 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
             continue
 
 
-def run_case(c: Case, repeat: int | None, log: Any = sys.stderr) -> dict[str, Any]:
-    """Run one case in a subprocess; never raises for a failing or hanging case."""
+def run_case(c: Case, repeat: int | None, log: Any = sys.stderr, root: Path = BENCH_ROOT) -> dict[str, Any]:
+    """Run one case in a subprocess; never raises for a failing or hanging case.
+
+    The subprocess starts in ``root`` with ``root`` first on its path, so it
+    runs the ``benchmarks`` and ``distributed`` packages found there (another
+    tree for the gate's reference side).
+    """
     reps = repeat if repeat is not None else c["repeat"]
     name = case_name(c["workload"], c["params"])
     record: dict[str, Any] = {
@@ -122,7 +127,7 @@ def run_case(c: Case, repeat: int | None, log: Any = sys.stderr) -> dict[str, An
         ]
         with open(stderr_file, "wb") as err:
             proc = subprocess.Popen(
-                cmd, stdout=subprocess.DEVNULL, stderr=err, env=child_env(), cwd=str(BENCH_ROOT), start_new_session=True
+                cmd, stdout=subprocess.DEVNULL, stderr=err, env=child_env(root), cwd=str(root), start_new_session=True
             )
             try:
                 rc = proc.wait(c["timeout"])
