@@ -47,8 +47,8 @@ class NotHonoured:
     """A released key this package does not act on: who refuses it, why, and the values it takes all the same.
 
     ``accepted`` holds values that ask for what this package does anyway
-    (``active-memory-manager.start: false`` where there is no active memory
-    manager); the default is always accepted.
+    (``comm.offload: false`` where nothing is offloaded); the default is
+    always accepted.
     """
 
     roles: tuple[Role, ...]
@@ -101,19 +101,6 @@ NOT_HONOURED: Final[Mapping[str, NotHonoured]] = {
         "distributed.worker.http.routes",
     ),
     **_keys(
-        ("scheduler",),
-        "there is no active memory manager yet",
-        "distributed.scheduler.active-memory-manager.start",
-        accepted=(False,),
-    ),
-    **_keys(
-        ("scheduler",),
-        "there is no active memory manager yet",
-        "distributed.scheduler.active-memory-manager.interval",
-        "distributed.scheduler.active-memory-manager.measure",
-        "distributed.scheduler.active-memory-manager.policies",
-    ),
-    **_keys(
         ("worker", "nanny"),
         "local directories are always locked",
         "distributed.worker.use-file-locking",
@@ -125,12 +112,6 @@ NOT_HONOURED: Final[Mapping[str, NotHonoured]] = {
         "clients fetch results through the workers' addresses when they can reach them",
         "distributed.client.direct-to-workers",
         accepted=(True,),
-    ),
-    **_keys(
-        ("client",),
-        "the client has no heartbeat of its own",
-        "distributed.client.heartbeat",
-        "distributed.client.scheduler-info-interval",
     ),
     **_keys(("cluster",), "there is no cluster widget yet", "distributed.deploy.cluster-repr-interval"),
     **_keys(

@@ -29,7 +29,7 @@ import dask
 import dask.config
 from dask.core import validate_key
 from dask.typing import NoDefault, no_default
-from dask.utils import parse_timedelta
+from dask.utils import format_bytes, parse_timedelta
 from tornado.ioloop import IOLoop
 
 from distributed.batched import BatchedSend
@@ -63,6 +63,7 @@ from distributed.client.registry import FutureRegistry
 from distributed.client.topics import TopicSubscriptions
 from distributed.client.transfer import DataTransfer
 from distributed.comm import get_address_host, parse_address
+from distributed.config import get_interval
 from distributed.config_refusals import refuse_unhonoured_config
 from distributed.core import ConnectionPool, RemoteRequests
 from distributed.dask_api import (
@@ -157,7 +158,6 @@ class ClientBase(Generic[AsyncT]):
         refuse_unhonoured_config("client")
         refuse_unsupported(
             "Client",
-            heartbeat_interval=heartbeat_interval is not None,
             extensions=bool(extensions),
             direct_to_workers=direct_to_workers is False,
         )
@@ -239,6 +239,9 @@ class ClientBase(Generic[AsyncT]):
             self.id, self.outbox, self.registry, self.pool, self._timeout, lambda: self.event_loop
         )
         self.link.address = address
+        if heartbeat_interval is not None:
+            # As in dask, a bare number is milliseconds.
+            self.link.heartbeat_interval = float(parse_timedelta(heartbeat_interval, default="ms") or 0)
         #: Gathers results from workers, scatters data to them.
         self.transfer = DataTransfer(self.registry, self.link, self.pool, self._timeout, *families_chosen)
         #: The topics this client subscribed to, and their event handlers.
@@ -256,6 +259,10 @@ class ClientBase(Generic[AsyncT]):
         self.event_loop: asyncio.AbstractEventLoop = self._loop_runner.loop
         self._io_loop: IOLoop | None = None
         self._started: asyncio.Future[Any] | None = None
+        #: The scheduler's identity as last seen (refreshed every ``distributed.client.scheduler-info-interval``
+        #: without its workers, and whole by ``scheduler_info()``): what ``repr`` shows, without a round trip.
+        self._scheduler_identity: dict[str, Any] = {}
+        self._info_refresh: asyncio.Future[None] | None = None
         ClientBase._instances.add(self)
         #: Whether the client is a default one; only then does its ``with`` block make it current.
         self.set_as_default = set_as_default
@@ -325,6 +332,10 @@ class ClientBase(Generic[AsyncT]):
             self.scheduler_address = self.cluster.scheduler_address
         assert self.scheduler_address is not None
         await self.link.connect(self.scheduler_address)
+        interval = get_interval("distributed.client.scheduler-info-interval", 2.0)
+        if interval > 0:
+            await self._update_scheduler_identity()
+            self._info_refresh = asyncio.ensure_future(self._refresh_scheduler_info(interval))
         self.topics.subscribe_defaults()
         await self.preloads.start()
         return self
@@ -373,7 +384,25 @@ class ClientBase(Generic[AsyncT]):
             return coro
         return sync(self.event_loop, func, *args, callback_timeout=callback_timeout, **kwargs)
 
+    async def _update_scheduler_identity(self) -> None:
+        """Refresh :attr:`_scheduler_identity` (the workers' count, threads and memory), never raising."""
+        try:
+            self._scheduler_identity = await self.link.request(m.IdentityRequest(op="identity", n_workers=0))
+        except Exception:
+            logger.debug("Could not refresh the scheduler's identity", exc_info=True)
+
+    async def _refresh_scheduler_info(self, interval: float) -> None:
+        """Call :meth:`_update_scheduler_identity` every ``interval`` while connected."""
+        while True:
+            await asyncio.sleep(interval)
+            if self.link.status != "running":
+                return
+            await self._update_scheduler_identity()
+
     async def _close(self, fast: bool = False) -> None:
+        if self._info_refresh is not None:
+            self._info_refresh.cancel()
+            self._info_refresh = None
         if self.status == "closed" and not self.link.connected:
             return
         await self.preloads.teardown()
@@ -520,6 +549,13 @@ class ClientBase(Generic[AsyncT]):
         task.add_done_callback(done)
 
     def __repr__(self) -> str:
+        info = self._scheduler_identity
+        if self.status == "running" and "n_workers" in info:
+            memory = format_bytes(int(info.get("total_memory") or 0))
+            return (
+                f"<Client: {self.scheduler_address!r} processes={info['n_workers']} "
+                f"threads={info.get('total_threads', 0)}, memory={memory}>"
+            )
         return f"<Client: {self.scheduler_address!r} status={self.status}>"
 
     @classmethod

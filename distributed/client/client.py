@@ -45,6 +45,7 @@ from dask._task_spec import TaskRef
 from dask.typing import NoDefault, no_default
 from dask.utils import key_split, parse_timedelta
 
+from distributed.client.amm import AMMClientProxy
 from distributed.client.base import (
     ALL_COMPLETED,
     FIRST_COMPLETED,
@@ -132,7 +133,11 @@ class Client(ClientDebugging[AsyncT]):
         The families the data this client gathers may come in (default: those
         of ``serializers``; when neither is given, any); data in another one
         raises ``TypeError``.
-    heartbeat_interval, extensions
+    heartbeat_interval
+        Time between the client's heartbeats to the scheduler (a number is
+        milliseconds, as in dask; default ``distributed.client.heartbeat``, 5 s;
+        0 sends none).
+    extensions
         Not supported yet: a value other than the default raises
         ``NotImplementedError`` naming the parameter.
     **kwargs
@@ -769,11 +774,14 @@ class Client(ClientDebugging[AsyncT]):
         """The scheduler's identity and its workers (the first ``n_workers`` of them; all with -1)."""
 
         async def info_of() -> dict[str, Any]:
-            info: dict[str, Any] = await self.link.checked_request(m.Empty(op="identity"), _CHECK_IDENTITY)
+            request = m.IdentityRequest(op="identity", n_workers=n_workers)
+            info: dict[str, Any] = await self.link.checked_request(request, _CHECK_IDENTITY)
             self.link.services = info["services"]
             workers = info.get("workers")
             if n_workers >= 0 and isinstance(workers, dict) and len(workers) > n_workers:
+                # An older scheduler lists them all.
                 info = {**info, "workers": dict(itertools.islice(workers.items(), n_workers))}
+            self._scheduler_identity = info
             return info
 
         return info_of
@@ -1106,6 +1114,13 @@ class Client(ClientDebugging[AsyncT]):
     ) -> Work[None]:
         """Have ``n`` workers hold a copy of each of these futures' results.
 
+        The active memory manager's default policy, ``ReduceReplicas``, drops
+        copies no task needs at its next pass (within
+        ``distributed.scheduler.active-memory-manager.interval``), as in
+        dask.distributed: to keep the copies, leave that policy out of
+        ``distributed.scheduler.active-memory-manager.policies`` or stop the
+        manager (``client.amm.stop()``, or ``...active-memory-manager.start: false``).
+
         Parameters
         ----------
         futures : futures or a persisted collection
@@ -1270,6 +1285,11 @@ class Client(ClientDebugging[AsyncT]):
         ``retries``) apply to every call made through it.
         """
         return ClientExecutor(self, **kwargs)
+
+    @property
+    def amm(self) -> AMMClientProxy:
+        """The scheduler's active memory manager: ``client.amm.start()``, ``stop()``, ``run_once()``, ``running()``."""
+        return AMMClientProxy(self)
 
     def futures_of(self, collection: Any) -> list[Future]:
         """The futures held in a collection."""

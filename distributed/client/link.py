@@ -134,6 +134,10 @@ class SchedulerLink:
         self.same_process = False
         self._comm: Comm | None = None
         self._reader: asyncio.Task[None] | None = None
+        #: Seconds between heartbeats on the stream (``Client(heartbeat_interval=)``, else
+        #: ``distributed.client.heartbeat``): the scheduler sees the client alive while it is idle.
+        self.heartbeat_interval = get_interval("distributed.client.heartbeat", 5.0)
+        self._heartbeat: asyncio.Task[None] | None = None
         #: Set when the stream to the scheduler was lost (not closed by us): requests fail at once.
         self.lost = False
         self._drain_scheduled = False
@@ -213,6 +217,8 @@ class SchedulerLink:
         bs.start(comm)
         self.stream = bs
         self._reader = asyncio.get_running_loop().create_task(self._read_reports(comm), name="client-report")
+        if self.heartbeat_interval > 0:
+            self._heartbeat = asyncio.get_running_loop().create_task(self._beat(bs), name="client-heartbeat")
         self.status = "running"
         if len(self.outbox):
             self.drain()
@@ -224,6 +230,9 @@ class SchedulerLink:
         the caller.
         """
         self.status = "closing"
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            self._heartbeat = None
         self.outbox.stop_parts()
         waiters, self._parts_waiters = self._parts_waiters, []
         _wake(waiters)
@@ -249,6 +258,18 @@ class SchedulerLink:
         if self._comm is not None:
             self._comm.abort()
             self._comm = None
+
+    async def _beat(self, bs: BatchedSend) -> None:
+        """Send a heartbeat on ``bs`` every :attr:`heartbeat_interval` until the stream closes."""
+        beat = m.ClientHeartbeat(op="heartbeat-client", client=self.client_id)
+        while True:
+            await asyncio.sleep(self.heartbeat_interval)
+            if bs.closed():
+                return
+            try:
+                bs.send(beat)
+            except CommClosedError:
+                return
 
     # -- reports from the scheduler ------------------------------------------------------
     async def _read_reports(self, comm: Comm) -> None:

@@ -37,6 +37,13 @@ class Empty(TypedDict):
     op: str
 
 
+class IdentityRequest(TypedDict):
+    """Ask for the scheduler's identity; ``n_workers`` caps the workers listed (all when -1 or absent)."""
+
+    op: str
+    n_workers: NotRequired[int]
+
+
 class VersionsRequest(TypedDict):
     """Ask a scheduler (for itself and its workers) or a worker for its versions, with ``packages`` besides
     the usual ones."""

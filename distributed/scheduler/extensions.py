@@ -35,6 +35,7 @@ from distributed.coordination.semaphore_extension import SemaphoreExtension
 from distributed.coordination.variable_extension import VariableExtension
 from distributed.core import Route, StreamRoute
 from distributed.diagnostics.progress import ProgressExtension
+from distributed.scheduler.amm import ActiveMemoryManagerExtension
 from distributed.scheduler.stealing import WorkStealing
 from distributed.shuffle._scheduler_plugin import ShuffleSchedulerExtension
 
@@ -68,6 +69,7 @@ DEFAULT_EXTENSIONS: Mapping[str, ExtensionFactory] = {
     "progress": ProgressExtension,
     "stealing": WorkStealing,
     "shuffle": ShuffleSchedulerExtension,
+    "amm": ActiveMemoryManagerExtension,
 }
 
 

@@ -128,8 +128,11 @@ class ClusterRequests:
             raise TypeError(f"{what}(key={key!r}): it must be a callable taking a WorkerState")
         return cast("Callable[[WorkerState], Hashable] | None", key)
 
-    def handle_identity(self, comm: Comm, msg: m.Empty) -> dict[str, Any]:
-        return self.scheduler.identity()
+    def handle_identity(self, comm: Comm, msg: m.IdentityRequest) -> dict[str, Any]:
+        n_workers = msg.get("n_workers", -1)
+        if isinstance(n_workers, bool) or not isinstance(n_workers, int):
+            raise TypeError(f"identity: n_workers must be an integer, got {n_workers!r}")
+        return self.scheduler.identity(n_workers)
 
     async def handle_versions(self, comm: Comm, msg: m.VersionsRequest) -> dict[str, Any]:
         """Answer ``versions``: the scheduler's and each worker's (asked again when ``packages`` are named)."""

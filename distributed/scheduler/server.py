@@ -236,7 +236,7 @@ class Scheduler(GraphIngestion, Server):
         self.streams = SchedulerStreams(self)
         handlers: dict[str, Route[Any]] = {
             **self.streams.routes(),
-            "identity": Route(m.Empty, self.requests.handle_identity),
+            "identity": Route(m.IdentityRequest, self.requests.handle_identity),
             "versions": Route(m.VersionsRequest, self.requests.handle_versions),
             "dump_state": Route(m.DumpState, lambda comm, msg: scheduler_state(self, msg["exclude"])),
             "scheduler_info": Route(m.Empty, self.requests.handle_identity),
@@ -467,8 +467,11 @@ class Scheduler(GraphIngestion, Server):
             # Stuck too, or cut off with its worker: the worker learns it was removed when it wakes up.
             logger.warning("Could not ask nanny %s to replace the unresponsive worker %s: %r", nanny, address, e)
 
-    def identity(self) -> dict[str, Any]:
-        """A summary of this scheduler and its workers."""
+    def identity(self, n_workers: int = -1) -> dict[str, Any]:
+        """A summary of this scheduler and its workers (the first ``n_workers`` of them; all when -1)."""
+        workers: Iterable[WorkerState] = self.workers.values()
+        if n_workers >= 0:
+            workers = itertools.islice(workers, n_workers)
         return {
             "type": "Scheduler",
             "id": self.id,
@@ -478,7 +481,7 @@ class Scheduler(GraphIngestion, Server):
             "n_workers": len(self.workers),
             "total_threads": self.total_nthreads,
             "total_memory": sum(ws.memory_limit for ws in self.workers.values()),
-            "workers": {ws.address: ws.identity() for ws in self.workers.values()},
+            "workers": {ws.address: ws.identity() for ws in workers},
         }
 
     def __repr__(self) -> str:

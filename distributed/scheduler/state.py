@@ -156,6 +156,9 @@ class SchedulerState:
         self.n_queued = 0
         #: Tasks no current worker can run.
         self.unrunnable: dict[TaskState, float] = {}
+        #: Tasks in memory that have had more than one holder: every task with several holders is here
+        #: (the active memory manager's ``ReduceReplicas`` walks it, and drops those back to one holder).
+        self.replicated_tasks: set[TaskState] = set()
         #: The stand-in client of ``fire_and_forget`` (made when it first asks for a key): it wants a
         #: key only until the key is done, so that nothing it asked for is kept once computed.
         self._fire_and_forget: ClientState | None = None
@@ -741,6 +744,7 @@ class SchedulerState:
             ts.who_has = grown(ts.who_has, ws)
             ws.has_what[ts] = None
             ws.nbytes += nbytes
+        self.note_replicas(ts)
         ts.priority = ts.priority or (0, self.generation, 0)
         self._notify_in_memory(ts, out)
         if self.plugins:
@@ -809,6 +813,7 @@ class SchedulerState:
             if ws.address in self.workers:
                 out.free[ws.address].append(ts.key)
         ts.who_has = EMPTY
+        self.replicated_tasks.discard(ts)
 
     def _memory_to_erred(self, ts: TaskState, out: Effects, given: TransitionInputs) -> None:
         """An actor whose worker left: its state cannot be recomputed, so its key errs (error set before)."""
@@ -965,6 +970,11 @@ class SchedulerState:
         ws = ts.processing_on
         return ts.state == "processing" and ws is not None and ws.address == address and ts.run_id == run_id
 
+    def note_replicas(self, ts: TaskState) -> None:
+        """Keep :attr:`replicated_tasks` up after ``ts`` gained holders."""
+        if len(ts.who_has) > 1:
+            self.replicated_tasks.add(ts)
+
     # ======================================================================
     # Validation
     # ======================================================================
@@ -1025,6 +1035,10 @@ class SchedulerState:
         assert self.total_nthreads == sum(ws.nthreads for ws in self.workers.values())
         assert self.n_queued == sum(1 for ts in self.tasks.values() if ts.state == "queued"), "queued count"
         assert set(self.unrunnable) == {ts for ts in self.tasks.values() if ts.state == "no-worker"}, "unrunnable set"
+        for ts in self.tasks.values():
+            assert len(ts.who_has) < 2 or ts in self.replicated_tasks, ("replicated task not tracked", ts)
+        for ts in self.replicated_tasks:
+            assert ts.state == "memory" and self.tasks.get(ts.key) is ts, ("replicated_tasks holds a task gone", ts)
         limits = [ws.memory_limit for ws in self.workers.values()]
         assert self._input_cap == (0 if not limits or 0 in limits else max(limits)), "input cap"
         ff = self._fire_and_forget

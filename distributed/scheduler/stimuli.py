@@ -65,6 +65,7 @@ class SchedulerStimuli(SchedulerState):
                 ts.who_has = grown(ts.who_has, ws)
                 ws.has_what[ts] = None
                 ws.nbytes += max(msg["nbytes"], 0)
+                self.note_replicas(ts)
             elif ts is None or ts.state not in ("memory",):
                 out.free[worker].append(key)
             return out
@@ -140,6 +141,7 @@ class SchedulerStimuli(SchedulerState):
                 ts.who_has = grown(ts.who_has, ws)
                 ws.has_what[ts] = None
                 ws.nbytes += (nbytes or {}).get(key, ts.nbytes)
+                self.note_replicas(ts)
             else:
                 out.free[address].append(key)
         recs: dict[TaskState, TaskStateName] = {ts: "processing" for ts in self.unrunnable if self._can_run_on(ts, ws)}
@@ -471,6 +473,7 @@ class SchedulerStimuli(SchedulerState):
                         ts.who_has = grown(ts.who_has, ws)
                         ws.has_what[ts] = None
                         ws.nbytes += max(ts.nbytes, 0)
+                self.note_replicas(ts)
                 if cs not in ts.who_wants:
                     ts.who_wants = grown(ts.who_wants, cs)
                     cs.wants_what.add(ts)
@@ -499,6 +502,7 @@ class SchedulerStimuli(SchedulerState):
                     ts.who_has = grown(ts.who_has, ws)
                     ws.has_what[ts] = None
                     ws.nbytes += max(ts.nbytes, 0)
+                    self.note_replicas(ts)
             else:
                 out.free[address].append(key)
         return out

@@ -275,7 +275,7 @@ async def test_home_worker_leaves_while_proxies_are_held_elsewhere(
     assert ts.state == "erred" and not ts.who_has
 
 
-@gen_cluster(client=True)
+@gen_cluster(client=True, config={"distributed.scheduler.active-memory-manager.start": False})
 async def test_replicate_keeps_the_home_copy(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
     future = c.submit(Counter, actor=True, workers=[a.address])
     counter = await future

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from collections.abc import Callable
 from typing import Any, Literal
 
+import dask.config
 import pytest
 from dask.delayed import delayed
 
@@ -22,7 +24,6 @@ UNREACHABLE = "tcp://127.0.0.1:1"
 @pytest.mark.parametrize(
     "name, value",
     [
-        ("heartbeat_interval", "5s"),
         ("extensions", {"pubsub": object}),
         ("direct_to_workers", False),
     ],
@@ -58,6 +59,28 @@ async def test_client_accepts_the_defaults_and_what_is_true_here(s: Scheduler, a
         direct_to_workers=True,
     ) as c:
         assert await c.submit(inc, 1) == 2
+
+
+@gen_cluster()
+async def test_heartbeat_interval_keeps_an_idle_client_seen(s: Scheduler, a: Worker, b: Worker) -> None:
+    # A bare number is milliseconds, as in dask.
+    async with Client(s.address, asynchronous=True, heartbeat_interval=20) as c:
+        assert c.link.heartbeat_interval == 0.02
+        cs = s.clients[c.id]
+        seen = cs.last_seen
+        # The client sends nothing else while idle: only heartbeats move last_seen.
+        deadline = time.monotonic() + 10
+        while cs.last_seen == seen and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert cs.last_seen > seen
+    async with Client(s.address, asynchronous=True, heartbeat_interval="0s") as c:
+        assert c.link.heartbeat_interval == 0 and c.link._heartbeat is None
+
+
+def test_heartbeat_default_is_the_config_key() -> None:
+    with dask.config.set({"distributed.client.heartbeat": "250ms"}):
+        link = Client(UNREACHABLE, timeout=0.2, asynchronous=True).link
+    assert link.heartbeat_interval == 0.25
 
 
 @gen_cluster(client=True)
@@ -156,3 +179,23 @@ async def test_a_client_name_shows_in_its_id(s: Scheduler) -> None:
         assert named.id.startswith("Client-etl-job-") and named.name == "etl-job"
         assert plain.id.startswith("Client-") and "etl-job" not in plain.id
         assert {named.id, plain.id} <= set(s.clients)
+
+
+@gen_cluster(client=True, config={"distributed.client.scheduler-info-interval": "20ms"})
+async def test_repr_shows_the_cluster_and_keeps_up(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
+) -> None:
+    assert re.fullmatch(rf"<Client: '{s.address}' processes=2 threads=3, memory=[0-9.]+ [KMGT]?i?B>", repr(c)), repr(c)
+    async with Worker(s.address, nthreads=4):
+        # Every 20 ms the client refreshes its copy of the scheduler's summary.
+        deadline = time.monotonic() + 10
+        while "processes=3 threads=7" not in repr(c) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert "processes=3 threads=7" in repr(c)
+    info = await c.scheduler_info(n_workers=1)
+    assert len(info["workers"]) == 1 and info["n_workers"] >= 2
+
+
+def test_repr_without_a_connection() -> None:
+    c = Client(UNREACHABLE, timeout=0.2, asynchronous=True)
+    assert repr(c) == f"<Client: {UNREACHABLE!r} status=newly-created>"

@@ -84,14 +84,14 @@ def _not_default(key: str) -> Any:
 @pytest.mark.parametrize(
     "key, value, refused",
     [
-        # The interval's default is "2s".
-        ("distributed.scheduler.active-memory-manager.interval", "2000ms", False),
-        ("distributed.scheduler.active-memory-manager.interval", "2s", False),
-        ("distributed.scheduler.active-memory-manager.interval", 2, False),
-        ("distributed.scheduler.active-memory-manager.interval", "3s", True),
-        ("distributed.scheduler.active-memory-manager.interval", None, True),
-        # No active memory manager here: asking for none is what happens anyway.
-        ("distributed.scheduler.active-memory-manager.start", False, False),
+        # The interval's default is "500ms".
+        ("distributed.admin.system-monitor.interval", "500ms", False),
+        ("distributed.admin.system-monitor.interval", "0.5s", False),
+        ("distributed.admin.system-monitor.interval", 0.5, False),
+        ("distributed.admin.system-monitor.interval", "3s", True),
+        ("distributed.admin.system-monitor.interval", None, True),
+        # Nothing is offloaded here: asking for no offloading is what happens anyway.
+        ("distributed.comm.offload", False, False),
         ("distributed.comm.compression", None, False),
         ("distributed.comm.compression", "lz4", True),
     ],

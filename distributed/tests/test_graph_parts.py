@@ -226,13 +226,14 @@ async def test_large_parts_go_one_per_write(c: Client, s: Scheduler) -> None:
     assert sum(map(len, parts)) == 21
 
 
-@gen_cluster(client=True)
+@gen_cluster(client=True, config={"distributed.client.graph-chunk-size": 100})
 async def test_close_releases_held_keys_in_chunks(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
-    futures = c.map(inc, range(12_000), pure=False)
+    # Chunks of graph-chunk-size keys (5,000 by default; 100 here, so that a few hundred tasks make several).
+    futures = c.map(inc, range(240), pure=False)
     await wait(futures)
     writes = record_writes(c)
     await c.close()
     releases = [msg["keys"] for w in writes for msg in w if msg["op"] == "client-releases-keys"]
     assert sorted(k for keys in releases for k in keys) == sorted(f.key for f in futures)
-    assert max(map(len, releases)) == 5_000
+    assert sorted(map(len, releases)) == [40, 100, 100]
     await async_poll_for(lambda: not s.tasks, 10)

@@ -6,6 +6,7 @@ import inspect
 import threading
 from typing import Any, Literal
 
+import dask
 import pytest
 
 from distributed import Client, LocalCluster
@@ -16,11 +17,16 @@ from distributed.worker import Worker
 AsyncClient = Client[Literal[True]]
 THREE = [("127.0.0.1", 1)] * 3
 
+#: The active memory manager's ReduceReplicas would drop the copies these tests make or
+#: move (as in dask.distributed, replicate() and the manager do not mix): off here.
+NO_AMM = {"distributed.scheduler.active-memory-manager.start": False}
+
 #: In-process workers share one process, so its memory (and so the default
 #: "optimistic" measure) is the same for all of them, and a few kB of data is
 #: far below sender-min: measure by the results held, with no thresholds,
 #: as dask.distributed's own tests of rebalance do.
 BY_MANAGED = {
+    **NO_AMM,
     "distributed.worker.memory.rebalance.measure": "managed",
     "distributed.worker.memory.rebalance.sender-min": 0,
     "distributed.worker.memory.rebalance.sender-recipient-gap": 0,
@@ -40,7 +46,7 @@ def holders(s: Scheduler, key: Any) -> set[str]:
     return {ws.address for ws in s.tasks[key].who_has}
 
 
-@gen_cluster(client=True, nthreads=THREE)
+@gen_cluster(client=True, nthreads=THREE, config=NO_AMM)
 async def test_replicate_to_two_then_all_then_one(
     c: AsyncClient, s: Scheduler, a: Worker, b: Worker, w: Worker
 ) -> None:
@@ -76,7 +82,7 @@ async def test_replicate_to_two_then_all_then_one(
     assert await c.gather(futures) == [inc(i) for i in range(6)]
 
 
-@gen_cluster(client=True, nthreads=THREE)
+@gen_cluster(client=True, nthreads=THREE, config=NO_AMM)
 async def test_replicate_within_the_workers_named(
     c: AsyncClient, s: Scheduler, a: Worker, b: Worker, w: Worker
 ) -> None:
@@ -94,7 +100,7 @@ async def test_replicate_within_the_workers_named(
     assert await x == 123
 
 
-@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 4)
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 4, config=NO_AMM)
 async def test_replicate_spreads_as_a_tree(c: AsyncClient, s: Scheduler, *workers: Worker) -> None:
     [x] = await c.scatter([b"x" * 1000], workers=[workers[0].address])
     await c.replicate([x], branching_factor=1)
@@ -187,6 +193,7 @@ async def test_replicate_and_rebalance_are_awaitable_on_an_async_client(
 
 def test_replicate_and_rebalance_on_a_synchronous_client() -> None:
     with (
+        dask.config.set(NO_AMM),
         LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster,
         Client(cluster) as client,
     ):
@@ -200,7 +207,7 @@ def test_replicate_and_rebalance_on_a_synchronous_client() -> None:
         assert client.gather(futures) == [b"x" * 1000, b"y" * 1000]
 
 
-@gen_cluster(client=True)
+@gen_cluster(client=True, config=NO_AMM)
 async def test_fewer_replicas_keeps_copies_running_tasks_need(
     c: AsyncClient, s: Scheduler, a: Worker, b: Worker
 ) -> None:

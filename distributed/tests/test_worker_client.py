@@ -67,8 +67,9 @@ def counted_fib(n: int) -> int:
     """fib, counting itself active except inside its ``worker_client`` block."""
     ACTIVE.enter()
     try:
-        ACTIVE.work()
         if n < 2:
+            # Leaves come many at a time: one holds its thread until another holds one too.
+            ACTIVE.work()
             return n
         ACTIVE.leave()
         try:
@@ -79,7 +80,6 @@ def counted_fib(n: int) -> int:
         finally:
             # After rejoin(): holds a pool thread again.
             ACTIVE.enter()
-        ACTIVE.work()
         return result
     finally:
         ACTIVE.leave()
