@@ -154,16 +154,6 @@ NOT_HONOURED: Final[Mapping[str, NotHonoured]] = {
         "distributed.admin.low-level-log-length",
     ),
     **_keys(
-        ("scheduler", "worker", "nanny"),
-        "the system monitor samples on a fixed schedule",
-        "distributed.admin.system-monitor.interval",
-        "distributed.admin.system-monitor.log-length",
-        "distributed.admin.system-monitor.disk",
-        "distributed.admin.system-monitor.host-cpu",
-        "distributed.admin.system-monitor.gil.enabled",
-        "distributed.admin.system-monitor.gil.interval",
-    ),
-    **_keys(
         _SERVERS,
         "every server runs on asyncio's own event loop",
         "distributed.admin.event-loop",

@@ -61,12 +61,14 @@ import tblib
 
 from distributed.comm import Comm, CommClosedError, connect, listen, normalize_address
 from distributed.comm.core import ConnectionArgs, Listener
+from distributed.config import get_interval
 from distributed.exceptions import keep_cause_chain
 from distributed.loop_health import LoopHealth
 from distributed.protocol import messages as m
 from distributed.protocol.framing import ProtocolError
 from distributed.protocol.schema import Check, checker
 from distributed.protocol.serialize import Serialized, as_serialized, unwrap
+from distributed.system_monitor import SystemMonitor
 from distributed.utils import format_exception_text, get_traceback, wait_for
 
 logger = logging.getLogger(__name__)
@@ -450,6 +452,8 @@ class Server:
         self.logs = LogBuffer(self.log_prefix or type(self).__module__)
         #: How late this server's event loop runs a periodic tick (see :mod:`distributed.loop_health`).
         self.loop_health = LoopHealth(type(self).__name__)
+        #: Samples of this process and host (see :mod:`distributed.system_monitor`), taken while it runs.
+        self.monitor = SystemMonitor()
         self.stream_handlers: dict[str, StreamRoute[Any]] = dict(stream_handlers or {})
         self.listeners: list[Listener] = []
         self.status = Status.init
@@ -493,6 +497,9 @@ class Server:
             self.status = Status.starting
             self.logs.attach()
             self.loop_health.arm(self.loop)
+            self.periodic(
+                get_interval("distributed.admin.system-monitor.interval", 0.5), self.monitor.update, "monitor"
+            )
             try:
                 await self.start_unsafe()
             except BaseException:
@@ -548,6 +555,7 @@ class Server:
         # Anything spawned while the comms and the pool closed.
         await self._end_owned_tasks()
         self.logs.detach()
+        self.monitor.close()
         self.status = Status.closed
         if self._finished is not None:
             self._finished.set()

@@ -42,6 +42,7 @@ import asyncio
 import inspect
 import logging
 import os
+import pickle
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -155,6 +156,10 @@ class Nanny(Server):
         The worker's port (0: any free port), or a range ``"9000:9010"``.
     nthreads, name, memory_limit, resources, local_directory, death_timeout, ...
         Passed on to the worker (plain data only: they cross into the child).
+    data
+        The worker's ``data=`` (see :class:`~distributed.Worker`), pickled into
+        the worker process: a class or an importable function (or a
+        ``(callable, kwargs)`` pair) makes the mapping there.
     host, port, interface, protocol
         Where the nanny listens (the worker listens on the same host), as for
         :class:`~distributed.Worker`: ``host`` may carry a scheme, ``port``
@@ -201,7 +206,7 @@ class Nanny(Server):
     Raises
     ------
     NotImplementedError
-        For ``services``, ``data`` and ``loop``: a nanny cannot honour them here.
+        For ``services`` and ``loop``: a nanny cannot honour them here.
 
     Examples
     --------
@@ -245,7 +250,6 @@ class Nanny(Server):
             "Nanny",
             loop=loop is not None,
             services=bool(services),
-            data=data is not None,
         )
         # Before the scheduler's address is looked up: a preload may set it (``scheduler-address``).
         #: The nanny's own preloads, imported; set up once it listens, torn down first as it closes.
@@ -299,6 +303,14 @@ class Nanny(Server):
             "security": self.security,
             **worker_kwargs,
         }
+        if data is not None:
+            try:
+                pickle.dumps(data)
+            except Exception as e:
+                raise TypeError(
+                    f"Nanny(data=) goes to the worker process, so it must pickle (an importable class or function): {e}"
+                ) from e
+            self._worker_kwargs["data"] = data
         # Imported by each worker process (where they run), not here; unset, the worker reads its config.
         if preload is not None:
             self._worker_kwargs["preload"] = [preload] if isinstance(preload, str) else list(preload)

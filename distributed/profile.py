@@ -280,20 +280,22 @@ def _format_seconds(t: float) -> str:
 
 
 class ProfileSettings:
-    """``distributed.worker.profile.*``, read and checked once."""
+    """``distributed.worker.profile.*``, read and checked once; ``cycle`` overrides its key (``Worker(profile_cycle_interval=)``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, cycle: float | str | None = None) -> None:
         self.enabled = bool(dask.config.get("distributed.worker.profile.enabled"))
         self.interval = parse_timedelta(dask.config.get("distributed.worker.profile.interval"), default="ms")
-        self.cycle = parse_timedelta(dask.config.get("distributed.worker.profile.cycle"), default="ms")
+        if cycle is None:
+            cycle = dask.config.get("distributed.worker.profile.cycle")
+        self.cycle = parse_timedelta(cycle, default="ms")
         if dask.config.get("distributed.worker.profile.low-level"):
             raise NotImplementedError("distributed.worker.profile.low-level=True is not supported yet")
         if self.interval is None or self.interval <= 0:
             raise ValueError(f"distributed.worker.profile.interval must be positive, got {self.interval!r}")
         if self.cycle is None or self.cycle < self.interval:
             raise ValueError(
-                "distributed.worker.profile.cycle must be at least the interval, "
-                f"got {self.cycle!r} < {self.interval!r}"
+                "distributed.worker.profile.cycle (or Worker(profile_cycle_interval=)) must be at least the "
+                f"interval, got {self.cycle!r} < {self.interval!r}"
             )
 
 

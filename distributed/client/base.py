@@ -332,9 +332,9 @@ class ClientBase(Generic[AsyncT]):
             self.scheduler_address = self.cluster.scheduler_address
         assert self.scheduler_address is not None
         await self.link.connect(self.scheduler_address)
+        self._scheduler_identity = self.link.identity
         interval = get_interval("distributed.client.scheduler-info-interval", 2.0)
         if interval > 0:
-            await self._update_scheduler_identity()
             self._info_refresh = asyncio.ensure_future(self._refresh_scheduler_info(interval))
         self.topics.subscribe_defaults()
         await self.preloads.start()

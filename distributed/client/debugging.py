@@ -210,6 +210,8 @@ class ClientDebugging(ClientBase[AsyncT]):
         """The task of ``key`` as the client sent it (unpickled here), and its inputs' values by key."""
         from distributed.client.future import Future
 
+        # The task may have just been submitted: its graph is on the stream, which a request could overtake.
+        await self.link.stream_handled()
         reply: m.RunSpecReply = await self.link.request(m.KeyRequest(op="get_runspec", key=key))
         if reply["run_spec"] is None:
             raise ValueError(f"{key!r} was not computed by a task (scattered data has no task to run again)")

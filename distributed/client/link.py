@@ -128,6 +128,8 @@ class SchedulerLink:
         self.stream: BatchedSend | None = None
         #: Ports of the scheduler's services (``dashboard``), from the registration reply.
         self.services: Mapping[str, int] = {}
+        #: The scheduler's identity without its workers, from the registration reply.
+        self.identity: dict[str, Any] = {}
         #: Whether reports and replies are checked (not those of a scheduler in this process).
         self.check_replies = True
         #: Whether the scheduler runs in this process (its comm is in-process).
@@ -208,8 +210,9 @@ class SchedulerLink:
         registered = cast(m.RegisterClientReply, response)  # checked above (or built as declared in process)
         if registered.get("warning"):
             warnings.warn(VersionMismatchWarning(registered["warning"]), stacklevel=2)
-        # Known from the start (dashboard_link) without another round trip.
+        # Known from the start (dashboard_link, repr) without another round trip.
         self.services = registered["services"]
+        self.identity = dict(registered.get("identity") or {})
         self._comm = comm
         bs = BatchedSend(
             interval=get_interval("distributed.client.batched-send-interval", 0.00025), name="client->scheduler"

@@ -121,6 +121,10 @@ class BaseProgress(SchedulerPlugin):
 
     async def try_start(self) -> bool:
         """Start following the keys if the scheduler knows all of them; whether the watch has started."""
+        return self.start_now()
+
+    def start_now(self) -> bool:
+        """:meth:`try_start`, synchronously (from a scheduler hook, before the next transition)."""
         if self.status != "pending":
             return True
         tasks = self.scheduler.tasks
@@ -139,8 +143,15 @@ class BaseProgress(SchedulerPlugin):
             self.stop()
         else:
             self.status = "running"
-            await self.scheduler.add_plugin(self, name=self.id)
+            # A plugin without a start hook: nothing to await, so that a watch started from a hook
+            # counts the graph's first transition.
+            self.scheduler.plugins[self.id] = self
         return True
+
+    def update_graph(self, scheduler: Scheduler, **kwargs: Any) -> None:
+        """A pending watch (its keys were unknown) starts as soon as a graph brings them, before they run."""
+        if self.status == "pending":
+            self.start_now()
 
     def _track(self, all_keys: set[Key], left: set[Key]) -> None:
         """Start counting: ``all_keys`` counted, ``left`` of them not done."""
@@ -358,7 +369,12 @@ class ProgressExtension:
                 msg["keys"], self.scheduler, group_by=msg["group_by"], complete=msg["complete"], client=client
             )
         self.watches[p.id] = p
-        return await self._state(p)
+        state = await self._state(p)
+        if p.status == "pending":
+            # Its keys are on their way (a request may overtake the graph on the client's stream):
+            # hooked in, it starts as the graph arrives, not at the next poll when they may be done.
+            self.scheduler.plugins[p.id] = p
+        return state
 
     async def poll(self, comm: Comm | None, msg: m.ProgressPoll) -> m.ProgressState:
         """The state of watch ``id``.

@@ -110,6 +110,8 @@ class RegisterClientReply(TypedDict):
     services: Mapping[str, int]
     #: The packages whose versions differ between the client, the scheduler and the workers (a table).
     warning: NotRequired[str]
+    #: The scheduler's identity without its workers (their count, threads, memory): what ``repr(client)`` shows.
+    identity: NotRequired[Mapping[str, Any]]
 
 
 class KeysRequest(TypedDict):
@@ -568,6 +570,8 @@ class RegisterWorker(TypedDict):
     nbytes: NotRequired[Mapping[Key, int]]
     versions: NotRequired[Mapping[str, Any]]
     local_directory: NotRequired[str]
+    #: ``Worker(startup_information=)``'s values, by name: shown in the worker's identity.
+    extra: NotRequired[Mapping[str, Any]]
 
 
 class HeartbeatWorker(TypedDict):

@@ -396,6 +396,7 @@ class WorkerState:
         "executing_count",
         "unmanaged_history",
         "actors",
+        "extra",
         "alone",
         "_hash",
         "__weakref__",
@@ -443,6 +444,8 @@ class WorkerState:
         self.unmanaged_history = UnmanagedHistory()
         #: Actor tasks whose instance lives here (new actors go where there are fewest).
         self.actors: set[TaskState] = set()
+        #: What the worker told as it registered (``Worker(startup_information=)``): part of its identity.
+        self.extra: dict[str, Any] = {}
 
     def __hash__(self) -> int:
         return self._hash
@@ -466,6 +469,7 @@ class WorkerState:
             "last_seen": self.last_seen,
             "metrics": dict(self.metrics),
             "status": self.status.name,
+            **self.extra,
         }
 
     @property

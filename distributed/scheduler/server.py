@@ -358,6 +358,8 @@ class Scheduler(GraphIngestion, Server):
         if self.http_server is not None:
             await self.http_server.close()
         self.requests.close()
+        # A frozen view would outlive this scheduler in its process (others, tests, a notebook).
+        self.streams.gc.release()
         if self.scheduler_file and self._wrote_scheduler_file and os.path.exists(self.scheduler_file):
             try:
                 os.remove(self.scheduler_file)

@@ -92,6 +92,12 @@ class LargeStateGC:
             self._freeze(ntasks, forgotten, generation=2)
             self.refreezes += 1
 
+    def release(self) -> None:
+        """Put everything back into the collector's view (the scheduler closes: its state goes)."""
+        if self.frozen_at:
+            gc.unfreeze()
+            self.frozen_at = 0
+
     def _freeze(self, ntasks: int, forgotten: int, generation: int) -> None:
         # Garbage still waiting for the collector would be frozen with the living, and kept.
         gc.collect(generation)
@@ -183,6 +189,7 @@ class SchedulerStreams:
         ws = s.workers[address]
         ws.local_directory = msg.get("local_directory", "")
         ws.versions = dict(msg.get("versions") or {})
+        ws.extra = dict(msg.get("extra") or {})
         try:
             await comm.write(
                 {
@@ -342,7 +349,9 @@ class SchedulerStreams:
         cs.last_seen = time.time()
         try:
             services = {"dashboard": s.http_server.port} if s.http_server is not None else {}
-            reply = m.RegisterClientReply(status="OK", time=time.time(), address=s.address, id=s.id, services=services)
+            reply = m.RegisterClientReply(
+                status="OK", time=time.time(), address=s.address, id=s.id, services=services, identity=s.identity(0)
+            )
             if cs.versions:
                 workers = {a: ws.versions for a, ws in s.workers.items()}
                 mismatch = version_mismatch(self.versions, workers, cs.versions)["warning"]

@@ -206,7 +206,10 @@ async def test_other_client_watches_work_it_did_not_submit(c: AsyncClient, s: Sc
         assert from_dataset.client is other and by_key.client is other
         from_dataset.start()
         by_key.start()
-        await async_poll_for(lambda: from_dataset.remaining == {"inc": 0, "add": 0, "gated": 1}, timeout=10)
+        # Each bar's first state comes with its own reply: wait for both.
+        await async_poll_for(
+            lambda: from_dataset.remaining == by_key.remaining == {"inc": 0, "add": 0, "gated": 1}, timeout=10
+        )
         assert from_dataset.all == {"inc": 4, "add": 4, "gated": 1}
         assert by_key.all == from_dataset.all
         await Event("later", client=c).set()

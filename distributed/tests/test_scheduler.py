@@ -208,6 +208,16 @@ def test_large_state_gc_freezes_while_large_and_unfreezes_after() -> None:
         gc.unfreeze()
 
 
+@gen_test()
+async def test_a_scheduler_closing_with_a_frozen_view_unfreezes_it() -> None:
+    import gc
+
+    async with Scheduler(host="127.0.0.1", port=0, dashboard_address=None) as s:
+        s.streams.gc.tend(s.streams.gc.step, 0)  # as if it held a step's worth of tasks
+        assert gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() == 0
+
+
 class _Cycle:
     """An object in a reference cycle with itself: only the cyclic collector frees it."""
 

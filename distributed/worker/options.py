@@ -19,13 +19,10 @@ __all__ = ["check_unsupported_worker_kwargs"]
 _NOT_SUPPORTED: dict[str, tuple[Any, ...]] = {
     "executor": (None,),
     "extensions": (None, {}),
-    "metrics": (None, {}),
-    "startup_information": (None, {}),
     "services": (None, {}),
     "service_kwargs": (None, {}),
     "http_prefix": ("/",),
     "low_level_profiler": (None, False),
-    "profile_cycle_interval": (None,),
     "transition_counter_max": (None, False),
     "scheduler_sni": (None,),
     "WorkerStateClass": (None,),

@@ -18,7 +18,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import psutil
@@ -65,6 +65,7 @@ from distributed.worker.execution import (
 )
 from distributed.worker.memory import WorkerMemoryMonitor, parse_max_spill, parse_memory_limit, spill_target
 from distributed.worker.options import check_unsupported_worker_kwargs
+from distributed.worker.reporting import call_each, named_callables, own_metrics
 from distributed.worker.settings import WorkerSettings
 from distributed.worker.state_machine import (
     AcquireReplicasEvent,
@@ -88,6 +89,7 @@ from distributed.worker.state_machine import (
     WorkerTask,
     WorkerTaskStateName,
 )
+from distributed.worker.storage import DataFactory, data_factory
 from distributed.workspace import WorkDir, WorkSpace
 
 if TYPE_CHECKING:
@@ -128,6 +130,13 @@ class Worker(Server):
         Bytes (or a string such as ``"10 GiB"``) the spill files may take in all;
         past it results stay in memory.  ``False``: no limit.  Default from
         ``distributed.worker.memory.max-spill``.
+    profile_cycle_interval
+        Override ``distributed.worker.profile.cycle`` (a number is milliseconds, as in dask).
+    data
+        Where results are kept instead of the worker's own (spilling) store: a
+        ``MutableMapping``, a callable making one (given the local directory
+        if it has a ``worker_local_directory`` parameter), or a
+        ``(callable, kwargs)`` pair (see :mod:`distributed.worker.storage`).
     host, port, protocol, interface
         Where to listen.  ``host`` is an IP address or host name and may carry
         a scheme (``"tcp://10.0.0.5"``); ``interface`` names a network
@@ -212,7 +221,7 @@ class Worker(Server):
         heartbeat_interval: float | str | None = None,
         nanny: str | None = None,
         plugins: Iterable[WorkerPlugin] = (),
-        data: MutableMapping[Key, Any] | None = None,
+        data: Any = None,
         death_timeout: float | str | None = None,
         loop: Any = None,
         interface: str | None = None,
@@ -225,9 +234,19 @@ class Worker(Server):
         silence_logs: int | bool | None = None,
         preload: str | Sequence[str] | None = None,
         preload_argv: Sequence[str] | Sequence[Sequence[str]] | None = None,
+        metrics: Mapping[str, Callable[[Worker], Any]] | None = None,
+        startup_information: Mapping[str, Callable[[Worker], Any]] | None = None,
+        profile_cycle_interval: float | str | None = None,
         **kwargs: Any,
     ) -> None:
         check_unsupported_worker_kwargs(kwargs)
+        #: Extra heartbeat metrics: name -> ``f(worker)`` (or a coroutine function), as in dask.
+        self.custom_metrics: dict[str, Callable[[Any], Any]] = named_callables(metrics, "metrics")
+        #: What the worker tells the scheduler as it registers: name -> ``f(worker)``; the values
+        #: show in the scheduler's identity of the worker (``scheduler_info()``).
+        self.startup_information: dict[str, Callable[[Any], Any]] = named_callables(
+            startup_information, "startup_information"
+        )
         self.security = coerce_security(security, "Worker")
         # First: a preload may change the config that the rest of construction reads.
         #: The preloads, imported; set up once the worker listens, torn down as it closes.
@@ -293,7 +312,8 @@ class Worker(Server):
         self.dashboard_address = dashboard_address
         self._serve_http = bool(dashboard) if dashboard is not None else dashboard_address is not None
         self.http_server: HTTPServerHandle | None = None
-        self._process: psutil.Process | None = None
+        #: This process, for the heartbeat's memory and CPU figures (set as the worker starts).
+        self.psutil_process: psutil.Process | None = None
         self.memory_monitor = WorkerMemoryMonitor(
             self, target=memory_target_fraction, spill=memory_spill_fraction, pause=memory_pause_fraction
         )
@@ -302,7 +322,11 @@ class Worker(Server):
         self.heartbeat_interval = settings.heartbeat_interval
         self.nanny = nanny
         self.death_timeout = parse_timedelta(death_timeout) if death_timeout is not None else None
-        self.data: MutableMapping[Key, Any] = data if data is not None else {}
+        self.data: MutableMapping[Key, Any] = data if isinstance(data, MutableMapping) else {}
+        #: Makes the data mapping once the local directory exists (``data=`` a callable or ``(callable, kwargs)``).
+        self._data_factory: DataFactory | None = (
+            None if data is None or isinstance(data, MutableMapping) else data_factory(data)
+        )
         # With a memory limit the data becomes a spill buffer at start (it owns a directory);
         # without one it stays a plain dict: the per-task path pays nothing.
         self._spill_target = spill_target(self.memory_limit, self.memory_monitor) if data is None else None
@@ -354,7 +378,7 @@ class Worker(Server):
         #: Thread id -> key of the task it runs now (the profiler reads it to attribute samples).
         self.active_threads: dict[int, Key] = {}
         # Read (and checked) now: a setting refused must stop the worker before it starts.
-        self._profile_settings = ProfileSettings()
+        self._profile_settings = ProfileSettings(cycle=profile_cycle_interval)
         #: The statistical profiler, while the worker runs (None when disabled).
         self.profiler: Profiler | None = None
         handlers: dict[str, Route[Any]] = {
@@ -423,6 +447,8 @@ class Worker(Server):
         if self._contact_address:
             self._address = self._contact_address
         await self._make_local_directory()
+        if self._data_factory is not None:
+            self.data = self._data_factory(self.local_directory)
         if self._spill_target is not None:
             self.data = SpillBuffer(
                 os.path.join(self.local_directory, "storage"),
@@ -434,8 +460,8 @@ class Worker(Server):
         large = self.memory_monitor.large_result_bytes()
         if large is not None:
             self._large_result_bytes = float(large)
-        self._process = psutil.Process()
-        self._process.cpu_percent()  # the first call only starts the measurement
+        self.psutil_process = psutil.Process()
+        self.psutil_process.cpu_percent()  # the first call only starts the measurement
         if self._serve_http:
             from distributed.http.worker import start_worker_http_server
 
@@ -500,6 +526,7 @@ class Worker(Server):
                 nbytes={k: sizeof(v) for k, v in self.data.items()},
                 local_directory=self.local_directory,
                 versions=get_versions(),
+                extra=await call_each(self, self.startup_information, "startup information"),
             )
         )
         response = await comm.read()
@@ -596,7 +623,10 @@ class Worker(Server):
             return
         stream = self.batched_stream
         try:
-            metrics = self.get_metrics()
+            metrics: dict[str, Any] = dict(self.get_metrics())
+            if self.custom_metrics:
+                for name, value in (await call_each(self, self.custom_metrics, "metric")).items():
+                    metrics.setdefault(name, value)  # the worker's own metrics win a clash, as in dask
             reply = await self.rpc.call(
                 self.scheduler_addr,
                 m.HeartbeatWorker(
@@ -633,28 +663,7 @@ class Worker(Server):
 
     def get_metrics(self) -> m.WorkerMetrics:
         """What the heartbeat reports: memory (RSS), CPU percent since the last call, task counts."""
-        proc = self._process or psutil.Process()
-        state = self.state
-        data = self.data
-        spilled = data.spilled if isinstance(data, SpillBuffer) else None
-        metrics = m.WorkerMetrics(
-            memory=proc.memory_info().rss,
-            cpu=proc.cpu_percent(),
-            executing=len(state.executing) if state is not None else 0,
-            in_memory=len(data),
-            managed_bytes=state.nbytes_in_memory if state is not None else 0,
-            spilled_bytes=m.SpilledBytes(
-                memory=spilled.memory if spilled is not None else 0,
-                disk=spilled.disk if spilled is not None else 0,
-            ),
-            transfer=m.TransferTotals(
-                incoming_bytes_total=self.transfer_incoming_bytes_total,
-                outgoing_bytes_total=self.transfer_outgoing_bytes_total,
-            ),
-        )
-        if isinstance(data, SpillBuffer) and data.disk_error is not None:
-            metrics["spill_disk_error"] = str(data.disk_error)  # shown by the scheduler's dashboard
-        return metrics
+        return own_metrics(self)
 
     async def _close_after_lifetime(self, lifetime: float) -> None:
         await asyncio.sleep(lifetime)
