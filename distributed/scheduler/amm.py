@@ -204,10 +204,10 @@ class ActiveMemoryManagerExtension:
     # -- one pass ----------------------------------------------------------------------
     def run_once(self) -> None:
         """Ask every policy, then enact the plan."""
-        s = self.scheduler
-        if not s.workers:
+        if not self.scheduler.workers:
             return
-        self.workers_memory = {ws: measure(ws, self.measure) for ws in s.workers.values()}
+        # Measured at the first suggestion: a pass with nothing to do (most) costs no walk over the workers.
+        self.workers_memory = {}
         self.pending = {}
         try:
             for policy in list(self.policies):
@@ -229,6 +229,8 @@ class ActiveMemoryManagerExtension:
             if suggestion.op not in ("replicate", "drop"):
                 raise ValueError(f"{policy!r} suggested {suggestion.op!r}: a policy may suggest 'replicate' or 'drop'")
             ts, candidates = suggestion.ts, suggestion.candidates
+            if not self.workers_memory:
+                self.workers_memory = {ws: measure(ws, self.measure) for ws in self.scheduler.workers.values()}
             to_add, to_drop = self.pending.setdefault(ts, (set(), set()))
             nbytes = max(ts.nbytes, 0)
             if suggestion.op == "replicate":
