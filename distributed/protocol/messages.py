@@ -580,6 +580,8 @@ class HeartbeatWorker(TypedDict):
     now: float
     metrics: NotRequired[WorkerMetrics | Mapping[str, Any]]
     executing: NotRequired[int]
+    #: What each ``Worker(extensions=)`` extension's ``heartbeat()`` said, by name.
+    extensions: NotRequired[Mapping[str, Any]]
 
 
 class UnregisterWorker(TypedDict):

@@ -329,6 +329,14 @@ class SchedulerStreams:
         # Unmanaged memory as of this heartbeat (process and managed measured together).
         ws.unmanaged_history.add(time.monotonic(), ws.memory.unmanaged, self._recent_to_old)
         ws.executing_count = msg.get("executing", 0)
+        for name, value in (msg.get("extensions") or {}).items():
+            # A worker extension's heartbeat goes to the scheduler extension of the same name, as in dask.
+            beat = getattr(self.scheduler.extensions.get(name), "heartbeat", None)
+            if beat is not None:
+                try:
+                    beat(ws, value)
+                except Exception:
+                    logger.exception("Scheduler extension %r failed on a heartbeat of %s", name, ws.address)
         return {"status": "OK", "time": time.time(), "heartbeat-interval": self._heartbeat_interval()}
 
     def handle_unregister(self, comm: Comm, msg: m.UnregisterWorker) -> str:

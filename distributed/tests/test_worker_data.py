@@ -1,4 +1,4 @@
-"""``Worker(data=)``, ``Nanny(data=)``, ``metrics=``, ``startup_information=`` and ``profile_cycle_interval=``."""
+"""``Worker(data=)``, ``Nanny(data=)``, ``metrics=``, ``startup_information=``, ``profile_cycle_interval=``, ``extensions=``."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any, Literal
 import pytest
 
 from distributed import Client, Nanny, Scheduler, Worker
+from distributed.scheduler.extensions import DEFAULT_EXTENSIONS
 from distributed.utils_test import async_poll_for, gen_cluster, inc
 
 
@@ -106,3 +107,43 @@ async def test_profile_cycle_interval_overrides_its_key(s: Scheduler) -> None:
         assert a.profiler is not None and a.profiler.cycle == 0.3
     with pytest.raises(ValueError, match="profile_cycle_interval"):
         Worker(s.address, profile_cycle_interval="1us")
+
+
+class BeatingExtension:
+    """A worker extension: counts its heartbeats, and whether it was closed."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.beats = 0
+        self.closed = False
+
+    def heartbeat(self) -> dict[str, Any]:
+        self.beats += 1
+        return {"beats": self.beats, "name": self.worker.name}
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+class HeardExtension:
+    """The scheduler's side: what each worker's extension said last."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.heard: dict[str, Any] = {}
+
+    def heartbeat(self, ws: Any, value: Any) -> None:
+        self.heard[ws.address] = value
+
+
+@gen_cluster(nthreads=[], scheduler_kwargs={"extensions": {**DEFAULT_EXTENSIONS, "beating": HeardExtension}})
+async def test_worker_extensions_heartbeat_to_their_scheduler_extension(s: Scheduler) -> None:
+    heard = s.extensions["beating"]
+    assert isinstance(heard, HeardExtension)
+    async with Worker(s.address, name="w", heartbeat_interval="10ms", extensions={"beating": BeatingExtension}) as a:
+        ext = a.extensions["beating"]
+        assert isinstance(ext, BeatingExtension) and ext.worker is a
+        await async_poll_for(lambda: heard.heard.get(a.address, {}).get("beats", 0) >= 2, 10)
+        assert heard.heard[a.address]["name"] == "w"
+    assert ext.closed
+    with pytest.raises(TypeError, match=r"Worker\(extensions=\)"):
+        Worker(s.address, extensions=[BeatingExtension])  # type: ignore[arg-type]  # refused at run time

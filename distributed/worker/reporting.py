@@ -1,6 +1,7 @@
 """What a worker reports: its own figures, and ``Worker(metrics=)`` and ``Worker(startup_information=)``.
 
-The last two map names to functions of the worker (plain or coroutine functions), as
+So do ``Worker(extensions=)``'s heartbeats (:func:`extension_heartbeats`). The
+metrics and the startup information map names to functions of the worker (plain or coroutine functions), as
 in dask.distributed: the metrics are called at each heartbeat and sent with
 the worker's own (which win a clash of names), the startup information once,
 as the worker registers, and shown in the scheduler's identity of the worker.
@@ -21,7 +22,7 @@ from distributed.spill import SpillBuffer
 if TYPE_CHECKING:
     from distributed.worker.server import Worker
 
-__all__ = ["call_each", "named_callables", "own_metrics"]
+__all__ = ["call_each", "close_extensions", "extension_heartbeats", "named_callables", "own_metrics"]
 
 logger = logging.getLogger("distributed.worker")
 
@@ -80,3 +81,31 @@ def own_metrics(worker: Worker) -> m.WorkerMetrics:
     if isinstance(data, SpillBuffer) and data.disk_error is not None:
         metrics["spill_disk_error"] = str(data.disk_error)  # shown by the scheduler's dashboard
     return metrics
+
+
+def extension_heartbeats(extensions: Mapping[str, Any]) -> dict[str, Any]:
+    """``{name: ext.heartbeat()}`` for the worker's extensions that have one (sent with each heartbeat)."""
+    out: dict[str, Any] = {}
+    for name, ext in extensions.items():
+        beat = getattr(ext, "heartbeat", None)
+        if beat is None:
+            continue
+        try:
+            out[name] = beat()
+        except Exception:
+            logger.warning("The heartbeat of worker extension %r raised; left out", name, exc_info=True)
+    return out
+
+
+async def close_extensions(extensions: Mapping[str, Any]) -> None:
+    """Close the worker's extensions that have a ``close()`` (awaited where a coroutine)."""
+    for name, ext in extensions.items():
+        close = getattr(ext, "close", None)
+        if close is None:
+            continue
+        try:
+            result = close()
+            if inspect.isawaitable(result):
+                await result
+        except Exception:
+            logger.exception("Closing worker extension %r failed", name)

@@ -51,6 +51,7 @@ from distributed.threadpool import ThreadPool
 from distributed.uploads import import_uploaded, save_upload
 from distributed.utils import get_ip_interface, scheduler_address, unsupported, wait_for
 from distributed.versions import get_versions
+from distributed.worker import reporting
 from distributed.worker.actors import ActorHost
 from distributed.worker.execution import (
     Runnable,
@@ -65,7 +66,6 @@ from distributed.worker.execution import (
 )
 from distributed.worker.memory import WorkerMemoryMonitor, parse_max_spill, parse_memory_limit, spill_target
 from distributed.worker.options import check_unsupported_worker_kwargs
-from distributed.worker.reporting import call_each, named_callables, own_metrics
 from distributed.worker.settings import WorkerSettings
 from distributed.worker.state_machine import (
     AcquireReplicasEvent,
@@ -130,6 +130,11 @@ class Worker(Server):
         Bytes (or a string such as ``"10 GiB"``) the spill files may take in all;
         past it results stay in memory.  ``False``: no limit.  Default from
         ``distributed.worker.memory.max-spill``.
+    extensions
+        Parts of the worker made with it: ``{name: factory}``, each called with
+        the worker (``worker.extensions[name]``); one with ``heartbeat()`` sends
+        its value with each heartbeat to the scheduler extension of the same
+        name (``heartbeat(ws, value)``), one with ``close()`` is closed with the worker.
     profile_cycle_interval
         Override ``distributed.worker.profile.cycle`` (a number is milliseconds, as in dask).
     data
@@ -237,14 +242,15 @@ class Worker(Server):
         metrics: Mapping[str, Callable[[Worker], Any]] | None = None,
         startup_information: Mapping[str, Callable[[Worker], Any]] | None = None,
         profile_cycle_interval: float | str | None = None,
+        extensions: Mapping[str, Callable[[Worker], Any]] | None = None,
         **kwargs: Any,
     ) -> None:
         check_unsupported_worker_kwargs(kwargs)
         #: Extra heartbeat metrics: name -> ``f(worker)`` (or a coroutine function), as in dask.
-        self.custom_metrics: dict[str, Callable[[Any], Any]] = named_callables(metrics, "metrics")
+        self.custom_metrics: dict[str, Callable[[Any], Any]] = reporting.named_callables(metrics, "metrics")
         #: What the worker tells the scheduler as it registers: name -> ``f(worker)``; the values
         #: show in the scheduler's identity of the worker (``scheduler_info()``).
-        self.startup_information: dict[str, Callable[[Any], Any]] = named_callables(
+        self.startup_information: dict[str, Callable[[Any], Any]] = reporting.named_callables(
             startup_information, "startup_information"
         )
         self.security = coerce_security(security, "Worker")
@@ -415,6 +421,10 @@ class Worker(Server):
             connection_args=self.security.get_connection_args("worker"),
             listen_args=self.security.get_listen_args("worker"),
         )
+        #: ``Worker(extensions=)``: each factory's product by name, made last (it may use the whole worker).
+        self.extensions: dict[str, Any] = {
+            name: factory(self) for name, factory in reporting.named_callables(extensions, "extensions").items()
+        }
 
     def _blocked_handlers(self) -> list[str]:
         return list(self.settings.blocked_handlers)
@@ -526,7 +536,7 @@ class Worker(Server):
                 nbytes={k: sizeof(v) for k, v in self.data.items()},
                 local_directory=self.local_directory,
                 versions=get_versions(),
-                extra=await call_each(self, self.startup_information, "startup information"),
+                extra=await reporting.call_each(self, self.startup_information, "startup information"),
             )
         )
         response = await comm.read()
@@ -625,7 +635,7 @@ class Worker(Server):
         try:
             metrics: dict[str, Any] = dict(self.get_metrics())
             if self.custom_metrics:
-                for name, value in (await call_each(self, self.custom_metrics, "metric")).items():
+                for name, value in (await reporting.call_each(self, self.custom_metrics, "metric")).items():
                     metrics.setdefault(name, value)  # the worker's own metrics win a clash, as in dask
             reply = await self.rpc.call(
                 self.scheduler_addr,
@@ -635,6 +645,7 @@ class Worker(Server):
                     now=time.time(),
                     metrics=metrics,
                     executing=len(state.executing),
+                    extensions=reporting.extension_heartbeats(self.extensions),
                 ),
             )
         except (OSError, CommClosedError):
@@ -663,7 +674,7 @@ class Worker(Server):
 
     def get_metrics(self) -> m.WorkerMetrics:
         """What the heartbeat reports: memory (RSS), CPU percent since the last call, task counts."""
-        return own_metrics(self)
+        return reporting.own_metrics(self)
 
     async def _close_after_lifetime(self, lifetime: float) -> None:
         await asyncio.sleep(lifetime)
@@ -713,6 +724,7 @@ class Worker(Server):
                 except Exception:
                     logger.exception("Plugin %s teardown failed", name)
             await self.preloads.teardown()
+            await reporting.close_extensions(self.extensions)
             if self._client is not None:
                 try:
                     await self._client.close(asynchronous=True)
