@@ -27,7 +27,6 @@ from distributed.worker import Worker
         ({"security": object()}, TypeError, "security"),
         ({"executor": "offload"}, NotImplementedError, "executor"),
         ({"services": {"x": object}}, NotImplementedError, "services"),
-        ({"extensions": {"x": object}}, NotImplementedError, "extensions"),
         ({"http_prefix": "/dask"}, NotImplementedError, "http_prefix"),
         ({"lifetime_restart": True}, NotImplementedError, "lifetime_restart"),
         ({"reconnect": True}, ValueError, "reconnect"),
