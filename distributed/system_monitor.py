@@ -27,6 +27,10 @@ __all__ = ["SystemMonitor"]
 logger = logging.getLogger("distributed.system_monitor")
 
 
+#: Host CPU times, in psutil's names (each platform reports some of them).
+_HOST_CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal", "guest", "guest_nice")
+
+
 def _config_flag(key: str, given: bool | None) -> bool:
     return bool(dask.config.get(key)) if given is None else given
 
@@ -87,9 +91,12 @@ class SystemMonitor:
 
         self.monitor_host_cpu = _config_flag("distributed.admin.system-monitor.host-cpu", monitor_host_cpu)
         self._last_host_cpu: Any = None
+        #: The host CPU times this platform's psutil reports.
+        self._host_cpu_fields: tuple[str, ...] = ()
         if self.monitor_host_cpu:
             self._last_host_cpu = psutil.cpu_times()
-            for field in self._last_host_cpu._fields:
+            self._host_cpu_fields = tuple(f for f in _HOST_CPU_FIELDS if hasattr(self._last_host_cpu, f))
+            for field in self._host_cpu_fields:
                 self.quantities[f"host_cpu.{field}"] = deque(maxlen=maxlen)
 
         self._gilknocker: Any = None
@@ -148,7 +155,7 @@ class SystemMonitor:
                 self._last_disk = disk
         if self.monitor_host_cpu:
             times = psutil.cpu_times()
-            for field in times._fields:
+            for field in self._host_cpu_fields:
                 spent = getattr(times, field) - getattr(self._last_host_cpu, field)
                 sample[f"host_cpu.{field}"] = max(spent, 0.0) / elapsed
             self._last_host_cpu = times

@@ -84,12 +84,12 @@ def _not_default(key: str) -> Any:
 @pytest.mark.parametrize(
     "key, value, refused",
     [
-        # The interval's default is "500ms".
-        ("distributed.admin.system-monitor.interval", "500ms", False),
-        ("distributed.admin.system-monitor.interval", "0.5s", False),
-        ("distributed.admin.system-monitor.interval", 0.5, False),
-        ("distributed.admin.system-monitor.interval", "3s", True),
-        ("distributed.admin.system-monitor.interval", None, True),
+        # The delay's default is "1s".
+        ("distributed.comm.retry.delay.min", "1000ms", False),
+        ("distributed.comm.retry.delay.min", "1s", False),
+        ("distributed.comm.retry.delay.min", 1, False),
+        ("distributed.comm.retry.delay.min", "3s", True),
+        ("distributed.comm.retry.delay.min", None, True),
         # Nothing is offloaded here: asking for no offloading is what happens anyway.
         ("distributed.comm.offload", False, False),
         ("distributed.comm.compression", None, False),

@@ -120,7 +120,8 @@ result = {
 
     wa, wb = out["workers"]
     assert out["y"] == 2_000_000.0
-    assert wa in out["who_has_x"]
+    # x was made on a and copied to b; the active memory manager may since have dropped either copy.
+    assert out["who_has_x"] and set(out["who_has_x"]) <= {wa, wb}
     incoming_b, _ = out["moved"][wb]
     _, outgoing_a = out["moved"][wa]
     assert incoming_b >= 16_000_000 and outgoing_a >= 16_000_000  # the 16 MB array went from a to b

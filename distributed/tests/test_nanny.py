@@ -192,7 +192,6 @@ def test_restart_without_nannies() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "name"),
     [
-        ({"data": {}}, "data"),
         ({"loop": object()}, "loop"),
     ],
 )
