@@ -200,7 +200,7 @@ def gate_side_by_side(
     text = "\n".join(
         [
             f"regression gate, side by side: a gated time may grow by at most {threshold * 100:.0f} % "
-            f"over the baseline commit's ({str(reference.get('commit', '?'))[:12]}) on this machine",
+            f"over the reference commit's ({str(reference.get('commit', '?'))[:12]}) on this machine",
             table(headers, rows),
             f"gate {'PASSED' if not failed else 'FAILED'} ({len(rows)} times checked)",
         ]
