@@ -86,6 +86,10 @@ def cmd_targets(args: argparse.Namespace) -> int:
 def cmd_gate(args: argparse.Namespace) -> int:
     from benchmarks.reference import has_commit
 
+    if args.results and args.out:
+        raise SystemExit("gate: --out writes the results the gate measures; with --results nothing is measured here")
+    if args.stored and args.reference:
+        raise SystemExit("gate: --stored compares with the stored ratios, --reference with a commit: choose one")
     baseline = _load(args.baseline)
     results = _load(args.results) if args.results else None
     commit = args.reference or baseline.get("commit")

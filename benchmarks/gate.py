@@ -94,6 +94,12 @@ def keep_best(first: dict[str, Any], second: dict[str, Any], by: str = "ratio_th
     return out
 
 
+def _verdict(old: float, new: float, past_limit: bool) -> str:
+    """A gate table's verdict: ``ok (+5 %)`` or ``FAIL (+44 %)``, the change from ``old`` to ``new``."""
+    change = f"{(new / old - 1) * 100:+.0f} %"
+    return f"FAIL ({change})" if past_limit else f"ok ({change})"
+
+
 def gate(baseline: dict[str, Any], results: dict[str, Any], threshold: float = DEFAULT_THRESHOLD) -> tuple[bool, str]:
     """Return ``(passed, report)``.
 
@@ -109,11 +115,9 @@ def gate(baseline: dict[str, Any], results: dict[str, Any], threshold: float = D
         if new is None:
             verdict = f"FAIL ({status.get(case, 'missing')})"
             failed = True
-        elif new > limit:
-            verdict = f"FAIL (+{(new / old - 1) * 100:.0f} %)"
-            failed = True
         else:
-            verdict = f"ok ({(new / old - 1) * 100:+.0f} %)"
+            failed |= new > limit
+            verdict = _verdict(old, new, new > limit)
         rows.append([case, metric, old, new, limit, verdict])
     headers = ["case", "metric", "baseline x threads", "now x threads", "limit", "verdict"]
     summary = "PASSED" if not failed else "FAILED"
@@ -189,12 +193,9 @@ def gate_side_by_side(
             verdict = "FAIL (not measured on the reference side)" if old is None else "FAIL (not measured)"
             failed = True
         else:
-            change = f"{(new / old - 1) * 100:+.0f} %"
-            if new < limit if up else new > limit:
-                verdict = f"FAIL ({change})"
-                failed = True
-            else:
-                verdict = f"ok ({change})"
+            past = new < limit if up else new > limit
+            failed |= past
+            verdict = _verdict(old, new, past)
         rows.append([case, metric, old, new, limit, verdict])
     headers = ["case", "metric", "reference best", "now best", "limit", "verdict"]
     text = "\n".join(

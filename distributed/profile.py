@@ -280,7 +280,10 @@ def _format_seconds(t: float) -> str:
 
 
 class ProfileSettings:
-    """``distributed.worker.profile.*``, read and checked once; ``cycle`` overrides its key (``Worker(profile_cycle_interval=)``)."""
+    """``distributed.worker.profile.*``, read and checked once.
+
+    ``cycle`` overrides ``distributed.worker.profile.cycle`` (``Worker(profile_cycle_interval=)``).
+    """
 
     def __init__(self, cycle: float | str | None = None) -> None:
         self.enabled = bool(dask.config.get("distributed.worker.profile.enabled"))

@@ -1279,7 +1279,9 @@ class Client(ClientDebugging[AsyncT]):
         return restart
 
     def get_executor(self, **kwargs: Any) -> ClientExecutor:
-        """This client as a :class:`concurrent.futures.Executor` (a :class:`~distributed.client.executor.ClientExecutor`).
+        """This client as a :class:`concurrent.futures.Executor`.
+
+        The executor is a :class:`~distributed.client.executor.ClientExecutor`.
 
         ``kwargs`` (``pure``, ``workers``, ``resources``, ``allow_other_workers``,
         ``retries``) apply to every call made through it.

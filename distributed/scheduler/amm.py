@@ -239,7 +239,7 @@ class ActiveMemoryManagerExtension:
                     to_add.add(chosen)
                     self.workers_memory[chosen] += nbytes
             else:
-                chosen = self._find_dropper(ts, candidates, to_add, to_drop)
+                chosen = self._find_dropper(ts, candidates, to_drop)
                 if chosen is not None:
                     to_drop.add(chosen)
                     self.workers_memory[chosen] = max(0, self.workers_memory[chosen] - nbytes)
@@ -262,18 +262,24 @@ class ActiveMemoryManagerExtension:
         self,
         ts: TaskState,
         candidates: set[WorkerState] | None,
-        to_add: set[WorkerState],
         to_drop: set[WorkerState],
     ) -> WorkerState | None:
-        """The holder of ``ts`` with the most memory whose replica may go; None when the last must stay."""
+        """The holder of ``ts`` with the most memory whose replica may go; None when the last must stay.
+
+        The same copies are kept as :meth:`~distributed.scheduler.stimuli.SchedulerStimuli.drop_replicas`
+        keeps: one a task processing there needs, and an actor's home.
+        """
         if ts.state != "memory" or len(ts.who_has) - len(to_drop) < 2:
             return None
-        busy = {dts.processing_on for dts in ts.dependents if dts.processing_on is not None}
+        s = self.scheduler
         pool = ts.who_has if candidates is None else candidates & ts.who_has
         fits = [
             ws
             for ws in pool
-            if ws not in to_drop and ws not in busy and ws in self.workers_memory and not (ts.actor and ts in ws.actors)
+            if ws not in to_drop
+            and ws in self.workers_memory
+            and not s.needed_on(ts, ws)
+            and not (ts.actor and ts in ws.actors)
         ]
         return max(fits, key=self.workers_memory.__getitem__, default=None)
 
