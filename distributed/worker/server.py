@@ -31,7 +31,7 @@ from distributed.comm import Comm, CommClosedError, connect, validate_address
 from distributed.comm.addressing import listen_addresses, listen_protocol, parse_ports
 from distributed.config import get_interval, silence_logging
 from distributed.config_refusals import refuse_unhonoured_config
-from distributed.core import RemoteRequests, Route, Server, Status, StreamRoute, error_message
+from distributed.core import RemoteRequests, Route, Server, Status, StreamRoute
 from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.exceptions import Reschedule
 from distributed.http.server import HTTPServerHandle
@@ -39,9 +39,8 @@ from distributed.preloading import PreloadManager, process_preloads
 from distributed.profile import Profiler, ProfileSettings, ProfileState, create
 from distributed.protocol import messages as m
 from distributed.protocol.compression import codec_for
-from distributed.protocol.framing import ProtocolError, is_msgpack_serializable
+from distributed.protocol.framing import is_msgpack_serializable
 from distributed.protocol.messages import Key
-from distributed.protocol.schema import checker
 from distributed.protocol.serialize import Serialize, unwrap
 from distributed.security import Security, acting_as, coerce_security
 from distributed.shuffle._worker_plugin import ShuffleWorkerExtension
@@ -76,8 +75,6 @@ from distributed.worker.state_machine import (
     ExecuteSuccess,
     FreeKeysEvent,
     GatherDep,
-    GatherDepFailure,
-    GatherDepSuccess,
     Instruction,
     RescheduleEvent,
     SecedeEvent,
@@ -90,6 +87,7 @@ from distributed.worker.state_machine import (
     WorkerTaskStateName,
 )
 from distributed.worker.storage import DataFactory, data_factory
+from distributed.worker.transfers import PeerTransfers
 from distributed.workspace import WorkDir, WorkSpace
 
 if TYPE_CHECKING:
@@ -104,7 +102,7 @@ __all__ = ["Worker", "get_client", "get_worker", "parse_memory_limit", "rejoin",
 FIRST_CONNECT_TIMEOUT = 1.0
 
 
-class Worker(Server):
+class Worker(Server, PeerTransfers):
     """A worker: runs tasks the scheduler assigns and holds their results.
 
     Parameters
@@ -1203,65 +1201,7 @@ class Worker(Server):
         if self.actor_host.keys:
             self._prune_actors([key])
 
-    async def gather_dep(self, worker: str, keys: tuple[Key, ...]) -> None:
-        """Fetch ``keys`` from a peer and hand them to the state machine.
-
-        A peer that cannot be reached is a plain failure (other holders are
-        tried, then the scheduler is told).  A reply that cannot be used - data
-        that does not deserialise, a malformed reply, an error raised by the peer -
-        carries its exception, so the tasks that needed the data err with it
-        rather than waiting forever.
-        """
-        self.incoming_transfer_count += 1
-        ev: StateMachineEvent
-        try:
-            start = time.time()
-            response = await self.rpc.call(worker, m.GetData(op="get_data", keys=list(keys), who=self.address))
-            data, nbytes = _read_get_data_reply(worker, response)
-            self.transfer_incoming_bytes_total += sum(nbytes.values())
-            stop = time.time()
-            ev = GatherDepSuccess(
-                stimulus_id=f"gather-dep-success-{stop}",
-                worker=worker,
-                keys=keys,
-                data=data,
-                nbytes=nbytes,
-                start=start,
-                stop=stop,
-            )
-        except asyncio.CancelledError:
-            raise
-        except (OSError, CommClosedError) as e:
-            logger.info("Could not fetch %d keys from %s: %r", len(keys), worker, e)
-            ev = GatherDepFailure(stimulus_id=f"gather-dep-failure-{time.time()}", worker=worker, keys=keys)
-        except Exception as e:
-            logger.warning("Fetching %d keys from %s failed: %r", len(keys), worker, e)
-            err = error_message(e, e.__traceback__)
-            ev = GatherDepFailure(
-                stimulus_id=f"gather-dep-failure-{time.time()}",
-                worker=worker,
-                keys=keys,
-                exception=err["exception"],
-                traceback=err["traceback"],
-                text=err["text"],
-            )
-        self.handle_stimulus(ev)
-
     # -- request handlers ---------------------------------------------------------------
-    def handle_get_data(self, comm: Comm, msg: m.GetData) -> m.GetDataReply:
-        self.outgoing_transfer_count += 1
-        data: dict[Key, Any] = {}
-        nbytes: dict[Key, int] = {}
-        state = self.state
-        for key in msg["keys"]:
-            if key in self.data:
-                data[key] = Serialize(self.data[key])
-                ts = state.tasks.get(key) if state is not None else None
-                if ts is not None:
-                    nbytes[key] = ts.nbytes
-        self.transfer_outgoing_bytes_total += sum(nbytes.values())
-        return m.GetDataReply(status="OK", data=data, nbytes=nbytes)
-
     def handle_update_data(self, comm: Comm, msg: m.WorkerUpdateData) -> m.UpdateDataReply:
         data = {k: unwrap(v) for k, v in msg["data"].items()}
         nbytes = {k: sizeof(v) for k, v in data.items()}
@@ -1463,24 +1403,6 @@ class Worker(Server):
 
 #: Messages to the scheduler that nothing waits on.
 _LAZY_OPS = frozenset({"add-keys", "release-worker-data"})
-
-
-def _read_get_data_reply(worker: str, response: Any) -> tuple[dict[Key, Any], dict[Key, int]]:
-    """The values and sizes in a peer's ``get_data`` reply.
-
-    Raises
-    ------
-    ProtocolError
-        When the reply does not have the shape :meth:`Worker.handle_get_data` gives.
-    """
-    problem = _check_get_data_reply(response)
-    if problem is not None:
-        raise ProtocolError(f"Malformed get_data reply from {worker}: {problem}")
-    reply: m.GetDataReply = response
-    return {k: unwrap(v) for k, v in reply["data"].items()}, dict(reply["nbytes"])
-
-
-_check_get_data_reply = checker(m.GetDataReply)
 
 
 # -- functions for user code ----------------------------------------------------------------

@@ -1,0 +1,131 @@
+"""A worker's data exchange with its peers: fetching a task's inputs, and serving theirs.
+
+:class:`PeerTransfers` is a part of :class:`~distributed.worker.Worker` (a base
+class of it): ``gather_dep`` fetches keys from a peer and hands the outcome to
+the worker's state machine, ``handle_get_data`` answers a peer's ``get_data``.
+Both count what they move, in the totals the worker reports in its heartbeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import MutableMapping
+from typing import TYPE_CHECKING, Any
+
+from distributed.comm import Comm, CommClosedError
+from distributed.core import ConnectionPool, error_message
+from distributed.protocol import messages as m
+from distributed.protocol.framing import ProtocolError
+from distributed.protocol.messages import Key
+from distributed.protocol.schema import checker
+from distributed.protocol.serialize import Serialize, unwrap
+from distributed.worker.state_machine import GatherDepFailure, GatherDepSuccess, StateMachineEvent
+
+if TYPE_CHECKING:
+    from distributed.worker.state_machine import WorkerStateMachine
+
+__all__ = ["PeerTransfers"]
+
+logger = logging.getLogger("distributed.worker")
+
+
+class PeerTransfers:
+    """Fetching from and serving to peer workers; the :class:`~distributed.worker.Worker` provides the rest."""
+
+    # Set by the worker.
+    rpc: ConnectionPool
+    data: MutableMapping[Key, Any]
+    state: WorkerStateMachine | None
+    #: Fetches started, and get_data requests served, so far.
+    incoming_transfer_count: int
+    outgoing_transfer_count: int
+    #: Bytes fetched from and served to peers so far.
+    transfer_incoming_bytes_total: int
+    transfer_outgoing_bytes_total: int
+
+    @property
+    def address(self) -> str:
+        """The worker's address (defined by the server)."""
+        raise NotImplementedError
+
+    def handle_stimulus(self, *events: StateMachineEvent) -> None:
+        """Feed events to the state machine (defined by the worker)."""
+        raise NotImplementedError
+
+    async def gather_dep(self, worker: str, keys: tuple[Key, ...]) -> None:
+        """Fetch ``keys`` from a peer and hand them to the state machine.
+
+        A peer that cannot be reached is a plain failure (other holders are
+        tried, then the scheduler is told).  A reply that cannot be used - data
+        that does not deserialise, a malformed reply, an error raised by the peer -
+        carries its exception, so the tasks that needed the data err with it
+        rather than waiting forever.
+        """
+        self.incoming_transfer_count += 1
+        ev: StateMachineEvent
+        try:
+            start = time.time()
+            response = await self.rpc.call(worker, m.GetData(op="get_data", keys=list(keys), who=self.address))
+            data, nbytes = _read_get_data_reply(worker, response)
+            self.transfer_incoming_bytes_total += sum(nbytes.values())
+            stop = time.time()
+            ev = GatherDepSuccess(
+                stimulus_id=f"gather-dep-success-{stop}",
+                worker=worker,
+                keys=keys,
+                data=data,
+                nbytes=nbytes,
+                start=start,
+                stop=stop,
+            )
+        except asyncio.CancelledError:
+            raise
+        except (OSError, CommClosedError) as e:
+            logger.info("Could not fetch %d keys from %s: %r", len(keys), worker, e)
+            ev = GatherDepFailure(stimulus_id=f"gather-dep-failure-{time.time()}", worker=worker, keys=keys)
+        except Exception as e:
+            logger.warning("Fetching %d keys from %s failed: %r", len(keys), worker, e)
+            err = error_message(e, e.__traceback__)
+            ev = GatherDepFailure(
+                stimulus_id=f"gather-dep-failure-{time.time()}",
+                worker=worker,
+                keys=keys,
+                exception=err["exception"],
+                traceback=err["traceback"],
+                text=err["text"],
+            )
+        self.handle_stimulus(ev)
+
+    def handle_get_data(self, comm: Comm, msg: m.GetData) -> m.GetDataReply:
+        self.outgoing_transfer_count += 1
+        data: dict[Key, Any] = {}
+        nbytes: dict[Key, int] = {}
+        state = self.state
+        for key in msg["keys"]:
+            if key in self.data:
+                data[key] = Serialize(self.data[key])
+                ts = state.tasks.get(key) if state is not None else None
+                if ts is not None:
+                    nbytes[key] = ts.nbytes
+        self.transfer_outgoing_bytes_total += sum(nbytes.values())
+        return m.GetDataReply(status="OK", data=data, nbytes=nbytes)
+
+
+def _read_get_data_reply(worker: str, response: Any) -> tuple[dict[Key, Any], dict[Key, int]]:
+    """The values and sizes in a peer's ``get_data`` reply.
+
+    Raises
+    ------
+    ProtocolError
+        When the reply does not have the shape :meth:`PeerTransfers.handle_get_data` gives.
+    """
+    problem = _check_get_data_reply(response)
+    if problem is not None:
+        raise ProtocolError(f"Malformed get_data reply from {worker}: {problem}")
+    reply: m.GetDataReply = response
+    return {k: unwrap(v) for k, v in reply["data"].items()}, dict(reply["nbytes"])
+
+
+_check_get_data_reply = checker(m.GetDataReply)
