@@ -25,7 +25,7 @@ from distributed.worker import Worker
     [
         ({"nonsense": 1}, TypeError, "nonsense"),
         ({"security": object()}, TypeError, "security"),
-        ({"executor": "offload"}, NotImplementedError, "executor"),
+        ({"executor": 3}, TypeError, "executor"),
         ({"services": {"x": object}}, NotImplementedError, "services"),
         ({"http_prefix": "/dask"}, NotImplementedError, "http_prefix"),
         ({"lifetime_restart": True}, NotImplementedError, "lifetime_restart"),

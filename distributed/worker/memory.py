@@ -21,7 +21,8 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import TYPE_CHECKING, Literal
+from collections.abc import MutableMapping
+from typing import TYPE_CHECKING, Any, Literal
 
 import dask.config
 import psutil
@@ -29,6 +30,7 @@ from dask.utils import parse_bytes
 
 from distributed import heap
 from distributed.core import Status
+from distributed.protocol.messages import Key
 from distributed.spill import SpillBuffer
 from distributed.system import MEMORY_LIMIT
 
@@ -133,6 +135,44 @@ class WorkerMemoryMonitor:
         self.spill_to_fraction = self.target_fraction if self.target_fraction is not None else self.spill_fraction
         self._spill_logged = False
         self._process = psutil.Process()
+        #: Bytes the spill files may take in all (None: no limit); set by the worker as it parses ``max_spill``.
+        self.max_spill_bytes: int | None = None
+
+    # -- dask's ``Worker.memory_manager`` names, read by deployment code -------------------------
+    @property
+    def data(self) -> MutableMapping[Key, Any]:
+        """The worker's results (its spill buffer, or the mapping given as ``data=``)."""
+        return self.worker.data
+
+    @property
+    def memory_limit(self) -> int | None:
+        """The worker's memory limit in bytes; None without one."""
+        return self.worker.memory_limit or None
+
+    @property
+    def memory_target_fraction(self) -> float | Literal[False]:
+        """Managed memory, as a fraction of the limit, above which results spill; False when off."""
+        return False if self.target_fraction is None else self.target_fraction
+
+    @property
+    def memory_spill_fraction(self) -> float | Literal[False]:
+        """Process memory, as a fraction of the limit, above which results spill; False when off."""
+        return False if self.spill_fraction is None else self.spill_fraction
+
+    @property
+    def memory_pause_fraction(self) -> float | Literal[False]:
+        """Process memory, as a fraction of the limit, above which the worker pauses; False when off."""
+        return False if self.pause_fraction is None else self.pause_fraction
+
+    @property
+    def max_spill(self) -> int | Literal[False]:
+        """Bytes the spill files may take in all; False for no limit."""
+        return False if self.max_spill_bytes is None else self.max_spill_bytes
+
+    @property
+    def memory_monitor_interval(self) -> float:
+        """Seconds between two memory checks."""
+        return self.worker.memory_monitor_interval
 
     def watch(self, data: SpillBuffer) -> None:
         """Check process memory as soon as ``data`` received a fiftieth of the memory limit in results.

@@ -17,7 +17,6 @@ __all__ = ["check_unsupported_worker_kwargs"]
 
 #: dask.distributed Worker keywords not implemented yet, with the values that mean "not used".
 _NOT_SUPPORTED: dict[str, tuple[Any, ...]] = {
-    "executor": (None,),
     "services": (None, {}),
     "service_kwargs": (None, {}),
     "http_prefix": ("/",),

@@ -19,6 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
+from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any, Literal
 
 import psutil
@@ -62,6 +63,13 @@ from distributed.worker.execution import (
     run_actor_method,
     run_in_thread,
     success_event,
+)
+from distributed.worker.executors import (
+    DEFAULT,
+    executor_name,
+    named_executors,
+    offload_executor,
+    run_in_executor,
 )
 from distributed.worker.memory import WorkerMemoryMonitor, parse_max_spill, parse_memory_limit, spill_target
 from distributed.worker.options import check_unsupported_worker_kwargs
@@ -133,6 +141,12 @@ class Worker(Server, PeerTransfers):
         the worker (``worker.extensions[name]``); one with ``heartbeat()`` sends
         its value with each heartbeat to the scheduler extension of the same
         name (``heartbeat(ws, value)``), one with ``close()`` is closed with the worker.
+    executor
+        Where tasks run instead of the worker's own thread pool: a
+        ``concurrent.futures.Executor`` (the default one), a mapping of names to
+        them (tasks choose one with ``dask.annotate(executor=name)``), or
+        ``"offload"`` (see :mod:`distributed.worker.executors`).  The worker
+        shuts them down as it closes.
     profile_cycle_interval
         Override ``distributed.worker.profile.cycle`` (a number is milliseconds, as in dask).
     data
@@ -241,9 +255,13 @@ class Worker(Server, PeerTransfers):
         startup_information: Mapping[str, Callable[[Worker], Any]] | None = None,
         profile_cycle_interval: float | str | None = None,
         extensions: Mapping[str, Callable[[Worker], Any]] | None = None,
+        executor: Executor | Mapping[str, Executor] | str | None = None,
         **kwargs: Any,
     ) -> None:
         check_unsupported_worker_kwargs(kwargs)
+        #: The executors given as ``executor=``, by name (see :mod:`distributed.worker.executors`);
+        #: empty when every task runs in the worker's own pool.
+        self.task_executors: dict[str, Executor] = named_executors(executor)
         #: Extra heartbeat metrics: name -> ``f(worker)`` (or a coroutine function), as in dask.
         self.custom_metrics: dict[str, Callable[[Any], Any]] = reporting.named_callables(metrics, "metrics")
         #: What the worker tells the scheduler as it registers: name -> ``f(worker)``; the values
@@ -337,7 +355,7 @@ class Worker(Server, PeerTransfers):
         if max_spill not in (None, False) and self._spill_target is None:
             # Nothing spills without a memory limit (or with data= of the caller's): the limit would do nothing.
             raise ValueError(f"max_spill={max_spill!r} needs a memory_limit and no data=: nothing spills otherwise")
-        self._max_spill = parse_max_spill(max_spill)
+        self._max_spill = self.memory_monitor.max_spill_bytes = parse_max_spill(max_spill)
         #: Most bytes fetched from peers at once (``distributed.worker.memory.transfer`` of the memory limit).
         self._incoming_bytes_limit = (
             settings.transfer_fraction * self.memory_limit
@@ -742,6 +760,10 @@ class Worker(Server, PeerTransfers):
             # Whatever step above failed, the task threads, spill files and directory are let go.
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(None, self.executor.shutdown, self._close_executor_wait, self._close_timeout)
+            for given in self.task_executors.values():
+                # As dask does, the worker shuts down the executors it was given; the offload thread is shared.
+                if given is not offload_executor():
+                    await loop.run_in_executor(None, functools.partial(given.shutdown, wait=self._close_executor_wait))
             self.actor_executor.shutdown(wait=False, cancel_futures=True)
             self.actors.clear()
             self.shuffle.close()
@@ -1075,20 +1097,32 @@ class Worker(Server, PeerTransfers):
             return
         runnable = self._prepare(ts) if ts.state == "executing" else None
         self._prepared = None
-        if runnable is None:
+        if runnable is None or ((self.task_executors or ts.annotations) and self._runs_elsewhere(ts)):
             self._start_task(self.execute(key, run_id), f"execute-{key}")
             return
         self.executor.submit_nowait(self._run_task_in_thread, runnable)
 
+    def _runs_elsewhere(self, ts: WorkerTask) -> bool:
+        """Whether ``ts`` runs in an executor other than the worker's own pool (``executor=``, annotations)."""
+        name = executor_name(ts.annotations)
+        return name != DEFAULT or DEFAULT in self.task_executors
+
+    @property
+    def executors(self) -> dict[str, Any]:
+        """The executors tasks run in, by name, as dask's ``Worker.executors`` (``"actor"``: actors' methods)."""
+        return {DEFAULT: self.executor, **self.task_executors, "actor": self.actor_executor}
+
     def _prepare(self, ts: WorkerTask) -> Runnable | None:
         """What a pool thread needs to run ``ts``, or None for the :meth:`execute` coroutine.
 
-        That takes async tasks, large run specs (unpickled off the loop) and
-        whatever fails here (it reports the error).
+        That takes async tasks, large run specs (unpickled off the loop), tasks
+        for another executor and whatever fails here (it reports the error).
         """
         prepared = self._prepared
         if prepared is not None and prepared[2] == ts.key and prepared[3] == ts.run_id:
             return prepared
+        if (self.task_executors or ts.annotations) and self._runs_elsewhere(ts):
+            return None
         run_spec = ts.run_spec
         frames = getattr(run_spec, "frames", None)
         if frames is not None and sum(map(len, frames)) > 100_000:
@@ -1184,6 +1218,14 @@ class Worker(Server, PeerTransfers):
             if getattr(node, "is_coro", False):
                 value = await StepsInTaskContext(node(args), self, key)
                 nbytes, type_name = sizeof(value), typename(type(value))
+            elif self._runs_elsewhere(ts):
+                name = executor_name(ts.annotations)
+                chosen = self.task_executors.get(name)
+                if chosen is None:
+                    raise ValueError(
+                        f"Invalid executor {name!r} for task {key!r}; this worker has {sorted(self.executors)}"
+                    )
+                value, nbytes, type_name = await run_in_executor(chosen, self, node, args, key, loop)
             else:
                 value, nbytes, type_name = await asyncio.wrap_future(
                     self.executor.submit(run_in_thread, self, node, args, key, loop)
@@ -1232,23 +1274,10 @@ class Worker(Server, PeerTransfers):
         )
 
     async def handle_run(self, comm: Comm, msg: m.RunFunction) -> Any:
-        func = unwrap(msg["function"])
+        function = unwrap(msg["function"])
         args = unwrap(msg.get("args")) or ()
         kwargs = unwrap(msg.get("kwargs")) or {}
-        try:
-            params = inspect.signature(func).parameters
-        except (TypeError, ValueError):
-            params = {}  # type: ignore[assignment]  # builtins without a signature
-        if "dask_worker" in params:
-            kwargs["dask_worker"] = self
-        result = func(*args, **kwargs)
-        if inspect.isawaitable(result):
-            if msg.get("wait", True):
-                result = await result
-            else:
-                self.spawn(consume(result))
-                result = None
-        return Serialize(result)
+        return Serialize(await self.run(comm, function, args, msg.get("wait", True), kwargs))
 
     def get_profile(
         self, start: float | None = None, stop: float | None = None, key: str | None = None, server: bool = False
@@ -1305,6 +1334,47 @@ class Worker(Server, PeerTransfers):
         >>> await get_worker().scheduler.who_has(keys=["x"])  # doctest: +SKIP
         """
         return self.rpc(self.scheduler_addr)
+
+    @property
+    def memory_manager(self) -> WorkerMemoryMonitor:
+        """What keeps the worker under its memory limit, as dask's ``Worker.memory_manager``.
+
+        It names the settings as dask does (``memory_limit``,
+        ``memory_target_fraction``, ``memory_spill_fraction``,
+        ``memory_pause_fraction``, ``max_spill``, ``memory_monitor_interval``,
+        ``data``).
+        """
+        return self.memory_monitor
+
+    async def run(
+        self,
+        comm: Comm | None,
+        function: Callable[..., Any],
+        args: Sequence[Any] = (),
+        wait: bool = True,
+        kwargs: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """Run ``function(*args, **kwargs)`` here, as ``Client.run`` does (dask's ``Worker.run`` handler).
+
+        A function with a ``dask_worker`` parameter is given this worker; a
+        coroutine function is awaited unless ``wait`` is false (then started
+        and None returned).
+        """
+        kwargs = dict(kwargs or {})
+        try:
+            params = inspect.signature(function).parameters
+        except (TypeError, ValueError):
+            params = {}  # type: ignore[assignment]  # builtins without a signature
+        if "dask_worker" in params:
+            kwargs["dask_worker"] = self
+        result = function(*args, **kwargs)
+        if inspect.isawaitable(result):
+            if wait:
+                result = await result
+            else:
+                self.spawn(consume(result))
+                result = None
+        return result
 
     @property
     def client(self) -> Client:
