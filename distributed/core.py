@@ -448,6 +448,7 @@ class Server:
         self.listen_args: ConnectionArgs = listen_args or ConnectionArgs()
         self.handlers: dict[str, Route[Any]] = dict(handlers or {})
         self.handlers.setdefault("get_logs", Route(m.GetLogs, self.handle_get_logs))
+        self.handlers.setdefault("echo", Route(m.Echo, self.handle_echo))
         #: This server's recent log records (kept while it runs): those of its loggers (see ``log_prefix``).
         self.logs = LogBuffer(self.log_prefix or type(self).__module__)
         #: How late this server's event loop runs a periodic tick (see :mod:`distributed.loop_health`).
@@ -567,6 +568,10 @@ class Server:
     def handle_get_logs(self, comm: Comm, msg: m.GetLogs) -> list[tuple[Any, ...]]:
         """Answer ``get_logs``."""
         return self.get_logs(msg.get("n"), bool(msg.get("timestamps", False)))
+
+    def handle_echo(self, comm: Comm, msg: m.Echo) -> Any:
+        """Answer ``echo`` with the data sent (what a network benchmark bounces off a peer)."""
+        return msg.get("data")
 
     async def finished(self) -> None:
         """Wait until the server is closed."""

@@ -289,6 +289,33 @@ class ClientDebugging(ClientBase[AsyncT]):
 
         return versions
 
+    @dual_method
+    def benchmark_hardware(self, duration: float = 1.0) -> Work[dict[str, dict[str, float]]]:
+        """Measure the workers' memory, disk and network bandwidths, as dask's ``Client.benchmark_hardware``.
+
+        Every worker copies blocks in memory and writes and reads them back
+        on its disk; pairs of workers send blocks to each other (one worker
+        alone measures no network).
+
+        Parameters
+        ----------
+        duration
+            Seconds each measure takes per block size (five sizes each).
+
+        Returns
+        -------
+        ``{"disk": {size: bytes_per_second}, "memory": {...}, "network": {...}}``,
+        the mean over the workers, keyed by block size (``"1 MiB"``).
+        """
+
+        async def measure() -> dict[str, dict[str, float]]:
+            result: dict[str, dict[str, float]] = await self.link.request(
+                m.BenchmarkHardware(op="benchmark_hardware", duration=duration)
+            )
+            return result
+
+        return measure
+
 
 def _single_key(future: Any) -> Key:
     """The key of ``future`` (a Future, or a collection holding exactly one).

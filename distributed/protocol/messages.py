@@ -128,6 +128,38 @@ class MemorySamplerStart(TypedDict):
     interval: float
 
 
+class BenchmarkHardware(TypedDict):
+    """Measure the workers' memory, disk and network bandwidths for ``duration`` seconds per size."""
+
+    op: str
+    duration: NotRequired[float]
+
+
+class BenchmarkLocal(TypedDict):
+    """Measure one worker's memory or disk bandwidth (bytes/s) for each of ``sizes`` (``"1 MiB"``, ...;
+    dask's sizes when absent)."""
+
+    op: str
+    sizes: NotRequired[Sequence[str]]
+    duration: float
+
+
+class BenchmarkNetwork(TypedDict):
+    """Measure the bandwidth (bytes/s) from one worker to the peer at ``address``, for each of ``sizes``."""
+
+    op: str
+    address: str
+    sizes: NotRequired[Sequence[str]]
+    duration: float
+
+
+class Echo(TypedDict):
+    """Send ``data`` back (a server's ``echo``: what network benchmarks bounce)."""
+
+    op: str
+    data: NotRequired[Any]
+
+
 class MemorySamplerStop(TypedDict):
     """Stop the sampling under ``key``; the reply is its ``(time, bytes)`` samples."""
 

@@ -28,6 +28,7 @@ from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.protocol.serialize import Serialize, unwrap
 from distributed.scheduler import rebalance
+from distributed.scheduler.hardware import benchmark_hardware
 from distributed.scheduler.metadata import TaskMetadataCollector
 from distributed.scheduler.records import TaskState, WorkerState
 from distributed.utils import wait_for
@@ -742,6 +743,11 @@ class ClusterRequests:
             await wait_for(asyncio.gather(*calls), timeout)
         except TimeoutError:
             raise TimeoutError(f"{len(calls)} worker(s) did not all restart within {timeout} s") from None
+
+    async def handle_benchmark_hardware(self, comm: Comm, msg: m.BenchmarkHardware) -> dict[str, dict[str, float]]:
+        """The workers' mean memory, disk and network bandwidths (see :mod:`distributed.scheduler.hardware`)."""
+        workers = [ws.address for ws in self.scheduler.workers.values() if ws.status == Status.running]
+        return await benchmark_hardware(self.scheduler.rpc, workers, float(msg.get("duration", 1.0)))
 
     async def handle_wait_for_workers(self, comm: Comm, msg: m.WaitForWorkers) -> str:
         await self.scheduler.wait_for_workers(msg["n_workers"])

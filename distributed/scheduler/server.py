@@ -259,6 +259,7 @@ class Scheduler(GraphIngestion, Server):
             "replicate": Route(m.Replicate, self.requests.handle_replicate),
             "rebalance": Route(m.Rebalance, self.requests.handle_rebalance),
             "wait_for_workers": Route(m.WaitForWorkers, self.requests.handle_wait_for_workers),
+            "benchmark_hardware": Route(m.BenchmarkHardware, self.requests.handle_benchmark_hardware),
             "restart": Route(m.Restart, self.requests.handle_restart),
             "restart_workers": Route(m.RestartWorkers, self.requests.handle_restart_workers),
             "register_scheduler_plugin": Route(m.RegisterPlugin, self.requests.handle_register_plugin),

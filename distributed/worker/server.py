@@ -34,7 +34,6 @@ from distributed.config import get_interval, silence_logging
 from distributed.config_refusals import refuse_unhonoured_config
 from distributed.core import RemoteRequests, Route, Server, Status, StreamRoute
 from distributed.diagnostics.plugin import WorkerPlugin
-from distributed.exceptions import Reschedule
 from distributed.http.server import HTTPServerHandle
 from distributed.preloading import PreloadManager, process_preloads
 from distributed.profile import Profiler, ProfileSettings, ProfileState, create
@@ -51,47 +50,36 @@ from distributed.threadpool import ThreadPool
 from distributed.uploads import import_uploaded, save_upload
 from distributed.utils import get_ip_interface, scheduler_address, unsupported, wait_for
 from distributed.versions import get_versions
-from distributed.worker import reporting
+from distributed.worker import hardware, reporting
 from distributed.worker.actors import ActorHost
 from distributed.worker.execution import (
     Runnable,
-    StepsInTaskContext,
-    TaskContext,
     consume,
-    deserialize_spec,
-    failure_event,
     run_actor_method,
-    run_in_thread,
-    success_event,
 )
 from distributed.worker.executors import (
-    DEFAULT,
-    executor_name,
     named_executors,
     offload_executor,
-    run_in_executor,
 )
 from distributed.worker.memory import WorkerMemoryMonitor, parse_max_spill, parse_memory_limit, spill_target
 from distributed.worker.options import check_unsupported_worker_kwargs
+from distributed.worker.running import TaskRunning
 from distributed.worker.settings import WorkerSettings
 from distributed.worker.state_machine import (
     AcquireReplicasEvent,
     ComputeTaskEvent,
     Execute,
-    ExecuteAbandoned,
     ExecuteStarted,
     ExecuteSuccess,
     FreeKeysEvent,
     GatherDep,
     Instruction,
-    RescheduleEvent,
     SecedeEvent,
     SendMessage,
     StateMachineEvent,
     StealRequestEvent,
     UpdateDataEvent,
     WorkerStateMachine,
-    WorkerTask,
     WorkerTaskStateName,
 )
 from distributed.worker.storage import DataFactory, data_factory
@@ -110,7 +98,7 @@ __all__ = ["Worker", "get_client", "get_worker", "parse_memory_limit", "rejoin",
 FIRST_CONNECT_TIMEOUT = 1.0
 
 
-class Worker(Server, PeerTransfers):
+class Worker(Server, PeerTransfers, TaskRunning):
     """A worker: runs tasks the scheduler assigns and holds their results.
 
     Parameters
@@ -408,6 +396,9 @@ class Worker(Server, PeerTransfers):
             "update_data": Route(m.WorkerUpdateData, self.handle_update_data),
             "run": Route(m.RunFunction, self.handle_run),
             "identity": Route(m.Empty, self.handle_identity),
+            "benchmark_memory": Route(m.BenchmarkLocal, self.handle_benchmark_memory),
+            "benchmark_disk": Route(m.BenchmarkLocal, self.handle_benchmark_disk),
+            "benchmark_network": Route(m.BenchmarkNetwork, self.handle_benchmark_network),
             "versions": Route(m.VersionsRequest, lambda comm, msg: get_versions(msg.get("packages"))),
             "close": Route(m.WorkerClose, self.handle_close),
             "keys": Route(m.Empty, lambda comm, msg: list(self.data)),
@@ -1081,168 +1072,6 @@ class Worker(Server, PeerTransfers):
         logger.info("Scheduler asked worker %s to close: %s", self.address, msg.get("reason", ""))
         self.spawn(self.close(reason=msg.get("reason", "scheduler-request")), name="close-worker")
 
-    # -- running tasks ----------------------------------------------------------------
-    def _execute_now(self, key: Key, run_id: int) -> None:
-        """Hand a task to the thread pool straight away.
-
-        The common case skips a coroutine per task: the thread reports its
-        result through :meth:`_post_result`, which wakes the loop once for
-        however many results are waiting.  Async tasks and large run specs
-        take the :meth:`execute` coroutine instead.
-        """
-        state = self.state
-        assert state is not None and self.loop is not None
-        ts = state.tasks.get(key)
-        if ts is None:
-            return
-        runnable = self._prepare(ts) if ts.state == "executing" else None
-        self._prepared = None
-        if runnable is None or ((self.task_executors or ts.annotations) and self._runs_elsewhere(ts)):
-            self._start_task(self.execute(key, run_id), f"execute-{key}")
-            return
-        self.executor.submit_nowait(self._run_task_in_thread, runnable)
-
-    def _runs_elsewhere(self, ts: WorkerTask) -> bool:
-        """Whether ``ts`` runs in an executor other than the worker's own pool (``executor=``, annotations)."""
-        name = executor_name(ts.annotations)
-        return name != DEFAULT or DEFAULT in self.task_executors
-
-    @property
-    def executors(self) -> dict[str, Any]:
-        """The executors tasks run in, by name, as dask's ``Worker.executors`` (``"actor"``: actors' methods)."""
-        return {DEFAULT: self.executor, **self.task_executors, "actor": self.actor_executor}
-
-    def _prepare(self, ts: WorkerTask) -> Runnable | None:
-        """What a pool thread needs to run ``ts``, or None for the :meth:`execute` coroutine.
-
-        That takes async tasks, large run specs (unpickled off the loop), tasks
-        for another executor and whatever fails here (it reports the error).
-        """
-        prepared = self._prepared
-        if prepared is not None and prepared[2] == ts.key and prepared[3] == ts.run_id:
-            return prepared
-        if (self.task_executors or ts.annotations) and self._runs_elsewhere(ts):
-            return None
-        run_spec = ts.run_spec
-        frames = getattr(run_spec, "frames", None)
-        if frames is not None and sum(map(len, frames)) > 100_000:
-            return None
-        try:
-            node = unwrap(run_spec)
-            args = {dep.key: self.data[dep.key] for dep in ts.dependencies} if ts.dependencies else {}
-        except Exception:
-            return None
-        if getattr(node, "is_coro", False):
-            return None
-        self._prepared = prepared = (node, args, ts.key, ts.run_id)
-        return prepared
-
-    def _run_task_in_thread(self, runnable: Runnable) -> None:
-        """Run a task, then the lined-up one if this thread may take it, and so on."""
-        next_one: Runnable | None = runnable
-        while next_one is not None:
-            next_one = self._post_result(self._run_one(*next_one), take_next=True)
-
-    def _run_one(self, node: Any, args: dict[Key, Any], key: Key, run_id: int) -> StateMachineEvent:
-        start = time.time()
-        try:
-            with TaskContext(self, key):
-                value = node(args)
-            nbytes, type_name = sizeof(value), typename(type(value))
-            if key in self.actor_host.keys:
-                value = self.actor_host.keep(key, value, self.address)
-            return success_event(key, run_id, value, nbytes, type_name, start)
-        except Reschedule:
-            return RescheduleEvent(stimulus_id=f"reschedule-{time.time()}", key=key, run_id=run_id)
-        except BaseException as e:
-            return failure_event(e, key, run_id, start)
-
-    def _post_result(self, ev: StateMachineEvent, take_next: bool = False) -> Runnable | None:
-        """Queue a result from a pool thread; wake the loop once per batch.
-
-        With ``take_next``, take the lined-up task if this thread may run another.
-        """
-        taken: Runnable | None = None
-        with self._results_lock:
-            self._results.append(ev)
-            # After a large result the loop must store it (and spill, if memory is short) before
-            # the next task makes another: two unstored results of tens of MB each took a
-            # 300 MB worker past the nanny's terminate line.
-            if (
-                take_next
-                and self._lined_up is not None
-                and self.executor.may_continue()
-                and (type(ev) is not ExecuteSuccess or ev.nbytes < self._large_result_bytes)
-            ):
-                taken, self._lined_up = self._lined_up, None
-                self._results.append(ExecuteStarted(stimulus_id="ensure-computing", key=taken[2]))
-            if self._results_wake_pending:
-                return taken
-            self._results_wake_pending = True
-        loop = self.loop
-        try:
-            if loop is not None:
-                loop.call_soon_threadsafe(self._drain_results)
-        except RuntimeError:
-            pass  # the loop closed: the worker is gone
-        return taken
-
-    def _drain_results(self) -> None:
-        with self._results_lock:
-            self._results_wake_pending = False
-        self.handle_stimulus()
-
-    async def execute(self, key: Key, run_id: int) -> None:
-        """Run one task and report how it went."""
-        state = self.state
-        assert state is not None
-        ts = state.tasks.get(key)
-        if ts is None:
-            return
-        if ts.state != "executing":
-            # Freed before it started: give its thread slot back.
-            self.handle_stimulus(ExecuteAbandoned(stimulus_id=f"execute-abandoned-{time.time()}", key=key))
-            return
-        run_spec = ts.run_spec
-        try:
-            args = {dep.key: self.data[dep.key] for dep in ts.dependencies}
-        except KeyError as e:
-            ev: StateMachineEvent = RescheduleEvent(stimulus_id=f"missing-dep-{key}", key=key, run_id=run_id)
-            logger.warning("Dependency %s of %s vanished before it ran; rescheduling", e, key)
-            self.handle_stimulus(ev)
-            return
-        loop = asyncio.get_running_loop()
-        start = time.time()
-        try:
-            node = await deserialize_spec(run_spec, loop, self.executor)
-            if getattr(node, "is_coro", False):
-                value = await StepsInTaskContext(node(args), self, key)
-                nbytes, type_name = sizeof(value), typename(type(value))
-            elif self._runs_elsewhere(ts):
-                name = executor_name(ts.annotations)
-                chosen = self.task_executors.get(name)
-                if chosen is None:
-                    raise ValueError(
-                        f"Invalid executor {name!r} for task {key!r}; this worker has {sorted(self.executors)}"
-                    )
-                value, nbytes, type_name = await run_in_executor(chosen, self, node, args, key, loop)
-            else:
-                value, nbytes, type_name = await asyncio.wrap_future(
-                    self.executor.submit(run_in_thread, self, node, args, key, loop)
-                )
-            if key in self.actor_host.keys:
-                value = self.actor_host.keep(key, value, self.address)
-            ev = success_event(key, run_id, value, nbytes, type_name, start)
-        except Reschedule:
-            ev = RescheduleEvent(stimulus_id=f"reschedule-{time.time()}", key=key, run_id=run_id)
-        except asyncio.CancelledError:
-            raise
-        except BaseException as e:
-            ev = failure_event(e, key, run_id, start)
-        self.handle_stimulus(ev)
-        if self.actor_host.keys:
-            self._prune_actors([key])
-
     # -- request handlers ---------------------------------------------------------------
     def handle_update_data(self, comm: Comm, msg: m.WorkerUpdateData) -> m.UpdateDataReply:
         data = {k: unwrap(v) for k, v in msg["data"].items()}
@@ -1300,6 +1129,22 @@ class Worker(Server, PeerTransfers):
 
     def handle_identity(self, comm: Comm, msg: m.Empty) -> dict[str, Any]:
         return self.identity()
+
+    async def handle_benchmark_memory(self, comm: Comm, msg: m.BenchmarkLocal) -> dict[str, float]:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            None, hardware.benchmark_memory, msg.get("sizes", hardware.MEMORY_SIZES), msg["duration"]
+        )
+
+    async def handle_benchmark_disk(self, comm: Comm, msg: m.BenchmarkLocal) -> dict[str, float]:
+        loop = asyncio.get_running_loop()
+        sizes = msg.get("sizes", hardware.DISK_SIZES)
+        work = functools.partial(hardware.benchmark_disk, self.local_directory, sizes, msg["duration"])
+        return await loop.run_in_executor(None, work)
+
+    async def handle_benchmark_network(self, comm: Comm, msg: m.BenchmarkNetwork) -> dict[str, float]:
+        sizes = msg.get("sizes", hardware.NETWORK_SIZES)
+        return await hardware.benchmark_network(msg["address"], self.rpc, sizes, msg["duration"])
 
     async def handle_close(self, comm: Comm, msg: m.WorkerClose) -> str:
         self.spawn(self.close(reason=msg.get("reason", "close-request")), name="close")
