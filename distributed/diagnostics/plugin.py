@@ -19,10 +19,14 @@ if TYPE_CHECKING:
     from distributed.worker import Worker
 
 __all__ = [
+    "CondaInstall",
     "Environ",
     "ForwardLoggingPlugin",
+    "InstallPlugin",
     "NannyPlugin",
+    "PipInstall",
     "SchedulerPlugin",
+    "UploadDirectory",
     "UploadFile",
     "WorkerPlugin",
     "WorkerSetupCallback",
@@ -291,3 +295,7 @@ class Environ(NannyPlugin):
 def plugin_names(plugins: Iterable[Any]) -> list[str]:
     """Names of plugins, made up from their types where they have none."""
     return [getattr(p, "name", None) or f"{type(p).__name__}-{id(p):x}" for p in plugins]
+
+
+# dask users import these from here.  Imported last: that module subclasses WorkerPlugin and NannyPlugin above.
+from distributed.diagnostics.install import CondaInstall, InstallPlugin, PipInstall, UploadDirectory  # noqa: E402
