@@ -26,12 +26,23 @@ from distributed.client.actor import Actor, ActorFuture, BaseActorFuture
 from distributed.coordination import Event, Lock, MultiLock, Queue, Semaphore, Variable
 from distributed.core import Status, rpc
 from distributed.deploy import Adaptive, LocalCluster, SpecCluster, SSHCluster
-from distributed.diagnostics.plugin import Environ, NannyPlugin, SchedulerPlugin, UploadFile, WorkerPlugin
+from distributed.diagnostics.plugin import (
+    CondaInstall,
+    Environ,
+    InstallPlugin,
+    NannyPlugin,
+    PipInstall,
+    SchedulerPlugin,
+    UploadDirectory,
+    UploadFile,
+    WorkerPlugin,
+)
 from distributed.diagnostics.progressbar import progress
 from distributed.exceptions import CancelledError, KilledWorker, Reschedule, TimeoutError
 from distributed.nanny import Nanny
 from distributed.scheduler import Scheduler
 from distributed.security import Security
+from distributed.spans import span
 from distributed.utils import sync
 from distributed.worker import Worker, get_client, get_worker, rejoin, secede
 from distributed.worker.task_output import print, warn
@@ -47,15 +58,18 @@ __all__ = [
     "BaseActorFuture",
     "CancelledError",
     "Client",
+    "CondaInstall",
     "Environ",
     "Event",
     "Future",
+    "InstallPlugin",
     "KilledWorker",
     "LocalCluster",
     "Lock",
     "MultiLock",
     "Nanny",
     "NannyPlugin",
+    "PipInstall",
     "Queue",
     "Reschedule",
     "SSHCluster",
@@ -66,6 +80,7 @@ __all__ = [
     "SpecCluster",
     "Status",
     "TimeoutError",
+    "UploadDirectory",
     "UploadFile",
     "Variable",
     "Worker",
@@ -85,6 +100,7 @@ __all__ = [
     "rejoin",
     "rpc",
     "secede",
+    "span",
     "sync",
     "wait",
     "warn",

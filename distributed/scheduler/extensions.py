@@ -36,6 +36,7 @@ from distributed.coordination.variable_extension import VariableExtension
 from distributed.core import Route, StreamRoute
 from distributed.diagnostics.progress import ProgressExtension
 from distributed.scheduler.amm import ActiveMemoryManagerExtension
+from distributed.scheduler.spans import SpansSchedulerExtension
 from distributed.scheduler.stealing import WorkStealing
 from distributed.shuffle._scheduler_plugin import ShuffleSchedulerExtension
 
@@ -70,6 +71,7 @@ DEFAULT_EXTENSIONS: Mapping[str, ExtensionFactory] = {
     "stealing": WorkStealing,
     "shuffle": ShuffleSchedulerExtension,
     "amm": ActiveMemoryManagerExtension,
+    "spans": SpansSchedulerExtension,
 }
 
 

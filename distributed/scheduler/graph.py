@@ -77,6 +77,8 @@ class GraphIngestion(SchedulerStimuli):
             self.generation += 1
             generation = self.generation
         new = self._add_tasks(tasks, dict(annotations or {}), user_priority, generation)
+        if self.span_observer is not None:
+            self.span_observer(new)
         lost = self._link_dependencies(new, tasks)
         if holder is not None and not final:
             self._hold(holder, tasks)

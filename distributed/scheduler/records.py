@@ -174,7 +174,7 @@ class TaskPrefix:
 class TaskGroup:
     """Tasks sharing a key name (``"x-abc"`` of ``("x-abc", 0)``): counts by state."""
 
-    __slots__ = ("name", "prefix", "states", "nbytes_total", "duration", "types", "live")
+    __slots__ = ("name", "prefix", "states", "nbytes_total", "duration", "types", "live", "span_id", "start", "stop")
 
     def __init__(self, name: str, prefix: TaskPrefix) -> None:
         self.name = name
@@ -182,6 +182,11 @@ class TaskGroup:
         self.states: dict[TaskStateName, int] = dict.fromkeys(ALL_TASK_STATES, 0)
         self.nbytes_total = 0
         self.duration = 0.0
+        #: The span the group belongs to (that of its first task; see :mod:`distributed.scheduler.spans`).
+        self.span_id: str | None = None
+        #: When the first of its tasks to finish started, and the last one finished (0.0: none yet).
+        self.start = 0.0
+        self.stop = 0.0
         self.types: set[str] = set()
         #: Tasks of the group not forgotten (kept by the scheduler: summing ``states`` costs more).
         self.live = 0

@@ -177,6 +177,8 @@ class SchedulerState:
             maxlen=settings.transition_log_length
         )
         self.plugins: dict[str, SchedulerPlugin] = {}
+        #: Told of each graph's new tasks (the spans extension sets it; see :mod:`distributed.scheduler.spans`).
+        self.span_observer: Callable[[list[TaskState]], None] | None = None
         self.time_started = time.time()
         self.idle_since: float | None = time.time()
         #: ``hook(address, stimulus_id, out)`` of each extension that acts when a worker leaves.

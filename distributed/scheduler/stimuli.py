@@ -69,13 +69,19 @@ class SchedulerStimuli(SchedulerState):
             elif ts is None or ts.state not in ("memory",):
                 out.free[worker].append(key)
             return out
-        duration = msg["stop"] - msg["start"]
+        start, stop = msg["start"], msg["stop"]
+        duration = stop - start
+        group = ts.group
         if duration >= 0:
             ts.prefix.add_duration(duration)
-            ts.group.duration += duration
+            group.duration += duration
+            if not group.start or start < group.start:
+                group.start = start
+            if stop > group.stop:
+                group.stop = stop
         type_ = msg["type"]
         if type_:
-            ts.group.types.add(type_)
+            group.types.add(type_)
         return self.transitions({ts: "memory"}, stimulus_id, out, TransitionInputs(finished=msg))
 
     def task_erred(self, worker: str, msg: m.WorkerTaskErred, stimulus_id: str) -> Effects:

@@ -26,7 +26,9 @@ pytestmark = pytest.mark.timeout(120)
 
 
 @gen_cluster(client=True)
-async def test_benchmark_hardware_measures_every_size(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
+async def test_benchmark_hardware_measures_every_size(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
+) -> None:
     result = await c.benchmark_hardware(duration=0.01)
     assert set(result) == {"disk", "memory", "network"}
     assert list(result["disk"]) == list(DISK_SIZES)
