@@ -107,12 +107,6 @@ NOT_HONOURED: Final[Mapping[str, NotHonoured]] = {
         accepted=(True,),
     ),
     **_keys(("worker",), "incoming data requests are not limited", "distributed.worker.connections.incoming"),
-    **_keys(
-        ("client",),
-        "clients fetch results through the workers' addresses when they can reach them",
-        "distributed.client.direct-to-workers",
-        accepted=(True,),
-    ),
     **_keys(("cluster",), "there is no cluster widget yet", "distributed.deploy.cluster-repr-interval"),
     **_keys(
         _SERVERS,

@@ -156,11 +156,7 @@ class ClientBase(Generic[AsyncT]):
         **kwargs: Any,
     ) -> None:
         refuse_unhonoured_config("client")
-        refuse_unsupported(
-            "Client",
-            extensions=bool(extensions),
-            direct_to_workers=direct_to_workers is False,
-        )
+        refuse_unsupported("Client", extensions=bool(extensions))
         # As in dask, deserializers default to the serializers: what the client sends, it takes back.
         families_chosen = (
             _family_names(serializers, "serializers"),
@@ -243,7 +239,14 @@ class ClientBase(Generic[AsyncT]):
             # As in dask, a bare number is milliseconds.
             self.link.heartbeat_interval = float(parse_timedelta(heartbeat_interval, default="ms") or 0)
         #: Gathers results from workers, scatters data to them.
-        self.transfer = DataTransfer(self.registry, self.link, self.pool, self._timeout, *families_chosen)
+        if direct_to_workers is None:
+            direct_to_workers = dask.config.get("distributed.client.direct-to-workers")
+        #: Whether results and scattered data move straight between this client and the workers (else the
+        #: scheduler relays them: for a client that cannot reach the workers' addresses).
+        self.direct_to_workers = direct_to_workers is not False
+        self.transfer = DataTransfer(
+            self.registry, self.link, self.pool, self._timeout, *families_chosen, direct=self.direct_to_workers
+        )
         #: The topics this client subscribed to, and their event handlers.
         self.topics = TopicSubscriptions(self.id, self.link.post)
         self.link.add_route("event", self.topics.route())
@@ -1058,9 +1061,7 @@ class ClientBase(Generic[AsyncT]):
         in the same nesting): an awaitable of it on an asynchronous client.  With
         ``sync=False``, futures of the keys in that shape instead, at once.
         """
-        refuse_unsupported(
-            "Client.get", direct=direct is False, **{k: True for k in kwargs if k not in FOR_OTHER_SCHEDULERS}
-        )
+        refuse_unsupported("Client.get", **{k: True for k in kwargs if k not in FOR_OTHER_SCHEDULERS})
         expr = graph_expr(dsk)
         flat = list(keys_of(keys))
         for k in flat:
@@ -1073,9 +1074,9 @@ class ClientBase(Generic[AsyncT]):
             return packed
         asynchronous = self.asynchronous if asynchronous is None else asynchronous
         if asynchronous:
-            return self.transfer.gather(packed)
+            return self.transfer.gather(packed, direct=direct)
         try:
-            return self.gather(packed)
+            return self.gather(packed, direct=direct)
         finally:
             del futures, by_key, packed
 
@@ -1114,14 +1115,14 @@ class ClientBase(Generic[AsyncT]):
         """The results of futures, in the same structure (lists, dicts, ...).
 
         ``errors="raise"`` re-raises the first error; ``"skip"`` leaves erred
-        futures out.
+        futures out.  ``direct=False`` fetches through the scheduler (default:
+        the client's ``direct_to_workers``).
         """
-        refuse_unsupported("Client.gather", direct=direct is False)
         if isinstance(futures, Iterator):
             return (self.gather(f, errors=errors, direct=direct) for f in futures)
         if current_worker() is not None and not self.asynchronous:
             secede()
-        return self.sync(self.transfer.gather, futures, errors=errors, asynchronous=asynchronous)
+        return self.sync(self.transfer.gather, futures, errors=errors, direct=direct, asynchronous=asynchronous)
 
     # -- scatter --------------------------------------------------------------------------------
     @dual_method
@@ -1142,9 +1143,9 @@ class ClientBase(Generic[AsyncT]):
         sends each item to every worker (``True``) or to that many workers (an
         int); ``workers`` limits the targets (addresses, names or hosts).
         ``timeout`` bounds the wait for a worker to scatter to (default: the
-        client's connect timeout).
+        client's connect timeout).  ``direct=False`` sends the data through the
+        scheduler (default: the client's ``direct_to_workers``).
         """
-        refuse_unsupported("Client.scatter", direct=direct is False)
         return functools.partial(
             self.transfer.scatter,
             data,
@@ -1152,6 +1153,7 @@ class ClientBase(Generic[AsyncT]):
             broadcast=broadcast,
             hash=hash,
             timeout=None if timeout is no_default else timeout,
+            direct=direct,
         )
 
     # -- cancel, retry ------------------------------------------------------------------------

@@ -116,8 +116,10 @@ class Client(ClientDebugging[AsyncT]):
     name
         Shown in logs.
     direct_to_workers
-        Results always come straight from the workers: None and True are
-        accepted, False is refused.
+        False: results and scattered data go through the scheduler (for a
+        client that cannot reach the workers' addresses); None (default:
+        ``distributed.client.direct-to-workers``) or True: straight between
+        the client and the workers.
     connection_limit
         Most connections open at once (to workers).
     security

@@ -74,6 +74,7 @@ _CHECK_IDENTITY: Final = checker(m.SchedulerIdentity)
 _CHECK_ACKNOWLEDGED: Final = checker(m.Acknowledged)
 _CHECK_GET_DATA: Final = checker(m.GetDataReply)
 _CHECK_UPDATE_DATA: Final = checker(m.UpdateDataReply)
+_CHECK_RELAY: Final = checker(m.RelayReply)
 
 
 class DataTransfer:
@@ -102,6 +103,7 @@ class DataTransfer:
         timeout: float,
         serializers: Sequence[str] | None = None,
         deserializers: Sequence[str] | None = None,
+        direct: bool = True,
     ) -> None:
         self.registry = registry
         self.link = link
@@ -111,12 +113,17 @@ class DataTransfer:
         self.serializers = serializers
         #: The families gathered data may come in (None: any).
         self.deserializers = deserializers
+        #: Whether data moves straight between this client and the workers; else the scheduler relays it
+        #: (``direct_to_workers=False``; a call's ``direct=`` overrides it).
+        self.direct = direct
 
-    async def gather(self, futures: Any, errors: str = "raise") -> Any:
+    async def gather(self, futures: Any, errors: str = "raise", direct: bool | None = None) -> Any:
         """The values of ``futures``, in the same structure (lists, tuples, sets, dicts, nested).
 
         Waits for each future; with ``errors="raise"`` the first erred one
-        raises, with ``"skip"`` erred futures are left out.
+        raises, with ``"skip"`` erred futures are left out.  ``direct``
+        (default: the client's) says whether to fetch from the workers or
+        through the scheduler.
 
         Raises
         ------
@@ -139,7 +146,7 @@ class DataTransfer:
                     raise exc
                 bad.add(key)
         wanted = [k for k in pending if k not in bad]
-        data = await self.fetch(wanted, {k: pending[k] for k in wanted})
+        data = await self.fetch(wanted, {k: pending[k] for k in wanted}, self.direct if direct is None else direct)
         for value in data.values():
             if type(value) is Actor:
                 # Calls go through this client, and the actor lives while the proxy does.
@@ -148,8 +155,8 @@ class DataTransfer:
             return substitute(futures, data, skip=bad)
         return substitute(futures, data)
 
-    async def fetch(self, keys: list[Key], states: Mapping[Key, FutureState]) -> dict[Key, Any]:
-        """Fetch values straight from the workers that hold them.
+    async def fetch(self, keys: list[Key], states: Mapping[Key, FutureState], direct: bool = True) -> dict[Key, Any]:
+        """Fetch values from the workers that hold them (straight, or relayed by the scheduler unless ``direct``).
 
         A holder that cannot be reached is not tried again in this fetch: the
         scheduler is asked who else holds the key.  When nobody does any more
@@ -171,7 +178,7 @@ class DataTransfer:
                 if holders:
                     by_worker[holders[(attempts - 1) % len(holders)]].append(k)
             results = await asyncio.gather(
-                *(self.get_data(w, ks) for w, ks in by_worker.items()), return_exceptions=True
+                *(self.get_data(w, ks, direct) for w, ks in by_worker.items()), return_exceptions=True
             )
             for (w, _ks), res in zip(by_worker.items(), results):
                 if isinstance(res, (OSError, CommClosedError, TimeoutError)):
@@ -226,8 +233,8 @@ class DataTransfer:
                 delay = min(delay * 2, 0.5)
         return data
 
-    async def get_data(self, worker: str, keys: list[Key]) -> dict[Key, Any]:
-        """The values of ``keys`` held by ``worker``, from one ``get_data`` request.
+    async def get_data(self, worker: str, keys: list[Key], direct: bool = True) -> dict[Key, Any]:
+        """The values of ``keys`` held by ``worker``, from one ``get_data`` request (relayed unless ``direct``).
 
         Raises
         ------
@@ -239,16 +246,27 @@ class DataTransfer:
         # A holder that does not accept a connection at once is likely gone:
         # fail over (ask the scheduler again) instead of retrying for the
         # whole connect timeout.  The transfer itself is not limited here.
-        async with self.pool.borrowed(worker, timeout=min(FETCH_CONNECT_TIMEOUT, self.timeout)) as comm:
-            response = await comm.request(m.GetData(op="get_data", keys=keys, who=self.link.client_id))
-        if not comm.same_process:
+        if direct:
+            async with self.pool.borrowed(worker, timeout=min(FETCH_CONNECT_TIMEOUT, self.timeout)) as comm:
+                response = await comm.request(m.GetData(op="get_data", keys=keys, who=self.link.client_id))
+            check = not comm.same_process
+        else:
+            response = await self.relayed(m.RelayGetData(op="relay_get_data", worker=worker, keys=keys))
+            check = self.link.check_replies
+        if check:
             raise_if_malformed(_CHECK_GET_DATA, response, f"'get_data' from {worker}")
         reply: m.GetDataReply = response
         deserializers = self.deserializers
         return {k: unwrap(v, deserializers) for k, v in reply["data"].items()}
 
     async def scatter(
-        self, data: Any, workers: Any = None, broadcast: bool | int = False, hash: bool = True, timeout: Any = None
+        self,
+        data: Any,
+        workers: Any = None,
+        broadcast: bool | int = False,
+        hash: bool = True,
+        timeout: Any = None,
+        direct: bool | None = None,
     ) -> Any:
         """Put ``data`` on workers; futures of it in the same structure.
 
@@ -256,13 +274,16 @@ class DataTransfer:
         same container of futures, a dict a dict, an iterator or a ``range`` a
         list; anything else is one object and gives one future.  Each item
         goes to ``broadcast`` workers (every one for ``True``) among
-        ``workers`` (see :meth:`scatter_targets`).
+        ``workers`` (see :meth:`scatter_targets`).  ``direct`` (default: the
+        client's) says whether to send to the workers or through the scheduler.
         """
         if isinstance(data, (Iterator, range)):
             data = list(data)
         items, order = scatter_items(data, hash)
         addrs = await self.scatter_targets(workers, timeout)
-        who_has, nbytes, types = await self.place(items, addrs, broadcast, workers, timeout)
+        who_has, nbytes, types = await self.place(
+            items, addrs, broadcast, workers, timeout, self.direct if direct is None else direct
+        )
         futures = {k: Future(k, self.registry.client, inform=False) for k in items}
         for f in futures.values():
             fs = f.state
@@ -284,7 +305,13 @@ class DataTransfer:
         return same_container(type(data), [futures[k] for k in order])
 
     async def place(
-        self, items: Mapping[Key, Any], addrs: list[str], broadcast: bool | int, workers: Any, timeout: Any = None
+        self,
+        items: Mapping[Key, Any],
+        addrs: list[str],
+        broadcast: bool | int,
+        workers: Any,
+        timeout: Any = None,
+        direct: bool = True,
     ) -> tuple[dict[Key, list[str]], dict[Key, int], dict[Key, str]]:
         """Put ``items`` on workers: who holds each key, and the sizes and type names the workers reported.
 
@@ -308,7 +335,7 @@ class DataTransfer:
         unreachable: set[str] = set()
         for _round in range(SCATTER_ROUNDS):
             replies = await asyncio.gather(
-                *(self.update_data(a, d) for a, d in assignment.items()), return_exceptions=True
+                *(self.update_data(a, d, direct) for a, d in assignment.items()), return_exceptions=True
             )
             failed: dict[Key, Serialize | Serialized] = {}
             for (a, d), reply in zip(assignment.items(), replies):
@@ -339,8 +366,10 @@ class DataTransfer:
             f"in {SCATTER_ROUNDS} rounds of placing the data elsewhere"
         )
 
-    async def update_data(self, worker: str, data: Mapping[Key, Serialize | Serialized]) -> m.UpdateDataReply:
-        """Put ``data`` on ``worker`` with one ``update_data`` request; its reply, checked.
+    async def update_data(
+        self, worker: str, data: Mapping[Key, Serialize | Serialized], direct: bool = True
+    ) -> m.UpdateDataReply:
+        """Put ``data`` on ``worker`` with one ``update_data`` request (relayed unless ``direct``); its reply, checked.
 
         Raises
         ------
@@ -350,12 +379,30 @@ class DataTransfer:
             When its reply is malformed.
         """
         # As in get_data: a worker that does not accept a connection at once is likely gone.
-        async with self.pool.borrowed(worker, timeout=min(FETCH_CONNECT_TIMEOUT, self.timeout)) as comm:
-            response = await comm.request(m.WorkerUpdateData(op="update_data", data=data))
+        if direct:
+            async with self.pool.borrowed(worker, timeout=min(FETCH_CONNECT_TIMEOUT, self.timeout)) as comm:
+                response = await comm.request(m.WorkerUpdateData(op="update_data", data=data))
+        else:
+            response = await self.relayed(m.RelayUpdateData(op="relay_update_data", worker=worker, data=data))
         if self.link.check_replies:
             raise_if_malformed(_CHECK_UPDATE_DATA, response, f"'update_data' from {worker}")
         reply: m.UpdateDataReply = response
         return reply
+
+    async def relayed(self, request: m.RelayGetData | m.RelayUpdateData) -> Any:
+        """The worker's reply to ``request``, passed on by the scheduler.
+
+        Raises
+        ------
+        OSError
+            When the scheduler could not reach the worker (the caller fails over as for a worker it cannot reach).
+        MessageError
+            When the scheduler's reply is malformed.
+        """
+        reply: m.RelayReply = await self.link.checked_request(request, _CHECK_RELAY)
+        if reply["status"] != "OK":
+            raise OSError(reply.get("error", f"The scheduler could not reach {request['worker']}"))
+        return reply.get("reply")
 
     async def scatter_targets(self, workers: Any, timeout: Any = None, exclude: Collection[str] = ()) -> list[str]:
         """Addresses of the workers to scatter to: all, or those named (by address, name or host).

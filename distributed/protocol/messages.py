@@ -828,6 +828,30 @@ class GetData(TypedDict):
     who: NotRequired[str | None]
 
 
+class RelayGetData(TypedDict):
+    """Fetch ``keys`` from the scheduler's ``worker`` for a client that does not connect to workers."""
+
+    op: str
+    worker: str
+    keys: Sequence[Key]
+
+
+class RelayUpdateData(TypedDict):
+    """Put ``data`` on the scheduler's ``worker`` for a client that does not connect to workers."""
+
+    op: str
+    worker: str
+    data: Mapping[Key, Payload]
+
+
+class RelayReply(TypedDict):
+    """The scheduler's answer to a relay: the worker's reply, or why the worker could not be reached."""
+
+    status: Literal["OK", "unreachable"]
+    reply: NotRequired[Any]
+    error: NotRequired[str]
+
+
 class WorkerUpdateData(TypedDict):
     """Data pushed to a worker (scatter)."""
 

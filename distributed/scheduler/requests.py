@@ -31,6 +31,7 @@ from distributed.scheduler import rebalance
 from distributed.scheduler.hardware import benchmark_hardware
 from distributed.scheduler.metadata import TaskMetadataCollector
 from distributed.scheduler.records import TaskState, WorkerState
+from distributed.scheduler.relay import relay_to_worker
 from distributed.utils import wait_for
 from distributed.versions import get_versions
 
@@ -748,6 +749,16 @@ class ClusterRequests:
         """The workers' mean memory, disk and network bandwidths (see :mod:`distributed.scheduler.hardware`)."""
         workers = [ws.address for ws in self.scheduler.workers.values() if ws.status == Status.running]
         return await benchmark_hardware(self.scheduler.rpc, workers, float(msg.get("duration", 1.0)))
+
+    async def handle_relay_get_data(self, comm: Comm, msg: m.RelayGetData) -> m.RelayReply:
+        """Fetch from a worker for a client that does not connect to workers (see :mod:`.relay`)."""
+        return await relay_to_worker(self.scheduler, msg["worker"], m.GetData(op="get_data", keys=msg["keys"]))
+
+    async def handle_relay_update_data(self, comm: Comm, msg: m.RelayUpdateData) -> m.RelayReply:
+        """Put data on a worker for a client that does not connect to workers (see :mod:`.relay`)."""
+        return await relay_to_worker(
+            self.scheduler, msg["worker"], m.WorkerUpdateData(op="update_data", data=msg["data"])
+        )
 
     async def handle_wait_for_workers(self, comm: Comm, msg: m.WaitForWorkers) -> str:
         await self.scheduler.wait_for_workers(msg["n_workers"])

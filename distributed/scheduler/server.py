@@ -260,6 +260,8 @@ class Scheduler(GraphIngestion, Server):
             "rebalance": Route(m.Rebalance, self.requests.handle_rebalance),
             "wait_for_workers": Route(m.WaitForWorkers, self.requests.handle_wait_for_workers),
             "benchmark_hardware": Route(m.BenchmarkHardware, self.requests.handle_benchmark_hardware),
+            "relay_get_data": Route(m.RelayGetData, self.requests.handle_relay_get_data),
+            "relay_update_data": Route(m.RelayUpdateData, self.requests.handle_relay_update_data),
             "restart": Route(m.Restart, self.requests.handle_restart),
             "restart_workers": Route(m.RestartWorkers, self.requests.handle_restart_workers),
             "register_scheduler_plugin": Route(m.RegisterPlugin, self.requests.handle_register_plugin),

@@ -25,7 +25,6 @@ UNREACHABLE = "tcp://127.0.0.1:1"
     "name, value",
     [
         ("extensions", {"pubsub": object}),
-        ("direct_to_workers", False),
     ],
 )
 def test_client_refuses_what_it_cannot_honour(name: str, value: Any) -> None:
@@ -89,10 +88,7 @@ async def test_work_submission_refusals(c: Client[Literal[True]], s: Scheduler, 
     cases: list[tuple[str, Callable[[], Any]]] = [
         ("Client.compute(optimize_kwarg=...)", lambda: c.compute(x, optimize_kwarg=1)),
         ("Client.persist(optimize_kwarg=...)", lambda: c.persist(x, optimize_kwarg=1)),
-        ("Client.get(direct=...)", lambda: c.get({"a": 1}, "a", direct=False)),
         ("Client.get(optimize_kwarg=...)", lambda: c.get({"a": 1}, "a", optimize_kwarg=1)),
-        ("Client.gather(direct=...)", lambda: c.gather([], direct=False)),
-        ("Client.scatter(direct=...)", lambda: c.scatter(1, direct=False)),
     ]
     for message, call in cases:
         with pytest.raises(NotImplementedError, match="^" + re.escape(message)):

@@ -91,7 +91,7 @@ class FakeWorkers(DataTransfer):
         self.dead = dead
         self.tried: list[str] = []
 
-    async def get_data(self, worker: str, keys: list[Key]) -> dict[Key, Any]:
+    async def get_data(self, worker: str, keys: list[Key], direct: bool = True) -> dict[Key, Any]:
         self.tried.append(worker)
         if worker in self.dead:
             raise OSError(f"{worker} is gone")
@@ -167,7 +167,9 @@ class FakeScatter(DataTransfer):
         self.dead = dead
         self.stored: dict[str, set[Key]] = {}
 
-    async def update_data(self, worker: str, data: Mapping[Key, Serialize | Serialized]) -> m.UpdateDataReply:
+    async def update_data(
+        self, worker: str, data: Mapping[Key, Serialize | Serialized], direct: bool = True
+    ) -> m.UpdateDataReply:
         if worker in self.dead:
             raise CommClosedError(f"{worker} is gone")
         self.stored.setdefault(worker, set()).update(data)
