@@ -22,7 +22,7 @@ import logging
 import time
 import uuid
 import weakref
-from collections.abc import Awaitable, Callable, Collection, Generator, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Collection, Generator, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, Self, TypeAlias, TypeVar, cast, overload
 
 import dask
@@ -156,7 +156,8 @@ class ClientBase(Generic[AsyncT]):
         **kwargs: Any,
     ) -> None:
         refuse_unhonoured_config("client")
-        refuse_unsupported("Client", extensions=bool(extensions))
+        if extensions is not None and not isinstance(extensions, Mapping):
+            raise TypeError(f"Client(extensions=) takes a mapping of names to factories, got {extensions!r}")
         # As in dask, deserializers default to the serializers: what the client sends, it takes back.
         families_chosen = (
             _family_names(serializers, "serializers"),
@@ -266,6 +267,10 @@ class ClientBase(Generic[AsyncT]):
         #: without its workers, and whole by ``scheduler_info()``): what ``repr`` shows, without a round trip.
         self._scheduler_identity: dict[str, Any] = {}
         self._info_refresh: asyncio.Future[None] | None = None
+        #: Parts of the client made with it, as in dask: ``{name: factory(client)}`` of ``extensions=``.
+        self.extensions: dict[str, Any] = {}
+        for name, factory in (extensions or {}).items():
+            self.extensions[name] = factory(self)
         ClientBase._instances.add(self)
         #: Whether the client is a default one; only then does its ``with`` block make it current.
         self.set_as_default = set_as_default

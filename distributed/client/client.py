@@ -140,8 +140,8 @@ class Client(ClientDebugging[AsyncT]):
         milliseconds, as in dask; default ``distributed.client.heartbeat``, 5 s;
         0 sends none).
     extensions
-        Not supported yet: a value other than the default raises
-        ``NotImplementedError`` naming the parameter.
+        Parts of the client made with it: ``{name: factory}``, each called
+        with the client before it connects (``client.extensions[name]``).
     **kwargs
         Passed to ``LocalCluster`` when no address is given (refused otherwise).
 

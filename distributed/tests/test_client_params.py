@@ -21,16 +21,25 @@ from distributed.worker import Worker
 UNREACHABLE = "tcp://127.0.0.1:1"
 
 
-@pytest.mark.parametrize(
-    "name, value",
-    [
-        ("extensions", {"pubsub": object}),
-    ],
-)
-def test_client_refuses_what_it_cannot_honour(name: str, value: Any) -> None:
+def test_client_extensions_must_be_a_mapping() -> None:
     # Refused before any connection is tried.
-    with pytest.raises(NotImplementedError, match=rf"^Client\({name}=\.\.\.\) is not supported yet$"):
-        Client(UNREACHABLE, timeout=0.2, **{name: value})
+    with pytest.raises(TypeError, match=r"Client\(extensions="):
+        Client(UNREACHABLE, timeout=0.2, extensions=[object])
+
+
+class Recorder:
+    """A client extension: made with the client, it sees it."""
+
+    def __init__(self, client: Client[Any]) -> None:
+        self.client = client
+
+
+@gen_cluster()
+async def test_client_extensions_are_made_with_the_client(s: Scheduler, a: Worker, b: Worker) -> None:
+    async with Client(s.address, asynchronous=True, extensions={"recorder": Recorder}) as c:
+        ext = c.extensions["recorder"]
+        assert isinstance(ext, Recorder) and ext.client is c
+        assert await c.submit(inc, 1) == 2
 
 
 @pytest.mark.parametrize("value", [object(), True])
