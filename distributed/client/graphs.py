@@ -123,13 +123,21 @@ class TaskOptions:
 def actor_keys(actors: Any) -> bool | Collection[Key]:
     """What ``actors=`` of ``compute``/``persist``/``get`` names: every wanted key (``True``), none, or these.
 
-    A list or set gives several keys; anything else is one key.
+    A list or set gives several; a dask collection (a delayed object), or a
+    future, gives its keys; anything else is one key.
     """
     if actors is None or actors is False:
         return False
     if actors is True:
         return True
-    keys = list(actors) if isinstance(actors, (list, set, frozenset)) else [actors]
+    keys: list[Key] = []
+    for item in list(actors) if isinstance(actors, (list, set, frozenset)) else [actors]:
+        if is_dask_collection(item):
+            keys.extend(flatten_keys(item.__dask_keys__()))
+        elif isinstance(item, Future):
+            keys.append(item.key)
+        else:
+            keys.append(item)
     for k in keys:
         validate_key(k)
     return keys

@@ -179,6 +179,20 @@ async def test_compute_and_persist_with_actors(c: Client[Literal[True]], s: Sche
 
 
 @gen_cluster(client=True)
+async def test_actors_named_by_a_delayed_object(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
+    # As in dask: actors= names which of the computed objects become actors.
+    counter_task = delayed(Counter)(5)
+    plain_task = delayed(Counter)(7)
+    counter, plain = await c.gather(c.compute([counter_task, plain_task], actors=counter_task))
+    assert isinstance(counter, Actor) and isinstance(plain, Counter)
+    assert await counter.increment() == 6
+    lazy = delayed(Counter)(1)
+    (persisted,) = c.persist([lazy], actors=[lazy])
+    await wait(persisted)
+    assert s.tasks[persisted.key].actor
+
+
+@gen_cluster(client=True)
 async def test_map_actors(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
     futures = c.map(Counter, [10, 20], actor=True)
     counters = await c.gather(futures)
