@@ -198,6 +198,15 @@ class LostDataError(CancelledError):
     """
 
 
+class FutureUnknownError(TimeoutError):
+    """A future put into a Variable or Queue whose key the scheduler does not know (it was cancelled or released).
+
+    A ``TimeoutError``: dask.distributed waits for such a key until the call's
+    timeout passes, and code written for it catches that; the scheduler here
+    knows at once that the key will not come, and says so.
+    """
+
+
 class NoValidWorkerError(Exception):
     """A task may run only on workers that left the cluster for good (retired), or no worker ran it in time.
 

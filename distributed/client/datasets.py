@@ -136,7 +136,14 @@ class Datasets(MutableMapping[Any, Any]):
         assert isinstance(names, list)
         yield from names
 
-    async def __aiter__(self) -> AsyncIterator[Any]:
+    def __aiter__(self) -> AsyncIterator[Any]:
+        if not self._client.asynchronous:
+            raise TypeError(
+                "Can't use 'async for' on client.datasets when the client is synchronous; use 'for' instead"
+            )
+        return self._names()
+
+    async def _names(self) -> AsyncIterator[Any]:
         names = await self._client.list_datasets(asynchronous=True)
         for name in names:
             yield name

@@ -19,9 +19,12 @@ Invariants:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import itertools
+import threading
+import warnings
 import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Final, cast
@@ -130,7 +133,8 @@ class ClientContext:
     def __init__(self, client: Client) -> None:
         self.client = client
         self._config_token: Any = None
-        self._current_tokens: list[contextvars.Token[Client | None]] = []
+        #: One per :meth:`enter` not yet undone: its token, and the thread and asyncio task it ran in.
+        self._current_tokens: list[tuple[contextvars.Token[Client | None], int, asyncio.Task[Any] | None]] = []
 
     def make_default(self) -> None:
         """Make the client a default one, and dask's scheduler."""
@@ -156,16 +160,38 @@ class ClientContext:
 
     def enter(self) -> None:
         """Make the client the current one (entering its ``with`` block)."""
-        self._current_tokens.append(_current_client.set(self.client))
+        self._current_tokens.append((_current_client.set(self.client), threading.get_ident(), _current_task()))
 
     def exit(self) -> None:
         """Undo the last :meth:`enter` (leaving its ``with`` block)."""
         if self._current_tokens:
+            token, thread, task = self._current_tokens.pop()
+            # As dask does: leaving elsewhere cannot undo what entering did to the current client there.
+            if thread != threading.get_ident():
+                warnings.warn(
+                    "It is deprecated to enter and exit the Client context manager from different threads",
+                    DeprecationWarning,
+                    stacklevel=3,
+                )
+            elif task is not _current_task():
+                warnings.warn(
+                    "It is deprecated to enter and exit the Client context manager from different tasks",
+                    DeprecationWarning,
+                    stacklevel=3,
+                )
             try:
-                _current_client.reset(self._current_tokens.pop())
+                _current_client.reset(token)
             except ValueError:
                 # Entered in another context (e.g. another task): nothing of ours to undo here.
                 pass
+
+
+def _current_task() -> asyncio.Task[Any] | None:
+    """The asyncio task running now (None outside one)."""
+    try:
+        return asyncio.current_task()
+    except RuntimeError:
+        return None
 
 
 class AsCurrent:

@@ -6,6 +6,7 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from distributed.exceptions import FutureUnknownError
 from distributed.protocol import messages as m
 
 if TYPE_CHECKING:
@@ -26,6 +27,23 @@ class KeyHolds:
     def __init__(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
         self.counts: Counter[tuple[str, Any]] = Counter()
+
+    def check_known(self, item: m.HeldItem) -> None:
+        """Refuse an item whose key the scheduler does not know: nothing could be held.
+
+        The client has flushed its stream before sending the item (see
+        :func:`distributed.coordination.held.to_item`), so an unknown key was
+        cancelled or released and will not come.
+
+        Raises
+        ------
+        FutureUnknownError
+            For a future whose key is unknown to the scheduler.
+        """
+        if "key" in item and item["key"] not in self.scheduler.tasks:
+            raise FutureUnknownError(
+                f"Future {item['key']!r} is unknown to scheduler: it was cancelled or released before it could be held"
+            )
 
     def hold(self, holder: str, item: m.HeldItem) -> None:
         """``holder`` keeps ``item``: want its key (a value needs nothing)."""

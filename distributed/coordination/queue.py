@@ -75,6 +75,9 @@ class Queue(ClientBound[AsyncT], noun="queue"):
         ------
         TimeoutError
             When there was no room within ``timeout``; nothing was put.
+        FutureUnknownError
+            (a ``TimeoutError``) For a future the scheduler does not know:
+            cancelled or released.
         """
         t = parse_timedelta(timeout) if timeout is not None else None
         return functools.partial(self._put, value, t)

@@ -88,6 +88,7 @@ class QueueExtension:
         """Append the item once there is room; False when ``timeout`` passed first."""
         name = normalize_name(msg["name"])
         q = self._queue(name, msg["maxsize"])
+        self.holds.check_known(msg["item"])
         try:
             async with asyncio.timeout(msg.get("timeout")):
                 async with q.changed:

@@ -13,6 +13,7 @@ from distributed.client.dual import Work, dual_method
 from distributed.coordination.held import before_get, from_item, to_item
 from distributed.coordination.names import name_or_new
 from distributed.coordination.primitive import ClientBound
+from distributed.exceptions import FutureUnknownError
 from distributed.protocol import messages as m
 from distributed.utils import wait_for
 
@@ -70,6 +71,9 @@ class Variable(ClientBound[AsyncT], noun="variable"):
         ------
         TimeoutError
             When the scheduler did not take the value within ``timeout``.
+        FutureUnknownError
+            (a ``TimeoutError``) For a future the scheduler does not know:
+            cancelled or released.
         """
         t = parse_timedelta(timeout) if timeout is not None else None
         return functools.partial(self._set, value, t)
@@ -81,6 +85,8 @@ class Variable(ClientBound[AsyncT], noun="variable"):
 
         try:
             await wait_for(send(), timeout)
+        except FutureUnknownError:
+            raise
         except TimeoutError:
             raise TimeoutError(f"Variable {self.name!r} was not set within {timeout} s") from None
 
@@ -114,6 +120,11 @@ class Variable(ClientBound[AsyncT], noun="variable"):
         if "item" not in reply:
             raise TimeoutError(f"Variable {self.name!r} had no value within {timeout} s")
         return from_item(client, reply["item"])
+
+    @dual_method
+    def is_set(self) -> Work[bool]:
+        """Whether the variable has a value now (an awaitable with an asynchronous client)."""
+        return self._request(m.VariableIsSet(op="variable_is_set", name=self.name))
 
     @dual_method
     def delete(self) -> Work[None]:

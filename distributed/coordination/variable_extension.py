@@ -51,6 +51,7 @@ class VariableExtension:
             "variable_set": Route(m.VariableSet, self.set),
             "variable_get": Route(m.VariableGet, self.get),
             "variable_delete": Route(m.VariableDelete, self.delete),
+            "variable_is_set": Route(m.VariableIsSet, self.is_set),
         }
 
     @staticmethod
@@ -63,6 +64,7 @@ class VariableExtension:
         name = normalize_name(msg["name"])
         item = msg["item"]
         holder = self.holder(name)
+        self.holds.check_known(item)
         self.holds.hold(holder, item)  # before dropping the old one: it may be the same key
         old = self.values.get(name)
         self.values[name] = item
@@ -94,6 +96,10 @@ class VariableExtension:
         item = self.values[name]
         self.holds.hand_over(msg.get("client"), item)
         return m.VariableGetReply(item=item)
+
+    def is_set(self, comm: Comm, msg: m.VariableIsSet) -> bool:
+        """Whether the variable has a value now."""
+        return normalize_name(msg["name"]) in self.values
 
     def delete(self, comm: Comm, msg: m.VariableDelete) -> None:
         """Forget the value (keeping its future's task alive no more)."""

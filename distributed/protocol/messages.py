@@ -1051,6 +1051,13 @@ class VariableDelete(TypedDict):
     name: PrimitiveName
 
 
+class VariableIsSet(TypedDict):
+    """Whether variable ``name`` has a value now (the reply is a bool)."""
+
+    op: Literal["variable_is_set"]
+    name: PrimitiveName
+
+
 class QueuePut(TypedDict):
     """Append ``item`` to queue ``name``, waiting (at most ``timeout`` seconds) while it is full.
 

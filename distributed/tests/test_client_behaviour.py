@@ -548,3 +548,21 @@ async def test_a_large_graph_is_warned_about_once(c: Client, s: Scheduler, a: An
         assert await c.submit(len, b"x" * 1000) == 1000  # small: no warning
         with dask.config.set({"distributed.admin.large-graph-warning-threshold": None}):
             assert await c.compute(delayed(len)(b"y" * 1_500_000)) == 1_500_000  # off
+
+
+@gen_cluster(client=False, nthreads=[])
+async def test_context_manager_left_in_another_task_warns(s: Scheduler) -> None:
+    c = Client(s.address, asynchronous=True)
+    await asyncio.create_task(c.__aenter__())
+    with pytest.warns(DeprecationWarning, match="from different tasks"):
+        await asyncio.create_task(c.__aexit__(None, None, None))
+
+
+@pytest.mark.timeout(60)
+def test_context_manager_left_in_another_thread_warns() -> None:
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster:
+        c = Client(cluster)
+        with concurrent.futures.ThreadPoolExecutor(1) as tp1, concurrent.futures.ThreadPoolExecutor(1) as tp2:
+            tp1.submit(c.__enter__).result()
+            with pytest.warns(DeprecationWarning, match="from different threads"):
+                tp2.submit(c.__exit__, None, None, None).result()

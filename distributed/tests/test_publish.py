@@ -165,6 +165,8 @@ def test_datasets_mapping_on_a_sync_client() -> None:
                 other.datasets["x"]
             with pytest.raises(KeyError):
                 c.datasets["y"] = 6  # taken: as publish_dataset without override
+            with pytest.raises(TypeError, match="synchronous"):
+                c.datasets.__aiter__()  # as dask: 'async for' needs an asynchronous client
 
 
 @gen_cluster(client=True)

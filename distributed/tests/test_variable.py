@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import pickle
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
 import distributed
-from distributed import Client, Future, LocalCluster, Scheduler, Variable, Worker, wait
+from distributed import Client, Future, LocalCluster, Queue, Scheduler, Variable, Worker, wait
 from distributed.coordination import VariableExtension
+from distributed.exceptions import FutureUnknownError
 from distributed.scheduler.extensions import DEFAULT_EXTENSIONS
 from distributed.utils_test import async_poll_for, gen_cluster, inc, slowinc
 
@@ -158,3 +159,33 @@ async def test_get_right_after_dropping_the_set_future(c: Client, s: Scheduler, 
     fut = await v.get()
     await v.delete()
     assert await fut == 2
+
+
+@gen_cluster(client=True, nthreads=[])
+async def test_a_cancelled_future_cannot_be_held(c: Client[Literal[True]], s: Scheduler) -> None:
+    # dask waits for such a key until the timeout passes; here the scheduler says at once that it will not come.
+    x = c.submit(inc, 1)
+    await x.cancel()
+    v = Variable("x")
+    with pytest.raises(TimeoutError, match="unknown to scheduler"):
+        await v.set(x, timeout="5ms")
+    with pytest.raises(FutureUnknownError, match="unknown to scheduler"):
+        await v.set(x)
+    q = Queue("x")
+    with pytest.raises(FutureUnknownError, match="unknown to scheduler"):
+        await q.put(x, timeout="100ms")
+    assert not await v.is_set() and await q.qsize() == 0
+    # Both go on working.
+    await v.set(1)
+    await q.put(2)
+    assert await v.get() == 1 and await q.get() == 2
+
+
+@gen_cluster(client=True, nthreads=[])
+async def test_is_set(c: Client[Literal[True]], s: Scheduler) -> None:
+    x, same = Variable("x"), Variable("x")
+    assert not await x.is_set()
+    await x.set(1)
+    assert await same.is_set()
+    await x.delete()
+    assert not await same.is_set()
