@@ -12,6 +12,7 @@ __all__ = [
     "CancelledFuturesGroup",
     "CommClosedError",
     "FutureCancelledError",
+    "FutureUnknownError",
     "FuturesCancelledError",
     "InvalidTransition",
     "KilledWorker",
@@ -19,6 +20,7 @@ __all__ = [
     "NoValidWorkerError",
     "Reschedule",
     "TimeoutError",
+    "UnknownWorkerError",
     "keep_cause_chain",
 ]
 
@@ -205,6 +207,18 @@ class FutureUnknownError(TimeoutError):
     timeout passes, and code written for it catches that; the scheduler here
     knows at once that the key will not come, and says so.
     """
+
+
+class UnknownWorkerError(KeyError, ValueError):
+    """A request named workers the scheduler does not have.
+
+    A ``KeyError``, as dask.distributed raises for ``rebalance(workers=...)``,
+    and a ``ValueError`` (what this package raised before).
+    """
+
+    def __str__(self) -> str:
+        # A KeyError's text is the repr of its argument: keep the message readable.
+        return str(self.args[0]) if self.args else ""
 
 
 class NoValidWorkerError(Exception):

@@ -24,13 +24,14 @@ from distributed import profile
 from distributed.comm import Comm, CommClosedError
 from distributed.core import RemoteError, Status, error_message
 from distributed.diagnostics.task_stream import ensure_task_stream
+from distributed.exceptions import UnknownWorkerError
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.protocol.serialize import Serialize, unwrap
 from distributed.scheduler import rebalance
 from distributed.scheduler.hardware import benchmark_hardware
 from distributed.scheduler.metadata import TaskMetadataCollector
-from distributed.scheduler.records import TaskState, WorkerState
+from distributed.scheduler.records import Effects, TaskState, WorkerState
 from distributed.scheduler.relay import relay_to_worker
 from distributed.utils import wait_for
 from distributed.versions import get_versions
@@ -606,19 +607,39 @@ class ClusterRequests:
         for ts, _, recipient in moves:
             plan.setdefault(recipient, {})[ts.key] = [ws.address for ws in ts.who_has]
         failed = await self._copy(plan)
+        drops: dict[str, list[Key]] = {}
         for ts, sender, recipient in moves:
             if (recipient, ts.key) not in failed and recipient in ts.who_has:
-                s.send_all(s.drop_replicas(sender.address, [ts.key]))
+                for address, freed in s.drop_replicas(sender.address, [ts.key]).free.items():
+                    drops.setdefault(address, []).extend(freed)
+        # As dask's: rebalance returns once the senders let their copies go.
+        await asyncio.gather(*(self._free_now(address, freed) for address, freed in drops.items()))
         if failed:
             raise RuntimeError(f"rebalance: {_describe(failed)} (their data stays where it was)")
         return "OK"
+
+    async def _free_now(self, address: str, keys: list[Key]) -> None:
+        """Have the worker at ``address`` free its copies of ``keys`` (the scheduler forgot them); return once done.
+
+        A worker that does not answer is told on its stream instead (it frees
+        them when it reads that, or leaves with them).
+        """
+        s = self.scheduler
+        request = m.FreeKeys(op="free-keys", keys=keys, stimulus_id=f"rebalance-free-{time.time()}")
+        try:
+            await s.rpc.call(address, request)
+        except (OSError, CommClosedError, TimeoutError) as e:
+            logger.info("Worker %s did not answer free-keys (%r): telling it on its stream", address, e)
+            out = Effects()
+            out.free[address].extend(keys)
+            s.send_all(out)
 
     def _known_workers(self, workers: Sequence[str] | None, what: str) -> list[WorkerState]:
         """The workers named (addresses or names), all when None; unknown ones are refused."""
         pool = self.select_workers(workers)
         if workers is not None and len(pool) < len(set(workers)):
             known = {ws.address for ws in pool} | {str(ws.name) for ws in pool}
-            raise ValueError(f"{what}: no such workers: {[w for w in workers if str(w) not in known]}")
+            raise UnknownWorkerError(f"{what}: no such workers: {[w for w in workers if str(w) not in known]}")
         return list(dict.fromkeys(pool))
 
     def _in_memory(self, keys: Sequence[Key], what: str) -> list[TaskState]:

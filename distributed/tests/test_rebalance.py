@@ -275,6 +275,36 @@ async def test_a_copy_that_cannot_land_is_reported_and_the_data_stays(
     assert await c.gather(futures) == [bytes([i]) * 1000 for i in range(4)]
 
 
+@gen_cluster(client=True, config=BY_MANAGED)
+async def test_rebalance_returns_once_the_sender_let_its_copies_go(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
+) -> None:
+    # As dask's own test of Client.rebalance: half the keys move, and the sender no longer holds them.
+    futures = await c.scatter(list(range(100)), workers=[a.address])
+    assert (len(a.data), len(b.data)) == (100, 0)
+    await c.rebalance()
+    assert (len(a.data), len(b.data)) == (50, 50)
+    assert await c.gather(futures) == list(range(100))
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 3, config=BY_MANAGED)
+async def test_rebalance_limited_to_keys_and_workers(
+    client: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker, c: Worker
+) -> None:
+    futures = await client.scatter(list(range(100)), workers=[a.address])
+    # Empty lists are not the same as leaving the arguments out: nothing moves.
+    await client.rebalance([])
+    await client.rebalance(workers=[])
+    assert (len(a.data), len(b.data), len(c.data)) == (100, 0, 0)
+    await client.rebalance([futures[3], futures[7]], [a.address, b.address])
+    assert (len(a.data), len(b.data), len(c.data)) == (98, 2, 0)
+    # dask raises a KeyError for a worker it does not know; a ValueError too, as before.
+    with pytest.raises(KeyError, match="no such workers"):
+        await client.rebalance(workers=["notexist"])
+    with pytest.raises(ValueError, match="no such workers"):
+        await client.rebalance(workers=["notexist"])
+
+
 # -- a real cluster ----------------------------------------------------------------------------
 MB = 1_000_000
 

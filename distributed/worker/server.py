@@ -403,6 +403,8 @@ class Worker(Server, PeerTransfers, TaskRunning):
             "close": Route(m.WorkerClose, self.handle_close),
             "keys": Route(m.Empty, lambda comm, msg: list(self.data)),
             "acquire-replicas": Route(m.AcquireReplicas, self.handle_acquire_replicas),
+            # As on the stream, answered once the keys are freed (rebalance waits for it).
+            "free-keys": Route(m.FreeKeys, self.handle_free_keys),
             "plugin-add": Route(m.PluginAdd, self.handle_plugin_add),
             "plugin-remove": Route(m.PluginRemove, self.handle_plugin_remove),
             "actor_execute": Route(m.ActorExecute, self.handle_actor_execute),
@@ -1064,6 +1066,11 @@ class Worker(Server, PeerTransfers, TaskRunning):
         )
         if self.actor_host.keys:
             self._prune_actors(msg["keys"])
+
+    def handle_free_keys(self, comm: Comm, msg: m.FreeKeys) -> str:
+        """Free ``keys`` now and say so (the scheduler forgot this worker's copies)."""
+        self._stream_free_keys(msg)
+        return "OK"
 
     def _stream_steal_request(self, msg: m.StealRequest) -> None:
         self.handle_stimulus(StealRequestEvent(stimulus_id=msg["stimulus_id"], key=msg["key"]))
