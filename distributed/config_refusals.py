@@ -66,8 +66,6 @@ INERT: Final[Mapping[str, str]] = {
     "distributed.scheduler.allowed-imports": (
         "which modules the scheduler may import to decode a message; this scheduler imports none, whatever the list"
     ),
-    "distributed.comm.zstd.level": "read only with zstd compression, which is refused (distributed.comm.compression)",
-    "distributed.comm.zstd.threads": "read only with zstd compression, which is refused (distributed.comm.compression)",
     "distributed.comm.websockets.shard": "read only by the websocket comm, which this package does not have",
 }
 
@@ -115,7 +113,6 @@ NOT_HONOURED: Final[Mapping[str, NotHonoured]] = {
         "distributed.comm.retry.delay.min",
         "distributed.comm.retry.delay.max",
     ),
-    **_keys(_SERVERS, "frames are not compressed on the wire", "distributed.comm.compression", accepted=(None, False)),
     **_keys(_SERVERS, "frames are not split into shards", "distributed.comm.shard"),
     **_keys(_SERVERS, "serialization is never offloaded to a thread", "distributed.comm.offload", accepted=(False,)),
     **_keys(

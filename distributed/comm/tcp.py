@@ -51,6 +51,7 @@ import dask.config
 from distributed.comm.addressing import concrete_host, parse_host_port, unparse_host_port
 from distributed.comm.core import Comm, CommClosedError, CommHandler, Listener, run_handler_task
 from distributed.comm.refusals import RefusalLog, refused_log_interval
+from distributed.protocol.compression import Codec, codec_for
 from distributed.protocol.framing import ProtocolError, dumps, loads
 from distributed.protocol.serialize import Frame
 from distributed.utils import wait_for
@@ -85,6 +86,11 @@ def _limits() -> tuple[int, int]:
     size = dask.config.get("distributed.comm.max-frame-size", "2GiB")
     count = dask.config.get("distributed.comm.max-frames", 1_000_000)
     return int(parse_bytes(size) if isinstance(size, str) else size), int(count)
+
+
+def _compression() -> Codec | None:
+    """The codec messages' large frames go out compressed with (``distributed.comm.compression``; None: none)."""
+    return codec_for(dask.config.get("distributed.comm.compression", False), "distributed.comm.compression")
 
 
 def _tcp_timeout() -> float | None:
@@ -451,8 +457,17 @@ def _set_done(fut: asyncio.Future[None]) -> None:
 class TCPComm(Comm):
     """A comm over one TCP connection."""
 
-    def __init__(self, protocol: _FrameProtocol, local: str, peer: str, tls_client: bool = False) -> None:
+    def __init__(
+        self,
+        protocol: _FrameProtocol,
+        local: str,
+        peer: str,
+        tls_client: bool = False,
+        compression: Codec | None = None,
+    ) -> None:
         self._protocol = protocol
+        #: Compresses the large frames this side writes (the peer reads any codec, whatever its own setting).
+        self._compression = compression
         self._local = local
         self._peer = peer
         # Until the first message arrives on a TLS comm we opened, a close
@@ -491,7 +506,7 @@ class TCPComm(Comm):
     async def write(self, msg: Any) -> int:
         p = self._protocol
         self._check_open()
-        frames = dumps(msg)
+        frames = dumps(msg, compression=self._compression)
         lengths = [f.nbytes if isinstance(f, memoryview) else len(f) for f in frames]
         if max(lengths) > p.max_frame_size:
             # The peer would drop the connection on reading it, and a retry would
@@ -695,6 +710,7 @@ async def tcp_connect(loc: str, timeout: float, ssl_context: ssl.SSLContext | No
         # A TLS transport the server dropped at once no longer knows the peer.
         _sockname(transport, "peername", scheme, default=loc),
         tls_client=ssl_context is not None,
+        compression=_compression(),
     )
 
 
@@ -751,6 +767,7 @@ class TCPListener(Listener):
         self.ssl_context = ssl_context
         self.scheme = "tcp" if ssl_context is None else "tls"
         self._handshake_timeout: float | None = None
+        self._compression: Codec | None = None
         self.server: asyncio.base_events.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         # TLS handshakes under way: ended by stop(), as no comm exists yet to close.
@@ -770,6 +787,7 @@ class TCPListener(Listener):
             return p
 
         self._handshake_timeout = stall_timeout
+        self._compression = _compression()
         if self.host in ("", "::"):
             self.server = await _serve_all_interfaces(loop, factory, self.port, backlog)
         else:
@@ -850,6 +868,7 @@ class TCPListener(Listener):
             protocol,
             _sockname(protocol.transport, "sockname", self.scheme),
             _sockname(protocol.transport, "peername", self.scheme),
+            compression=self._compression,
         )
         run_handler_task(self.handler, comm, self._tasks)
 

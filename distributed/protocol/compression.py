@@ -1,7 +1,8 @@
 """Compression codecs by the names dask.distributed's config uses for them.
 
 ``"zlib"`` is always available; ``"lz4"``, ``"snappy"`` and ``"zstd"`` need
-their packages (``lz4``, ``python-snappy``, ``zstandard``).  ``"auto"`` is lz4
+their packages (``lz4``, ``python-snappy``, ``zstandard``); zstd compresses at
+``distributed.comm.zstd.level`` with ``distributed.comm.zstd.threads`` threads.  ``"auto"`` is lz4
 when installed, else no compression, as in dask.distributed; ``None`` and
 ``False`` mean no compression.  A codec named but not installed is an error
 naming the setting, not a silent fallback.
@@ -15,6 +16,8 @@ import zlib
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import dask.config
+
 __all__ = ["Codec", "codec_for"]
 
 
@@ -23,8 +26,8 @@ class Codec(NamedTuple):
 
     name: str
     tag: bytes
-    compress: Callable[[bytes], bytes]
-    decompress: Callable[[bytes], bytes]
+    compress: Callable[[bytes | bytearray | memoryview], bytes]
+    decompress: Callable[[bytes | bytearray | memoryview], bytes]
 
 
 def _zlib() -> Codec:
@@ -43,7 +46,10 @@ def _snappy() -> Codec:
 
 def _zstd() -> Codec:
     zstandard: Any = importlib.import_module("zstandard")
-    return Codec("zstd", b"d", zstandard.ZstdCompressor().compress, zstandard.ZstdDecompressor().decompress)
+    level = int(dask.config.get("distributed.comm.zstd.level", 3))
+    threads = int(dask.config.get("distributed.comm.zstd.threads", 0))
+    compressor = zstandard.ZstdCompressor(level=level, threads=threads)
+    return Codec("zstd", b"d", compressor.compress, zstandard.ZstdDecompressor().decompress)
 
 
 @functools.cache

@@ -18,6 +18,11 @@ Invariants
   unpacked: it stays the bytes it came as (``Serialized.packed``) and is
   written back out unchanged; malformed bytes surface as a
   ``SerializationError`` when something deserialises them.
+* Given a codec (``distributed.comm.compression``), :func:`dumps` compresses a
+  serialised object's frames of :data:`COMPRESS_MIN` bytes or more that a
+  sample shows to shrink; the object's marker names the codec of each frame,
+  and :func:`loads` decompresses them whatever its own setting, so two ends
+  with different settings understand each other.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from typing import Any, Final
 
 import msgpack
 
+from distributed.protocol.compression import Codec, codec_for
 from distributed.protocol.serialize import (
     Frame,
     SerializationError,
@@ -49,13 +55,19 @@ EXT_INLINE: Final = 2
 #: frame 0 instead of as frames of their own (no per-frame cost for the many
 #: small task specifications of a graph).
 INLINE_LIMIT: Final = 16 * 1024
+#: Frames smaller than this are sent as they are: compressing them saves too little.
+COMPRESS_MIN: Final = 10_000
+#: Bytes of a frame compressed first to see whether the whole is worth compressing.
+COMPRESS_SAMPLE: Final = 10_000
+#: A frame is sent compressed only if that takes it below this share of its size.
+COMPRESS_RATIO: Final = 0.9
 
 
 class ProtocolError(ValueError):
     """Frames that do not decode to a message."""
 
 
-def dumps(msg: Any, *, strict: bool = False) -> list[Frame]:
+def dumps(msg: Any, *, strict: bool = False, compression: Codec | None = None) -> list[Frame]:
     """Encode ``msg`` into a list of frames.
 
     Parameters
@@ -65,6 +77,8 @@ def dumps(msg: Any, *, strict: bool = False) -> list[Frame]:
     strict
         When False (the default), objects msgpack cannot encode are pickled, as
         if wrapped in :class:`Serialize`.  When True they raise ``TypeError``.
+    compression
+        The codec that compresses serialised objects' large frames (None: none).
     """
     frames: list[Frame] = [b""]
 
@@ -88,11 +102,68 @@ def dumps(msg: Any, *, strict: bool = False) -> list[Frame]:
                 msgpack.packb((header, [bytes(f) if isinstance(f, memoryview) else f for f in sub]), use_bin_type=True),
             )
         start = len(frames)
+        if compression is not None:
+            codecs, sub = _compressed(sub, compression)
+            if codecs is not None:
+                frames.extend(sub)
+                marker = (start, len(sub), header, codecs)
+                return msgpack.ExtType(EXT_SERIALIZED, msgpack.packb(marker, use_bin_type=True))
         frames.extend(sub)
         return msgpack.ExtType(EXT_SERIALIZED, msgpack.packb((start, len(sub), header), use_bin_type=True))
 
     frames[0] = msgpack.packb(msg, default=default, use_bin_type=True)
     return frames
+
+
+def _compressed(sub: Sequence[Frame], codec: Codec) -> tuple[list[str | None] | None, list[Frame]]:
+    """``sub`` with its frames worth compressing compressed, and the codec of each (None: none was)."""
+    codecs: list[str | None] = []
+    out: list[Frame] = []
+    for f in sub:
+        packed = _compress_if_worth(f, codec)
+        codecs.append(None if packed is None else codec.name)
+        out.append(f if packed is None else packed)
+    if not any(codecs):
+        return None, list(sub)
+    return codecs, out
+
+
+def _compress_if_worth(f: Frame, codec: Codec) -> bytes | None:
+    """``f`` compressed, if it is large and a sample of it shrinks; else None."""
+    if isinstance(f, memoryview):
+        if f.nbytes < COMPRESS_MIN or not f.c_contiguous:
+            return None
+        if f.ndim != 1 or f.format != "B":
+            f = f.cast("B")  # a buffer of other items (an array's) as its bytes
+    elif len(f) < COMPRESS_MIN:
+        return None
+    sample = f[:COMPRESS_SAMPLE]
+    if len(codec.compress(sample)) >= COMPRESS_RATIO * len(sample):
+        return None
+    packed = codec.compress(f)
+    return packed if len(packed) < COMPRESS_RATIO * len(f) else None
+
+
+def _decompressed(frames: Sequence[Frame], codecs: Any) -> list[Frame]:
+    """``frames`` of one object, each decompressed by the codec named for it."""
+    if not isinstance(codecs, tuple) or len(codecs) != len(frames):
+        raise ProtocolError("Malformed compression list of a serialized object")
+    out: list[Frame] = []
+    for f, name in zip(frames, codecs, strict=True):
+        if name is None:
+            out.append(f)
+            continue
+        try:
+            codec = codec_for(name, "compressed frame")
+        except ValueError as e:
+            raise ProtocolError(f"A frame compressed with {name!r} cannot be read here: {e}") from e
+        if codec is None:
+            raise ProtocolError(f"Unknown compression {name!r} of a frame")
+        try:
+            out.append(codec.decompress(f))
+        except Exception as e:
+            raise ProtocolError(f"A frame compressed with {name!r} does not decompress: {e!r}") from e
+    return out
 
 
 def is_msgpack_serializable(obj: Any) -> bool:
@@ -148,7 +219,8 @@ def loads(frames: Sequence[Frame], *, deserialize: bool = True) -> Any:
         if code != EXT_SERIALIZED:
             raise ProtocolError(f"Unknown msgpack extension {code}")
         try:
-            start, n, header = msgpack.unpackb(data, use_list=False, strict_map_key=False)
+            marker = msgpack.unpackb(data, use_list=False, strict_map_key=False)
+            start, n, header = marker[:3]
         except Exception as e:
             raise ProtocolError(f"Malformed serialized-object marker: {e!r}") from e
         if (
@@ -160,7 +232,10 @@ def loads(frames: Sequence[Frame], *, deserialize: bool = True) -> Any:
             or start + n > nframes
         ):
             raise ProtocolError("Serialized-object marker points outside the message")
-        s = Serialized(header, frames[start : start + n])
+        sub = frames[start : start + n]
+        if len(marker) > 3:
+            sub = _decompressed(sub, marker[3])
+        s = Serialized(header, sub)
         if deserialize:
             return deserialize_object(s.header, s.frames)
         return s

@@ -65,8 +65,11 @@ def test_every_released_alias_is_renamed_as_dask_does() -> None:
 
 
 def test_an_old_name_reaches_the_refusal_of_its_key() -> None:
-    with pytest.warns(FutureWarning, match="distributed.comm.compression"), dask.config.set({"compression": "zlib"}):
-        with pytest.raises(UnhonouredConfigError, match="comm.compression"):
+    with (
+        pytest.warns(FutureWarning, match="distributed.admin.low-level-log-length"),
+        dask.config.set({"recent-messages-log-length": 5}),
+    ):
+        with pytest.raises(UnhonouredConfigError, match="admin.low-level-log-length"):
             refuse_unhonoured_config("client")
 
 
@@ -92,8 +95,6 @@ def _not_default(key: str) -> Any:
         ("distributed.comm.retry.delay.min", None, True),
         # Nothing is offloaded here: asking for no offloading is what happens anyway.
         ("distributed.comm.offload", False, False),
-        ("distributed.comm.compression", None, False),
-        ("distributed.comm.compression", "lz4", True),
     ],
 )
 def test_a_value_meaning_the_default_or_what_happens_anyway_is_not_refused(key: str, value: Any, refused: bool) -> None:
