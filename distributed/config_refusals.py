@@ -106,13 +106,6 @@ NOT_HONOURED: Final[Mapping[str, NotHonoured]] = {
     ),
     **_keys(("worker",), "incoming data requests are not limited", "distributed.worker.connections.incoming"),
     **_keys(("cluster",), "there is no cluster widget yet", "distributed.deploy.cluster-repr-interval"),
-    **_keys(
-        _SERVERS,
-        "failed operations are not retried",
-        "distributed.comm.retry.count",
-        "distributed.comm.retry.delay.min",
-        "distributed.comm.retry.delay.max",
-    ),
     **_keys(_SERVERS, "frames are not split into shards", "distributed.comm.shard"),
     **_keys(_SERVERS, "serialization is never offloaded to a thread", "distributed.comm.offload", accepted=(False,)),
     **_keys(

@@ -28,6 +28,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 import uuid
@@ -48,6 +49,7 @@ from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.protocol.schema import checker
 from distributed.protocol.serialize import Serialize, Serialized, serialize, unwrap
+from distributed.utils_comm import retry, retry_settings
 
 logger = logging.getLogger(__name__)
 
@@ -113,6 +115,8 @@ class DataTransfer:
         self.serializers = serializers
         #: The families gathered data may come in (None: any).
         self.deserializers = deserializers
+        #: How fetches from workers and who_has requests are retried (``distributed.comm.retry.*``).
+        self.comm_retry = retry_settings()
         #: Whether data moves straight between this client and the workers; else the scheduler relays it
         #: (``direct_to_workers=False``; a call's ``direct=`` overrides it).
         self.direct = direct
@@ -178,7 +182,11 @@ class DataTransfer:
                 if holders:
                     by_worker[holders[(attempts - 1) % len(holders)]].append(k)
             results = await asyncio.gather(
-                *(self.get_data(w, ks, direct) for w, ks in by_worker.items()), return_exceptions=True
+                *(
+                    retry(functools.partial(self.get_data, w, ks, direct), *self.comm_retry, name=f"get_data from {w}")
+                    for w, ks in by_worker.items()
+                ),
+                return_exceptions=True,
             )
             for (w, _ks), res in zip(by_worker.items(), results):
                 if isinstance(res, (OSError, CommClosedError, TimeoutError)):
@@ -197,9 +205,10 @@ class DataTransfer:
             if not missing:
                 break
             stale = {k: list(states[k].workers) for k in missing}
-            who_has: m.WhoHasReply = await self.link.checked_request(
-                m.OptionalKeysRequest(op="who_has", keys=missing), _CHECK_WHO_HAS
+            ask = functools.partial(
+                self.link.checked_request, m.OptionalKeysRequest(op="who_has", keys=missing), _CHECK_WHO_HAS
             )
+            who_has: m.WhoHasReply = await retry(ask, *self.comm_retry, name="who_has")
             waited = False
             for k in missing:
                 fs = states[k]

@@ -12,11 +12,12 @@ it does when it cannot reach the worker itself.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from distributed.comm import CommClosedError
 from distributed.protocol import messages as m
 from distributed.protocol.schema import checker
+from distributed.utils_comm import retry
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
@@ -44,9 +45,13 @@ async def relay_to_worker(
     """
     if worker not in scheduler.workers:
         return m.RelayReply(status="unreachable", error=f"{worker} is not a worker of this scheduler")
-    try:
+
+    async def send() -> Any:
         async with scheduler.rpc.borrowed(worker, timeout=timeout) as comm:
-            reply = await comm.request(request, unpickle_errors=scheduler.rpc.unpickle_errors)
+            return await comm.request(request, unpickle_errors=scheduler.rpc.unpickle_errors)
+
+    try:
+        reply = await retry(send, *scheduler.comm_retry, name=f"{request['op']} to {worker}")
     except (OSError, CommClosedError, TimeoutError) as e:
         logger.info("Relaying %r to %s failed: %r", request["op"], worker, e)
         return m.RelayReply(status="unreachable", error=f"{worker} could not be reached from the scheduler: {e!r}")

@@ -34,6 +34,7 @@ from distributed.scheduler.metadata import TaskMetadataCollector
 from distributed.scheduler.records import Effects, TaskState, WorkerState
 from distributed.scheduler.relay import relay_to_worker
 from distributed.utils import wait_for
+from distributed.utils_comm import retry
 from distributed.versions import get_versions
 
 if TYPE_CHECKING:
@@ -627,7 +628,7 @@ class ClusterRequests:
         s = self.scheduler
         request = m.FreeKeys(op="free-keys", keys=keys, stimulus_id=f"rebalance-free-{time.time()}")
         try:
-            await s.rpc.call(address, request)
+            await retry(lambda: s.rpc.call(address, request), *s.comm_retry, name=f"free-keys to {address}")
         except (OSError, CommClosedError, TimeoutError) as e:
             logger.info("Worker %s did not answer free-keys (%r): telling it on its stream", address, e)
             out = Effects()

@@ -56,6 +56,7 @@ from distributed.scheduler.state import SchedulerState
 from distributed.scheduler.streams import SchedulerStreams
 from distributed.security import Security, coerce_security
 from distributed.utils import refuse_unsupported, unsupported, wait_for
+from distributed.utils_comm import retry_settings
 
 if TYPE_CHECKING:
     from distributed.dashboard.core import BokehDashboard
@@ -169,6 +170,8 @@ class Scheduler(GraphIngestion, Server):
         preload_argv: Sequence[str] | Sequence[Sequence[str]] | None = None,
     ) -> None:
         self.security = coerce_security(security, "Scheduler")
+        #: How the scheduler's requests to workers on a client's behalf are retried (``distributed.comm.retry.*``).
+        self.comm_retry = retry_settings()
         # First: a preload may change what the rest reads (the config, the comm backends).
         #: The preloads, imported; set up at the end of start, torn down as the scheduler closes.
         self.preloads: PreloadManager = process_preloads(

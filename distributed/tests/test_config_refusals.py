@@ -88,22 +88,23 @@ def _not_default(key: str) -> Any:
     "key, value, refused",
     [
         # The delay's default is "1s".
-        ("distributed.comm.retry.delay.min", "1000ms", False),
-        ("distributed.comm.retry.delay.min", "1s", False),
-        ("distributed.comm.retry.delay.min", 1, False),
-        ("distributed.comm.retry.delay.min", "3s", True),
-        ("distributed.comm.retry.delay.min", None, True),
+        ("distributed.p2p.comm.retry.delay.min", "1000ms", False),
+        ("distributed.p2p.comm.retry.delay.min", "1s", False),
+        ("distributed.p2p.comm.retry.delay.min", 1, False),
+        ("distributed.p2p.comm.retry.delay.min", "3s", True),
+        ("distributed.p2p.comm.retry.delay.min", None, True),
         # Nothing is offloaded here: asking for no offloading is what happens anyway.
         ("distributed.comm.offload", False, False),
     ],
 )
 def test_a_value_meaning_the_default_or_what_happens_anyway_is_not_refused(key: str, value: Any, refused: bool) -> None:
+    role = NOT_HONOURED[key].roles[0]
     with dask.config.set({key: value}):
         if refused:
             with pytest.raises(UnhonouredConfigError, match=key):
-                refuse_unhonoured_config("scheduler")
+                refuse_unhonoured_config(role)
         else:
-            refuse_unhonoured_config("scheduler")
+            refuse_unhonoured_config(role)
 
 
 def _make(role: Role) -> Callable[[], object]:

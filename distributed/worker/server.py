@@ -49,6 +49,7 @@ from distributed.task_context import context_worker, rejoin, secede, thread_stat
 from distributed.threadpool import ThreadPool
 from distributed.uploads import import_uploaded, save_upload
 from distributed.utils import get_ip_interface, scheduler_address, unsupported, wait_for
+from distributed.utils_comm import retry, retry_settings
 from distributed.versions import get_versions
 from distributed.worker import hardware, reporting
 from distributed.worker.actors import ActorHost
@@ -258,6 +259,8 @@ class Worker(Server, PeerTransfers, TaskRunning):
             startup_information, "startup_information"
         )
         self.security = coerce_security(security, "Worker")
+        #: How fetches from peers and heartbeats are retried (``distributed.comm.retry.*``; see utils_comm).
+        self.comm_retry = retry_settings()
         # First: a preload may change the config that the rest of construction reads.
         #: The preloads, imported; set up once the worker listens, torn down as it closes.
         self.preloads: PreloadManager = process_preloads(
@@ -646,17 +649,15 @@ class Worker(Server, PeerTransfers, TaskRunning):
             if self.custom_metrics:
                 for name, value in (await reporting.call_each(self, self.custom_metrics, "metric")).items():
                     metrics.setdefault(name, value)  # the worker's own metrics win a clash, as in dask
-            reply = await self.rpc.call(
-                self.scheduler_addr,
-                m.HeartbeatWorker(
-                    op="heartbeat_worker",
-                    address=self.address,
-                    now=time.time(),
-                    metrics=metrics,
-                    executing=len(state.executing),
-                    extensions=reporting.extension_heartbeats(self.extensions),
-                ),
+            beat = m.HeartbeatWorker(
+                op="heartbeat_worker",
+                address=self.address,
+                now=time.time(),
+                metrics=metrics,
+                executing=len(state.executing),
+                extensions=reporting.extension_heartbeats(self.extensions),
             )
+            reply = await retry(lambda: self.rpc.call(self.scheduler_addr, beat), *self.comm_retry, name="heartbeat")
         except (OSError, CommClosedError):
             logger.debug("Heartbeat to the scheduler failed", exc_info=True)
             return

@@ -21,6 +21,7 @@ from distributed.protocol.framing import ProtocolError
 from distributed.protocol.messages import Key
 from distributed.protocol.schema import checker
 from distributed.protocol.serialize import Serialize, unwrap
+from distributed.utils_comm import retry
 from distributed.worker.state_machine import GatherDepFailure, GatherDepSuccess, StateMachineEvent
 
 if TYPE_CHECKING:
@@ -41,6 +42,8 @@ class PeerTransfers:
     #: Fetches started, and get_data requests served, so far.
     incoming_transfer_count: int
     outgoing_transfer_count: int
+    #: ``(count, delay_min, delay_max)`` of ``distributed.comm.retry``: how fetches from a peer are retried.
+    comm_retry: tuple[int, float, float]
     #: Bytes fetched from and served to peers so far.
     transfer_incoming_bytes_total: int
     transfer_outgoing_bytes_total: int
@@ -67,7 +70,10 @@ class PeerTransfers:
         ev: StateMachineEvent
         try:
             start = time.time()
-            response = await self.rpc.call(worker, m.GetData(op="get_data", keys=list(keys), who=self.address))
+            request = m.GetData(op="get_data", keys=list(keys), who=self.address)
+            response = await retry(
+                lambda: self.rpc.call(worker, request), *self.comm_retry, name=f"get_data from {worker}"
+            )
             data, nbytes = _read_get_data_reply(worker, response)
             self.transfer_incoming_bytes_total += sum(nbytes.values())
             stop = time.time()
