@@ -123,14 +123,6 @@ NOT_HONOURED: Final[Mapping[str, NotHonoured]] = {
         "distributed.diagnostics.computations.ignore-modules",
         "distributed.diagnostics.computations.ignore-files",
     ),
-    **_keys(
-        ("worker",),
-        "P2P transfers are not retried and use the worker's threads",
-        "distributed.p2p.comm.retry.count",
-        "distributed.p2p.comm.retry.delay.min",
-        "distributed.p2p.comm.retry.delay.max",
-        "distributed.p2p.threads",
-    ),
     **_keys(("scheduler",), "the dashboard has no export tool", "distributed.dashboard.export-tool"),
     **_keys(
         ("scheduler", "worker", "client"),

@@ -8,7 +8,9 @@ that many peers retrying at once spread out.  As in dask.distributed, the
 operations retried are those whose repetition is harmless: fetching data
 from a worker (by a client, or by a worker for its tasks' inputs), asking the
 scheduler who holds keys, a worker's heartbeat, and the scheduler's requests
-to a worker on a client's behalf (relayed data, freeing copies).
+to a worker on a client's behalf (relayed data, freeing copies).  P2P
+shuffles retry sending shards as ``distributed.p2p.comm.retry.*`` says
+(receivers drop shards they already have).
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
 
 import dask.config
 from dask.utils import parse_timedelta
 
-__all__ = ["JITTER_FRACTION", "retry", "retry_operation", "retry_settings"]
+__all__ = ["ABANDON_CHECK", "JITTER_FRACTION", "retry", "retry_operation", "retry_settings"]
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +33,8 @@ T = TypeVar("T")
 
 #: The most, as a fraction of the delay, added at random to each delay.
 JITTER_FRACTION: Final = 0.1
+#: Seconds between two looks at whether a retried operation was abandoned.
+ABANDON_CHECK: Final = 0.1
 
 
 def retry_settings(prefix: str = "distributed.comm.retry") -> tuple[int, float, float]:
@@ -60,11 +65,15 @@ async def retry(
     jitter_fraction: float = JITTER_FRACTION,
     retry_on: tuple[type[BaseException], ...] = (OSError,),
     name: str | None = None,
+    abandon: Callable[[], BaseException | None] | None = None,
 ) -> T:
     """Await ``operation()``; on one of ``retry_on``, try again up to ``count`` more times.
 
     The delay before retry ``i`` (from 0) is ``min(delay_min * 2**i, delay_max)``,
     plus up to ``jitter_fraction`` of it at random.  The last failure raises.
+    ``abandon``, looked at while waiting (every :data:`ABANDON_CHECK` seconds)
+    and before each retry, gives an exception to raise instead when retrying
+    has become pointless (the work the operation was for was dropped).
     """
     for attempt in range(count):
         try:
@@ -80,8 +89,24 @@ async def retry(
                 count + 1,
                 e,
             )
-            await asyncio.sleep(delay)
+            await _wait(delay, abandon)
     return await operation()
+
+
+async def _wait(delay: float, abandon: Callable[[], BaseException | None] | None) -> None:
+    """Sleep ``delay`` seconds; raise what ``abandon`` gives as soon as it gives something."""
+    if abandon is None:
+        await asyncio.sleep(delay)
+        return
+    deadline = time.monotonic() + delay
+    while True:
+        stop = abandon()
+        if stop is not None:
+            raise stop
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        await asyncio.sleep(min(left, ABANDON_CHECK))
 
 
 async def retry_operation(

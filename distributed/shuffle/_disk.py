@@ -18,6 +18,7 @@ import shutil
 import struct
 import threading
 from collections.abc import Iterable, Sequence
+from concurrent.futures import Executor
 
 import msgpack
 
@@ -44,7 +45,16 @@ class ShardStore:
         The output partitions (file names come from positions in it).
     """
 
-    def __init__(self, directory: str, memory_limit: int, disk: bool, partitions: Sequence[PartitionId]) -> None:
+    def __init__(
+        self,
+        directory: str,
+        memory_limit: int,
+        disk: bool,
+        partitions: Sequence[PartitionId],
+        executor: Executor | None = None,
+    ) -> None:
+        #: The threads that write to disk (None: the event loop's default ones).
+        self.executor = executor
         self.directory = directory
         self.memory_limit = memory_limit
         self.disk = disk
@@ -91,7 +101,7 @@ class ShardStore:
         async with self._spill_lock:  # one write at a time; those waiting for it wait here
             if not self.disk or not self._memory:
                 return
-            await asyncio.get_running_loop().run_in_executor(None, self._spill)
+            await asyncio.get_running_loop().run_in_executor(self.executor, self._spill)
 
     async def flush_pending(self) -> None:
         """Wait for a write to disk under way, if any."""

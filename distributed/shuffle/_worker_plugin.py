@@ -19,6 +19,7 @@ import logging
 import os
 import pickle
 from collections.abc import Coroutine, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import dask.config
@@ -41,6 +42,7 @@ from distributed.shuffle._core import (
 )
 from distributed.shuffle._disk import ShardStore
 from distributed.shuffle._exceptions import ShuffleRunRefused
+from distributed.utils_comm import retry, retry_settings
 
 if TYPE_CHECKING:
     from distributed.worker import Worker
@@ -93,6 +95,17 @@ class ShuffleWorkerExtension:
         self.message_bytes_limit = parse_bytes(dask.config.get("distributed.p2p.comm.message-bytes-limit"))
         self.storage_buffer = parse_bytes(dask.config.get("distributed.p2p.storage.buffer"))
         self.disk_allowed = bool(dask.config.get("distributed.p2p.storage.disk"))
+        #: How sending shards to a peer is retried (``distributed.p2p.comm.retry.*``).
+        self.comm_retry = retry_settings("distributed.p2p.comm.retry")
+        threads = dask.config.get("distributed.p2p.threads")
+        if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
+            raise ValueError(
+                f"distributed.p2p.threads must be a number of threads (1 or more) or null, got {threads!r}"
+            )
+        #: Threads that write shards to disk and read them back (``distributed.p2p.threads``; null: one per
+        #: thread of the worker).
+        self.threads = int(threads) if threads is not None else max(1, worker.nthreads)
+        self.executor = ThreadPoolExecutor(self.threads, thread_name_prefix="Dask-P2P")
         if self.concurrency < 1:
             raise ValueError(f"distributed.p2p.comm.concurrency must be at least 1, got {self.concurrency}")
         self._budget = _ByteBudget(self.comm_buffer)
@@ -228,7 +241,9 @@ class ShuffleWorkerExtension:
             )
         worker_for = dict(zip(partitions, info["worker_for"]))
         directory = os.path.join(self.worker.local_directory, "p2p", f"{shuffle_id}-{run_id}")
-        store = ShardStore(directory, self.storage_buffer, spec.disk and self.disk_allowed, partitions)
+        store = ShardStore(
+            directory, self.storage_buffer, spec.disk and self.disk_allowed, partitions, executor=self.executor
+        )
         loop = self.worker.loop
         assert loop is not None
         context = RunContext(
@@ -294,6 +309,7 @@ class ShuffleWorkerExtension:
         """Drop every run (the worker closes)."""
         for run in list(self.runs.values()):
             self._drop(run)
+        self.executor.shutdown(wait=False, cancel_futures=True)
 
     # -- sending ---------------------------------------------------------------------------
     async def _send(
@@ -309,18 +325,28 @@ class ShuffleWorkerExtension:
                     run = await self._current_run(shuffle_id, run_id)
                     await run.context.store.put(shards)
                 else:
-                    await self.worker.rpc.call(
-                        address,
-                        m.ShuffleReceive(
-                            op="shuffle_receive",
-                            id=shuffle_id,
-                            run_id=run_id,
-                            shards=[[inp, out, _out_of_band(payload)] for inp, out, payload in shards],
-                        ),
+                    request = m.ShuffleReceive(
+                        op="shuffle_receive",
+                        id=shuffle_id,
+                        run_id=run_id,
+                        shards=[[inp, out, _out_of_band(payload)] for inp, out, payload in shards],
+                    )
+                    await retry(
+                        lambda: self.worker.rpc.call(address, request),
+                        *self.comm_retry,
+                        name=f"shuffle {shuffle_id} run {run_id}: sending shards to {address}",
+                        abandon=lambda: self._dropped(shuffle_id, run_id),
                     )
             self.bytes_sent += nbytes
         finally:
             await self._budget.release(nbytes)
+
+    def _dropped(self, shuffle_id: ShuffleId, run_id: int) -> ShuffleRunRefused | None:
+        """Why sending for run ``run_id`` is pointless now (it was dropped here), or None while it is current."""
+        run = self.runs.get(shuffle_id)
+        if run is None or run.run_id != run_id:
+            return ShuffleRunRefused(f"Shuffle {shuffle_id!r} run {run_id} was dropped while its shards travelled")
+        return None
 
     # -- request handlers --------------------------------------------------------------------
     async def handle_receive(self, comm: Any, msg: m.ShuffleReceive) -> None:

@@ -87,12 +87,12 @@ def _not_default(key: str) -> Any:
 @pytest.mark.parametrize(
     "key, value, refused",
     [
-        # The delay's default is "1s".
-        ("distributed.p2p.comm.retry.delay.min", "1000ms", False),
-        ("distributed.p2p.comm.retry.delay.min", "1s", False),
-        ("distributed.p2p.comm.retry.delay.min", 1, False),
-        ("distributed.p2p.comm.retry.delay.min", "3s", True),
-        ("distributed.p2p.comm.retry.delay.min", None, True),
+        # The interval's default is "500ms".
+        ("distributed.deploy.cluster-repr-interval", "0.5s", False),
+        ("distributed.deploy.cluster-repr-interval", "500ms", False),
+        ("distributed.deploy.cluster-repr-interval", 0.5, False),
+        ("distributed.deploy.cluster-repr-interval", "3s", True),
+        ("distributed.deploy.cluster-repr-interval", None, True),
         # Nothing is offloaded here: asking for no offloading is what happens anyway.
         ("distributed.comm.offload", False, False),
     ],

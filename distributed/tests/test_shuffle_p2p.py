@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import threading
@@ -17,9 +18,9 @@ import pandas as pd
 import pytest
 
 from distributed import Client, LocalCluster, Scheduler, Worker
-from distributed.core import rpc
+from distributed.core import Route, rpc
 from distributed.shuffle import PartitionId, ShuffleId, ShuffleRunRefused
-from distributed.utils_test import async_poll_for, gen_cluster, poll_for
+from distributed.utils_test import async_poll_for, captured_logger, gen_cluster, poll_for
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -303,3 +304,56 @@ async def test_a_transfer_reporting_a_restarted_run_restarts_the_shuffle_again(
     restarts = [e for _, e in events if e["action"] == "p2p-run-restart"]
     assert [r.get("worker") for r in restarts] == [b.address, None], restarts
     assert restarts[1]["stale"] == [1, 2]
+
+
+def cut_first_shuffle_receive(w: Worker) -> list[int]:
+    """Make ``w`` cut the connection of the first batch of shards sent to it; the batches are counted."""
+    calls: list[int] = []
+    route = w.handlers["shuffle_receive"]
+
+    def flaky(comm: Any, msg: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            comm.abort()
+            raise OSError("cut by the test")
+        return route.func(comm, msg)
+
+    w.handlers["shuffle_receive"] = Route(route.schema, flaky)
+    return calls
+
+
+P2P_RETRY_FAST = {
+    "distributed.p2p.comm.retry.count": 3,
+    "distributed.p2p.comm.retry.delay.min": "10ms",
+    "distributed.p2p.threads": 1,
+}
+
+
+@pytest.mark.timeout(120)
+@gen_cluster(client=True, config=P2P_RETRY_FAST)
+async def test_a_cut_shard_batch_is_sent_again(c: Client[Any], s: Scheduler, a: Worker, b: Worker) -> None:
+    calls = cut_first_shuffle_receive(b)
+    pdf = frame(400)
+    with captured_logger("distributed.shuffle", level=logging.INFO) as log:
+        with dask.config.set({"dataframe.shuffle.method": "p2p"}):
+            result = await c.compute(to_dask(pdf, 4).shuffle("x"))
+    assert len(result) == len(pdf)
+    assert sorted(result["y"]) == list(range(400))
+    assert len(calls) >= 2
+    # The batch went again: no transfer had to be rescheduled.
+    assert "rescheduled" not in log.getvalue()
+    assert a.shuffle.threads == b.shuffle.threads == 1
+
+
+@pytest.mark.timeout(120)
+@gen_cluster(client=True, config={"distributed.p2p.comm.retry.count": 0})
+async def test_without_retries_a_cut_batch_reschedules_the_transfer(
+    c: Client[Any], s: Scheduler, a: Worker, b: Worker
+) -> None:
+    cut_first_shuffle_receive(b)
+    pdf = frame(400)
+    with captured_logger("distributed.shuffle", level=logging.INFO) as log:
+        with dask.config.set({"dataframe.shuffle.method": "p2p"}):
+            result = await c.compute(to_dask(pdf, 4).shuffle("x"))
+    assert sorted(result["y"]) == list(range(400))
+    assert "rescheduled" in log.getvalue()
