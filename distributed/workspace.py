@@ -129,6 +129,10 @@ class WorkSpace:
     ----------
     base
         The parent directory; created if missing.
+    locking
+        False: work directories are made without lock files (and a purge
+        removes nothing), as with ``distributed.worker.use-file-locking: false``
+        on file systems whose locks do not work.
 
     Examples
     --------
@@ -139,8 +143,9 @@ class WorkSpace:
     >>> d.release()  # doctest: +SKIP
     """
 
-    def __init__(self, base: str) -> None:
+    def __init__(self, base: str, locking: bool = True) -> None:
         self.base = os.path.abspath(base)
+        self.locking = locking and fcntl is not None
         os.makedirs(self.base, exist_ok=True)
 
     def new_work_dir(self, name: str) -> WorkDir:
@@ -155,7 +160,7 @@ class WorkSpace:
             full or read-only disk); nothing of them is left behind.
         """
         path = os.path.join(self.base, name)
-        if fcntl is None:
+        if not self.locking:
             os.makedirs(path, exist_ok=True)
             return WorkDir(path, None, None)
         lock_path = path + LOCK_SUFFIX
@@ -190,7 +195,7 @@ class WorkSpace:
         -------
         The directories removed.
         """
-        if fcntl is None:
+        if not self.locking:
             return []
         removed: list[str] = []
         try:

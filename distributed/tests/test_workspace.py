@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from distributed import Client, LocalCluster
+from distributed import Client, LocalCluster, Scheduler, Worker
 from distributed.tests.logs import caught_logs
-from distributed.utils_test import poll_for
+from distributed.utils_test import gen_cluster, poll_for
 from distributed.workspace import LOCK_SUFFIX, WorkSpace
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="work directories are locked with fcntl.flock")
@@ -421,3 +421,22 @@ def test_two_workers_started_at_once_on_one_directory_with_stale_directories(tmp
                 p.wait(timeout=10)
                 if p.stdout is not None:
                     p.stdout.close()
+
+
+def test_without_locking_no_lock_files_and_no_purge(tmp_path: Path) -> None:
+    ws = WorkSpace(str(tmp_path), locking=False)
+    d = ws.new_work_dir("worker-x")
+    assert os.path.isdir(d.path) and d.lock_path is None
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(LOCK_SUFFIX)]
+    # Another workspace's purge leaves it alone: nothing says its owner ended.
+    assert WorkSpace(str(tmp_path)).purge() == []
+    assert ws.purge() == []
+    assert os.path.isdir(d.path)
+    d.release()
+    assert not os.path.exists(d.path)
+
+
+@gen_cluster(nthreads=[("127.0.0.1", 1)], config={"distributed.worker.use-file-locking": False})
+async def test_a_worker_without_file_locking(s: Scheduler, a: Worker) -> None:
+    assert os.path.isdir(a.local_directory)
+    assert not os.path.exists(a.local_directory + LOCK_SUFFIX)

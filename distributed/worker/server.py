@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequenc
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any, Literal
 
+import dask.config
 import psutil
 from dask.sizeof import sizeof
 from dask.utils import parse_timedelta, typename
@@ -708,7 +709,7 @@ class Worker(Server, PeerTransfers, TaskRunning):
         """
         base, name = os.path.split(self.local_directory)
         try:
-            workspace = WorkSpace(base)
+            workspace = WorkSpace(base, locking=bool(dask.config.get("distributed.worker.use-file-locking")))
             # Dead workers' directories go first: on a disk their spilled results
             # filled, that is the room this one needs.  Removing them can take a
             # while: not on the event loop.
