@@ -78,12 +78,6 @@ def _keys(roles: tuple[Role, ...], why: str, *keys: str, accepted: tuple[Any, ..
 NOT_HONOURED: Final[Mapping[str, NotHonoured]] = {
     **_keys(
         ("scheduler",),
-        "the scheduler sends each broadcast over the pooled connections it has",
-        "distributed.scheduler.reuse-broadcast-comm",
-        accepted=(True,),
-    ),
-    **_keys(
-        ("scheduler",),
         "root-ish task groups are told by their size against the cluster's threads",
         "distributed.scheduler.rootish-taskgroup",
         "distributed.scheduler.rootish-taskgroup-dependencies",

@@ -991,6 +991,14 @@ class ConnectionPool:
         async with self.borrowed(addr) as comm:
             return await comm.request(msg, unpickle_errors=self.unpickle_errors)
 
+    async def call_once(self, addr: str, msg: Mapping[str, Any]) -> Any:
+        """Send request ``msg`` to ``addr`` over a connection of its own, closed after (never pooled)."""
+        comm = await connect(addr, timeout=self.timeout, **self.connection_args)
+        try:
+            return await send_recv(comm, msg, unpickle_errors=self.unpickle_errors)
+        finally:
+            comm.abort()
+
     def remove(self, addr: str) -> None:
         """Close all idle comms to ``addr``."""
         addr = normalize_address(addr)

@@ -325,9 +325,12 @@ class ClusterRequests:
             if field in msg:
                 request[field] = msg[field]
 
+        pool = self.scheduler.rpc
+        send = pool.call if self.scheduler.server_settings.reuse_broadcast_comm else pool.call_once
+
         async def one(worker: str, addr: str) -> tuple[str, Any]:
             try:
-                return worker, {"status": "OK", "result": await self.scheduler.rpc.call(addr, request)}
+                return worker, {"status": "OK", "result": await send(addr, request)}
             except Exception as e:
                 return worker, _error_reply(e)
 

@@ -134,6 +134,10 @@ class SchedulerServerSettings:
         Requests refused (``blocked-handlers``).
     connect_timeout
         Seconds to connect to a peer (``distributed.comm.timeouts.connect``).
+    reuse_broadcast_comm
+        Whether ``Client.run`` (broadcast) reaches workers over the pooled
+        connections; else over connections of its own, closed after
+        (``reuse-broadcast-comm``).
     """
 
     default_scheme: str | None = None
@@ -143,6 +147,7 @@ class SchedulerServerSettings:
     idle_timeout: float | None = None
     blocked_handlers: tuple[str, ...] = ()
     connect_timeout: float = 30.0
+    reuse_broadcast_comm: bool = True
 
     @classmethod
     def from_config(
@@ -176,4 +181,5 @@ class SchedulerServerSettings:
             ),
             blocked_handlers=tuple(dask.config.get("distributed.scheduler.blocked-handlers", []) or ()),
             connect_timeout=float(parse_timedelta(dask.config.get("distributed.comm.timeouts.connect")) or 30),
+            reuse_broadcast_comm=bool(dask.config.get("distributed.scheduler.reuse-broadcast-comm")),
         )

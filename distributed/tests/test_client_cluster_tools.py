@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any, Literal
 
+import dask.config
 import pytest
 
 from distributed import Client, Nanny, Scheduler, Worker
+from distributed.scheduler.settings import SchedulerServerSettings
 from distributed.utils_test import async_poll_for, gen_cluster
 
 #: Calls of the setup callbacks below made in this process (the workers of these tests run here).
@@ -198,3 +201,17 @@ async def test_call_stack_of_running_tasks(c: Client[Literal[True]], s: Schedule
     await event.set()
     assert await future == 1
     assert await c.call_stack() == {}
+
+
+@pytest.mark.parametrize("reuse", [True, False])
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)])
+async def test_reuse_broadcast_comm(c: Client[Literal[True]], s: Scheduler, a: Worker, reuse: bool) -> None:
+    # True (dask's default): Client.run goes over the scheduler's pooled connection to the worker;
+    # false: over one of its own, closed after, so the pool gains nothing.
+    with dask.config.set({"distributed.scheduler.reuse-broadcast-comm": reuse}):
+        assert SchedulerServerSettings.from_config().reuse_broadcast_comm is reuse
+    s.server_settings = dataclasses.replace(s.server_settings, reuse_broadcast_comm=reuse)
+    s.rpc.remove(a.address)
+    assert await c.run(lambda: 1) == {a.address: 1}
+    assert (a.address in s.rpc.available) is reuse
+    assert await c.run(lambda: 2) == {a.address: 2}
