@@ -20,6 +20,8 @@ import dask
 import dask.config
 import yaml
 
+from distributed.event_loop import install_event_loop_policy
+
 __all__ = [
     "DEFAULT_LOGGER_LEVELS",
     "DEFAULT_LOG_FORMAT",
@@ -278,3 +280,4 @@ def _initialize_logging_on_import() -> None:
 
 
 _initialize_logging_on_import()
+install_event_loop_policy()

@@ -117,12 +117,6 @@ NOT_HONOURED: Final[Mapping[str, NotHonoured]] = {
         "the low-level logs have fixed lengths",
         "distributed.admin.low-level-log-length",
     ),
-    **_keys(
-        _SERVERS,
-        "every server runs on asyncio's own event loop",
-        "distributed.admin.event-loop",
-        accepted=("asyncio", "tornado"),
-    ),
     **_keys(("worker",), "there is no RMM pool", "distributed.rmm.pool-size"),
 }
 

@@ -62,6 +62,7 @@ import tblib
 from distributed.comm import Comm, CommClosedError, connect, listen, normalize_address
 from distributed.comm.core import ConnectionArgs, Listener
 from distributed.config import get_interval
+from distributed.event_loop import check_event_loop
 from distributed.exceptions import keep_cause_chain
 from distributed.loop_health import LoopHealth
 from distributed.protocol import messages as m
@@ -493,6 +494,7 @@ class Server:
                 return self
             if self.status in (Status.closing, Status.closed):
                 raise RuntimeError(f"{type(self).__name__} is closed")
+            check_event_loop(type(self).__name__)
             self.loop = asyncio.get_running_loop()
             self._finished = asyncio.Event()
             self.status = Status.starting

@@ -70,6 +70,7 @@ from distributed.dask_api import (
     graph_expr,
     is_low_level_expr,
 )
+from distributed.event_loop import check_event_loop
 from distributed.preloading import PreloadManager, process_preloads
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
@@ -318,6 +319,7 @@ class ClientBase(Generic[AsyncT]):
         return self
 
     async def _start(self) -> Self:
+        check_event_loop("Client")
         self.event_loop = asyncio.get_running_loop()
         self._io_loop = IOLoop.current()
         self.link.status = "connecting"

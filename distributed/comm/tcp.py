@@ -43,8 +43,9 @@ import socket
 import ssl
 import struct
 import time
+from asyncio.trsock import TransportSocket
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import dask.config
 
@@ -181,8 +182,8 @@ class _FrameProtocol(asyncio.BufferedProtocol):
 
     # -- asyncio callbacks --------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # A read-write transport: asyncio's, or another loop's (uvloop's are no subclasses of asyncio's).
+        self.transport = cast(asyncio.Transport, transport)
         if self.on_connection is not None:
             timeout = self.stall_timeout
             if timeout is not None:
@@ -583,7 +584,8 @@ class TCPComm(Comm):
             transport is not None
             and transport.get_write_buffer_size() == 0
             and transport.get_extra_info("ssl_object") is None
-            and transport.get_extra_info("socket") is not None
+            # asyncio's own socket (another loop's, uvloop's, is a stand-in this path does not use).
+            and isinstance(transport.get_extra_info("socket"), (socket.socket, TransportSocket))
         )
 
     async def _send_direct(self, buffers: list[Frame]) -> bool:
@@ -829,7 +831,6 @@ class TCPListener(Listener):
         if tls is None or protocol.closed:
             raw.abort()
             return
-        assert isinstance(tls, asyncio.Transport)
         protocol.transport = tls
         self._hand_over(protocol)
 
