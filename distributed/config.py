@@ -45,7 +45,8 @@ _defaults_path = os.path.join(_here, "distributed.yaml")
 
 #: Old key names renamed to the keys they stand for, as released dask.distributed renames them
 #: (users of older releases still write them).  Two of its old names are keys of this package
-#: (``distributed.scheduler.transition-log-length`` and ``events-log-length``) and keep their meaning here.
+#: (``distributed.scheduler.transition-log-length`` and ``events-log-length``): set, they override
+#: ``distributed.admin.low-level-log-length`` for their log, as the renamed key would.
 deprecations: dict[str, str] = {
     "allowed-failures": "distributed.scheduler.allowed-failures",
     "bandwidth": "distributed.scheduler.bandwidth",
@@ -258,6 +259,27 @@ def get_interval(key: str, default: float = 0.0) -> float:
         return default
     seconds = parse_timedelta(value, default="seconds")
     return default if seconds is None else float(seconds)
+
+
+def log_length(key: str | None = None) -> int:
+    """Entries a developer log keeps: ``key`` when set, else ``distributed.admin.low-level-log-length``.
+
+    Raises
+    ------
+    ValueError
+        For a length below 1, naming the key it came from.
+    """
+    value = dask.config.get(key, None) if key is not None else None
+    source = key
+    if value is None:
+        value, source = (
+            dask.config.get("distributed.admin.low-level-log-length"),
+            "distributed.admin.low-level-log-length",
+        )
+    length = int(value)
+    if length < 1:
+        raise ValueError(f"{source} must be at least 1, got {value!r}")
+    return length
 
 
 def get_bytes(key: str) -> int:

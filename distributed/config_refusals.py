@@ -112,11 +112,6 @@ NOT_HONOURED: Final[Mapping[str, NotHonoured]] = {
         "distributed.diagnostics.computations.ignore-files",
     ),
     **_keys(("scheduler",), "the dashboard has no export tool", "distributed.dashboard.export-tool"),
-    **_keys(
-        ("scheduler", "worker", "client"),
-        "the low-level logs have fixed lengths",
-        "distributed.admin.low-level-log-length",
-    ),
     **_keys(("worker",), "there is no RMM pool", "distributed.rmm.pool-size"),
 }
 

@@ -33,6 +33,7 @@ import dask.config
 from dask.utils import parse_timedelta
 
 from distributed.comm import Comm, CommClosedError
+from distributed.config import log_length
 from distributed.core import Route, StreamRoute
 from distributed.protocol import messages as m
 
@@ -59,10 +60,7 @@ class EventLog:
 
     def __init__(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
-        length = int(dask.config.get("distributed.scheduler.events-log-length"))
-        if length < 1:
-            raise ValueError(f"distributed.scheduler.events-log-length must be at least 1, got {length}")
-        self.length = length
+        self.length = log_length("distributed.scheduler.events-log-length")
         #: The last ``length`` events of each topic, oldest first.
         self.events: defaultdict[str, deque[Event]] = defaultdict(self._new_log)
         #: Ids of the clients subscribed to each topic.

@@ -16,6 +16,8 @@ from typing import Any
 import dask.config
 from dask.utils import parse_bytes, parse_timedelta
 
+from distributed.config import log_length
+
 __all__ = ["SchedulerServerSettings", "SchedulingSettings"]
 
 
@@ -54,7 +56,7 @@ class SchedulingSettings:
         Root tasks per thread sent before the rest queue on the scheduler; ``inf``: no queue
         (``worker-saturation``).
     transition_log_length
-        Transitions kept for ``story`` (``transition-log-length``).
+        Transitions kept for ``story`` (``transition-log-length``; null: ``distributed.admin.low-level-log-length``).
     erred_tasks_history
         Erred tasks kept in ``erred_tasks`` (``distributed.diagnostics.erred-tasks.max-history``).
     """
@@ -108,7 +110,7 @@ class SchedulingSettings:
                 parse_timedelta(dask.config.get("distributed.scheduler.root-task-latency-budget", "5ms")) or 0.0
             ),
             worker_saturation=worker_saturation,
-            transition_log_length=int(dask.config.get("distributed.scheduler.transition-log-length", 100_000)),
+            transition_log_length=log_length("distributed.scheduler.transition-log-length"),
             erred_tasks_history=int(dask.config.get("distributed.diagnostics.erred-tasks.max-history")),
         )
 

@@ -5,13 +5,16 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import dask
 import pytest
 import yaml
 
 import distributed
+from distributed import Client, Scheduler, Worker
+from distributed.config import log_length
+from distributed.utils_test import gen_cluster, inc
 
 PACKAGE = Path(distributed.__file__).parent
 
@@ -20,7 +23,7 @@ PACKAGE = Path(distributed.__file__).parent
 WHOLE_MAPPINGS = {"distributed.logging"}
 
 #: The keys distributed/config.py reads (it applies the logging config).
-READ_BY_CONFIG = WHOLE_MAPPINGS | {"distributed.admin.log-format"}
+READ_BY_CONFIG = WHOLE_MAPPINGS | {"distributed.admin.log-format", "distributed.admin.low-level-log-length"}
 
 
 def _source_strings() -> set[str]:
@@ -93,3 +96,29 @@ def test_no_key_is_repeated_in_a_section() -> None:
     yaml.load(text, Loader=_NoDuplicatesLoader)
     with pytest.raises(yaml.constructor.ConstructorError, match="repeated keys"):
         yaml.load("a:\n  b: 1\na:\n  c: 2\n", Loader=_NoDuplicatesLoader)
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)], config={"distributed.admin.low-level-log-length": 5})
+async def test_low_level_log_length_bounds_the_developer_logs(
+    c: Client[Literal[True]], s: Scheduler, a: Worker
+) -> None:
+    assert s.transition_log.maxlen == 5
+    assert s.event_log.length == 5
+    assert a.state is not None and a.state.log.maxlen == 5
+    await c.gather(c.map(inc, range(10)))
+    assert len(s.transition_log) == 5
+
+
+def test_a_log_s_own_key_wins_and_bad_lengths_are_refused_by_name() -> None:
+    with dask.config.set(
+        {"distributed.admin.low-level-log-length": 5, "distributed.scheduler.transition-log-length": 7}
+    ):
+        assert log_length("distributed.scheduler.transition-log-length") == 7
+        assert log_length("distributed.scheduler.events-log-length") == 5
+        assert log_length() == 5
+    with dask.config.set({"distributed.admin.low-level-log-length": 0}):
+        with pytest.raises(ValueError, match=r"distributed\.admin\.low-level-log-length"):
+            log_length()
+    # dask's old name for the transition log is renamed to the key, as dask does.
+    with pytest.warns(FutureWarning), dask.config.set({"transition-log-length": 9}):
+        assert log_length() == 9

@@ -66,11 +66,11 @@ def test_every_released_alias_is_renamed_as_dask_does() -> None:
 
 def test_an_old_name_reaches_the_refusal_of_its_key() -> None:
     with (
-        pytest.warns(FutureWarning, match="distributed.admin.low-level-log-length"),
-        dask.config.set({"recent-messages-log-length": 5}),
+        pytest.warns(FutureWarning, match="distributed.dashboard.export-tool"),
+        dask.config.set({"bokeh-export-tool": True}),
     ):
-        with pytest.raises(UnhonouredConfigError, match="admin.low-level-log-length"):
-            refuse_unhonoured_config("client")
+        with pytest.raises(UnhonouredConfigError, match="dashboard.export-tool"):
+            refuse_unhonoured_config("scheduler")
 
 
 def _not_default(key: str) -> Any:

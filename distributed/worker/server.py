@@ -31,7 +31,7 @@ from distributed.batched import BatchedSend
 from distributed.client.client import get_client
 from distributed.comm import Comm, CommClosedError, connect, validate_address
 from distributed.comm.addressing import listen_addresses, listen_protocol, parse_ports
-from distributed.config import get_interval, silence_logging
+from distributed.config import get_interval, log_length, silence_logging
 from distributed.config_refusals import refuse_unhonoured_config
 from distributed.core import RemoteRequests, Route, Server, Status, StreamRoute
 from distributed.diagnostics.plugin import WorkerPlugin
@@ -930,6 +930,7 @@ class Worker(Server, PeerTransfers, TaskRunning):
             transfer_limit=transfer_limit,
             fetch_concurrency=fetch_concurrency,
             incoming_bytes_limit=self._incoming_bytes_limit,
+            log_length=log_length(),
         )
 
     def _update_transition_hook(self) -> None:
