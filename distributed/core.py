@@ -81,6 +81,7 @@ __all__ = [
     "PeriodicCallback",
     "RemoteError",
     "RemoteRequests",
+    "ReplyThen",
     "Route",
     "Server",
     "Status",
@@ -134,6 +135,18 @@ class RemoteError(RuntimeError):
     def __init__(self, *args: object, reply: Mapping[str, Any] | None = None) -> None:
         super().__init__(*args)
         self.reply = reply
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyThen:
+    """A handler's ``result``, with ``sent`` to call once the reply is written (or failed to be).
+
+    For a handler that counts replies in flight (a worker's ``get_data``: the
+    data goes out as the reply is written, after the handler returned).
+    """
+
+    result: Any
+    sent: Callable[[], None]
 
 
 @dataclass(frozen=True)
@@ -739,10 +752,13 @@ class Server:
                     self._comms.discard(comm)
                     await route.func(comm, msg)
                     return
+                sent: Callable[[], None] | None = None
                 try:
                     result = route.func(comm, msg)
                     if inspect.isawaitable(result):
                         result = await result
+                    if type(result) is ReplyThen:
+                        result, sent = result.result, result.sent
                     response: dict[str, Any] = {"status": "OK", "result": result}
                 except (asyncio.CancelledError, GeneratorExit):
                     raise
@@ -750,8 +766,12 @@ class Server:
                     if self.status not in (Status.closing, Status.closed):
                         logger.debug("Handler %r raised", op, exc_info=True)
                     response = error_message(e, sys.exc_info()[2])
-                if not await self._reply(comm, reply, response):
-                    return
+                try:
+                    if not await self._reply(comm, reply, response):
+                        return
+                finally:
+                    if sent is not None:
+                        sent()
         finally:
             self._accepted -= 1
             if task is not None:

@@ -823,9 +823,17 @@ SchedulerToWorker = ComputeTask | FreeKeys | CloseWorker | AcquireReplicas | Ste
 
 # -- worker requests (from peers, clients, the scheduler) -----------------------
 class GetData(TypedDict):
+    """Ask a worker for the values it holds of ``keys``.
+
+    With ``busy_ok`` (a peer worker asking) the worker may answer
+    :class:`GetDataBusy` instead, when it serves ``distributed.worker.connections.incoming``
+    such requests already; the peer tries again later.
+    """
+
     op: Literal["get_data"]
     keys: Sequence[Key]
     who: NotRequired[str | None]
+    busy_ok: NotRequired[bool]
 
 
 class RelayGetData(TypedDict):
@@ -884,6 +892,12 @@ class WorkerProfileMetadata(TypedDict):
 
 
 # -- worker -> worker (and replies of worker requests) ----------------------------
+class GetDataBusy(TypedDict):
+    """A worker's answer to ``get_data`` when it serves as many peers as it may: ask again later."""
+
+    status: Literal["busy"]
+
+
 class GetDataReply(TypedDict):
     """A worker's answer to ``get_data``: the values it holds of the keys asked for."""
 

@@ -16,16 +16,19 @@ from distributed.protocol import Serialized
 from distributed.protocol.messages import Key
 from distributed.worker.state_machine import (
     AcquireReplicasEvent,
+    BusyWorkerRetry,
     ComputeTaskEvent,
     Execute,
     ExecuteFailure,
     ExecuteSuccess,
     FreeKeysEvent,
     GatherDep,
+    GatherDepBusy,
     GatherDepFailure,
     GatherDepSuccess,
     Instruction,
     RescheduleEvent,
+    RetryBusyWorkerLater,
     SecedeEvent,
     SendMessage,
     StateMachineEvent,
@@ -317,6 +320,32 @@ def test_gather_failure_refetches_from_another_holder() -> None:
     assert not messages(instructions, "missing-data")
     instructions = h.gathered(other, {"a": 1})
     assert executes(instructions) == ["z"]
+
+
+def test_a_busy_peer_is_left_alone_until_its_retry() -> None:
+    h = Harness()
+    [g] = gathers(h.compute("z", who_has={"a": [PEER1]}))
+    assert g.worker == PEER1
+    instructions = h.handle(GatherDepBusy(stimulus_id=h.sid("busy"), worker=PEER1, keys=("a",)))
+    # Back to fetch, still held by the peer; nothing asked of it until the retry.
+    assert h.state("a") == "fetch" and PEER1 in h.ws.tasks["a"].who_has
+    assert [i.worker for i in instructions if isinstance(i, RetryBusyWorkerLater)] == [PEER1]
+    assert not gathers(instructions) and not messages(instructions, "missing-data")
+    # Another key it holds waits as well; one another peer holds is fetched from that one.
+    instructions = h.compute("y", who_has={"b": [PEER1], "c": [PEER2]})
+    assert [(g.worker, g.keys) for g in gathers(instructions)] == [(PEER2, ("c",))]
+    instructions = h.handle(BusyWorkerRetry(stimulus_id=h.sid("retry"), worker=PEER1))
+    [g] = gathers(instructions)
+    assert g.worker == PEER1 and set(g.keys) == {"a", "b"}
+
+
+def test_a_busy_peer_with_another_holder_is_skipped() -> None:
+    h = Harness()
+    [g] = gathers(h.compute("z", who_has={"a": [PEER1, PEER2]}))
+    first = g.worker
+    other = PEER2 if first == PEER1 else PEER1
+    [g2] = gathers(h.handle(GatherDepBusy(stimulus_id=h.sid("busy"), worker=first, keys=("a",))))
+    assert g2.worker == other
 
 
 def test_key_missing_from_gather_reply_refetches_elsewhere() -> None:

@@ -69,6 +69,7 @@ from distributed.worker.running import TaskRunning
 from distributed.worker.settings import WorkerSettings
 from distributed.worker.state_machine import (
     AcquireReplicasEvent,
+    BusyWorkerRetry,
     ComputeTaskEvent,
     Execute,
     ExecuteStarted,
@@ -76,6 +77,7 @@ from distributed.worker.state_machine import (
     FreeKeysEvent,
     GatherDep,
     Instruction,
+    RetryBusyWorkerLater,
     SecedeEvent,
     SendMessage,
     StateMachineEvent,
@@ -98,6 +100,8 @@ __all__ = ["Worker", "get_client", "get_worker", "parse_memory_limit", "rejoin",
 #: Seconds of the first try to reach the scheduler (a worker's or a nanny's) before
 #: "Waiting to connect" is logged; the next tries take the rest of the connect timeout.
 FIRST_CONNECT_TIMEOUT = 1.0
+#: Seconds before a peer that answered get_data with "busy" is asked again.
+BUSY_RETRY_DELAY = 0.15
 
 
 class Worker(Server, PeerTransfers, TaskRunning):
@@ -373,6 +377,9 @@ class Worker(Server, PeerTransfers, TaskRunning):
         #: The last task prepared to run (its spec unpickled), reused when it is lined up again or executed.
         self._prepared: Runnable | None = None
         self.outgoing_transfer_count = 0
+        #: Replies to peers' get_data being written now, and the most allowed (see PeerTransfers.handle_get_data).
+        self.outgoing_to_peers = 0
+        self.incoming_connections_limit = settings.serve_concurrency
         #: The scheduler accepted this worker (it may hand it data from then on, even while plugins set up).
         self.registered = False
         #: Bytes (by sizeof) sent to and received from other workers since the worker started.
@@ -1019,6 +1026,8 @@ class Worker(Server, PeerTransfers, TaskRunning):
                 self._execute_now(inst.key, inst.run_id)
             elif isinstance(inst, GatherDep):
                 self._start_task(self.gather_dep(inst.worker, inst.keys), f"gather-{inst.worker}")
+            elif isinstance(inst, RetryBusyWorkerLater):
+                self._start_task(self._retry_busy_worker(inst.worker), f"retry-busy-{inst.worker}")
         if to_scheduler and self.batched_stream is not None:
             try:
                 state = self.state
@@ -1031,6 +1040,11 @@ class Worker(Server, PeerTransfers, TaskRunning):
                     self.batched_stream.send(*to_scheduler)
             except CommClosedError:
                 logger.debug("Scheduler stream closed; dropped %d messages", len(to_scheduler))
+
+    async def _retry_busy_worker(self, worker: str) -> None:
+        """Let the fetches from a peer that said it was busy go on after a pause (as dask: 0.15 s)."""
+        await asyncio.sleep(BUSY_RETRY_DELAY)
+        self.handle_stimulus(BusyWorkerRetry(stimulus_id=f"retry-busy-worker-{time.time()}", worker=worker))
 
     def _start_task(self, coro: Any, name: str) -> None:
         task = asyncio.get_running_loop().create_task(coro, name=name)

@@ -38,6 +38,9 @@ class WorkerSettings:
         Most bytes asked of one peer at once (``transfer.message-bytes-limit``).
     fetch_concurrency
         Most peers fetched from at once (``connections.outgoing``).
+    serve_concurrency
+        Most replies to peers' get_data in flight at once; past it peers are told to come back
+        (``connections.incoming``).
     connect_timeout, tcp_timeout
         Seconds to connect to a peer, and to wait on a connection
         (``distributed.comm.timeouts.connect``, ``.tcp``).
@@ -62,6 +65,7 @@ class WorkerSettings:
     blocked_handlers: tuple[str, ...] = ()
     transfer_limit: int = 50 * 2**20
     fetch_concurrency: int = 50
+    serve_concurrency: int = 10
     connect_timeout: float = 30.0
     tcp_timeout: float = 30.0
     lifetime: float | None = None
@@ -114,6 +118,7 @@ class WorkerSettings:
             blocked_handlers=tuple(dask.config.get("distributed.worker.blocked-handlers", []) or ()),
             transfer_limit=int(parse_bytes(str(dask.config.get("distributed.worker.transfer.message-bytes-limit")))),
             fetch_concurrency=int(dask.config.get("distributed.worker.connections.outgoing")),
+            serve_concurrency=_at_least_one("distributed.worker.connections.incoming"),
             connect_timeout=float(parse_timedelta(dask.config.get("distributed.comm.timeouts.connect")) or 30),
             tcp_timeout=float(parse_timedelta(dask.config.get("distributed.comm.timeouts.tcp")) or 30),
             lifetime=float(parse_timedelta(duration)) if duration is not None else None,
@@ -122,3 +127,11 @@ class WorkerSettings:
             transfer_fraction=float(transfer) if transfer is not False and transfer else None,
             spill_compression=dask.config.get("distributed.worker.memory.spill-compression"),
         )
+
+
+def _at_least_one(key: str) -> int:
+    """The whole number at ``key``, refused (naming it) below 1."""
+    value = dask.config.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{key} must be a whole number of at least 1, got {value!r}")
+    return value

@@ -46,6 +46,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "TRANSITION_TABLE",
     "AcquireReplicasEvent",
+    "BusyWorkerRetry",
     "ComputeTaskEvent",
     "Execute",
     "ExecuteAbandoned",
@@ -54,11 +55,13 @@ __all__ = [
     "ExecuteSuccess",
     "FreeKeysEvent",
     "GatherDep",
+    "GatherDepBusy",
     "GatherDepFailure",
     "GatherDepSuccess",
     "Instruction",
     "InvalidTransition",
     "RescheduleEvent",
+    "RetryBusyWorkerLater",
     "SecedeEvent",
     "SendMessage",
     "StateMachineEvent",
@@ -276,6 +279,21 @@ class GatherDepFailure(StateMachineEvent):
 
 
 @dataclass(slots=True)
+class GatherDepBusy(StateMachineEvent):
+    """``worker`` serves as many peers as it may: the keys asked of it go back to fetch, it is left alone a while."""
+
+    worker: str
+    keys: tuple[Key, ...]
+
+
+@dataclass(slots=True)
+class BusyWorkerRetry(StateMachineEvent):
+    """Time to fetch from ``worker`` again, which said it was busy."""
+
+    worker: str
+
+
+@dataclass(slots=True)
 class AcquireReplicasEvent(StateMachineEvent):
     """Fetch copies of keys from the peers named, to hold them here."""
 
@@ -319,6 +337,13 @@ class GatherDep(Instruction):
     worker: str
     keys: tuple[Key, ...]
     total_nbytes: int
+
+
+@dataclass(slots=True)
+class RetryBusyWorkerLater(Instruction):
+    """After a while, feed :class:`BusyWorkerRetry` for ``worker``."""
+
+    worker: str
 
 
 @dataclass(slots=True)
@@ -389,6 +414,8 @@ class WorkerStateMachine:
         self.to_fetch: dict[WorkerTask, None] = {}
         #: Peers we are fetching from, with the keys asked of each.
         self.in_flight_workers: dict[str, set[WorkerTask]] = {}
+        #: Peers that said they were busy: not asked again until their retry comes (keys they hold wait in fetch).
+        self.busy_workers: set[str] = set()
         self.incoming_bytes_limit = incoming_bytes_limit
         #: Bytes asked of each peer in ``in_flight_workers`` (their sum is held to ``incoming_bytes_limit``).
         self.in_flight_bytes: dict[str, int] = {}
@@ -672,7 +699,10 @@ class WorkerStateMachine:
                 w in batches for w in ts.who_has
             ):
                 break
-            candidates = [w for w in ts.who_has if w not in self.in_flight_workers and w != self.address]
+            busy = self.busy_workers
+            candidates = [
+                w for w in ts.who_has if w not in self.in_flight_workers and w != self.address and w not in busy
+            ]
             if not candidates:
                 continue
             # Prefer a peer we already fetch other keys from in this round.
@@ -999,6 +1029,24 @@ class WorkerStateMachine:
             else:
                 self._fetch_failed(ts, ev.worker, ev.stimulus_id, instructions)
 
+    def _handle_gather_busy(self, ev: GatherDepBusy, instructions: list[Instruction]) -> None:
+        asked = self.in_flight_workers.pop(ev.worker, set())
+        self.in_flight_bytes.pop(ev.worker, None)
+        self.busy_workers.add(ev.worker)
+        instructions.append(RetryBusyWorkerLater(ev.worker))
+        recs: Recs = {}
+        for ts in asked:
+            ts.coming_from = None
+            if ts.state == "flight":
+                recs[ts] = "fetch"  # the peer still holds it: from it or another, later
+            elif ts.state == "cancelled":
+                # Asked to compute it here meanwhile: run it; else nobody wants it any more.
+                recs[ts] = "released" if ts.computed else "forgotten"
+        self._transitions(recs, ev.stimulus_id, instructions)
+
+    def _handle_busy_worker_retry(self, ev: BusyWorkerRetry, instructions: list[Instruction]) -> None:
+        self.busy_workers.discard(ev.worker)
+
     def _fetch_broken(self, ts: WorkerTask, ev: GatherDepFailure, instructions: list[Instruction]) -> None:
         """The last holder of ``ts`` gave an unusable reply: the tasks here that need it err."""
         assert ev.exception is not None
@@ -1122,6 +1170,7 @@ class WorkerStateMachine:
             assert ts.state in ("executing", "cancelled"), ("executing set", ts)
         assert len(self.executing) <= self.nthreads, "more tasks executing than threads"
         assert self.in_flight_bytes.keys() == self.in_flight_workers.keys(), "in-flight bytes per peer"
+        assert not self.busy_workers & self.in_flight_workers.keys(), "fetching from a peer that said it was busy"
 
 
 Transition = Callable[[WorkerStateMachine, WorkerTask, str, list[Instruction]], "Recs | None"]
@@ -1186,6 +1235,8 @@ _HANDLERS: dict[type, Any] = {
     ExecuteStarted: WorkerStateMachine._handle_execute_started,
     GatherDepSuccess: WorkerStateMachine._handle_gather_success,
     GatherDepFailure: WorkerStateMachine._handle_gather_failure,
+    GatherDepBusy: WorkerStateMachine._handle_gather_busy,
+    BusyWorkerRetry: WorkerStateMachine._handle_busy_worker_retry,
     UpdateDataEvent: WorkerStateMachine._handle_update_data,
     AcquireReplicasEvent: WorkerStateMachine._handle_acquire_replicas,
     StealRequestEvent: WorkerStateMachine._handle_steal_request,

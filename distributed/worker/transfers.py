@@ -15,14 +15,14 @@ from collections.abc import MutableMapping
 from typing import TYPE_CHECKING, Any
 
 from distributed.comm import Comm, CommClosedError
-from distributed.core import ConnectionPool, error_message
+from distributed.core import ConnectionPool, ReplyThen, error_message
 from distributed.protocol import messages as m
 from distributed.protocol.framing import ProtocolError
 from distributed.protocol.messages import Key
 from distributed.protocol.schema import checker
 from distributed.protocol.serialize import Serialize, unwrap
 from distributed.utils_comm import retry
-from distributed.worker.state_machine import GatherDepFailure, GatherDepSuccess, StateMachineEvent
+from distributed.worker.state_machine import GatherDepBusy, GatherDepFailure, GatherDepSuccess, StateMachineEvent
 
 if TYPE_CHECKING:
     from distributed.worker.state_machine import WorkerStateMachine
@@ -42,6 +42,10 @@ class PeerTransfers:
     #: Fetches started, and get_data requests served, so far.
     incoming_transfer_count: int
     outgoing_transfer_count: int
+    #: Most replies to peers' get_data in flight at once (``distributed.worker.connections.incoming``),
+    #: and how many are now.
+    incoming_connections_limit: int
+    outgoing_to_peers: int
     #: ``(count, delay_min, delay_max)`` of ``distributed.comm.retry``: how fetches from a peer are retried.
     comm_retry: tuple[int, float, float]
     #: Bytes fetched from and served to peers so far.
@@ -64,16 +68,22 @@ class PeerTransfers:
         tried, then the scheduler is told).  A reply that cannot be used - data
         that does not deserialise, a malformed reply, an error raised by the peer -
         carries its exception, so the tasks that needed the data err with it
-        rather than waiting forever.
+        rather than waiting forever.  A peer busy serving others (see
+        :meth:`handle_get_data`) is asked again a little later.
         """
         self.incoming_transfer_count += 1
         ev: StateMachineEvent
         try:
             start = time.time()
-            request = m.GetData(op="get_data", keys=list(keys), who=self.address)
+            request = m.GetData(op="get_data", keys=list(keys), who=self.address, busy_ok=True)
             response = await retry(
                 lambda: self.rpc.call(worker, request), *self.comm_retry, name=f"get_data from {worker}"
             )
+            if isinstance(response, dict) and response.get("status") == "busy":
+                self.handle_stimulus(
+                    GatherDepBusy(stimulus_id=f"gather-dep-busy-{time.time()}", worker=worker, keys=keys)
+                )
+                return
             data, nbytes = _read_get_data_reply(worker, response)
             self.transfer_incoming_bytes_total += sum(nbytes.values())
             stop = time.time()
@@ -104,7 +114,17 @@ class PeerTransfers:
             )
         self.handle_stimulus(ev)
 
-    def handle_get_data(self, comm: Comm, msg: m.GetData) -> m.GetDataReply:
+    def handle_get_data(self, comm: Comm, msg: m.GetData) -> ReplyThen | m.GetDataBusy:
+        """The values asked for; ``busy`` to a peer when as many peers' replies as allowed are going out.
+
+        ``distributed.worker.connections.incoming`` bounds the replies to peers
+        in flight at once (counted until each is written): a peer asking past
+        it (``busy_ok``) is told to come back later, as in dask.  Clients and
+        the scheduler are always served.
+        """
+        peer = msg.get("busy_ok", False)
+        if peer and self.outgoing_to_peers >= self.incoming_connections_limit:
+            return m.GetDataBusy(status="busy")
         self.outgoing_transfer_count += 1
         data: dict[Key, Any] = {}
         nbytes: dict[Key, int] = {}
@@ -116,7 +136,16 @@ class PeerTransfers:
                 if ts is not None:
                     nbytes[key] = ts.nbytes
         self.transfer_outgoing_bytes_total += sum(nbytes.values())
-        return m.GetDataReply(status="OK", data=data, nbytes=nbytes)
+        if peer:
+            self.outgoing_to_peers += 1
+        return ReplyThen(m.GetDataReply(status="OK", data=data, nbytes=nbytes), self._reply_sent if peer else _nothing)
+
+    def _reply_sent(self) -> None:
+        self.outgoing_to_peers -= 1
+
+
+def _nothing() -> None:
+    pass
 
 
 def _read_get_data_reply(worker: str, response: Any) -> tuple[dict[Key, Any], dict[Key, int]]:
