@@ -102,14 +102,6 @@ NOT_HONOURED: Final[Mapping[str, NotHonoured]] = {
         "distributed.diagnostics.cudf",
         accepted=(False,),
     ),
-    **_keys(
-        ("scheduler",),
-        "the scheduler keeps no history of computations",
-        "distributed.diagnostics.computations.max-history",
-        "distributed.diagnostics.computations.nframes",
-        "distributed.diagnostics.computations.ignore-modules",
-        "distributed.diagnostics.computations.ignore-files",
-    ),
     **_keys(("scheduler",), "the dashboard has no export tool", "distributed.dashboard.export-tool"),
     **_keys(("worker",), "there is no RMM pool", "distributed.rmm.pool-size"),
 }

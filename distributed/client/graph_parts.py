@@ -28,6 +28,7 @@ from dask._task_spec import GraphNode
 from dask.utils import format_bytes, parse_bytes
 
 from distributed.client.gc_pause import paused_gc
+from distributed.client.source_code import computation_code
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.protocol.serialize import FunctionCache, Serialize, Serialized, serialize_task
@@ -122,6 +123,8 @@ class GraphPlan:
         self.nbytes = 0
         #: Past this many bytes the graph is warned about, once (``distributed.admin.large-graph-warning-threshold``).
         self.warn_above = large_graph_threshold()
+        #: The caller's code, for the scheduler's computations (``distributed.diagnostics.computations.nframes``).
+        self.code = computation_code()
 
     def __len__(self) -> int:
         return len(self.chunks)
@@ -166,6 +169,8 @@ class GraphPlan:
             msg["annotations"] = dict(self.global_annotations)
         if i == 0 and self.shuffles:
             msg["shuffles"] = self.shuffles
+        if i == 0 and self.code:
+            msg["code"] = self.code
         return msg
 
     def abandon_message(self) -> m.UpdateGraph | None:

@@ -407,6 +407,9 @@ class UpdateGraph(TypedDict):
     final: NotRequired[bool]
     #: The P2P shuffles whose barrier tasks are in this graph (sent with its first part).
     shuffles: NotRequired[Sequence[ShuffleDescription]]
+    #: The source of the caller's frames that made the graph, ``(code, lineno_frame, lineno_relative,
+    #: filename)`` each (``distributed.diagnostics.computations.nframes``; sent with its first part).
+    code: NotRequired[Sequence[tuple[str, int, int, str]]]
 
 
 class ClientKeys(TypedDict):

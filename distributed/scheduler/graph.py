@@ -50,6 +50,7 @@ class GraphIngestion(SchedulerStimuli):
         final: bool = True,
         generation: int | None = None,
         checked: bool = False,
+        code: Sequence[Any] | None = None,
     ) -> Effects:
         """Add a client's graph and want its ``keys``.
 
@@ -65,6 +66,8 @@ class GraphIngestion(SchedulerStimuli):
         ``generation`` (default: a new one) orders these tasks after those of
         earlier graphs of the same priority; ``checked`` says the graph was
         already checked for NaN keys and cycles (see :meth:`update_graph_slices`).
+        ``code`` is the client's source of the call that made the graph, for
+        :attr:`computations`.
         """
         stimulus_id = stimulus_id or f"update-graph-{time.time()}"
         problem = None if checked else _graph_problem(tasks, keys, self.tasks)
@@ -76,7 +79,13 @@ class GraphIngestion(SchedulerStimuli):
         if generation is None:
             self.generation += 1
             generation = self.generation
-        new = self._add_tasks(tasks, dict(annotations or {}), user_priority, generation)
+        log = self.computation_log
+        if log.computations.maxlen:
+            idle = self.is_idle()  # before these tasks: a graph sent to an idle cluster starts a computation
+            new = self._add_tasks(tasks, dict(annotations or {}), user_priority, generation)
+            log.observe(new, code, idle)
+        else:
+            new = self._add_tasks(tasks, dict(annotations or {}), user_priority, generation)
         if self.span_observer is not None:
             self.span_observer(new)
         lost = self._link_dependencies(new, tasks)
@@ -254,6 +263,7 @@ class GraphIngestion(SchedulerStimuli):
         graph: str | None = None,
         final: bool = True,
         size: int = INGEST_SLICE,
+        code: Sequence[Any] | None = None,
     ) -> Iterator[Effects]:
         """:meth:`update_graph` in slices of ``size`` tasks: the messages of each slice in turn.
 
@@ -278,6 +288,7 @@ class GraphIngestion(SchedulerStimuli):
                 stimulus_id=stimulus_id,
                 graph=graph,
                 final=final,
+                code=code,
             )
             return
         problem = _graph_problem(tasks, keys, self.tasks)
@@ -305,6 +316,7 @@ class GraphIngestion(SchedulerStimuli):
                 final=final if i == last else graph is None,
                 generation=generation,
                 checked=True,
+                code=code if i == 0 else None,
             )
 
     def _drop_lost(self, lost: set[TaskState], stimulus_id: str, out: Effects) -> None:

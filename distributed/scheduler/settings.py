@@ -59,6 +59,8 @@ class SchedulingSettings:
         Transitions kept for ``story`` (``transition-log-length``; null: ``distributed.admin.low-level-log-length``).
     erred_tasks_history
         Erred tasks kept in ``erred_tasks`` (``distributed.diagnostics.erred-tasks.max-history``).
+    computations_history
+        Computations kept in ``computations`` (``distributed.diagnostics.computations.max-history``).
     """
 
     validate: bool = False
@@ -73,6 +75,7 @@ class SchedulingSettings:
     worker_saturation: float = 1.1
     transition_log_length: int = 100_000
     erred_tasks_history: int = 100
+    computations_history: int = 100
 
     @classmethod
     def from_config(cls, *, validate: bool | None = None, allowed_failures: int | None = None) -> SchedulingSettings:
@@ -112,6 +115,7 @@ class SchedulingSettings:
             worker_saturation=worker_saturation,
             transition_log_length=log_length("distributed.scheduler.transition-log-length"),
             erred_tasks_history=int(dask.config.get("distributed.diagnostics.erred-tasks.max-history")),
+            computations_history=int(dask.config.get("distributed.diagnostics.computations.max-history")),
         )
 
 

@@ -24,6 +24,7 @@ from distributed.exceptions import InvalidTransition, LostDataError
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key, Payload
 from distributed.protocol.serialize import as_serialized
+from distributed.scheduler.computations import Computation, ComputationLog
 from distributed.scheduler.queue import PriorityQueue
 from distributed.scheduler.records import (
     ALL_TASK_STATES,
@@ -177,6 +178,8 @@ class SchedulerState:
             maxlen=settings.transition_log_length
         )
         self.plugins: dict[str, SchedulerPlugin] = {}
+        #: What the cluster worked on, one batch of graphs at a time (see :mod:`distributed.scheduler.computations`).
+        self.computation_log = ComputationLog(settings.computations_history)
         #: Told of each graph's new tasks (the spans extension sets it; see :mod:`distributed.scheduler.spans`).
         self.span_observer: Callable[[list[TaskState]], None] | None = None
         self.time_started = time.time()
@@ -219,6 +222,15 @@ class SchedulerState:
             if hook is not None and getattr(hook, "__func__", None) is not base:
                 hooks.append(hook)
         return hooks
+
+    @property
+    def computations(self) -> deque[Computation]:
+        """The last computations, newest last (``distributed.diagnostics.computations.max-history``), as dask's."""
+        return self.computation_log.computations
+
+    def is_idle(self) -> bool:
+        """Whether no task is processing, queued, or waiting for a worker that can run it."""
+        return not self.n_queued and not self.unrunnable and not any(ws.processing for ws in self.workers.values())
 
     def call_plugins(self, hook: str, *args: Any, **kwargs: Any) -> None:
         """Call method ``hook`` of every scheduler plugin with these arguments.

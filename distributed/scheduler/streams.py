@@ -449,6 +449,7 @@ class SchedulerStreams:
             stimulus_id=msg.get("stimulus_id"),
             graph=msg.get("graph"),
             final=msg.get("final", True),
+            code=msg.get("code"),
         ):
             s.send_all(out)
             self.gc.tend(len(s.tasks), s.tasks_forgotten)
