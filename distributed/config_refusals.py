@@ -94,7 +94,6 @@ NOT_HONOURED: Final[Mapping[str, NotHonoured]] = {
     ),
     **_keys(("cluster",), "there is no cluster widget yet", "distributed.deploy.cluster-repr-interval"),
     **_keys(_SERVERS, "frames are not split into shards", "distributed.comm.shard"),
-    **_keys(_SERVERS, "serialization is never offloaded to a thread", "distributed.comm.offload", accepted=(False,)),
     **_keys(
         ("worker",),
         "there is no GPU monitoring",

@@ -37,6 +37,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 from dask.base import tokenize
+from dask.sizeof import sizeof
 from dask.utils import parse_timedelta
 
 from distributed.client.actor import Actor
@@ -45,10 +46,11 @@ from distributed.client.link import SchedulerLink, raise_if_malformed
 from distributed.client.registry import FutureRegistry
 from distributed.comm import CommClosedError
 from distributed.core import ConnectionPool
+from distributed.offload import offload, offload_threshold, unwrap_all
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.protocol.schema import checker
-from distributed.protocol.serialize import Serialize, Serialized, serialize, unwrap
+from distributed.protocol.serialize import Serialize, Serialized, serialize
 from distributed.utils_comm import retry, retry_settings
 
 logger = logging.getLogger(__name__)
@@ -117,6 +119,8 @@ class DataTransfer:
         self.deserializers = deserializers
         #: How fetches from workers and who_has requests are retried (``distributed.comm.retry.*``).
         self.comm_retry = retry_settings()
+        #: Bytes from which gathered and scattered data is (de)serialised off the event loop (``comm.offload``).
+        self.offload_threshold = offload_threshold()
         #: Whether data moves straight between this client and the workers; else the scheduler relays it
         #: (``direct_to_workers=False``; a call's ``direct=`` overrides it).
         self.direct = direct
@@ -266,7 +270,7 @@ class DataTransfer:
             raise_if_malformed(_CHECK_GET_DATA, response, f"'get_data' from {worker}")
         reply: m.GetDataReply = response
         deserializers = self.deserializers
-        return {k: unwrap(v, deserializers) for k, v in reply["data"].items()}
+        return await unwrap_all(reply["data"], self.offload_threshold, deserializers)
 
     async def scatter(
         self,
@@ -337,7 +341,13 @@ class DataTransfer:
             could not be reached.
         """
         copies = len(addrs) if broadcast is True else max(min(int(broadcast), len(addrs)), 1)
-        assignment = spread(items, addrs, broadcast, self.serializers)
+        threshold = self.offload_threshold
+        in_process = all(a.startswith("inproc://") for a in addrs)  # objects handed over as they are
+        if threshold is not None and not in_process and sum(sizeof(v) for v in items.values()) >= threshold:
+            # Large: serialised now, off the event loop, rather than as the messages are written on it.
+            assignment = await offload(spread, items, addrs, broadcast, self.serializers, True)
+        else:
+            assignment = spread(items, addrs, broadcast, self.serializers)
         who_has: defaultdict[Key, list[str]] = defaultdict(list)
         nbytes: dict[Key, int] = {}
         types: dict[Key, str] = {}
@@ -486,19 +496,27 @@ def scatter_items(data: Any, hash: bool) -> tuple[dict[Key, Any], list[Key]]:
 
 
 def spread(
-    items: Mapping[Key, Any], addrs: list[str], broadcast: bool | int, serializers: Sequence[str] | None = None
+    items: Mapping[Key, Any],
+    addrs: list[str],
+    broadcast: bool | int,
+    serializers: Sequence[str] | None = None,
+    eager: bool = False,
 ) -> dict[str, dict[Key, Serialize | Serialized]]:
     """What each worker of ``addrs`` receives: item ``i`` goes to ``addrs[i]`` and the next ones.
 
     ``broadcast=True`` puts every item on every worker, an int ``n`` on ``n``
     workers (at most all of them), anything else on one.  With ``serializers``
     each item is serialised now, by the first of those families that takes it
-    (a ``SerializationError`` when none does); else when it is sent, by the defaults.
+    (a ``SerializationError`` when none does); else when it is sent, by the
+    defaults (now, with ``eager``).
     """
     assignment: defaultdict[str, dict[Key, Serialize | Serialized]] = defaultdict(dict)
     copies = len(addrs) if broadcast is True else max(min(int(broadcast), len(addrs)), 1)
     for i, (k, v) in enumerate(items.items()):
-        ser = Serialize(v) if serializers is None else Serialized(*serialize(v, serializers, on_error="raise"))
+        if serializers is None and not eager:
+            ser: Serialize | Serialized = Serialize(v)
+        else:
+            ser = Serialized(*serialize(v, serializers, on_error="raise"))
         for j in range(copies):
             assignment[addrs[(i + j) % len(addrs)]][k] = ser
     return dict(assignment)

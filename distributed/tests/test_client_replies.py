@@ -39,8 +39,8 @@ class EmptyDataWorker(Worker):
 class NoTypesWorker(Worker):
     """Answers ``update_data`` without its ``types`` field."""
 
-    def handle_update_data(self, comm: Comm, msg: m.WorkerUpdateData) -> Any:
-        super().handle_update_data(comm, msg)
+    async def handle_update_data(self, comm: Comm, msg: m.WorkerUpdateData) -> Any:
+        await super().handle_update_data(comm, msg)
         return {"nbytes": {k: 1 for k in msg["data"]}}
 
 

@@ -93,8 +93,8 @@ def _not_default(key: str) -> Any:
         ("distributed.deploy.cluster-repr-interval", 0.5, False),
         ("distributed.deploy.cluster-repr-interval", "3s", True),
         ("distributed.deploy.cluster-repr-interval", None, True),
-        # Nothing is offloaded here: asking for no offloading is what happens anyway.
-        ("distributed.comm.offload", False, False),
+        # No GPU is monitored here: asking for no monitoring is what happens anyway.
+        ("distributed.diagnostics.nvml", False, False),
     ],
 )
 def test_a_value_meaning_the_default_or_what_happens_anyway_is_not_refused(key: str, value: Any, refused: bool) -> None:

@@ -21,7 +21,6 @@ pickled, and runs them as they are.
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Mapping
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from dask.sizeof import sizeof
 from dask.utils import typename
 
+from distributed.offload import offload_executor
 from distributed.protocol.messages import Key
 from distributed.worker.execution import run_in_thread
 
@@ -39,18 +39,6 @@ __all__ = ["DEFAULT", "executor_name", "named_executors", "offload_executor", "r
 
 #: The name of the executor a task runs in when its annotations name none.
 DEFAULT = "default"
-
-_offload: ThreadPoolExecutor | None = None
-_offload_lock = threading.Lock()
-
-
-def offload_executor() -> ThreadPoolExecutor:
-    """The process's one offload thread (``Worker(executor="offload")``), made on first use."""
-    global _offload
-    with _offload_lock:
-        if _offload is None:
-            _offload = ThreadPoolExecutor(1, thread_name_prefix="Dask-Offload")
-        return _offload
 
 
 def named_executors(executor: Any) -> dict[str, Executor]:

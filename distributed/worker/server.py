@@ -36,6 +36,7 @@ from distributed.config_refusals import refuse_unhonoured_config
 from distributed.core import RemoteRequests, Route, Server, Status, StreamRoute
 from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.http.server import HTTPServerHandle
+from distributed.offload import offload_threshold, unwrap_all
 from distributed.preloading import PreloadManager, process_preloads
 from distributed.profile import Profiler, ProfileSettings, ProfileState, create
 from distributed.protocol import messages as m
@@ -266,6 +267,8 @@ class Worker(Server, PeerTransfers, TaskRunning):
         self.security = coerce_security(security, "Worker")
         #: How fetches from peers and heartbeats are retried (``distributed.comm.retry.*``; see utils_comm).
         self.comm_retry = retry_settings()
+        #: Bytes from which data sent or received is (de)serialised off the event loop (``distributed.comm.offload``).
+        self.offload_threshold = offload_threshold()
         # First: a preload may change the config that the rest of construction reads.
         #: The preloads, imported; set up once the worker listens, torn down as it closes.
         self.preloads: PreloadManager = process_preloads(
@@ -1097,8 +1100,8 @@ class Worker(Server, PeerTransfers, TaskRunning):
         self.spawn(self.close(reason=msg.get("reason", "scheduler-request")), name="close-worker")
 
     # -- request handlers ---------------------------------------------------------------
-    def handle_update_data(self, comm: Comm, msg: m.WorkerUpdateData) -> m.UpdateDataReply:
-        data = {k: unwrap(v) for k, v in msg["data"].items()}
+    async def handle_update_data(self, comm: Comm, msg: m.WorkerUpdateData) -> m.UpdateDataReply:
+        data = await unwrap_all(msg["data"], self.offload_threshold)
         nbytes = {k: sizeof(v) for k, v in data.items()}
         self.handle_stimulus(UpdateDataEvent(stimulus_id=f"update-data-{time.time()}", data=data, nbytes=nbytes))
         return m.UpdateDataReply(nbytes=nbytes, types={k: typename(type(v)) for k, v in data.items()})

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 from distributed.comm import Comm, CommClosedError
 from distributed.core import ConnectionPool, ReplyThen, error_message
+from distributed.offload import serialize_all, unwrap_all
 from distributed.protocol import messages as m
 from distributed.protocol.framing import ProtocolError
 from distributed.protocol.messages import Key
 from distributed.protocol.schema import checker
-from distributed.protocol.serialize import Serialize, unwrap
 from distributed.utils_comm import retry
 from distributed.worker.state_machine import GatherDepBusy, GatherDepFailure, GatherDepSuccess, StateMachineEvent
 
@@ -42,6 +42,8 @@ class PeerTransfers:
     #: Fetches started, and get_data requests served, so far.
     incoming_transfer_count: int
     outgoing_transfer_count: int
+    #: Bytes from which data is (de)serialised off the event loop (``distributed.comm.offload``; None: never).
+    offload_threshold: int | None
     #: Most replies to peers' get_data in flight at once (``distributed.worker.connections.incoming``),
     #: and how many are now.
     incoming_connections_limit: int
@@ -84,7 +86,9 @@ class PeerTransfers:
                     GatherDepBusy(stimulus_id=f"gather-dep-busy-{time.time()}", worker=worker, keys=keys)
                 )
                 return
-            data, nbytes = _read_get_data_reply(worker, response)
+            reply = _checked_get_data_reply(worker, response)
+            data = await unwrap_all(reply["data"], self.offload_threshold)
+            nbytes = dict(reply["nbytes"])
             self.transfer_incoming_bytes_total += sum(nbytes.values())
             stop = time.time()
             ev = GatherDepSuccess(
@@ -114,7 +118,7 @@ class PeerTransfers:
             )
         self.handle_stimulus(ev)
 
-    def handle_get_data(self, comm: Comm, msg: m.GetData) -> ReplyThen | m.GetDataBusy:
+    async def handle_get_data(self, comm: Comm, msg: m.GetData) -> ReplyThen | m.GetDataBusy:
         """The values asked for; ``busy`` to a peer when as many peers' replies as allowed are going out.
 
         ``distributed.worker.connections.incoming`` bounds the replies to peers
@@ -126,18 +130,26 @@ class PeerTransfers:
         if peer and self.outgoing_to_peers >= self.incoming_connections_limit:
             return m.GetDataBusy(status="busy")
         self.outgoing_transfer_count += 1
-        data: dict[Key, Any] = {}
+        values: dict[Key, Any] = {}
         nbytes: dict[Key, int] = {}
         state = self.state
         for key in msg["keys"]:
             if key in self.data:
-                data[key] = Serialize(self.data[key])
+                values[key] = self.data[key]
                 ts = state.tasks.get(key) if state is not None else None
                 if ts is not None:
                     nbytes[key] = ts.nbytes
-        self.transfer_outgoing_bytes_total += sum(nbytes.values())
+        total = sum(nbytes.values())
+        self.transfer_outgoing_bytes_total += total
         if peer:
             self.outgoing_to_peers += 1
+        try:
+            # In process (inproc://) objects are handed over as they are: nothing to serialise.
+            data = await serialize_all(values, total, None if comm.same_process else self.offload_threshold)
+        except BaseException:
+            if peer:
+                self.outgoing_to_peers -= 1
+            raise
         return ReplyThen(m.GetDataReply(status="OK", data=data, nbytes=nbytes), self._reply_sent if peer else _nothing)
 
     def _reply_sent(self) -> None:
@@ -148,8 +160,8 @@ def _nothing() -> None:
     pass
 
 
-def _read_get_data_reply(worker: str, response: Any) -> tuple[dict[Key, Any], dict[Key, int]]:
-    """The values and sizes in a peer's ``get_data`` reply.
+def _checked_get_data_reply(worker: str, response: Any) -> m.GetDataReply:
+    """A peer's ``get_data`` reply, checked.
 
     Raises
     ------
@@ -160,7 +172,7 @@ def _read_get_data_reply(worker: str, response: Any) -> tuple[dict[Key, Any], di
     if problem is not None:
         raise ProtocolError(f"Malformed get_data reply from {worker}: {problem}")
     reply: m.GetDataReply = response
-    return {k: unwrap(v) for k, v in reply["data"].items()}, dict(reply["nbytes"])
+    return reply
 
 
 _check_get_data_reply = checker(m.GetDataReply)
