@@ -10,7 +10,7 @@ import pytest
 
 from distributed import Client, Scheduler
 from distributed.comm import CommClosedError
-from distributed.core import Route
+from distributed.tests.cuts import cut_first
 from distributed.utils_comm import retry, retry_operation, retry_settings
 from distributed.utils_test import gen_cluster, inc, run_async
 from distributed.worker import Worker
@@ -103,22 +103,6 @@ def test_retry_operation_reads_the_config() -> None:
     run_async(main)
 
 
-def cut_first_get_data(w: Worker) -> list[int]:
-    """Make ``w`` cut the connection of the first get_data it is asked; the calls are counted."""
-    calls: list[int] = []
-    route = w.handlers["get_data"]
-
-    def flaky(comm: Any, msg: Any) -> Any:
-        calls.append(1)
-        if len(calls) == 1:
-            comm.abort()
-            raise CommClosedError("cut by the test")
-        return route.func(comm, msg)
-
-    w.handlers["get_data"] = Route(route.schema, flaky)
-    return calls
-
-
 RETRY_FAST = {"distributed.comm.retry.count": 2, "distributed.comm.retry.delay.min": "10ms"}
 
 
@@ -126,7 +110,7 @@ RETRY_FAST = {"distributed.comm.retry.count": 2, "distributed.comm.retry.delay.m
 async def test_a_worker_fetch_is_retried(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
     x = c.submit(inc, 1, workers=[a.address])
     await x
-    calls = cut_first_get_data(a)
+    calls = cut_first(a, "get_data")
     y = c.submit(inc, x, workers=[b.address])
     assert await y == 3
     assert len(calls) == 2
@@ -139,7 +123,7 @@ async def test_a_worker_fetch_is_retried(c: Client[Literal[True]], s: Scheduler,
 async def test_a_client_fetch_is_retried(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
     x = c.submit(inc, 1, workers=[a.address])
     await x
-    calls = cut_first_get_data(a)
+    calls = cut_first(a, "get_data")
     assert await c.gather(x) == 2
     assert len(calls) == 2
 
@@ -150,7 +134,7 @@ async def test_without_retries_a_cut_fetch_fails_over(
 ) -> None:
     x = c.submit(inc, 1, workers=[a.address])
     await x
-    calls = cut_first_get_data(a)
+    calls = cut_first(a, "get_data")
     y = c.submit(inc, x, workers=[b.address])
     assert await y == 3  # fetched again after the scheduler is told
     assert b.state is not None

@@ -18,8 +18,9 @@ import pandas as pd
 import pytest
 
 from distributed import Client, LocalCluster, Scheduler, Worker
-from distributed.core import Route, rpc
+from distributed.core import rpc
 from distributed.shuffle import PartitionId, ShuffleId, ShuffleRunRefused
+from distributed.tests.cuts import cut_first
 from distributed.utils_test import async_poll_for, captured_logger, gen_cluster, poll_for
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -306,22 +307,6 @@ async def test_a_transfer_reporting_a_restarted_run_restarts_the_shuffle_again(
     assert restarts[1]["stale"] == [1, 2]
 
 
-def cut_first_shuffle_receive(w: Worker) -> list[int]:
-    """Make ``w`` cut the connection of the first batch of shards sent to it; the batches are counted."""
-    calls: list[int] = []
-    route = w.handlers["shuffle_receive"]
-
-    def flaky(comm: Any, msg: Any) -> Any:
-        calls.append(1)
-        if len(calls) == 1:
-            comm.abort()
-            raise OSError("cut by the test")
-        return route.func(comm, msg)
-
-    w.handlers["shuffle_receive"] = Route(route.schema, flaky)
-    return calls
-
-
 P2P_RETRY_FAST = {
     "distributed.p2p.comm.retry.count": 3,
     "distributed.p2p.comm.retry.delay.min": "10ms",
@@ -332,7 +317,7 @@ P2P_RETRY_FAST = {
 @pytest.mark.timeout(120)
 @gen_cluster(client=True, config=P2P_RETRY_FAST)
 async def test_a_cut_shard_batch_is_sent_again(c: Client[Any], s: Scheduler, a: Worker, b: Worker) -> None:
-    calls = cut_first_shuffle_receive(b)
+    calls = cut_first(b, "shuffle_receive")
     pdf = frame(400)
     with captured_logger("distributed.shuffle", level=logging.INFO) as log:
         with dask.config.set({"dataframe.shuffle.method": "p2p"}):
@@ -350,7 +335,7 @@ async def test_a_cut_shard_batch_is_sent_again(c: Client[Any], s: Scheduler, a: 
 async def test_without_retries_a_cut_batch_reschedules_the_transfer(
     c: Client[Any], s: Scheduler, a: Worker, b: Worker
 ) -> None:
-    cut_first_shuffle_receive(b)
+    cut_first(b, "shuffle_receive")
     pdf = frame(400)
     with captured_logger("distributed.shuffle", level=logging.INFO) as log:
         with dask.config.set({"dataframe.shuffle.method": "p2p"}):
