@@ -303,6 +303,9 @@ class Nanny(Server):
             "security": self.security,
             **worker_kwargs,
         }
+        #: The directory given for its workers' local directories (None: the default scratch space), where
+        #: nanny plugins such as UploadDirectory put files.
+        self.local_directory: str | None = worker_kwargs.get("local_directory")
         if data is not None:
             try:
                 pickle.dumps(data)
