@@ -22,7 +22,16 @@ from dask.utils import parse_bytes
 
 from distributed.protocol.serialize import Serialize, Serialized, serialize, unwrap
 
-__all__ = ["offload", "offload_executor", "offload_threshold", "payload_bytes", "serialize_all", "unwrap_all"]
+__all__ = [
+    "large",
+    "offload",
+    "offload_executor",
+    "offload_threshold",
+    "payload_bytes",
+    "serialize_all",
+    "unwrap_all",
+    "unwrap_each",
+]
 
 K = TypeVar("K")
 T = TypeVar("T")
@@ -75,17 +84,27 @@ def payload_bytes(values: Mapping[Any, Any]) -> int:
     return total
 
 
-def _unwrap_each(values: Mapping[K, Any], deserializers: Sequence[str] | None) -> dict[K, Any]:
+def large(values: Mapping[Any, Any], threshold: int | None) -> bool:
+    """Whether the frames of ``values`` reach ``threshold`` bytes (never, without one)."""
+    return threshold is not None and payload_bytes(values) >= threshold
+
+
+def unwrap_each(values: Mapping[K, Any], deserializers: Sequence[str] | None = None) -> dict[K, Any]:
+    """Each value deserialised, here."""
     return {k: unwrap(v, deserializers) for k, v in values.items()}
 
 
 async def unwrap_all(
     values: Mapping[K, Any], threshold: int | None, deserializers: Sequence[str] | None = None
 ) -> dict[K, Any]:
-    """Each value deserialised; in the offload thread when their frames reach ``threshold`` bytes."""
-    if threshold is not None and payload_bytes(values) >= threshold:
-        return await offload(_unwrap_each, values, deserializers)
-    return _unwrap_each(values, deserializers)
+    """Each value deserialised; in the offload thread when their frames reach ``threshold`` bytes.
+
+    Callers on a hot path test :func:`large` first and call :func:`unwrap_each`
+    themselves for small values, saving a coroutine.
+    """
+    if large(values, threshold):
+        return await offload(unwrap_each, values, deserializers)
+    return unwrap_each(values, deserializers)
 
 
 def _serialize_each(values: Mapping[K, Any]) -> dict[K, Serialized]:

@@ -46,7 +46,7 @@ from distributed.client.link import SchedulerLink, raise_if_malformed
 from distributed.client.registry import FutureRegistry
 from distributed.comm import CommClosedError
 from distributed.core import ConnectionPool
-from distributed.offload import offload, offload_threshold, unwrap_all
+from distributed.offload import large, offload, offload_threshold, unwrap_each
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.protocol.schema import checker
@@ -270,7 +270,10 @@ class DataTransfer:
             raise_if_malformed(_CHECK_GET_DATA, response, f"'get_data' from {worker}")
         reply: m.GetDataReply = response
         deserializers = self.deserializers
-        return await unwrap_all(reply["data"], self.offload_threshold, deserializers)
+        values = reply["data"]
+        if large(values, self.offload_threshold):
+            return await offload(unwrap_each, values, deserializers)
+        return unwrap_each(values, deserializers)
 
     async def scatter(
         self,

@@ -28,10 +28,10 @@ SourceCode = tuple[str, int, int, str]
 class Computation:
     """The task groups of graphs submitted from one idle moment of the cluster to the next, and their code."""
 
-    __slots__ = ("id", "start", "groups", "code")
+    __slots__ = ("_id", "start", "groups", "code")
 
     def __init__(self) -> None:
-        self.id = uuid.uuid4().hex
+        self._id: str | None = None
         #: When the first graph arrived (``time.time()``).
         self.start = time.time()
         self.groups: set[TaskGroup] = set()
@@ -40,6 +40,13 @@ class Computation:
 
     def __repr__(self) -> str:
         return f"<Computation {self.id}: {len(self.groups)} task groups>"
+
+    @property
+    def id(self) -> str:
+        """A unique id (made when first asked for: a serial client starts a computation per round trip)."""
+        if self._id is None:
+            self._id = uuid.uuid4().hex
+        return self._id
 
     @property
     def states(self) -> dict[str, int]:

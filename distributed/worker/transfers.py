@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 from distributed.comm import Comm, CommClosedError
 from distributed.core import ConnectionPool, ReplyThen, error_message
-from distributed.offload import serialize_all, unwrap_all
+from distributed.offload import large, offload, serialize_all, unwrap_each
 from distributed.protocol import messages as m
 from distributed.protocol.framing import ProtocolError
 from distributed.protocol.messages import Key
 from distributed.protocol.schema import checker
+from distributed.protocol.serialize import Serialize
 from distributed.utils_comm import retry
 from distributed.worker.state_machine import GatherDepBusy, GatherDepFailure, GatherDepSuccess, StateMachineEvent
 
@@ -87,7 +88,8 @@ class PeerTransfers:
                 )
                 return
             reply = _checked_get_data_reply(worker, response)
-            data = await unwrap_all(reply["data"], self.offload_threshold)
+            values = reply["data"]
+            data = await offload(unwrap_each, values) if large(values, self.offload_threshold) else unwrap_each(values)
             nbytes = dict(reply["nbytes"])
             self.transfer_incoming_bytes_total += sum(nbytes.values())
             stop = time.time()
@@ -143,13 +145,17 @@ class PeerTransfers:
         self.transfer_outgoing_bytes_total += total
         if peer:
             self.outgoing_to_peers += 1
-        try:
-            # In process (inproc://) objects are handed over as they are: nothing to serialise.
-            data = await serialize_all(values, total, None if comm.same_process else self.offload_threshold)
-        except BaseException:
-            if peer:
-                self.outgoing_to_peers -= 1
-            raise
+        threshold = self.offload_threshold
+        # In process (inproc://) objects are handed over as they are: nothing to serialise.
+        if threshold is None or total < threshold or comm.same_process:
+            data: dict[Key, Any] = {k: Serialize(v) for k, v in values.items()}
+        else:
+            try:
+                data = await serialize_all(values, total, threshold)
+            except BaseException:
+                if peer:
+                    self.outgoing_to_peers -= 1
+                raise
         return ReplyThen(m.GetDataReply(status="OK", data=data, nbytes=nbytes), self._reply_sent if peer else _nothing)
 
     def _reply_sent(self) -> None:
