@@ -26,7 +26,7 @@ import dask.config
 from dask.utils import parse_bytes
 
 from distributed.comm import CommClosedError
-from distributed.core import Route
+from distributed.core import Route, Status
 from distributed.exceptions import Reschedule
 from distributed.protocol import messages as m
 from distributed.protocol.pickle import loads
@@ -342,7 +342,9 @@ class ShuffleWorkerExtension:
             await self._budget.release(nbytes)
 
     def _dropped(self, shuffle_id: ShuffleId, run_id: int) -> ShuffleRunRefused | None:
-        """Why sending for run ``run_id`` is pointless now (it was dropped here), or None while it is current."""
+        """Why sending for run ``run_id`` is pointless now (dropped here, or the worker closes), else None."""
+        if self.worker.status in (Status.closing, Status.closed):
+            return ShuffleRunRefused(f"Shuffle {shuffle_id!r} run {run_id}: the worker is closing")
         run = self.runs.get(shuffle_id)
         if run is None or run.run_id != run_id:
             return ShuffleRunRefused(f"Shuffle {shuffle_id!r} run {run_id} was dropped while its shards travelled")

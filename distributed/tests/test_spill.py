@@ -25,6 +25,15 @@ from distributed.tests.logs import caught_logs
 from distributed.utils_test import async_poll_for, gen_cluster, poll_for
 from distributed.worker import Worker, parse_memory_limit
 
+
+@pytest.fixture(autouse=True)
+def no_spill_compression() -> Iterator[None]:
+    """Spill uncompressed: these tests fill memory and disk with values that compress to almost nothing
+    (zeros), and count the bytes spilled; with lz4 installed, ``auto`` would compress them."""
+    with dask.config.set({"distributed.worker.memory.spill-compression": False}):
+        yield
+
+
 MB = 1_000_000
 
 # In-process workers share the test process, whose memory says nothing about them:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import dask.config
 import numpy as np
 import pytest
 
@@ -31,6 +32,16 @@ from distributed.utils_test import async_poll_for, gen_test
 from distributed.worker import Worker
 
 __all__ = ["procs"]  # a fixture: imported to be used, not re-exported
+
+
+@pytest.fixture(autouse=True)
+def no_spill_compression(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Spill uncompressed, here and in worker processes started by the CLI: these tests fill a disk
+    with blocks that compress to almost nothing; with lz4 installed, ``auto`` would compress them."""
+    monkeypatch.setenv("DASK_DISTRIBUTED__WORKER__MEMORY__SPILL_COMPRESSION", "False")
+    with dask.config.set({"distributed.worker.memory.spill-compression": False}):
+        yield
+
 
 MB = 2**20
 
