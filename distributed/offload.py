@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import dask.config
 from dask.utils import parse_bytes
 
-from distributed.protocol.serialize import Serialize, Serialized, serialize, unwrap
+from distributed.protocol.serialize import Serialized, serialize, unwrap
 
 __all__ = [
     "large",
@@ -28,7 +28,7 @@ __all__ = [
     "offload_executor",
     "offload_threshold",
     "payload_bytes",
-    "serialize_all",
+    "serialize_each",
     "unwrap_all",
     "unwrap_each",
 ]
@@ -107,19 +107,10 @@ async def unwrap_all(
     return unwrap_each(values, deserializers)
 
 
-def _serialize_each(values: Mapping[K, Any]) -> dict[K, Serialized]:
+def serialize_each(values: Mapping[K, Any]) -> dict[K, Serialized]:
+    """Each value serialised, here (callers offload it for large values, as for :func:`unwrap_each`)."""
     out: dict[K, Serialized] = {}
     for k, v in values.items():
         header, frames = serialize(v, on_error="raise")
         out[k] = Serialized(header, frames)
     return out
-
-
-async def serialize_all(values: Mapping[K, Any], nbytes: int, threshold: int | None) -> dict[K, Serialize | Serialized]:
-    """Each value ready to send: serialised now in the offload thread when ``nbytes`` reach ``threshold``.
-
-    Below it they are wrapped to be serialised as the message is written, on the loop.
-    """
-    if threshold is not None and nbytes >= threshold:
-        return dict(await offload(_serialize_each, values))
-    return {k: Serialize(v) for k, v in values.items()}

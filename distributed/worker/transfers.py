@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from distributed.comm import Comm, CommClosedError
 from distributed.core import ConnectionPool, ReplyThen, error_message
-from distributed.offload import large, offload, serialize_all, unwrap_each
+from distributed.offload import large, offload, serialize_each, unwrap_each
 from distributed.protocol import messages as m
 from distributed.protocol.framing import ProtocolError
 from distributed.protocol.messages import Key
@@ -151,7 +151,7 @@ class PeerTransfers:
             data: dict[Key, Any] = {k: Serialize(v) for k, v in values.items()}
         else:
             try:
-                data = await serialize_all(values, total, threshold)
+                data = dict(await offload(serialize_each, values))
             except BaseException:
                 if peer:
                     self.outgoing_to_peers -= 1
