@@ -372,23 +372,57 @@ class HeadlessBrowser:
             )
         self._port_file = profile / "profile" / "DevToolsActivePort"
 
-    def wait_loaded(self, title: str, timeout: float = 60.0) -> None:
-        """Wait until the page's title contains ``title`` (it is set once the page's HTML arrived)."""
+    def _devtools(self, path: str, method: str = "GET") -> Any:
+        """A request to the browser's DevTools HTTP endpoint (``/json/...``), its JSON answer."""
         import urllib.request
 
+        port = int(self._port_file.read_text().split()[0])
+        request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method)
+        with urllib.request.urlopen(request, timeout=10) as r:
+            body = r.read()
+        try:
+            return json.loads(body)
+        except ValueError:
+            return body.decode(errors="replace")
+
+    def wait_loaded(self, title: str, timeout: float = 60.0, tab: str | None = None) -> None:
+        """Wait until the page's title (of the tab with id ``tab``, or of any) contains ``title``.
+
+        The title is set once the page's HTML arrived.
+        """
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError("the browser exited")
             try:
-                port = int(self._port_file.read_text().split()[0])
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=5) as r:
-                    if any(title in t.get("title", "") for t in json.loads(r.read())):
-                        return
+                pages = self._devtools("/json/list")
+                if any(title in t.get("title", "") and (tab is None or t.get("id") == tab) for t in pages):
+                    return
             except (OSError, ValueError, IndexError):
                 pass
             time.sleep(0.1)
-        raise TimeoutError(f"{self.url} did not load in the browser within {timeout} s")
+        raise TimeoutError(f"no page titled {title!r} loaded in the browser within {timeout:.0f} s")
+
+    def open_tab(self, url: str, title: str, timeout: float = 60.0) -> str:
+        """Open ``url`` in a new tab and wait until its title contains ``title``; the tab's id."""
+        import urllib.parse
+
+        deadline = time.monotonic() + timeout
+        while True:  # the DevTools endpoint answers once the browser is up
+            try:
+                tab = self._devtools("/json/new?" + urllib.parse.quote(url, safe=":/"), method="PUT")
+                break
+            except (OSError, ValueError, IndexError):
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        tab_id = str(tab["id"])
+        self.wait_loaded(title, timeout=max(deadline - time.monotonic(), 1.0), tab=tab_id)
+        return tab_id
+
+    def close_tab(self, tab_id: str) -> None:
+        """Close the tab ``tab_id`` (its page's websocket closes with it)."""
+        self._devtools(f"/json/close/{tab_id}")
 
     def close(self) -> None:
         if self.proc.poll() is None:

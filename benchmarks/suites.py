@@ -55,6 +55,7 @@ FULL: list[Case] = [
     case("scheduler_cpu_per_task", 600, n=10_000),
     case("stealing", 300, n=60),
     case("dashboard_cpu", 600, n=10_000),
+    case("dashboard_scale", 1200, repeat=2, n=200_000),
     case("large_graph", 900, repeat=1, n=100_000),
     case("large_graph", 1800, repeat=1, n=1_000_000),
 ]

@@ -68,6 +68,22 @@ def scheduler_task_count(dask_scheduler: Any = None) -> int:
     return len(getattr(dask_scheduler, "tasks", ()))
 
 
+def dashboard_session_count(dask_scheduler: Any = None) -> int:
+    """How many page sessions the scheduler's dashboard holds (0 without a dashboard)."""
+    board = getattr(dask_scheduler, "dashboard_server", None)
+    return int(board.session_count()) if board is not None else 0
+
+
+def dashboard_update_durations(dask_scheduler: Any = None) -> dict[str, list[float]] | None:
+    """Seconds each page's periodic updates took since the last call, by page path.
+
+    None when the scheduler does not record them (another ``distributed``).
+    """
+    board = getattr(dask_scheduler, "dashboard_server", None)
+    take = getattr(board, "take_update_durations", None)
+    return dict(take()) if take is not None else None
+
+
 def sleep_slower_on(x: Any, slow_worker: str, seconds: float, factor: float) -> Any:
     """Sleep ``seconds`` (``factor`` times longer on the worker at ``slow_worker``); return ``x``."""
     import time

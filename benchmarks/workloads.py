@@ -32,6 +32,7 @@ from benchmarks.clusters import (
     settle,
     worker_peak_rss,
 )
+from benchmarks.dashboard_scale import dashboard_scale
 
 Params = dict[str, Any]
 
@@ -754,5 +755,6 @@ WORKLOADS: dict[str, Callable[[Params, int], list[Metric]]] = {
     "scheduler_cpu_per_task": scheduler_cpu_per_task,
     "stealing": stealing,
     "dashboard_cpu": dashboard_cpu,
+    "dashboard_scale": dashboard_scale,
     "hosts": hosts,
 }

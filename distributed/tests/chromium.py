@@ -22,12 +22,26 @@ import pytest
 from tornado.httpclient import AsyncHTTPClient
 from tornado.websocket import WebSocketClientConnection, websocket_connect
 
-__all__ = ["CHROMIUM", "HeadlessChromium", "require_chromium"]
+__all__ = ["CHROMIUM", "HeadlessChromium", "artifact_dir", "require_chromium"]
 
 #: The browser executable: Debian's ``chromium`` (continuous_integration/install.sh installs it), or None.
 CHROMIUM: str | None = next(
     (p for p in (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")) if p), None
 )
+
+
+def artifact_dir(name: str) -> Path:
+    """A directory for a test's artifacts (screenshots) that outlives the test, so a reviewer can look.
+
+    ``$DISTRIBUTED_TEST_ARTIFACTS/<name>`` when that variable is set, else
+    ``test-artifacts/<name>`` at the top of the checkout (ignored by git).
+    Each call empties nothing: files of the same name are overwritten.
+    """
+    root = os.environ.get("DISTRIBUTED_TEST_ARTIFACTS")
+    base = Path(root) if root else Path(__file__).resolve().parents[2] / "test-artifacts"
+    path = base / name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def require_chromium() -> str:
@@ -54,6 +68,9 @@ class HeadlessChromium:
         self.proc: subprocess.Popen[bytes] | None = None
         self.ws: WebSocketClientConnection | None = None
         self._ids = itertools.count(1)
+        #: What went wrong on the page, as read so far: console errors, uncaught exceptions, and
+        #: resources answered with an HTTP error or not loaded (see :meth:`errors`).
+        self.problems: list[str] = []
 
     async def __aenter__(self) -> HeadlessChromium:
         try:
@@ -88,7 +105,8 @@ class HeadlessChromium:
             "--metrics-recording-only",
             # No network beyond this machine's loopback: other host names do not resolve.
             "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
-            self.url,
+            # A blank page first: the page's console and network are watched before it loads the URL.
+            "about:blank",
         ]
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
@@ -103,12 +121,52 @@ class HeadlessChromium:
         while target is None:
             r = await AsyncHTTPClient().fetch(f"http://127.0.0.1:{port}/json/list", request_timeout=10)
             pages = [t for t in json.loads(r.body) if t.get("type") == "page"]
-            target = next((t for t in pages if t.get("url", "").startswith(self.url.split("?")[0])), None)
+            target = next((t for t in pages if t.get("url", "") == "about:blank"), None)
             if target is None:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"Chromium has no page on {self.url}: {pages}")
                 await asyncio.sleep(0.05)
         self.ws = await websocket_connect(target["webSocketDebuggerUrl"], max_message_size=64 * 2**20)
+        for domain in ("Runtime", "Log", "Network", "Page"):
+            await self.send(f"{domain}.enable")
+        await self.navigate(self.url)
+
+    async def navigate(self, url: str) -> None:
+        """Load ``url`` in the page (problems seen so far are kept)."""
+        self.url = url
+        result = await self.send("Page.navigate", url=url)
+        if result.get("errorText"):
+            raise RuntimeError(f"Chromium could not load {url}: {result['errorText']}")
+
+    def _record(self, event: dict[str, Any]) -> None:
+        """Keep what an event of the page's console or network says went wrong."""
+        method = event.get("method")
+        params = event.get("params", {})
+        if method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
+            text = " ".join(str(a.get("value", a.get("description", ""))) for a in params.get("args", []))
+            self.problems.append(f"console.{params['type']}: {text}")
+        elif method == "Runtime.exceptionThrown":
+            details = params.get("exceptionDetails", {})
+            text = details.get("exception", {}).get("description") or details.get("text", "")
+            self.problems.append(f"uncaught exception: {text}")
+        elif method == "Log.entryAdded" and params.get("entry", {}).get("level") == "error":
+            entry = params["entry"]
+            self.problems.append(f"log ({entry.get('source')}): {entry.get('text')} {entry.get('url', '')}".rstrip())
+        elif method == "Network.responseReceived":
+            response = params.get("response", {})
+            if int(response.get("status", 0)) >= 400:
+                self.problems.append(f"HTTP {response['status']}: {response.get('url')}")
+        elif method == "Network.loadingFailed" and not params.get("canceled"):
+            self.problems.append(f"not loaded ({params.get('type')}): {params.get('errorText')}")
+
+    async def errors(self) -> list[str]:
+        """Every problem the page has had so far (console errors, exceptions, failed resources).
+
+        Events are read as replies come in; a round trip to the page first
+        reads those still waiting.
+        """
+        await self.send("Runtime.evaluate", expression="0")
+        return list(self.problems)
 
     async def send(self, method: str, **params: Any) -> dict[str, Any]:
         """Call a DevTools method on the page; its ``result``."""
@@ -120,7 +178,9 @@ class HeadlessChromium:
             if raw is None:
                 raise RuntimeError("The DevTools connection closed")
             reply = json.loads(raw)
-            if reply.get("id") == msg_id:
+            if "method" in reply:
+                self._record(reply)
+            elif reply.get("id") == msg_id:
                 if "error" in reply:
                     raise RuntimeError(f"{method}: {reply['error']}")
                 result: dict[str, Any] = reply["result"]
