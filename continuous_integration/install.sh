@@ -5,7 +5,14 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # Eager: an environment that already holds older releases (pytest, IPython, ...) is
 # brought to the newest, so that CI checks what a new install of the package gets.
-python -m pip install --upgrade --upgrade-strategy eager -e ".[test]"
+# uv resolves and installs the same newest releases in seconds where pip takes a
+# minute; where uv cannot be had or fails, pip does it.
+if python -m pip install -q --upgrade uv && python -m uv pip install --python "$(command -v python)" --upgrade -e ".[test]"; then
+    echo "Installed with uv"
+else
+    echo "uv unavailable or failed: installing with pip"
+    python -m pip install --upgrade --upgrade-strategy eager -e ".[test]"
+fi
 
 # The dashboard tests open /status in headless Chromium. Install it with apt when
 # it is missing and we may (root, apt-get present); otherwise those tests skip
