@@ -40,6 +40,7 @@ from distributed.client.registry import FutureRegistry
 from distributed.comm import Comm, CommClosedError, connect
 from distributed.config import get_interval
 from distributed.core import ConnectionPool, StreamRoute, error_message
+from distributed.protocol import coordination_messages as cm
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.protocol.schema import Check, MessageError, checker
@@ -61,7 +62,7 @@ SchedulerRequest = (
     | m.UnregisterWorkerPlugin
     | m.RegisterNannyPlugin
     | m.UnregisterNannyPlugin
-    | m.CoordinationRequest
+    | cm.CoordinationRequest
     | m.Restart
     | m.RestartWorkers
     | m.DatasetRequest

@@ -11,7 +11,7 @@ from distributed.client.base import AsyncT
 from distributed.client.dual import Work, dual_method
 from distributed.coordination.names import name_or_new
 from distributed.coordination.primitive import ClientBound
-from distributed.protocol import messages as m
+from distributed.protocol import coordination_messages as cm
 
 if TYPE_CHECKING:
     from distributed.client import Client
@@ -64,22 +64,22 @@ class Event(ClientBound[AsyncT], noun="event"):
             Whether the event is set (False: ``timeout`` passed first).
         """
         t = parse_timedelta(timeout) if timeout is not None else None
-        return self._request(m.EventWait(op="event_wait", name=self.name, timeout=t))
+        return self._request(cm.EventWait(op="event_wait", name=self.name, timeout=t))
 
     @dual_method
     def set(self) -> Work[None]:
         """Set the event, waking every waiter (an awaitable with an asynchronous client)."""
-        return self._request(m.EventSet(op="event_set", name=self.name))
+        return self._request(cm.EventSet(op="event_set", name=self.name))
 
     @dual_method
     def clear(self) -> Work[None]:
         """Clear the event: later waits wait again (an awaitable with an asynchronous client)."""
-        return self._request(m.EventClear(op="event_clear", name=self.name))
+        return self._request(cm.EventClear(op="event_clear", name=self.name))
 
     @dual_method
     def is_set(self) -> Work[bool]:
         """Whether the event is set (an awaitable with an asynchronous client)."""
-        return self._request(m.EventIsSet(op="event_is_set", name=self.name))
+        return self._request(cm.EventIsSet(op="event_is_set", name=self.name))
 
     def __reduce__(self) -> tuple[type[Event[Any]], tuple[Any]]:
         return (Event, (self.name,))

@@ -15,7 +15,7 @@ from distributed.comm import Comm
 from distributed.coordination.names import normalize_name
 from distributed.coordination.waiting import counted, gives_up_at_once
 from distributed.core import Route
-from distributed.protocol import messages as m
+from distributed.protocol import coordination_messages as cm
 from distributed.utils import wait_for
 
 if TYPE_CHECKING:
@@ -44,10 +44,10 @@ class EventExtension:
     def routes(self) -> Mapping[str, Route[Any]]:
         """The requests this extension answers."""
         return {
-            "event_set": Route(m.EventSet, self.set),
-            "event_clear": Route(m.EventClear, self.clear),
-            "event_is_set": Route(m.EventIsSet, self.is_set),
-            "event_wait": Route(m.EventWait, self.wait),
+            "event_set": Route(cm.EventSet, self.set),
+            "event_clear": Route(cm.EventClear, self.clear),
+            "event_is_set": Route(cm.EventIsSet, self.is_set),
+            "event_wait": Route(cm.EventWait, self.wait),
         }
 
     def _event(self, name: Hashable) -> asyncio.Event:
@@ -61,7 +61,7 @@ class EventExtension:
         if event is not None and not event.is_set() and not self.waiters.get(name):
             del self.events[name]
 
-    async def wait(self, comm: Comm, msg: m.EventWait) -> bool:
+    async def wait(self, comm: Comm, msg: cm.EventWait) -> bool:
         """Whether the event is set, waiting at most ``timeout`` for it."""
         name = normalize_name(msg["name"])
         event = self._event(name)
@@ -80,11 +80,11 @@ class EventExtension:
             self._forget_if_unused(name)
         return True
 
-    def set(self, comm: Comm, msg: m.EventSet) -> None:
+    def set(self, comm: Comm, msg: cm.EventSet) -> None:
         """Set the event, waking its waiters."""
         self._event(normalize_name(msg["name"])).set()
 
-    def clear(self, comm: Comm, msg: m.EventClear) -> None:
+    def clear(self, comm: Comm, msg: cm.EventClear) -> None:
         """Clear the event."""
         name = normalize_name(msg["name"])
         event = self.events.get(name)
@@ -92,7 +92,7 @@ class EventExtension:
             event.clear()
             self._forget_if_unused(name)
 
-    def is_set(self, comm: Comm, msg: m.EventIsSet) -> bool:
+    def is_set(self, comm: Comm, msg: cm.EventIsSet) -> bool:
         """Whether the event is set."""
         event = self.events.get(normalize_name(msg["name"]))
         return event is not None and event.is_set()

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from distributed.client.future import Future
-from distributed.protocol import messages as m
+from distributed.protocol import coordination_messages as cm
 from distributed.protocol.serialize import Serialize, unwrap
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 __all__ = ["before_get", "from_item", "to_item"]
 
 
-async def to_item(client: Client, value: Any) -> m.HeldItem:
+async def to_item(client: Client, value: Any) -> cm.HeldItem:
     """``value`` as it travels to the scheduler.
 
     A future's task must be known to the scheduler before the scheduler can
@@ -35,8 +35,8 @@ async def to_item(client: Client, value: Any) -> m.HeldItem:
     """
     if isinstance(value, Future):
         await client.link.stream_handled()
-        return m.HeldItem(key=value.key)
-    return m.HeldItem(value=Serialize(value))
+        return cm.HeldItem(key=value.key)
+    return cm.HeldItem(value=Serialize(value))
 
 
 async def before_get(client: Client) -> None:
@@ -50,7 +50,7 @@ async def before_get(client: Client) -> None:
     await client.link.stream_handled()
 
 
-def from_item(client: Client, item: m.HeldItem) -> Any:
+def from_item(client: Client, item: cm.HeldItem) -> Any:
     """The object ``item`` stands for, on ``client`` (run on its loop).
 
     A key becomes a future of ``client``; the scheduler already counts the

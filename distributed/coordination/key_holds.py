@@ -7,7 +7,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from distributed.exceptions import FutureUnknownError
-from distributed.protocol import messages as m
+from distributed.protocol import coordination_messages as cm
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
@@ -28,7 +28,7 @@ class KeyHolds:
         self.scheduler = scheduler
         self.counts: Counter[tuple[str, Any]] = Counter()
 
-    def check_known(self, item: m.HeldItem) -> None:
+    def check_known(self, item: cm.HeldItem) -> None:
         """Refuse an item whose key the scheduler does not know: nothing could be held.
 
         The client has flushed its stream before sending the item (see
@@ -45,7 +45,7 @@ class KeyHolds:
                 f"Future {item['key']!r} is unknown to scheduler: it was cancelled or released before it could be held"
             )
 
-    def hold(self, holder: str, item: m.HeldItem) -> None:
+    def hold(self, holder: str, item: cm.HeldItem) -> None:
         """``holder`` keeps ``item``: want its key (a value needs nothing)."""
         if "key" not in item:
             return
@@ -55,7 +55,7 @@ class KeyHolds:
             s = self.scheduler
             s.send_all(s.client_desires_keys(holder, [key], f"{holder}-hold-{time.time()}"))
 
-    def drop(self, holder: str, item: m.HeldItem) -> None:
+    def drop(self, holder: str, item: cm.HeldItem) -> None:
         """``holder`` lets ``item`` go: stop wanting its key once nothing else of ``holder`` holds it."""
         if "key" not in item:
             return
@@ -71,7 +71,7 @@ class KeyHolds:
         if cs is not None and not cs.wants_what:
             del s.clients[holder]
 
-    def hand_over(self, client: str | None, item: m.HeldItem) -> None:
+    def hand_over(self, client: str | None, item: cm.HeldItem) -> None:
         """Make ``client`` (a getter) want the key of ``item`` before its holder drops it."""
         if "key" in item and client is not None:
             s = self.scheduler

@@ -25,7 +25,7 @@ from distributed.client.base import AsyncT
 from distributed.client.dual import Work, dual_method
 from distributed.coordination.lease_holder import LeaseHolder
 from distributed.coordination.names import name_or_new
-from distributed.protocol import messages as m
+from distributed.protocol import coordination_messages as cm
 from distributed.utils import unsupported
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ class Lock(LeaseHolder[AsyncT], noun="lock"):
         self.name: Any = name_or_new(name, "lock")
 
     async def _refresh(self, ids: list[str]) -> None:
-        await self.client.scheduler.call(m.LockRefresh(op="lock_refresh_leases", name=self.name, ids=ids))
+        await self.client.scheduler.call(cm.LockRefresh(op="lock_refresh_leases", name=self.name, ids=ids))
 
     @property
     def id(self) -> str | None:
@@ -114,7 +114,7 @@ class Lock(LeaseHolder[AsyncT], noun="lock"):
 
     async def _acquire(self, timeout: float | None) -> bool:
         lease = uuid.uuid4().hex
-        msg = m.LockAcquire(op="lock_acquire", name=self.name, id=lease, timeout=timeout, client=self.client.id)
+        msg = cm.LockAcquire(op="lock_acquire", name=self.name, id=lease, timeout=timeout, client=self.client.id)
         return await self._take(lease, msg)
 
     @dual_method
@@ -130,12 +130,12 @@ class Lock(LeaseHolder[AsyncT], noun="lock"):
         return functools.partial(self._release, lease)
 
     async def _release(self, lease: str) -> None:
-        await self._give_back(m.LockRelease(op="lock_release", name=self.name, id=lease))
+        await self._give_back(cm.LockRelease(op="lock_release", name=self.name, id=lease))
 
     @dual_method
     def locked(self) -> Work[bool]:
         """Whether anyone holds the lock (an awaitable with an asynchronous client)."""
-        return self._request(m.LockLocked(op="lock_locked", name=self.name))
+        return self._request(cm.LockLocked(op="lock_locked", name=self.name))
 
     def _acquiring(self) -> Work[bool]:
         return Lock.acquire.body(self)

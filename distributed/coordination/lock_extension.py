@@ -24,7 +24,7 @@ from distributed.coordination.lease_clock import LeaseClock
 from distributed.coordination.names import normalize_name
 from distributed.coordination.waiting import await_grant, gives_up_at_once
 from distributed.core import Route
-from distributed.protocol import messages as m
+from distributed.protocol import coordination_messages as cm
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
@@ -55,13 +55,13 @@ class LockExtension:
     def routes(self) -> Mapping[str, Route[Any]]:
         """The requests this extension answers."""
         return {
-            "lock_acquire": Route(m.LockAcquire, self.acquire),
-            "lock_release": Route(m.LockRelease, self.release),
-            "lock_locked": Route(m.LockLocked, self.locked),
-            "lock_refresh_leases": Route(m.LockRefresh, self.refresh),
+            "lock_acquire": Route(cm.LockAcquire, self.acquire),
+            "lock_release": Route(cm.LockRelease, self.release),
+            "lock_locked": Route(cm.LockLocked, self.locked),
+            "lock_refresh_leases": Route(cm.LockRefresh, self.refresh),
         }
 
-    async def acquire(self, comm: Comm, msg: m.LockAcquire) -> bool:
+    async def acquire(self, comm: Comm, msg: cm.LockAcquire) -> bool:
         """Hold the lock as ``msg["id"]``; False when ``timeout`` passed first."""
         name, lease = normalize_name(msg["name"]), msg["id"]
         if self.holders.get(name) == lease:
@@ -91,7 +91,7 @@ class LockExtension:
         if not queue:
             del self.waiters[name]
 
-    def release(self, comm: Comm, msg: m.LockRelease) -> bool:
+    def release(self, comm: Comm, msg: cm.LockRelease) -> bool:
         """Give the lock up; an error unless ``msg["id"]`` holds it."""
         name, lease = normalize_name(msg["name"]), msg["id"]
         if self.holders.get(name) != lease:
@@ -116,10 +116,10 @@ class LockExtension:
         if self.holders.get(name) == lease:
             self._release(name, lease)
 
-    def refresh(self, comm: Comm, msg: m.LockRefresh) -> None:
+    def refresh(self, comm: Comm, msg: cm.LockRefresh) -> None:
         """The holder of these leases lives."""
         self.clock.refresh(msg["ids"])
 
-    def locked(self, comm: Comm, msg: m.LockLocked) -> bool:
+    def locked(self, comm: Comm, msg: cm.LockLocked) -> bool:
         """Whether anyone holds the lock."""
         return normalize_name(msg["name"]) in self.holders

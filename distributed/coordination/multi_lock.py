@@ -14,7 +14,7 @@ from distributed.client.base import AsyncT
 from distributed.client.dual import Work, dual_method
 from distributed.coordination.names import check_name, normalize_name
 from distributed.coordination.primitive import Acquirable
-from distributed.protocol import messages as m
+from distributed.protocol import coordination_messages as cm
 
 if TYPE_CHECKING:
     from distributed.client import Client
@@ -99,7 +99,7 @@ class MultiLock(Acquirable[AsyncT], noun="lock"):
 
     async def _acquire(self, timeout: float | None, num_locks: int) -> bool:
         client = self.client
-        msg = m.MultiLockAcquire(
+        msg = cm.MultiLockAcquire(
             op="multi_lock_acquire",
             names=self.names,
             id=self.id,
@@ -122,7 +122,7 @@ class MultiLock(Acquirable[AsyncT], noun="lock"):
         if not self._locked:
             raise ValueError(f"{self!r} is not held")
         self._locked = False
-        return self._request(m.MultiLockRelease(op="multi_lock_release", id=self.id))
+        return self._request(cm.MultiLockRelease(op="multi_lock_release", id=self.id))
 
     def locked(self) -> bool:
         """Whether this object holds its locks."""

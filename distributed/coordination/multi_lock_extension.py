@@ -21,7 +21,7 @@ from distributed.coordination.lease_clock import LeaseClock
 from distributed.coordination.names import normalize_name
 from distributed.coordination.waiting import await_grant, gives_up_at_once
 from distributed.core import Route
-from distributed.protocol import messages as m
+from distributed.protocol import coordination_messages as cm
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
@@ -54,8 +54,8 @@ class MultiLockExtension:
     def routes(self) -> Mapping[str, Route[Any]]:
         """The requests this extension answers."""
         return {
-            "multi_lock_acquire": Route(m.MultiLockAcquire, self.acquire),
-            "multi_lock_release": Route(m.MultiLockRelease, self.release),
+            "multi_lock_acquire": Route(cm.MultiLockAcquire, self.acquire),
+            "multi_lock_release": Route(cm.MultiLockRelease, self.release),
         }
 
     def _heads(self, rid: str) -> list[Hashable]:
@@ -108,7 +108,7 @@ class MultiLockExtension:
             self._leave(n, rid)
         self._advance(names)
 
-    async def acquire(self, comm: Comm, msg: m.MultiLockAcquire) -> bool:
+    async def acquire(self, comm: Comm, msg: cm.MultiLockAcquire) -> bool:
         """Hold ``num_locks`` of the locks as ``msg["id"]``; False when ``timeout`` passed first."""
         rid = msg["id"]
         if rid in self.requests:
@@ -143,7 +143,7 @@ class MultiLockExtension:
         if rid in self.granted:
             self._withdraw(rid)
 
-    def release(self, comm: Comm, msg: m.MultiLockRelease) -> None:
+    def release(self, comm: Comm, msg: cm.MultiLockRelease) -> None:
         """Give the locks of ``msg["id"]`` up; an error unless it holds them."""
         rid = msg["id"]
         if rid not in self.granted:

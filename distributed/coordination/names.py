@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Hashable
 from typing import Any
 
-from distributed.protocol.messages import PrimitiveName
+from distributed.protocol.coordination_messages import PrimitiveName
 
 __all__ = ["check_name", "name_or_new", "normalize_name"]
 

@@ -23,7 +23,8 @@ from distributed.comm import Comm
 from distributed.coordination.names import normalize_name
 from distributed.core import Route
 from distributed.protocol import messages as m
-from distributed.protocol.messages import Key, Payload, PrimitiveName
+from distributed.protocol.coordination_messages import PrimitiveName
+from distributed.protocol.messages import Key, Payload
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler

@@ -13,7 +13,7 @@ from distributed.client.dual import Work, dual_method
 from distributed.coordination.held import before_get, from_item, to_item
 from distributed.coordination.names import name_or_new
 from distributed.coordination.primitive import ClientBound
-from distributed.protocol import messages as m
+from distributed.protocol import coordination_messages as cm
 
 if TYPE_CHECKING:
     from distributed.client import Client
@@ -84,7 +84,7 @@ class Queue(ClientBound[AsyncT], noun="queue"):
 
     async def _put(self, value: Any, timeout: float | None) -> None:
         item = await to_item(self.client, value)
-        msg = m.QueuePut(op="queue_put", name=self.name, maxsize=self.maxsize, item=item, timeout=timeout)
+        msg = cm.QueuePut(op="queue_put", name=self.name, maxsize=self.maxsize, item=item, timeout=timeout)
         if not await self.client.scheduler.call(msg):
             raise TimeoutError(f"Queue {self.name!r} had no room within {timeout} s")
 
@@ -118,7 +118,7 @@ class Queue(ClientBound[AsyncT], noun="queue"):
 
     async def _get(self, timeout: float | None, batch: bool | int) -> Any:
         client = self.client
-        msg = m.QueueGet(
+        msg = cm.QueueGet(
             op="queue_get",
             name=self.name,
             maxsize=self.maxsize,
@@ -127,7 +127,7 @@ class Queue(ClientBound[AsyncT], noun="queue"):
             client=client.id,
         )
         await before_get(client)
-        reply: m.QueueGetReply = await client.scheduler.call(msg)
+        reply: cm.QueueGetReply = await client.scheduler.call(msg)
         if reply["timed_out"]:
             raise TimeoutError(f"Queue {self.name!r} had no items within {timeout} s")
         items = [from_item(client, item) for item in reply["items"]]
@@ -138,7 +138,7 @@ class Queue(ClientBound[AsyncT], noun="queue"):
     @dual_method
     def qsize(self) -> Work[int]:
         """How many items the queue holds (an awaitable with an asynchronous client)."""
-        return self._request(m.QueueSize(op="queue_qsize", name=self.name, maxsize=self.maxsize))
+        return self._request(cm.QueueSize(op="queue_qsize", name=self.name, maxsize=self.maxsize))
 
     def __reduce__(self) -> tuple[type[Queue[Any]], tuple[Any, None, int]]:
         return (Queue, (self.name, None, self.maxsize))

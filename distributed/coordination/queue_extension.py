@@ -20,7 +20,7 @@ from distributed.comm import Comm
 from distributed.coordination.key_holds import KeyHolds
 from distributed.coordination.names import normalize_name
 from distributed.core import Route
-from distributed.protocol import messages as m
+from distributed.protocol import coordination_messages as cm
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
@@ -35,7 +35,7 @@ class NamedQueue:
 
     def __init__(self, maxsize: int) -> None:
         self.maxsize = maxsize
-        self.items: deque[m.HeldItem] = deque()
+        self.items: deque[cm.HeldItem] = deque()
         self.changed = asyncio.Condition()
         #: Requests waiting for items.
         self.getters = 0
@@ -64,9 +64,9 @@ class QueueExtension:
     def routes(self) -> Mapping[str, Route[Any]]:
         """The requests this extension answers."""
         return {
-            "queue_put": Route(m.QueuePut, self.put),
-            "queue_get": Route(m.QueueGet, self.get),
-            "queue_qsize": Route(m.QueueSize, self.qsize),
+            "queue_put": Route(cm.QueuePut, self.put),
+            "queue_get": Route(cm.QueueGet, self.get),
+            "queue_qsize": Route(cm.QueueSize, self.qsize),
         }
 
     @staticmethod
@@ -84,7 +84,7 @@ class QueueExtension:
             raise ValueError(f"Queue {name!r} exists with maxsize={q.maxsize}, not {maxsize}")
         return q
 
-    async def put(self, comm: Comm, msg: m.QueuePut) -> bool:
+    async def put(self, comm: Comm, msg: cm.QueuePut) -> bool:
         """Append the item once there is room; False when ``timeout`` passed first."""
         name = normalize_name(msg["name"])
         q = self._queue(name, msg["maxsize"])
@@ -100,12 +100,12 @@ class QueueExtension:
             return False
         return True
 
-    async def get(self, comm: Comm, msg: m.QueueGet) -> m.QueueGetReply:
+    async def get(self, comm: Comm, msg: cm.QueueGet) -> cm.QueueGetReply:
         """Take one item, ``batch`` items, or (``batch=True``) all there are."""
         name = normalize_name(msg["name"])
         q = self._queue(name, msg["maxsize"])
         batch, client = msg["batch"], msg.get("client")
-        taken: list[m.HeldItem] = []
+        taken: list[cm.HeldItem] = []
         if batch is True:
             taken = list(q.items)
             q.items.clear()
@@ -121,7 +121,7 @@ class QueueExtension:
                             raise ConnectionError(f"Client {client} left while waiting for queue {name!r}")
                         taken = [q.items.popleft() for _ in range(n)]
             except TimeoutError:
-                return m.QueueGetReply(items=[], timed_out=True)
+                return cm.QueueGetReply(items=[], timed_out=True)
             finally:
                 q.getters -= 1
         holder = self.holder(name)
@@ -131,8 +131,8 @@ class QueueExtension:
         if taken:
             async with q.changed:
                 q.changed.notify_all()  # room for waiting puts
-        return m.QueueGetReply(items=taken, timed_out=False)
+        return cm.QueueGetReply(items=taken, timed_out=False)
 
-    def qsize(self, comm: Comm, msg: m.QueueSize) -> int:
+    def qsize(self, comm: Comm, msg: cm.QueueSize) -> int:
         """How many items queue ``name`` holds."""
         return len(self._queue(normalize_name(msg["name"]), msg["maxsize"]).items)

@@ -19,7 +19,7 @@ from distributed.client.base import AsyncT
 from distributed.client.dual import Work, dual_method
 from distributed.coordination.lease_holder import LeaseHolder
 from distributed.coordination.names import name_or_new
-from distributed.protocol import messages as m
+from distributed.protocol import coordination_messages as cm
 from distributed.utils import unsupported
 
 if TYPE_CHECKING:
@@ -80,7 +80,7 @@ class Semaphore(LeaseHolder[AsyncT], noun="semaphore"):
         self._closed = False
 
     async def _refresh(self, ids: list[str]) -> None:
-        await self.client.scheduler.call(m.SemaphoreRefresh(op="semaphore_refresh_leases", name=self.name, ids=ids))
+        await self.client.scheduler.call(cm.SemaphoreRefresh(op="semaphore_refresh_leases", name=self.name, ids=ids))
 
     @dual_method
     def acquire(self, timeout: float | str | timedelta | None = None) -> Work[bool]:
@@ -111,7 +111,7 @@ class Semaphore(LeaseHolder[AsyncT], noun="semaphore"):
 
     async def _acquire(self, timeout: float | None) -> bool:
         lease = uuid.uuid4().hex
-        msg = m.SemaphoreAcquire(
+        msg = cm.SemaphoreAcquire(
             op="semaphore_acquire",
             name=self.name,
             id=lease,
@@ -140,12 +140,12 @@ class Semaphore(LeaseHolder[AsyncT], noun="semaphore"):
         return functools.partial(self._release, lease)
 
     async def _release(self, lease: str) -> bool:
-        return bool(await self._give_back(m.SemaphoreRelease(op="semaphore_release", name=self.name, id=lease)))
+        return bool(await self._give_back(cm.SemaphoreRelease(op="semaphore_release", name=self.name, id=lease)))
 
     @dual_method
     def get_value(self) -> Work[int]:
         """How many leases are held, by anyone (an awaitable with an asynchronous client)."""
-        return self._request(m.SemaphoreValue(op="semaphore_value", name=self.name))
+        return self._request(cm.SemaphoreValue(op="semaphore_value", name=self.name))
 
     @dual_method
     def close(self) -> Work[None]:
@@ -160,7 +160,7 @@ class Semaphore(LeaseHolder[AsyncT], noun="semaphore"):
 
     async def _close(self) -> None:
         self._drop_all()
-        await self.client.scheduler.call(m.SemaphoreClose(op="semaphore_close", name=self.name))
+        await self.client.scheduler.call(cm.SemaphoreClose(op="semaphore_close", name=self.name))
 
     def _acquiring(self) -> Work[bool]:
         return Semaphore.acquire.body(self)

@@ -22,7 +22,7 @@ from distributed.coordination.lease_clock import LeaseClock
 from distributed.coordination.names import normalize_name
 from distributed.coordination.waiting import await_grant, gives_up_at_once
 from distributed.core import Route
-from distributed.protocol import messages as m
+from distributed.protocol import coordination_messages as cm
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
@@ -58,18 +58,18 @@ class SemaphoreExtension:
     def routes(self) -> Mapping[str, Route[Any]]:
         """The requests this extension answers."""
         return {
-            "semaphore_acquire": Route(m.SemaphoreAcquire, self.acquire),
-            "semaphore_release": Route(m.SemaphoreRelease, self.release),
-            "semaphore_refresh_leases": Route(m.SemaphoreRefresh, self.refresh),
-            "semaphore_value": Route(m.SemaphoreValue, self.value),
-            "semaphore_close": Route(m.SemaphoreClose, self.close),
+            "semaphore_acquire": Route(cm.SemaphoreAcquire, self.acquire),
+            "semaphore_release": Route(cm.SemaphoreRelease, self.release),
+            "semaphore_refresh_leases": Route(cm.SemaphoreRefresh, self.refresh),
+            "semaphore_value": Route(cm.SemaphoreValue, self.value),
+            "semaphore_close": Route(cm.SemaphoreClose, self.close),
         }
 
     def _grant(self, name: Hashable, lease: str, client: str | None) -> None:
         self.leases[name].add(lease)
         self.clock.add(name, lease, client)
 
-    async def acquire(self, comm: Comm, msg: m.SemaphoreAcquire) -> bool:
+    async def acquire(self, comm: Comm, msg: cm.SemaphoreAcquire) -> bool:
         """Hold a lease as ``msg["id"]``; False when ``timeout`` passed first."""
         name, lease, client = normalize_name(msg["name"]), msg["id"], msg.get("client")
         max_leases = msg["max_leases"]
@@ -104,7 +104,7 @@ class SemaphoreExtension:
             if not queue:
                 del self.waiters[name]
 
-    def release(self, comm: Comm, msg: m.SemaphoreRelease) -> bool:
+    def release(self, comm: Comm, msg: cm.SemaphoreRelease) -> bool:
         """Give a lease back; False when it had ended already."""
         name, lease = normalize_name(msg["name"]), msg["id"]
         if lease not in self.leases.get(name, ()):
@@ -131,15 +131,15 @@ class SemaphoreExtension:
         if lease in self.leases.get(name, ()):
             self._release(name, lease)
 
-    def refresh(self, comm: Comm, msg: m.SemaphoreRefresh) -> None:
+    def refresh(self, comm: Comm, msg: cm.SemaphoreRefresh) -> None:
         """The holder of these leases lives."""
         self.clock.refresh(msg["ids"])
 
-    def value(self, comm: Comm, msg: m.SemaphoreValue) -> int:
+    def value(self, comm: Comm, msg: cm.SemaphoreValue) -> int:
         """How many leases of the semaphore are held."""
         return len(self.leases.get(normalize_name(msg["name"]), ()))
 
-    def close(self, comm: Comm, msg: m.SemaphoreClose) -> None:
+    def close(self, comm: Comm, msg: cm.SemaphoreClose) -> None:
         """Forget the semaphore: its leases end and its waiters get none."""
         name = normalize_name(msg["name"])
         held = self.leases.pop(name, set())

@@ -14,7 +14,7 @@ from distributed.coordination.held import before_get, from_item, to_item
 from distributed.coordination.names import name_or_new
 from distributed.coordination.primitive import ClientBound
 from distributed.exceptions import FutureUnknownError
-from distributed.protocol import messages as m
+from distributed.protocol import coordination_messages as cm
 from distributed.utils import wait_for
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ class Variable(ClientBound[AsyncT], noun="variable"):
     async def _set(self, value: Any, timeout: float | None) -> None:
         async def send() -> None:
             item = await to_item(self.client, value)
-            await self.client.scheduler.call(m.VariableSet(op="variable_set", name=self.name, item=item))
+            await self.client.scheduler.call(cm.VariableSet(op="variable_set", name=self.name, item=item))
 
         try:
             await wait_for(send(), timeout)
@@ -114,9 +114,9 @@ class Variable(ClientBound[AsyncT], noun="variable"):
 
     async def _get(self, timeout: float | None) -> Any:
         client = self.client
-        msg = m.VariableGet(op="variable_get", name=self.name, timeout=timeout, client=client.id)
+        msg = cm.VariableGet(op="variable_get", name=self.name, timeout=timeout, client=client.id)
         await before_get(client)
-        reply: m.VariableGetReply = await client.scheduler.call(msg)
+        reply: cm.VariableGetReply = await client.scheduler.call(msg)
         if "item" not in reply:
             raise TimeoutError(f"Variable {self.name!r} had no value within {timeout} s")
         return from_item(client, reply["item"])
@@ -124,12 +124,12 @@ class Variable(ClientBound[AsyncT], noun="variable"):
     @dual_method
     def is_set(self) -> Work[bool]:
         """Whether the variable has a value now (an awaitable with an asynchronous client)."""
-        return self._request(m.VariableIsSet(op="variable_is_set", name=self.name))
+        return self._request(cm.VariableIsSet(op="variable_is_set", name=self.name))
 
     @dual_method
     def delete(self) -> Work[None]:
         """Delete the variable (its value goes for every client; an awaitable with an asynchronous client)."""
-        return self._request(m.VariableDelete(op="variable_delete", name=self.name))
+        return self._request(cm.VariableDelete(op="variable_delete", name=self.name))
 
     def __reduce__(self) -> tuple[type[Variable[Any]], tuple[Any]]:
         return (Variable, (self.name,))

@@ -18,7 +18,7 @@ from distributed.coordination.key_holds import KeyHolds
 from distributed.coordination.names import normalize_name
 from distributed.coordination.waiting import counted
 from distributed.core import Route
-from distributed.protocol import messages as m
+from distributed.protocol import coordination_messages as cm
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
@@ -40,7 +40,7 @@ class VariableExtension:
 
     def __init__(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
-        self.values: dict[Hashable, m.HeldItem] = {}
+        self.values: dict[Hashable, cm.HeldItem] = {}
         self.changed: dict[Hashable, asyncio.Condition] = {}
         self._waiting: dict[Hashable, int] = {}
         self.holds = KeyHolds(scheduler)
@@ -48,10 +48,10 @@ class VariableExtension:
     def routes(self) -> Mapping[str, Route[Any]]:
         """The requests this extension answers."""
         return {
-            "variable_set": Route(m.VariableSet, self.set),
-            "variable_get": Route(m.VariableGet, self.get),
-            "variable_delete": Route(m.VariableDelete, self.delete),
-            "variable_is_set": Route(m.VariableIsSet, self.is_set),
+            "variable_set": Route(cm.VariableSet, self.set),
+            "variable_get": Route(cm.VariableGet, self.get),
+            "variable_delete": Route(cm.VariableDelete, self.delete),
+            "variable_is_set": Route(cm.VariableIsSet, self.is_set),
         }
 
     @staticmethod
@@ -59,7 +59,7 @@ class VariableExtension:
         """The client id under which variable ``name`` wants the key it holds."""
         return f"variable-{name!r}"
 
-    async def set(self, comm: Comm, msg: m.VariableSet) -> None:
+    async def set(self, comm: Comm, msg: cm.VariableSet) -> None:
         """Hold ``msg["item"]`` as the value, letting the previous one go."""
         name = normalize_name(msg["name"])
         item = msg["item"]
@@ -75,7 +75,7 @@ class VariableExtension:
             async with cond:
                 cond.notify_all()
 
-    async def get(self, comm: Comm, msg: m.VariableGet) -> m.VariableGetReply:
+    async def get(self, comm: Comm, msg: cm.VariableGet) -> cm.VariableGetReply:
         """The value, once there is one; no ``item`` when ``timeout`` passed first."""
         name = normalize_name(msg["name"])
         if name not in self.values:
@@ -89,19 +89,19 @@ class VariableExtension:
                         async with cond:
                             await cond.wait_for(lambda: name in self.values)
             except TimeoutError:
-                return m.VariableGetReply()
+                return cm.VariableGetReply()
             finally:
                 if name not in self._waiting:
                     del self.changed[name]
         item = self.values[name]
         self.holds.hand_over(msg.get("client"), item)
-        return m.VariableGetReply(item=item)
+        return cm.VariableGetReply(item=item)
 
-    def is_set(self, comm: Comm, msg: m.VariableIsSet) -> bool:
+    def is_set(self, comm: Comm, msg: cm.VariableIsSet) -> bool:
         """Whether the variable has a value now."""
         return normalize_name(msg["name"]) in self.values
 
-    def delete(self, comm: Comm, msg: m.VariableDelete) -> None:
+    def delete(self, comm: Comm, msg: cm.VariableDelete) -> None:
         """Forget the value (keeping its future's task alive no more)."""
         name = normalize_name(msg["name"])
         old = self.values.pop(name, None)

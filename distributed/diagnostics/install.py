@@ -59,6 +59,7 @@ import dask.config
 from distributed.comm import CommClosedError
 from distributed.coordination.leases import lease_timeout
 from distributed.diagnostics.plugin import NannyPlugin, WorkerPlugin
+from distributed.protocol import coordination_messages as cm
 from distributed.protocol import messages as m
 from distributed.protocol.serialize import Serialize
 
@@ -316,7 +317,7 @@ async def scheduler_lock(worker: Worker, name: str) -> AsyncIterator[None]:
     """
     lease = f"{worker.address}-{uuid.uuid4().hex}"
     await worker.rpc.call(
-        worker.scheduler_addr, m.LockAcquire(op="lock_acquire", name=name, id=lease, timeout=None, client=None)
+        worker.scheduler_addr, cm.LockAcquire(op="lock_acquire", name=name, id=lease, timeout=None, client=None)
     )
     keeper = asyncio.ensure_future(keep_lease(worker, name, lease))
     try:
@@ -326,7 +327,7 @@ async def scheduler_lock(worker: Worker, name: str) -> AsyncIterator[None]:
         with contextlib.suppress(asyncio.CancelledError):
             await keeper
         try:
-            await worker.rpc.call(worker.scheduler_addr, m.LockRelease(op="lock_release", name=name, id=lease))
+            await worker.rpc.call(worker.scheduler_addr, cm.LockRelease(op="lock_release", name=name, id=lease))
         except (OSError, CommClosedError) as e:
             # Not raised over what the block raised: the lease times out on the scheduler anyway.
             logger.warning("Could not release lock %s (lease %s): %r", name, lease, e)
@@ -341,7 +342,7 @@ async def keep_lease(worker: Worker, name: str, lease: str) -> None:
         await asyncio.sleep(max(timeout / 5, 0.01))
         try:
             await worker.rpc.call(
-                worker.scheduler_addr, m.LockRefresh(op="lock_refresh_leases", name=name, ids=[lease])
+                worker.scheduler_addr, cm.LockRefresh(op="lock_refresh_leases", name=name, ids=[lease])
             )
         except (OSError, CommClosedError) as e:
             # The scheduler is out of reach: the lease ends there anyway.

@@ -11,6 +11,7 @@ import dask.bag as db
 
 from distributed import Client, Event, Future, LocalCluster, Lock, MultiLock, Queue, Semaphore, Variable, WorkerPlugin
 from distributed.client.client import SchedulerHandle
+from distributed.protocol import coordination_messages as cm
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.scheduler import Scheduler
@@ -212,5 +213,5 @@ def test_compute_persist_get_shapes_on_a_sync_client() -> None:
 async def test_scheduler_handle_sends_a_declared_request(c: Client[Literal[True]], s: Scheduler) -> None:
     assert_type(c.scheduler, SchedulerHandle)
     assert c.scheduler.address == s.address
-    assert await c.scheduler.call(m.LockLocked(op="lock_locked", name="free")) is False
+    assert await c.scheduler.call(cm.LockLocked(op="lock_locked", name="free")) is False
     assert await c.scheduler.call(m.WorkersRequest(op="nthreads")) == {}
