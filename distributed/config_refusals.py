@@ -92,7 +92,6 @@ NOT_HONOURED: Final[Mapping[str, NotHonoured]] = {
         "the worker's HTTP routes are fixed",
         "distributed.worker.http.routes",
     ),
-    **_keys(("cluster",), "there is no cluster widget yet", "distributed.deploy.cluster-repr-interval"),
     **_keys(_SERVERS, "frames are not split into shards", "distributed.comm.shard"),
     **_keys(
         ("worker",),

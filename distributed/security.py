@@ -26,6 +26,7 @@ from typing import Any, Final, Literal, TypedDict
 import dask.config
 
 from distributed.comm.core import ConnectionArgs
+from distributed.widgets import security_html
 
 __all__ = ["Security", "acting_as", "http_ssl_context", "load_cert_chain"]
 
@@ -224,6 +225,21 @@ class Security:
                 continue
             items.append(f"{field}={'...' if isinstance(value, str) and _in_memory(value) else repr(value)}")
         return f"Security({', '.join(items)})"
+
+    def _repr_html_(self) -> str:
+        # As dask's: where each credential comes from, never the credential itself.
+        fields: dict[str, str] = {}
+        for field in sorted(self.__slots__):
+            value = getattr(self, field)
+            if field == "extra_conn_args" or value is None:
+                continue
+            if isinstance(value, str) and field in _FIELDS and field != "tls_ciphers":
+                fields[field] = "Temporary (In-memory)" if _in_memory(value) else f"Local ({os.path.abspath(value)})"
+            elif isinstance(value, ssl.TLSVersion):
+                fields[field] = value.name
+            else:
+                fields[field] = str(value)
+        return str(security_html(fields))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Security):

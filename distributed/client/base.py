@@ -60,6 +60,7 @@ from distributed.client.graphs import (
 from distributed.client.link import SchedulerLink, SchedulerRequest
 from distributed.client.outbox import Outbox
 from distributed.client.registry import FutureRegistry
+from distributed.client.reprs import client_view
 from distributed.client.topics import TopicSubscriptions
 from distributed.client.transfer import DataTransfer
 from distributed.comm import get_address_host, parse_address
@@ -567,6 +568,10 @@ class ClientBase(Generic[AsyncT]):
                 f"threads={info.get('total_threads', 0)}, memory={memory}>"
             )
         return f"<Client: {self.scheduler_address!r} status={self.status}>"
+
+    def _repr_html_(self) -> str:
+        cluster_view = getattr(self.cluster, "_repr_html_", None)
+        return client_view(self._whole(), self._scheduler_identity, cluster_view if callable(cluster_view) else None)
 
     @classmethod
     def current(cls, allow_global: bool = True) -> Client:
@@ -1231,7 +1236,7 @@ class SchedulerHandle:
 
         Examples
         --------
-        >>> await client.scheduler.call(m.LockLocked(op="lock_locked", name="x"))  # doctest: +SKIP
+        >>> await client.scheduler.call(coordination_messages.LockLocked(op="lock_locked", name="x"))  # doctest: +SKIP
         False
         """
         return await self._client.link.request(msg)

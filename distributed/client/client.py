@@ -71,6 +71,7 @@ from distributed.protocol.serialize import Serialize, unwrap
 from distributed.security import Security
 from distributed.task_context import context_worker
 from distributed.utils import wait_for
+from distributed.widgets import SchedulerInfo
 
 if TYPE_CHECKING:
     from distributed.client.datasets import Datasets
@@ -784,7 +785,7 @@ class Client(ClientDebugging[AsyncT]):
                 # An older scheduler lists them all.
                 info = {**info, "workers": dict(itertools.islice(workers.items(), n_workers))}
             self._scheduler_identity = info
-            return info
+            return SchedulerInfo(info)  # a dict that a notebook shows as HTML
 
         return info_of
 

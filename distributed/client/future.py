@@ -26,6 +26,7 @@ from distributed.core import rebuild_exception
 from distributed.exceptions import FutureCancelledError
 from distributed.protocol.messages import Key
 from distributed.utils import wait_for
+from distributed.widgets import future_html
 
 if TYPE_CHECKING:
     from distributed.client.client import Client
@@ -360,6 +361,12 @@ class Future(TaskRef):
 
     def __str__(self) -> str:
         return repr(self)
+
+    def _repr_html_(self) -> str:
+        status = self._state.status if self._state is not None else "unbound"
+        known = self._state.type if self._state is not None else None
+        kind = (known if isinstance(known, str) else typename(known)) if known else None
+        return str(future_html(key=self.key, status=status, type_name=kind))
 
     def __hash__(self) -> int:
         return hash(self.key)

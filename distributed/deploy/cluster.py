@@ -15,8 +15,9 @@ Subclasses implement three coroutines: :meth:`_start_cluster` (start the
 scheduler, set ``_scheduler_address``), :meth:`_scale_to` (add or remove
 workers) and :meth:`_close_cluster` (close workers, then the scheduler).  The
 base class owns every background task it starts (the periodic refresh of
-``scheduler_info`` and any scaling requested without awaiting) and cancels and
-awaits them on close, so nothing outlives the cluster.
+``scheduler_info``, any scaling requested without awaiting, and the refresh
+of its notebook widget once shown) and cancels and awaits them on close, so
+nothing outlives the cluster.
 """
 
 from __future__ import annotations
@@ -25,9 +26,11 @@ import asyncio
 import datetime
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
-from typing import Any, Protocol, Self, TypeVar
+import uuid
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Generator, Mapping
+from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar
 
+import dask.config
 from dask.utils import format_bytes, parse_timedelta
 from tornado.ioloop import IOLoop
 
@@ -37,6 +40,10 @@ from distributed.core import ConnectionPool, LogBuffer, Status
 from distributed.protocol import messages as m
 from distributed.security import Security
 from distributed.utils import Log, Logs, LoopRunner, format_dashboard_link, io_loop_of, sync
+from distributed.widgets import ClusterWidget, Field, SchedulerInfo, cluster_html, scaling_html
+
+if TYPE_CHECKING:
+    from distributed.deploy.adaptive import AdaptiveCore
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +74,8 @@ class Cluster:
         For a synchronous cluster, an event loop already running in another
         thread to use instead of starting one.
     name
-        A name for ``repr``.
+        The cluster's name, shown by ``repr`` and in notebooks (default: a
+        short random id, as in dask.distributed).
     scheduler_sync_interval
         Seconds between refreshes of :attr:`scheduler_info`.
     quiet
@@ -89,9 +97,11 @@ class Cluster:
         self.quiet = quiet
         #: What subclasses reported with :meth:`_log`: ``(when, message)``, oldest first.
         self._cluster_manager_logs: list[tuple[datetime.datetime, str]] = []
-        self.name = name or type(self).__name__
+        #: The cluster's name: the one given, else a short random id (as dask's), shown by ``repr``.
+        self.name = name or uuid.uuid4().hex[:8]
         self.status = Status.created
-        self.scheduler_info: dict[str, Any] = {}
+        #: The scheduler's identity and all its workers, refreshed every ``scheduler_sync_interval``.
+        self.scheduler_info: dict[str, Any] = SchedulerInfo()
         self.workers: dict[Any, WorkerHandle] = {}
         self._scheduler_address: str | None = None
         self._sync_interval = float(parse_timedelta(scheduler_sync_interval, "s") or 1)
@@ -104,6 +114,9 @@ class Cluster:
         self._loop_runner: LoopRunner | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._io_loop: IOLoop | None = None
+        #: The notebook widget, once shown (see :meth:`_widget`), and whether a task refreshes it.
+        self._cached_widget: ClusterWidget | None = None
+        self._widget_refresh = False
         #: The cluster's own recent log records (``distributed.deploy``), kept while it runs.
         self._logs = LogBuffer("distributed.deploy")
         if asynchronous:
@@ -268,9 +281,15 @@ class Cluster:
             if self._pool is not None:
                 await self._pool.close()
             if self.scheduler_info:
-                self.scheduler_info = {**self.scheduler_info, "workers": {}, "n_workers": 0, "total_threads": 0}
+                gone = {"workers": {}, "n_workers": 0, "total_threads": 0, "total_memory": 0}
+                self.scheduler_info = SchedulerInfo({**self.scheduler_info, **gone})
             self._logs.detach()
             self.status = Status.closed
+            if self._cached_widget is not None:
+                try:
+                    self._cached_widget.refresh()  # its refreshing task is gone: show the end once
+                except Exception:
+                    logger.debug("Refreshing the cluster widget failed", exc_info=True)
 
     # -- the scheduler ------------------------------------------------------------------
     @property
@@ -307,7 +326,7 @@ class Cluster:
             return
         info = await self._pool.call(self._scheduler_address, m.Empty(op="identity"))
         if isinstance(info, dict):
-            self.scheduler_info = info
+            self.scheduler_info = SchedulerInfo(info)
 
     async def _watch_scheduler(self) -> None:
         while True:
@@ -451,16 +470,120 @@ class Cluster:
         return out
 
     # -- display ------------------------------------------------------------------------
+    @property
+    def _cluster_class_name(self) -> str:
+        """The kind of cluster ``repr`` and the notebook view name (a subclass may name itself otherwise)."""
+        return type(self).__name__
+
     def __repr__(self) -> str:
-        info = self.scheduler_info
-        workers = info.get("workers", {})
-        threads = sum(int(w.get("nthreads", 0)) for w in workers.values())
-        memory = sum(int(w.get("memory_limit", 0) or 0) for w in workers.values())
-        addr = self._scheduler_address or "not started"
-        return (
-            f"{type(self).__name__}({self.name!r}, {addr!r}, workers={len(workers)}, "
-            f"threads={threads}, memory={format_bytes(memory)}, status={self.status.name})"
+        # As dask's: the cluster by its name (an id unless given one), never by doing I/O.
+        workers = self.scheduler_info.get("workers", {})
+        threads = sum(int(w.get("nthreads", 0) or 0) for w in workers.values())
+        address = self._scheduler_address or "<Not Connected>"
+        text = f"{self._cluster_class_name}({self.name}, {address!r}, workers={len(workers)}, threads={threads}"
+        limits = [int(w.get("memory_limit", 0) or 0) for w in workers.values()]
+        if all(limits):  # an unlimited worker makes the total meaningless
+            text += f", memory={format_bytes(sum(limits))}"
+        return text + ")"
+
+    def _html_fields(self) -> list[Field]:
+        """Fields the notebook view shows after the totals (subclasses add theirs)."""
+        return [Field("status", "Status", self.status.name)]
+
+    def _repr_html_(self) -> str:
+        return str(
+            cluster_html(
+                type_name=self._cluster_class_name,
+                name=str(self.name),
+                info=self.scheduler_info,
+                dashboard_link=self.dashboard_link,
+                extra=self._html_fields(),
+                started=self._scheduler_address is not None,
+            )
         )
+
+    def _scaling_state(self) -> tuple[int, AdaptiveCore | None]:
+        """The number of workers asked for, and the adaptive scaling in charge (None: scaled by hand)."""
+        return len(self.workers), None
+
+    def _scaling_html(self) -> str:
+        requested, adaptive = self._scaling_state()
+        return str(
+            scaling_html(
+                adaptive=adaptive is not None,
+                workers=len(self.scheduler_info.get("workers", {})),
+                requested=requested,
+                minimum=adaptive.minimum if adaptive is not None else None,
+                maximum=adaptive.maximum if adaptive is not None else None,
+            )
+        )
+
+    def _widget(self) -> ClusterWidget | None:
+        """The cluster's ipywidgets widget (made once), or None without ipywidgets."""
+        if self._cached_widget is not None:
+            return self._cached_widget
+        adapt = getattr(self, "adapt", None)
+        try:
+            widget = ClusterWidget(
+                status_html=self._repr_html_,
+                scaling_html=self._scaling_html,
+                scale=self.scale,
+                adapt=(lambda lo, hi: adapt(minimum=lo, maximum=hi)) if callable(adapt) else None,
+                workers=len(self.workers),
+            )
+        except ImportError:
+            return None
+        self._cached_widget = widget
+        return widget
+
+    def _keep_widget_fresh(self, widget: ClusterWidget) -> None:
+        """Refresh the shown widget on the cluster's loop every ``distributed.deploy.cluster-repr-interval``.
+
+        One refreshing task per cluster, owned by it: closing the cluster stops it.
+        """
+        loop = self._loop
+        if self._widget_refresh or loop is None or loop.is_closed() or self.status in (Status.closing, Status.closed):
+            return
+        self._widget_refresh = True
+        interval = float(parse_timedelta(dask.config.get("distributed.deploy.cluster-repr-interval"), "ms"))
+
+        async def refresh() -> None:
+            while True:
+                await asyncio.sleep(interval)
+                try:
+                    widget.refresh()
+                except Exception:
+                    logger.debug("Refreshing the cluster widget failed", exc_info=True)
+
+        def start() -> None:
+            if self.status not in (Status.closing, Status.closed):
+                self._spawn(refresh(), name="cluster-widget-refresh")
+
+        loop.call_soon_threadsafe(start)
+
+    def _repr_mimebundle_(
+        self, include: Collection[str] | None = None, exclude: Collection[str] | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        """What a notebook shows: the widget where ipywidgets is installed, else the HTML view; and the text."""
+        bundle: dict[str, Any] = {"text/plain": repr(self), "text/html": self._repr_html_()}
+        widget = self._widget()
+        if widget is not None:
+            view = widget._repr_mimebundle_(**kwargs) or {}
+            bundle.update((k, v) for k, v in view.items() if k != "text/plain")
+            self._keep_widget_fresh(widget)
+        if include is not None:
+            bundle = {k: v for k, v in bundle.items() if k in include}
+        if exclude is not None:
+            bundle = {k: v for k, v in bundle.items() if k not in exclude}
+        return bundle
+
+    def _ipython_display_(self, **kwargs: Any) -> None:
+        """Show the cluster in IPython (the widget, or its HTML without ipywidgets)."""
+        from IPython import display as ipython_display
+
+        # IPython leaves ``display`` unannotated.
+        show: Callable[..., object] = ipython_display.display
+        show(self._repr_mimebundle_(**kwargs), raw=True)
 
 
 def _as_text(records: Any) -> str:

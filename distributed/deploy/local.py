@@ -50,6 +50,7 @@ from distributed.security import Security, coerce_security
 from distributed.spawn import WorkerProcess
 from distributed.system import MEMORY_LIMIT
 from distributed.utils import get_ip_interface, import_term, refuse_unsupported
+from distributed.widgets import Field
 from distributed.worker import Worker, parse_memory_limit
 
 logger = logging.getLogger(__name__)
@@ -367,6 +368,5 @@ class LocalCluster(SpecCluster):
         for op in self._blocked_handlers:
             scheduler.handlers.pop(op, None)
 
-    def __repr__(self) -> str:
-        base = super().__repr__()
-        return base.replace("status=", f"processes={self.processes}, status=", 1)
+    def _html_fields(self) -> list[Field]:
+        return [*super()._html_fields(), Field("processes", "Using processes", self.processes)]

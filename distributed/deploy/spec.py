@@ -56,7 +56,7 @@ from distributed.security import Security, coerce_security
 from distributed.utils import import_term
 
 if TYPE_CHECKING:
-    from distributed.deploy.adaptive import Adaptive
+    from distributed.deploy.adaptive import Adaptive, AdaptiveCore
 
 logger = logging.getLogger(__name__)
 
@@ -689,6 +689,14 @@ class SpecCluster(Cluster):
             if nm in names:
                 del self.worker_spec[nm]
         await self._correct_state()
+
+    @property
+    def _cluster_class_name(self) -> str:
+        # As dask's: the name given (SSHCluster passes its own), else the class's.
+        return self._name
+
+    def _scaling_state(self) -> tuple[int, AdaptiveCore | None]:
+        return len(self.requested), self._adaptive
 
     def __await__(self) -> Generator[Any, None, Self]:
         """Start the cluster if need be, then wait until the workers match ``worker_spec`` (as in dask.distributed)."""

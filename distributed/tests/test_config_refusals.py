@@ -87,12 +87,12 @@ def _not_default(key: str) -> Any:
 @pytest.mark.parametrize(
     "key, value, refused",
     [
-        # The interval's default is "500ms".
-        ("distributed.deploy.cluster-repr-interval", "0.5s", False),
-        ("distributed.deploy.cluster-repr-interval", "500ms", False),
-        ("distributed.deploy.cluster-repr-interval", 0.5, False),
-        ("distributed.deploy.cluster-repr-interval", "3s", True),
-        ("distributed.deploy.cluster-repr-interval", None, True),
+        # The shard size's default is "64MiB".
+        ("distributed.comm.shard", "64 MiB", False),
+        ("distributed.comm.shard", 64 * 2**20, False),
+        ("distributed.comm.shard", "64MiB", False),
+        ("distributed.comm.shard", "1MiB", True),
+        ("distributed.comm.shard", None, True),
         # No GPU is monitored here: asking for no monitoring is what happens anyway.
         ("distributed.diagnostics.nvml", False, False),
     ],

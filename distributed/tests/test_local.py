@@ -220,7 +220,7 @@ def test_dashboard_link(no_leaks: None) -> None:
     with LocalCluster(processes=False, n_workers=1, dashboard_address=":0") as cluster:
         link = cluster.dashboard_link
         assert link is not None and link.startswith("http://127.0.0.1:") and link.endswith("/status")
-    assert "workers=0" in repr(cluster) and "closed" in repr(cluster)
+    assert "workers=0" in repr(cluster) and status_of(cluster) == Status.closed
 
 
 def test_scale_inprocess(no_leaks: None) -> None:
