@@ -183,7 +183,8 @@ class LocalCluster(SpecCluster):
     dashboard_address
         Where the scheduler serves its dashboard; None means no dashboard.
     worker_dashboard_address
-        Not supported yet: only None (workers serve no dashboard).
+        Where each worker serves its own dashboard (``":0"``: a free port
+        each); None (the default): workers serve none.
     diagnostics_port
         Deprecated alias of ``dashboard_address``.
     services, worker_services, service_kwargs
@@ -264,7 +265,6 @@ class LocalCluster(SpecCluster):
             services=bool(services),
             worker_services=bool(worker_services),
             service_kwargs=bool(service_kwargs),
-            worker_dashboard_address=bool(worker_dashboard_address),
         )
         if threads_per_worker is None:
             threads_per_worker = nthreads
@@ -332,6 +332,8 @@ class LocalCluster(SpecCluster):
         if self.protocol != "inproc":
             where = {"interface": interface} if interface else {"host": self.host}
         options.update(where)
+        if worker_dashboard_address is not None:
+            options.update(dashboard=True, dashboard_address=worker_dashboard_address)
         options.update(worker_kwargs)
         level = silence_logs if silence_logs is not True else logging.WARN
         worker_cls: Any

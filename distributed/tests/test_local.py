@@ -501,6 +501,30 @@ def test_get_logs_keep_info_while_stderr_is_silenced(no_leaks: None, capfd: pyte
     assert " - INFO - " not in capfd.readouterr().err
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("processes", [False, True])
+def test_worker_dashboard_address_serves_each_workers_dashboard(no_leaks: None, processes: bool) -> None:
+    import urllib.request
+
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=processes,
+            dashboard_address=None,
+            worker_dashboard_address="127.0.0.1:0",
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        workers = client.scheduler_info()["workers"]
+        ports = {addr: info["services"]["dashboard"] for addr, info in workers.items()}
+        assert len(set(ports.values())) == 2, ports  # one dashboard each, on a free port each
+        for addr, port in ports.items():
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=30) as r:
+                assert r.status == 200
+                assert f"({addr}): status</title>" in r.read().decode()  # the page of that very worker
+
+
 # -- parameters that cannot be honoured yet are refused by name ------------------------------------
 @pytest.mark.parametrize(
     "kwargs, error",
@@ -509,7 +533,6 @@ def test_get_logs_keep_info_while_stderr_is_silenced(no_leaks: None, capfd: pyte
         ({"services": {"x": object}}, NotImplementedError),
         ({"worker_services": {"x": object}}, NotImplementedError),
         ({"service_kwargs": {"x": {}}}, NotImplementedError),
-        ({"worker_dashboard_address": ":0"}, NotImplementedError),
         ({"start": True}, ValueError),
     ],
 )
