@@ -8,7 +8,7 @@ worker processes:
   a headless Chromium; runs alternate, so that drift of the machine falls on
   both sides alike;
 - the duration of each page's periodic update, as the scheduler measures it
-  (its dashboard keeps them: ``dashboard_server.take_update_durations()``),
+  (its dashboard keeps the last ones: ``dashboard_server.tick_durations(path)``),
   over the runs with the pages open;
 - the scheduler's resident memory and open file descriptors before and after
   ``visits`` openings and closings of those pages (each in a new tab, closed
@@ -33,8 +33,10 @@ if TYPE_CHECKING:
 
 __all__ = ["dashboard_scale"]
 
-#: The title each page's HTML sets (``Dask: Status``...), to know it arrived.
-TITLES = {"status": "Status", "graph": "Graph", "tasks": "Task Stream", "workers": "Workers", "system": "System"}
+
+def _title(page: str) -> str:
+    """The title a page's HTML sets (``Dask: Status``...), to know it arrived."""
+    return f"Dask: {page.title()}"
 
 
 def _open_files(pid: int) -> int:
@@ -104,22 +106,26 @@ def dashboard_scale(p: dict[str, Any], repeat: int) -> list[Metric]:
             try:
                 for _ in range(repeat):
                     rate_without.append(run())
-                    tabs = [browser.open_tab(f"{base}/{page}", TITLES.get(page, page.title())) for page in pages]
-                    client.run_on_scheduler(tasks.dashboard_update_durations)  # from here on
+                    tabs = [browser.open_tab(f"{base}/{page}", _title(page)) for page in pages]
+                    paths = [f"/{page}" for page in pages]
+                    before = client.run_on_scheduler(tasks.dashboard_update_durations, paths) or {}
                     rate_with.append(run())
-                    for path, values in (client.run_on_scheduler(tasks.dashboard_update_durations) or {}).items():
-                        durations.setdefault(path, []).extend(values)
+                    after = client.run_on_scheduler(tasks.dashboard_update_durations, paths) or {}
+                    for path, values in after.items():
+                        # The updates during the run: those after the ones kept before it, while none was dropped.
+                        seen = len(before.get(path, []))
+                        durations.setdefault(path, []).extend(values[seen:] if seen < len(values) else values)
                     for tab in tabs:
                         browser.close_tab(tab)
                 settle(client, timeout=120)
                 # Visits: a few first (imports, caches), then the measured ones.
                 for page in pages:
-                    browser.close_tab(browser.open_tab(f"{base}/{page}", TITLES.get(page, page.title())))
+                    browser.close_tab(browser.open_tab(f"{base}/{page}", _title(page)))
                 session_wait = _wait_no_sessions(client, timeout=120)
                 rss_before, fds_before = _rss(pid), _open_files(pid)
                 for i in range(visits):
                     page = pages[i % len(pages)]
-                    browser.close_tab(browser.open_tab(f"{base}/{page}", TITLES.get(page, page.title())))
+                    browser.close_tab(browser.open_tab(f"{base}/{page}", _title(page)))
                 session_wait = max(session_wait, _wait_no_sessions(client, timeout=120))
                 rss_after, fds_after = _rss(pid), _open_files(pid)
             finally:

@@ -74,14 +74,14 @@ def dashboard_session_count(dask_scheduler: Any = None) -> int:
     return int(board.session_count()) if board is not None else 0
 
 
-def dashboard_update_durations(dask_scheduler: Any = None) -> dict[str, list[float]] | None:
-    """Seconds each page's periodic updates took since the last call, by page path.
+def dashboard_update_durations(paths: list[str], dask_scheduler: Any = None) -> dict[str, list[float]] | None:
+    """Seconds each periodic update of the pages at ``paths`` took (the last ones kept), by path.
 
     None when the scheduler does not record them (another ``distributed``).
     """
     board = getattr(dask_scheduler, "dashboard_server", None)
-    take = getattr(board, "take_update_durations", None)
-    return dict(take()) if take is not None else None
+    ticks = getattr(board, "tick_durations", None)
+    return {path: list(ticks(path)) for path in paths} if ticks is not None else None
 
 
 def sleep_slower_on(x: Any, slow_worker: str, seconds: float, factor: float) -> Any:

@@ -1,8 +1,8 @@
 """A bokeh server application inside the scheduler's own tornado application.
 
 Bokeh's server (``BokehTornado``) is a tornado application; it is put behind
-the scheduler's routes as their fallback, so ``/status``, ``/workers``,
-``/graph`` (each a bokeh document per browser session), their websockets and
+the scheduler's routes as their fallback, so the pages (``/status``,
+``/workers``, ..., each a bokeh document per browser session), their websockets and
 BokehJS's static files (``/static/...``, from the installed bokeh package: no
 CDN) are served by the same server, on the same port and loop, as ``/health``
 and the JSON routes. Documents update themselves with periodic callbacks on
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -35,9 +36,12 @@ if TYPE_CHECKING:
 
     from distributed.scheduler import Scheduler
 
-__all__ = ["BokehDashboard", "Page", "bokeh_available", "update_interval_ms"]
+__all__ = ["TICKS_KEPT", "BokehDashboard", "Page", "bokeh_available", "update_interval_ms"]
 
 logger = logging.getLogger(__name__)
+
+#: Durations of periodic updates kept per page path (:meth:`BokehDashboard.tick_durations`).
+TICKS_KEPT = 10_000
 
 #: A page: fills a new bokeh document (one per browser session) for the scheduler.
 Page = Callable[["Scheduler", "Document"], None]
@@ -140,6 +144,31 @@ class BokehDashboard:
             **options,
         )
         self._started = False
+        #: Per page path: (wall, CPU) seconds of its documents' last periodic updates.
+        self._ticks: dict[str, deque[tuple[float, float]]] = {}
+
+    def record_tick(self, path: str, seconds: float, cpu_seconds: float) -> None:
+        """Note that an update of a ``path`` page took ``seconds`` (``cpu_seconds`` of the loop's thread's CPU).
+
+        The last :data:`TICKS_KEPT` are kept per path.
+        """
+        ticks = self._ticks.get(path)
+        if ticks is None:
+            ticks = self._ticks[path] = deque(maxlen=TICKS_KEPT)
+        ticks.append((seconds, cpu_seconds))
+
+    def tick_durations(self, path: str | None = None, *, cpu: bool = False) -> list[float]:
+        """How long the periodic updates of ``path``'s pages took, in seconds, oldest first (of all pages: None).
+
+        Each update runs on the scheduler's loop: this is what a page costs
+        the scheduler, tick by tick. By default, wall-clock time (what the
+        loop waited, including time the process was not running); with
+        ``cpu``, the CPU time the loop's thread spent.
+        """
+        i = 1 if cpu else 0
+        if path is None:
+            return [t[i] for ticks in self._ticks.values() for t in ticks]
+        return [t[i] for t in self._ticks.get(path, ())]
 
     def attach(self, app: tornado.web.Application) -> None:
         """Serve the pages behind ``app``: any path ``app`` does not route goes to bokeh.

@@ -10,9 +10,12 @@ Routes
 ``GET /metrics``
     Prometheus text exposition through prometheus_client (see
     :mod:`distributed.http.scheduler_metrics` for the metrics).
-``GET /status``, ``/workers``, ``/graph`` (``/`` redirects to ``/status``)
-    The bokeh dashboard (:mod:`distributed.dashboard`); without bokeh,
-    ``/status`` is a minimal HTML summary.
+``GET /status``, ``/workers``, ``/tasks``, ..., ``/individual-*`` (``/`` redirects to ``/status``)
+    The bokeh dashboard (:mod:`distributed.dashboard.scheduler`); without
+    bokeh, ``/status`` is a minimal HTML summary.
+``GET /individual-plots.json``
+    The single-pane pages, title to path, as dask-labextension reads them
+    (empty without the dashboard).
 ``GET /json/...``, ``/sitemap.json``, ``/info/...``
     See :mod:`distributed.http.scheduler_info`.
 """
@@ -27,6 +30,7 @@ from typing import TYPE_CHECKING
 
 import tornado.web
 
+from distributed.dashboard.scheduler import IndividualPlotsJSON, individual_plots
 from distributed.http.scheduler_info import info_routes
 from distributed.http.scheduler_metrics import prometheus_metrics
 from distributed.http.server import (
@@ -77,13 +81,14 @@ def make_routes(scheduler: Scheduler, dashboard: bool = False) -> list[Route]:
 
     The common ones, the JSON and info routes, and ``/`` redirecting to ``/status``.
 
-    With ``dashboard`` the bokeh pages (``/status``, ``/workers``, ``/graph``)
+    With ``dashboard`` the bokeh pages (``/status``, ``/workers``, ...)
     are served behind these routes (see :func:`start_http_server`); without
     it ``/status`` is a minimal HTML summary.
     """
     routes: list[Route] = [*common_routes(scheduler.identity, lambda: prometheus_metrics(scheduler))]
     if not dashboard:
         routes.append((r"/status/?", StatusHandler, {"scheduler": scheduler}))
+    routes.append((r"/individual-plots\.json", IndividualPlotsJSON, {"plots": individual_plots() if dashboard else {}}))
     routes.append((r"/", tornado.web.RedirectHandler, {"url": "status", "permanent": False}))
 
     def paths() -> list[str]:

@@ -1,4 +1,4 @@
-"""The scheduler's JSON and plain-HTML routes beside the dashboard's bokeh pages.
+"""The scheduler's JSON routes and its info pages (plain HTML) beside the dashboard's bokeh pages.
 
 Routes (as in dask.distributed)
 -------------------------------
@@ -11,36 +11,82 @@ Routes (as in dask.distributed)
 ``GET /sitemap.json``
     ``{"paths": [...]}``: every route the server answers, dashboard pages included.
 ``GET /info/main/workers.html``
-    A table of the workers, each linking to ``/info/worker/<address>.html``.
+    A table of the workers (memory as people read it: ``1.5 GiB``), each
+    linking to its page, its logs, its tasks' call stacks and, when it
+    serves one, its own dashboard.
+``GET /info/main/logs.html``, ``/info/main/exceptions.html``
+    The scheduler's recent log records; the latest tasks that erred.
 ``GET /info/worker/<address>.html``
-    One worker: identity, memory, the tasks it is processing and holds.
+    One worker: memory, resources, the tasks it is processing (by priority)
+    and those it holds (with their sizes).
 ``GET /info/task/<key>.html``
-    One task: state, where it runs or is held, dependencies and dependents.
+    One task: state, where it runs or is held, size, exception, dependencies
+    and dependents, its transitions.
+``GET /info/call-stacks/<address>.html``, ``/info/call-stack/<key>.html``
+    Where the tasks running on a worker (or one task) are in their code:
+    the scheduler asks the worker as ``Client.call_stack`` does (the
+    worker runs :func:`~distributed.diagnostics.call_stack.task_call_stacks`).
+``GET /info/logs/<address>.html``
+    A worker's recent log records, asked of it as ``Client.get_worker_logs`` does.
 
-All read the scheduler's state once per request, on the scheduler's loop.
+Addresses and keys are URL-quoted path segments; a key is its ``str``
+(``('x', 0)`` for a tuple key).  The pages are written with the Jinja2
+templates of ``distributed/http/templates`` (autoescaped) inside the
+dashboard's page template (:mod:`distributed.dashboard.templates`); their
+links are relative, so they work behind a proxy that serves them elsewhere.
+
+Each page reads the scheduler's state once per request, on the scheduler's
+loop, and lists at most :data:`MAX_LISTED` tasks per list; nothing is kept
+between requests.  Call stacks need ``distributed.scheduler.pickle`` (the
+worker's answer is unpickled on the scheduler); without it the page says so.
 """
 
 from __future__ import annotations
 
-import html
+import ast
+import datetime
+import functools
+import heapq
+import itertools
 import json
+import time
 import urllib.parse
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import jinja2
 import tornado.web
+from dask.utils import format_bytes, format_time
 
+from distributed.dashboard.templates import render_page
+from distributed.diagnostics.call_stack import task_call_stacks
 from distributed.http.server import Route, json_safe
+from distributed.protocol import messages as m
 from distributed.protocol.messages import FIRE_AND_FORGET
+from distributed.protocol.serialize import Serialize, unwrap
+from distributed.utils import wait_for
 
 if TYPE_CHECKING:
+    from distributed.protocol.messages import Key
     from distributed.scheduler import Scheduler
     from distributed.scheduler.records import TaskState, WorkerState
 
-__all__ = ["counts", "info_routes"]
+__all__ = ["MAX_LISTED", "WORKER_TIMEOUT", "counts", "find_task", "info_routes", "render_info", "worker_row"]
 
-#: Most tasks listed on one worker's or one task's page.
+#: Most tasks listed on one worker's or one task's page, per list.
 MAX_LISTED = 1000
+
+#: Seconds an info page waits for a worker's answer (call stacks, logs).
+WORKER_TIMEOUT = 10.0
+
+#: A worker not heard from for this many seconds is marked in the tables (as dask.distributed's are).
+STALE_AFTER = 60.0
+
+#: The page the info pages mark in the dashboard's navigation bar.
+INFO_PAGE = "/info/main/workers.html"
+
+_TEMPLATES = Path(__file__).parent / "templates"
 
 
 def counts(scheduler: Scheduler) -> dict[str, int]:
@@ -90,6 +136,101 @@ def counts(scheduler: Scheduler) -> dict[str, int]:
     }
 
 
+@functools.cache
+def templates() -> jinja2.Environment:
+    """The info pages' Jinja2 templates (autoescaped), with filters ``bytes``, ``duration`` and ``quote``."""
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(_TEMPLATES)),
+        autoescape=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    env.filters["bytes"] = lambda n: format_bytes(int(n))
+    env.filters["duration"] = lambda s: format_time(max(float(s), 0.0))
+    # A whole path segment: "/" and ":" of addresses and keys quoted too.
+    env.filters["quote"] = lambda s: urllib.parse.quote(str(s), safe="")
+    return env
+
+
+def render_info(title: str, template: str, root: str = "../../", **variables: Any) -> str:
+    """A whole info page: ``template`` rendered with ``variables``, inside the dashboard's navigation bar.
+
+    ``root`` leads from the page to the server's root (``"../../"`` from ``/info/<kind>/<name>.html``).
+    """
+    env = templates()
+    body = env.get_template(template).render(**variables)
+    head = env.get_template("info_head.html.j2").render()
+    return render_page(title, INFO_PAGE, body, head_html=head, root=root)
+
+
+def _dashboard_url(ws: WorkerState, scheme: str) -> str | None:
+    """The worker's own dashboard, when it serves one (its ``services``, as it told the scheduler)."""
+    services = ws.extra.get("services")
+    port = services.get("dashboard") if isinstance(services, dict) else None
+    if not isinstance(port, int) or isinstance(port, bool):
+        return None
+    host = f"[{ws.host}]" if ":" in ws.host else ws.host
+    return f"{scheme}://{host}:{port}/status"
+
+
+def worker_row(ws: WorkerState, now: float, scheme: str = "http") -> dict[str, Any]:
+    """One row of the workers table: what the scheduler knows of ``ws`` as of its last heartbeat."""
+    mem = ws.memory
+    return {
+        "address": ws.address,
+        "name": "" if ws.name is None or str(ws.name) == ws.address else str(ws.name),
+        "nthreads": ws.nthreads,
+        "memory": mem.process,
+        "memory_limit": ws.memory_limit,
+        "managed": mem.managed,
+        "spilled": mem.spilled,
+        "processing": len(ws.processing),
+        "in_memory": len(ws.has_what),
+        "status": ws.status.name,
+        "last_seen": max(now - ws.last_seen, 0.0) if ws.last_seen else 0.0,
+        "stale": bool(ws.last_seen) and now - ws.last_seen > STALE_AFTER,
+        "dashboard": _dashboard_url(ws, scheme),
+    }
+
+
+def _task_item(ts: TaskState) -> dict[str, Any]:
+    return {"key": str(ts.key), "state": ts.state, "nbytes": ts.nbytes, "priority": ts.priority}
+
+
+def _listed(tasks: Iterable[TaskState], total: int) -> dict[str, Any]:
+    """At most :data:`MAX_LISTED` of ``tasks`` (of ``total``), as the task list template takes them."""
+    shown = [_task_item(ts) for ts in itertools.islice(tasks, MAX_LISTED)]
+    return {"tasks": shown, "total": total, "left_out": max(total - len(shown), 0)}
+
+
+def find_task(scheduler: Scheduler, text: str) -> TaskState | None:
+    """The task whose key is written ``text`` (its ``str``), or None.
+
+    A string key is looked up as it is; otherwise ``text`` is read back as the
+    literal its ``str`` is (an int, a float, bytes, or a tuple of them, as
+    dask keys are), never evaluated, so a lookup costs O(1) and not a scan of
+    the tasks.
+    """
+    ts = scheduler.tasks.get(text)
+    if ts is not None or len(text) > 10_000:
+        return ts
+    try:
+        key = ast.literal_eval(text)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
+    if isinstance(key, str):
+        return None
+    try:
+        return scheduler.tasks.get(key)
+    except TypeError:  # not hashable: a list, a dict
+        return None
+
+
+def _when(t: float) -> str:
+    return datetime.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
 class _SchedulerHandler(tornado.web.RequestHandler):
     scheduler: Scheduler
 
@@ -100,13 +241,22 @@ class _SchedulerHandler(tornado.web.RequestHandler):
         self.set_header("Content-Type", "application/json")
         self.write(json.dumps(json_safe(obj)))
 
-    def write_page(self, title: str, body: str) -> None:
+    def write_info(self, title: str, template: str, root: str = "../../", **variables: Any) -> None:
         self.set_header("Content-Type", "text/html; charset=utf-8")
-        self.write(
-            f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title></head>"
-            f"<body><p><a href='/status'>status</a> | <a href='/workers'>workers</a> | "
-            f"<a href='/info/main/workers.html'>info</a></p><h1>{html.escape(title)}</h1>{body}</body></html>"
-        )
+        self.write(render_info(title, template, root=root, **variables))
+
+    def worker_state(self, address: str) -> WorkerState:
+        """The worker at ``address`` (tornado gives path arguments unquoted); 404 when there is none."""
+        ws = self.scheduler.workers.get(address)
+        if ws is None:
+            raise tornado.web.HTTPError(404, reason="No such worker")
+        return ws
+
+    def task_state(self, key: str) -> TaskState:
+        ts = find_task(self.scheduler, key)
+        if ts is None:
+            raise tornado.web.HTTPError(404, reason="No such task")
+        return ts
 
 
 class CountsJSON(_SchedulerHandler):
@@ -127,8 +277,7 @@ class JSONIndex(_SchedulerHandler):
     """``/json/index.html``: links to the JSON routes."""
 
     def get(self) -> None:
-        items = "".join(f"<li><a href='{p}'>{p}</a></li>" for p in ("/json/counts.json", "/json/identity.json"))
-        self.write_page("Index of JSON routes", f"<ul>{items}</ul>")
+        self.write_info("Dask: JSON routes", "json_index.html.j2", root="../", paths=["counts.json", "identity.json"])
 
 
 class SitemapJSON(tornado.web.RequestHandler):
@@ -144,118 +293,218 @@ class SitemapJSON(tornado.web.RequestHandler):
         self.write(json.dumps({"paths": self.paths()}))
 
 
-def _link_worker(address: str) -> str:
-    return f"<a href='/info/worker/{urllib.parse.quote(address, safe='')}.html'>{html.escape(address)}</a>"
-
-
-def _link_task(ts: TaskState) -> str:
-    key = str(ts.key)
-    return f"<a href='/info/task/{urllib.parse.quote(key, safe='')}.html'>{html.escape(key)}</a>"
-
-
-def _table(headers: Iterable[str], rows: Iterable[Iterable[str]]) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<table border='1'><tr>{head}</tr>{body}</table>"
-
-
-def _tasks_list(tasks: Iterable[TaskState]) -> str:
-    items = []
-    for i, ts in enumerate(tasks):
-        if i == MAX_LISTED:
-            items.append("<li>...</li>")
-            break
-        items.append(f"<li>{_link_task(ts)} ({html.escape(ts.state)})</li>")
-    return f"<ul>{''.join(items)}</ul>"
-
-
 class WorkersInfo(_SchedulerHandler):
-    """``/info/main/workers.html``."""
+    """``/info/main/workers.html``: the workers, sorted by name."""
 
     def get(self) -> None:
-        rows = []
-        for addr, ws in self.scheduler.workers.items():
-            mem = ws.memory
-            rows.append(
-                [
-                    _link_worker(addr),
-                    html.escape(str(ws.name)),
-                    str(ws.nthreads),
-                    str(mem.process),
-                    str(ws.memory_limit),
-                    str(len(ws.processing)),
-                    str(len(ws.has_what)),
-                    html.escape(ws.status.name),
-                ]
-            )
-        table = _table(["address", "name", "threads", "memory", "limit", "processing", "in memory", "status"], rows)
-        self.write_page(f"Scheduler {self.scheduler.address}: {len(rows)} workers", table)
-
-
-def _worker(scheduler: Scheduler, address: str) -> WorkerState:
-    ws = scheduler.workers.get(urllib.parse.unquote(address))
-    if ws is None:
-        raise tornado.web.HTTPError(404, reason="No such worker")
-    return ws
+        s = self.scheduler
+        now = time.time()
+        workers = sorted(s.workers.values(), key=lambda ws: str(ws.name))
+        rows = [worker_row(ws, now, self.request.protocol) for ws in workers]
+        self.write_info(
+            "Dask: Workers",
+            "workers.html.j2",
+            address=s.address,
+            rows=rows,
+            threads=sum(ws.nthreads for ws in workers),
+            memory=sum(r["memory"] for r in rows),
+            limit=sum(ws.memory_limit or 0 for ws in workers),
+            tasks=len(s.tasks),
+        )
 
 
 class WorkerInfo(_SchedulerHandler):
     """``/info/worker/<address>.html``."""
 
     def get(self, address: str) -> None:
-        ws = _worker(self.scheduler, address)
+        ws = self.worker_state(address)
         mem = ws.memory
-        facts = _table(
-            ["field", "value"],
-            [
-                [k, html.escape(str(v))]
-                for k, v in [
-                    ("address", ws.address),
-                    ("name", ws.name),
-                    ("threads", ws.nthreads),
-                    ("memory (process)", mem.process),
-                    ("managed", mem.managed),
-                    ("unmanaged", mem.unmanaged),
-                    ("spilled", mem.spilled),
-                    ("memory limit", ws.memory_limit),
-                    ("status", ws.status.name),
-                    ("pid", ws.pid),
-                    ("local directory", ws.local_directory),
-                ]
-            ],
+        facts = [
+            ("Status", ws.status.name),
+            ("Process id", ws.pid),
+            ("Host", ws.host),
+            ("Nanny", ws.nanny or "none"),
+            ("Local directory", ws.local_directory),
+            ("Memory (process)", format_bytes(mem.process)),
+            ("Managed (results held)", format_bytes(mem.managed)),
+            ("Unmanaged", format_bytes(mem.unmanaged)),
+            ("Spilled to disk", format_bytes(mem.spilled)),
+            ("Memory limit", format_bytes(ws.memory_limit) if ws.memory_limit else "none"),
+        ]
+        resources = [(name, ws.used_resources.get(name, 0), total) for name, total in sorted(ws.resources.items())]
+        processing = heapq.nsmallest(MAX_LISTED, ws.processing, key=lambda ts: ts.priority)
+        self.write_info(
+            f"Dask: Worker {ws.address}",
+            "worker.html.j2",
+            ws=ws,
+            rows=[worker_row(ws, time.time(), self.request.protocol)],
+            facts=facts,
+            resources=resources,
+            processing=_listed(processing, len(ws.processing)),
+            held=_listed(ws.has_what, len(ws.has_what)),
+            held_bytes=ws.nbytes,
         )
-        body = (
-            f"{facts}<h2>Processing ({len(ws.processing)})</h2>{_tasks_list(ws.processing)}"
-            f"<h2>In memory ({len(ws.has_what)})</h2>{_tasks_list(ws.has_what)}"
-        )
-        self.write_page(f"Worker {ws.address}", body)
 
 
 class TaskInfo(_SchedulerHandler):
     """``/info/task/<key>.html`` (the key as ``str(key)``, URL-quoted)."""
 
     def get(self, key: str) -> None:
-        wanted = urllib.parse.unquote(key)
-        ts = self.scheduler.tasks.get(wanted)
-        if ts is None:
-            ts = next((t for k, t in self.scheduler.tasks.items() if str(k) == wanted), None)
-        if ts is None:
-            raise tornado.web.HTTPError(404, reason="No such task")
-        where = ", ".join(_link_worker(ws.address) for ws in ts.who_has) or "-"
-        body = _table(
-            ["field", "value"],
-            [
-                ["key", html.escape(str(ts.key))],
-                ["state", html.escape(ts.state)],
-                ["processing on", _link_worker(ts.processing_on.address) if ts.processing_on else "-"],
-                ["held by", where],
-                ["bytes", str(ts.nbytes)],
-                ["type", html.escape(str(ts.type))],
-                ["exception", html.escape(ts.exception_text)],
-            ],
+        ts = self.task_state(key)
+        extras: list[tuple[str, Any]] = [("Group", ts.group.name)]
+        for name, value in (
+            ("Retries left", ts.retries),
+            ("Suspicious (workers lost while running it)", ts.suspicious),
+            ("Worker restrictions", ts.worker_restrictions),
+            ("Host restrictions", ts.host_restrictions),
+            ("Resource restrictions", ts.resource_restrictions),
+            ("Loose restrictions", ts.loose_restrictions),
+            ("Lost dependencies", ts.has_lost_dependencies),
+            ("Annotations", dict(ts.annotations)),
+            ("Metadata", ts.metadata),
+            ("Erred on", sorted(ts.erred_on) if ts.erred_on else None),
+        ):
+            if value:
+                extras.append((name, value))
+        traceback = next((e.traceback_text for e in self.scheduler.erred_tasks if e.key == ts.key), "")
+        story = self.scheduler.story(ts.key)[-MAX_LISTED:]
+        self.write_info(
+            f"Dask: Task {ts.key}",
+            "task.html.j2",
+            key=str(ts.key),
+            ts=ts,
+            extras=extras,
+            traceback=traceback,
+            waiting_on=_listed(ts.waiting_on, len(ts.waiting_on)),
+            dependencies=_listed(ts.dependencies, len(ts.dependencies)),
+            dependents=_listed(ts.dependents, len(ts.dependents)),
+            story=[(_when(t), start, finish, stimulus) for _, start, finish, stimulus, t in story],
         )
-        body += f"<h2>Dependencies</h2>{_tasks_list(ts.dependencies)}<h2>Dependents</h2>{_tasks_list(ts.dependents)}"
-        self.write_page(f"Task {ts.key}", body)
+
+
+class ExceptionsInfo(_SchedulerHandler):
+    """``/info/main/exceptions.html``: the latest erred tasks (``distributed.diagnostics.erred-tasks.max-history``)."""
+
+    def get(self) -> None:
+        erred = [
+            {
+                "key": str(e.key),
+                "when": _when(e.timestamp),
+                "erred_on": sorted(e.erred_on),
+                "exception_text": e.exception_text,
+                "traceback_text": e.traceback_text,
+            }
+            for e in self.scheduler.erred_tasks
+        ]
+        self.write_info("Dask: Exceptions", "exceptions.html.j2", erred=erred)
+
+
+class SchedulerLogs(_SchedulerHandler):
+    """``/info/main/logs.html``: the scheduler's recent log records, newest first."""
+
+    def get(self) -> None:
+        logs = [(str(r[0]), str(r[1])) for r in reversed(self.scheduler.get_logs())]
+        self.write_info("Dask: Scheduler logs", "logs.html.j2", heading="Scheduler logs", logs=logs, error="")
+
+
+async def _ask_worker(scheduler: Scheduler, address: str, request: Any) -> Any:
+    """``request``'s answer from the worker at ``address``, within :data:`WORKER_TIMEOUT` seconds."""
+    return await wait_for(scheduler.rpc.call(address, request), WORKER_TIMEOUT)
+
+
+async def call_stacks(scheduler: Scheduler, address: str, keys: list[Key] | None) -> dict[Key, list[str]]:
+    """The call stacks of the tasks running on the worker at ``address`` (of ``keys`` only, when given).
+
+    Asked as ``Client.call_stack`` asks: the worker runs
+    :func:`~distributed.diagnostics.call_stack.task_call_stacks`.
+
+    Raises
+    ------
+    PermissionError
+        With ``distributed.scheduler.pickle`` False: the answer would be unpickled here.
+    """
+    if not scheduler.allow_pickle:
+        raise PermissionError(
+            "Call stacks are not shown: the worker's answer is pickled, and 'distributed.scheduler.pickle' "
+            "forbids the scheduler to unpickle"
+        )
+    request = m.RunFunction(op="run", function=Serialize(task_call_stacks), kwargs=Serialize({"keys": keys}))
+    stacks = unwrap(await _ask_worker(scheduler, address, request))
+    return dict(stacks or {})
+
+
+def _failure(e: BaseException) -> str:
+    if isinstance(e, TimeoutError):
+        return f"The worker did not answer within {WORKER_TIMEOUT:g} s"
+    return f"{type(e).__name__}: {e}"
+
+
+class WorkerCallStacks(_SchedulerHandler):
+    """``/info/call-stacks/<address>.html``: where each task running on the worker is in its code."""
+
+    async def get(self, address: str) -> None:
+        ws = self.worker_state(address)
+        error = ""
+        found: dict[Key, list[str]] = {}
+        try:
+            found = await call_stacks(self.scheduler, ws.address, None)
+        except Exception as e:
+            error = _failure(e)
+            if not isinstance(e, PermissionError):
+                self.set_status(502)
+        stacks = [(ws.address, [(str(k), lines) for k, lines in found.items()])] if found else []
+        self.write_info(
+            f"Dask: Call stacks on {ws.address}",
+            "call_stacks.html.j2",
+            heading=f"Call stacks of the tasks running on {ws.address}",
+            call_stacks=stacks,
+            error=error,
+            empty="No task is running on this worker now.",
+        )
+
+
+class TaskCallStack(_SchedulerHandler):
+    """``/info/call-stack/<key>.html``: where the task is in its code, while it runs."""
+
+    async def get(self, key: str) -> None:
+        ts = self.task_state(key)
+        error = ""
+        found: dict[Key, list[str]] = {}
+        worker = ts.processing_on.address if ts.processing_on is not None else None
+        if worker is not None:
+            try:
+                found = await call_stacks(self.scheduler, worker, [ts.key])
+            except Exception as e:
+                error = _failure(e)
+                if not isinstance(e, PermissionError):
+                    self.set_status(502)
+        stacks = [(worker, [(str(k), lines) for k, lines in found.items()])] if found and worker else []
+        self.write_info(
+            f"Dask: Call stack of {ts.key}",
+            "call_stacks.html.j2",
+            heading=f"Call stack of {ts.key}",
+            call_stacks=stacks,
+            error=error,
+            empty="The task is not running now: it may have finished, or not started yet.",
+        )
+
+
+class WorkerLogs(_SchedulerHandler):
+    """``/info/logs/<address>.html``: the worker's recent log records, newest first."""
+
+    async def get(self, address: str) -> None:
+        ws = self.worker_state(address)
+        error = ""
+        logs: list[tuple[str, str]] = []
+        try:
+            records = await _ask_worker(self.scheduler, ws.address, m.GetLogs(op="get_logs", n=None))
+            logs = [(str(r[0]), str(r[1])) for r in reversed(records)]
+        except Exception as e:
+            error = _failure(e)
+            self.set_status(502)
+        self.write_info(
+            f"Dask: Logs of {ws.address}", "logs.html.j2", heading=f"Logs of {ws.address}", logs=logs, error=error
+        )
 
 
 def info_routes(scheduler: Scheduler, paths: Callable[[], list[str]]) -> list[Route]:
@@ -267,6 +516,11 @@ def info_routes(scheduler: Scheduler, paths: Callable[[], list[str]]) -> list[Ro
         (r"/json/index\.html", JSONIndex, s),
         (r"/sitemap\.json", SitemapJSON, {"paths": paths}),
         (r"/info/main/workers\.html", WorkersInfo, s),
+        (r"/info/main/exceptions\.html", ExceptionsInfo, s),
+        (r"/info/main/logs\.html", SchedulerLogs, s),
         (r"/info/worker/(.+)\.html", WorkerInfo, s),
         (r"/info/task/(.+)\.html", TaskInfo, s),
+        (r"/info/call-stacks/(.+)\.html", WorkerCallStacks, s),
+        (r"/info/call-stack/(.+)\.html", TaskCallStack, s),
+        (r"/info/logs/(.+)\.html", WorkerLogs, s),
     ]

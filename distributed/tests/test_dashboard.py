@@ -85,6 +85,10 @@ async def test_every_route_answers(c: Client, s: Scheduler, a: Worker, b: Worker
         "/info/worker/{}.html": urllib.parse.quote(a.address, safe=""),
         "/info/task/{}.html": urllib.parse.quote(str(futures[0].key), safe=""),
     }
+    for path in paths:  # the other pages of one task or one worker
+        if "{}" in path and path not in fill:
+            one_task = "/task/" in path or "/call-stack/" in path
+            fill[path] = fill["/info/task/{}.html" if one_task else "/info/worker/{}.html"]
     seen_scripts: set[str] = set()
     for path in paths:
         url = path.replace("{}", fill[path]) if "{}" in path else path
@@ -171,8 +175,11 @@ async def test_component_data_follows_the_scheduler(c: Client, s: Scheduler, a: 
     assert sum(processing.source.data["processing"]) == 2
     assert sorted(processing.source.data["address"]) == sorted(s.workers)
     table = WorkerTable(s)
-    assert sorted(table.source.data["address"]) == sorted(s.workers)
-    assert sum(table.source.data["in_memory"]) == 4
+    # A first row of totals, then one row per worker.
+    assert table.source.data["name"][0] == "Total (2)"
+    assert sorted(table.source.data["address"][1:]) == sorted(s.workers)
+    assert sum(table.source.data["in_memory"][1:]) == table.source.data["in_memory"][0] == 4
+    assert table.source.data["processing"][0] == 2
 
     # Updating with nothing changed sends nothing (the data object is kept).
     before = progress.source.data
@@ -256,10 +263,13 @@ async def test_pages_build_documents_with_periodic_updates(c: Client, s: Schedul
     assert stream is not None
     (source,) = {r.data_source for r in stream.renderers}  # type: ignore[attr-defined]  # a figure
     assert sorted(source.data["key"]) == sorted(str(k) for k in s.tasks)
-    # Later tasks reach the page's stream at the next tick.
+    # Later tasks reach the page's stream at the next tick: their bars alone go to the browser.
+    streamed: list[ColumnsStreamedEvent] = []
+    doc.on_change(lambda event: streamed.append(event) if isinstance(event, ColumnsStreamedEvent) else None)
     await wait(c.map(inc, range(10, 12)))
     next(iter(doc.session_callbacks)).callback()
-    assert len(source.data["key"]) == 5
+    ((event,),) = [[e for e in streamed if e.model is source]]
+    assert len(event.data["key"]) == 2
 
 
 @gen_cluster(client=True, scheduler_kwargs=DASHBOARD)
@@ -284,7 +294,9 @@ async def test_worker_rows_send_only_changed_cells(c: Client, s: Scheduler, a: W
     table.update()
     patched = [e for e in sent[1:] if isinstance(e, ColumnsPatchedEvent)]
     assert len(patched) == len(sent) - 1 == 1
-    assert patched[0].patches["processing"] == [(row, 1)]
+    # a's row (after the totals row) and the totals.
+    table_row = list(table.source.data["address"]).index(a.address)
+    assert sorted(patched[0].patches["processing"]) == [(0, 1), (table_row, 1)]
     await ev.set()
     await wait(fut)
 
@@ -330,7 +342,7 @@ async def test_live_task_stream_streams_only_new_bars(c: Client, s: Scheduler, a
     assert browser.sent == [("stream", 3), ("stream", 2)]  # only the two new bars
     shown = [str(r["key"]) for r in list(plugin.buffer)[-4:]]
     assert browser.data["key"] == shown  # the browser keeps the last n (rollover)
-    assert list(live.source.data["key"]) == shown
+    assert list(live.source.data["key"]) == []  # and the server none: only the browser reads them
     # Each worker's rows are its own (test_task_stream checks that drawn bars keep their rows).
     by_worker: dict[str, set[int]] = {}
     for worker, y in zip(browser.data["worker"], browser.data["y"], strict=True):

@@ -93,6 +93,7 @@ from distributed.workspace import WorkDir, WorkSpace
 
 if TYPE_CHECKING:
     from distributed.client import Client
+    from distributed.dashboard.worker import WorkerDashboard
 
 logger = logging.getLogger("distributed.worker")  # the name users configure, as in dask
 
@@ -131,6 +132,12 @@ class Worker(Server, PeerTransfers, TaskRunning):
         Bytes (or a string such as ``"10 GiB"``) the spill files may take in all;
         past it results stay in memory.  ``False``: no limit.  Default from
         ``distributed.worker.memory.max-spill``.
+    dashboard, dashboard_address
+        ``dashboard=True`` serves the worker's HTTP routes and its bokeh
+        dashboard (:mod:`distributed.dashboard.worker`) at ``dashboard_address``
+        (default ``":0"``, a free port); an address alone serves the routes
+        (``/health``, ``/info``, ``/metrics``) only.  The port is
+        :attr:`service_ports`'s ``"dashboard"``.
     extensions
         Parts of the worker made with it: ``{name: factory}``, each called with
         the worker (``worker.extensions[name]``); one with ``heartbeat()`` sends
@@ -332,7 +339,11 @@ class Worker(Server, PeerTransfers, TaskRunning):
         self.lifetime_restart = settings.lifetime_restart and nanny is not None
         self.dashboard_address = dashboard_address
         self._serve_http = bool(dashboard) if dashboard is not None else dashboard_address is not None
+        # As in dask.distributed, the bokeh pages only with dashboard=True (an address alone serves the routes).
+        self._serve_dashboard = bool(dashboard)
         self.http_server: HTTPServerHandle | None = None
+        #: The bokeh pages on the HTTP port (``dashboard=True``), while served.
+        self.dashboard_server: WorkerDashboard | None = None
         #: This process, for the heartbeat's memory and CPU figures (set as the worker starts).
         self.psutil_process: psutil.Process | None = None
         self.memory_monitor = WorkerMemoryMonitor(
@@ -498,7 +509,9 @@ class Worker(Server, PeerTransfers, TaskRunning):
         if self._serve_http:
             from distributed.http.worker import start_worker_http_server
 
-            self.http_server = await start_worker_http_server(self, self.dashboard_address or ":0")
+            self.http_server, self.dashboard_server = await start_worker_http_server(
+                self, self.dashboard_address or ":0", dashboard=self._serve_dashboard
+            )
         self.state = self._new_state_machine(
             transfer_limit=self.settings.transfer_limit,
             fetch_concurrency=self.settings.fetch_concurrency,
@@ -559,7 +572,11 @@ class Worker(Server, PeerTransfers, TaskRunning):
                 nbytes={k: sizeof(v) for k, v in self.data.items()},
                 local_directory=self.local_directory,
                 versions=get_versions(),
-                extra=await reporting.call_each(self, self.startup_information, "startup information"),
+                # The scheduler shows these in its identity of the worker, where dask shows its services.
+                extra={
+                    **await reporting.call_each(self, self.startup_information, "startup information"),
+                    **({"services": self.service_ports} if self.service_ports else {}),
+                },
             )
         )
         response = await comm.read()
@@ -877,6 +894,11 @@ class Worker(Server, PeerTransfers, TaskRunning):
             return
         if self.address not in retired:
             logger.warning("No other worker could take the data only %s holds; it will be recomputed", self.address)
+
+    @property
+    def service_ports(self) -> dict[str, int]:
+        """Ports of what the worker serves besides its comms, by name: ``{"dashboard": port}`` while it serves HTTP."""
+        return {"dashboard": self.http_server.port} if self.http_server is not None else {}
 
     def get_current_task(self) -> Key:
         """The key of the task running on the calling thread (``ValueError`` outside a task of this worker)."""

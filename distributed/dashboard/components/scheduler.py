@@ -20,6 +20,8 @@ from bokeh.models.widgets.markups import Div
 from bokeh.models.widgets.tables import DataTable, NumberFormatter, TableColumn
 from bokeh.plotting import figure
 
+from distributed.dashboard.components.shared import STATE_COLORS, Data, set_if_changed, worker_label
+
 if TYPE_CHECKING:
     from distributed.diagnostics.task_stream import StreamBars, TaskStreamPlugin
     from distributed.scheduler import Scheduler
@@ -34,51 +36,10 @@ __all__ = [
     "WorkerTable",
     "graph_layout",
     "prefix_progress",
+    "with_total_row",
+    "worker_memory",
+    "worker_rows",
 ]
-
-#: Colours of task states, shared by the progress bars and the graph.
-STATE_COLORS: dict[str, str] = {
-    "memory": "#1f77b4",
-    "released": "#aec7e8",
-    "forgotten": "#aec7e8",
-    "processing": "#2ca02c",
-    "waiting": "#c7c7c7",
-    "queued": "#c7c7c7",
-    "no-worker": "#ff7f0e",
-    "erred": "#000000",
-}
-
-Data = dict[str, list[Any]]
-
-
-def _set_if_changed(source: ColumnDataSource, data: Data, index: str | None = None) -> bool:
-    """Update ``source`` to ``data`` when it differs; True when it did (and so went to the browser).
-
-    With ``index`` (a column naming the rows: worker address, prefix) and
-    the same rows as before, only the changed cells are sent (a patch), so
-    a tick sends O(changed values) however many rows there are; otherwise
-    the data is replaced.
-    """
-    old = source.data
-    same_columns = set(old) == set(data)
-    if same_columns and index is not None and list(old[index]) == data[index]:
-        patches: dict[str, list[tuple[int, Any]]] = {}
-        for k, values in data.items():
-            changed = [(i, v) for i, (o, v) in enumerate(zip(old[k], values, strict=True)) if o != v]
-            if changed:
-                patches[k] = changed
-        if not patches:
-            return False
-        source.patch(patches)
-        return True
-    if same_columns and all(list(old[k]) == v for k, v in data.items()):
-        return False
-    source.data = data
-    return True
-
-
-def _worker_label(address: str, name: Any) -> str:
-    return str(name) if name is not None and str(name) != address else address
 
 
 def prefix_progress(scheduler: Scheduler) -> Data:
@@ -183,7 +144,7 @@ class TaskProgress:
     def update(self) -> None:
         """Recount the prefixes' tasks by state."""
         data = prefix_progress(self.scheduler)
-        if _set_if_changed(self.source, data, index="name"):
+        if set_if_changed(self.source, data, index="name"):
             names = data["name"] or ["-"]
             if list(self.y_range.factors) != names:
                 self.y_range.factors = names
@@ -218,7 +179,7 @@ class ProcessingByWorker:
     def _data(self) -> Data:
         data: Data = {"worker": [], "address": [], "processing": [], "nthreads": []}
         for addr, ws in self.scheduler.workers.items():
-            data["worker"].append(_worker_label(addr, ws.name))
+            data["worker"].append(worker_label(addr, ws.name))
             data["address"].append(addr)
             data["processing"].append(len(ws.processing))
             data["nthreads"].append(ws.nthreads)
@@ -227,7 +188,7 @@ class ProcessingByWorker:
     def update(self) -> None:
         """Re-read the workers' processing counts."""
         data = self._data()
-        if _set_if_changed(self.source, data, index="address"):
+        if set_if_changed(self.source, data, index="address"):
             names = data["worker"] or ["-"]
             if list(self.y_range.factors) != names:
                 self.y_range.factors = names
@@ -251,7 +212,7 @@ def worker_memory(scheduler: Scheduler) -> Data:
     }
     for addr, ws in scheduler.workers.items():
         mem = ws.memory
-        data["worker"].append(_worker_label(addr, ws.name))
+        data["worker"].append(worker_label(addr, ws.name))
         data["address"].append(addr)
         data["managed"].append(mem.managed)
         data["unmanaged"].append(mem.unmanaged)
@@ -302,7 +263,7 @@ class MemoryByWorker:
     def update(self) -> None:
         """Re-read the workers' memory."""
         data = worker_memory(self.scheduler)
-        if _set_if_changed(self.source, data, index="address"):
+        if set_if_changed(self.source, data, index="address"):
             names = data["worker"] or ["-"]
             if list(self.y_range.factors) != names:
                 self.y_range.factors = names
@@ -353,12 +314,33 @@ def worker_rows(scheduler: Scheduler, now: float | None = None) -> Data:
     return data
 
 
+def with_total_row(rows: Data) -> Data:
+    """``rows`` (from :func:`worker_rows`) after a first row of their totals, named ``Total (<workers>)``.
+
+    Counts, bytes and CPU (percent of one core) add up; ``last seen`` is the
+    longest; ``spilling`` says how many workers stopped spilling.
+    """
+    n = len(rows["address"])
+    total: dict[str, Any] = {"name": f"Total ({n})", "address": "", "status": ""}
+    for field, _, fmt in WORKER_COLUMNS:
+        if field in total:
+            continue
+        if field == "last_seen":
+            total[field] = max(rows[field], default=0.0)
+        elif fmt is not None:
+            total[field] = round(sum(rows[field]), 1) if field == "cpu" else sum(rows[field])
+        else:
+            off = sum(1 for v in rows[field] if v)
+            total[field] = f"off on {off}" if off else ""
+    return {field: [total[field], *values] for field, values in rows.items()}
+
+
 class WorkerTable:
-    """A table of the workers: threads, CPU, memory (managed, unmanaged, spilled), tasks."""
+    """A table of the workers: threads, CPU, memory (managed, unmanaged, spilled), tasks; their totals first."""
 
     def __init__(self, scheduler: Scheduler, **kwargs: Any) -> None:
         self.scheduler = scheduler
-        self.source = ColumnDataSource(worker_rows(scheduler))
+        self.source = ColumnDataSource(with_total_row(worker_rows(scheduler)))
         columns = [
             TableColumn(field=field, title=title, formatter=NumberFormatter(format=fmt))
             if fmt is not None
@@ -371,7 +353,7 @@ class WorkerTable:
 
     def update(self) -> None:
         """Re-read the workers."""
-        _set_if_changed(self.source, worker_rows(self.scheduler), index="address")
+        set_if_changed(self.source, with_total_row(worker_rows(self.scheduler)), index="address")
 
 
 def graph_layout(tasks: Mapping[Any, TaskState]) -> tuple[dict[Any, tuple[float, float]], list[tuple[Any, Any]]]:
@@ -487,6 +469,11 @@ class TaskGraph:
             )
 
 
+#: The most task stream records a page draws at one tick. Each costs the scheduler's loop some 10-20 µs
+#: (placing its bars, sending them); at 500 a page's tick stays near 10 ms however fast tasks finish.
+PER_TICK = 500
+
+
 class LiveTaskStream:
     """The task stream of the last ``n`` bars (finished tasks and their transfers), read incrementally from the plugin.
 
@@ -506,15 +493,21 @@ class LiveTaskStream:
     n
         Bars shown (one per task, plus one per transfer it waited for); by
         default ``distributed.scheduler.dashboard.status.task-stream-length``.
+    per_tick
+        Most records drawn at one tick (by default ``n``, at most
+        :data:`PER_TICK`): when more finished since the last one, the newest
+        are drawn and the older ones skipped, so that a tick's cost stays
+        bounded however fast tasks finish and however long the window.
     """
 
-    def __init__(self, scheduler: Scheduler, n: int | None = None, **kwargs: Any) -> None:
+    def __init__(self, scheduler: Scheduler, n: int | None = None, per_tick: int | None = None, **kwargs: Any) -> None:
         from distributed.dashboard.components.task_stream import TaskStream
 
         if n is None:
             n = int(dask.config.get("distributed.scheduler.dashboard.status.task-stream-length"))
         self.scheduler = scheduler
         self.n = max(n, 1)
+        self.per_tick = max(1, min(self.n, PER_TICK) if per_tick is None else per_tick)
         self.plugin: TaskStreamPlugin | None = None
         self.index = 0
         self.bars = self._new_bars()
@@ -544,9 +537,9 @@ class LiveTaskStream:
                 self.bars = self._new_bars()
                 self.source.data = {k: [] for k in self.source.data}
             self.plugin = plugin
-            self.index = max(plugin.index - self.n, 0)
-        # More than n new records: the older ones would roll over at once, so skip them.
-        self.index = max(self.index, plugin.index - self.n)
+            self.index = max(plugin.index - self.per_tick, 0)
+        # More new records than a tick draws (or than the window holds): skip the older ones.
+        self.index = max(self.index, plugin.index - self.per_tick)
         self.index, new = plugin.since(self.index)
         if not new:
             return

@@ -94,16 +94,30 @@ class TaskStream:
     def stream(self, bars: dict[str, list[Any]], rollover: int) -> None:
         """Append ``bars`` (columns as :func:`~distributed.diagnostics.task_stream.rectangles` makes them).
 
-        Only the new bars go to the browser; both ends keep the last ``rollover``.
+        Only the new bars go to the browser, which keeps the last ``rollover``.
         Columns go as numpy arrays: bokeh sends numbers as binary buffers and
         strings as one list, instead of encoding each value on its own (about
         twenty times less CPU per bar).
+
+        Once the figure is in a document (shown by a browser), the bars are
+        sent as a stream event and not added to the source's own columns:
+        ``ColumnDataSource.stream`` would copy every column whole to append to
+        it (numpy arrays), a cost that grows with the window (100,000 bars on
+        ``/tasks``) at every update, and would keep the window in the server's
+        memory for every open page, where nothing reads it again (a new page
+        gets a new document). Before that, they become the source's data, the
+        first state the page's document sends.
         """
         import numpy as np
+        from bokeh.document.events import ColumnsStreamedEvent
 
         new: dict[str, Any] = {k: np.asarray(v) for k, v in bars.items()}
         new["x"] = new["start"] + new["duration"] / 2
-        self.source.stream(new, rollover=rollover)
+        doc = self.source.document
+        if doc is None:
+            self.source.stream(new, rollover=rollover)
+            return
+        doc.callbacks.trigger_on_change(ColumnsStreamedEvent(doc, self.source, "data", new, rollover))
 
 
 def task_stream_figure(

@@ -1,0 +1,449 @@
+"""Dashboard components of the cluster as a whole and of its workers' load: what ``/status`` and ``/workers`` show
+beside the progress bars and the task stream.
+
+* :class:`ClusterMemory`: the bytes stored over all workers (managed,
+  unmanaged, spilled), one bar;
+* :class:`StateTotals`: the tasks in each state, a line of counts over the
+  progress bars;
+* :class:`WorkerCPU`, :class:`Occupancy`, :class:`TransferByWorker`: one bar
+  per worker of its CPU use, its expected work, its data transfer rate;
+  :class:`WorkerLoad` puts them in tabs beside the tasks processing;
+* :class:`ComputeTimePerPrefix`: the run time spent per task prefix.
+
+As in :mod:`distributed.dashboard.components.scheduler`, ``update()`` reads
+the scheduler's records directly, costs O(workers) or O(task groups) (never
+O(tasks)) and sends only what changed.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from bokeh.models import ColumnDataSource, DataRange1d, FactorRange, HoverTool, Model, NumeralTickFormatter, Range1d
+from bokeh.models.widgets.markups import Div
+from bokeh.plotting import figure
+from bokeh.transform import dodge
+
+from distributed.dashboard.components.scheduler import ProcessingByWorker
+from distributed.dashboard.components.shared import STATE_COLORS, Data, set_if_changed, worker_label
+
+if TYPE_CHECKING:
+    from distributed.scheduler import Scheduler
+    from distributed.scheduler.records import WorkerState
+
+__all__ = [
+    "ClusterMemory",
+    "ComputeTimePerPrefix",
+    "Occupancy",
+    "StateTotals",
+    "TransferByWorker",
+    "WorkerCPU",
+    "WorkerLoad",
+    "cluster_memory",
+    "state_totals",
+]
+
+#: Colours of memory kinds, shared with the per-worker memory bars.
+MEMORY_COLORS: dict[str, str] = {"managed": "#1f77b4", "unmanaged": "#9ecae1", "spilled": "#969696"}
+
+
+def cluster_memory(scheduler: Scheduler) -> dict[str, int]:
+    """The workers' memory added up, as of their last heartbeats: managed, unmanaged, spilled, process, limit."""
+    out = dict.fromkeys(("managed", "unmanaged", "spilled", "process", "limit"), 0)
+    for ws in scheduler.workers.values():
+        mem = ws.memory
+        out["managed"] += mem.managed
+        out["unmanaged"] += mem.unmanaged
+        out["spilled"] += mem.spilled
+        out["process"] += mem.process
+        out["limit"] += ws.memory_limit
+    return out
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "kiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+class ClusterMemory:
+    """One bar of the bytes stored over all workers: managed (results in memory), unmanaged, spilled to disk.
+
+    The title says the totals and the workers' memory limits added up.
+    """
+
+    def __init__(self, scheduler: Scheduler, **kwargs: Any) -> None:
+        self.scheduler = scheduler
+        self.source = ColumnDataSource(self._data())
+        fig = figure(
+            title=self._title(),
+            name="cluster_memory",
+            x_range=DataRange1d(start=0),
+            y_range=FactorRange(factors=["memory"]),
+            height=110,
+            toolbar_location=None,
+            tools="",
+            **kwargs,
+        )
+        left: str | int = 0
+        for kind in ("managed", "unmanaged", "spilled"):
+            right = "x_" + kind
+            fig.hbar(y="row", left=left, right=right, height=0.8, color=MEMORY_COLORS[kind], source=self.source)
+            left = right
+        fig.xaxis.formatter = NumeralTickFormatter(format="0.0 b")
+        fig.yaxis.visible = False
+        fig.add_tools(
+            HoverTool(
+                tooltips=[
+                    ("managed", "@managed{0.00 b}"),
+                    ("unmanaged", "@unmanaged{0.00 b}"),
+                    ("spilled", "@spilled{0.00 b}"),
+                    ("limit", "@limit{0.00 b}"),
+                ]
+            )
+        )
+        self.figure = fig
+        self.root: Model = fig
+
+    def _data(self) -> Data:
+        self.totals = t = cluster_memory(self.scheduler)
+        return {
+            "row": ["memory"],
+            "managed": [t["managed"]],
+            "unmanaged": [t["unmanaged"]],
+            "spilled": [t["spilled"]],
+            "limit": [t["limit"]],
+            "x_managed": [t["managed"]],
+            "x_unmanaged": [t["managed"] + t["unmanaged"]],
+            "x_spilled": [t["managed"] + t["unmanaged"] + t["spilled"]],
+        }
+
+    def _title(self) -> str:
+        t = self.totals
+        stored = t["managed"] + t["unmanaged"]
+        limit = f" of {_bytes(t['limit'])}" if t["limit"] else ""
+        return f"Bytes stored: {_bytes(stored)}{limit} (spilled: {_bytes(t['spilled'])})"
+
+    def update(self) -> None:
+        """Re-add the workers' memory."""
+        if set_if_changed(self.source, self._data(), index="row"):
+            title = self._title()
+            if self.figure.title.text != title:  # type: ignore[union-attr]  # a figure's title is a Title
+                self.figure.title.text = title  # type: ignore[union-attr]
+
+
+#: The states :class:`StateTotals` counts, with their labels.
+TOTALS: tuple[tuple[str, str], ...] = (
+    ("waiting", "waiting"),
+    ("queued", "queued"),
+    ("processing", "processing"),
+    ("memory", "in memory"),
+    ("erred", "erred"),
+)
+
+
+def state_totals(scheduler: Scheduler) -> dict[str, int]:
+    """The tasks not forgotten in each state, added up from the task groups' counts (O(groups)).
+
+    ``waiting`` includes tasks with no worker to run on (``no-worker``).
+    """
+    totals = dict.fromkeys(("waiting", "queued", "processing", "memory", "erred", "released"), 0)
+    for prefix in scheduler.task_prefixes.values():
+        for group in prefix.groups.values():
+            states = group.states
+            totals["waiting"] += states["waiting"] + states["no-worker"]
+            totals["queued"] += states["queued"]
+            totals["processing"] += states["processing"]
+            totals["memory"] += states["memory"]
+            totals["erred"] += states["erred"]
+            totals["released"] += states["released"]
+    return totals
+
+
+class StateTotals:
+    """A line of counts over the progress bars: tasks waiting, queued, processing, in memory, erred."""
+
+    def __init__(self, scheduler: Scheduler, **kwargs: Any) -> None:
+        self.scheduler = scheduler
+        self.root: Model = Div(text=self._text(), name="state_totals", **kwargs)
+
+    def _text(self) -> str:
+        self.totals = totals = state_totals(self.scheduler)
+        items = "".join(
+            f'<span style="margin-right:1.5em"><span style="display:inline-block;width:0.8em;height:0.8em;'
+            f'background:{STATE_COLORS[state]};margin-right:0.3em"></span>{label}: <b>{totals[state]}</b></span>'
+            for state, label in TOTALS
+        )
+        return f'<div class="dask-totals">{items}</div>'
+
+    def update(self) -> None:
+        """Recount."""
+        text = self._text()
+        div: Any = self.root
+        if div.text != text:
+            div.text = text
+
+
+class PerWorkerBars:
+    """A horizontal bar per worker of what :meth:`row` reads from its :class:`WorkerState`.
+
+    Subclasses say the figure's title, name, columns and bars; rows are
+    patched cell by cell, keyed by address, so a tick sends only what changed.
+    """
+
+    title = ""
+    name = ""
+    #: Columns :meth:`row` fills besides ``worker`` and ``address``.
+    columns: tuple[str, ...] = ()
+    #: Hover lines: (label, bokeh field format).
+    tooltips: tuple[tuple[str, str], ...] = ()
+
+    def __init__(self, scheduler: Scheduler, height: int = 200, **kwargs: Any) -> None:
+        self.scheduler = scheduler
+        self.source = ColumnDataSource(self._data())
+        self.y_range = FactorRange(factors=list(self.source.data["worker"]) or ["-"])
+        fig = figure(
+            title=self.title,
+            name=self.name,
+            x_range=self._x_range(),
+            y_range=self.y_range,
+            height=height,
+            toolbar_location=None,
+            tools="",
+            **kwargs,
+        )
+        self.draw(fig)
+        fig.add_tools(HoverTool(tooltips=[("worker", "@address"), *self.tooltips]))
+        self.figure = fig
+        self.root: Model = fig
+
+    def _x_range(self) -> Any:
+        return DataRange1d(start=0)
+
+    def draw(self, fig: figure) -> None:
+        """Add the bars to ``fig``."""
+        raise NotImplementedError
+
+    def row(self, ws: WorkerState) -> tuple[Any, ...]:
+        """The values of :attr:`columns` for one worker."""
+        raise NotImplementedError
+
+    def _data(self) -> Data:
+        data: Data = {"worker": [], "address": [], **{c: [] for c in self.columns}}
+        for addr, ws in self.scheduler.workers.items():
+            data["worker"].append(worker_label(addr, ws.name))
+            data["address"].append(addr)
+            for column, value in zip(self.columns, self.row(ws), strict=True):
+                data[column].append(value)
+        return data
+
+    def update(self) -> None:
+        """Re-read the workers."""
+        data = self._data()
+        if set_if_changed(self.source, data, index="address"):
+            names = data["worker"] or ["-"]
+            if list(self.y_range.factors) != names:
+                self.y_range.factors = names
+
+
+class WorkerCPU(PerWorkerBars):
+    """Each worker process's CPU use, in percent of one core (as its last heartbeat said), beside its threads."""
+
+    title = "CPU use (%)"
+    name = "worker_cpu"
+    columns = ("cpu", "nthreads", "cpu_per_thread")
+    tooltips = (("CPU", "@cpu{0.0} %"), ("threads", "@nthreads"), ("per thread", "@cpu_per_thread{0.0} %"))
+
+    def _x_range(self) -> Any:
+        # A fixed scale, so that an idle worker's bar looks idle; widened by whole cores when a process uses more.
+        return Range1d(start=0, end=100)
+
+    def draw(self, fig: figure) -> None:
+        fig.hbar(y="worker", left=0, right="cpu", height=0.8, color="#9467bd", source=self.source)
+
+    def row(self, ws: WorkerState) -> tuple[Any, ...]:
+        cpu = round(float(ws.metrics.get("cpu", 0) or 0), 1)
+        return cpu, ws.nthreads, round(cpu / max(ws.nthreads, 1), 1)
+
+    def update(self) -> None:
+        """Re-read the workers; widen the scale to the busiest worker's cores."""
+        super().update()
+        x_range: Any = self.figure.x_range
+        end = 100 * max(1, math.ceil(max(self.source.data["cpu"], default=0) / 100))
+        if x_range.end != end:
+            x_range.end = end
+
+
+class Occupancy(PerWorkerBars):
+    """Each worker's occupancy: the expected run time (seconds) of the tasks assigned to it."""
+
+    title = "Occupancy (s)"
+    name = "occupancy"
+    columns = ("occupancy", "processing", "per_thread")
+    tooltips = (("occupancy", "@occupancy{0.000} s"), ("tasks", "@processing"), ("per thread", "@per_thread{0.000} s"))
+
+    def draw(self, fig: figure) -> None:
+        fig.hbar(y="worker", left=0, right="occupancy", height=0.8, color="#ff7f0e", source=self.source)
+
+    def row(self, ws: WorkerState) -> tuple[Any, ...]:
+        occupancy = round(ws.occupancy, 3)
+        return occupancy, len(ws.processing), round(occupancy / max(ws.nthreads, 1), 3)
+
+
+class TransferByWorker(PerWorkerBars):
+    """Each worker's data transfer rate, bytes per second received from and sent to other workers.
+
+    Rates come from the transfer totals the worker's heartbeats report, over
+    :attr:`WINDOW` seconds or more, so they change every few heartbeats, not
+    at every tick.
+    """
+
+    #: Seconds the rates are averaged over (at least).
+    WINDOW = 2.0
+
+    title = "Data transfer (bytes/s)"
+    name = "workers_transfer_bytes"
+    columns = ("incoming", "outgoing")
+    tooltips = (("received", "@incoming{0.00 b}/s"), ("sent", "@outgoing{0.00 b}/s"))
+
+    def __init__(self, scheduler: Scheduler, height: int = 200, **kwargs: Any) -> None:
+        #: Per worker address: (heartbeat time, incoming total, outgoing total, incoming rate, outgoing rate).
+        self._seen: dict[str, tuple[float, int, int, float, float]] = {}
+        super().__init__(scheduler, height=height, **kwargs)
+
+    def draw(self, fig: figure) -> None:
+        fig.hbar(
+            y=dodge("worker", -0.2, range=self.y_range),
+            left=0,
+            right="incoming",
+            height=0.4,
+            color="#d62728",
+            source=self.source,
+            legend_label="received",
+        )
+        fig.hbar(
+            y=dodge("worker", 0.2, range=self.y_range),
+            left=0,
+            right="outgoing",
+            height=0.4,
+            color="#17becf",
+            source=self.source,
+            legend_label="sent",
+        )
+        fig.xaxis.formatter = NumeralTickFormatter(format="0.0 b")
+        fig.legend.location = "bottom_right"
+        fig.legend.background_fill_alpha = 0.6
+
+    def row(self, ws: WorkerState) -> tuple[Any, ...]:
+        transfer = ws.metrics.get("transfer") or {}
+        incoming = int(transfer.get("incoming_bytes_total", 0) or 0)
+        outgoing = int(transfer.get("outgoing_bytes_total", 0) or 0)
+        seen = self._seen.get(ws.address)
+        if seen is None:
+            self._seen[ws.address] = (ws.last_seen, incoming, outgoing, 0.0, 0.0)
+            return 0.0, 0.0
+        when, last_in, last_out, rate_in, rate_out = seen
+        # Over a window of several heartbeats: between two close ones the totals often have not moved yet.
+        if ws.last_seen >= when + self.WINDOW:
+            elapsed = ws.last_seen - when
+            rate_in = round(max(incoming - last_in, 0) / elapsed, 0)
+            rate_out = round(max(outgoing - last_out, 0) / elapsed, 0)
+            self._seen[ws.address] = (ws.last_seen, incoming, outgoing, rate_in, rate_out)
+        return rate_in, rate_out
+
+    def update(self) -> None:
+        """Re-read the workers' transfer totals; forget workers that left."""
+        if len(self._seen) > len(self.scheduler.workers):
+            for address in [a for a in self._seen if a not in self.scheduler.workers]:
+                del self._seen[address]
+        super().update()
+
+
+class WorkerLoad:
+    """Tabs of per-worker load: tasks processing, CPU, occupancy, data transfer.
+
+    Every tab is kept up to date (each costs O(workers)), so switching tabs
+    shows current data at once.
+    """
+
+    def __init__(self, scheduler: Scheduler, **kwargs: Any) -> None:
+        from bokeh.models import TabPanel, Tabs
+
+        self.processing = ProcessingByWorker(scheduler, **kwargs)
+        self.cpu = WorkerCPU(scheduler, **kwargs)
+        self.occupancy = Occupancy(scheduler, **kwargs)
+        self.transfer = TransferByWorker(scheduler, **kwargs)
+        tabs: list[tuple[str, ProcessingByWorker | PerWorkerBars]] = [
+            ("Processing", self.processing),
+            ("CPU", self.cpu),
+            ("Occupancy", self.occupancy),
+            ("Data transfer", self.transfer),
+        ]
+        self.parts = [part for _, part in tabs]
+        self.root: Model = Tabs(
+            tabs=[TabPanel(child=part.figure, title=title) for title, part in tabs],
+            name="worker_load",
+            **kwargs,
+        )
+
+    def update(self) -> None:
+        """Update every tab."""
+        for part in self.parts:
+            part.update()
+
+
+class ComputeTimePerPrefix:
+    """The run time spent per task prefix, finished tasks of forgotten groups included (a bar each)."""
+
+    def __init__(self, scheduler: Scheduler, **kwargs: Any) -> None:
+        self.scheduler = scheduler
+        self.source = ColumnDataSource(self._data())
+        self.y_range = FactorRange(factors=list(self.source.data["name"]) or ["-"])
+        fig = figure(
+            title="Compute time per task prefix",
+            name="compute_time_per_key",
+            x_range=Range1d(start=0, end=max([1.0, *self.source.data["time"]]) * 1.05),
+            y_range=self.y_range,
+            height=400,
+            toolbar_location=None,
+            tools="",
+            **kwargs,
+        )
+        fig.hbar(y="name", left=0, right="time", height=0.8, color="color", source=self.source)
+        fig.xaxis.axis_label = "seconds"
+        fig.add_tools(
+            HoverTool(tooltips=[("prefix", "@name"), ("time", "@time{0.000} s"), ("bytes", "@nbytes{0.0 b}")])
+        )
+        self.figure = fig
+        self.root: Model = fig
+
+    def _data(self) -> Data:
+        from distributed.diagnostics.task_stream import color_of
+
+        rows = []
+        for name, prefix in self.scheduler.task_prefixes.items():
+            duration, nbytes = prefix.totals()
+            if duration > 0:
+                rows.append((name, round(duration, 3), nbytes))
+        rows.sort(key=lambda r: r[1])
+        return {
+            "name": [r[0] for r in rows],
+            "time": [r[1] for r in rows],
+            "nbytes": [r[2] for r in rows],
+            "color": [color_of(r[0]) for r in rows],
+        }
+
+    def update(self) -> None:
+        """Re-add the prefixes' run times."""
+        data = self._data()
+        if set_if_changed(self.source, data, index="name"):
+            names = data["name"] or ["-"]
+            if list(self.y_range.factors) != names:
+                self.y_range.factors = names
+            x_range: Any = self.figure.x_range
+            end = max([1.0, *data["time"]]) * 1.05
+            if x_range.end < end or x_range.end > 2 * end:  # rescale in steps, not at every tick
+                x_range.end = end

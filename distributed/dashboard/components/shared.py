@@ -1,0 +1,62 @@
+"""What the live dashboard components share: state colours, and data sources that send only what changed.
+
+A component keeps its figure's data in a bokeh ``ColumnDataSource``; every
+assignment or patch of it goes to each browser showing the page. So that an
+idle page costs nothing and a busy one costs O(changes), components never
+assign a source directly: :func:`set_if_changed` compares first, and patches
+only the changed cells when the rows are the same.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bokeh.models import ColumnDataSource
+
+__all__ = ["STATE_COLORS", "Data", "set_if_changed", "worker_label"]
+
+#: Colours of task states, shared by the progress bars, the totals and the graphs.
+STATE_COLORS: dict[str, str] = {
+    "memory": "#1f77b4",
+    "released": "#aec7e8",
+    "forgotten": "#aec7e8",
+    "processing": "#2ca02c",
+    "waiting": "#c7c7c7",
+    "queued": "#c7c7c7",
+    "no-worker": "#ff7f0e",
+    "erred": "#000000",
+}
+
+#: A data source's columns.
+Data = dict[str, list[Any]]
+
+
+def set_if_changed(source: ColumnDataSource, data: Data, index: str | None = None) -> bool:
+    """Update ``source`` to ``data`` when it differs; True when it did (and so went to the browser).
+
+    With ``index`` (a column naming the rows: worker address, prefix) and
+    the same rows as before, only the changed cells are sent (a patch), so
+    a tick sends O(changed values) however many rows there are; otherwise
+    the data is replaced.
+    """
+    old = source.data
+    same_columns = set(old) == set(data)
+    if same_columns and index is not None and list(old[index]) == data[index]:
+        patches: dict[str, list[tuple[int, Any]]] = {}
+        for k, values in data.items():
+            changed = [(i, v) for i, (o, v) in enumerate(zip(old[k], values, strict=True)) if o != v]
+            if changed:
+                patches[k] = changed
+        if not patches:
+            return False
+        source.patch(patches)
+        return True
+    if same_columns and all(list(old[k]) == v for k, v in data.items()):
+        return False
+    source.data = data
+    return True
+
+
+def worker_label(address: str, name: Any) -> str:
+    """How a worker is named on an axis: its name, or its address when it has none of its own."""
+    return str(name) if name is not None and str(name) != address else address
