@@ -330,6 +330,27 @@ def run_probe(address: str, out: str, stop: str, ready: str, interval: float, li
     Path(out).write_text(json.dumps(samples))
 
 
+@contextmanager
+def cluster_on_first_cpu() -> Iterator[set[int] | None]:
+    """Keep this process, and the cluster it starts, on the first CPU; yield the others for a browser.
+
+    A viewer's browser runs on another machine; here it shares this one.  So
+    that its drawing does not take the cluster's CPU (and count as the
+    dashboard's cost), the cluster runs on the first CPU and the browser on the
+    others.  With one CPU nothing changes and None is yielded.
+    """
+    own = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+    if len(own) < 2:
+        yield None
+        return
+    first = min(own)
+    os.sched_setaffinity(0, {first})  # the cluster's processes inherit it
+    try:
+        yield own - {first}
+    finally:
+        os.sched_setaffinity(0, own)
+
+
 def find_chromium() -> str | None:
     """A Chromium executable on PATH (Debian's ``chromium`` first), or None."""
     import shutil

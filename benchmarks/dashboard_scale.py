@@ -9,7 +9,8 @@ worker processes:
   both sides alike;
 - the duration of each page's periodic update, as the scheduler measures it
   (its dashboard keeps the last ones: ``dashboard_server.tick_durations(path)``),
-  over the runs with the pages open;
+  over the runs with the pages open: wall time (how long the loop was
+  blocked, including while the process was not scheduled) and CPU time;
 - the scheduler's resident memory and open file descriptors before and after
   ``visits`` openings and closings of those pages (each in a new tab, closed
   once its HTML arrived), once the closed pages' sessions are gone.
@@ -21,12 +22,11 @@ Needs ``chromium`` on PATH.
 
 from __future__ import annotations
 
-import os
 import time
 from typing import TYPE_CHECKING, Any
 
 from benchmarks import tasks
-from benchmarks.clusters import CliCluster, HeadlessBrowser, find_chromium, settle
+from benchmarks.clusters import CliCluster, HeadlessBrowser, cluster_on_first_cpu, find_chromium, settle
 
 if TYPE_CHECKING:
     from benchmarks.workloads import Metric
@@ -80,59 +80,50 @@ def dashboard_scale(p: dict[str, Any], repeat: int) -> list[Metric]:
     if executable is None:
         raise RuntimeError("dashboard_scale needs a Chromium browser on PATH ('chromium')")
 
-    own_cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
-    browser_cpus: set[int] | None = None
-    if len(own_cpus) >= 2:
-        cluster_cpu = min(own_cpus)
-        browser_cpus = own_cpus - {cluster_cpu}
-        os.sched_setaffinity(0, {cluster_cpu})  # the cluster's processes inherit it
     rate_without: list[float] = []
     rate_with: list[float] = []
-    durations: dict[str, list[float]] = {}
-    try:
-        with CliCluster(dashboard=True) as cluster:
-            client = cluster.client
-            base = f"http://127.0.0.1:{cluster.dashboard_port}"
-            pid = cluster.scheduler_pid
+    durations: dict[tuple[str, bool], list[float]] = {}
+    with cluster_on_first_cpu() as browser_cpus, CliCluster(dashboard=True) as cluster:
+        client = cluster.client
+        base = f"http://127.0.0.1:{cluster.dashboard_port}"
+        pid = cluster.scheduler_pid
 
-            def run() -> float:
-                settle(client, timeout=120)
-                t0 = time.perf_counter()
-                wait(client.map(tasks.noop, range(n), pure=False))
-                return n / (time.perf_counter() - t0)
+        def run() -> float:
+            settle(client, timeout=120)
+            t0 = time.perf_counter()
+            wait(client.map(tasks.noop, range(n), pure=False))
+            return n / (time.perf_counter() - t0)
 
-            run()  # warm-up
-            browser = HeadlessBrowser("about:blank", executable, cpus=browser_cpus)
-            try:
-                for _ in range(repeat):
-                    rate_without.append(run())
-                    tabs = [browser.open_tab(f"{base}/{page}", _title(page)) for page in pages]
-                    paths = [f"/{page}" for page in pages]
-                    before = client.run_on_scheduler(tasks.dashboard_update_durations, paths) or {}
-                    rate_with.append(run())
-                    after = client.run_on_scheduler(tasks.dashboard_update_durations, paths) or {}
+        run()  # warm-up
+        browser = HeadlessBrowser("about:blank", executable, cpus=browser_cpus)
+        try:
+            for _ in range(repeat):
+                rate_without.append(run())
+                tabs = [browser.open_tab(f"{base}/{page}", _title(page)) for page in pages]
+                paths = [f"/{page}" for page in pages]
+                before = client.run_on_scheduler(tasks.dashboard_update_durations, paths) or {}
+                rate_with.append(run())
+                for cpu in (False, True):
+                    after = client.run_on_scheduler(tasks.dashboard_update_durations, paths, cpu) or {}
                     for path, values in after.items():
                         # The updates during the run: those after the ones kept before it, while none was dropped.
                         seen = len(before.get(path, []))
-                        durations.setdefault(path, []).extend(values[seen:] if seen < len(values) else values)
-                    for tab in tabs:
-                        browser.close_tab(tab)
-                settle(client, timeout=120)
-                # Visits: a few first (imports, caches), then the measured ones.
-                for page in pages:
-                    browser.close_tab(browser.open_tab(f"{base}/{page}", _title(page)))
-                session_wait = _wait_no_sessions(client, timeout=120)
-                rss_before, fds_before = _rss(pid), _open_files(pid)
-                for i in range(visits):
-                    page = pages[i % len(pages)]
-                    browser.close_tab(browser.open_tab(f"{base}/{page}", _title(page)))
-                session_wait = max(session_wait, _wait_no_sessions(client, timeout=120))
-                rss_after, fds_after = _rss(pid), _open_files(pid)
-            finally:
-                browser.close()
-    finally:
-        if browser_cpus is not None:
-            os.sched_setaffinity(0, own_cpus)
+                        durations.setdefault((path, cpu), []).extend(values[seen:] if seen < len(values) else values)
+                for tab in tabs:
+                    browser.close_tab(tab)
+            settle(client, timeout=120)
+            # Visits: a few first (imports, caches), then the measured ones.
+            for page in pages:
+                browser.close_tab(browser.open_tab(f"{base}/{page}", _title(page)))
+            session_wait = _wait_no_sessions(client, timeout=120)
+            rss_before, fds_before = _rss(pid), _open_files(pid)
+            for i in range(visits):
+                page = pages[i % len(pages)]
+                browser.close_tab(browser.open_tab(f"{base}/{page}", _title(page)))
+            session_wait = max(session_wait, _wait_no_sessions(client, timeout=120))
+            rss_after, fds_after = _rss(pid), _open_files(pid)
+        finally:
+            browser.close()
     placement = "cluster on one CPU, browser on the others" if browser_cpus else "cluster and browser share the CPUs"
     out = [
         metric("tasks_per_s_no_page", "tasks/s", rate_without, higher_is_better=True),
@@ -154,13 +145,14 @@ def dashboard_scale(p: dict[str, Any], repeat: int) -> list[Metric]:
         metric("fds_growth_after_visits", "count", [float(fds_after - fds_before)], note=f"{visits} visits"),
         metric("sessions_gone_after", "s", [session_wait], note="closed pages' sessions discarded by the dashboard"),
     ]
-    for path, values in sorted(durations.items()):
+    for (path, cpu), values in sorted(durations.items()):
+        what = "CPU time of the scheduler's loop" if cpu else "wall time, the loop blocked"
         out.append(
             metric(
-                f"update_p99_ms{path.replace('/', '_')}",
+                f"update_p99_{'cpu_' if cpu else ''}ms{path.replace('/', '_')}",
                 "ms",
                 [1000 * _percentile(values, 0.99)],
-                note=f"{len(values)} updates; max {1000 * max(values):.1f} ms",
+                note=f"{what}; {len(values)} updates; max {1000 * max(values, default=0):.1f} ms",
             )
         )
     if not durations:

@@ -74,14 +74,17 @@ def dashboard_session_count(dask_scheduler: Any = None) -> int:
     return int(board.session_count()) if board is not None else 0
 
 
-def dashboard_update_durations(paths: list[str], dask_scheduler: Any = None) -> dict[str, list[float]] | None:
+def dashboard_update_durations(
+    paths: list[str], cpu: bool = False, dask_scheduler: Any = None
+) -> dict[str, list[float]] | None:
     """Seconds each periodic update of the pages at ``paths`` took (the last ones kept), by path.
 
+    Wall-clock time, or with ``cpu`` the CPU time of the scheduler's loop.
     None when the scheduler does not record them (another ``distributed``).
     """
     board = getattr(dask_scheduler, "dashboard_server", None)
     ticks = getattr(board, "tick_durations", None)
-    return {path: list(ticks(path)) for path in paths} if ticks is not None else None
+    return {path: list(ticks(path, cpu=cpu)) for path in paths} if ticks is not None else None
 
 
 def sleep_slower_on(x: Any, slow_worker: str, seconds: float, factor: float) -> Any:

@@ -26,6 +26,7 @@ from benchmarks.clusters import (
     CliCluster,
     HeadlessBrowser,
     StallProbe,
+    cluster_on_first_cpu,
     find_chromium,
     local_cluster,
     rss_peak_bytes,
@@ -577,7 +578,6 @@ def dashboard_cpu(p: Params, repeat: int) -> list[Metric]:
     would count as the dashboard's cost), the cluster and this process run on
     the first CPU and the browser on the others, when there are several.
     """
-    import os
 
     from distributed import wait
 
@@ -611,13 +611,7 @@ def dashboard_cpu(p: Params, repeat: int) -> list[Metric]:
         base = sorted(base_cpu)[len(base_cpu) // 2]
         return [100 * (c - base) / w for c, w in zip(cpu, wall, strict=True)]
 
-    own_cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
-    browser_cpus: set[int] | None = None
-    if len(own_cpus) >= 2:
-        cluster_cpu = min(own_cpus)
-        browser_cpus = own_cpus - {cluster_cpu}
-        os.sched_setaffinity(0, {cluster_cpu})  # the cluster's processes inherit it
-    try:
+    with cluster_on_first_cpu() as browser_cpus:
         with CliCluster(dashboard=False) as cluster:
             cpu_off, wall_off = runs(cluster)
         with CliCluster(dashboard=True) as cluster:
@@ -631,9 +625,6 @@ def dashboard_cpu(p: Params, repeat: int) -> list[Metric]:
                 idle_with = idle_pct(cluster)
             finally:
                 browser.close()
-    finally:
-        if browser_cpus is not None:
-            os.sched_setaffinity(0, own_cpus)
     placement = "cluster on one CPU, browser on the others" if browser_cpus else "cluster and browser share the CPUs"
 
     return [

@@ -1,17 +1,22 @@
-"""A bokeh server application inside the scheduler's own tornado application.
+"""A bokeh server application inside a server's own tornado application: the scheduler's, or a worker's.
 
 Bokeh's server (``BokehTornado``) is a tornado application; it is put behind
-the scheduler's routes as their fallback, so the pages (``/status``,
+the server's routes as their fallback, so the pages (``/status``,
 ``/workers``, ..., each a bokeh document per browser session), their websockets and
 BokehJS's static files (``/static/...``, from the installed bokeh package: no
 CDN) are served by the same server, on the same port and loop, as ``/health``
 and the JSON routes. Documents update themselves with periodic callbacks on
 that loop, at ``distributed.dashboard.update-interval``; these read the
-scheduler's state directly, between the scheduler's own callbacks.
+node's state directly, between the node's own callbacks.
+
+:class:`BokehDashboard` is generic over the node its pages are given: the
+scheduler (:mod:`distributed.dashboard.scheduler`), or a worker's dashboard,
+which holds the worker and what its pages share
+(:mod:`distributed.dashboard.worker`).  It imports nothing of either.
 
 Configuration: ``distributed.scheduler.dashboard.bokeh-application`` holds
-keywords for ``BokehTornado`` (as in dask.distributed), among them
-``allow_websocket_origin`` (hosts whose pages may open the websocket;
+keywords for ``BokehTornado`` (as in dask.distributed, for workers too), among
+them ``allow_websocket_origin`` (hosts whose pages may open the websocket;
 ``["*"]`` by default).
 """
 
@@ -21,7 +26,7 @@ import functools
 import logging
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 
 import dask.config
 import tornado.routing
@@ -33,18 +38,25 @@ if TYPE_CHECKING:
     from bokeh.document import Document
     from bokeh.server.session import ServerSession
     from bokeh.server.tornado import BokehTornado
+    from typing_extensions import TypeVar as TypeVarWithDefault
 
+    from distributed.http.server import HTTPServerHandle
     from distributed.scheduler import Scheduler
 
-__all__ = ["TICKS_KEPT", "BokehDashboard", "Page", "bokeh_available", "update_interval_ms"]
+    #: What a dashboard's pages are given: the scheduler unless said otherwise.
+    NodeT = TypeVarWithDefault("NodeT", default="Scheduler")
+else:
+    NodeT = TypeVar("NodeT")
+
+__all__ = ["TICKS_KEPT", "BokehDashboard", "NodeT", "Page", "bokeh_available", "serve_dashboard", "update_interval_ms"]
 
 logger = logging.getLogger(__name__)
 
 #: Durations of periodic updates kept per page path (:meth:`BokehDashboard.tick_durations`).
 TICKS_KEPT = 10_000
 
-#: A page: fills a new bokeh document (one per browser session) for the scheduler.
-Page = Callable[["Scheduler", "Document"], None]
+#: A page: fills a new bokeh document (one per browser session) with what it shows of the node.
+Page: TypeAlias = Callable[[NodeT, "Document"], None]
 
 #: ``BokehTornado`` keywords that ``bokeh-application`` may set besides ``allow_websocket_origin``.
 _BOKEH_KEYWORDS = frozenset(
@@ -68,7 +80,7 @@ def bokeh_available() -> bool:
 
 
 def update_interval_ms() -> int:
-    """How often, in milliseconds, an open page re-reads the scheduler (``distributed.dashboard.update-interval``)."""
+    """How often, in milliseconds, an open page re-reads its node (``distributed.dashboard.update-interval``)."""
     seconds = parse_timedelta(dask.config.get("distributed.dashboard.update-interval"), default="ms")
     if seconds is None or seconds <= 0:
         raise ValueError("distributed.dashboard.update-interval must be a positive duration")
@@ -84,7 +96,7 @@ def _bokeh_options() -> dict[str, Any]:
 
 
 def _log_errors_only(handler: tornado.web.RequestHandler) -> None:
-    # A log line for every static file or 404 would drown the scheduler's log.
+    # A log line for every static file or 404 would drown the server's log.
     if handler.get_status() >= 500:
         logger.error("%d %s %s", handler.get_status(), handler.request.method, handler.request.uri)
 
@@ -107,33 +119,35 @@ def _make_bokeh_tornado(applications: Mapping[str, Any], **kwargs: Any) -> Bokeh
     return _Tornado(applications, **kwargs)
 
 
-def _run_page(page: Page, scheduler: Scheduler, doc: Document) -> None:
-    page(scheduler, doc)
+def _run_page(page: Page[NodeT], node: NodeT, doc: Document) -> None:
+    page(node, doc)
 
 
-class BokehDashboard:
-    """The dashboard's bokeh pages, served behind an existing tornado application.
+class BokehDashboard(Generic[NodeT]):
+    """A dashboard's bokeh pages, served behind an existing tornado application.
 
     Parameters
     ----------
-    scheduler
-        The scheduler whose state the pages show.
+    node
+        What each page is given, with the new document to fill: the
+        scheduler, or what a worker's pages read (the worker, and the state
+        its pages share).
     pages
         URL path (``"/status"``) to the function that fills a new document.
     """
 
-    def __init__(self, scheduler: Scheduler, pages: Mapping[str, Page]) -> None:
+    def __init__(self, node: NodeT, pages: Mapping[str, Page[NodeT]]) -> None:
         from bokeh.application import Application
         from bokeh.application.handlers.function import FunctionHandler
 
-        self.scheduler = scheduler
+        self.node = node
         self.paths = list(pages)
-        update_interval_ms()  # a bad interval fails here, not in every page a browser opens
+        #: How often open pages update (a bad interval fails here, not in every page a browser opens).
+        self.interval_ms = update_interval_ms()
         options = _bokeh_options()
         origins = [str(o) for o in options.pop("allow_websocket_origin", ["*"]) or []]
         applications = {
-            path: Application(FunctionHandler(functools.partial(_run_page, page, scheduler)))
-            for path, page in pages.items()
+            path: Application(FunctionHandler(functools.partial(_run_page, page, node))) for path, page in pages.items()
         }
         self.bokeh: BokehTornado = _make_bokeh_tornado(
             applications,
@@ -160,8 +174,8 @@ class BokehDashboard:
     def tick_durations(self, path: str | None = None, *, cpu: bool = False) -> list[float]:
         """How long the periodic updates of ``path``'s pages took, in seconds, oldest first (of all pages: None).
 
-        Each update runs on the scheduler's loop: this is what a page costs
-        the scheduler, tick by tick. By default, wall-clock time (what the
+        Each update runs on the node's loop: this is what a page costs the
+        node, tick by tick. By default, wall-clock time (what the
         loop waited, including time the process was not running); with
         ``cpu``, the CPU time the loop's thread spent.
         """
@@ -194,7 +208,7 @@ class BokehDashboard:
 
         Sessions are not destroyed here: a browser still connected would make
         bokeh touch a destroyed session when its websocket closes. Without
-        their periodic callbacks they no longer read the scheduler.
+        their periodic callbacks they no longer read the node.
         """
         if not self._started:
             return
@@ -210,3 +224,27 @@ class BokehDashboard:
         for socket in list(getattr(self.bokeh, "websockets", ())):
             socket.close()
         self.bokeh.stop()
+
+
+#: A dashboard of some node (what :func:`serve_dashboard` starts).
+DashboardT = TypeVar("DashboardT", bound=BokehDashboard[Any])
+
+
+async def serve_dashboard(
+    handle: HTTPServerHandle, start: Callable[[tornado.web.Application], DashboardT]
+) -> DashboardT | None:
+    """Start a dashboard behind the routes of the running ``handle`` with ``start``; it closes as the server stops.
+
+    Returns what ``start`` made, or None when ``handle`` has no tornado
+    application to serve it behind.  If ``start`` raises, the server is
+    closed and the error goes on.
+    """
+    if handle.application is None:
+        return None
+    try:
+        board = start(handle.application)
+    except BaseException:
+        await handle.close()
+        raise
+    handle.on_stop.append(board.close)
+    return board

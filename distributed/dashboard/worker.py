@@ -35,23 +35,16 @@ page's updates and closes their websockets.
 
 from __future__ import annotations
 
-import functools
 import logging
-import weakref
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import dask.config
-import tornado.routing
 import tornado.web
-from tornado.ioloop import IOLoop
 
-from distributed.dashboard.core import update_interval_ms
+from distributed.dashboard.core import BokehDashboard, Page
 
 if TYPE_CHECKING:
     from bokeh.document import Document
-    from bokeh.server.session import ServerSession
-    from bokeh.server.tornado import BokehTornado
 
     from distributed.dashboard.components.worker import TransitionTally
     from distributed.worker import Worker
@@ -72,31 +65,14 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 #: A page: fills a new bokeh document (one per browser session) for a worker's dashboard.
-WorkerPage = Callable[["WorkerDashboard", "Document"], None]
-
-#: ``distributed.scheduler.dashboard.bokeh-application`` keys passed on to bokeh's server.
-BOKEH_KEYWORDS = frozenset(
-    {
-        "allow_websocket_origin",
-        "keep_alive_milliseconds",
-        "check_unused_sessions_milliseconds",
-        "unused_session_lifetime_milliseconds",
-        "websocket_max_message_size_bytes",
-    }
-)
+WorkerPage = Page["WorkerDashboard"]
 
 
-def bokeh_options() -> dict[str, Any]:
-    """``distributed.scheduler.dashboard.bokeh-application``, checked (``ValueError`` naming unknown keys)."""
-    options = dict(dask.config.get("distributed.scheduler.dashboard.bokeh-application") or {})
-    unknown = set(options) - BOKEH_KEYWORDS
-    if unknown:
-        raise ValueError(f"distributed.scheduler.dashboard.bokeh-application: unsupported keys {sorted(unknown)}")
-    return options
-
-
-class WorkerDashboard:
+class WorkerDashboard(BokehDashboard["WorkerDashboard"]):
     """A worker's bokeh pages, served behind the worker's tornado application.
+
+    Each page is given this dashboard (the worker, and the tally its pages
+    share) with the document to fill.
 
     Parameters
     ----------
@@ -107,46 +83,12 @@ class WorkerDashboard:
     """
 
     def __init__(self, worker: Worker, pages: Mapping[str, WorkerPage] | None = None) -> None:
-        from bokeh.application import Application
-        from bokeh.application.handlers.function import FunctionHandler
-
         from distributed.dashboard.components.worker import TransitionTally
 
         self.worker = worker
-        pages = PAGES if pages is None else pages
-        self.paths = list(pages)
         #: The worker's tasks by state, shared by the open pages (refreshed only while one is open).
         self.tally: TransitionTally = TransitionTally(worker)
-        self.interval_ms = update_interval_ms()  # a bad interval fails here, not in every page opened
-        options = bokeh_options()
-        origins = [str(o) for o in options.pop("allow_websocket_origin", ["*"]) or []]
-        applications = {
-            path: Application(FunctionHandler(functools.partial(page, self))) for path, page in pages.items()
-        }
-        self.bokeh: BokehTornado = _bokeh_tornado(
-            applications,
-            extra_websocket_origins=origins,
-            use_index=False,
-            redirect_root=False,
-            log_function=_log_errors_only,
-            **options,
-        )
-        self._started = False
-
-    def attach(self, app: tornado.web.Application) -> None:
-        """Serve the pages behind ``app`` (paths ``app`` does not route go to bokeh); start bokeh's housekeeping."""
-        self.bokeh.initialize(IOLoop.current())
-        app.wildcard_router.add_rules([(tornado.routing.AnyMatches(), self.bokeh)])
-        self.bokeh.start()
-        self._started = True
-
-    def sessions(self) -> list[ServerSession]:
-        """The bokeh sessions (one per page a browser opened) not yet discarded."""
-        return [session for path in self.paths for session in self.bokeh.get_sessions(path) if not session.destroyed]
-
-    def session_count(self) -> int:
-        """How many pages browsers have open (bokeh sessions not yet discarded)."""
-        return len(self.sessions())
+        super().__init__(self, PAGES if pages is None else pages)
 
     def add_updates(self, doc: Document, updates: Sequence[Callable[[], None]]) -> None:
         """One periodic callback for a page's components; a failing one is logged once, the others go on."""
@@ -162,49 +104,6 @@ class WorkerDashboard:
                         logger.exception("Worker dashboard: a component's update failed")
 
         doc.add_periodic_callback(tick, self.interval_ms)
-
-    def close(self) -> None:
-        """Stop every page's updates and bokeh's housekeeping, and close the pages' websockets. Idempotent.
-
-        Sessions are not destroyed here: a browser still connected would make
-        bokeh touch a destroyed session as its websocket closes.
-        """
-        if not self._started:
-            return
-        from bokeh.server.callbacks import PeriodicCallback
-
-        self._started = False
-        for session in self.sessions():
-            doc = session.document
-            for callback in list(doc.session_callbacks):
-                if isinstance(callback, PeriodicCallback):
-                    doc.remove_periodic_callback(callback)
-        # Upgraded to websockets, these connections left the HTTP server's care: close them here.
-        for socket in list(getattr(self.bokeh, "websockets", ())):
-            socket.close()
-        self.bokeh.stop()
-
-
-def _log_errors_only(handler: tornado.web.RequestHandler) -> None:
-    # A log line per static file or 404 would drown the worker's log.
-    if handler.get_status() >= 500:
-        logger.error("%d %s %s", handler.get_status(), handler.request.method, handler.request.uri)
-
-
-def _bokeh_tornado(applications: Mapping[str, Any], **kwargs: Any) -> BokehTornado:
-    """A ``BokehTornado`` that remembers its open websockets (weakly), so that closing can close them."""
-    from bokeh.server.tornado import BokehTornado
-
-    class Tornado(BokehTornado):
-        def __init__(self, *args: Any, **kw: Any) -> None:
-            super().__init__(*args, **kw)
-            self.websockets: weakref.WeakSet[Any] = weakref.WeakSet()
-
-        def new_connection(self, protocol: Any, socket: Any, application_context: Any, session: Any) -> Any:
-            self.websockets.add(socket)
-            return super().new_connection(protocol, socket, application_context, session)
-
-    return Tornado(applications, **kwargs)
 
 
 #: The worker dashboard's navigation bar: (title, path) of each page.

@@ -117,7 +117,7 @@ async def start_http_server(scheduler: Scheduler, address: str | int | None) -> 
     raises as :func:`~distributed.http.server.serve` does (``ValueError``, or
     ``OSError`` other than a port in use).
     """
-    from distributed.dashboard.core import bokeh_available
+    from distributed.dashboard.core import bokeh_available, serve_dashboard
 
     dashboard = bokeh_available()
     routes = make_routes(scheduler, dashboard=dashboard)
@@ -138,14 +138,10 @@ async def start_http_server(scheduler: Scheduler, address: str | int | None) -> 
             UserWarning,
             stacklevel=2,
         )
-    if dashboard and handle.application is not None:
+    if dashboard:
         from distributed.dashboard.scheduler import start_dashboard
 
-        try:
-            board = start_dashboard(scheduler, handle.application)
-        except BaseException:
-            await handle.close()
-            raise
-        handle.on_stop.append(board.close)
-        scheduler.dashboard_server = board
+        board = await serve_dashboard(handle, lambda app: start_dashboard(scheduler, app))
+        if board is not None:
+            scheduler.dashboard_server = board
     return handle

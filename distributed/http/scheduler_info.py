@@ -439,52 +439,56 @@ def _failure(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
 
 
-class WorkerCallStacks(_SchedulerHandler):
-    """``/info/call-stacks/<address>.html``: where each task running on the worker is in its code."""
+class _CallStacksHandler(_SchedulerHandler):
+    """A page of the call stacks of tasks running on one worker."""
 
-    async def get(self, address: str) -> None:
-        ws = self.worker_state(address)
+    async def write_call_stacks(
+        self, worker: str | None, keys: list[Key] | None, title: str, heading: str, empty: str
+    ) -> None:
+        """Ask ``worker`` for the call stacks of ``keys`` (of every task it runs: None), and write them.
+
+        Without a worker, or without a stack, the page says ``empty``.  A
+        worker that fails to answer makes the page a 502 saying so (not when
+        the scheduler may not unpickle the answer: that is no failure of the worker).
+        """
         error = ""
         found: dict[Key, list[str]] = {}
-        try:
-            found = await call_stacks(self.scheduler, ws.address, None)
-        except Exception as e:
-            error = _failure(e)
-            if not isinstance(e, PermissionError):
-                self.set_status(502)
-        stacks = [(ws.address, [(str(k), lines) for k, lines in found.items()])] if found else []
-        self.write_info(
-            f"Dask: Call stacks on {ws.address}",
-            "call_stacks.html.j2",
-            heading=f"Call stacks of the tasks running on {ws.address}",
-            call_stacks=stacks,
-            error=error,
-            empty="No task is running on this worker now.",
-        )
-
-
-class TaskCallStack(_SchedulerHandler):
-    """``/info/call-stack/<key>.html``: where the task is in its code, while it runs."""
-
-    async def get(self, key: str) -> None:
-        ts = self.task_state(key)
-        error = ""
-        found: dict[Key, list[str]] = {}
-        worker = ts.processing_on.address if ts.processing_on is not None else None
         if worker is not None:
             try:
-                found = await call_stacks(self.scheduler, worker, [ts.key])
+                found = await call_stacks(self.scheduler, worker, keys)
             except Exception as e:
                 error = _failure(e)
                 if not isinstance(e, PermissionError):
                     self.set_status(502)
         stacks = [(worker, [(str(k), lines) for k, lines in found.items()])] if found and worker else []
-        self.write_info(
+        self.write_info(title, "call_stacks.html.j2", heading=heading, call_stacks=stacks, error=error, empty=empty)
+
+
+class WorkerCallStacks(_CallStacksHandler):
+    """``/info/call-stacks/<address>.html``: where each task running on the worker is in its code."""
+
+    async def get(self, address: str) -> None:
+        ws = self.worker_state(address)
+        await self.write_call_stacks(
+            ws.address,
+            None,
+            f"Dask: Call stacks on {ws.address}",
+            heading=f"Call stacks of the tasks running on {ws.address}",
+            empty="No task is running on this worker now.",
+        )
+
+
+class TaskCallStack(_CallStacksHandler):
+    """``/info/call-stack/<key>.html``: where the task is in its code, while it runs."""
+
+    async def get(self, key: str) -> None:
+        ts = self.task_state(key)
+        worker = ts.processing_on.address if ts.processing_on is not None else None
+        await self.write_call_stacks(
+            worker,
+            [ts.key],
             f"Dask: Call stack of {ts.key}",
-            "call_stacks.html.j2",
             heading=f"Call stack of {ts.key}",
-            call_stacks=stacks,
-            error=error,
             empty="The task is not running now: it may have finished, or not started yet.",
         )
 

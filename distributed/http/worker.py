@@ -41,7 +41,7 @@ async def start_worker_http_server(
     the worker's running loop; raises as :func:`~distributed.http.server.serve`
     does (``OSError``, ``ValueError``).
     """
-    from distributed.dashboard.core import bokeh_available
+    from distributed.dashboard.core import bokeh_available, serve_dashboard
 
     pages = dashboard and bokeh_available()
     if dashboard and not pages:
@@ -50,14 +50,8 @@ async def start_worker_http_server(
     if pages:
         routes.append((r"/", tornado.web.RedirectHandler, {"url": "status", "permanent": False}))
     handle = serve(routes, address, default_port=0, ssl_context=http_ssl_context())
-    if not pages or handle.application is None:
+    if not pages:
         return handle, None
     from distributed.dashboard.worker import start_worker_dashboard
 
-    try:
-        board = start_worker_dashboard(worker, handle.application)
-    except BaseException:
-        await handle.close()
-        raise
-    handle.on_stop.append(board.close)
-    return handle, board
+    return handle, await serve_dashboard(handle, lambda app: start_worker_dashboard(worker, app))

@@ -22,12 +22,55 @@ import pytest
 from tornado.httpclient import AsyncHTTPClient
 from tornado.websocket import WebSocketClientConnection, websocket_connect
 
-__all__ = ["CHROMIUM", "HeadlessChromium", "artifact_dir", "require_chromium"]
+__all__ = ["BOKEH_FUNCTIONS_JS", "CHROMIUM", "HeadlessChromium", "artifact_dir", "bokeh_script", "require_chromium"]
 
 #: The browser executable: Debian's ``chromium`` (continuous_integration/install.sh installs it), or None.
 CHROMIUM: str | None = next(
     (p for p in (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")) if p), None
 )
+
+
+#: JavaScript functions for scripts that look into a page's bokeh plots (:func:`bokeh_script` puts them in).
+BOKEH_FUNCTIONS_JS = """
+function bokehDocument() {
+  const B = window.Bokeh;
+  return B && B.documents && B.documents.length > 0 ? B.documents[0] : null;
+}
+function viewOf(model) {
+  return model == null ? null : window.Bokeh.index.find_one(model);
+}
+function colouredPixels(view) {
+  const canvas = view.export("png").canvas;
+  const {width, height} = canvas;
+  const data = canvas.getContext("2d").getImageData(0, 0, width, height).data;
+  let colored = 0;
+  for (let i = 0; i < data.length; i += 4) {
+    const r = data[i], g = data[i + 1], b = data[i + 2];
+    if (data[i + 3] > 0 && Math.max(r, g, b) - Math.min(r, g, b) > 60) colored++;
+  }
+  return {colored, width, height};
+}
+"""
+
+
+def bokeh_script(body: str) -> str:
+    """A JavaScript expression whose value is what ``body`` returns, run on the page's bokeh document.
+
+    The value is null until the document has arrived over its websocket.
+    ``body`` is statements that end with a ``return``; they see ``doc`` (the
+    document), ``viewOf(model)`` (the view drawing ``model``; null for no
+    model, or no view yet) and ``colouredPixels(view)``: ``{colored, width,
+    height}`` of the view drawn on a canvas, ``colored`` counting its pixels
+    that are not transparent and whose channels differ by more than 60 (bars,
+    lines, boxes and task rectangles are coloured; axes, text and background,
+    grey, black or white, are not).
+    """
+    return (
+        BOKEH_FUNCTIONS_JS
+        + "(() => {\n  const doc = bokehDocument();\n  if (doc == null) return null;\n"
+        + body
+        + "})()"
+    )
 
 
 def artifact_dir(name: str) -> Path:

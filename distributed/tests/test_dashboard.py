@@ -18,6 +18,7 @@ from bokeh.document.events import (
     ModelChangedEvent,
 )
 from bokeh.models import ColumnDataSource
+from bokeh.server.session import ServerSession
 from dask.delayed import delayed
 from tornado.httpclient import AsyncHTTPClient, HTTPResponse
 
@@ -33,6 +34,7 @@ from distributed.dashboard.components.scheduler import (
     prefix_progress,
     worker_memory,
 )
+from distributed.dashboard.core import BokehDashboard
 from distributed.dashboard.scheduler import PAGES, graph_doc, status_doc, workers_doc
 from distributed.diagnostics.task_stream import TaskStreamPlugin, ensure_task_stream
 from distributed.utils_test import async_poll_for, gen_cluster, inc, run_async
@@ -42,6 +44,14 @@ DASHBOARD: dict[str, Any] = {"dashboard": True, "dashboard_address": "127.0.0.1:
 
 async def fetch(port: int, path: str, **kwargs: Any) -> HTTPResponse:
     return await AsyncHTTPClient().fetch(f"http://127.0.0.1:{port}{path}", request_timeout=10, **kwargs)
+
+
+async def open_page(board: BokehDashboard[Any], port: int, path: str) -> ServerSession:
+    """Load the page at ``path`` as a browser that then leaves would: the bokeh session it opened, updating."""
+    await fetch(port, path)
+    (session,) = board.sessions()
+    assert session.document.session_callbacks
+    return session
 
 
 def content_type(r: HTTPResponse) -> str:
@@ -364,11 +374,8 @@ def test_sessions_stop_updating_when_the_scheduler_closes() -> None:
         try:
             assert s.dashboard_server is not None
             assert s.dashboard_server.session_count() == 0
-            await fetch(s.http_server.port, "/status")
+            session = await open_page(s.dashboard_server, s.http_server.port, "/status")
             assert s.dashboard_server.session_count() == 1
-            board = s.dashboard_server
-            (session,) = board.sessions()
-            assert session.document.session_callbacks
         finally:
             await s.close()
         # The page no longer reads the (closed) scheduler.

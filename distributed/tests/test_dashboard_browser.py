@@ -18,38 +18,26 @@ from typing import Any
 import pytest
 
 from distributed import Client, LocalCluster
-from distributed.tests.chromium import HeadlessChromium, require_chromium
+from distributed.tests.chromium import HeadlessChromium, bokeh_script, require_chromium
 from distributed.utils_test import slowinc
 
 #: The plots /status must draw, by bokeh model name.
 DRAWN = ("task_stream", "task_progress", "processing", "worker_memory")
 
 #: For each named plot: whether its view exists, its size and how many of its pixels are coloured.
-MEASURE_JS = """
-(() => {
-  const B = window.Bokeh;
-  if (!B || !B.documents || B.documents.length === 0) return {ready: false};
-  const doc = B.documents[0];
+MEASURE_JS = bokeh_script("""
   const out = {ready: true, plots: {}};
   for (const name of %s) {
     const model = doc.get_model_by_name(name);
     if (model == null) { out.plots[name] = {found: false}; continue; }
-    const view = B.index.find_one(model);
+    const view = viewOf(model);
     if (view == null) { out.plots[name] = {found: true, view: false}; continue; }
-    const canvas = view.export("png").canvas;
-    const {width, height} = canvas;
-    const data = canvas.getContext("2d").getImageData(0, 0, width, height).data;
-    let colored = 0;
-    for (let i = 0; i < data.length; i += 4) {
-      const r = data[i], g = data[i + 1], b = data[i + 2];
-      if (data[i + 3] > 0 && Math.max(r, g, b) - Math.min(r, g, b) > 60) colored++;
-    }
+    const {colored, width, height} = colouredPixels(view);
     const rows = model.renderers.map((r) => (r.data_source ? r.data_source.get_length() || 0 : 0));
     out.plots[name] = {found: true, view: true, width, height, colored, rows: Math.max(0, ...rows)};
   }
   return out;
-})()
-"""
+""")
 
 
 async def measure_until_drawn(url: str, tmp_path: Path, timeout: float = 60) -> dict[str, Any]:
@@ -87,33 +75,19 @@ def test_status_page_draws_the_task_stream_and_progress(tmp_path: Path) -> None:
         assert (tmp_path / "status.png").stat().st_size > 10_000
 
 
-GRAPH_AND_TABLE_JS = """
-(() => {
-  const B = window.Bokeh;
-  if (!B || !B.documents || B.documents.length === 0) return null;
-  const doc = B.documents[0];
+GRAPH_AND_TABLE_JS = bokeh_script("""
   const graph = doc.get_model_by_name("task_graph");
   const table = doc.get_model_by_name("workers_table");
+  const graphView = viewOf(graph);
   const out = {};
-  if (graph != null) {
-    const view = B.index.find_one(graph);
-    if (view != null) {
-      const canvas = view.export("png").canvas;
-      const data = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
-      let colored = 0;
-      for (let i = 0; i < data.length; i += 4) {
-        const r = data[i], g = data[i + 1], b = data[i + 2];
-        if (data[i + 3] > 0 && Math.max(r, g, b) - Math.min(r, g, b) > 60) colored++;
-      }
-      out.graph = {colored, nodes: graph.renderers[1].data_source.get_length()};
-    }
+  if (graphView != null) {
+    out.graph = {colored: colouredPixels(graphView).colored, nodes: graph.renderers[1].data_source.get_length()};
   }
-  if (table != null && B.index.find_one(table) != null) {
+  if (viewOf(table) != null) {
     out.table = {rows: table.source.get_length(), addresses: table.source.data.address};
   }
   return out;
-})()
-"""
+""")
 
 
 async def poll_page(

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from distributed import Client, LocalCluster
-from distributed.tests.chromium import HeadlessChromium, artifact_dir, require_chromium
+from distributed.tests.chromium import HeadlessChromium, artifact_dir, bokeh_script, require_chromium
 
 #: Per page: the bokeh models (by name) that must draw coloured pixels, and the tables that must list the workers.
 NAV_EXPECTED: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -60,33 +60,20 @@ INDIVIDUAL_EXPECTED: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 MIN_COLORED = {"task_graph": 100}
 
 #: For named plots: whether drawn and how many coloured pixels; for named tables: their rows.
-MEASURE_JS = """
-(() => {
-  const B = window.Bokeh;
-  if (!B || !B.documents || B.documents.length === 0) return {ready: false};
-  const doc = B.documents[0];
+MEASURE_JS = bokeh_script("""
   const out = {ready: true, plots: {}, tables: {}};
   for (const name of %s) {
     const model = doc.get_model_by_name(name);
-    const view = model == null ? null : B.index.find_one(model);
+    const view = viewOf(model);
     if (view == null) { out.plots[name] = {found: model != null, colored: 0}; continue; }
-    const canvas = view.export("png").canvas;
-    const data = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
-    let colored = 0;
-    for (let i = 0; i < data.length; i += 4) {
-      const r = data[i], g = data[i + 1], b = data[i + 2];
-      if (data[i + 3] > 0 && Math.max(r, g, b) - Math.min(r, g, b) > 60) colored++;
-    }
-    out.plots[name] = {found: true, colored, width: canvas.width, height: canvas.height};
+    out.plots[name] = {found: true, ...colouredPixels(view)};
   }
   for (const name of %s) {
     const model = doc.get_model_by_name(name);
-    const view = model == null ? null : B.index.find_one(model);
-    out.tables[name] = view == null ? {rows: 0} : {rows: model.source.get_length(), name: model.source.data.name};
+    out.tables[name] = viewOf(model) == null ? {rows: 0} : {rows: model.source.get_length(), name: model.source.data.name};
   }
   return out;
-})()
-"""
+""")
 
 #: Links of the navigation bar and of its "More" menu, as the page has them.
 NAV_JS = """

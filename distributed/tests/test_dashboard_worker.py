@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 from bokeh.document import Document
 from bokeh.models import ColumnDataSource
-from tornado.httpclient import AsyncHTTPClient, HTTPResponse
 
 from distributed import Client, Event, Scheduler, Worker, wait
 from distributed.dashboard.components.worker import (
@@ -26,13 +25,9 @@ from distributed.dashboard.components.worker import (
     duration_histogram,
 )
 from distributed.dashboard.worker import PAGES, WorkerDashboard, status_doc
+from distributed.tests.test_dashboard import DASHBOARD as WORKER_DASHBOARD
+from distributed.tests.test_dashboard import fetch, open_page
 from distributed.utils_test import async_poll_for, gen_cluster, inc, run_async, slowinc
-
-WORKER_DASHBOARD: dict[str, Any] = {"dashboard": True, "dashboard_address": "127.0.0.1:0"}
-
-
-async def fetch(port: int, path: str, **kwargs: Any) -> HTTPResponse:
-    return await AsyncHTTPClient().fetch(f"http://127.0.0.1:{port}{path}", request_timeout=10, **kwargs)
 
 
 def board_of(w: Worker) -> WorkerDashboard:
@@ -328,9 +323,7 @@ def test_sessions_of_pages_closed_are_dropped_and_closing_stops_updates() -> Non
                 # Bokeh lets go of the document a moment after discarding its session.
                 await async_poll_for(lambda: gc.collect() >= 0 and doc() is None, timeout=10, period=0.2)
                 # A page still open when the worker closes stops reading the worker.
-                await fetch(w.http_server.port, "/counters")
-                (session,) = board.sessions()
-                assert session.document.session_callbacks
+                session = await open_page(board, w.http_server.port, "/counters")
             finally:
                 await w.close()
             assert not session.document.session_callbacks

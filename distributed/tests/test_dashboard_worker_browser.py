@@ -24,7 +24,7 @@ import dask
 import pytest
 
 from distributed import Client, LocalCluster
-from distributed.tests.chromium import HeadlessChromium, artifact_dir, require_chromium
+from distributed.tests.chromium import HeadlessChromium, artifact_dir, bokeh_script, require_chromium
 from distributed.utils_test import slowadd, slowinc
 
 #: The plots each worker page must draw, by bokeh model name.
@@ -37,28 +37,14 @@ WORKER_PLOTS: dict[str, tuple[str, ...]] = {
 }
 
 #: Coloured pixels of each named plot: its canvas as drawn now, counted in the page.
-COLOURED_JS = """
-((names) => {
-  const B = window.Bokeh;
-  if (!B || !B.documents || B.documents.length === 0) return null;
-  const doc = B.documents[0];
+COLOURED_JS = bokeh_script("""
   const out = {};
-  for (const name of names) {
-    const model = doc.get_model_by_name(name);
-    const view = model == null ? null : B.index.find_one(model);
-    if (view == null) { out[name] = -1; continue; }
-    const canvas = view.export("png").canvas;
-    const pixels = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
-    let coloured = 0;
-    for (let i = 0; i < pixels.length; i += 4) {
-      const r = pixels[i], g = pixels[i + 1], b = pixels[i + 2];
-      if (pixels[i + 3] > 0 && Math.max(r, g, b) - Math.min(r, g, b) > 60) coloured++;
-    }
-    out[name] = coloured;
+  for (const name of %s) {
+    const view = viewOf(doc.get_model_by_name(name));
+    out[name] = view == null ? -1 : colouredPixels(view).colored;
   }
   return out;
-})(%s)
-"""
+""")
 
 #: The visible text of a loaded plain page, and its links.
 TEXT_JS = """

@@ -21,6 +21,8 @@ from distributed.http.scheduler_info import find_task
 from distributed.protocol import messages as m
 from distributed.utils_test import async_poll_for, gen_cluster, inc
 
+pytestmark = pytest.mark.timeout(60)
+
 DASHBOARD: dict[str, Any] = {"dashboard": True, "dashboard_address": "127.0.0.1:0"}
 
 
@@ -48,7 +50,6 @@ def wait_here(ev: Event) -> int:
     return 1
 
 
-@pytest.mark.timeout(60)
 @gen_cluster(client=True, scheduler_kwargs=DASHBOARD, worker_kwargs={"dashboard": True})
 async def test_pages_show_sizes_as_people_read_them(
     c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
@@ -71,7 +72,6 @@ async def test_pages_show_sizes_as_people_read_them(
     assert format_bytes(a.memory_limit) in worker_page
 
 
-@pytest.mark.timeout(60)
 @gen_cluster(client=True, scheduler_kwargs=DASHBOARD, worker_kwargs={"dashboard": True})
 async def test_workers_page_links_each_workers_pages(
     c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
@@ -91,7 +91,6 @@ async def test_workers_page_links_each_workers_pages(
     await page(s, f"/info/worker/{q('tcp://127.0.0.1:1')}.html", code=404)
 
 
-@pytest.mark.timeout(60)
 @gen_cluster(client=True, scheduler_kwargs=DASHBOARD)
 async def test_task_pages_find_keys_of_every_kind(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
     keys: list[Any] = [("x", 1), "a/b %41 c", 7, ("nested", ("y", 2.5))]
@@ -110,7 +109,6 @@ async def test_task_pages_find_keys_of_every_kind(c: Client[Literal[True]], s: S
         await page(s, f"/info/task/{q(missing)}.html", code=404)
 
 
-@pytest.mark.timeout(60)
 @gen_cluster(client=True, scheduler_kwargs=DASHBOARD)
 async def test_erred_task_shows_its_exception_and_traceback(
     c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
@@ -127,7 +125,6 @@ async def test_erred_task_shows_its_exception_and_traceback(
         assert "Traceback" in markup and "in fails" in markup
 
 
-@pytest.mark.timeout(60)
 @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)], scheduler_kwargs=DASHBOARD)
 async def test_call_stacks_of_a_worker_and_of_a_task(c: Client[Literal[True]], s: Scheduler, a: Worker) -> None:
     ev = Event()
@@ -148,7 +145,6 @@ async def test_call_stacks_of_a_worker_and_of_a_task(c: Client[Literal[True]], s
     await page(s, f"/info/call-stacks/{q('tcp://127.0.0.1:1')}.html", code=404)
 
 
-@pytest.mark.timeout(60)
 @gen_cluster(
     client=True,
     nthreads=[("127.0.0.1", 1)],
@@ -167,7 +163,6 @@ async def test_call_stacks_are_not_unpickled_when_the_scheduler_may_not(
     await wait(running)
 
 
-@pytest.mark.timeout(60)
 @gen_cluster(client=True, scheduler_kwargs=DASHBOARD)
 async def test_logs_of_a_worker_and_of_the_scheduler(
     c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
@@ -184,7 +179,6 @@ async def test_logs_of_a_worker_and_of_the_scheduler(
     await page(s, f"/info/logs/{q('tcp://127.0.0.1:1')}.html", code=404)
 
 
-@pytest.mark.timeout(60)
 @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)], scheduler_kwargs=DASHBOARD)
 async def test_long_lists_are_capped(
     c: Client[Literal[True]], s: Scheduler, a: Worker, monkeypatch: pytest.MonkeyPatch
@@ -199,7 +193,6 @@ async def test_long_lists_are_capped(
     assert "Dependencies (10)" in task and "and 7 more, not listed" in task
 
 
-@pytest.mark.timeout(60)
 @gen_cluster(client=True, scheduler_kwargs=DASHBOARD)
 async def test_a_worker_that_does_not_answer_is_reported(
     c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker, monkeypatch: pytest.MonkeyPatch

@@ -11,33 +11,10 @@ data in.
 
 from __future__ import annotations
 
+from distributed.widgets import views
 from distributed.widgets.cluster_widget import ClusterWidget
 from distributed.widgets.rendering import get_environment, get_template, render, template_names
-from distributed.widgets.views import (
-    Field,
-    SchedulerInfo,
-    client_html,
-    cluster_html,
-    dashboard_link_of,
-    future_html,
-    scaling_html,
-    scheduler_info_html,
-    security_html,
-)
+from distributed.widgets.views import *  # noqa: F403  (every view, as views.__all__ lists them)
 
-__all__ = [
-    "ClusterWidget",
-    "Field",
-    "SchedulerInfo",
-    "client_html",
-    "cluster_html",
-    "dashboard_link_of",
-    "future_html",
-    "get_environment",
-    "get_template",
-    "render",
-    "scaling_html",
-    "scheduler_info_html",
-    "security_html",
-    "template_names",
-]
+__all__ = ["ClusterWidget", "get_environment", "get_template", "render", "template_names"]
+__all__ += views.__all__

@@ -26,7 +26,7 @@ from bokeh.plotting import figure
 from bokeh.transform import dodge
 
 from distributed.dashboard.components.scheduler import ProcessingByWorker
-from distributed.dashboard.components.shared import STATE_COLORS, Data, set_if_changed, worker_label
+from distributed.dashboard.components.shared import STATE_COLORS, Data, bytes_bar_axes, set_if_changed, worker_label
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
@@ -93,17 +93,14 @@ class ClusterMemory:
             right = "x_" + kind
             fig.hbar(y="row", left=left, right=right, height=0.8, color=MEMORY_COLORS[kind], source=self.source)
             left = right
-        fig.xaxis.formatter = NumeralTickFormatter(format="0.0 b")
-        fig.yaxis.visible = False
-        fig.add_tools(
-            HoverTool(
-                tooltips=[
-                    ("managed", "@managed{0.00 b}"),
-                    ("unmanaged", "@unmanaged{0.00 b}"),
-                    ("spilled", "@spilled{0.00 b}"),
-                    ("limit", "@limit{0.00 b}"),
-                ]
-            )
+        bytes_bar_axes(
+            fig,
+            [
+                ("managed", "@managed{0.00 b}"),
+                ("unmanaged", "@unmanaged{0.00 b}"),
+                ("spilled", "@spilled{0.00 b}"),
+                ("limit", "@limit{0.00 b}"),
+            ],
         )
         self.figure = fig
         self.root: Model = fig

@@ -9,11 +9,13 @@ only the changed cells when the rows are the same.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from bokeh.models import ColumnDataSource
+from bokeh.models import ColumnDataSource, DataRange1d, FactorRange, HoverTool, NumeralTickFormatter, Range1d
+from bokeh.plotting import figure
 
-__all__ = ["STATE_COLORS", "Data", "set_if_changed", "worker_label"]
+__all__ = ["STATE_COLORS", "Data", "bar_figure", "bytes_bar_axes", "set_if_changed", "worker_label"]
 
 #: Colours of task states, shared by the progress bars, the totals and the graphs.
 STATE_COLORS: dict[str, str] = {
@@ -60,3 +62,35 @@ def set_if_changed(source: ColumnDataSource, data: Data, index: str | None = Non
 def worker_label(address: str, name: Any) -> str:
     """How a worker is named on an axis: its name, or its address when it has none of its own."""
     return str(name) if name is not None and str(name) != address else address
+
+
+def bar_figure(
+    title: Any,
+    name: str,
+    y_range: FactorRange,
+    height: int,
+    x_range: Range1d | DataRange1d | None = None,
+    **kwargs: Any,
+) -> figure:
+    """A figure for horizontal bars, one per factor of ``y_range``: no toolbar, no tools, x from 0 unless ``x_range``.
+
+    ``title`` is a string or a bokeh ``Title``; ``kwargs`` go to ``figure``
+    (``sizing_mode``, ``width``).
+    """
+    return figure(
+        title=title,
+        name=name,
+        y_range=y_range,
+        x_range=DataRange1d(start=0) if x_range is None else x_range,
+        height=height,
+        toolbar_location=None,
+        tools="",
+        **kwargs,
+    )
+
+
+def bytes_bar_axes(fig: figure, tooltips: Sequence[tuple[str, str]]) -> None:
+    """Finish a bar of bytes along x (a memory bar): bytes on the x axis, no y axis, and ``tooltips`` on hover."""
+    fig.xaxis.formatter = NumeralTickFormatter(format="0.0 b")
+    fig.yaxis.visible = False
+    fig.add_tools(HoverTool(tooltips=list(tooltips)))

@@ -24,15 +24,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
 from bokeh.layouts import column, row
-from bokeh.models import (
-    ColumnDataSource,
-    DataRange1d,
-    FactorRange,
-    HoverTool,
-    Model,
-    NumeralTickFormatter,
-    Range1d,
-)
+from bokeh.models import ColumnDataSource, DataRange1d, FactorRange, HoverTool, Model, NumeralTickFormatter, Range1d
 from bokeh.models.annotations import Span, Title
 from bokeh.models.widgets import Button, Select
 from bokeh.models.widgets.markups import Div
@@ -41,6 +33,7 @@ from dask.utils import format_bytes, format_time
 
 from distributed.core import Status
 from distributed.dashboard.components.profile import ProfileFigure
+from distributed.dashboard.components.shared import Data, bar_figure, bytes_bar_axes, set_if_changed
 from distributed.spill import SpillBuffer
 
 if TYPE_CHECKING:
@@ -68,8 +61,6 @@ __all__ = [
 #: ``sizing_mode`` values bokeh accepts.
 SizingMode = Literal["fixed", "stretch_width", "stretch_height", "stretch_both", "scale_width", "scale_height"]
 
-Data = dict[str, list[Any]]
-
 #: Tasks the status page counts, in the order shown, with their colours.
 STATE_ROWS: tuple[tuple[str, str, str], ...] = (
     ("executing", "executing", "#2ca02c"),
@@ -94,21 +85,23 @@ def _now_ms() -> float:
     return time.time() * 1000
 
 
-def _changed(source: ColumnDataSource, data: Data) -> bool:
-    """Set ``source`` to ``data`` when it differs (same rows: only the changed cells are sent); True if it did."""
-    old = source.data
-    if set(old) == set(data) and all(len(old[k]) == len(v) for k, v in data.items()):
-        patches: dict[str, list[tuple[int, Any]]] = {}
-        for k, values in data.items():
-            cells = [(i, v) for i, (o, v) in enumerate(zip(old[k], values, strict=True)) if o != v]
-            if cells:
-                patches[k] = cells
-        if not patches:
-            return False
-        source.patch(patches)
-        return True
-    source.data = data
-    return True
+def _following(seconds: float) -> DataRange1d:
+    """A time axis' range that shows the last ``seconds`` and moves on as points are added."""
+    return DataRange1d(follow="end", follow_interval=seconds * 1000, range_padding=0)
+
+
+def _history_figure(title: str, name: str, height: int, x_range: DataRange1d | None, sizing_mode: SizingMode) -> figure:
+    """A figure of values over time, from 0 up; the last two minutes unless ``x_range`` (shared with another)."""
+    return figure(
+        title=title,
+        name=name,
+        x_axis_type="datetime",
+        x_range=_following(120) if x_range is None else x_range,
+        y_range=DataRange1d(start=0),
+        height=height,
+        tools="xpan,xwheel_zoom,reset",
+        sizing_mode=sizing_mode,
+    )
 
 
 class TransitionTally:
@@ -216,15 +209,8 @@ class TaskStateBars:
         self.tally = tally
         labels = [label for _, label, _ in STATE_ROWS]
         self.source = ColumnDataSource(self._data())
-        fig = figure(
-            title="Tasks on this worker",
-            name="worker_tasks",
-            y_range=FactorRange(factors=labels[::-1]),
-            x_range=DataRange1d(start=0),
-            height=260,
-            toolbar_location=None,
-            tools="",
-            sizing_mode=sizing_mode,
+        fig = bar_figure(
+            "Tasks on this worker", "worker_tasks", FactorRange(factors=labels[::-1]), 260, sizing_mode=sizing_mode
         )
         fig.hbar(y="label", left=0, right="count", height=0.8, color="color", source=self.source)
         fig.text(
@@ -254,7 +240,7 @@ class TaskStateBars:
 
     def update(self) -> None:
         """Re-read the counts (sent only when one changed)."""
-        _changed(self.source, self._data())
+        set_if_changed(self.source, self._data(), index="label")
 
 
 def memory_parts(worker: Worker) -> dict[str, float]:
@@ -292,15 +278,8 @@ class MemoryBar:
         self.shown_end = self._extent()
         self.x_range = Range1d(start=0, end=self.shown_end)
         self.title = Title(text=self._title())
-        fig = figure(
-            title=self.title,
-            name="worker_memory",
-            y_range=FactorRange(factors=["memory"]),
-            x_range=self.x_range,
-            height=130,
-            toolbar_location=None,
-            tools="",
-            sizing_mode=sizing_mode,
+        fig = bar_figure(
+            self.title, "worker_memory", FactorRange(factors=["memory"]), 130, self.x_range, sizing_mode=sizing_mode
         )
         fig.hbar(y="row", left=0, right="x_managed", height=0.7, color="color", source=self.source)
         fig.hbar(y="row", left="x_managed", right="x_unmanaged", height=0.7, color="#9ecae1", source=self.source)
@@ -308,17 +287,14 @@ class MemoryBar:
         self.figure = fig
         self.limit = Span(location=self._limit(), dimension="height", line_color="#d62728", line_dash="dashed")
         fig.add_layout(self.limit)
-        fig.xaxis.formatter = NumeralTickFormatter(format="0.0 b")
-        fig.yaxis.visible = False
-        fig.add_tools(
-            HoverTool(
-                tooltips=[
-                    ("managed", "@managed_text"),
-                    ("unmanaged", "@unmanaged_text"),
-                    ("spilled to disk", "@spilled_text"),
-                    ("limit", "@limit_text"),
-                ]
-            )
+        bytes_bar_axes(
+            fig,
+            [
+                ("managed", "@managed_text"),
+                ("unmanaged", "@unmanaged_text"),
+                ("spilled to disk", "@spilled_text"),
+                ("limit", "@limit_text"),
+            ],
         )
         self.root: Model = fig
 
@@ -359,7 +335,7 @@ class MemoryBar:
 
     def update(self) -> None:
         """Re-read the worker's memory."""
-        if _changed(self.source, self._data()):
+        if set_if_changed(self.source, self._data(), index="row"):
             end = self._extent()
             if not math.isclose(self.shown_end, end, rel_tol=0.02):
                 self.x_range.end = self.shown_end = end
@@ -379,17 +355,8 @@ class ExecutingHistory:
         self.n = n
         self.source = ColumnDataSource({"time": [], "executing": [], "ready": []})
         #: The time axis' range (other time series of the page share it, to scroll together).
-        self.x_range = DataRange1d(follow="end", follow_interval=120_000, range_padding=0)
-        fig = figure(
-            title="Executing and ready over time",
-            name="executing_history",
-            x_axis_type="datetime",
-            x_range=self.x_range,
-            y_range=DataRange1d(start=0),
-            height=180,
-            tools="xpan,xwheel_zoom,reset",
-            sizing_mode=sizing_mode,
-        )
+        self.x_range = _following(120)
+        fig = _history_figure("Executing and ready over time", "executing_history", 180, self.x_range, sizing_mode)
         fig.line(x="time", y="executing", color="#2ca02c", line_width=2, legend_label="executing", source=self.source)
         fig.line(x="time", y="ready", color="#ff7f0e", line_width=2, legend_label="ready", source=self.source)
         fig.legend.location = "top_left"
@@ -473,16 +440,7 @@ class TransferHistory:
         self.n = n
         self.last = (time.monotonic(), worker.transfer_incoming_bytes_total, worker.transfer_outgoing_bytes_total)
         self.source = ColumnDataSource({"time": [], "incoming": [], "outgoing": [], "in_text": [], "out_text": []})
-        fig = figure(
-            title="Transfers with other workers (bytes/s)",
-            name="transfer_history",
-            x_axis_type="datetime",
-            x_range=x_range or DataRange1d(follow="end", follow_interval=120_000, range_padding=0),
-            y_range=DataRange1d(start=0),
-            height=180,
-            tools="xpan,xwheel_zoom,reset",
-            sizing_mode=sizing_mode,
-        )
+        fig = _history_figure("Transfers with other workers (bytes/s)", "transfer_history", 180, x_range, sizing_mode)
         fig.line(x="time", y="incoming", color="#d62728", line_width=2, legend_label="received", source=self.source)
         fig.line(x="time", y="outgoing", color="#1f77b4", line_width=2, legend_label="sent", source=self.source)
         fig.yaxis.formatter = NumeralTickFormatter(format="0.0 b")
@@ -550,22 +508,13 @@ class SystemHistory:
         kept = len(monitor.quantities["time"])
         self.seen = monitor.count - kept
         self.source = ColumnDataSource({"time": [], **{q: [] for q in self.quantities}})
-        x_range = DataRange1d(follow="end", follow_interval=300_000, range_padding=0)
+        x_range = _following(300)
         figures = []
         for name, title, lines, fmt in SYSTEM_PLOTS:
             present = [line for line in lines if line[0] in monitor.quantities]
             if not present:
                 continue
-            fig = figure(
-                title=title,
-                name=name,
-                x_axis_type="datetime",
-                x_range=x_range,
-                y_range=DataRange1d(start=0),
-                height=170,
-                tools="xpan,xwheel_zoom,reset",
-                sizing_mode=sizing_mode,
-            )
+            fig = _history_figure(title, name, 170, x_range, sizing_mode)
             for quantity, legend, color in present:
                 fig.line(x="time", y=quantity, color=color, line_width=2, legend_label=legend, source=self.source)
             fig.yaxis.formatter = NumeralTickFormatter(format=fmt)
@@ -600,16 +549,8 @@ class TransitionCounts:
         self.tally = tally
         self.source = ColumnDataSource({"kind": [], "count": []})
         self.y_range = FactorRange(factors=["-"])
-        fig = figure(
-            title=f"Transitions in the last {int(tally.window)} s",
-            name="transition_counts",
-            y_range=self.y_range,
-            x_range=DataRange1d(start=0),
-            height=360,
-            toolbar_location=None,
-            tools="",
-            sizing_mode=sizing_mode,
-        )
+        title = f"Transitions in the last {int(tally.window)} s"
+        fig = bar_figure(title, "transition_counts", self.y_range, 360, sizing_mode=sizing_mode)
         fig.hbar(y="kind", left=0, right="count", height=0.8, color="#1f77b4", source=self.source)
         fig.add_tools(HoverTool(tooltips=[("transition", "@kind"), ("count", "@count")]))
         self.root: Model = fig
@@ -621,7 +562,7 @@ class TransitionCounts:
         top = self.tally.recent_kinds().most_common(MAX_KINDS)
         top.reverse()  # the busiest at the top
         data: Data = {"kind": [k for k, _ in top], "count": [n for _, n in top]}
-        if _changed(self.source, data):
+        if set_if_changed(self.source, data, index="kind"):
             factors = data["kind"] or ["-"]
             if list(self.y_range.factors) != factors:
                 self.y_range.factors = factors
@@ -640,13 +581,10 @@ def duration_histogram(durations: Iterable[float], bins: int = 30) -> Data:
     counts = [0] * bins
     for d in values:
         counts[min(int((math.log10(d) - lo) / width), bins - 1)] += 1
-    for i, n in enumerate(counts):
-        left, right = 10 ** (lo + i * width), 10 ** (lo + (i + 1) * width)
-        data["left"].append(left)
-        data["right"].append(right)
-        data["count"].append(n)
-        data["label"].append(f"{format_time(left)} - {format_time(right)}")
-    return data
+    edges = [10 ** (lo + i * width) for i in range(bins + 1)]
+    lefts, rights = edges[:-1], edges[1:]
+    labels = [f"{format_time(left)} - {format_time(right)}" for left, right in zip(lefts, rights)]
+    return {"left": lefts, "right": rights, "count": counts, "label": labels}
 
 
 class TaskDurations:
@@ -689,16 +627,8 @@ class TickHistory:
         self.n = n
         self.last = (time.monotonic(), worker.loop_health.blocked_total)
         self.source = ColumnDataSource({"time": [], "tick": [], "blocked": []})
-        fig = figure(
-            title="Event loop: mean tick and time blocked (ms per second)",
-            name="tick_history",
-            x_axis_type="datetime",
-            x_range=DataRange1d(follow="end", follow_interval=120_000, range_padding=0),
-            y_range=DataRange1d(start=0),
-            height=180,
-            tools="xpan,xwheel_zoom,reset",
-            sizing_mode=sizing_mode,
-        )
+        title = "Event loop: mean tick and time blocked (ms per second)"
+        fig = _history_figure(title, "tick_history", 180, None, sizing_mode)
         fig.line(x="time", y="tick", color="#1f77b4", line_width=2, legend_label="mean tick (ms)", source=self.source)
         fig.line(
             x="time", y="blocked", color="#d62728", line_width=2, legend_label="blocked (ms/s)", source=self.source
