@@ -26,7 +26,14 @@ from bokeh.plotting import figure
 from bokeh.transform import dodge
 
 from distributed.dashboard.components.scheduler import ProcessingByWorker
-from distributed.dashboard.components.shared import STATE_COLORS, Data, bytes_bar_axes, set_if_changed, worker_label
+from distributed.dashboard.components.shared import (
+    STATE_COLORS,
+    CategoryBars,
+    Data,
+    bytes_bar_axes,
+    set_if_changed,
+    worker_label,
+)
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
@@ -184,7 +191,7 @@ class StateTotals:
             div.text = text
 
 
-class PerWorkerBars:
+class PerWorkerBars(CategoryBars):
     """A horizontal bar per worker of what :meth:`row` reads from its :class:`WorkerState`.
 
     Subclasses say the figure's title, name, columns and bars; rows are
@@ -200,24 +207,13 @@ class PerWorkerBars:
 
     def __init__(self, scheduler: Scheduler, height: int = 200, **kwargs: Any) -> None:
         self.scheduler = scheduler
-        self.source = ColumnDataSource(self._data())
-        self.y_range = FactorRange(factors=list(self.source.data["worker"]) or ["-"])
-        fig = figure(
-            title=self.title,
-            name=self.name,
-            x_range=self._x_range(),
-            y_range=self.y_range,
-            height=height,
-            toolbar_location=None,
-            tools="",
-            **kwargs,
+        super().__init__(
+            self._data(), "worker", self.title, self.name, height, index="address", x_range=self._x_range(), **kwargs
         )
-        self.draw(fig)
-        fig.add_tools(HoverTool(tooltips=[("worker", "@address"), *self.tooltips]))
-        self.figure = fig
-        self.root: Model = fig
+        self.draw(self.figure)
+        self.figure.add_tools(HoverTool(tooltips=[("worker", "@address"), *self.tooltips]))
 
-    def _x_range(self) -> Any:
+    def _x_range(self) -> Range1d | DataRange1d:
         return DataRange1d(start=0)
 
     def draw(self, fig: figure) -> None:
@@ -239,11 +235,7 @@ class PerWorkerBars:
 
     def update(self) -> None:
         """Re-read the workers."""
-        data = self._data()
-        if set_if_changed(self.source, data, index="address"):
-            names = data["worker"] or ["-"]
-            if list(self.y_range.factors) != names:
-                self.y_range.factors = names
+        self.refresh(self._data())
 
 
 class WorkerCPU(PerWorkerBars):
@@ -254,7 +246,7 @@ class WorkerCPU(PerWorkerBars):
     columns = ("cpu", "nthreads", "cpu_per_thread")
     tooltips = (("CPU", "@cpu{0.0} %"), ("threads", "@nthreads"), ("per thread", "@cpu_per_thread{0.0} %"))
 
-    def _x_range(self) -> Any:
+    def _x_range(self) -> Range1d | DataRange1d:
         # A fixed scale, so that an idle worker's bar looks idle; widened by whole cores when a process uses more.
         return Range1d(start=0, end=100)
 
@@ -312,24 +304,20 @@ class TransferByWorker(PerWorkerBars):
         super().__init__(scheduler, height=height, **kwargs)
 
     def draw(self, fig: figure) -> None:
-        fig.hbar(
-            y=dodge("worker", -0.2, range=self.y_range),
-            left=0,
-            right="incoming",
-            height=0.4,
-            color="#d62728",
-            source=self.source,
-            legend_label="received",
-        )
-        fig.hbar(
-            y=dodge("worker", 0.2, range=self.y_range),
-            left=0,
-            right="outgoing",
-            height=0.4,
-            color="#17becf",
-            source=self.source,
-            legend_label="sent",
-        )
+        # Two thin bars per worker, side by side, so that both rates read against the one worker label.
+        for column, offset, color, label in (
+            ("incoming", -0.2, "#d62728", "received"),
+            ("outgoing", 0.2, "#17becf", "sent"),
+        ):
+            fig.hbar(
+                y=dodge("worker", offset, range=self.y_range),
+                left=0,
+                right=column,
+                height=0.4,
+                color=color,
+                source=self.source,
+                legend_label=label,
+            )
         fig.xaxis.formatter = NumeralTickFormatter(format="0.0 b")
         fig.legend.location = "bottom_right"
         fig.legend.background_fill_alpha = 0.6
@@ -373,7 +361,7 @@ class WorkerLoad:
         self.cpu = WorkerCPU(scheduler, **kwargs)
         self.occupancy = Occupancy(scheduler, **kwargs)
         self.transfer = TransferByWorker(scheduler, **kwargs)
-        tabs: list[tuple[str, ProcessingByWorker | PerWorkerBars]] = [
+        tabs: list[tuple[str, CategoryBars]] = [
             ("Processing", self.processing),
             ("CPU", self.cpu),
             ("Occupancy", self.occupancy),
@@ -392,30 +380,22 @@ class WorkerLoad:
             part.update()
 
 
-class ComputeTimePerPrefix:
+class ComputeTimePerPrefix(CategoryBars):
     """The run time spent per task prefix, finished tasks of forgotten groups included (a bar each)."""
 
     def __init__(self, scheduler: Scheduler, **kwargs: Any) -> None:
         self.scheduler = scheduler
-        self.source = ColumnDataSource(self._data())
-        self.y_range = FactorRange(factors=list(self.source.data["name"]) or ["-"])
-        fig = figure(
-            title="Compute time per task prefix",
-            name="compute_time_per_key",
-            x_range=Range1d(start=0, end=max([1.0, *self.source.data["time"]]) * 1.05),
-            y_range=self.y_range,
-            height=400,
-            toolbar_location=None,
-            tools="",
-            **kwargs,
+        data = self._data()
+        x_range = Range1d(start=0, end=max([1.0, *data["time"]]) * 1.05)
+        super().__init__(
+            data, "name", "Compute time per task prefix", "compute_time_per_key", 400, x_range=x_range, **kwargs
         )
+        fig = self.figure
         fig.hbar(y="name", left=0, right="time", height=0.8, color="color", source=self.source)
         fig.xaxis.axis_label = "seconds"
         fig.add_tools(
             HoverTool(tooltips=[("prefix", "@name"), ("time", "@time{0.000} s"), ("bytes", "@nbytes{0.0 b}")])
         )
-        self.figure = fig
-        self.root: Model = fig
 
     def _data(self) -> Data:
         from distributed.diagnostics.task_stream import color_of
@@ -436,10 +416,7 @@ class ComputeTimePerPrefix:
     def update(self) -> None:
         """Re-add the prefixes' run times."""
         data = self._data()
-        if set_if_changed(self.source, data, index="name"):
-            names = data["name"] or ["-"]
-            if list(self.y_range.factors) != names:
-                self.y_range.factors = names
+        if self.refresh(data):
             x_range: Any = self.figure.x_range
             end = max([1.0, *data["time"]]) * 1.05
             if x_range.end < end or x_range.end > 2 * end:  # rescale in steps, not at every tick

@@ -23,7 +23,7 @@ from bokeh.models import ColumnDataSource, DataRange1d, HoverTool, Model
 from bokeh.models.widgets.markups import Div
 from bokeh.plotting import figure
 
-from distributed.dashboard.components.shared import STATE_COLORS, Data, set_if_changed
+from distributed.dashboard.components.shared import STATE_COLORS, Data, layer_positions, set_if_changed
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 if TYPE_CHECKING:
@@ -147,15 +147,8 @@ def group_layout(names: Iterable[str], dependencies: Mapping[str, Iterable[str]]
             on_path.add(name)
             stack.append((name, True))
             stack.extend((d, False) for d in deps if d not in depth and d not in on_path)
-    counts: dict[int, int] = {}
-    pos: dict[str, tuple[float, float]] = {}
-    for name in live:
-        layer = depth[name]
-        i = counts.get(layer, 0)
-        counts[layer] = i + 1
-        pos[name] = (float(layer), float(i))
-    widest = max(counts.values(), default=1)
-    return {k: (x, -(y + (widest - counts[int(x)]) / 2)) for k, (x, y) in pos.items()}
+    # Downwards from the top, in the order the groups came.
+    return {k: (x, -y) for k, (x, y) in layer_positions(live, depth).items()}
 
 
 #: Longest label under a box (the hover shows the whole name).

@@ -15,12 +15,19 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import dask.config
-from bokeh.models import ColumnDataSource, DataRange1d, FactorRange, HoverTool, Model, NumeralTickFormatter, Range1d
+from bokeh.models import ColumnDataSource, HoverTool, Model, NumeralTickFormatter, Range1d
 from bokeh.models.widgets.markups import Div
 from bokeh.models.widgets.tables import DataTable, NumberFormatter, TableColumn
 from bokeh.plotting import figure
 
-from distributed.dashboard.components.shared import STATE_COLORS, Data, set_if_changed, worker_label
+from distributed.dashboard.components.shared import (
+    STATE_COLORS,
+    CategoryBars,
+    Data,
+    layer_positions,
+    set_if_changed,
+    worker_label,
+)
 
 if TYPE_CHECKING:
     from distributed.diagnostics.task_stream import StreamBars, TaskStreamPlugin
@@ -98,23 +105,21 @@ def prefix_progress(scheduler: Scheduler) -> Data:
     return data
 
 
-class TaskProgress:
+class TaskProgress(CategoryBars):
     """One bar per task prefix: done in memory, released, erred, processing, waiting."""
 
     def __init__(self, scheduler: Scheduler, **kwargs: Any) -> None:
         self.scheduler = scheduler
-        self.source = ColumnDataSource(prefix_progress(scheduler))
-        self.y_range = FactorRange(factors=list(self.source.data["name"]) or ["-"])
-        fig = figure(
-            title="Progress",
-            name="task_progress",
+        super().__init__(
+            prefix_progress(scheduler),
+            "name",
+            "Progress",
+            "task_progress",
+            240,
             x_range=Range1d(start=0, end=1),
-            y_range=self.y_range,
-            height=240,
-            toolbar_location=None,
-            tools="",
             **kwargs,
         )
+        fig = self.figure
         bars: list[tuple[str, str | float, str, str]] = [
             ("x_memory", 0, STATE_COLORS["memory"], "in memory"),
             ("x_released", "x_memory", STATE_COLORS["released"], "done, released"),
@@ -138,43 +143,25 @@ class TaskProgress:
                 ]
             )
         )
-        self.root: Model = fig
-        self.figure = fig
 
     def update(self) -> None:
         """Recount the prefixes' tasks by state."""
-        data = prefix_progress(self.scheduler)
-        if set_if_changed(self.source, data, index="name"):
-            names = data["name"] or ["-"]
-            if list(self.y_range.factors) != names:
-                self.y_range.factors = names
+        self.refresh(prefix_progress(self.scheduler))
 
 
-class ProcessingByWorker:
+class ProcessingByWorker(CategoryBars):
     """Tasks assigned to each worker (processing), beside its thread count."""
 
     def __init__(self, scheduler: Scheduler, **kwargs: Any) -> None:
         self.scheduler = scheduler
-        self.source = ColumnDataSource(self._data())
-        self.y_range = FactorRange(factors=list(self.source.data["worker"]) or ["-"])
-        fig = figure(
-            title="Tasks processing",
-            name="processing",
-            x_range=DataRange1d(start=0),
-            y_range=self.y_range,
-            height=200,
-            toolbar_location=None,
-            tools="",
-            **kwargs,
-        )
+        super().__init__(self._data(), "worker", "Tasks processing", "processing", 200, index="address", **kwargs)
+        fig = self.figure
         fig.hbar(
             y="worker", left=0, right="processing", height=0.8, color=STATE_COLORS["processing"], source=self.source
         )
         fig.add_tools(
             HoverTool(tooltips=[("worker", "@address"), ("processing", "@processing"), ("threads", "@nthreads")])
         )
-        self.root: Model = fig
-        self.figure = fig
 
     def _data(self) -> Data:
         data: Data = {"worker": [], "address": [], "processing": [], "nthreads": []}
@@ -187,11 +174,7 @@ class ProcessingByWorker:
 
     def update(self) -> None:
         """Re-read the workers' processing counts."""
-        data = self._data()
-        if set_if_changed(self.source, data, index="address"):
-            names = data["worker"] or ["-"]
-            if list(self.y_range.factors) != names:
-                self.y_range.factors = names
+        self.refresh(self._data())
 
 
 def worker_memory(scheduler: Scheduler) -> Data:
@@ -224,23 +207,21 @@ def worker_memory(scheduler: Scheduler) -> Data:
     return data
 
 
-class MemoryByWorker:
+class MemoryByWorker(CategoryBars):
     """Each worker's memory: managed (results in memory), unmanaged, and spilled to disk."""
 
     def __init__(self, scheduler: Scheduler, **kwargs: Any) -> None:
         self.scheduler = scheduler
-        self.source = ColumnDataSource(worker_memory(scheduler))
-        self.y_range = FactorRange(factors=list(self.source.data["worker"]) or ["-"])
-        fig = figure(
-            title="Bytes stored per worker",
-            name="worker_memory",
-            x_range=DataRange1d(start=0),
-            y_range=self.y_range,
-            height=200,
-            toolbar_location=None,
-            tools="",
+        super().__init__(
+            worker_memory(scheduler),
+            "worker",
+            "Bytes stored per worker",
+            "worker_memory",
+            200,
+            index="address",
             **kwargs,
         )
+        fig = self.figure
         fig.hbar(y="worker", left=0, right="x_managed", height=0.8, color="#1f77b4", source=self.source)
         fig.hbar(y="worker", left="x_managed", right="x_unmanaged", height=0.8, color="#9ecae1", source=self.source)
         fig.hbar(y="worker", left="x_unmanaged", right="x_spilled", height=0.8, color="#969696", source=self.source)
@@ -257,16 +238,10 @@ class MemoryByWorker:
                 ]
             )
         )
-        self.root: Model = fig
-        self.figure = fig
 
     def update(self) -> None:
         """Re-read the workers' memory."""
-        data = worker_memory(self.scheduler)
-        if set_if_changed(self.source, data, index="address"):
-            names = data["worker"] or ["-"]
-            if list(self.y_range.factors) != names:
-                self.y_range.factors = names
+        self.refresh(worker_memory(self.scheduler))
 
 
 #: The workers table's columns: (field, title, number format or None for text).
@@ -383,16 +358,7 @@ def graph_layout(tasks: Mapping[Any, TaskState]) -> tuple[dict[Any, tuple[float,
         for d in ts.dependencies:
             if d.key in tasks:
                 edges.append((d.key, key))
-    counts: dict[int, int] = {}
-    pos: dict[Any, tuple[float, float]] = {}
-    for key in tasks:
-        layer = depth[key]
-        i = counts.get(layer, 0)
-        counts[layer] = i + 1
-        pos[key] = (float(layer), float(i))
-    # Centre each layer on the widest one.
-    widest = max(counts.values(), default=1)
-    return {k: (x, y + (widest - counts[int(x)]) / 2) for k, (x, y) in pos.items()}, edges
+    return layer_positions(tasks, depth), edges
 
 
 class TaskGraph:

@@ -9,13 +9,22 @@ only the changed cells when the rows are the same.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
-from bokeh.models import ColumnDataSource, DataRange1d, FactorRange, HoverTool, NumeralTickFormatter, Range1d
+from bokeh.models import ColumnDataSource, DataRange1d, FactorRange, HoverTool, Model, NumeralTickFormatter, Range1d
 from bokeh.plotting import figure
 
-__all__ = ["STATE_COLORS", "Data", "bar_figure", "bytes_bar_axes", "set_if_changed", "worker_label"]
+__all__ = [
+    "STATE_COLORS",
+    "CategoryBars",
+    "Data",
+    "bar_figure",
+    "bytes_bar_axes",
+    "layer_positions",
+    "set_if_changed",
+    "worker_label",
+]
 
 #: Colours of task states, shared by the progress bars, the totals and the graphs.
 STATE_COLORS: dict[str, str] = {
@@ -94,3 +103,74 @@ def bytes_bar_axes(fig: figure, tooltips: Sequence[tuple[str, str]]) -> None:
     fig.xaxis.formatter = NumeralTickFormatter(format="0.0 b")
     fig.yaxis.visible = False
     fig.add_tools(HoverTool(tooltips=list(tooltips)))
+
+
+class CategoryBars:
+    """Horizontal bars, one per category (a worker, a task prefix): a data source, a factor y axis and its figure.
+
+    Subclasses draw the bars on :attr:`figure` and, at each tick, pass their
+    new data to :meth:`refresh`, which sends only the changed cells and
+    re-lists the axis' categories when those changed.
+
+    Parameters
+    ----------
+    data
+        The first data of the source.
+    category
+        The column naming each bar on the y axis; ``"-"`` stands alone while
+        there is none, as bokeh draws no axis without factors.
+    title, name, height, x_range, **kwargs
+        As for :func:`bar_figure`.
+    index
+        The column keying the rows for patches (by default ``category``):
+        the address when two workers could share a name.
+    """
+
+    def __init__(
+        self,
+        data: Data,
+        category: str,
+        title: Any,
+        name: str,
+        height: int,
+        *,
+        index: str | None = None,
+        x_range: Range1d | DataRange1d | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.category = category
+        self.index = category if index is None else index
+        self.source = ColumnDataSource(data)
+        self.y_range = FactorRange(factors=list(data[category]) or ["-"])
+        self.figure = bar_figure(title, name, self.y_range, height, x_range, **kwargs)
+        self.root: Model = self.figure
+
+    def refresh(self, data: Data) -> bool:
+        """Show ``data``: patch the cells that changed, re-list the categories if needed; True when anything was sent."""
+        if not set_if_changed(self.source, data, index=self.index):
+            return False
+        factors = data[self.category] or ["-"]
+        if list(self.y_range.factors) != factors:
+            self.y_range.factors = factors
+        return True
+
+    def update(self) -> None:
+        """Re-read what the bars show."""
+        raise NotImplementedError
+
+
+def layer_positions(names: Iterable[Hashable], depth: Mapping[Any, int]) -> dict[Any, tuple[float, float]]:
+    """Where graph nodes go once ``depth`` gives each its layer: x the layer, y its rank there (in ``names`` order).
+
+    Each layer is centred on the widest one, so that edges between layers
+    of different sizes stay short.
+    """
+    counts: dict[int, int] = {}
+    pos: dict[Any, tuple[float, float]] = {}
+    for name in names:
+        layer = depth[name]
+        i = counts.get(layer, 0)
+        counts[layer] = i + 1
+        pos[name] = (float(layer), float(i))
+    widest = max(counts.values(), default=1)
+    return {k: (x, y + (widest - counts[int(x)]) / 2) for k, (x, y) in pos.items()}

@@ -33,7 +33,7 @@ from dask.utils import format_bytes, format_time
 
 from distributed.core import Status
 from distributed.dashboard.components.profile import ProfileFigure
-from distributed.dashboard.components.shared import Data, bar_figure, bytes_bar_axes, set_if_changed
+from distributed.dashboard.components.shared import CategoryBars, Data, bar_figure, bytes_bar_axes, set_if_changed
 from distributed.spill import SpillBuffer
 
 if TYPE_CHECKING:
@@ -542,18 +542,15 @@ class SystemHistory:
         self.source.stream(data, rollover=self.rollover)
 
 
-class TransitionCounts:
+class TransitionCounts(CategoryBars):
     """Transitions by kind (``executing → memory``) over the last minute, busiest first."""
 
     def __init__(self, tally: TransitionTally, sizing_mode: SizingMode = "stretch_width") -> None:
         self.tally = tally
-        self.source = ColumnDataSource({"kind": [], "count": []})
-        self.y_range = FactorRange(factors=["-"])
         title = f"Transitions in the last {int(tally.window)} s"
-        fig = bar_figure(title, "transition_counts", self.y_range, 360, sizing_mode=sizing_mode)
-        fig.hbar(y="kind", left=0, right="count", height=0.8, color="#1f77b4", source=self.source)
-        fig.add_tools(HoverTool(tooltips=[("transition", "@kind"), ("count", "@count")]))
-        self.root: Model = fig
+        super().__init__({"kind": [], "count": []}, "kind", title, "transition_counts", 360, sizing_mode=sizing_mode)
+        self.figure.hbar(y="kind", left=0, right="count", height=0.8, color="#1f77b4", source=self.source)
+        self.figure.add_tools(HoverTool(tooltips=[("transition", "@kind"), ("count", "@count")]))
         self.update()
 
     def update(self) -> None:
@@ -561,11 +558,7 @@ class TransitionCounts:
         self.tally.refresh()
         top = self.tally.recent_kinds().most_common(MAX_KINDS)
         top.reverse()  # the busiest at the top
-        data: Data = {"kind": [k for k, _ in top], "count": [n for _, n in top]}
-        if set_if_changed(self.source, data, index="kind"):
-            factors = data["kind"] or ["-"]
-            if list(self.y_range.factors) != factors:
-                self.y_range.factors = factors
+        self.refresh({"kind": [k for k, _ in top], "count": [n for _, n in top]})
 
 
 def duration_histogram(durations: Iterable[float], bins: int = 30) -> Data:
