@@ -148,11 +148,21 @@ def disk64(tmp_path: Path) -> Iterator[Path]:
 FULL_DISK_CONFIG = {"distributed.worker.memory.monitor-interval": "20ms"}
 
 
-@gen_test(timeout=60, config=FULL_DISK_CONFIG)
+#: Pausing well below the kill threshold: a task already running when the worker pauses still adds its
+#: 40 MB, and on a busy machine the pause can come late; from 60 % that stays far from 95 %.
+EARLY_PAUSE_CONFIG = {
+    **FULL_DISK_CONFIG,
+    "distributed.worker.memory.target": 0.4,
+    "distributed.worker.memory.spill": 0.5,
+    "distributed.worker.memory.pause": 0.6,
+}
+
+
+@gen_test(timeout=60, config=EARLY_PAUSE_CONFIG)
 async def test_worker_on_full_disk_pauses_and_is_not_killed(disk64: Path) -> None:
     async with Scheduler(dashboard_address=":0") as s:
         async with Nanny(
-            s.address, nthreads=1, memory_limit="400MiB", local_directory=str(disk64), dashboard_address=":0"
+            s.address, nthreads=1, memory_limit="600MiB", local_directory=str(disk64), dashboard_address=":0"
         ) as nanny:
             async with Client(s.address, asynchronous=True) as c:
                 futures = [c.submit(make, i, pure=False) for i in range(16)]
