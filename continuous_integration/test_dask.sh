@@ -4,7 +4,7 @@
 # against this package.  The tests listed in
 # continuous_integration/dask_tests_skipped.txt are skipped with their reason
 # (see continuous_integration/dask_tests_plugin.py); every other test must pass.
-# Two tests run at a time (pytest-xdist). Extra arguments go to pytest (e.g. -x, -k NAME).
+# Extra arguments go to pytest (e.g. -x, -k NAME).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 repo=$PWD
@@ -18,4 +18,4 @@ timeout 600 python -m pytest "$dask_dir/tests/test_distributed.py" \
     --confcutdir "$dask_dir" -p dask_tests_plugin \
     --skip-list "$repo/continuous_integration/dask_tests_skipped.txt" \
     -W ignore::pytest.PytestUnknownMarkWarning \
-    -p no:cacheprovider --timeout 60 -q -rsxX --durations=10 -n 2 "$@"
+    -p no:cacheprovider --timeout 60 -q -rsxX --durations=10 "$@"
