@@ -239,12 +239,12 @@ def test_tasks_waiting_on_workers_paused_on_failed_disks_err_with_memory_error()
     assert not s.workers_stuck_on_full_disks()  # nothing waits any more
 
 
-@gen_test(timeout=90, config={**FULL_DISK_CONFIG, "distributed.scheduler.full-disk-timeout": "2s"})
+@gen_test(timeout=90, config={**EARLY_PAUSE_CONFIG, "distributed.scheduler.full-disk-timeout": "2s"})
 async def test_futures_of_a_client_holding_every_result_end_on_a_full_disk(disk64: Path) -> None:
-    # The client holds all 640 MB of results; the worker holds 400 MB and its disk 64 MB:
+    # The client holds all 640 MB of results; the worker holds 600 MiB (pausing at 60 %) and its disk 64 MB:
     # the worker pauses, and the futures it cannot compute err instead of waiting forever.
     async with Scheduler(dashboard_address=":0") as s:
-        async with Nanny(s.address, nthreads=1, memory_limit="400MiB", local_directory=str(disk64)) as nanny:
+        async with Nanny(s.address, nthreads=1, memory_limit="600MiB", local_directory=str(disk64)) as nanny:
             async with Client(s.address, asynchronous=True) as c:
                 futures = [c.submit(make, i, pure=False) for i in range(16)]
                 await async_poll_for(lambda: all(f.status in ("finished", "error") for f in futures), timeout=60)
