@@ -563,6 +563,9 @@ class ClusterRequests:
                 order = sorted(inside, key=lambda w: (s.needed_on(ts, w), -w.nbytes))
                 for ws in order[: len(inside) - want]:
                     s.send_all(s.drop_replicas(ws.address, [ts.key]))
+        # Each worker is asked for a key's copy at most once per call: the active memory manager may drop
+        # copies as they arrive, and asking again for them would never end.
+        asked: set[tuple[WorkerState, Key]] = set()
         while True:
             live = [ws for ws in pool if s.workers.get(ws.address) is ws]
             want = len(live) if n is None else min(n, len(live))
@@ -576,8 +579,10 @@ class ClusterRequests:
                     continue
                 holders = [ws.address for ws in ts.who_has]
                 count = min(missing, len(holders) * branching_factor)
-                targets = sorted((ws for ws in live if ws not in ts.who_has), key=load.__getitem__)[:count]
+                fresh = (ws for ws in live if ws not in ts.who_has and (ws, ts.key) not in asked)
+                targets = sorted(fresh, key=load.__getitem__)[:count]
                 for ws in targets:
+                    asked.add((ws, ts.key))
                     plan.setdefault(ws, {})[ts.key] = holders
                     load[ws] += max(ts.nbytes, 0)
             if not plan:
