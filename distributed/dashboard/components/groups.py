@@ -317,8 +317,9 @@ class GroupGraph:
             states = group.states
             total = sum(states.values())
             left = x - half_w
-            data["name"].append(group.name)
-            data["label"].append(group.name if len(group.name) <= LABEL_CHARS else group.name[: LABEL_CHARS - 1] + "…")
+            name = group.name
+            data["name"].append(name)
+            data["label"].append(name if len(name) <= LABEL_CHARS else name[: LABEL_CHARS - 1] + "…")
             data["left"].append(left)
             data["right"].append(x + half_w)
             data["top"].append(y + half_h)

@@ -146,7 +146,10 @@ class CategoryBars:
         self.root: Model = self.figure
 
     def refresh(self, data: Data) -> bool:
-        """Show ``data``: patch the cells that changed, re-list the categories if needed; True when anything was sent."""
+        """Show ``data``: patch the cells that changed, re-list the categories if needed.
+
+        True when anything was sent.
+        """
         if not set_if_changed(self.source, data, index=self.index):
             return False
         factors = data[self.category] or ["-"]
