@@ -9,7 +9,10 @@ dask.distributed's::
      "startstops": [{"action": "transfer", "start": t0, "stop": t1, "source": "tcp://..."},
                     {"action": "compute", "start": t2, "stop": t3}]}
 
-Times are the workers' ``time.time()``.  The plugin is added only when someone
+Times are the workers' ``time.time()``.  The plugin keeps each record with
+its intervals as ``"spans"``, a tuple of :data:`Span` tuples, in place of
+``"startstops"`` (see :meth:`TaskStreamPlugin.transition`); :meth:`~TaskStreamPlugin.collect`
+gives records in dask's shape.  The plugin is added only when someone
 asks for the stream (``Client.get_task_stream``, ``get_task_stream()``,
 ``performance_report``, the dashboard): without it the scheduler builds none of
 this.  Readers that poll use :meth:`TaskStreamPlugin.since` with the index they
@@ -32,7 +35,7 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
 
-__all__ = ["LanePacker", "StreamBars", "TaskStreamPlugin", "color_of", "ensure_task_stream", "rectangles"]
+__all__ = ["LanePacker", "Span", "StreamBars", "TaskStreamPlugin", "color_of", "ensure_task_stream", "rectangles"]
 
 #: A task stream record (see the module docstring).
 TaskRecord = dict[str, Any]
@@ -77,14 +80,21 @@ class TaskStreamPlugin(SchedulerPlugin):
             record.setdefault("nbytes", 0)
             record.setdefault("type", None)
             record.setdefault("typename", record["type"])
-            record.setdefault("startstops", [])
+        # Intervals kept as tuples of plain values, not the list of dicts the scheduler made: the garbage
+        # collector then stops tracking a record once it has looked at it.  Lists and dicts would stay
+        # tracked, and the buffer's records (100,000 by default) would lengthen every full collection,
+        # which stops the scheduler's loop (twice as long on a busy scheduler, as measured).
+        record["spans"] = tuple(_span(ss) for ss in record.pop("startstops", ()))
         self.buffer.append(record)
         self.index += 1
 
     def since(self, index: int) -> tuple[int, list[TaskRecord]]:
         """The records appended since ``index`` (an earlier value of :attr:`index`), and the index now.
 
-        Records that fell off the buffer meanwhile are skipped.
+        Records that fell off the buffer meanwhile are skipped.  They are the
+        records as kept, for readers on the scheduler that do not change them:
+        with ``spans`` (:data:`Span` tuples) for ``startstops`` (:meth:`collect`
+        gives dask's shape).
         """
         now = self.index
         count = min(now - index, len(self.buffer))
@@ -114,14 +124,42 @@ class TaskStreamPlugin(SchedulerPlugin):
             if count < 0:
                 raise ValueError(f"count must not be negative, got {count}")
             out = out[:count] if start is not None else out[len(out) - count :] if count else []
-        return out
+        return [_shaped(r) for r in out]
+
+
+#: An interval as the plugin keeps it: action, start, stop, source worker ("" for a computation), bytes moved.
+Span = tuple[str, float, float, str, int]
+
+
+def _span(ss: dict[str, Any]) -> Span:
+    return (
+        str(ss.get("action", "compute")),
+        float(ss["start"]),
+        float(ss["stop"]),
+        str(ss.get("source", "")),
+        int(ss.get("nbytes", 0)),
+    )
+
+
+def _startstop(span: Span) -> dict[str, Any]:
+    action, start, stop, source, nbytes = span
+    if action == "compute":
+        return {"action": action, "start": start, "stop": stop}
+    return {"action": action, "start": start, "stop": stop, "source": source, "nbytes": nbytes}
+
+
+def _shaped(record: TaskRecord) -> TaskRecord:
+    """A copy of a kept record as dask.distributed's are: ``startstops``, a list of dicts, for its ``spans``."""
+    out = {k: v for k, v in record.items() if k != "spans"}
+    out["startstops"] = [_startstop(span) for span in record["spans"]]
+    return out
 
 
 def _overlaps(record: TaskRecord, lo: float, hi: float) -> bool:
-    spans = record["startstops"]
+    spans: tuple[Span, ...] = record["spans"]
     if not spans:
         return False
-    return bool(spans[-1]["stop"] >= lo and spans[0]["start"] <= hi)
+    return spans[-1][2] >= lo and spans[0][1] <= hi
 
 
 async def ensure_task_stream(scheduler: Scheduler) -> TaskStreamPlugin:
@@ -187,20 +225,30 @@ class LanePacker:
         return len(ends) - 1
 
 
-#: A bar before placement: worker, start, stop, its record, its interval.
-_Bar = tuple[str, float, float, TaskRecord, dict[str, Any]]
+#: A bar before placement: worker, start, stop, its record, action, source worker.
+_Bar = tuple[str, float, float, TaskRecord, str, str]
 
 #: The columns :func:`rectangles` and :class:`StreamBars` fill.
 BAR_COLUMNS = ("start", "duration", "worker", "lane", "y", "key", "name", "action", "color", "alpha", "source")
 
 
 def _bars(records: Iterable[TaskRecord]) -> list[_Bar]:
-    """The bars of ``records`` in their order (the order they finished in)."""
+    """The bars of ``records`` in their order (the order they finished in).
+
+    A record is as :meth:`TaskStreamPlugin.collect` gives it (``startstops``)
+    or as the plugin keeps it (``spans``).
+    """
     rows: list[_Bar] = []
     for rec in records:
         worker = str(rec.get("worker"))
+        spans = rec.get("spans")
+        if spans is not None:
+            for action, start, stop, source, _ in spans:
+                rows.append((worker, start, stop, rec, action, source))
+            continue
         for ss in rec.get("startstops", ()):
-            rows.append((worker, float(ss["start"]), float(ss["stop"]), rec, ss))
+            action = str(ss.get("action", "compute"))
+            rows.append((worker, float(ss["start"]), float(ss["stop"]), rec, action, str(ss.get("source", ""))))
     return rows
 
 
@@ -209,15 +257,16 @@ def _by_start(bars: list[_Bar]) -> list[int]:
     return sorted(range(len(bars)), key=lambda i: (bars[i][0], bars[i][1]))
 
 
-def _columns(placed: Iterable[tuple[int, int, _Bar]], start_boundary: float) -> dict[str, list[Any]]:
-    """Column data of bars placed at (lane, y)."""
+def _columns(
+    placed: Iterable[tuple[int, int, _Bar]], start_boundary: float, name_of: Callable[[Any], str] = key_split
+) -> dict[str, list[Any]]:
+    """Column data of bars placed at (lane, y); ``name_of`` gives a key's prefix (its colour)."""
     rows: list[tuple[Any, ...]] = []
     append = rows.append
     error = ACTION_COLORS["error"]
-    for lane, y, (worker, start, stop, rec, ss) in placed:
-        action = str(ss.get("action", "compute"))
+    for lane, y, (worker, start, stop, rec, action, source) in placed:
         key = rec["key"]
-        name = key_split(key)
+        name = name_of(key)
         if action == "compute":
             color = color_of(name) if rec.get("status", "OK") == "OK" else error
             alpha = 1.0
@@ -236,7 +285,7 @@ def _columns(placed: Iterable[tuple[int, int, _Bar]], start_boundary: float) -> 
                 action,
                 color,
                 alpha,
-                str(ss.get("source", "")),
+                source,
             )
         )
     if not rows:
@@ -280,10 +329,15 @@ class StreamBars:
     threads
         The number of rows to reserve for a worker seen for the first time
         (its threads); at least one is reserved.
+    name_of
+        A key's task prefix, which names and colours its bars; by default
+        :func:`dask.utils.key_split` of the key.  A scheduler knows the prefix
+        of the tasks it holds, which costs less than parsing each key.
     """
 
-    def __init__(self, threads: Callable[[str], int] | None = None) -> None:
+    def __init__(self, threads: Callable[[str], int] | None = None, name_of: Callable[[Any], str] = key_split) -> None:
         self.threads = threads
+        self.name_of = name_of
         self.packer = LanePacker()
         #: Row of each (worker, lane) used so far.
         self.rows: dict[tuple[str, int], int] = {}
@@ -315,4 +369,4 @@ class StreamBars:
                 y = rows[(worker, lane)] = self.nrows
                 self.nrows += 1
             placed[i] = (lane, y, bar)
-        return _columns((p for p in placed if p is not None), self.start_boundary)
+        return _columns((p for p in placed if p is not None), self.start_boundary, self.name_of)

@@ -274,6 +274,26 @@ async def test_worker_load_tabs(c: Client, s: Scheduler, a: Worker, b: Worker) -
 
 
 @gen_cluster(client=True)
+async def test_worker_load_updates_the_tab_shown_and_a_tab_when_picked(
+    c: Client, s: Scheduler, a: Worker, b: Worker
+) -> None:
+    load = WorkerLoad(s)
+    cpu = load.cpu
+    i = list(cpu.source.data["address"]).index(a.address)
+    wa = s.workers[a.address]
+    wa.metrics = {**wa.metrics, "cpu": 170.0}
+    load.update()  # the Processing tab is shown: the CPU tab is not re-read
+    assert load.shown is load.processing
+    assert cpu.source.data["cpu"][i] != 170.0
+    load.tabs.active = 1  # as when the viewer clicks "CPU": brought up to date at once
+    assert load.parts.index(load.shown) == 1  # the CPU tab
+    assert cpu.source.data["cpu"][i] == 170.0
+    wa.metrics = {**wa.metrics, "cpu": 20.0}
+    load.update()
+    assert cpu.source.data["cpu"][i] == 20.0
+
+
+@gen_cluster(client=True)
 async def test_compute_time_per_prefix(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
     await wait(c.map(slowinc, range(4), delay=0.1))
     await wait(c.map(inc, range(4)))

@@ -19,6 +19,7 @@ from bokeh.models import ColumnDataSource, HoverTool, Model, NumeralTickFormatte
 from bokeh.models.widgets.markups import Div
 from bokeh.models.widgets.tables import DataTable, NumberFormatter, TableColumn
 from bokeh.plotting import figure
+from dask.utils import key_split
 
 from distributed.dashboard.components.shared import (
     STATE_COLORS,
@@ -435,6 +436,9 @@ class TaskGraph:
             )
 
 
+#: The columns a live task stream sends: what its bars and their hover show (no lane, start or prefix name).
+LIVE_COLUMNS = ("x", "duration", "y", "key", "action", "color", "alpha", "worker", "source")
+
 #: The most task stream records a page draws at one tick. Each costs the scheduler's loop some 10-20 µs
 #: (placing its bars, sending them); at 500 a page's tick stays near 10 ms however fast tasks finish.
 PER_TICK = 500
@@ -477,7 +481,7 @@ class LiveTaskStream:
         self.plugin: TaskStreamPlugin | None = None
         self.index = 0
         self.bars = self._new_bars()
-        self.stream = TaskStream(**kwargs)
+        self.stream = TaskStream(columns=LIVE_COLUMNS, **kwargs)
         self.source = self.stream.source
         self.root: Model = self.stream.root
         self.update()
@@ -486,10 +490,14 @@ class LiveTaskStream:
         ws = self.scheduler.workers.get(address)
         return ws.nthreads if ws is not None else 1
 
+    def _prefix(self, key: Any) -> str:
+        ts = self.scheduler.tasks.get(key)
+        return ts.prefix.name if ts is not None else key_split(key)
+
     def _new_bars(self) -> StreamBars:
         from distributed.diagnostics.task_stream import StreamBars
 
-        return StreamBars(self._threads)
+        return StreamBars(self._threads, self._prefix)
 
     def update(self) -> None:
         """Stream the bars of the tasks finished since the last update, if any."""

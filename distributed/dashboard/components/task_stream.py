@@ -11,6 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+# bokeh imports numpy's masked arrays when it first sends an array (200 ms on a busy machine): here, with the
+# dashboard's components, rather than in the first update of a live task stream, where it would stall the loop.
+import numpy.ma  # noqa: F401
 from bokeh.models import ColumnDataSource, HoverTool
 from bokeh.plotting import figure
 
@@ -46,12 +49,23 @@ class TaskStream:
         Passed to the bokeh figure.
     title
         The figure's title.
+    columns
+        The data source's columns: by default all of :data:`COLUMNS`; a live
+        figure keeps only those it draws and shows on hover (``x``, ``y``,
+        ``duration``, ``color``, ``alpha``, ``key``, ``action``, ``worker``,
+        ``source``), as each column costs every update.
     """
 
     def __init__(
-        self, height: int = 400, width: int = 800, sizing_mode: str = "stretch_width", title: str = "Task Stream"
+        self,
+        height: int = 400,
+        width: int = 800,
+        sizing_mode: str = "stretch_width",
+        title: str = "Task Stream",
+        columns: Sequence[str] = COLUMNS,
     ) -> None:
-        self.source = ColumnDataSource(data={c: [] for c in COLUMNS})
+        self.columns = tuple(columns)
+        self.source = ColumnDataSource(data={c: [] for c in self.columns})
         fig = figure(
             title=title,
             height=height,
@@ -89,7 +103,8 @@ class TaskStream:
 
     def update(self, records: Sequence[Mapping[str, Any]], start_boundary: float | None = None) -> None:
         """Show ``records`` (replacing what was shown)."""
-        self.source.data = task_stream_data(records, start_boundary)
+        data = task_stream_data(records, start_boundary)
+        self.source.data = {k: data[k] for k in self.columns}
 
     def stream(self, bars: dict[str, list[Any]], rollover: int) -> None:
         """Append ``bars`` (columns as :func:`~distributed.diagnostics.task_stream.rectangles` makes them).
@@ -111,8 +126,9 @@ class TaskStream:
         import numpy as np
         from bokeh.document.events import ColumnsStreamedEvent
 
-        new: dict[str, Any] = {k: np.asarray(v) for k, v in bars.items()}
-        new["x"] = new["start"] + new["duration"] / 2
+        new: dict[str, Any] = {k: np.asarray(bars[k]) for k in self.columns if k != "x" and k in bars}
+        if "x" in self.columns:
+            new["x"] = np.asarray(bars["start"]) + new["duration"] / 2
         doc = self.source.document
         if doc is None:
             self.source.stream(new, rollover=rollover)
