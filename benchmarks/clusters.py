@@ -140,6 +140,10 @@ class CliCluster:
         self.address = ""
         self.client: Any = None
 
+    def spawn(self, args: list[str], log: str) -> subprocess.Popen[bytes]:
+        """Start ``python <args>`` in the cluster's directory, its output to ``log``; closed with the cluster."""
+        return self._spawn(args, log)
+
     def _spawn(self, args: list[str], log: str) -> subprocess.Popen[bytes]:
         with open(self.dir / log, "wb") as out:
             proc = subprocess.Popen(
@@ -206,7 +210,8 @@ class CliCluster:
                 f"worker-{i}.log",
             )
         self.client = Client(self.address, timeout=timeout)
-        self.client.wait_for_workers(self.nworkers, timeout=timeout)
+        if self.nworkers:
+            self.client.wait_for_workers(self.nworkers, timeout=timeout)
         return self
 
     @property

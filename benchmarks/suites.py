@@ -56,6 +56,9 @@ FULL: list[Case] = [
     case("stealing", 300, n=60),
     case("dashboard_cpu", 600, n=10_000),
     case("dashboard_scale", 1200, repeat=2, n=200_000),
+    # The scheduler's cost per task and at rest as its workers grow in number (real workers, 250 to a process).
+    case("many_workers", 600, repeat=2, workers=10, per_process=10, n=20_000),
+    case("many_workers", 900, repeat=2, workers=1000, per_process=250, n=20_000),
     case("large_graph", 900, repeat=1, n=100_000),
     case("large_graph", 1800, repeat=1, n=1_000_000),
 ]

@@ -34,6 +34,7 @@ from benchmarks.clusters import (
     worker_peak_rss,
 )
 from benchmarks.dashboard_scale import dashboard_scale
+from benchmarks.many_workers import many_workers
 
 Params = dict[str, Any]
 
@@ -747,5 +748,6 @@ WORKLOADS: dict[str, Callable[[Params, int], list[Metric]]] = {
     "stealing": stealing,
     "dashboard_cpu": dashboard_cpu,
     "dashboard_scale": dashboard_scale,
+    "many_workers": many_workers,
     "hosts": hosts,
 }

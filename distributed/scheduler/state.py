@@ -25,6 +25,7 @@ from distributed.protocol import messages as m
 from distributed.protocol.messages import Key, Payload
 from distributed.protocol.serialize import as_serialized
 from distributed.scheduler.computations import Computation, ComputationLog
+from distributed.scheduler.loads import WorkerLoads
 from distributed.scheduler.queue import PriorityQueue
 from distributed.scheduler.records import (
     ALL_TASK_STATES,
@@ -65,6 +66,15 @@ def _startstops(msg: m.TaskFinished | m.WorkerTaskErred) -> list[dict[str, Any]]
     if start is not None and stop is not None and stop > 0:
         spans.append({"action": "compute", "start": start, "stop": stop})
     return spans
+
+
+#: Up to this many workers, a task with no dependencies and no restrictions goes where it should start
+#: soonest, each worker weighed (``decide_worker``); past it, to the least loaded per thread (O(1)).
+SCAN_WORKERS = 20
+
+
+def _load_per_thread(ws: WorkerState) -> tuple[float, float]:
+    return (len(ws.processing) - len(ws.long_running)) / ws.nthreads, ws.occupancy / ws.nthreads
 
 
 def priority_key(ts: TaskState) -> tuple[Any, ...]:
@@ -151,6 +161,8 @@ class SchedulerState:
         #: Groups whose last task was forgotten in the transitions running now (dropped at their end).
         self._emptied_groups: list[TaskGroup] = []
         self.aliases: dict[Any, str] = {}
+        #: The workers by load, to place root tasks without looking at every worker (see loads.py).
+        self.worker_loads = WorkerLoads()
         self.total_nthreads = 0
         #: Root tasks waiting for a free thread, most urgent first (entries of tasks gone since are skipped).
         self.queued: PriorityQueue[TaskState] = PriorityQueue()
@@ -404,11 +416,15 @@ class SchedulerState:
         return base - len(ws.processing) + len(ws.long_running)
 
     def _worker_with_room(self, duration: float) -> WorkerState | None:
+        """The running worker with the most room for root tasks of ``duration`` s, None if none has any.
+
+        Room depends only on a worker's thread count and load, so the least
+        loaded worker of each thread count is the only one to weigh: O(thread
+        counts), not O(workers).
+        """
         best: WorkerState | None = None
         best_room = 0
-        for ws in self.workers.values():
-            if ws.status != Status.running:
-                continue
+        for ws in self.worker_loads.least_loaded():
             room = self._slots(ws, duration)
             if room > best_room:
                 best, best_room = ws, room
@@ -509,6 +525,7 @@ class SchedulerState:
         duration = self.get_task_duration(ts)
         ws.processing[ts] = duration
         ws.occupancy += duration
+        self.worker_loads.update(ws)
         self.idle_since = None
         if ts.resource_restrictions:
             for r, amount in ts.resource_restrictions.items():
@@ -558,6 +575,7 @@ class SchedulerState:
         duration = ws.processing.pop(ts, 0.0)
         ws.occupancy = max(ws.occupancy - duration, 0.0) if ws.processing else 0.0
         ws.long_running.discard(ts)
+        self.worker_loads.update(ws)
         if ts.resource_restrictions:
             for r, amount in ts.resource_restrictions.items():
                 ws.used_resources[r] = ws.used_resources.get(r, 0.0) - amount
@@ -590,7 +608,10 @@ class SchedulerState:
         """The worker where ``ts`` should start soonest, or None if none can run it.
 
         Start time is estimated as the worker's queued work per thread plus the
-        time to fetch the dependencies it lacks.
+        time to fetch the dependencies it lacks.  A task with no dependencies
+        and no restrictions, among more than :data:`SCAN_WORKERS` workers, goes
+        to the least loaded per thread instead (tasks per thread, then queued
+        work per thread), found without a pass over the workers.
         """
         valid = self._valid_workers(ts)
         if valid is not None and not valid:
@@ -607,6 +628,9 @@ class SchedulerState:
             if valid is not None:
                 holders &= valid
             candidates = holders or (valid if valid is not None else self.workers.values())
+        elif valid is None and len(self.workers) > SCAN_WORKERS:
+            # Nothing to fetch and anywhere allowed: the least loaded per thread, without a pass over the workers.
+            return min(self.worker_loads.least_loaded(), key=_load_per_thread, default=None)
         else:
             candidates = valid if valid is not None else self.workers.values()
         bandwidth = self.bandwidth
@@ -1047,6 +1071,7 @@ class SchedulerState:
             for ts in cs.wants_what:
                 assert cs in ts.who_wants, ("wants_what link", cs, ts)
         assert self.total_nthreads == sum(ws.nthreads for ws in self.workers.values())
+        self.worker_loads.validate(self.workers.values())
         assert self.n_queued == sum(1 for ts in self.tasks.values() if ts.state == "queued"), "queued count"
         assert set(self.unrunnable) == {ts for ts in self.tasks.values() if ts.state == "no-worker"}, "unrunnable set"
         for ts in self.tasks.values():

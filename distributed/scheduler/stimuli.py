@@ -137,6 +137,7 @@ class SchedulerStimuli(SchedulerState):
         )
         ws.last_seen = time.time()
         self.workers[address] = ws
+        self.worker_loads.add(ws)
         self.aliases[ws.name] = address
         self.total_nthreads += nthreads
         self._track_memory_limit(ws, joined=True)
@@ -168,6 +169,7 @@ class SchedulerStimuli(SchedulerState):
         if ws is None:
             return out
         ws.status = Status.closed
+        self.worker_loads.discard(ws)
         self.total_nthreads -= ws.nthreads
         self._track_memory_limit(ws, joined=False)
         if self.aliases.get(ws.name) == address:
@@ -595,6 +597,7 @@ class SchedulerStimuli(SchedulerState):
         if ws is None or ts is None or ts.processing_on is not ws or ts.run_id != msg["run_id"]:
             return out
         ws.long_running.add(ts)
+        self.worker_loads.update(ws)
         # It no longer occupies a thread: take its expected time off the worker's load
         # (kept at zero until it finishes, so that leaving processing takes nothing more off).
         duration = ws.processing.get(ts, 0.0)
