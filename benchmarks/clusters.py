@@ -248,7 +248,11 @@ class CliCluster:
         self._tmp.cleanup()
 
     def __enter__(self) -> CliCluster:
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:
+            self.close()  # what did start (the scheduler, some workers) must not outlive the failure
+            raise
 
     def __exit__(self, *exc: object) -> None:
         self.close()
