@@ -25,7 +25,7 @@ from distributed.protocol import messages as m
 from distributed.protocol.messages import Key, Payload
 from distributed.protocol.serialize import as_serialized
 from distributed.scheduler.computations import Computation, ComputationLog
-from distributed.scheduler.loads import WorkerLoads
+from distributed.scheduler.loads import WorkerLoads, load_of
 from distributed.scheduler.queue import PriorityQueue
 from distributed.scheduler.records import (
     ALL_TASK_STATES,
@@ -74,7 +74,7 @@ SCAN_WORKERS = 20
 
 
 def _load_per_thread(ws: WorkerState) -> tuple[float, float]:
-    return (len(ws.processing) - len(ws.long_running)) / ws.nthreads, ws.occupancy / ws.nthreads
+    return load_of(ws) / ws.nthreads, ws.occupancy / ws.nthreads
 
 
 def priority_key(ts: TaskState) -> tuple[Any, ...]:

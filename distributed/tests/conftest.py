@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
+import dask.config
 import pytest
 
 from distributed.tests.hosts import TestHosts, require_hosts
@@ -32,6 +33,20 @@ def test_hosts(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Calla
         if failed is not None and failed.failed:
             print(hosts.logs())
         hosts.close()
+
+
+@pytest.fixture
+def saturation_one() -> Iterator[None]:
+    """``distributed.scheduler.worker-saturation: 1.0``: one root task per thread, the rest queued."""
+    with dask.config.set({"distributed.scheduler.worker-saturation": 1.0}):
+        yield
+
+
+@pytest.fixture
+def no_queuing() -> Iterator[None]:
+    """``distributed.scheduler.worker-saturation: inf``: root tasks are not queued."""
+    with dask.config.set({"distributed.scheduler.worker-saturation": "inf"}):
+        yield
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

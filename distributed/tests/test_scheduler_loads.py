@@ -8,9 +8,7 @@ where tasks go, and count how many workers are weighed per task.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 
-import dask
 import pytest
 
 from distributed.core import Status
@@ -43,18 +41,6 @@ def roots(n: int, prefix: str = "t") -> dict[Key, m.TaskSpec]:
 def placed(s: Scheduler) -> Counter[str]:
     """Tasks processing per worker address."""
     return Counter({ws.address: len(ws.processing) for ws in s.workers.values() if ws.processing})
-
-
-@pytest.fixture
-def saturation_one() -> Iterator[None]:
-    with dask.config.set({"distributed.scheduler.worker-saturation": 1.0}):
-        yield
-
-
-@pytest.fixture
-def no_queuing() -> Iterator[None]:
-    with dask.config.set({"distributed.scheduler.worker-saturation": "inf"}):
-        yield
 
 
 class CountingSlots:

@@ -12,7 +12,7 @@ tried to unpickle user code, these tests would fail.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any, cast
 
 import dask
@@ -48,18 +48,7 @@ from distributed.tests.machines import (
 from distributed.tests.machines import task_spec as spec
 from distributed.tests.machines import validating_scheduler as new_scheduler
 
-
 # -- fixtures ---------------------------------------------------------------------------
-@pytest.fixture
-def saturation_one() -> Iterator[None]:
-    with dask.config.set({"distributed.scheduler.worker-saturation": 1.0}):
-        yield
-
-
-@pytest.fixture
-def no_queuing() -> Iterator[None]:
-    with dask.config.set({"distributed.scheduler.worker-saturation": "inf"}):
-        yield
 
 
 # -- a chain -----------------------------------------------------------------------------
