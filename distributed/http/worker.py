@@ -31,9 +31,9 @@ logger = logging.getLogger(__name__)
 async def start_worker_http_server(
     worker: Worker, address: str, dashboard: bool = False
 ) -> tuple[HTTPServerHandle, WorkerDashboard | None]:
-    """Serve ``worker``'s HTTP routes at ``address`` (``":0"``, ``"127.0.0.1:8789"``); its dashboard too with ``dashboard``.
+    """Serve ``worker``'s HTTP routes at ``address``, and its dashboard too with ``dashboard``.
 
-    Returns the server and the dashboard (None without one, or when bokeh
+    ``address`` is as ``":0"`` or ``"127.0.0.1:8789"``.  Returns the server and the dashboard (None without one, or when bokeh
     cannot be imported: as in dask.distributed, the worker then runs without
     it, and says so in its log).  Stopping the server closes the dashboard.
     HTTPS when ``distributed.scheduler.dashboard.tls.cert`` is set (as in
