@@ -35,6 +35,7 @@ from benchmarks.clusters import (
 )
 from benchmarks.dashboard_scale import dashboard_scale
 from benchmarks.many_workers import many_workers
+from benchmarks.silent_worker import silent_worker
 
 Params = dict[str, Any]
 
@@ -749,5 +750,6 @@ WORKLOADS: dict[str, Callable[[Params, int], list[Metric]]] = {
     "dashboard_cpu": dashboard_cpu,
     "dashboard_scale": dashboard_scale,
     "many_workers": many_workers,
+    "silent_worker": silent_worker,
     "hosts": hosts,
 }

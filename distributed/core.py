@@ -25,7 +25,9 @@ comms open at once (those a route took over included).  Past that, a new
 connection is closed as soon as it is accepted, and the refusals are logged
 at most once per :data:`REFUSAL_LOG_INTERVAL` seconds, so a flood of
 connections neither exhausts the process nor floods its log; the comms already
-open keep working.
+open keep working.  The process's own limit of open files (``ulimit -n``) may
+come first: a server that nears it (95 %, seen in the system monitor's
+samples) says so in its log, at most as often, naming the limits to raise.
 
 While it runs, a server measures how promptly its event loop runs a periodic
 tick (:attr:`Server.loop_health`, :mod:`distributed.loop_health`): one timer
@@ -69,6 +71,7 @@ from distributed.protocol import messages as m
 from distributed.protocol.framing import ProtocolError
 from distributed.protocol.schema import Check, checker
 from distributed.protocol.serialize import Serialized, as_serialized, unwrap
+from distributed.system import open_file_limit
 from distributed.system_monitor import SystemMonitor
 from distributed.utils import format_exception_text, get_traceback, wait_for
 
@@ -485,6 +488,8 @@ class Server:
         # Connections refused at the limit since the last log line about them, and its time.
         self._refused = 0
         self._refusal_logged = -REFUSAL_LOG_INTERVAL
+        # When the last warning about nearing the open-file limit was logged.
+        self._fd_warned = -REFUSAL_LOG_INTERVAL
         self._finished: asyncio.Event | None = None
         self._start_lock: asyncio.Lock | None = None
         self._close_task: asyncio.Task[None] | None = None
@@ -514,7 +519,7 @@ class Server:
             self.logs.attach()
             self.loop_health.arm(self.loop)
             self.periodic(
-                get_interval("distributed.admin.system-monitor.interval", 0.5), self.monitor.update, "monitor"
+                get_interval("distributed.admin.system-monitor.interval", 0.5), self._sample_system, "monitor"
             )
             try:
                 await self.start_unsafe()
@@ -780,6 +785,29 @@ class Server:
                 self._comms.discard(comm)
                 if not comm.closed():
                     comm.abort()
+
+    def _sample_system(self) -> None:
+        limit = open_file_limit()
+        try:
+            fds = self.monitor.update().get("num_fds")
+        except OSError as e:
+            if e.errno != errno.EMFILE:
+                raise
+            fds = limit  # at the limit: not even /proc can be opened to count
+        if fds is None or limit is None or fds < 0.95 * limit:
+            return
+        now = time.monotonic()
+        if now - self._fd_warned >= REFUSAL_LOG_INTERVAL:
+            self._fd_warned = now
+            logger.warning(
+                "%s at %s has %d files open of the %d this process may open (ulimit -n): past it, workers and "
+                "clients cannot connect. Raise the hard limit (ulimit -Hn, systemd's LimitNOFILE, "
+                "/etc/security/limits.conf); the scheduler raises its soft limit to it as it starts",
+                type(self).__name__,
+                self._address,
+                fds,
+                limit,
+            )
 
     def _refuse(self, comm: Comm) -> None:
         """Close a comm accepted past the limit; log it unless another was logged lately."""

@@ -57,6 +57,7 @@ from distributed.comm.addressing import listen_addresses, listen_protocol, parse
 from distributed.config_refusals import refuse_unhonoured_config
 from distributed.core import Route, Server, Status, error_message, send_recv
 from distributed.diagnostics.plugin import NannyPlugin
+from distributed.liveness import Voucher
 from distributed.preloading import PreloadManager, process_preloads
 from distributed.protocol import messages as m
 from distributed.protocol.serialize import Serialize, unwrap
@@ -350,6 +351,10 @@ class Nanny(Server):
         self._initial_plugins = list(plugins)
         # The worker process that said it closes on purpose: when it ends, the nanny closes too.
         self._leaving: ServerProcess | None = None
+        # This nanny's part in its process's liveness link (see distributed.liveness), once its worker runs.
+        self._voucher: Voucher | None = None
+        # The worker process found stopped: its pid, since when (monotonic), and whether it was reported.
+        self._stopped: tuple[int, float, bool] | None = None
         handlers: dict[str, Route[Any]] = {
             "restart": Route(m.NannyRestart, self.handle_restart),
             "kill": Route(m.NannyKill, self.handle_kill),
@@ -462,7 +467,12 @@ class Nanny(Server):
             log_level=self._log_level,
         )
         self.process = proc
-        return await proc.start(timeout=max(self.settings.connect_timeout, 30))
+        address = await proc.start(timeout=max(self.settings.connect_timeout, 30))
+        # The nanny, not the worker, vouches for the worker: a task holding the worker's GIL cannot stop it.
+        if self._voucher is None:
+            self._voucher = Voucher(self.scheduler_addr, self.connection_args)
+        self._voucher.vouch([address])
+        return address
 
     async def _watch(self) -> None:
         proc = self.process
@@ -472,6 +482,8 @@ class Nanny(Server):
         if self._lock.locked():
             return  # a restart or kill is under way
         if proc.is_alive():
+            if proc.pid is not None:
+                self._check_stopped(proc.pid, proc.address)
             if self._terminate_at is not None and proc.pid is not None:
                 try:
                     rss = psutil.Process(proc.pid).memory_info().rss
@@ -510,6 +522,35 @@ class Nanny(Server):
                 self.failure = f"its worker could not be started again: {e}"
                 self.process = None
                 self.spawn(self.close(reason="worker-restart-failed"), name="nanny-close")
+
+    def _check_stopped(self, pid: int, address: str | None) -> None:
+        """Report the worker process to the scheduler once it has been stopped for too long (SIGSTOP, a debugger).
+
+        Its event loop cannot say so, and from outside it looks like a worker
+        whose task holds the GIL: only here is the difference known.  The
+        scheduler then removes the worker and asks us to replace it.
+        """
+        voucher = self._voucher
+        if voucher is None or address is None:
+            return
+        try:
+            status = psutil.Process(pid).status()
+        except psutil.Error:
+            return
+        if status not in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
+            self._stopped = None
+            return
+        now = time.monotonic()
+        if self._stopped is None or self._stopped[0] != pid:
+            self._stopped = (pid, now, False)
+            return
+        _, since, reported = self._stopped
+        if not reported and now - since >= voucher.stopped_timeout:
+            logger.warning(
+                "Worker process %d (%s) stopped for %.1f s: telling the scheduler", pid, address, now - since
+            )
+            voucher.report_stopped([address], now - since)
+            self._stopped = (pid, since, True)
 
     async def _replace(self, old: ServerProcess | None, timeout: float) -> None:
         if old is not None:
@@ -660,6 +701,8 @@ class Nanny(Server):
         proc, self.process = self.process, None
         if proc is not None:
             await proc.close(timeout=self._close_timeout)
+        if self._voucher is not None:
+            await self._voucher.close()
         for name in list(self.plugins):
             await self.plugin_remove(name)
         await super()._close()

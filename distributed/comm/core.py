@@ -122,6 +122,26 @@ class Comm(ABC):
     def closed(self) -> bool:
         """Whether the comm is closed."""
 
+    def watch_peer_host(self, timeout: float) -> bool:
+        """Have the kernel end this connection once the peer's host has not acknowledged for ``timeout`` seconds.
+
+        The peer's kernel acknowledges what it receives whatever its process
+        does, so a process that is busy, stopped or holding the GIL keeps the
+        connection alive; an unreachable host (a cut link, a hung machine) does
+        not.  The connection then fails (see :attr:`peer_unreachable`).
+
+        Returns
+        -------
+        bool
+            Whether the comm can be watched so: False in process and without TCP.
+        """
+        return False
+
+    @property
+    def peer_unreachable(self) -> bool:
+        """Whether the connection ended because the peer's host stopped answering (its kernel, not its process)."""
+        return False
+
     def __repr__(self) -> str:
         state = "closed" if self.closed() else "open"
         return f"<{type(self).__name__} {self.name or ''} {state} local={self.local_address} peer={self.peer_address}>"

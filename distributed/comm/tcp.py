@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import errno
 import logging
 import socket
 import ssl
@@ -79,6 +80,10 @@ _PAUSE_BYTES: Final = 16 << 20
 _SCRATCH_POOL: list[bytearray] = []
 _SCRATCH_POOL_SIZE: Final = 16
 _NO_BUFFER: Final = bytearray()
+
+
+#: How a connection ends when the peer's host stops answering (the kernel gave up, or was told there is no route).
+_UNREACHABLE = frozenset({errno.ETIMEDOUT, errno.EHOSTUNREACH, errno.ENETUNREACH})
 
 
 def _limits() -> tuple[int, int]:
@@ -483,6 +488,29 @@ class TCPComm(Comm):
     @property
     def peer_address(self) -> str:
         return self._peer
+
+    def watch_peer_host(self, timeout: float) -> bool:
+        transport = self._protocol.transport
+        sock = transport.get_extra_info("socket") if transport is not None else None
+        if sock is None or not hasattr(socket, "TCP_USER_TIMEOUT"):
+            return False
+        try:
+            # Keep-alive probes make an idle connection send something the peer's kernel must
+            # acknowledge (once a second, the least the kernel allows); the user timeout ends the
+            # connection when that, or any data we sent, goes unacknowledged for ``timeout``.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 1)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 1)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, max(1, round(timeout * 1000)))
+        except OSError:
+            logger.debug("Could not set keep-alive on the connection to %s", self._peer, exc_info=True)
+            return False
+        return True
+
+    @property
+    def peer_unreachable(self) -> bool:
+        reason = self._protocol.close_reason
+        return isinstance(reason, OSError) and reason.errno in _UNREACHABLE
 
     async def read(self) -> Any:
         try:

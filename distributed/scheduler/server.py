@@ -44,6 +44,7 @@ from distributed.protocol.serialize import to_serialize
 from distributed.scheduler.events import EventLog
 from distributed.scheduler.extensions import ExtensionFactory, make_extensions, start_extensions
 from distributed.scheduler.graph import GraphIngestion
+from distributed.scheduler.liveness import LivenessWatch
 from distributed.scheduler.memory_sampler import MemorySamplerExtension
 from distributed.scheduler.metadata import MetadataStore
 from distributed.scheduler.records import (
@@ -55,6 +56,7 @@ from distributed.scheduler.settings import SchedulerServerSettings
 from distributed.scheduler.state import SchedulerState
 from distributed.scheduler.streams import SchedulerStreams
 from distributed.security import Security, coerce_security
+from distributed.system import raise_open_file_limit
 from distributed.utils import refuse_unsupported, unsupported, wait_for
 from distributed.utils_comm import retry_settings
 
@@ -237,8 +239,11 @@ class Scheduler(GraphIngestion, Server):
 
         self.requests = ClusterRequests(self)
         self.streams = SchedulerStreams(self)
+        #: The liveness links of the processes that vouch for workers (see :mod:`distributed.liveness`).
+        self.liveness = LivenessWatch(self)
         handlers: dict[str, Route[Any]] = {
             **self.streams.routes(),
+            **self.liveness.routes(),
             "identity": Route(m.IdentityRequest, self.requests.handle_identity),
             "versions": Route(m.VersionsRequest, self.requests.handle_versions),
             "dump_state": Route(m.DumpState, lambda comm, msg: scheduler_state(self, msg["exclude"])),
@@ -302,6 +307,10 @@ class Scheduler(GraphIngestion, Server):
     # Life cycle
     # ======================================================================
     async def start_unsafe(self) -> None:
+        limits = raise_open_file_limit()
+        if limits is not None and limits[1] > limits[0]:
+            # A connection or two per worker and client: the usual soft limit (1,024) stops at a few hundred.
+            logger.info("Raised the limit of open files from %d to %d (the hard limit)", *limits)
         await self.listen(self._start_address)
         if self._contact_address:
             self._address = self._contact_address
@@ -426,45 +435,60 @@ class Scheduler(GraphIngestion, Server):
         return {"dashboard": self.http_server} if self.http_server is not None else {}
 
     def _check_worker_ttl(self) -> None:
-        """Remove the workers not heard from within ``worker_ttl``; have their nannies replace them.
-
-        What such a worker ran or alone held runs again elsewhere.  The worker is
-        stopped, swapped out or stuck, and may wake up later: its stream is closed
-        now, so that when it does it finds itself cut off (as after losing its
-        scheduler) and closes, its nanny starting a new worker, or reconnects
-        afresh (``death_timeout``), instead of running on unknown to us.  And, as
-        in dask, its nanny is asked to replace it at once (SIGTERM, then SIGKILL
-        after :data:`UNRESPONSIVE_WORKER_GRACE`), which also ends a worker that
-        never wakes.  A worker without a nanny is only removed.
-        """
+        """Remove the workers not heard from within ``worker_ttl`` (see :meth:`remove_unresponsive_worker`)."""
         assert self.worker_ttl is not None
         now = time.time()
         for ws in list(self.workers.values()):
             if not ws.last_seen or ws.last_seen >= now - self.worker_ttl:
                 continue
-            address, nanny = ws.address, ws.nanny
-            logger.warning(
-                "Worker %s not heard from in %s s; removing it%s",
-                address,
-                self.worker_ttl,
-                f" and having its nanny {nanny} replace it" if nanny else "",
+            self.remove_unresponsive_worker(
+                ws.address,
+                f"not heard from in {self.worker_ttl} s",
+                {"action": "worker-ttl-timed-out", "workers": [ws.address], "ttl": self.worker_ttl},
             )
-            stream = self.stream_comms.get(address)
-            self.send_all(self.remove_worker_state(address, stimulus_id=f"worker-ttl-{now}"))
-            self.log_event(
-                "scheduler", {"action": "worker-ttl-timed-out", "workers": [address], "ttl": self.worker_ttl}
-            )
-            if stream is not None:
-                stream.abort()
-            if nanny:
-                self.spawn(self._replace_unresponsive_worker(address, nanny), name="worker-ttl-replace")
 
-    async def _replace_unresponsive_worker(self, address: str, nanny: str) -> None:
-        """Ask ``nanny`` for a new worker process in place of the one at ``address`` (see ``_check_worker_ttl``)."""
+    def remove_unresponsive_worker(self, address: str, why: str, event: dict[str, Any]) -> None:
+        """Remove a worker that stopped answering, and have its nanny replace it.
+
+        What such a worker ran or alone held runs again elsewhere.  The worker is
+        stopped, swapped out, stuck or cut off, and may wake up later: its stream is
+        closed now, so that when it does it finds itself cut off (as after losing its
+        scheduler) and closes, its nanny starting a new worker, or reconnects
+        afresh (``death_timeout``), instead of running on unknown to us.  And, as
+        in dask, its nanny is asked to replace it at once (SIGTERM, then SIGKILL
+        after :data:`UNRESPONSIVE_WORKER_GRACE`), which also ends a worker that
+        never wakes.  A worker without a nanny is only removed.
+
+        Parameters
+        ----------
+        address
+            The worker (nothing happens if it is no longer known).
+        why
+            What it did, for the log: ``"not heard from in 300 s"``.
+        event
+            The event logged on the ``"scheduler"`` topic (its ``action`` names the stimulus).
+        """
+        ws = self.workers.get(address)
+        if ws is None:
+            return
+        nanny = ws.nanny
+        logger.warning(
+            "Worker %s %s; removing it%s", address, why, f" and having its nanny {nanny} replace it" if nanny else ""
+        )
+        stream = self.stream_comms.get(address)
+        self.send_all(self.remove_worker_state(address, stimulus_id=f"{event['action']}-{time.time()}"))
+        self.log_event("scheduler", event)
+        if stream is not None:
+            stream.abort()
+        if nanny:
+            self.spawn(self._replace_unresponsive_worker(address, nanny, why), name="unresponsive-worker-replace")
+
+    async def _replace_unresponsive_worker(self, address: str, nanny: str, why: str) -> None:
+        """Ask ``nanny`` for a new worker process in place of the one at ``address``."""
         request = m.NannyRestart(
             op="restart",
             timeout=UNRESPONSIVE_WORKER_GRACE,
-            reason=f"worker-ttl: {address} not heard from in {self.worker_ttl} s",
+            reason=f"unresponsive worker: {address} {why}",
             wait=False,
             # Not a worker that the nanny has started since (the old one woke, closed and was replaced).
             worker=address,

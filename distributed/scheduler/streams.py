@@ -149,6 +149,7 @@ class SchedulerStreams:
             "reschedule": StreamRoute(m.Reschedule, self._reschedule),
             "long-running": StreamRoute(m.LongRunning, self._long_running),
             "keep-alive": StreamRoute(m.KeepAlive, lambda msg: None),
+            "heartbeat_worker": StreamRoute(m.HeartbeatWorker, self._heartbeat),
             "worker-status-change": StreamRoute(m.WorkerStatusChange, self._worker_status_change),
             # from clients
             "update-graph": StreamRoute(m.UpdateGraph, self._update_graph),
@@ -320,10 +321,26 @@ class SchedulerStreams:
         s.send_all(s.long_running(self._sender(), msg, f"long-running-{time.time()}"))
 
     def handle_heartbeat_worker(self, comm: Comm, msg: m.HeartbeatWorker) -> dict[str, Any]:
-        """Note that a worker is alive, and tell it when to call again."""
+        """Note that a worker is alive, and tell it when to call again.
+
+        A request, as dask's workers send it; this package's workers send their
+        heartbeats on their stream instead (see :meth:`_heartbeat`).
+        """
         ws = self.scheduler.workers.get(msg["address"])
         if ws is None:
             return {"status": "missing"}
+        self._note_heartbeat(ws, msg)
+        return {"status": "OK", "time": time.time(), "heartbeat-interval": self._heartbeat_interval()}
+
+    def _heartbeat(self, msg: m.HeartbeatWorker) -> None:
+        # On the worker's stream: no connection of its own, no reply.  A worker the scheduler no
+        # longer knows hears it by its stream closing, as for any message it sends (_worker_stream).
+        ws = self._current_worker
+        if ws is None:
+            raise RuntimeError("Worker stream message outside a worker stream")
+        self._note_heartbeat(ws, msg)
+
+    def _note_heartbeat(self, ws: WorkerState, msg: m.HeartbeatWorker) -> None:
         ws.last_seen = time.time()
         ws.metrics = dict(msg.get("metrics") or {})
         # Unmanaged memory as of this heartbeat (process and managed measured together).
@@ -337,7 +354,6 @@ class SchedulerStreams:
                     beat(ws, value)
                 except Exception:
                     logger.exception("Scheduler extension %r failed on a heartbeat of %s", name, ws.address)
-        return {"status": "OK", "time": time.time(), "heartbeat-interval": self._heartbeat_interval()}
 
     def handle_unregister(self, comm: Comm, msg: m.UnregisterWorker) -> str:
         """Remove a worker that is leaving."""

@@ -24,6 +24,9 @@ pytestmark = pytest.mark.timeout(240)
 
 MakeHosts = Callable[[int], TestHosts]
 
+#: The scheduler's environment without liveness links: only worker-ttl removes a silent worker.
+LIVENESS_OFF = {"DASK_DISTRIBUTED__SCHEDULER__LIVENESS__ENABLED": "False"}
+
 
 def start_cluster(
     hosts: TestHosts,
@@ -192,7 +195,8 @@ def finish_progress(client: TestHost, proc: subprocess.Popen[str], marks: Path) 
 def test_a_link_cut_for_20_s_mid_computation(test_hosts: MakeHosts, tmp_path: Path) -> None:
     hosts = test_hosts(4)
     s, a, b, client = hosts
-    proc, marks, before = start_progress(hosts, tmp_path, 400)
+    # Unwatched links: a cut is then only a delay (with them, see test_a_cut_link_is_noticed_within_2_s).
+    proc, marks, before = start_progress(hosts, tmp_path, 400, scheduler_env=LIVENESS_OFF)
     assert len(before) == 2
     b.cut()
     try:
@@ -210,7 +214,7 @@ def test_a_link_cut_for_20_s_mid_computation(test_hosts: MakeHosts, tmp_path: Pa
 def test_a_link_cut_past_the_worker_ttl(test_hosts: MakeHosts, tmp_path: Path) -> None:
     hosts = test_hosts(4)
     s, a, b, client = hosts
-    env = {"DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL": "4s"}
+    env = {"DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL": "4s", **LIVENESS_OFF}
     proc, marks, before = start_progress(hosts, tmp_path, 200, scheduler_env=env)
     assert len(before) == 2
     b.cut()
@@ -230,6 +234,41 @@ def test_a_link_cut_past_the_worker_ttl(test_hosts: MakeHosts, tmp_path: Path) -
     assert out["right"]  # the removed worker's tasks were redone elsewhere
     # ... and the host's worker is back in the cluster once its link is.
     assert [w.rsplit(":", 1)[0] for w in out["workers"]] == [f"tcp://{a.ip}", f"tcp://{b.ip}"]
+
+
+def test_a_cut_link_is_noticed_within_2_s(test_hosts: MakeHosts, tmp_path: Path) -> None:
+    hosts = test_hosts(4)
+    s, a, b, client = hosts
+    proc, marks, before = start_progress(hosts, tmp_path, 300)
+    assert len(before) == 2
+    [b_worker] = [w for w in before if w.startswith(f"tcp://{b.ip}:")]
+    cut_at = time.time()
+    b.cut()
+    try:
+        # The scheduler's log says when it removed b's worker.
+        log = next(tmp_path.glob("hosts0/h0-*-dask-scheduler.log"))
+        wait_for(lambda: "stopped answering" in log.read_text() or proc.poll() is not None, 30, "b's removal")
+        assert proc.poll() is None, client.output(proc)
+        # Kept cut a while: the work goes on without b, as it would while a machine is down.
+        wait_for(lambda: time.time() >= cut_at + 3, 5, "the end of the cut")
+    finally:
+        b.restore()
+    out = finish_progress(client, proc, marks)
+    assert out["right"]  # b's tasks were redone on a
+    events = client.python(
+        client_code(
+            tmp_path / "scheduler.json",
+            'result = [[t, e] for t, e in c.get_events("scheduler") if e.get("action") == "worker-host-unreachable"]',
+            n_workers=2,
+        ),
+        timeout=120,
+    )
+    [[removed_at, event]] = events
+    assert list(event["workers"]) == [b_worker]
+    assert removed_at - cut_at < 2.0, f"removed {removed_at - cut_at:.2f} s after the cut"
+    # ... and b's nanny, reachable again, has a new worker in the cluster.
+    assert [w.rsplit(":", 1)[0] for w in out["workers"]] == [f"tcp://{a.ip}", f"tcp://{b.ip}"]
+    assert b_worker not in out["workers"]
 
 
 def test_shaped_links_run_near_their_rate(test_hosts: MakeHosts) -> None:

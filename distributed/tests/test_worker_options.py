@@ -134,7 +134,9 @@ async def test_heartbeat_reports_cpu_percent(s: Scheduler, a: Worker) -> None:
     while time.process_time() < end:
         pass  # burn CPU in this process
     assert a.get_metrics()["cpu"] > 0
-    await a.heartbeat()
+    s.workers[a.address].metrics = {}
+    await a.heartbeat()  # sent on the worker's stream: it arrives a moment later
+    await async_poll_for(lambda: "cpu" in s.workers[a.address].metrics, timeout=10)
     assert isinstance(s.workers[a.address].metrics["cpu"], float)
 
 

@@ -30,7 +30,13 @@ TTL = 2.0
 def test_a_worker_stopped_past_its_ttl_is_replaced_by_its_nanny() -> None:
     # Real processes: the scheduler, two nannies, and their workers.
     with (
-        cluster(nworkers=2, nanny=True, scheduler_kwargs={"worker_ttl": f"{TTL}s"}) as (s, workers),
+        cluster(
+            nworkers=2,
+            nanny=True,
+            scheduler_kwargs={"worker_ttl": f"{TTL}s"},
+            # Else the nanny reports its stopped worker first (see test_liveness.py).
+            config={"distributed.scheduler.liveness.enabled": False},
+        ) as (s, workers),
         Client(s["address"], timeout=30) as c,
     ):
         nannies = {w["nanny"] for w in workers}

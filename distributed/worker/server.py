@@ -36,6 +36,7 @@ from distributed.config_refusals import refuse_unhonoured_config
 from distributed.core import RemoteRequests, Route, Server, Status, StreamRoute
 from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.http.server import HTTPServerHandle
+from distributed.liveness import Voucher
 from distributed.offload import offload_threshold, unwrap_all
 from distributed.preloading import PreloadManager, process_preloads
 from distributed.profile import Profiler, ProfileSettings, ProfileState, create
@@ -51,7 +52,7 @@ from distributed.task_context import context_worker, rejoin, secede, thread_stat
 from distributed.threadpool import ThreadPool
 from distributed.uploads import import_uploaded, save_upload
 from distributed.utils import get_ip_interface, scheduler_address, unsupported, wait_for
-from distributed.utils_comm import retry, retry_settings
+from distributed.utils_comm import retry_settings
 from distributed.versions import get_versions
 from distributed.worker import hardware, reporting
 from distributed.worker.actors import ActorHost
@@ -272,7 +273,7 @@ class Worker(Server, PeerTransfers, TaskRunning):
             startup_information, "startup_information"
         )
         self.security = coerce_security(security, "Worker")
-        #: How fetches from peers and heartbeats are retried (``distributed.comm.retry.*``; see utils_comm).
+        #: How fetches from peers are retried (``distributed.comm.retry.*``; see utils_comm).
         self.comm_retry = retry_settings()
         #: Bytes from which data sent or received is (de)serialised off the event loop (``distributed.comm.offload``).
         self.offload_threshold = offload_threshold()
@@ -353,6 +354,8 @@ class Worker(Server, PeerTransfers, TaskRunning):
         self.memory_monitor_interval = settings.memory_monitor_interval
         self.heartbeat_interval = settings.heartbeat_interval
         self.nanny = nanny
+        # Without a nanny, this worker's part in its process's liveness link (see distributed.liveness).
+        self._voucher: Voucher | None = None
         self.death_timeout = parse_timedelta(death_timeout) if death_timeout is not None else None
         self.data: MutableMapping[Key, Any] = data if isinstance(data, MutableMapping) else {}
         #: Makes the data mapping once the local directory exists (``data=`` a callable or ``(callable, kwargs)``).
@@ -585,6 +588,11 @@ class Worker(Server, PeerTransfers, TaskRunning):
             text = response.get("message") or response.get("text") if isinstance(response, dict) else response
             raise ValueError(f"Scheduler refused registration: {text}")
         self.registered = True
+        if self.nanny is None:
+            # Under a nanny, the nanny vouches for this worker (see distributed.liveness).
+            if self._voucher is None:
+                self._voucher = Voucher(self.scheduler_addr, self.connection_args)
+            self._voucher.vouch([self.address])
         # Plugins registered on the scheduler before we joined; set up before any task arrives.
         for name, payload in dict(response.get("worker-plugins") or {}).items():
             try:
@@ -611,7 +619,8 @@ class Worker(Server, PeerTransfers, TaskRunning):
             pass
         except Exception:
             logger.exception("Error reading from the scheduler")
-        if self.status not in (Status.closing, Status.closed, Status.closing_gracefully):
+        # (A close under way runs as ``running`` until its last steps, and ends this stream itself.)
+        if self.status not in (Status.closing, Status.closed, Status.closing_gracefully) and self._close_nanny is None:
             if self.death_timeout:
                 self.spawn(self._reconnect(self.death_timeout), name="reconnect-to-scheduler")
             elif self.nanny is not None:
@@ -667,17 +676,25 @@ class Worker(Server, PeerTransfers, TaskRunning):
             self.spawn(self.close(reason="scheduler-lost"), name="close-after-scheduler-loss")
 
     async def heartbeat(self) -> None:
-        """Tell the scheduler we are alive, with a few metrics."""
+        """Tell the scheduler a few metrics, on our stream to it.
+
+        On the stream, not as a request of its own: a scheduler with thousands
+        of workers reads one message among the stream's others, and holds one
+        connection per worker, not two.  A scheduler that no longer knows this
+        worker closes the stream on reading it (see ``_read_scheduler_stream``).
+        """
         state = self.state
-        if state is None:
-            return
         stream = self.batched_stream
-        try:
-            metrics: dict[str, Any] = dict(self.get_metrics())
-            if self.custom_metrics:
-                for name, value in (await reporting.call_each(self, self.custom_metrics, "metric")).items():
-                    metrics.setdefault(name, value)  # the worker's own metrics win a clash, as in dask
-            beat = m.HeartbeatWorker(
+        if state is None or stream is None or stream.closed():
+            return
+        metrics: dict[str, Any] = dict(self.get_metrics())
+        if self.custom_metrics:
+            for name, value in (await reporting.call_each(self, self.custom_metrics, "metric")).items():
+                metrics.setdefault(name, value)  # the worker's own metrics win a clash, as in dask
+        if stream is not self.batched_stream or stream.closed():
+            return  # the stream ended meanwhile
+        stream.send(
+            m.HeartbeatWorker(
                 op="heartbeat_worker",
                 address=self.address,
                 now=time.time(),
@@ -685,30 +702,7 @@ class Worker(Server, PeerTransfers, TaskRunning):
                 executing=len(state.executing),
                 extensions=reporting.extension_heartbeats(self.extensions),
             )
-            reply = await retry(lambda: self.rpc.call(self.scheduler_addr, beat), *self.comm_retry, name="heartbeat")
-        except (OSError, CommClosedError):
-            logger.debug("Heartbeat to the scheduler failed", exc_info=True)
-            return
-        if isinstance(reply, dict) and reply.get("status") == "missing" and stream is self.batched_stream:
-            # The same registration as when we asked (a reply about an earlier one says nothing of this one).
-            self._removed_by_scheduler()
-
-    def _removed_by_scheduler(self) -> None:
-        """The scheduler no longer knows this worker (it removed it, e.g. stopped past its ``worker-ttl``).
-
-        Whatever we hold or run it has given up on.  Cutting our end of the
-        stream takes the path of a lost scheduler: under a nanny the worker
-        closes and the nanny starts a new one; with ``death_timeout`` it
-        registers again afresh; else it closes, as dask's does.  Only while
-        registered: a worker between two registrations (reconnecting) or
-        leaving is not known, and knows it.
-        """
-        stream = self.batched_stream
-        if stream is None or stream.closed() or self.status not in (Status.running, Status.paused):
-            return  # (closed: the stream's end told the worker already)
-        logger.warning("The scheduler at %s does not know worker %s (it removed it)", self.scheduler_addr, self.address)
-        assert stream.comm is not None
-        stream.comm.abort()
+        )
 
     def get_metrics(self) -> m.WorkerMetrics:
         """What the heartbeat reports: memory (RSS), CPU percent since the last call, task counts."""
@@ -770,6 +764,8 @@ class Worker(Server, PeerTransfers, TaskRunning):
                     logger.debug("Closing the worker's client failed", exc_info=True)
             if self.batched_stream is not None:
                 await self.batched_stream.close(timeout=1)
+            if self._voucher is not None:
+                await self._voucher.close()
             # Executions and fetches: cancelled and awaited (a threaded task runs on, unawaited, in the executor).
             while running := [t for t in self._running_tasks if not t.done()]:
                 for t in running:
@@ -815,10 +811,12 @@ class Worker(Server, PeerTransfers, TaskRunning):
         if self.status not in (Status.closing, Status.closed):
             logger.info("Closing worker %s: %s", self._address or self.name, reason)
         if self._close_nanny is None:
-            # The first call decides; the nanny is told at the start of the one close (see _close).
+            # The first call decides (a later one, such as the end of the scheduler's stream that
+            # closing brings, must not make a close(executor_wait=False) wait); the nanny is told
+            # at the start of the one close (see _close).
             self._close_nanny = (nanny, reason)
-        self._close_timeout = timeout
-        self._close_executor_wait = executor_wait
+            self._close_timeout = timeout
+            self._close_executor_wait = executor_wait
         await super().close()
 
     async def close_gracefully(self, restart: bool | None = None, reason: str = "worker-close-gracefully") -> None:
