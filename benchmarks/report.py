@@ -70,7 +70,9 @@ def results_table(doc: dict[str, Any]) -> str:
                     m["ratio_sync"],
                 ]
             )
-    head = f"{label(doc)}, dask {doc.get('packages', {}).get('dask', '?')}, {doc.get('machine', {}).get('cpu_count', '?')} CPUs, suite {doc.get('suite')}"
+    dask_version = doc.get("packages", {}).get("dask", "?")
+    cpus = doc.get("machine", {}).get("cpu_count", "?")
+    head = f"{label(doc)}, dask {dask_version}, {cpus} CPUs, suite {doc.get('suite')}"
     out = [head, "x threads / x sync: best distributed run / best local run of the same graph", table(headers, rows)]
     if "total_seconds" in doc:
         out.append(f"total {doc['total_seconds']:.1f} s")

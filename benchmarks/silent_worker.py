@@ -1,4 +1,4 @@
-"""The ``silent_worker`` workload: how soon a scheduler notices a worker that stopped, and that it never takes a busy one for it.
+"""The ``silent_worker`` workload: how soon a scheduler notices a stopped worker; that it never takes a busy one for it.
 
 A scheduler and four workers, each under a nanny, all started from their
 command lines (:class:`~benchmarks.clusters.CliCluster`), one thread each.

@@ -482,11 +482,16 @@ class Nanny(Server):
         if self._lock.locked():
             return  # a restart or kill is under way
         if proc.is_alive():
-            if proc.pid is not None:
-                self._check_stopped(proc.pid, proc.address)
-            if self._terminate_at is not None and proc.pid is not None:
+            if proc.pid is None:
+                return
+            try:
+                process = psutil.Process(proc.pid)  # one look per tick, for both checks
+            except psutil.Error:
+                return
+            self._check_stopped(process, proc.address)
+            if self._terminate_at is not None:
                 try:
-                    rss = psutil.Process(proc.pid).memory_info().rss
+                    rss = process.memory_info().rss
                 except psutil.Error:
                     return
                 if rss > self._terminate_at:
@@ -523,7 +528,7 @@ class Nanny(Server):
                 self.process = None
                 self.spawn(self.close(reason="worker-restart-failed"), name="nanny-close")
 
-    def _check_stopped(self, pid: int, address: str | None) -> None:
+    def _check_stopped(self, process: psutil.Process, address: str | None) -> None:
         """Report the worker process to the scheduler once it has been stopped for too long (SIGSTOP, a debugger).
 
         Its event loop cannot say so, and from outside it looks like a worker
@@ -534,9 +539,10 @@ class Nanny(Server):
         if voucher is None or address is None:
             return
         try:
-            status = psutil.Process(pid).status()
+            status = process.status()
         except psutil.Error:
             return
+        pid = process.pid
         if status not in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
             self._stopped = None
             return

@@ -33,9 +33,10 @@ async def start_worker_http_server(
 ) -> tuple[HTTPServerHandle, WorkerDashboard | None]:
     """Serve ``worker``'s HTTP routes at ``address``, and its dashboard too with ``dashboard``.
 
-    ``address`` is as ``":0"`` or ``"127.0.0.1:8789"``.  Returns the server and the dashboard (None without one, or when bokeh
-    cannot be imported: as in dask.distributed, the worker then runs without
-    it, and says so in its log).  Stopping the server closes the dashboard.
+    ``address`` is as ``":0"`` or ``"127.0.0.1:8789"``.  Returns the server
+    and the dashboard (None without one, or when bokeh cannot be imported: as
+    in dask.distributed, the worker then runs without it, and says so in its
+    log).  Stopping the server closes the dashboard.
     HTTPS when ``distributed.scheduler.dashboard.tls.cert`` is set (as in
     dask.distributed, the same setting serves both).  Must be called from
     the worker's running loop; raises as :func:`~distributed.http.server.serve`

@@ -270,11 +270,14 @@ class SchedulerStreams:
         """The address of the worker whose stream message is being handled (for extensions' stream handlers)."""
         return self._sender()
 
-    def _sender(self) -> str:
+    def _sending_worker(self) -> WorkerState:
         ws = self._current_worker
         if ws is None:
             raise RuntimeError("Worker stream message outside a worker stream")
-        return ws.address
+        return ws
+
+    def _sender(self) -> str:
+        return self._sending_worker().address
 
     def _task_finished(self, msg: m.TaskFinished) -> None:
         s = self.scheduler
@@ -335,10 +338,7 @@ class SchedulerStreams:
     def _heartbeat(self, msg: m.HeartbeatWorker) -> None:
         # On the worker's stream: no connection of its own, no reply.  A worker the scheduler no
         # longer knows hears it by its stream closing, as for any message it sends (_worker_stream).
-        ws = self._current_worker
-        if ws is None:
-            raise RuntimeError("Worker stream message outside a worker stream")
-        self._note_heartbeat(ws, msg)
+        self._note_heartbeat(self._sending_worker(), msg)
 
     def _note_heartbeat(self, ws: WorkerState, msg: m.HeartbeatWorker) -> None:
         ws.last_seen = time.time()
