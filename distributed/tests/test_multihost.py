@@ -249,8 +249,6 @@ def test_a_cut_link_is_noticed_within_2_s(test_hosts: MakeHosts, tmp_path: Path)
         log = next(tmp_path.glob("hosts0/h0-*-dask-scheduler.log"))
         wait_for(lambda: "stopped answering" in log.read_text() or proc.poll() is not None, 30, "b's removal")
         assert proc.poll() is None, client.output(proc)
-        # Kept cut a while: the work goes on without b, as it would while a machine is down.
-        wait_for(lambda: time.time() >= cut_at + 3, 5, "the end of the cut")
     finally:
         b.restore()
     out = finish_progress(client, proc, marks)
