@@ -2,12 +2,16 @@
 
 A scheduler started from its command line gets ``workers`` real workers,
 packed ``per_process`` to a process (:mod:`benchmarks.worker_pack`), all on
-this machine. Measured, on the scheduler process (psutil):
+this machine; with ``light=True``, light workers instead
+(:mod:`benchmarks.light_workers`: the scheduler's side of real workers,
+without their own work), which is how 10,000 fit on two cores. Measured, on
+the scheduler process (psutil):
 
 - ``register_s``: from starting the worker processes to the scheduler
   knowing them all;
 - ``idle_cpu_pct``: its CPU over ``idle_s`` seconds with every worker
   connected and no work (heartbeats only), as a percentage of one core;
+- ``scheduler_info_all``: a client's ``scheduler_info`` listing every worker;
 - ``cpu_per_task``: its CPU per task over a ``map`` of ``n`` no-op tasks
   spread over all the workers, each run after the last one's tasks are
   forgotten;
@@ -40,14 +44,17 @@ def many_workers(p: dict[str, Any], repeat: int) -> list[Metric]:
     per_process = int(p.get("per_process", 250))
     n = int(p.get("n", 20_000))
     idle_s = float(p.get("idle_s", 5.0))
+    light = bool(p.get("light", False))
     with CliCluster(nworkers=0, dashboard=False) as cluster:
         client = cluster.client
         t0 = time.monotonic()
         for i, first in enumerate(range(0, nworkers, per_process)):
             count = min(per_process, nworkers - first)
-            cluster.spawn(
-                ["-m", "benchmarks.worker_pack", cluster.address, str(count), "1", f"pack{i}"], f"pack-{i}.log"
-            )
+            if light:
+                args = ["-m", "benchmarks.light_workers", cluster.address, str(count), f"light{i}"]
+            else:
+                args = ["-m", "benchmarks.worker_pack", cluster.address, str(count), "1", f"pack{i}"]
+            cluster.spawn(args, f"pack-{i}.log")
         client.wait_for_workers(nworkers, timeout=max(120.0, nworkers / 10))
         register_s = time.monotonic() - t0
         settle(client, timeout=120)
@@ -55,6 +62,12 @@ def many_workers(p: dict[str, Any], repeat: int) -> list[Metric]:
         c0, w0 = cluster.scheduler_cpu(), time.monotonic()
         time.sleep(idle_s)
         idle_pct = 100 * (cluster.scheduler_cpu() - c0) / (time.monotonic() - w0)
+        info_s: list[float] = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            info = client.scheduler_info(n_workers=-1)
+            info_s.append(time.perf_counter() - t0)
+            assert len(info["workers"]) == nworkers, len(info["workers"])
         per_task: list[float] = []
         walls: list[float] = []
         for i in range(repeat + 1):
@@ -66,10 +79,11 @@ def many_workers(p: dict[str, Any], repeat: int) -> list[Metric]:
             if i > 0:  # the first is a warm-up
                 per_task.append((cluster.scheduler_cpu() - c0) / n)
                 walls.append(wall)
-    note = f"{nworkers} workers, {per_process} to a process"
+    note = f"{nworkers} {'light ' if light else ''}workers, {per_process} to a process"
     return [
         metric("register_s", "s", [register_s], note=note),
         metric("idle_cpu_pct", "%", [idle_pct], note=f"scheduler CPU over {idle_s:g} s idle, % of one core"),
+        metric("scheduler_info_all", "s", info_s, note="client.scheduler_info(n_workers=-1): every worker"),
         metric("cpu_per_task", "s", per_task, note=f"scheduler CPU / tasks of a {n}-task map over {nworkers} workers"),
         metric("map_wall", "s", walls),
     ]

@@ -59,6 +59,9 @@ FULL: list[Case] = [
     # The scheduler's cost per task and at rest as its workers grow in number (real workers, 250 to a process).
     case("many_workers", 600, repeat=2, workers=10, per_process=10, n=20_000),
     case("many_workers", 900, repeat=2, workers=1000, per_process=250, n=20_000),
+    # Light workers (the scheduler's side of real ones): 10 and 10,000 on a 100k-task map.
+    case("many_workers", 600, repeat=2, workers=10, per_process=10, n=100_000, light=True),
+    case("many_workers", 900, repeat=2, workers=10_000, per_process=1000, n=100_000, light=True),
     # A stopped worker noticed (20 rounds; the bar is 2 s at p99), and none removed while tasks hold the GIL.
     case("silent_worker", 600, repeat=20, kind="sigstop"),
     case("silent_worker", 900, repeat=1, kind="gil", hold_s=60, duration_s=300),

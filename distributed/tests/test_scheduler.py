@@ -266,6 +266,41 @@ def test_large_state_gc_only_draining_runs_no_full_collection() -> None:
         gc.unfreeze()
 
 
+def test_large_state_gc_collects_the_young_less_often_while_frozen_and_puts_the_threshold_back() -> None:
+    import gc
+
+    from distributed.scheduler.streams import LARGE_STATE_GEN0, LargeStateGC
+
+    before = gc.get_threshold()
+    policy = LargeStateGC(step=10)
+    try:
+        policy.tend(10, 0)
+        assert gc.get_threshold() == (LARGE_STATE_GEN0, *before[1:])
+        policy.tend(25, 0)  # frozen again: the threshold of the process is still the one saved
+        policy.tend(5, 0)
+        assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
+
+
+@gen_test()
+async def test_workers_count_toward_the_large_state_gc() -> None:
+    """Thousands of workers are as many objects as a large graph: joining workers freeze the collector's view."""
+    import gc
+
+    from distributed.scheduler.streams import WORKER_AS_TASKS, LargeStateGC
+
+    before = gc.get_threshold()
+    async with Scheduler(host="127.0.0.1", port=0, dashboard_address=None) as s:
+        s.streams.gc = LargeStateGC(step=2 * WORKER_AS_TASKS)
+        async with Worker(s.address, nthreads=1, dashboard=False):
+            assert s.streams.gc.frozen_at == 0 and gc.get_freeze_count() == 0
+            async with Worker(s.address, nthreads=1, dashboard=False):
+                assert s.streams.gc.frozen_at == 2 * WORKER_AS_TASKS and gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() == 0 and gc.get_threshold() == before
+
+
 def test_scheduler_builds_declared_messages() -> None:
     """No ``{"op": ...}`` literal in the scheduler's modules: each message is built as its declared type."""
 
