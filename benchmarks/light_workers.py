@@ -30,7 +30,6 @@ import asyncio
 import collections
 import contextlib
 import os
-import resource
 import signal
 import sys
 import time
@@ -41,9 +40,13 @@ from distributed.comm import Comm, CommClosedError, connect, listen
 from distributed.liveness import Voucher
 from distributed.protocol import Serialize
 from distributed.protocol import messages as m
+from distributed.system import raise_open_file_limit
 
 #: Workers started at once: enough to register quickly, few enough not to time out the handshakes.
 BATCH = 100
+
+#: The size reported for every result (each is ``None``).
+RESULT_NBYTES = 16
 
 
 class LightWorker:
@@ -55,8 +58,8 @@ class LightWorker:
         self.heartbeat_interval = heartbeat_interval
         self.task_s = task_s
         self.address = ""
-        #: Results held (all ``None``): key -> nbytes reported.
-        self.data: dict[Any, int] = {}
+        #: Keys of the results held (each ``None``, of :data:`RESULT_NBYTES`).
+        self.data: set[Any] = set()
         #: Tasks received and not yet finished, in order: key -> run id.
         self.ready: collections.OrderedDict[Any, int] = collections.OrderedDict()
         self.stream: BatchedSend | None = None
@@ -112,7 +115,7 @@ class LightWorker:
             self._wake.set()
         elif op == "free-keys":
             for key in msg["keys"]:
-                self.data.pop(key, None)
+                self.data.discard(key)
                 self.ready.pop(key, None)
         elif op == "steal-request":
             key = msg["key"]
@@ -136,13 +139,13 @@ class LightWorker:
                     start = time.time()
                     if self.task_s > 0:
                         await asyncio.sleep(self.task_s)
-                    self.data[key] = 0
+                    self.data.add(key)
                     self._send(
                         m.TaskFinished(
                             op="task-finished",
                             key=key,
                             run_id=run_id,
-                            nbytes=16,
+                            nbytes=RESULT_NBYTES,
                             type="NoneType",
                             start=start,
                             stop=time.time(),
@@ -171,7 +174,7 @@ class LightWorker:
                 if op == "get_data":
                     keys = [k for k in msg["keys"] if k in self.data]
                     result: Any = m.GetDataReply(
-                        status="OK", data={k: Serialize(None) for k in keys}, nbytes={k: self.data[k] for k in keys}
+                        status="OK", data={k: Serialize(None) for k in keys}, nbytes=dict.fromkeys(keys, RESULT_NBYTES)
                     )
                 elif op == "identity":
                     result = {"type": "LightWorker", "id": self.name, "address": self.address}
@@ -195,16 +198,9 @@ class LightWorker:
             self._listener.stop()
 
 
-def raise_open_file_limit() -> None:
-    """Each worker holds a listening socket and a stream: raise the soft limit of open files to the hard one."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-
-
 async def run(address: str, count: int, prefix: str, heartbeat_interval: float, task_s: float) -> None:
     """Start ``count`` light workers for ``address``; close them on SIGTERM."""
-    raise_open_file_limit()
+    raise_open_file_limit()  # each worker holds a listening socket and a stream
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     workers: list[LightWorker] = []
