@@ -111,6 +111,16 @@ def settle(client: Any, timeout: float = 30.0) -> None:
         time.sleep(0.02)
 
 
+def rss_bytes(pid: int) -> int | None:
+    """Resident set size of ``pid`` now, or None where unknown."""
+    import psutil
+
+    try:
+        return int(psutil.Process(pid).memory_info().rss)
+    except psutil.Error:
+        return None
+
+
 def rss_peak_bytes(pid: int) -> int | None:
     """Peak resident set size of ``pid`` (Linux ``VmHWM``), or None where unknown."""
     try:

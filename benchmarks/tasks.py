@@ -15,6 +15,18 @@ def noop(x: Any) -> Any:
     return x
 
 
+def started_at(x: Any) -> float:
+    """The wall-clock time the task ran at (the argument is ignored)."""
+    import time
+
+    return time.time()
+
+
+def total(xs: list[Any]) -> int:
+    """How many results ``xs`` holds (a reduction's step that keeps its output small)."""
+    return len(xs)
+
+
 def inc(x: int) -> int:
     return x + 1
 
@@ -66,6 +78,11 @@ def partition_rows(df: Any) -> int:
 def scheduler_task_count(dask_scheduler: Any = None) -> int:
     """How many tasks the scheduler still tracks (run with ``Client.run_on_scheduler``)."""
     return len(getattr(dask_scheduler, "tasks", ()))
+
+
+def scheduler_tasks_made(dask_scheduler: Any = None) -> int:
+    """Tasks the scheduler made so far: held now plus forgotten (held now where it does not count the forgotten)."""
+    return len(getattr(dask_scheduler, "tasks", ())) + int(getattr(dask_scheduler, "tasks_forgotten", 0))
 
 
 def dashboard_session_count(dask_scheduler: Any = None) -> int:

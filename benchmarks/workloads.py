@@ -29,6 +29,7 @@ from benchmarks.clusters import (
     cluster_on_first_cpu,
     find_chromium,
     local_cluster,
+    rss_bytes,
     rss_peak_bytes,
     settle,
     worker_peak_rss,
@@ -407,76 +408,128 @@ def transfer(p: Params, repeat: int) -> list[Metric]:
 
 
 # -- large_graph ----------------------------------------------------------------------
-def large_graph(p: Params, repeat: int) -> list[Metric]:
-    """``n`` independent tasks against a scheduler in its own process.
+def _tree_graph(n: int) -> tuple[dict[Any, Any], str]:
+    """``n`` leaves reduced in two levels (groups of about sqrt(n), then one): the earliest start of a leaf."""
+    from dask._task_spec import List, Task, TaskRef
 
-    Submission time (``client.map`` returning), time to the first future's
-    result, total time, the scheduler's peak RSS and bytes per task, and the
-    longest ``scheduler_info()`` round trip seen while it ingests the graph.
+    group = max(2, round(n**0.5))
+    graph: dict[Any, Any] = {}
+    partials = []
+    for g, lo in enumerate(range(0, n, group)):
+        leaves = [f"leaf-{i}" for i in range(lo, min(lo + group, n))]
+        for i, k in enumerate(leaves, lo):
+            graph[k] = Task(k, tasks.started_at, i)
+        pk = f"partial-{g}"
+        graph[pk] = Task(pk, min, List(*(TaskRef(k) for k in leaves)))
+        partials.append(pk)
+    graph["earliest"] = Task("earliest", min, List(*(TaskRef(k) for k in partials)))
+    return graph, "earliest"
+
+
+def large_graph(p: Params, repeat: int) -> list[Metric]:
+    """A graph of ``n`` tasks against a scheduler in its own process, with one worker.
+
+    ``shape="map"`` (the default): ``client.map`` of ``n`` tasks, every
+    result held.  ``shape="tree"``: ``n`` leaves reduced in two levels
+    (groups of about sqrt(n), then one), submitted with ``client.get``.
+
+    Reported: submission time; when the first task started (its own clock)
+    and when the client had the first result; when the scheduler held the
+    whole graph (ingest); total time; the scheduler's peak RSS and bytes per
+    task; the client's; and the longest ``scheduler_info()`` round trip seen
+    from a separate process while the graph ran.
     """
     from distributed import wait
 
     n = int(p["n"])
+    shape = str(p.get("shape", "map"))
+    if shape not in ("map", "tree"):
+        raise ValueError(f"large_graph: shape must be 'map' or 'tree', not {shape!r}")
     submit_s: list[float] = []
+    first_start_s: list[float] = []
     first_s: list[float] = []
+    ingest_s: list[float] = []
     total_s: list[float] = []
     peak_mb: list[float] = []
     per_task: list[float] = []
     stall_ms: list[float] = []
     idle_ms: list[float] = []
     client_mb: list[float] = []
+    client_per_task: list[float] = []
     for _ in range(repeat):
         with CliCluster() as cluster:
             client = cluster.client
             wait(client.map(tasks.noop, range(min(n, 1000)), pure=False))
             settle(client)
             rss0 = cluster.scheduler_rss()
+            made0 = client.run_on_scheduler(tasks.scheduler_tasks_made)
+            graph, out_key = _tree_graph(n) if shape == "tree" else ({}, "")
+            ntasks = len(graph) or n
+            client_rss0 = rss_bytes(os.getpid())
             probe = StallProbe(cluster.address)
             probe.wait_ready()
             time.sleep(0.2)
             start_wall = time.time()
             t0 = time.perf_counter()
-            futures = client.map(tasks.noop, range(n), pure=False)
+            if shape == "tree":
+                futures = [client.get(graph, out_key, sync=False)]
+            else:
+                futures = client.map(tasks.started_at, range(n), pure=False)
             t1 = time.perf_counter()
-            futures[0].result()
-            t2 = time.perf_counter()
-            for i in range(0, n, 10_000):
+            if shape == "map":
+                first_start = min(client.gather(futures[:100]))
+                first_s.append(time.perf_counter() - t0)
+            while client.run_on_scheduler(tasks.scheduler_tasks_made) < made0 + ntasks:
+                time.sleep(0.05)
+            ingest_s.append(time.perf_counter() - t0)
+            for i in range(0, len(futures), 10_000):
                 wait(futures[i : i + 10_000])
             t3 = time.perf_counter()
             end_wall = time.time()
+            if shape == "tree":
+                first_start = futures[0].result()
             samples = probe.finish()
             client_peak = rss_peak_bytes(os.getpid())
             if client_peak is not None:
                 client_mb.append(client_peak / 1e6)
+                if client_rss0 is not None:
+                    client_per_task.append(max(client_peak - client_rss0, 0) / ntasks)
             peak = cluster.scheduler_peak_rss()
             if peak is None:
                 peak = cluster.scheduler_rss()
             submit_s.append(t1 - t0)
-            first_s.append(t2 - t0)
+            first_start_s.append(first_start - start_wall)
             total_s.append(t3 - t0)
             peak_mb.append(peak / 1e6)
-            per_task.append(max(peak - rss0, 0) / n)
+            per_task.append(max(peak - rss0, 0) / ntasks)
             during = [lat for sent, lat in samples if sent <= end_wall and sent + lat >= start_wall]
             before = [lat for sent, lat in samples if sent + lat < start_wall]
             stall_ms.append(1000 * max(during, default=float("nan")))
             idle_ms.append(1000 * sorted(before)[len(before) // 2] if before else float("nan"))
-            del futures
+            del futures, graph
 
     def local(s: str) -> object:
+        if shape == "tree":
+            dsk, key = _tree_graph(n)
+            return local_get(s)(dsk, key)
         dsk, keys = _noop_graph(n)
         return local_get(s)(dsk, keys)
 
     fl = floors(local, repeat, warmup=0, at_least=1)
+    first = [metric("first_result", "s", first_s, note="the first 100 results at the client, from the start")]
     return [
-        metric("submit", "s", submit_s, note="client.map returns"),
-        metric("first_result", "s", first_s, note="first future's result, from the start of submission"),
+        metric("submit", "s", submit_s, note="client.map or client.get returns"),
+        metric("first_task_start", "s", first_start_s, note="the first task started (its clock), from the start"),
+        *(first if shape == "map" else []),
+        metric("ingest", "s", ingest_s, note="the scheduler made every task of the graph, from the start"),
         metric("total", "s", total_s, fl, note="one run per cluster: not gated"),
         metric("scheduler_peak_rss", "MB", peak_mb),
         metric("scheduler_bytes_per_task", "B", per_task, note="(peak RSS - RSS before) / tasks"),
         metric(
             "client_peak_rss", "MB", client_mb, note="peak RSS of the client's process (it imports dask, numpy, pandas)"
         ),
-        metric("max_event_loop_stall", "ms", stall_ms, note="longest scheduler_info() round trip during ingest"),
+        metric("client_bytes_per_task", "B", client_per_task, note="(peak RSS - RSS before submitting) / tasks"),
+        metric("max_event_loop_stall", "ms", stall_ms, note="longest scheduler_info() round trip while the graph ran"),
         metric("idle_round_trip", "ms", idle_ms, note="median scheduler_info() round trip before submission"),
     ]
 

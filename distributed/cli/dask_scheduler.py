@@ -183,6 +183,8 @@ async def _run(kwargs: dict[str, Any]) -> int:
     if started is None:
         await scheduler.close()
         return 0
+    # This process is the scheduler's: what it made to start lives as long as it does.
+    scheduler.streams.gc.freeze_startup()
 
     logger.info("-" * 47)
     logger.info("  Scheduler at:   %s", scheduler.address)

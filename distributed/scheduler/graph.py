@@ -20,6 +20,7 @@ from distributed.scheduler.records import (
     TaskState,
     TaskStateName,
     grown,
+    want,
     without,
 )
 from distributed.scheduler.state import priority_key
@@ -183,7 +184,7 @@ class GraphIngestion(SchedulerStimuli):
             hts = self.tasks.get(key)
             if hts is not None and not hts.has_lost_dependencies:
                 hts.who_wants = grown(hts.who_wants, holder)
-                holder.wants_what.add(hts)
+                want(holder, hts)
 
     def _want(self, cs: ClientState, keys: Sequence[Key], out: Effects) -> list[TaskState]:
         """Have the client want ``keys``; tell it at once of those lost, in memory or erred. Return the wanted."""
@@ -195,7 +196,7 @@ class GraphIngestion(SchedulerStimuli):
                 out.clients[client].append(m.CancelledKeys(op="cancelled-keys", keys=[key], reason="lost dependencies"))
                 continue
             ts.who_wants = grown(ts.who_wants, cs)
-            cs.wants_what.add(ts)
+            want(cs, ts)
             wanted.append(ts)
         for ts in wanted:
             if ts.has_lost_dependencies:

@@ -14,6 +14,11 @@ invariants (checked in validation mode):
 * ``dts.waiters`` holds the dependents that still need ``dts``.
 * ``cs in ts.who_wants`` iff ``ts in cs.wants_what``.
 
+``ws.has_what`` and ``cs.wants_what`` may hold millions of tasks: add to them
+with :func:`hold` and :func:`want`, which shard them once they are large
+(:mod:`distributed.sharded`), so that growing them never stops the scheduler
+for long.
+
 A task's relations (``dependencies`` ... ``who_has``) start as the shared
 :data:`EMPTY` frozenset and become a set at their first member: most tasks of
 a large map never have dependencies or waiters, and six empty sets would be
@@ -27,7 +32,7 @@ with :func:`without`.
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping, MutableSet
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -36,6 +41,7 @@ from typing import Any, Final, Literal, TypeVar, cast, get_args
 from distributed.core import Status
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key, Payload
+from distributed.sharded import SHARD_ABOVE, ShardedDict, ShardedSet
 
 __all__ = [
     "ALL_TASK_STATES",
@@ -54,6 +60,8 @@ __all__ = [
     "WorkerState",
     "drop",
     "grown",
+    "hold",
+    "want",
     "without",
 ]
 
@@ -90,6 +98,22 @@ def grown(relation: AbstractSet[T], item: T) -> AbstractSet[T]:
     if item in relation:
         return relation
     return {*relation, item}
+
+
+def hold(ws: WorkerState, ts: TaskState) -> None:
+    """Add ``ts`` to ``ws.has_what``; shard it once it is large."""
+    has_what = ws.has_what
+    has_what[ts] = None
+    if type(has_what) is dict and len(has_what) > SHARD_ABOVE:
+        ws.has_what = ShardedDict(has_what)
+
+
+def want(cs: ClientState, ts: TaskState) -> None:
+    """Add ``ts`` to ``cs.wants_what``; shard it once it is large."""
+    wants_what = cs.wants_what
+    wants_what.add(ts)
+    if type(wants_what) is set and len(wants_what) > SHARD_ABOVE:
+        cs.wants_what = ShardedSet(wants_what)
 
 
 def without(relation: AbstractSet[T], item: T) -> AbstractSet[T]:
@@ -434,8 +458,8 @@ class WorkerState:
         self.processing: dict[TaskState, float] = {}
         #: Tasks that seceded from the worker's thread pool.
         self.long_running: set[TaskState] = set()
-        #: Keys held in memory (a dict for insertion order).
-        self.has_what: dict[TaskState, None] = {}
+        #: Keys held in memory (a dict for insertion order while small; see :func:`hold`).
+        self.has_what: MutableMapping[TaskState, None] = {}
         self.nbytes = 0
         self.occupancy = 0.0
         #: The worker's life cycle, as dask's plugins compare it: ``ws.status == Status.running``.
@@ -527,7 +551,8 @@ class ClientState:
     def __init__(self, client: str) -> None:
         self.client_key = client
         self._hash = hash(client)
-        self.wants_what: set[TaskState] = set()
+        #: Tasks whose results the client holds futures of (see :func:`want`).
+        self.wants_what: MutableSet[TaskState] = set()
         #: ``{self}``, shared by the ``who_wants`` of every task only this client wants.
         self.alone: frozenset[ClientState] = frozenset((self,))
         self.last_seen = 0.0

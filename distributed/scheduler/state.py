@@ -13,7 +13,7 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from typing import Any
 
 from dask.utils import format_bytes
@@ -41,9 +41,11 @@ from distributed.scheduler.records import (
     WorkerState,
     drop,
     grown,
+    hold,
     without,
 )
 from distributed.scheduler.settings import SchedulingSettings
+from distributed.sharded import SHARD_ABOVE, ShardedDict
 from distributed.utils import key_split_uncached
 
 logger = logging.getLogger("distributed.scheduler")
@@ -153,7 +155,9 @@ class SchedulerState:
         self.root_latency_budget = settings.root_latency_budget
         self.worker_saturation = settings.worker_saturation
 
-        self.tasks: dict[Key, TaskState] = {}
+        #: Every task known, by key: sharded once large, so that growing it never stops the event loop for
+        #: long (a dict of millions takes a quarter of a second to double; see distributed.sharded).
+        self.tasks: MutableMapping[Key, TaskState] = {}
         self.workers: dict[str, WorkerState] = {}
         self.clients: dict[str, ClientState] = {}
         self.task_prefixes: dict[str, TaskPrefix] = {}
@@ -168,7 +172,8 @@ class SchedulerState:
         self.queued: PriorityQueue[TaskState] = PriorityQueue()
         self.n_queued = 0
         #: Tasks no current worker can run.
-        self.unrunnable: dict[TaskState, float] = {}
+        #: Tasks no current worker can run, with the time they became so (sharded once large, as ``tasks``).
+        self.unrunnable: MutableMapping[TaskState, float] = {}
         #: Tasks in memory that have had more than one holder: every task with several holders is here
         #: (the active memory manager's ``ReduceReplicas`` walks it, and drops those back to one holder).
         self.replicated_tasks: set[TaskState] = set()
@@ -471,7 +476,10 @@ class SchedulerState:
             ws = self.decide_worker(ts)
             if ws is None:
                 ts.state = "no-worker"
-                self.unrunnable[ts] = time.time()
+                unrunnable = self.unrunnable
+                unrunnable[ts] = time.time()
+                if type(unrunnable) is dict and len(unrunnable) > SHARD_ABOVE:
+                    self.unrunnable = ShardedDict(unrunnable)
                 return
         self._add_to_processing(ts, ws, out)
 
@@ -753,7 +761,7 @@ class SchedulerState:
         ts.type = type_
         ts.exception_blame = None
         ts.who_has = grown(ts.who_has, ws)
-        ws.has_what[ts] = None
+        hold(ws, ts)
         ws.nbytes += nbytes
         ts.group.nbytes_total += nbytes
         if ts.actor:
@@ -780,7 +788,7 @@ class SchedulerState:
         ts.type = type_
         for ws in holders:
             ts.who_has = grown(ts.who_has, ws)
-            ws.has_what[ts] = None
+            hold(ws, ts)
             ws.nbytes += nbytes
         self.note_replicas(ts)
         ts.priority = ts.priority or (0, self.generation, 0)
@@ -979,7 +987,10 @@ class SchedulerState:
     def new_task(self, key: Key, run_spec: Payload | None) -> TaskState:
         """Create the record of a new task."""
         ts = TaskState(key, run_spec, self._get_group(key))
-        self.tasks[key] = ts
+        tasks = self.tasks
+        tasks[key] = ts
+        if type(tasks) is dict and len(tasks) > SHARD_ABOVE:
+            self.tasks = ShardedDict(tasks)
         return ts
 
     @staticmethod

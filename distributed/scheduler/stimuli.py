@@ -25,6 +25,8 @@ from distributed.scheduler.records import (
     TransitionInputs,
     WorkerState,
     grown,
+    hold,
+    want,
     without,
 )
 from distributed.scheduler.state import SchedulerState, priority_key, state_of
@@ -63,7 +65,7 @@ class SchedulerStimuli(SchedulerState):
             if ts is not None and ts.state == "memory" and ws not in ts.who_has:
                 # Computed twice (e.g. after a reschedule): keep the replica.
                 ts.who_has = grown(ts.who_has, ws)
-                ws.has_what[ts] = None
+                hold(ws, ts)
                 ws.nbytes += max(msg["nbytes"], 0)
                 self.note_replicas(ts)
             elif ts is None or ts.state not in ("memory",):
@@ -146,7 +148,7 @@ class SchedulerStimuli(SchedulerState):
             ts = self.tasks.get(key)
             if ts is not None and ts.state == "memory":
                 ts.who_has = grown(ts.who_has, ws)
-                ws.has_what[ts] = None
+                hold(ws, ts)
                 ws.nbytes += (nbytes or {}).get(key, ts.nbytes)
                 self.note_replicas(ts)
             else:
@@ -378,7 +380,7 @@ class SchedulerStimuli(SchedulerState):
             if forget_when_done and ts.state in ("memory", "erred"):
                 continue  # done already: nothing to see through, and nobody to tell
             ts.who_wants = grown(ts.who_wants, cs)
-            cs.wants_what.add(ts)
+            want(cs, ts)
             if ts.state == "memory":
                 out.clients[client].append(self._key_in_memory(ts))
             elif ts.state == "erred":
@@ -479,12 +481,12 @@ class SchedulerStimuli(SchedulerState):
                 for ws in holders:
                     if ws not in ts.who_has:
                         ts.who_has = grown(ts.who_has, ws)
-                        ws.has_what[ts] = None
+                        hold(ws, ts)
                         ws.nbytes += max(ts.nbytes, 0)
                 self.note_replicas(ts)
                 if cs not in ts.who_wants:
                     ts.who_wants = grown(ts.who_wants, cs)
-                    cs.wants_what.add(ts)
+                    want(cs, ts)
                     out.clients[client].append(self._key_in_memory(ts))
                 continue
             elif ts.state != "released":
@@ -492,7 +494,7 @@ class SchedulerStimuli(SchedulerState):
                 if state_of(ts) != "released":
                     continue  # wanted by others, so it runs again instead
             ts.who_wants = grown(ts.who_wants, cs)
-            cs.wants_what.add(ts)
+            want(cs, ts)
             scattered = TransitionInputs(scattered=(holders, nbytes.get(key, 0), types.get(key)))
             self.transitions({ts: "memory"}, stimulus_id, out, scattered)
         return out
@@ -508,7 +510,7 @@ class SchedulerStimuli(SchedulerState):
             if ts is not None and ts.state == "memory":
                 if ws not in ts.who_has:
                     ts.who_has = grown(ts.who_has, ws)
-                    ws.has_what[ts] = None
+                    hold(ws, ts)
                     ws.nbytes += max(ts.nbytes, 0)
                     self.note_replicas(ts)
             else:

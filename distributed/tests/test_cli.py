@@ -271,6 +271,12 @@ def test_param_types() -> None:
 
 # -- real clusters ---------------------------------------------------------------------
 @pytest.mark.timeout(120)
+def _start_out_of_view(dask_scheduler: Any) -> tuple[bool, int]:
+    import gc
+
+    return dask_scheduler.streams.gc.startup_frozen, gc.get_freeze_count()
+
+
 def test_scheduler_and_workers(procs: Callable[..., Proc], tmp_path: Path) -> None:
     from distributed import Client
 
@@ -287,6 +293,9 @@ def test_scheduler_and_workers(procs: Callable[..., Proc], tmp_path: Path) -> No
         assert client.submit(operator.add, 1, 2).result(timeout=30) == 3
         names = {w["name"] for w in client.scheduler_info()["workers"].values()}
         assert "by-address" in names
+        # The scheduler's own process keeps what it made to start out of the collector's view.
+        startup_frozen, frozen = client.run_on_scheduler(_start_out_of_view)
+        assert startup_frozen and frozen > 10_000
 
         assert w1.signal_and_wait(signal.SIGTERM) == 0, w1.stderr()
         poll_with_proc(lambda: len(client.scheduler_info()["workers"]) == 1, 30, "worker removal")

@@ -228,7 +228,7 @@ async def test_large_parts_go_one_per_write(c: Client, s: Scheduler) -> None:
 
 @gen_cluster(client=True, config={"distributed.client.graph-chunk-size": 100})
 async def test_close_releases_held_keys_in_chunks(c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker) -> None:
-    # Chunks of graph-chunk-size keys (5,000 by default; 100 here, so that a few hundred tasks make several).
+    # Chunks of graph-chunk-size keys (2,000 by default; 100 here, so that a few hundred tasks make several).
     futures = c.map(inc, range(240), pure=False)
     await wait(futures)
     writes = record_writes(c)

@@ -218,6 +218,26 @@ async def test_a_scheduler_closing_with_a_frozen_view_unfreezes_it() -> None:
     assert gc.get_freeze_count() == 0
 
 
+def test_large_state_gc_keeps_the_start_out_of_view_across_a_thaw() -> None:
+    import gc
+
+    from distributed.scheduler.streams import LargeStateGC
+
+    assert gc.get_freeze_count() == 0
+    policy = LargeStateGC(step=10)
+    try:
+        policy.freeze_startup()
+        at_start = gc.get_freeze_count()
+        assert at_start > 0 and policy.startup_frozen
+        policy.tend(10, 0)
+        policy.tend(5, 0)  # below a step: the state goes back into view, the start's objects do not
+        assert policy.frozen_at == 0 and gc.get_freeze_count() > 0
+        policy.release()  # the scheduler closes: everything back into view
+        assert gc.get_freeze_count() == 0 and not policy.startup_frozen
+    finally:
+        gc.unfreeze()
+
+
 class _Cycle:
     """An object in a reference cycle with itself: only the cyclic collector frees it."""
 
