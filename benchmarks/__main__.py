@@ -232,6 +232,23 @@ def cmd_one(args: argparse.Namespace) -> int:
     return 0 if record["status"] == "ok" else 1
 
 
+def cmd_growth(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from benchmarks.growth import SIZES, run_growth, write_outputs
+
+    out = Path(args.out)
+    if args.replot:
+        records = json.loads((out / "growth.json").read_text())
+        write_outputs(records, out)
+    else:
+        sizes = [int(x) for x in args.sizes.split(",")] if args.sizes else list(SIZES)
+        records = run_growth(sizes, out)
+    print((out / "growth.md").read_text(), end="")
+    return 0 if all(r["status"] == "ok" for r in records) else 1
+
+
 def cmd_probe(args: argparse.Namespace) -> int:
     from benchmarks.clusters import run_probe
 
@@ -311,6 +328,11 @@ def main(argv: list[str] | None = None) -> int:
 
     add_downstream_arguments(ds)
 
+    gr = sub.add_parser("growth", help="costs per task against the graph's size (10k to 10M tasks): table and chart")
+    gr.add_argument("--out", required=True, help="directory for growth.json, growth.md and growth.svg")
+    gr.add_argument("--sizes", help="comma-separated task counts (default: 10k, 100k, 1M, 10M)")
+    gr.add_argument("--replot", action="store_true", help="redraw from the directory's growth.json, run nothing")
+
     one = sub.add_parser("_one", help=argparse.SUPPRESS)
     one.add_argument("workload")
     one.add_argument("params")
@@ -343,6 +365,8 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.downstream import cmd_downstream
 
         return cmd_downstream(args)
+    if args.command == "growth":
+        return cmd_growth(args)
     if args.command == "_one":
         return cmd_one(args)
     return cmd_probe(args)

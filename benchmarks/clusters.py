@@ -337,6 +337,12 @@ def run_probe(address: str, out: str, stop: str, ready: str, interval: float, li
 
     samples: list[tuple[float, float]] = []
     deadline = time.monotonic() + limit
+    # The probe is the instrument: on a machine as busy as the cluster makes it, its own wait for a
+    # CPU would count as the scheduler's stall.  Ahead of the cluster's processes where allowed.
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, -10)
+    except (OSError, AttributeError):
+        pass
     with Client(address, timeout=30) as client:
         client.scheduler_info()
         Path(ready).touch()

@@ -85,6 +85,12 @@ def scheduler_tasks_made(dask_scheduler: Any = None) -> int:
     return len(getattr(dask_scheduler, "tasks", ())) + int(getattr(dask_scheduler, "tasks_forgotten", 0))
 
 
+def scheduler_longest_tick(dask_scheduler: Any = None) -> float:
+    """The scheduler's longest event-loop tick since the last call, in seconds (NaN where it keeps none)."""
+    health = getattr(dask_scheduler, "loop_health", None)
+    return float(health.take_maximum()) if health is not None else float("nan")
+
+
 def dashboard_session_count(dask_scheduler: Any = None) -> int:
     """How many page sessions the scheduler's dashboard holds (0 without a dashboard)."""
     board = getattr(dask_scheduler, "dashboard_server", None)

@@ -23,6 +23,7 @@ import dask
 from benchmarks import tasks
 from benchmarks.clusters import (
     NTHREADS,
+    NWORKERS,
     CliCluster,
     HeadlessBrowser,
     StallProbe,
@@ -427,11 +428,14 @@ def _tree_graph(n: int) -> tuple[dict[Any, Any], str]:
 
 
 def large_graph(p: Params, repeat: int) -> list[Metric]:
-    """A graph of ``n`` tasks against a scheduler in its own process, with one worker.
+    """A graph of ``n`` tasks against a scheduler in its own process, with ``workers`` workers.
 
     ``shape="map"`` (the default): ``client.map`` of ``n`` tasks, every
     result held.  ``shape="tree"``: ``n`` leaves reduced in two levels
     (groups of about sqrt(n), then one), submitted with ``client.get``.
+    ``workers`` defaults to the clusters' usual two; with ``workers=0`` the
+    tasks wait in the scheduler's queue (what a graph far larger than its
+    cluster does), and only ingest, memory and stalls are measured.
 
     Reported: submission time; when the first task started (its own clock)
     and when the client had the first result; when the scheduler held the
@@ -442,6 +446,7 @@ def large_graph(p: Params, repeat: int) -> list[Metric]:
     from distributed import wait
 
     n = int(p["n"])
+    nworkers = int(p.get("workers", NWORKERS))
     shape = str(p.get("shape", "map"))
     if shape not in ("map", "tree"):
         raise ValueError(f"large_graph: shape must be 'map' or 'tree', not {shape!r}")
@@ -453,13 +458,16 @@ def large_graph(p: Params, repeat: int) -> list[Metric]:
     peak_mb: list[float] = []
     per_task: list[float] = []
     stall_ms: list[float] = []
+    running_stall_ms: list[float] = []
+    tick_ms: list[float] = []
     idle_ms: list[float] = []
     client_mb: list[float] = []
     client_per_task: list[float] = []
     for _ in range(repeat):
-        with CliCluster() as cluster:
+        with CliCluster(nworkers=nworkers) as cluster:
             client = cluster.client
-            wait(client.map(tasks.noop, range(min(n, 1000)), pure=False))
+            if nworkers:
+                wait(client.map(tasks.noop, range(min(n, 1000)), pure=False))
             settle(client)
             rss0 = cluster.scheduler_rss()
             made0 = client.run_on_scheduler(tasks.scheduler_tasks_made)
@@ -469,6 +477,7 @@ def large_graph(p: Params, repeat: int) -> list[Metric]:
             probe = StallProbe(cluster.address)
             probe.wait_ready()
             time.sleep(0.2)
+            client.run_on_scheduler(tasks.scheduler_longest_tick)
             start_wall = time.time()
             t0 = time.perf_counter()
             if shape == "tree":
@@ -476,17 +485,20 @@ def large_graph(p: Params, repeat: int) -> list[Metric]:
             else:
                 futures = client.map(tasks.started_at, range(n), pure=False)
             t1 = time.perf_counter()
-            if shape == "map":
+            first_start = float("nan")
+            if shape == "map" and nworkers:
                 first_start = min(client.gather(futures[:100]))
                 first_s.append(time.perf_counter() - t0)
             while client.run_on_scheduler(tasks.scheduler_tasks_made) < made0 + ntasks:
                 time.sleep(0.05)
             ingest_s.append(time.perf_counter() - t0)
-            for i in range(0, len(futures), 10_000):
+            ingested_wall = time.time()
+            tick_ms.append(1000 * client.run_on_scheduler(tasks.scheduler_longest_tick))
+            for i in range(0, len(futures) if nworkers else 0, 10_000):
                 wait(futures[i : i + 10_000])
             t3 = time.perf_counter()
             end_wall = time.time()
-            if shape == "tree":
+            if shape == "tree" and nworkers:
                 first_start = futures[0].result()
             samples = probe.finish()
             client_peak = rss_peak_bytes(os.getpid())
@@ -498,13 +510,16 @@ def large_graph(p: Params, repeat: int) -> list[Metric]:
             if peak is None:
                 peak = cluster.scheduler_rss()
             submit_s.append(t1 - t0)
-            first_start_s.append(first_start - start_wall)
-            total_s.append(t3 - t0)
+            if nworkers:
+                first_start_s.append(first_start - start_wall)
+                total_s.append(t3 - t0)
             peak_mb.append(peak / 1e6)
             per_task.append(max(peak - rss0, 0) / ntasks)
-            during = [lat for sent, lat in samples if sent <= end_wall and sent + lat >= start_wall]
+            during = [lat for sent, lat in samples if sent <= ingested_wall and sent + lat >= start_wall]
+            after = [lat for sent, lat in samples if sent <= end_wall and sent + lat > ingested_wall]
             before = [lat for sent, lat in samples if sent + lat < start_wall]
             stall_ms.append(1000 * max(during, default=float("nan")))
+            running_stall_ms.append(1000 * max(after, default=float("nan")))
             idle_ms.append(1000 * sorted(before)[len(before) // 2] if before else float("nan"))
             del futures, graph
 
@@ -515,21 +530,40 @@ def large_graph(p: Params, repeat: int) -> list[Metric]:
         dsk, keys = _noop_graph(n)
         return local_get(s)(dsk, keys)
 
-    fl = floors(local, repeat, warmup=0, at_least=1)
-    first = [metric("first_result", "s", first_s, note="the first 100 results at the client, from the start")]
+    ran: list[Metric] = []
+    if nworkers:
+        ran.append(
+            metric(
+                "first_task_start",
+                "s",
+                first_start_s,
+                note="the first task started (its own clock), from the start of submission",
+            )
+        )
+        if shape == "map":
+            ran.append(
+                metric(
+                    "first_result",
+                    "s",
+                    first_s,
+                    note="the first 100 results at the client, from the start of submission",
+                )
+            )
+        fl = floors(local, repeat, warmup=0, at_least=1)
+        ran.append(metric("total", "s", total_s, fl, note="one run per cluster: not gated"))
     return [
         metric("submit", "s", submit_s, note="client.map or client.get returns"),
-        metric("first_task_start", "s", first_start_s, note="the first task started (its clock), from the start"),
-        *(first if shape == "map" else []),
+        *ran,
         metric("ingest", "s", ingest_s, note="the scheduler made every task of the graph, from the start"),
-        metric("total", "s", total_s, fl, note="one run per cluster: not gated"),
         metric("scheduler_peak_rss", "MB", peak_mb),
         metric("scheduler_bytes_per_task", "B", per_task, note="(peak RSS - RSS before) / tasks"),
         metric(
             "client_peak_rss", "MB", client_mb, note="peak RSS of the client's process (it imports dask, numpy, pandas)"
         ),
         metric("client_bytes_per_task", "B", client_per_task, note="(peak RSS - RSS before submitting) / tasks"),
-        metric("max_event_loop_stall", "ms", stall_ms, note="longest scheduler_info() round trip while the graph ran"),
+        metric("max_event_loop_stall", "ms", stall_ms, note="longest scheduler_info() round trip during ingest"),
+        metric("longest_tick", "ms", tick_ms, note="the scheduler's longest 20 ms loop tick during ingest, its own"),
+        metric("max_stall_running", "ms", running_stall_ms, note="longest round trip after ingest, to the end"),
         metric("idle_round_trip", "ms", idle_ms, note="median scheduler_info() round trip before submission"),
     ]
 

@@ -134,7 +134,7 @@ class GraphIngestion(SchedulerStimuli):
         for key, spec in tasks.items():
             ts = self.tasks.get(key)
             if ts is not None:
-                if ts.run_spec is None and spec["run_spec"] is not None and ts.state == "released":
+                if not ts.has_run_spec and spec["run_spec"] is not None and ts.state == "released":
                     ts.run_spec = spec["run_spec"]
                 continue
             ts = self.new_task(key, spec["run_spec"])

@@ -41,6 +41,7 @@ from typing import Any, Final, Literal, TypeVar, cast, get_args
 from distributed.core import Status
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key, Payload
+from distributed.protocol.serialize import Serialized
 from distributed.sharded import SHARD_ABOVE, ShardedDict, ShardedSet
 
 __all__ = [
@@ -229,7 +230,7 @@ class TaskState:
 
     __slots__ = (
         "key",
-        "run_spec",
+        "_run_spec",
         "priority",
         "state",
         "dependencies",
@@ -266,7 +267,7 @@ class TaskState:
 
     def __init__(self, key: Key, run_spec: Payload | None, group: TaskGroup) -> None:
         self.key: Key = key
-        #: The serialised task; opaque to the scheduler.  None for scattered data.
+        self._run_spec: Payload | bytes | None
         self.run_spec = run_spec
         self.priority: tuple[Any, ...] = ()
         self.state: TaskStateName = "released"
@@ -304,6 +305,28 @@ class TaskState:
         group.states["released"] += 1
         group.live += 1
         group.prefix.count += 1
+
+    @property
+    def run_spec(self) -> Payload | None:
+        """The serialised task; opaque to the scheduler.  None for scattered data."""
+        spec = self._run_spec
+        if isinstance(spec, bytes):
+            return Serialized.from_packed(spec)
+        return spec
+
+    @run_spec.setter
+    def run_spec(self, spec: Payload | None) -> None:
+        # A task that came packed in its message is kept as those bytes alone: the wrapper
+        # would cost 56 bytes a task, and one more object for the collector to look at.
+        if type(spec) is Serialized and spec.packed is not None:
+            self._run_spec = spec.packed
+        else:
+            self._run_spec = spec
+
+    @property
+    def has_run_spec(self) -> bool:
+        """Whether the task can be computed (scattered data has no run_spec); cheaper than reading it."""
+        return self._run_spec is not None
 
     def __lt__(self, other: TaskState) -> bool:
         return self.priority < other.priority

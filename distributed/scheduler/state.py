@@ -377,7 +377,7 @@ class SchedulerState:
 
     # -- the transition methods ------------------------------------------------
     def _released_to_waiting(self, ts: TaskState, out: Effects, given: TransitionInputs) -> None:
-        if ts.run_spec is None:
+        if not ts.has_run_spec:
             # Scattered data that was lost: nothing can bring it back.
             ts.state = "released"
             exc = LostDataError(f"Data for {ts.key!r} was lost with its workers and cannot be recomputed")
