@@ -22,8 +22,11 @@ from typing import Final, TypeVar
 
 __all__ = ["SHARDS", "SHARD_ABOVE", "ShardedDict", "ShardedSet", "sharded_dict", "sharded_set"]
 
-#: Shards of a sharded container: ten million entries are 40,000 a shard.
-SHARDS: Final = 256
+#: Shards of a sharded container: ten million entries are 40,000 a shard.  A prime: an entry's shard is
+#: its hash modulo this.  Objects hashed by address (a TaskState) sit at a fixed stride in 4 KB pools,
+#: so the low bits of their hashes take a dozen values only (a mask of 255 used 14 shards of 256);
+#: a prime modulus brings in the high bits.
+SHARDS: Final = 251
 #: Entries past which a plain container is sharded: growing a plain one this
 #: size takes about a millisecond, and copying it into shards a few.
 SHARD_ABOVE: Final = 1 << 15
@@ -31,8 +34,6 @@ SHARD_ABOVE: Final = 1 << 15
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 T = TypeVar("T", bound=Hashable)
-
-_MASK: Final = SHARDS - 1
 
 
 class ShardedDict(MutableMapping[K, V]):
@@ -51,22 +52,22 @@ class ShardedDict(MutableMapping[K, V]):
         pairs = items.items() if isinstance(items, MutableMapping) else items
         shards = self._shards
         for k, v in pairs:
-            shards[hash(k) & _MASK][k] = v
+            shards[hash(k) % SHARDS][k] = v
 
     def __getitem__(self, key: K) -> V:
-        return self._shards[hash(key) & _MASK][key]
+        return self._shards[hash(key) % SHARDS][key]
 
     def get(self, key: K, default: V | None = None) -> V | None:  # type: ignore[override]  # same as Mapping's
-        return self._shards[hash(key) & _MASK].get(key, default)
+        return self._shards[hash(key) % SHARDS].get(key, default)
 
     def __setitem__(self, key: K, value: V) -> None:
-        self._shards[hash(key) & _MASK][key] = value
+        self._shards[hash(key) % SHARDS][key] = value
 
     def __delitem__(self, key: K) -> None:
-        del self._shards[hash(key) & _MASK][key]
+        del self._shards[hash(key) % SHARDS][key]
 
     def __contains__(self, key: object) -> bool:
-        return key in self._shards[hash(key) & _MASK]
+        return key in self._shards[hash(key) % SHARDS]
 
     def __len__(self) -> int:
         return sum(map(len, self._shards))
@@ -79,7 +80,7 @@ class ShardedDict(MutableMapping[K, V]):
             yield from shard
 
     def pop(self, key: K, *default: V) -> V:  # type: ignore[override]  # same as MutableMapping's
-        return self._shards[hash(key) & _MASK].pop(key, *default)
+        return self._shards[hash(key) % SHARDS].pop(key, *default)
 
     def clear(self) -> None:
         for shard in self._shards:
@@ -140,19 +141,19 @@ class ShardedSet(MutableSet[T]):
         self._shards: list[set[T]] = [set() for _ in range(SHARDS)]
         shards = self._shards
         for x in items:
-            shards[hash(x) & _MASK].add(x)
+            shards[hash(x) % SHARDS].add(x)
 
     def add(self, value: T) -> None:
-        self._shards[hash(value) & _MASK].add(value)
+        self._shards[hash(value) % SHARDS].add(value)
 
     def discard(self, value: T) -> None:
-        self._shards[hash(value) & _MASK].discard(value)
+        self._shards[hash(value) % SHARDS].discard(value)
 
     def remove(self, value: T) -> None:
-        self._shards[hash(value) & _MASK].remove(value)
+        self._shards[hash(value) % SHARDS].remove(value)
 
     def __contains__(self, value: object) -> bool:
-        return value in self._shards[hash(value) & _MASK]
+        return value in self._shards[hash(value) % SHARDS]
 
     def __len__(self) -> int:
         return sum(map(len, self._shards))
@@ -172,7 +173,7 @@ class ShardedSet(MutableSet[T]):
         """Add every element of ``items`` (as ``set.update``)."""
         shards = self._shards
         for x in items:
-            shards[hash(x) & _MASK].add(x)
+            shards[hash(x) % SHARDS].add(x)
 
     def __repr__(self) -> str:
         return f"<ShardedSet: {len(self)} elements>"

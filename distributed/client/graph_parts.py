@@ -157,7 +157,7 @@ class GraphPlan:
         msg = m.UpdateGraph(
             op="update-graph",
             client=self.client_id,
-            tasks=specs,
+            tasks=list(specs.items()),
             keys=chunk_keys,
             priority=self.user_priority,
             stimulus_id=f"update-graph-{time.time()}",
@@ -180,7 +180,7 @@ class GraphPlan:
         return m.UpdateGraph(
             op="update-graph",
             client=self.client_id,
-            tasks={},
+            tasks=[],
             keys=[],
             graph=self.graph_id,
             final=True,

@@ -396,7 +396,10 @@ class GetProfileMetadata(TypedDict):
 class UpdateGraph(TypedDict):
     op: Literal["update-graph"]
     client: str
-    tasks: Mapping[Key, TaskSpec]
+    #: ``(key, task)`` pairs, not a map: msgpack interns every string map key it reads, and millions
+    #: of task keys in the interpreter's table of interned strings cost memory, and a pause of most of
+    #: a second each time that table doubles.
+    tasks: Sequence[tuple[Key, TaskSpec]]
     keys: Sequence[Key]
     priority: NotRequired[int]
     annotations: NotRequired[Mapping[str, Any]]

@@ -517,7 +517,7 @@ class SchedulerStreams:
                 ext.add_descriptions(shuffles)
         for out in s.update_graph_slices(
             msg["client"],
-            msg["tasks"],
+            dict(msg["tasks"]),
             msg["keys"],
             user_priority=msg.get("priority", 0),
             annotations=msg.get("annotations"),

@@ -74,7 +74,7 @@ def test_a_large_graph_is_planned_dependencies_first() -> None:
     for i in range(len(plan)):
         msg = plan.message(i)
         assert msg["priority"] == 5
-        for key, spec in msg["tasks"].items():
+        for key, spec in msg["tasks"]:
             assert all(dep in sent for dep in spec["dependencies"])
             sent.append(key)
     assert sorted(sent) == sorted(dsk)
@@ -87,7 +87,7 @@ def test_culling_keeps_only_what_the_keys_need() -> None:
     expr = graph_expr({"a": 1, "b": (inc, "a"), "c": (inc, 10)})
     plan = expr_plan("c", expr, ["b"], TaskOptions(), cull=True)
     assert len(plan) == 1
-    assert set(plan.message(0)["tasks"]) == {"a", "b"}
+    assert {key for key, _ in plan.message(0)["tasks"]} == {"a", "b"}
 
 
 def test_per_task_annotations_and_priorities_of_a_collection() -> None:
@@ -99,9 +99,9 @@ def test_per_task_annotations_and_priorities_of_a_collection() -> None:
     msg = plan.message(0)
     assert msg["annotations"] == {"workers": ["tcp://a:1"]}
     assert msg["keys"] == graph.keys
-    orders = [spec["order"] for spec in msg["tasks"].values()]
+    orders = [spec["order"] for _, spec in msg["tasks"]]
     assert len(set(orders)) == len(orders)  # dask.order gives every task its own place
-    assert any(spec.get("annotations", {}).get("retries") == 2 for spec in msg["tasks"].values())
+    assert any(spec.get("annotations", {}).get("retries") == 2 for _, spec in msg["tasks"])
 
 
 def test_compute_finds_collections_in_containers_and_passes_the_rest() -> None:
@@ -133,7 +133,7 @@ def test_map_plan_makes_each_task_from_its_arguments() -> None:
         "c", operator.add, keys, [[1, 2, 3], [10, 20, 30]], {}, batch_size=2, global_annotations={}, user_priority=0
     )
     assert len(plan) == 2
-    tasks = {**plan.message(0)["tasks"], **plan.message(1)["tasks"]}
+    tasks = {**dict(plan.message(0)["tasks"]), **dict(plan.message(1)["tasks"])}
     assert list(tasks) == keys
     assert [unwrap(tasks[k]["run_spec"])({}) for k in keys] == [11, 22, 33]
     # Every task of a map is wanted: no part is held for a final one.

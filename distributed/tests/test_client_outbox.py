@@ -25,7 +25,7 @@ from distributed.worker import Worker
 
 
 def graph(*keys: Key) -> m.UpdateGraph:
-    return m.UpdateGraph(op="update-graph", client="c", tasks={}, keys=list(keys))
+    return m.UpdateGraph(op="update-graph", client="c", tasks=[], keys=list(keys))
 
 
 def everything_released(keys: Sequence[Key]) -> list[Key]:

@@ -51,9 +51,9 @@ def test_small_graph_is_one_message_without_hold() -> None:
     assert len(plan) == 1
     msg = plan.message(0)
     assert "graph" not in msg and "final" not in msg
-    assert list(msg["tasks"]) == [f"t-{i}" for i in range(10)]
+    assert [key for key, _ in msg["tasks"]] == [f"t-{i}" for i in range(10)]
     assert msg["keys"] == ["t-9", "held-elsewhere"]
-    assert [spec["order"] for spec in msg["tasks"].values()] == list(range(10))
+    assert [spec["order"] for _, spec in msg["tasks"]] == list(range(10))
 
 
 def test_large_graph_parts_held_until_final() -> None:
@@ -64,7 +64,7 @@ def test_large_graph_parts_held_until_final() -> None:
     assert {m["graph"] for m in msgs} == {plan.graph_id}
     assert [m["final"] for m in msgs] == [False, False, True]
     assert [m["keys"] for m in msgs] == [[], [], ["t-1999", "held-elsewhere"]]
-    orders = [spec["order"] for m in msgs for spec in m["tasks"].values()]
+    orders = [spec["order"] for m in msgs for _, spec in m["tasks"]]
     assert orders == list(range(2_000))
     end = plan.abandon_message()
     assert end is not None and end["final"] and end["graph"] == plan.graph_id and not end["tasks"]

@@ -261,7 +261,7 @@ async def test_graph_that_cannot_run_is_refused_and_leaves_nothing(
         # Not announced to the scheduler (client-desires-keys goes through the client's outbox, which
         # could overtake the graph sent straight to the stream here): the graph's keys= asks for it.
         out = Future("out", c, inform=False)
-        c.scheduler_comm.send({"op": "update-graph", "client": c.id, "tasks": tasks, "keys": ["out"]})
+        c.scheduler_comm.send({"op": "update-graph", "client": c.id, "tasks": list(tasks.items()), "keys": ["out"]})
         with pytest.raises(ValueError, match=problem):
             await asyncio.wait_for(out, 5)
         del out

@@ -54,7 +54,7 @@ async def test_malformed_run_spec_errs_its_task_only(c: Client, s: Scheduler, a:
     bad = Future("bad-spec", c)
     # The scheduler forwards run specs unopened; the worker reports the task erred.
     spec = {"run_spec": Serialized.from_packed(b"\xc1junk"), "dependencies": [], "order": 0}
-    c.scheduler_comm.send({"op": "update-graph", "client": c.id, "tasks": {"bad-spec": spec}, "keys": ["bad-spec"]})
+    c.scheduler_comm.send({"op": "update-graph", "client": c.id, "tasks": [("bad-spec", spec)], "keys": ["bad-spec"]})
     with pytest.raises(SerializationError, match="Malformed serialized object"):
         await bad
     assert await c.submit(inc, 1) == 2
