@@ -36,6 +36,9 @@ SERIES: tuple[tuple[str, str, str, float, str], ...] = (
     ("stall", "longest_tick", "scheduler's own tick", 1.0, "ms"),
 )
 
+#: The issue's bars, drawn dashed: scheduler memory per task, and the longest stall while a graph is ingested.
+BARS: dict[str, float] = {"memory": 400.0, "stall": 50.0}
+
 _COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd")
 
 
@@ -107,7 +110,8 @@ def svg_chart(rows: Sequence[dict[str, float | None]]) -> str:
         plot_w, plot_h = width - pad - 12, height - 2 * pad
         series = [s for s in SERIES if s[0] == panel]
         values = [r[s[1]] for s in series for r in rows]
-        top = max([v for v in values if v is not None and v == v] or [1.0]) * 1.15
+        bar = BARS.get(panel)
+        top = max([v for v in values if v is not None and v == v] + ([bar] if bar else []) or [1.0]) * 1.15
 
         def x(n: float, x0: int = x0, plot_w: int = plot_w) -> float:
             return x0 + (math.log10(n) - lo) / span * plot_w
@@ -128,6 +132,12 @@ def svg_chart(rows: Sequence[dict[str, float | None]]) -> str:
             tick = f"{n / 1e6:g}M" if n >= 1e6 else f"{n / 1e3:g}k"
             parts.append(f'<text x="{x(n):.1f}" y="{pad + plot_h + 14}" text-anchor="middle">{tick}</text>')
         parts.append(f'<text x="{x0 + plot_w / 2:.1f}" y="{height - 8}" text-anchor="middle">tasks</text>')
+        if bar:
+            parts.append(
+                f'<line x1="{x0}" y1="{y(bar):.1f}" x2="{x0 + plot_w}" y2="{y(bar):.1f}" stroke="grey" '
+                f'stroke-dasharray="4 3"/><text x="{x0 + plot_w}" y="{y(bar) - 3:.1f}" text-anchor="end" '
+                f'fill="grey">bar {_fmt(bar)}</text>'
+            )
         for j, (_, metric, label, _, _) in enumerate(series):
             colour = _COLOURS[j % len(_COLOURS)]
             points = [(x(r["n"] or 1), y(val)) for r in rows if (val := r[metric]) is not None and val == val]
