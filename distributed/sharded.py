@@ -8,8 +8,9 @@ tasks, a client's wanted set or a worker's held set doubled.
 
 :class:`ShardedDict` and :class:`ShardedSet` spread their entries over
 :data:`SHARDS` plain containers by the key's hash, so that each grows on its
-own, in a pause of a few milliseconds.  An access costs about 100 ns more
-than a plain container's (one Python call), so owners keep plain containers
+own, in a pause of a few milliseconds, and not when the others do.  An access
+costs about 100 ns more than a plain container's (one Python call), so owners
+keep plain containers
 while they are small and switch with :func:`sharded_dict` and
 :func:`sharded_set` once they pass :data:`SHARD_ABOVE` entries.  A sharded
 container iterates shard by shard: not in insertion order.
@@ -22,14 +23,37 @@ from typing import Final, TypeVar
 
 __all__ = ["SHARDS", "SHARD_ABOVE", "ShardedDict", "ShardedSet", "sharded_dict", "sharded_set"]
 
-#: Shards of a sharded container: ten million entries are 40,000 a shard.  A prime: an entry's shard is
-#: its hash modulo this.  Objects hashed by address (a TaskState) sit at a fixed stride in 4 KB pools,
-#: so the low bits of their hashes take a dozen values only (a mask of 255 used 14 shards of 256);
-#: a prime modulus brings in the high bits.
+#: Shards of a sharded container: ten million entries are 40,000 a shard.
 SHARDS: Final = 251
 #: Entries past which a plain container is sharded: growing a plain one this
 #: size takes about a millisecond, and copying it into shards a few.
 SHARD_ABOVE: Final = 1 << 15
+
+#: Hash residues (modulo this prime) that map to shards through :data:`_SHARD_OF`.
+_RESIDUES: Final = 65521
+
+
+def _shard_table() -> list[int]:
+    """The shard of each residue: shard ``i`` takes a share of them that grows as ``2 ** (i / SHARDS)``.
+
+    Shards that grew at one rate would reach their sizes for doubling all at
+    once, and double together: the pause of one large container again.  With
+    shares spread over a factor of two, the shards double one after the other
+    across each doubling of the whole.  A prime count of residues also mixes
+    the high bits of a hash in: objects hashed by address (a TaskState) sit at
+    a fixed stride in 4 KB pools, and the low bits of their hashes take a
+    dozen values only.
+    """
+    weights = [2 ** (i / SHARDS) for i in range(SHARDS)]
+    total = sum(weights)
+    table: list[int] = []
+    for i, w in enumerate(weights):
+        table.extend([i] * max(1, round(_RESIDUES * w / total)))
+    return (table + [SHARDS - 1] * _RESIDUES)[:_RESIDUES]
+
+
+_SHARD_OF: Final = _shard_table()
+
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -52,22 +76,22 @@ class ShardedDict(MutableMapping[K, V]):
         pairs = items.items() if isinstance(items, MutableMapping) else items
         shards = self._shards
         for k, v in pairs:
-            shards[hash(k) % SHARDS][k] = v
+            shards[_SHARD_OF[hash(k) % _RESIDUES]][k] = v
 
     def __getitem__(self, key: K) -> V:
-        return self._shards[hash(key) % SHARDS][key]
+        return self._shards[_SHARD_OF[hash(key) % _RESIDUES]][key]
 
     def get(self, key: K, default: V | None = None) -> V | None:  # type: ignore[override]  # same as Mapping's
-        return self._shards[hash(key) % SHARDS].get(key, default)
+        return self._shards[_SHARD_OF[hash(key) % _RESIDUES]].get(key, default)
 
     def __setitem__(self, key: K, value: V) -> None:
-        self._shards[hash(key) % SHARDS][key] = value
+        self._shards[_SHARD_OF[hash(key) % _RESIDUES]][key] = value
 
     def __delitem__(self, key: K) -> None:
-        del self._shards[hash(key) % SHARDS][key]
+        del self._shards[_SHARD_OF[hash(key) % _RESIDUES]][key]
 
     def __contains__(self, key: object) -> bool:
-        return key in self._shards[hash(key) % SHARDS]
+        return key in self._shards[_SHARD_OF[hash(key) % _RESIDUES]]
 
     def __len__(self) -> int:
         return sum(map(len, self._shards))
@@ -80,7 +104,7 @@ class ShardedDict(MutableMapping[K, V]):
             yield from shard
 
     def pop(self, key: K, *default: V) -> V:  # type: ignore[override]  # same as MutableMapping's
-        return self._shards[hash(key) % SHARDS].pop(key, *default)
+        return self._shards[_SHARD_OF[hash(key) % _RESIDUES]].pop(key, *default)
 
     def clear(self) -> None:
         for shard in self._shards:
@@ -141,19 +165,19 @@ class ShardedSet(MutableSet[T]):
         self._shards: list[set[T]] = [set() for _ in range(SHARDS)]
         shards = self._shards
         for x in items:
-            shards[hash(x) % SHARDS].add(x)
+            shards[_SHARD_OF[hash(x) % _RESIDUES]].add(x)
 
     def add(self, value: T) -> None:
-        self._shards[hash(value) % SHARDS].add(value)
+        self._shards[_SHARD_OF[hash(value) % _RESIDUES]].add(value)
 
     def discard(self, value: T) -> None:
-        self._shards[hash(value) % SHARDS].discard(value)
+        self._shards[_SHARD_OF[hash(value) % _RESIDUES]].discard(value)
 
     def remove(self, value: T) -> None:
-        self._shards[hash(value) % SHARDS].remove(value)
+        self._shards[_SHARD_OF[hash(value) % _RESIDUES]].remove(value)
 
     def __contains__(self, value: object) -> bool:
-        return value in self._shards[hash(value) % SHARDS]
+        return value in self._shards[_SHARD_OF[hash(value) % _RESIDUES]]
 
     def __len__(self) -> int:
         return sum(map(len, self._shards))
@@ -173,7 +197,7 @@ class ShardedSet(MutableSet[T]):
         """Add every element of ``items`` (as ``set.update``)."""
         shards = self._shards
         for x in items:
-            shards[hash(x) % SHARDS].add(x)
+            shards[_SHARD_OF[hash(x) % _RESIDUES]].add(x)
 
     def __repr__(self) -> str:
         return f"<ShardedSet: {len(self)} elements>"

@@ -15,7 +15,7 @@ import pytest
 
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
-from distributed.sharded import SHARD_ABOVE, ShardedDict, ShardedSet, sharded_dict, sharded_set
+from distributed.sharded import SHARD_ABOVE, SHARDS, ShardedDict, ShardedSet, sharded_dict, sharded_set
 from distributed.tests.machines import A, check, client_ops, computed_keys, finish
 from distributed.tests.machines import task_spec as spec
 from distributed.tests.machines import validating_scheduler as new_scheduler
@@ -149,3 +149,12 @@ def test_scheduler_runs_a_graph_through_sharded_containers(shard_early: int) -> 
 
     check(s, s.client_releases_keys("client-1", wanted, "release"))
     assert not s.tasks and not ws.has_what and not s.clients["client-1"].wants_what
+
+
+def test_shards_take_uneven_shares_so_that_they_do_not_grow_at_once() -> None:
+    """Shards take shares spread over a factor of two: they reach their sizes for doubling one after another."""
+    sharded: ShardedSet[str] = ShardedSet(f"task-{i}" for i in range(250_000))
+    sizes = [len(shard) for shard in sharded._shards]
+    assert 1.6 < max(sizes) / min(sizes) < 2.6
+    # Shares grow from the first shard to the last: no two groups of shards fill at the same pace.
+    assert sum(sizes[: SHARDS // 10]) * 1.6 < sum(sizes[-(SHARDS // 10) :])
