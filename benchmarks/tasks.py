@@ -22,11 +22,6 @@ def started_at(x: Any) -> float:
     return time.time()
 
 
-def total(xs: list[Any]) -> int:
-    """How many results ``xs`` holds (a reduction's step that keeps its output small)."""
-    return len(xs)
-
-
 def inc(x: int) -> int:
     return x + 1
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Hashable, ItemsView, Iterable, Iterator, KeysView, MutableMapping, MutableSet, ValuesView
 from typing import Final, TypeVar
 
-__all__ = ["SHARDS", "SHARD_ABOVE", "ShardedDict", "ShardedSet", "sharded_dict", "sharded_set"]
+__all__ = ["SHARDS", "SHARD_ABOVE", "ShardedDict", "ShardedSet"]
 
 #: Shards of a sharded container: ten million entries are 40,000 a shard.
 SHARDS: Final = 251
@@ -201,24 +201,3 @@ class ShardedSet(MutableSet[T]):
 
     def __repr__(self) -> str:
         return f"<ShardedSet: {len(self)} elements>"
-
-
-def sharded_dict(d: MutableMapping[K, V]) -> MutableMapping[K, V]:
-    """``d`` itself while it holds at most :data:`SHARD_ABOVE` entries or is sharded already; else a sharded copy.
-
-    The owner stores the result in place of ``d``: nobody else should keep a
-    reference to a container that may be replaced.
-    """
-    if type(d) is dict and len(d) > SHARD_ABOVE:
-        return ShardedDict(d)
-    return d
-
-
-def sharded_set(s: MutableSet[T]) -> MutableSet[T]:
-    """``s`` itself while it holds at most :data:`SHARD_ABOVE` elements or is sharded already; else a sharded copy.
-
-    As :func:`sharded_dict`: the owner stores the result in place of ``s``.
-    """
-    if type(s) is set and len(s) > SHARD_ABOVE:
-        return ShardedSet(s)
-    return s

@@ -15,7 +15,8 @@ import pytest
 
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
-from distributed.sharded import SHARD_ABOVE, SHARDS, ShardedDict, ShardedSet, sharded_dict, sharded_set
+from distributed.scheduler.records import ClientState, TaskGroup, TaskPrefix, TaskState, WorkerState, hold, want
+from distributed.sharded import SHARD_ABOVE, SHARDS, ShardedDict, ShardedSet
 from distributed.tests.machines import A, check, client_ops, computed_keys, finish
 from distributed.tests.machines import task_spec as spec
 from distributed.tests.machines import validating_scheduler as new_scheduler
@@ -101,20 +102,19 @@ def test_sharded_set_does_what_a_set_does() -> None:
     assert not sharded and len(sharded) == 0
 
 
-def test_plain_containers_are_sharded_only_when_large() -> None:
-    small = dict.fromkeys(range(SHARD_ABOVE))
-    assert sharded_dict(small) is small
-    small[-1] = None
-    big = sharded_dict(small)
-    assert isinstance(big, ShardedDict) and big == small
-    assert sharded_dict(big) is big
-    elements = set(range(SHARD_ABOVE))
-    assert sharded_set(elements) is elements
-    elements.add(-1)
-    bigger = sharded_set(elements)
-    abstract: AbstractSet[int] = elements
-    assert isinstance(bigger, ShardedSet) and bigger == abstract
-    assert sharded_set(bigger) is bigger
+def test_records_switch_to_sharded_containers_only_past_the_threshold() -> None:
+    ws = WorkerState(A, 1)
+    cs = ClientState("client-1")
+    group = TaskGroup("x-0", TaskPrefix("x"))
+    tasks = [TaskState(f"x-{i}", None, group) for i in range(SHARD_ABOVE + 1)]
+    for ts in tasks[:-1]:
+        hold(ws, ts)
+        want(cs, ts)
+    assert type(ws.has_what) is dict and type(cs.wants_what) is set
+    hold(ws, tasks[-1])
+    want(cs, tasks[-1])
+    assert isinstance(ws.has_what, ShardedDict) and set(ws.has_what) == set(tasks)
+    assert isinstance(cs.wants_what, ShardedSet) and set(cs.wants_what) == set(tasks)
 
 
 @pytest.fixture
