@@ -81,7 +81,7 @@ class ShardedDict(MutableMapping[K, V]):
     def __getitem__(self, key: K) -> V:
         return self._shards[_SHARD_OF[hash(key) % _RESIDUES]][key]
 
-    def get(self, key: K, default: V | None = None) -> V | None:  # type: ignore[override]  # same as Mapping's
+    def get(self, key: K, default: V | None = None) -> V | None:  # type: ignore[override]  # one signature for Mapping's two overloads
         return self._shards[_SHARD_OF[hash(key) % _RESIDUES]].get(key, default)
 
     def __setitem__(self, key: K, value: V) -> None:
@@ -103,7 +103,7 @@ class ShardedDict(MutableMapping[K, V]):
         for shard in self._shards:
             yield from shard
 
-    def pop(self, key: K, *default: V) -> V:  # type: ignore[override]  # same as MutableMapping's
+    def pop(self, key: K, *default: V) -> V:  # type: ignore[override]  # one signature for MutableMapping's overloads
         return self._shards[_SHARD_OF[hash(key) % _RESIDUES]].pop(key, *default)
 
     def clear(self) -> None:
