@@ -237,9 +237,10 @@ class CliCluster:
         return float(t.user + t.system)
 
     def scheduler_rss(self) -> int:
-        import psutil
-
-        return int(psutil.Process(self.scheduler_pid).memory_info().rss)
+        rss = rss_bytes(self.scheduler_pid)
+        if rss is None:
+            raise RuntimeError(f"the scheduler's process {self.scheduler_pid} is gone")
+        return rss
 
     def scheduler_peak_rss(self) -> int | None:
         return rss_peak_bytes(self.scheduler_pid)

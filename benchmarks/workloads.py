@@ -440,8 +440,9 @@ def large_graph(p: Params, repeat: int) -> list[Metric]:
     Reported: submission time; when the first task started (its own clock)
     and when the client had the first result; when the scheduler held the
     whole graph (ingest); total time; the scheduler's peak RSS and bytes per
-    task; the client's; and the longest ``scheduler_info()`` round trip seen
-    from a separate process while the graph ran.
+    task; the client's; the longest ``scheduler_info()`` round trip seen from
+    a separate process during ingest and after it; and the scheduler's own
+    longest event-loop tick during ingest.
     """
     from distributed import wait
 

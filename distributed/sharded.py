@@ -10,16 +10,27 @@ tasks, a client's wanted set or a worker's held set doubled.
 :data:`SHARDS` plain containers by the key's hash, so that each grows on its
 own, in a pause of a few milliseconds, and not when the others do.  An access
 costs about 100 ns more than a plain container's (one Python call), so owners
-keep plain containers
-while they are small and switch with :func:`sharded_dict` and
-:func:`sharded_set` once they pass :data:`SHARD_ABOVE` entries.  A sharded
-container iterates shard by shard: not in insertion order.
+keep plain containers while they are small and replace them with sharded
+copies once they pass :data:`SHARD_ABOVE` entries (the scheduler's records:
+see ``distributed.scheduler.records.hold``).  A sharded container iterates
+shard by shard: not in insertion order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, ItemsView, Iterable, Iterator, KeysView, MutableMapping, MutableSet, ValuesView
-from typing import Final, TypeVar
+from collections.abc import (
+    Hashable,
+    ItemsView,
+    Iterable,
+    Iterator,
+    KeysView,
+    Mapping,
+    MutableMapping,
+    MutableSet,
+    Sized,
+    ValuesView,
+)
+from typing import Final, Generic, Protocol, TypeVar
 
 __all__ = ["SHARDS", "SHARD_ABOVE", "ShardedDict", "ShardedSet"]
 
@@ -60,7 +71,33 @@ V = TypeVar("V")
 T = TypeVar("T", bound=Hashable)
 
 
-class ShardedDict(MutableMapping[K, V]):
+class _Shard(Sized, Protocol):
+    """The plain container of one shard: a dict or a set."""
+
+    def clear(self) -> None: ...
+
+
+S = TypeVar("S", bound=_Shard)
+
+
+class _Shards(Generic[S]):
+    """What a sharded dict and set share: the shards, and what is read across them all."""
+
+    __slots__ = ("_shards",)
+    _shards: list[S]
+
+    def __len__(self) -> int:
+        return sum(map(len, self._shards))
+
+    def __bool__(self) -> bool:
+        return any(map(len, self._shards))
+
+    def clear(self) -> None:
+        for shard in self._shards:
+            shard.clear()
+
+
+class ShardedDict(_Shards[dict[K, V]], MutableMapping[K, V]):
     """A mutable mapping kept in :data:`SHARDS` dicts, chosen by the key's hash.
 
     Parameters
@@ -69,11 +106,11 @@ class ShardedDict(MutableMapping[K, V]):
         Initial contents: a mapping, or ``(key, value)`` pairs.
     """
 
-    __slots__ = ("_shards",)
+    __slots__ = ()
 
-    def __init__(self, items: MutableMapping[K, V] | Iterable[tuple[K, V]] = ()) -> None:
-        self._shards: list[dict[K, V]] = [{} for _ in range(SHARDS)]
-        pairs = items.items() if isinstance(items, MutableMapping) else items
+    def __init__(self, items: Mapping[K, V] | Iterable[tuple[K, V]] = ()) -> None:
+        self._shards = [{} for _ in range(SHARDS)]
+        pairs = items.items() if isinstance(items, Mapping) else items
         shards = self._shards
         for k, v in pairs:
             shards[_SHARD_OF[hash(k) % _RESIDUES]][k] = v
@@ -81,7 +118,9 @@ class ShardedDict(MutableMapping[K, V]):
     def __getitem__(self, key: K) -> V:
         return self._shards[_SHARD_OF[hash(key) % _RESIDUES]][key]
 
-    def get(self, key: K, default: V | None = None) -> V | None:  # type: ignore[override]  # one signature for Mapping's two overloads
+    def get(  # type: ignore[override]  # one signature for Mapping's two overloads
+        self, key: K, default: V | None = None
+    ) -> V | None:
         return self._shards[_SHARD_OF[hash(key) % _RESIDUES]].get(key, default)
 
     def __setitem__(self, key: K, value: V) -> None:
@@ -93,22 +132,14 @@ class ShardedDict(MutableMapping[K, V]):
     def __contains__(self, key: object) -> bool:
         return key in self._shards[_SHARD_OF[hash(key) % _RESIDUES]]
 
-    def __len__(self) -> int:
-        return sum(map(len, self._shards))
-
-    def __bool__(self) -> bool:
-        return any(self._shards)
-
     def __iter__(self) -> Iterator[K]:
         for shard in self._shards:
             yield from shard
 
-    def pop(self, key: K, *default: V) -> V:  # type: ignore[override]  # one signature for MutableMapping's overloads
+    def pop(  # type: ignore[override]  # one signature for MutableMapping's overloads
+        self, key: K, *default: V
+    ) -> V:
         return self._shards[_SHARD_OF[hash(key) % _RESIDUES]].pop(key, *default)
-
-    def clear(self) -> None:
-        for shard in self._shards:
-            shard.clear()
 
     def keys(self) -> KeysView[K]:
         return _Keys(self)
@@ -150,7 +181,7 @@ class _Items(ItemsView[K, V]):
             yield from shard.items()
 
 
-class ShardedSet(MutableSet[T]):
+class ShardedSet(_Shards[set[T]], MutableSet[T]):
     """A mutable set kept in :data:`SHARDS` sets, chosen by the element's hash.
 
     Parameters
@@ -159,10 +190,10 @@ class ShardedSet(MutableSet[T]):
         Initial elements.
     """
 
-    __slots__ = ("_shards",)
+    __slots__ = ()
 
     def __init__(self, items: Iterable[T] = ()) -> None:
-        self._shards: list[set[T]] = [set() for _ in range(SHARDS)]
+        self._shards = [set() for _ in range(SHARDS)]
         shards = self._shards
         for x in items:
             shards[_SHARD_OF[hash(x) % _RESIDUES]].add(x)
@@ -179,19 +210,9 @@ class ShardedSet(MutableSet[T]):
     def __contains__(self, value: object) -> bool:
         return value in self._shards[_SHARD_OF[hash(value) % _RESIDUES]]
 
-    def __len__(self) -> int:
-        return sum(map(len, self._shards))
-
-    def __bool__(self) -> bool:
-        return any(self._shards)
-
     def __iter__(self) -> Iterator[T]:
         for shard in self._shards:
             yield from shard
-
-    def clear(self) -> None:
-        for shard in self._shards:
-            shard.clear()
 
     def update(self, items: Iterable[T]) -> None:
         """Add every element of ``items`` (as ``set.update``)."""

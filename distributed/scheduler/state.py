@@ -171,7 +171,6 @@ class SchedulerState:
         #: Root tasks waiting for a free thread, most urgent first (entries of tasks gone since are skipped).
         self.queued: PriorityQueue[TaskState] = PriorityQueue()
         self.n_queued = 0
-        #: Tasks no current worker can run.
         #: Tasks no current worker can run, with the time they became so (sharded once large, as ``tasks``).
         self.unrunnable: MutableMapping[TaskState, float] = {}
         #: Tasks in memory that have had more than one holder: every task with several holders is here
