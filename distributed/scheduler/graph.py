@@ -8,11 +8,12 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.protocol.serialize import as_serialized
+from distributed.scheduler.priorities import MAX_ORDER, priority_problem, rank_of
 from distributed.scheduler.records import (
     EMPTY,
     ClientState,
@@ -71,7 +72,7 @@ class GraphIngestion(SchedulerStimuli):
         :attr:`computations`.
         """
         stimulus_id = stimulus_id or f"update-graph-{time.time()}"
-        problem = None if checked else _graph_problem(tasks, keys, self.tasks)
+        problem = None if checked else _graph_problem(tasks, keys, self.tasks, user_priority, annotations)
         if problem is not None:
             return self._refuse_graph(client, keys, problem)
         out = Effects()
@@ -145,7 +146,7 @@ class GraphIngestion(SchedulerStimuli):
             own = spec.get("annotations")
             ann = {**annotations, **own} if own else annotations
             priority = ann.get("priority", user_priority) if ann else user_priority
-            ts.priority = (-(priority or 0), generation, spec["order"])
+            ts.rank = rank_of(priority, generation, spec["order"])
             if ann:
                 self._apply_annotations(ts, ann)
         return new
@@ -292,9 +293,11 @@ class GraphIngestion(SchedulerStimuli):
                 code=code,
             )
             return
-        problem = _graph_problem(tasks, keys, self.tasks)
+        problem = _graph_problem(tasks, keys, self.tasks, user_priority, annotations)
         if problem is not None:
-            yield self.update_graph(client, tasks, keys, stimulus_id=stimulus_id)
+            yield self.update_graph(
+                client, tasks, keys, user_priority=user_priority, annotations=annotations, stimulus_id=stimulus_id
+            )
             return
         slice_keys, unwanted = slices
         if unwanted and graph is None:
@@ -409,11 +412,32 @@ def _slices(tasks: Mapping[Key, m.TaskSpec], keys: Sequence[Key], size: int) -> 
     return slice_keys, unwanted
 
 
-def _graph_problem(tasks: Mapping[Key, m.TaskSpec], keys: Sequence[Key], known: Mapping[Key, Any]) -> str | None:
-    """Why the new tasks of a graph cannot run (a NaN key, a cycle), or None.
+def _graph_problem(
+    tasks: Mapping[Key, m.TaskSpec],
+    keys: Sequence[Key],
+    known: Mapping[Key, Any],
+    user_priority: object = 0,
+    annotations: Mapping[str, Any] | None = None,
+) -> str | None:
+    """Why the new tasks of a graph cannot run (a NaN key, a cycle, a priority that is not a finite number, an
+    order out of range), or None.
 
     Only tasks not ``known`` count: a known key keeps the dependencies it has.
     """
+    problem = priority_problem(user_priority)
+    if problem is None and annotations and "priority" in annotations:
+        problem = priority_problem(annotations["priority"])
+    if problem is not None:
+        return problem
+    for key, spec in tasks.items():
+        order = spec["order"]
+        if not 0 <= order <= MAX_ORDER:
+            return f"task {key!r}: " + cast(str, priority_problem(0, order))
+        own = spec.get("annotations")
+        if own and "priority" in own:
+            problem = priority_problem(own["priority"])
+            if problem is not None:
+                return f"task {key!r}: {problem}"
     for key in keys:
         if type(key) is not str and _nan_in_key(key):
             return f"key {key!r} is NaN or holds a NaN"

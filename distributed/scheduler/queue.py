@@ -5,16 +5,27 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Iterator
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
-__all__ = ["PriorityQueue"]
+__all__ = ["Prioritized", "PriorityQueue"]
 
-T = TypeVar("T")
-Priority = tuple[Any, ...]
+
+class Prioritized(Protocol):
+    """An item that knows its own rank (lowest first) and compares by it."""
+
+    @property
+    def rank(self) -> Any:
+        """The item's place in the queue; it must not change while the item is queued."""
+
+    def __lt__(self, other: Any, /) -> bool:
+        """Whether this item is more urgent than ``other``."""
+
+
+T = TypeVar("T", bound=Prioritized)
 
 
 class PriorityQueue(Generic[T]):
-    """Items by priority (lowest first), for a queue that is mostly filled in order.
+    """Items by rank (lowest first), for a queue that is mostly filled in order.
 
     The roots of a graph reach the queue in priority order or in its reverse.
     A sorted deque takes each item that extends either of its ends in O(1), and
@@ -22,35 +33,39 @@ class PriorityQueue(Generic[T]):
     to a heap.  A heap alone costs a dozen scattered comparisons per pop, which
     with tens of thousands of queued tasks is several microseconds each.
 
-    Items whose priorities tie come out in the order they went in when they
-    extend the deque; the heap would compare the items themselves.
+    The queue holds the items alone, not ``(rank, item)`` pairs: with
+    millions of tasks queued, a pair would cost 64 bytes each.
+
+    Items whose ranks tie come out in the order they went in when they
+    extend the deque; from the heap, in no set order.
     """
 
     __slots__ = ("_run", "_heap")
 
     def __init__(self) -> None:
-        self._run: deque[tuple[Priority, T]] = deque()
-        self._heap: list[tuple[Priority, T]] = []
+        self._run: deque[T] = deque()
+        self._heap: list[T] = []
 
-    def push(self, priority: Priority, item: T) -> None:
-        """Add ``item`` with ``priority``."""
+    def push(self, item: T) -> None:
+        """Add ``item`` at its rank."""
         run = self._run
-        if not run or priority >= run[-1][0]:
-            run.append((priority, item))
-        elif priority <= run[0][0]:
-            run.appendleft((priority, item))
+        rank = item.rank
+        if not run or rank >= run[-1].rank:
+            run.append(item)
+        elif rank <= run[0].rank:
+            run.appendleft(item)
         else:
-            heapq.heappush(self._heap, (priority, item))
+            heapq.heappush(self._heap, item)
 
-    def peek(self) -> tuple[Priority, T] | None:
-        """The most urgent ``(priority, item)``, left in place; None when empty."""
+    def peek(self) -> T | None:
+        """The most urgent item, left in place; None when empty."""
         run, heap = self._run, self._heap
-        if heap and (not run or heap[0][0] < run[0][0]):
+        if heap and (not run or heap[0].rank < run[0].rank):
             return heap[0]
         return run[0] if run else None
 
-    def pop(self) -> tuple[Priority, T]:
-        """Remove and return the most urgent ``(priority, item)``.
+    def pop(self) -> T:
+        """Remove and return the most urgent item.
 
         Raises
         ------
@@ -58,7 +73,7 @@ class PriorityQueue(Generic[T]):
             When the queue is empty.
         """
         run, heap = self._run, self._heap
-        if heap and (not run or heap[0][0] < run[0][0]):
+        if heap and (not run or heap[0].rank < run[0].rank):
             return heapq.heappop(heap)
         return run.popleft()
 
@@ -68,7 +83,7 @@ class PriorityQueue(Generic[T]):
     def __bool__(self) -> bool:
         return bool(self._run) or bool(self._heap)
 
-    def __iter__(self) -> Iterator[tuple[Priority, T]]:
-        """Every ``(priority, item)``, not in priority order."""
+    def __iter__(self) -> Iterator[T]:
+        """Every item, not in priority order."""
         yield from self._run
         yield from self._heap

@@ -42,16 +42,20 @@ from distributed.core import Status
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key, Payload
 from distributed.protocol.serialize import Serialized
+from distributed.scheduler.priorities import MAX_GENERATION, priority_of, priority_problem, rank_of
+from distributed.scheduler.stored_specs import PACKED_PAIR, restore, shared_prefix, shrink
 from distributed.sharded import SHARD_ABOVE, ShardedDict, ShardedSet
 
 __all__ = [
     "ALL_TASK_STATES",
     "EMPTY",
     "NO_ANNOTATIONS",
+    "NO_EXTRAS",
     "ClientState",
     "Effects",
     "ErredTask",
     "MemoryState",
+    "TaskExtras",
     "TaskGroup",
     "TaskPrefix",
     "TaskState",
@@ -199,7 +203,19 @@ class TaskPrefix:
 class TaskGroup:
     """Tasks sharing a key name (``"x-abc"`` of ``("x-abc", 0)``): counts by state."""
 
-    __slots__ = ("name", "prefix", "states", "nbytes_total", "duration", "types", "live", "span_id", "start", "stop")
+    __slots__ = (
+        "name",
+        "prefix",
+        "states",
+        "nbytes_total",
+        "duration",
+        "types",
+        "live",
+        "span_id",
+        "start",
+        "stop",
+        "spec_prefix",
+    )
 
     def __init__(self, name: str, prefix: TaskPrefix) -> None:
         self.name = name
@@ -215,6 +231,9 @@ class TaskGroup:
         self.types: set[str] = set()
         #: Tasks of the group not forgotten (kept by the scheduler: summing ``states`` costs more).
         self.live = 0
+        #: The packed run_spec of the group's first task up to its last frame (its header and function), which
+        #: the group's tasks of the same function keep once, here (b"": no such part; None: no task yet).
+        self.spec_prefix: bytes | None = None
         prefix.groups[name] = self
 
     def __len__(self) -> int:
@@ -225,13 +244,64 @@ class TaskGroup:
         return f"<TaskGroup {self.name}: {active}>"
 
 
+class TaskExtras:
+    """What few tasks have: an error, restrictions, retries, metadata, an actor's result.
+
+    A task starts with the shared :data:`NO_EXTRAS` and gets a record of its
+    own at the first of these it is given; the fields read through the task
+    (``ts.exception``, ``ts.worker_restrictions`` ...).  Fourteen slots a
+    task would be 112 bytes each of millions of tasks.
+    """
+
+    __slots__ = (
+        "exception",
+        "traceback",
+        "exception_text",
+        "exception_blame",
+        "erred_on",
+        "retries",
+        "suspicious",
+        "worker_restrictions",
+        "host_restrictions",
+        "resource_restrictions",
+        "loose_restrictions",
+        "metadata",
+        "has_lost_dependencies",
+        "actor",
+    )
+
+    def __init__(self) -> None:
+        self.exception: Payload | None = None
+        self.traceback: Any = None
+        self.exception_text = ""
+        self.exception_blame: TaskState | None = None
+        self.erred_on: set[str] | None = None
+        self.retries = 0
+        self.suspicious = 0
+        self.worker_restrictions: set[Any] | None = None
+        self.host_restrictions: set[str] | None = None
+        self.resource_restrictions: dict[str, float] | None = None
+        self.loose_restrictions = False
+        self.metadata: dict[str, Any] | None = None
+        self.has_lost_dependencies = False
+        self.actor = False
+
+
+#: The extras of every task that has none of its own; never changed.
+NO_EXTRAS: Final = TaskExtras()
+
+
 class TaskState:
-    """What the scheduler knows about one task."""
+    """What the scheduler knows about one task.
+
+    The fields most tasks never set (an error, restrictions, retries, metadata)
+    are properties over a :class:`TaskExtras` made at the first of them.
+    """
 
     __slots__ = (
         "key",
         "_run_spec",
-        "priority",
+        "rank",
         "state",
         "dependencies",
         "dependents",
@@ -242,34 +312,22 @@ class TaskState:
         "processing_on",
         "nbytes",
         "type",
-        "exception",
-        "traceback",
-        "exception_text",
-        "exception_blame",
-        "erred_on",
-        "retries",
-        "suspicious",
-        "prefix",
         "group",
         "annotations",
-        "worker_restrictions",
-        "host_restrictions",
-        "resource_restrictions",
-        "loose_restrictions",
         "run_id",
-        "metadata",
-        "has_lost_dependencies",
-        "actor",
-        "__weakref__",
+        "_extras",
     )
 
     # Hashed and compared by identity (object's own): no per-task counter.
 
     def __init__(self, key: Key, run_spec: Payload | None, group: TaskGroup) -> None:
         self.key: Key = key
+        self.group = group
         self._run_spec: Payload | bytes | None
         self.run_spec = run_spec
-        self.priority: tuple[Any, ...] = ()
+        #: The task's priority as one integer, lower first (see :mod:`distributed.scheduler.priorities`);
+        #: None until it has one (data scattered before any graph).
+        self.rank: int | None = None
         self.state: TaskStateName = "released"
         self.dependencies: AbstractSet[TaskState] = EMPTY
         self.dependents: AbstractSet[TaskState] = EMPTY
@@ -280,37 +338,177 @@ class TaskState:
         self.processing_on: WorkerState | None = None
         self.nbytes = -1
         self.type: str | None = None
-        self.exception: Payload | None = None
-        self.traceback: Any = None
-        self.exception_text = ""
-        self.exception_blame: TaskState | None = None
-        #: Workers the task erred on (made when it first errs: most never do).
-        self.erred_on: set[str] | None = None
-        self.retries = 0
-        self.suspicious = 0
-        self.group = group
-        self.prefix = group.prefix
         #: Replaced, never changed in place: most tasks share one empty mapping.
         self.annotations: Mapping[str, Any] = NO_ANNOTATIONS
-        #: Worker addresses, or names (of any type: LocalCluster names workers 0, 1, ...).
-        self.worker_restrictions: set[Any] | None = None
-        self.host_restrictions: set[str] | None = None
-        self.resource_restrictions: dict[str, float] | None = None
-        self.loose_restrictions = False
         self.run_id = -1
-        self.metadata: dict[str, Any] | None = None
-        self.has_lost_dependencies = False
-        #: The result is an actor: it lives on one worker, whose loss errs the task.
-        self.actor = False
+        self._extras = NO_EXTRAS
         group.states["released"] += 1
         group.live += 1
         group.prefix.count += 1
+
+    @property
+    def extras(self) -> TaskExtras:
+        """The record of the task's rarely set fields: :data:`NO_EXTRAS` (shared) until it has one of them."""
+        return self._extras
+
+    def _own_extras(self) -> TaskExtras:
+        extras = self._extras
+        if extras is NO_EXTRAS:
+            extras = self._extras = TaskExtras()
+        return extras
+
+    @property
+    def prefix(self) -> TaskPrefix:
+        """The task's prefix (that of its group)."""
+        return self.group.prefix
+
+    @property
+    def exception(self) -> Payload | None:
+        """The error the task raised (serialised), while it is erred."""
+        return self._extras.exception
+
+    @exception.setter
+    def exception(self, value: Payload | None) -> None:
+        if value is not None or self._extras is not NO_EXTRAS:
+            self._own_extras().exception = value
+
+    @property
+    def traceback(self) -> Any:
+        """The traceback of that error (serialised), while the task is erred."""
+        return self._extras.traceback
+
+    @traceback.setter
+    def traceback(self, value: Any) -> None:
+        if value is not None or self._extras is not NO_EXTRAS:
+            self._own_extras().traceback = value
+
+    @property
+    def exception_text(self) -> str:
+        """The error's text, readable without unpickling it ("" when none)."""
+        return self._extras.exception_text
+
+    @exception_text.setter
+    def exception_text(self, value: str) -> None:
+        if value or self._extras is not NO_EXTRAS:
+            self._own_extras().exception_text = value
+
+    @property
+    def exception_blame(self) -> TaskState | None:
+        """The task whose error this one erred by (itself when it raised it)."""
+        return self._extras.exception_blame
+
+    @exception_blame.setter
+    def exception_blame(self, value: TaskState | None) -> None:
+        if value is not None or self._extras is not NO_EXTRAS:
+            self._own_extras().exception_blame = value
+
+    @property
+    def erred_on(self) -> set[str] | None:
+        """Workers the task erred on (None until it first errs: most never do)."""
+        return self._extras.erred_on
+
+    @erred_on.setter
+    def erred_on(self, value: set[str] | None) -> None:
+        if value is not None or self._extras is not NO_EXTRAS:
+            self._own_extras().erred_on = value
+
+    @property
+    def retries(self) -> int:
+        """How many more times the task may be rerun after it errs."""
+        return self._extras.retries
+
+    @retries.setter
+    def retries(self, value: int) -> None:
+        if value or self._extras is not NO_EXTRAS:
+            self._own_extras().retries = value
+
+    @property
+    def suspicious(self) -> int:
+        """How many workers died while running it (past ``allowed-failures``, it errs)."""
+        return self._extras.suspicious
+
+    @suspicious.setter
+    def suspicious(self, value: int) -> None:
+        if value or self._extras is not NO_EXTRAS:
+            self._own_extras().suspicious = value
+
+    @property
+    def worker_restrictions(self) -> set[Any] | None:
+        """Worker addresses, or names (of any type: LocalCluster names workers 0, 1, ...)."""
+        return self._extras.worker_restrictions
+
+    @worker_restrictions.setter
+    def worker_restrictions(self, value: set[Any] | None) -> None:
+        if value is not None or self._extras is not NO_EXTRAS:
+            self._own_extras().worker_restrictions = value
+
+    @property
+    def host_restrictions(self) -> set[str] | None:
+        """Hosts the task may run on (None: any)."""
+        return self._extras.host_restrictions
+
+    @host_restrictions.setter
+    def host_restrictions(self, value: set[str] | None) -> None:
+        if value is not None or self._extras is not NO_EXTRAS:
+            self._own_extras().host_restrictions = value
+
+    @property
+    def resource_restrictions(self) -> dict[str, float] | None:
+        """Resources the task takes on its worker while it runs (None: none)."""
+        return self._extras.resource_restrictions
+
+    @resource_restrictions.setter
+    def resource_restrictions(self, value: dict[str, float] | None) -> None:
+        if value is not None or self._extras is not NO_EXTRAS:
+            self._own_extras().resource_restrictions = value
+
+    @property
+    def loose_restrictions(self) -> bool:
+        """Whether the task may run elsewhere when no worker meets its restrictions."""
+        return self._extras.loose_restrictions
+
+    @loose_restrictions.setter
+    def loose_restrictions(self, value: bool) -> None:
+        if value or self._extras is not NO_EXTRAS:
+            self._own_extras().loose_restrictions = value
+
+    @property
+    def metadata(self) -> dict[str, Any] | None:
+        """What plugins and users stored on the task (None until the first)."""
+        return self._extras.metadata
+
+    @metadata.setter
+    def metadata(self, value: dict[str, Any] | None) -> None:
+        if value is not None or self._extras is not NO_EXTRAS:
+            self._own_extras().metadata = value
+
+    @property
+    def has_lost_dependencies(self) -> bool:
+        """Whether a dependency was lost for good (forgotten while needed)."""
+        return self._extras.has_lost_dependencies
+
+    @has_lost_dependencies.setter
+    def has_lost_dependencies(self, value: bool) -> None:
+        if value or self._extras is not NO_EXTRAS:
+            self._own_extras().has_lost_dependencies = value
+
+    @property
+    def actor(self) -> bool:
+        """The result is an actor: it lives on one worker, whose loss errs the task."""
+        return self._extras.actor
+
+    @actor.setter
+    def actor(self, value: bool) -> None:
+        if value or self._extras is not NO_EXTRAS:
+            self._own_extras().actor = value
 
     @property
     def run_spec(self) -> Payload | None:
         """The serialised task; opaque to the scheduler.  None for scattered data."""
         spec = self._run_spec
         if isinstance(spec, bytes):
+            if spec[0] != PACKED_PAIR:
+                spec = restore(spec, self.key, cast(bytes, self.group.spec_prefix))
             return Serialized.from_packed(spec)
         return spec
 
@@ -318,8 +516,21 @@ class TaskState:
     def run_spec(self, spec: Payload | None) -> None:
         # A task that came packed in its message is kept as those bytes alone: the wrapper
         # would cost 56 bytes a task, and one more object for the collector to look at.
+        # Of a task packed as its group's first was up to the last frame (the same function),
+        # less is kept: see distributed.scheduler.stored_specs.
         if type(spec) is Serialized and spec.packed is not None:
-            self._run_spec = spec.packed
+            packed = spec.packed
+            group = self.group
+            prefix = group.spec_prefix
+            if prefix is None:
+                prefix = group.spec_prefix = shared_prefix(packed)
+            kept = shrink(packed, self.key, prefix)
+            if kept is not None:
+                self._run_spec = kept
+            elif packed and packed[0] == PACKED_PAIR:
+                self._run_spec = packed
+            else:
+                self._run_spec = spec
         else:
             self._run_spec = spec
 
@@ -328,13 +539,40 @@ class TaskState:
         """Whether the task can be computed (scattered data has no run_spec); cheaper than reading it."""
         return self._run_spec is not None
 
+    @property
+    def priority(self) -> tuple[Any, ...]:
+        """``(-user_priority, generation, order)``, lower first, as dask writes it; ``()`` when it has none."""
+        rank = self.rank
+        return () if rank is None else priority_of(rank)
+
+    @priority.setter
+    def priority(self, value: tuple[Any, ...]) -> None:
+        if not value:
+            self.rank = None
+            return
+        if len(value) != 3:
+            raise ValueError(f"A task's priority is (-user_priority, generation, order), not {value!r}")
+        negated, generation, order = value
+        problem = priority_problem(negated, order)
+        if problem is None and not (isinstance(generation, int) and 0 <= generation <= MAX_GENERATION):
+            problem = f"generation {generation!r} is not an integer from 0 to {MAX_GENERATION}"
+        if problem is not None:
+            raise ValueError(f"A task's priority {value!r}: {problem}")
+        self.rank = rank_of(-negated, generation, order)
+
     def __lt__(self, other: TaskState) -> bool:
-        return self.priority < other.priority
+        rank, other_rank = self.rank, other.rank
+        if rank is None:
+            return other_rank is not None
+        return other_rank is not None and rank < other_rank
 
     @property
     def has_restrictions(self) -> bool:
         """Whether the task may run only on some workers."""
-        return bool(self.worker_restrictions or self.host_restrictions or self.resource_restrictions)
+        extras = self._extras
+        return extras is not NO_EXTRAS and bool(
+            extras.worker_restrictions or extras.host_restrictions or extras.resource_restrictions
+        )
 
     def __repr__(self) -> str:
         return f"<TaskState {self.key!r} {self.state}>"

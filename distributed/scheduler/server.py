@@ -756,7 +756,7 @@ class Scheduler(GraphIngestion, Server):
         n_tasks = self.n_queued + len(self.unrunnable) + sum(len(ws.processing) for ws in workers)
         # Waiting work: measured on a sample, so that a long queue costs no more than 100 lookups.
         waiting = self.n_queued + len(self.unrunnable)
-        sample = [ts for _, ts in itertools.islice(self.queued, 200) if ts.state == "queued"][:100]
+        sample = [ts for ts in itertools.islice(self.queued, 200) if ts.state == "queued"][:100]
         sample += list(itertools.islice(self.unrunnable, 100 - len(sample)))
         if sample:
             busy += sum(self.get_task_duration(ts) for ts in sample) * waiting / len(sample)

@@ -26,6 +26,7 @@ from distributed.protocol.messages import Key, Payload
 from distributed.protocol.serialize import as_serialized
 from distributed.scheduler.computations import Computation, ComputationLog
 from distributed.scheduler.loads import WorkerLoads, load_of
+from distributed.scheduler.priorities import rank_of
 from distributed.scheduler.queue import PriorityQueue
 from distributed.scheduler.records import (
     ALL_TASK_STATES,
@@ -79,9 +80,10 @@ def _load_per_thread(ws: WorkerState) -> tuple[float, float]:
     return load_of(ws) / ws.nthreads, ws.occupancy / ws.nthreads
 
 
-def priority_key(ts: TaskState) -> tuple[Any, ...]:
-    """The order of ``ts`` among queued tasks: its priority."""
-    return ts.priority
+def priority_key(ts: TaskState) -> float:
+    """The order of ``ts`` among tasks: its rank (tasks without one first)."""
+    rank = ts.rank
+    return -math.inf if rank is None else rank
 
 
 def state_of(ts: TaskState) -> TaskStateName:
@@ -469,7 +471,7 @@ class SchedulerState:
                 given.no_room_for = duration
                 ts.state = "queued"
                 self.n_queued += 1
-                self.queued.push(ts.priority, ts)
+                self.queued.push(ts)
                 return
         else:
             ws = self.decide_worker(ts)
@@ -599,13 +601,13 @@ class SchedulerState:
         head = self.queued.peek() if self.n_queued else None
         if head is None or ws.status != Status.running or ws.address not in self.workers:
             return 0
-        return self._slots(ws, head[1].prefix.duration_average)
+        return self._slots(ws, head.prefix.duration_average)
 
     def _pop_queued(self) -> TaskState | None:
         """The most urgent queued task, off the queue (None if there is none)."""
         queue = self.queued
         while queue:
-            _, qts = queue.pop()
+            qts = queue.pop()
             if qts.state == "queued":
                 return qts
             # Released (or pulled) since it was queued: a stale entry.
@@ -790,7 +792,8 @@ class SchedulerState:
             hold(ws, ts)
             ws.nbytes += nbytes
         self.note_replicas(ts)
-        ts.priority = ts.priority or (0, self.generation, 0)
+        if ts.rank is None:
+            ts.rank = rank_of(0, self.generation, 0)
         self._notify_in_memory(ts, out)
         if self.plugins:
             return {"workers": [ws.address for ws in holders], "nbytes": nbytes, "type": type_}
@@ -1063,6 +1066,8 @@ class SchedulerState:
             assert ts in self.unrunnable, ("no-worker not in unrunnable", ts)
         if state == "erred":
             assert ts.exception_blame is not None, ("erred without blame", ts)
+        if state in ("waiting", "queued", "no-worker", "processing", "memory"):
+            assert ts.rank is not None, ("a task on its way without a priority", ts)
         if ts.actor and state == "memory":
             # Other holders keep copies of the proxy; the instance lives on one of them.
             homes = [ws for ws in ts.who_has if ts in ws.actors]
