@@ -19,17 +19,28 @@ import math
 import numbers
 from typing import Final
 
-__all__ = ["MAX_GENERATION", "MAX_ORDER", "priority_of", "priority_problem", "rank_of"]
+__all__ = [
+    "DEFAULT_PRIORITY_RANKS",
+    "MAX_GENERATION",
+    "MAX_ORDER",
+    "ORDER_BITS",
+    "priority_of",
+    "priority_problem",
+    "rank_of",
+]
 
-_ORDER_BITS: Final = 36
+#: Bits of a rank that hold the order; the generation comes above them.
+ORDER_BITS: Final = 36
 _GENERATION_BITS: Final = 64
 _FRACTION_BITS: Final = 52
-_USER_SHIFT: Final = _ORDER_BITS + _GENERATION_BITS
+_USER_SHIFT: Final = ORDER_BITS + _GENERATION_BITS
 
 #: The largest ``order`` a task may have in its graph.
-MAX_ORDER: Final = (1 << _ORDER_BITS) - 1
+MAX_ORDER: Final = (1 << ORDER_BITS) - 1
 #: The largest generation (graphs a scheduler takes in its life).
 MAX_GENERATION: Final = (1 << _GENERATION_BITS) - 1
+#: The ranks of a user priority of 0 are those from 0 to this.
+DEFAULT_PRIORITY_RANKS: Final = (1 << _USER_SHIFT) - 1
 
 
 def rank_of(user_priority: float, generation: int, order: int) -> int:
@@ -47,14 +58,14 @@ def rank_of(user_priority: float, generation: int, order: int) -> int:
                 scaled = int(-value) << _FRACTION_BITS
             else:
                 scaled = math.floor(-value * (1 << _FRACTION_BITS))
-        return (scaled << _USER_SHIFT) + (generation << _ORDER_BITS) + order
-    return (generation << _ORDER_BITS) + order
+        return (scaled << _USER_SHIFT) + (generation << ORDER_BITS) + order
+    return (generation << ORDER_BITS) + order
 
 
 def priority_of(rank: int) -> tuple[int | float, int, int]:
     """The ``(-user_priority, generation, order)`` tuple of ``rank``, as dask writes a priority."""
     order = rank & MAX_ORDER
-    generation = (rank >> _ORDER_BITS) & MAX_GENERATION
+    generation = (rank >> ORDER_BITS) & MAX_GENERATION
     scaled = rank >> _USER_SHIFT
     if scaled & ((1 << _FRACTION_BITS) - 1):
         return scaled / (1 << _FRACTION_BITS), generation, order

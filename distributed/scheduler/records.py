@@ -42,7 +42,15 @@ from distributed.core import Status
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key, Payload
 from distributed.protocol.serialize import Serialized
-from distributed.scheduler.priorities import MAX_GENERATION, priority_of, priority_problem, rank_of
+from distributed.scheduler.priorities import (
+    DEFAULT_PRIORITY_RANKS,
+    MAX_GENERATION,
+    MAX_ORDER,
+    ORDER_BITS,
+    priority_of,
+    priority_problem,
+    rank_of,
+)
 from distributed.scheduler.stored_specs import PACKED_PAIR, restore, shared_prefix, shrink
 from distributed.sharded import SHARD_ABOVE, ShardedDict, ShardedSet
 
@@ -508,7 +516,7 @@ class TaskState:
         spec = self._run_spec
         if isinstance(spec, bytes):
             if spec[0] != PACKED_PAIR:
-                spec = restore(spec, self.key, cast(bytes, self.group.spec_prefix))
+                spec = restore(spec, self.key, self.group.spec_prefix or b"")
             return Serialized.from_packed(spec)
         return spec
 
@@ -543,7 +551,11 @@ class TaskState:
     def priority(self) -> tuple[Any, ...]:
         """``(-user_priority, generation, order)``, lower first, as dask writes it; ``()`` when it has none."""
         rank = self.rank
-        return () if rank is None else priority_of(rank)
+        if rank is None:
+            return ()
+        if 0 <= rank <= DEFAULT_PRIORITY_RANKS:  # the user's priority is 0: no call
+            return 0, rank >> ORDER_BITS, rank & MAX_ORDER
+        return priority_of(rank)
 
     @priority.setter
     def priority(self, value: tuple[Any, ...]) -> None:

@@ -31,6 +31,7 @@ from distributed.scheduler.queue import PriorityQueue
 from distributed.scheduler.records import (
     ALL_TASK_STATES,
     EMPTY,
+    NO_EXTRAS,
     ClientState,
     Effects,
     ErredTask,
@@ -405,7 +406,12 @@ class SchedulerState:
 
     def _is_queueable(self, ts: TaskState) -> bool:
         # Actors are not queued: each goes where the fewest actors live (decide_worker).
-        return not ts.dependencies and not ts.has_restrictions and self.worker_saturation != math.inf and not ts.actor
+        if ts.dependencies or self.worker_saturation == math.inf:
+            return False
+        extras = ts.extras  # one read: most tasks share NO_EXTRAS
+        return extras is NO_EXTRAS or not (
+            extras.worker_restrictions or extras.host_restrictions or extras.resource_restrictions or extras.actor
+        )
 
     def _slots(self, ws: WorkerState, duration: float) -> int:
         """Root tasks ``ws`` may take now, for tasks expected to run ``duration`` s.
@@ -465,7 +471,7 @@ class SchedulerState:
                 self._add_to_processing(ts, ws, out)
                 return
         if self._is_queueable(ts):
-            duration = ts.prefix.duration_average
+            duration = ts.group.prefix.duration_average
             ws = None if given.no_room_for == duration else self._worker_with_room(duration)
             if ws is None:
                 given.no_room_for = duration
@@ -536,8 +542,10 @@ class SchedulerState:
         ws.occupancy += duration
         self.worker_loads.update(ws)
         self.idle_since = None
-        if ts.resource_restrictions:
-            for r, amount in ts.resource_restrictions.items():
+        extras = ts.extras
+        resources = extras.resource_restrictions
+        if resources:
+            for r, amount in resources.items():
                 ws.used_resources[r] = ws.used_resources.get(r, 0.0) + amount
         ts.run_id = next(self._run_ids)
         freed = out.free.get(ws.address)
@@ -559,20 +567,21 @@ class SchedulerState:
             nbytes=nbytes,
             duration=duration,
         )
-        if ts.resource_restrictions:
-            msg["resources"] = ts.resource_restrictions
+        if resources:
+            msg["resources"] = resources
         if ts.annotations:
             msg["annotations"] = ts.annotations
-        if ts.actor:
+        if extras.actor:
             msg["actor"] = True
         out.workers[ws.address].append(msg)
 
     def get_task_duration(self, ts: TaskState) -> float:
         """Expected run time of ``ts`` in seconds, from its prefix's history."""
-        d = ts.prefix.duration_average
+        prefix = ts.group.prefix
+        d = prefix.duration_average
         if d >= 0:
             return d
-        return self.default_durations.get(ts.prefix.name, self.unknown_duration)
+        return self.default_durations.get(prefix.name, self.unknown_duration)
 
     def _exit_processing(self, ts: TaskState, out: Effects, given: TransitionInputs) -> WorkerState | None:
         """Take ``ts`` off its worker; give the freed slot to a queued task."""
@@ -585,12 +594,13 @@ class SchedulerState:
         ws.occupancy = max(ws.occupancy - duration, 0.0) if ws.processing else 0.0
         ws.long_running.discard(ts)
         self.worker_loads.update(ws)
-        if ts.resource_restrictions:
-            for r, amount in ts.resource_restrictions.items():
+        resources = ts.extras.resource_restrictions
+        if resources:
+            for r, amount in resources.items():
                 ws.used_resources[r] = ws.used_resources.get(r, 0.0) - amount
         if self.n_queued:
             given.opened.append(ws)
-        if ts.resource_restrictions and self.unrunnable:
+        if resources and self.unrunnable:
             for uts in list(self.unrunnable):
                 if uts.resource_restrictions:
                     out.recs.setdefault(uts, "processing")
@@ -601,7 +611,7 @@ class SchedulerState:
         head = self.queued.peek() if self.n_queued else None
         if head is None or ws.status != Status.running or ws.address not in self.workers:
             return 0
-        return self._slots(ws, head.prefix.duration_average)
+        return self._slots(ws, head.group.prefix.duration_average)
 
     def _pop_queued(self) -> TaskState | None:
         """The most urgent queued task, off the queue (None if there is none)."""
@@ -760,13 +770,15 @@ class SchedulerState:
         ts.state = "memory"
         ts.nbytes = nbytes
         ts.type = type_
-        ts.exception_blame = None
+        extras = ts.extras
+        if extras is not NO_EXTRAS:
+            extras.exception_blame = None
+            if extras.actor:
+                ws.actors.add(ts)
         ts.who_has = grown(ts.who_has, ws)
         hold(ws, ts)
         ws.nbytes += nbytes
         ts.group.nbytes_total += nbytes
-        if ts.actor:
-            ws.actors.add(ts)
         self._notify_in_memory(ts, out)
         if self.plugins:
             return {

@@ -28,6 +28,7 @@ pickling the key gives, so a pickle laid out any other way is kept whole.
 from __future__ import annotations
 
 import pickle
+import struct
 from typing import Final
 
 import msgpack
@@ -75,25 +76,25 @@ def _key_opcodes(key: Key) -> bytes:
     if type(key) is str:
         encoded = key.encode("utf-8", "surrogatepass")
         if len(encoded) < 256:
-            # SHORT_BINUNICODE, the length, the text, MEMOIZE: what pickle writes for such a string.
-            return b"\x8c" + bytes((len(encoded),)) + encoded + b"\x94"
+            return _SHORT_STR[len(encoded)] + encoded + _MEMOIZE
     whole = pickle.dumps(key, protocol=5)
     start = 2 + _FRAME_LENGTH if len(whole) > 2 and whole[2] == _FRAME_OP else 2
     return whole[start:-1]
 
 
-def _key_offset(tail: bytes | bytearray, marker: int) -> int:
-    """Where the key's opcodes start in a stored last frame whose msgpack marker is ``marker``, or 0."""
-    length_bytes = _BIN_LENGTH_BYTES.get(marker)
+def _key_offset(tail: bytes, start: int) -> int:
+    """Where the key's opcodes start in ``tail[start:]`` (a last frame, its first byte a bin marker, or that
+    marker less :data:`_CUT`), or 0 when its pickle is not laid out as ``serialize_task`` writes it."""
+    length_bytes = _BIN_LENGTH_BYTES.get(tail[start]) or _BIN_LENGTH_BYTES.get(tail[start] + _CUT)
     if length_bytes is None:
         return 0
-    start = 1 + length_bytes
-    if tail[start : start + 2] != _PROTOCOL_5:
+    at = start + 1 + length_bytes
+    if tail[at : at + 2] != _PROTOCOL_5:
         return 0
-    start += 2
-    if len(tail) > start and tail[start] == _FRAME_OP:
-        start += _FRAME_LENGTH
-    return start
+    at += 2
+    if len(tail) > at and tail[at] == _FRAME_OP:
+        at += _FRAME_LENGTH
+    return at
 
 
 def shrink(packed: bytes, key: Key, prefix: bytes) -> bytes | None:
@@ -102,25 +103,60 @@ def shrink(packed: bytes, key: Key, prefix: bytes) -> bytes | None:
     None when ``packed`` does not start with ``prefix`` (then it is kept whole, if it
     starts as a packed pair should).
     """
-    if not prefix or not packed.startswith(prefix) or len(packed) <= len(prefix):
+    start = len(prefix)
+    if not start or len(packed) <= start or not packed.startswith(prefix):
         return None
-    tail = packed[len(prefix) :]
-    marker = tail[0]
-    offset = _key_offset(tail, marker)
-    if offset:
+    if type(key) is str and packed[start] == 0xC4:
+        # The common case: a short last frame whose pickle opens as serialize_task's does, with a short
+        # string key.  Its opening (lengths included) follows from the key and what comes after it, so
+        # only that is kept, from the MEMOIZE after the key on.
+        encoded = key.encode("utf-8", "surrogatepass")
+        size = len(packed) - start
+        if len(encoded) < 256 and len(encoded) + 16 <= size < 258:
+            end = start + _OPENING.size + 2 + len(encoded)
+            if packed[end] == _MEMOIZE_OP and packed.startswith(
+                b"".join((_opening(size - _OPENING.size), _SHORT_STR[len(encoded)], encoded)), start
+            ):
+                return packed[end:]
+    marker = packed[start]
+    if marker not in _BIN_LENGTH_BYTES:
+        return None
+    at = _key_offset(packed, start)
+    if at:
         opcodes = _key_opcodes(key)
-        if tail.startswith(opcodes, offset):
-            return bytes((marker - _CUT,)) + tail[1:offset] + tail[offset + len(opcodes) :]
-    return tail if marker in _BIN_LENGTH_BYTES else None
+        if packed.startswith(opcodes, at):
+            return b"".join((_CUT_MARKERS[marker], packed[start + 1 : at], packed[at + len(opcodes) :]))
+    return packed[start:]
 
 
 def restore(stored: bytes, key: Key, prefix: bytes) -> bytes:
     """The packed run_spec that :func:`shrink` (or nothing) made ``stored`` of, byte for byte."""
     first = stored[0]
+    if first == _MEMOIZE_OP and type(key) is str:  # the common case first (only a string key is kept so)
+        encoded = key.encode("utf-8", "surrogatepass")
+        return b"".join((prefix, _opening(2 + len(encoded) + len(stored)), _SHORT_STR[len(encoded)], encoded, stored))
     if first == PACKED_PAIR:
         return stored
     if first in _BIN_LENGTH_BYTES:
         return prefix + stored
-    marker = first + _CUT
-    offset = _key_offset(stored, marker)  # the cut is after the offset: the bytes before it are the tail's
-    return b"".join((prefix, bytes((marker,)), stored[1:offset], _key_opcodes(key), stored[offset:]))
+    at = _key_offset(stored, 0)  # the bytes before the cut are the last frame's own
+    return b"".join((prefix, _BIN_MARKERS[first], stored[1:at], _key_opcodes(key), stored[at:]))
+
+
+#: SHORT_BINUNICODE and a length, for each length: how pickle starts a string under 256 bytes.
+_SHORT_STR: Final = tuple(bytes((0x8C, n)) for n in range(256))
+#: MEMOIZE: what pickle writes after a string.
+_MEMOIZE_OP: Final = 0x94
+_MEMOIZE: Final = bytes((_MEMOIZE_OP,))
+#: A short last frame's opening: bin8 marker and length, protocol 5, one frame op and its length.
+_OPENING: Final = struct.Struct("<BBBBBQ")
+
+
+def _opening(framed: int) -> bytes:
+    """The opening of a short last frame whose pickle frame holds ``framed`` bytes."""
+    return _OPENING.pack(0xC4, framed + _OPENING.size - 2, 0x80, 5, _FRAME_OP, framed)
+
+
+#: The stored first byte for each bin marker when the key is cut out, and back.
+_CUT_MARKERS: Final = {marker: bytes((marker - _CUT,)) for marker in _BIN_LENGTH_BYTES}
+_BIN_MARKERS: Final = {marker - _CUT: bytes((marker,)) for marker in _BIN_LENGTH_BYTES}
