@@ -43,6 +43,10 @@ _BATCH_SLICE = 1000
 #: a full collection then visits about ten thousand tasks' objects (a few milliseconds).
 GC_FREEZE_STEP = 10_000
 
+#: While the start's objects are frozen, a thaw collects in full (looking at them too) only once this many
+#: steps' worth of tasks were made since the last full collection (see LargeStateGC).
+FULL_PASS_STEPS = 10
+
 #: Allocations between two collections of the youngest generation while the state is frozen (see LargeStateGC).
 LARGE_STATE_GEN0 = 10_000
 
@@ -61,7 +65,8 @@ class LargeStateGC:
     garbage is collected and the objects alive now are moved out of the
     collector's view (``gc.freeze``), so a full collection looks at what came
     since.  Once the state shrinks below one step, everything goes back into
-    view (``gc.unfreeze``).
+    view (``gc.unfreeze``), unless the process's start was frozen (see
+    :meth:`freeze_startup`).
 
     Frozen objects are still freed as soon as nothing refers to them, but a
     reference cycle among them is never freed while they stay frozen: the
@@ -101,6 +106,8 @@ class LargeStateGC:
         self.saved_thresholds: tuple[int, int, int] | None = None
         #: The objects of the process's start are kept out of view (see :meth:`freeze_startup`).
         self.startup_frozen = False
+        #: Tasks made (held and forgotten) at the last full collection.
+        self.made_at_full_pass = 0
 
     def freeze_startup(self) -> None:
         """Move the objects alive now out of the collector's view, and keep them out.
@@ -109,8 +116,11 @@ class LargeStateGC:
         it has started: its modules, the dashboard's models and the rest of
         what it made to start are some 160,000 objects that live as long as
         the process, and a full collection spent 50 ms looking at them each
-        time, stopping the event loop.  Thawing (:meth:`tend`) freezes them
-        again; :meth:`release` does not.
+        time, stopping the event loop.  A thaw (:meth:`tend`) leaves them out
+        of view, and with them what was frozen of the state; only once
+        :data:`FULL_PASS_STEPS` steps' worth of tasks were made since the last
+        full collection does a thaw run one, and freeze them again.
+        :meth:`release` puts them back into view.
         """
         gc.collect()
         gc.freeze()
@@ -123,31 +133,37 @@ class LargeStateGC:
         elif not self.frozen_at:
             return
         elif ntasks < self.step:
-            self._thaw()
+            self._thaw(ntasks + forgotten)
         elif forgotten - self.forgotten_at + ntasks - self.frozen_at >= max(self.step, ntasks // 2):
             # Made since the freeze: those forgotten meanwhile, and the growth.
             gc.unfreeze()
             self._freeze(ntasks, forgotten, generation=2)
             self.refreezes += 1
+            self.made_at_full_pass = ntasks + forgotten
 
     def release(self) -> None:
         """Put everything back into the collector's view (the scheduler closes: its state goes)."""
         startup_frozen, self.startup_frozen = self.startup_frozen, False
-        if self.frozen_at:
-            self._thaw()
-        elif startup_frozen:
-            gc.unfreeze()
+        if self.frozen_at or startup_frozen:
+            self._thaw(made=0)
 
-    def _thaw(self) -> None:
-        gc.unfreeze()
+    def _thaw(self, made: int) -> None:
+        """The state shrank below a step (``made``: tasks made so far): back into view, the start's objects
+        excepted."""
         self.frozen_at = 0
         if self.saved_thresholds is not None:
             gc.set_threshold(*self.saved_thresholds)
             self.saved_thresholds = None
-        if self.startup_frozen:
-            # One full pass over what is left (the small state and the start's objects), then out of view again.
+        if not self.startup_frozen:
+            gc.unfreeze()
+        elif made - self.made_at_full_pass >= FULL_PASS_STEPS * self.step:
+            # What was frozen with the start's objects stays out of view with them, until enough work has
+            # flowed through that one full pass (over those objects too: 20 to 50 ms) costs little per task.
+            # Then cycles among the records frozen alive and since dropped are freed.
+            gc.unfreeze()
             gc.collect()
             gc.freeze()
+            self.made_at_full_pass = made
 
     def _freeze(self, ntasks: int, forgotten: int, generation: int) -> None:
         # Garbage still waiting for the collector would be frozen with the living, and kept.

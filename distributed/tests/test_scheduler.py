@@ -245,6 +245,36 @@ class _Cycle:
         self.me = self
 
 
+def test_large_state_gc_with_the_start_frozen_collects_in_full_at_a_thaw_only_after_enough_work() -> None:
+    import gc
+    import weakref
+
+    from distributed.scheduler.streams import FULL_PASS_STEPS, LargeStateGC
+
+    assert gc.get_freeze_count() == 0
+    policy = LargeStateGC(step=10)
+    try:
+        policy.freeze_startup()
+        made = 0
+        rounds = 0
+        held = [_Cycle() for _ in range(3)]
+        alive = [weakref.ref(x) for x in held]
+        while all(r() is not None for r in alive):
+            # A graph of two steps' worth of tasks comes, is frozen while held, then is forgotten.
+            policy.tend(20, forgotten=made)
+            del held[:]
+            made += 20
+            policy.tend(0, forgotten=made)
+            assert policy.frozen_at == 0 and gc.get_freeze_count() > 0  # the start stays out of view
+            rounds += 1
+            assert rounds * 20 <= FULL_PASS_STEPS * policy.step + 20
+        # The cycles frozen alive were freed by the first thaw after enough tasks were made, not before.
+        assert made >= FULL_PASS_STEPS * policy.step and policy.made_at_full_pass == made
+    finally:
+        policy.release()
+        gc.unfreeze()
+
+
 def test_large_state_gc_frees_cycles_frozen_alive_once_work_has_flowed_through() -> None:
     import gc
     import weakref
