@@ -23,7 +23,7 @@ A task's relations (``dependencies`` ... ``who_has``) start as the shared
 :data:`EMPTY` frozenset and become a set at their first member: most tasks of
 a large map never have dependencies or waiters, and six empty sets would be
 over half of what the scheduler keeps per task.  They are typed read-only;
-change them with :func:`grown` and :func:`drop`, or assign :data:`EMPTY`.
+change them with :func:`grown` and :func:`without`, or assign :data:`EMPTY`.
 A worker or client alone in ``who_has`` or ``who_wants`` is its shared
 one-member frozenset (``ws.alone``, ``cs.alone``): remove members of those
 with :func:`without`.
@@ -71,7 +71,6 @@ __all__ = [
     "TransitionInputs",
     "UnmanagedHistory",
     "WorkerState",
-    "drop",
     "grown",
     "hold",
     "want",
@@ -95,18 +94,19 @@ NO_ANNOTATIONS: Final[Mapping[str, Any]] = MappingProxyType({})
 def grown(relation: AbstractSet[T], item: T) -> AbstractSet[T]:
     """``relation`` with ``item`` added: in place if it is a set already.
 
-    A worker or client alone in a relation is its shared one-member frozenset
-    (``ws.alone``, ``cs.alone``): a set of one costs 216 bytes, and a million
-    tasks held by one worker and wanted by one client would spend more on
-    those sets than on anything else the scheduler keeps.  Remove members of
-    such relations with :func:`without`.
+    A task, worker or client alone in a relation is its shared one-member
+    frozenset (``ts.alone``, ``ws.alone``, ``cs.alone``): a set of one costs
+    216 bytes, and a million tasks held by one worker and wanted by one
+    client, or the million leaves of a tree each with one dependent, would
+    spend more on those sets than on anything else the scheduler keeps.
+    Remove members of such relations with :func:`without`.
 
     Use as ``ts.who_has = grown(ts.who_has, ws)``.
     """
     if type(relation) is set:
         relation.add(item)
         return relation
-    if not relation and isinstance(item, (WorkerState, ClientState)):
+    if not relation and isinstance(item, (TaskState, WorkerState, ClientState)):
         return cast(AbstractSet[T], item.alone)
     if item in relation:
         return relation
@@ -140,14 +140,6 @@ def without(relation: AbstractSet[T], item: T) -> AbstractSet[T]:
     if item not in relation:
         return relation
     return relation - {item} or EMPTY
-
-
-def drop(relation: AbstractSet[T], item: T) -> None:
-    """Remove ``item`` from ``relation`` if it is there (a relation of tasks: never shared)."""
-    if type(relation) is set:
-        relation.discard(item)
-    elif item in relation:
-        raise TypeError(f"{item!r} is in a shared relation: remove it with without()")
 
 
 class TaskPrefix:
@@ -324,6 +316,7 @@ class TaskState:
         "annotations",
         "run_id",
         "_extras",
+        "_alone",
     )
 
     # Hashed and compared by identity (object's own): no per-task counter.
@@ -350,9 +343,23 @@ class TaskState:
         self.annotations: Mapping[str, Any] = NO_ANNOTATIONS
         self.run_id = -1
         self._extras = NO_EXTRAS
+        # The 18th slot costs nothing: the allocator rounds a 17-slot task up to this size anyway.
+        self._alone: frozenset[TaskState] | None = None
         group.states["released"] += 1
         group.live += 1
         group.prefix.count += 1
+
+    @property
+    def alone(self) -> frozenset[TaskState]:
+        """``{self}``, shared by the relations of other tasks in which this task is alone (made at the first)."""
+        alone = self._alone
+        if alone is None:
+            alone = self._alone = frozenset((self,))
+        return alone
+
+    def forget_alone(self) -> None:
+        """Drop :attr:`alone` (it refers to the task): for a forgotten task, which no relation holds."""
+        self._alone = None
 
     @property
     def extras(self) -> TaskExtras:

@@ -41,7 +41,6 @@ from distributed.scheduler.records import (
     TaskStateName,
     TransitionInputs,
     WorkerState,
-    drop,
     grown,
     hold,
     without,
@@ -741,11 +740,11 @@ class SchedulerState:
     def _notify_in_memory(self, ts: TaskState, out: Effects) -> None:
         recs = out.recs
         for dts in ts.dependents:
-            drop(dts.waiting_on, ts)
+            dts.waiting_on = without(dts.waiting_on, ts)
             if dts.state == "waiting" and not dts.waiting_on:
                 recs[dts] = "processing"
         for dts in ts.dependencies:
-            drop(dts.waiters, ts)
+            dts.waiters = without(dts.waiters, ts)
             if not dts.waiters and not dts.who_wants and dts.state == "memory":
                 recs[dts] = "released"
         if ts.who_wants and self._fire_and_forget is not None:
@@ -820,7 +819,7 @@ class SchedulerState:
 
     def _release_dependencies(self, ts: TaskState, out: Effects) -> None:
         for dts in ts.dependencies:
-            drop(dts.waiters, ts)
+            dts.waiters = without(dts.waiters, ts)
             if (
                 not dts.waiters
                 and not dts.who_wants
@@ -899,8 +898,8 @@ class SchedulerState:
             return
         ts.state = "forgotten"
         for dts in ts.dependencies:
-            drop(dts.dependents, ts)
-            drop(dts.waiters, ts)
+            dts.dependents = without(dts.dependents, ts)
+            dts.waiters = without(dts.waiters, ts)
             if not dts.who_wants and not dts.dependents:
                 if dts.state == "released":
                     out.recs.setdefault(dts, "forgotten")
@@ -909,6 +908,7 @@ class SchedulerState:
             elif not dts.waiters and not dts.who_wants and dts.state == "memory":
                 out.recs.setdefault(dts, "released")
         ts.dependencies = EMPTY
+        ts.forget_alone()  # nothing refers to it now; it refers to the task: a cycle the collector would wait on
         del self.tasks[ts.key]
         self.tasks_forgotten += 1
         tg = ts.group
@@ -942,7 +942,7 @@ class SchedulerState:
                 dts.exception_blame = blame
                 out.recs[dts] = "erred"
         for dts in ts.dependencies:
-            drop(dts.waiters, ts)
+            dts.waiters = without(dts.waiters, ts)
             if not dts.waiters and not dts.who_wants and dts.state == "memory":
                 out.recs.setdefault(dts, "released")
         if ts.who_wants and self._fire_and_forget is not None:

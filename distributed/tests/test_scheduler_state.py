@@ -1071,6 +1071,28 @@ def test_graph_in_slices_holds_tasks_nobody_wants_until_the_last_slice(no_queuin
     assert len(s.clients) == 1
 
 
+def test_the_tasks_held_for_a_graph_in_parts_are_let_go_of_a_slice_at_a_time() -> None:
+    # A wide tree: 60 leaves nobody wants, summed by one wanted root; sent as two parts.
+    leaves: list[Key] = [f"leaf-{i}" for i in range(60)]
+    graph: dict[Key, m.TaskSpec] = {k: spec(order=i) for i, k in enumerate(leaves)}
+    root = spec(deps=leaves, order=60)
+    s = new_scheduler()
+    check(s, s.add_worker_state(A, 1))
+    for out in s.update_graph_slices("c1", graph, [], graph="g", final=False, size=10):
+        check(s, out)
+    holder = s.clients["c1/graph-g"]
+    assert len(holder.wants_what) == 60
+    sizes = []
+    for out in s.update_graph_slices("c1", {"root": root}, ["root"], graph="g", final=True, size=10):
+        check(s, out)
+        held = s.clients.get("c1/graph-g")
+        sizes.append(len(held.wants_what) if held is not None else None)
+    # The final part, then six slices of ten, then the stand-in client goes.
+    assert sizes == [60, 50, 40, 30, 20, 10, 0, None]
+    assert all(s.tasks[k].state in ("processing", "queued", "memory") for k in leaves)
+    assert s.tasks["root"].state == "waiting" and s.tasks["root"].who_wants == {s.clients["c1"]}
+
+
 def test_graph_out_of_dependency_order_is_added_in_one_go() -> None:
     keys: list[Key] = [f"x-{i}" for i in range(25)]
     # x-0 depends on x-24, which comes last.

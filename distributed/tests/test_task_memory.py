@@ -8,6 +8,7 @@ group.  Each is checked against what it stands for.
 
 from __future__ import annotations
 
+import gc
 import itertools
 import math
 import operator
@@ -25,6 +26,7 @@ from distributed.protocol.messages import Key
 from distributed.protocol.serialize import serialize_task
 from distributed.scheduler.priorities import MAX_ORDER, priority_of, priority_problem, rank_of
 from distributed.scheduler.records import NO_EXTRAS
+from distributed.scheduler.state import state_of
 from distributed.scheduler.stored_specs import restore, shared_prefix, shrink
 from distributed.tests.machines import A, check, compute_of, computes, finish, opaque_spec, report_erred
 from distributed.tests.machines import task_spec as spec
@@ -235,3 +237,28 @@ def test_a_stored_run_spec_gives_back_the_bytes_it_came_as(key: Key) -> None:
     tail = msgpack.packb(pickle.dumps((key, (1,), {}), protocol=4), use_bin_type=True)
     kept = shrink(prefix + tail, key, prefix)
     assert kept is not None and kept == tail and restore(kept, key, prefix) == prefix + tail
+
+
+# -- relations of one task ------------------------------------------------------------------
+def test_the_leaves_of_a_tree_share_their_parents_one_member_relations() -> None:
+    s = new_scheduler()
+    check(s, s.add_worker_state(A, 4))
+    leaves: list[Key] = [f"leaf-{i}" for i in range(8)]
+    graph: dict[Key, m.TaskSpec] = {k: spec(order=i) for i, k in enumerate(leaves)}
+    graph["root"] = spec(deps=leaves, order=8)
+    check(s, s.update_graph("c1", graph, ["root"]))
+    root = s.tasks["root"]
+    # One frozenset of the root for all eight leaves, not a set of one each (216 bytes apiece).
+    assert all(s.tasks[k].dependents is root.alone for k in leaves)
+    assert all(s.tasks[k].waiters is root.alone for k in leaves)
+    for key in leaves:
+        if s.tasks[key].state == "processing":
+            finish(s, key)
+    while root.state != "processing":
+        finish(s, next(k for k in leaves if s.tasks[k].state == "processing"))
+    finish(s, "root")
+    assert all(not s.tasks[k].waiters for k in leaves if k in s.tasks)
+    check(s, s.client_releases_keys("c1", ["root"], "done"))
+    assert not s.tasks and state_of(root) == "forgotten"
+    # A forgotten task lets go of its one-member relation, which refers back to it: no cycle is left.
+    assert not any(type(r) is frozenset for r in gc.get_referrers(root))
