@@ -999,9 +999,9 @@ class SchedulerState:
         return tg
 
     def new_task(self, key: Key, run_spec: Payload | None) -> TaskState:
-        """Create the record of a new task."""
-        ts = TaskState(key, run_spec, self._get_group(key))
+        """Create the record of a new task (its run_spec kept compact once the scheduler holds many)."""
         tasks = self.tasks
+        ts = TaskState(key, run_spec, self._get_group(key), type(tasks) is not dict)
         tasks[key] = ts
         if type(tasks) is dict and len(tasks) > SHARD_ABOVE:
             self.tasks = ShardedDict(tasks)

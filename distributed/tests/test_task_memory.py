@@ -24,10 +24,12 @@ from distributed.protocol import messages as m
 from distributed.protocol.framing import dumps, loads
 from distributed.protocol.messages import Key
 from distributed.protocol.serialize import serialize_task
+from distributed.scheduler import Scheduler
 from distributed.scheduler.priorities import MAX_ORDER, priority_of, priority_problem, rank_of
 from distributed.scheduler.records import NO_EXTRAS
 from distributed.scheduler.state import state_of
 from distributed.scheduler.stored_specs import restore, shared_prefix, shrink
+from distributed.sharded import ShardedDict
 from distributed.tests.machines import A, check, compute_of, computes, finish, opaque_spec, report_erred
 from distributed.tests.machines import task_spec as spec
 from distributed.tests.machines import validating_scheduler as new_scheduler
@@ -166,8 +168,38 @@ def packed(run_spec: Serialized) -> Serialized:
     return out
 
 
-def test_tasks_of_one_function_share_its_packed_part_and_send_their_run_spec_unchanged() -> None:
+def serialized(run_spec: object) -> Serialized:
+    """``run_spec``, which must be a Serialized."""
+    assert isinstance(run_spec, Serialized), run_spec
+    return run_spec
+
+
+def packed_bytes(run_spec: object) -> bytes:
+    """The packed bytes of ``run_spec``, which must have come packed."""
+    packed = serialized(run_spec).packed
+    assert packed is not None
+    return packed
+
+
+def holding_many(s: Scheduler) -> Scheduler:
+    """``s`` as once it holds many tasks: its map of tasks sharded, so that it keeps run_specs compact."""
+    s.tasks = ShardedDict(s.tasks)
+    return s
+
+
+def test_a_scheduler_holding_few_tasks_keeps_run_specs_whole() -> None:
     s = new_scheduler()
+    keys = [f"inc-abc-{i}" for i in range(3)]
+    graph: dict[Key, m.TaskSpec] = {
+        k: spec(order=i, run_spec=packed(serialize_task(Task(k, inc, i)))) for i, k in enumerate(keys)
+    }
+    check(s, s.update_graph("c1", graph, list(keys)))
+    assert s.tasks[keys[0]].group.spec_prefix is None
+    assert [packed_bytes(s.tasks[k].run_spec) for k in keys] == [packed_bytes(graph[k]["run_spec"]) for k in keys]
+
+
+def test_tasks_of_one_function_share_its_packed_part_and_send_their_run_spec_unchanged() -> None:
+    s = holding_many(new_scheduler())
     check(s, s.add_worker_state(A, 8))
     # One group: four tasks of inc, one of another function, one malformed.
     keys = [f"inc-abc-{i}" for i in range(6)]
@@ -188,24 +220,25 @@ def test_tasks_of_one_function_share_its_packed_part_and_send_their_run_spec_unc
         assert run_spec.packed == sent[key], key
     # Each task still unpacks to its own function and argument.
     for i, key in enumerate(keys[:4]):
-        header, frames = s.tasks[key].run_spec.header, s.tasks[key].run_spec.frames  # type: ignore[union-attr]
+        run_spec = serialized(s.tasks[key].run_spec)
+        header, frames = run_spec.header, run_spec.frames
         assert header["s"] == "task-split" and len(frames) == 2
         assert b"inc" in frames[0] and key.encode() in frames[1], (i, key)
-    assert s.tasks[keys[5]].run_spec.header["s"] == "malformed"  # type: ignore[union-attr]
+    assert serialized(s.tasks[keys[5]].run_spec).header["s"] == "malformed"
 
 
 def test_a_run_spec_kept_in_parts_survives_every_state() -> None:
-    s = new_scheduler()
+    s = holding_many(new_scheduler())
     check(s, s.add_worker_state(A, 1))
     keys: list[Key] = [f"inc-xyz-{i}" for i in range(3)]
     graph = {k: spec(order=i, run_spec=packed(serialize_task(Task(k, inc, i)))) for i, k in enumerate(keys)}
-    sent = {k: graph[k]["run_spec"].packed for k in keys}  # type: ignore[union-attr]
+    sent = {k: packed_bytes(graph[k]["run_spec"]) for k in keys}
     check(s, s.update_graph("c1", graph, keys))
     # Queued, processing, then rescheduled when the worker leaves: sent again, unchanged.
     check(s, s.remove_worker_state(A, stimulus_id="gone"))
     out = check(s, s.add_worker_state(A, 3))
     for key in keys:
-        assert compute_of(out, key)[1]["run_spec"].packed == sent[key]  # type: ignore[union-attr]
+        assert packed_bytes(compute_of(out, key)[1]["run_spec"]) == sent[key]
     assert sorted(map(operator.attrgetter("key"), s.tasks.values())) == sorted(keys)
 
 
