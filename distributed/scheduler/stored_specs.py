@@ -10,7 +10,9 @@ the key.  The scheduler keeps:
 * the shared part once, in the task's group (``TaskGroup.spec_prefix``, taken
   from the group's first packed run_spec by :func:`shared_prefix`);
 * per task, what :func:`shrink` leaves: the last frame, with the key's own
-  pickle opcodes cut out when they are where a plain ``Task`` puts them.
+  pickle opcodes cut out when they are where a plain ``Task`` puts them; of a
+  short frame with a string key, only what follows the key (10 bytes of the
+  122 above).
 
 :func:`restore` puts the parts back together.  The first byte says which form
 a stored run_spec has:
@@ -19,7 +21,10 @@ a stored run_spec has:
 * a msgpack ``bin`` marker (``0xc4``, ``0xc5``, ``0xc6``): the last frame,
   which follows the group's prefix;
 * that marker less :data:`_CUT` (``0x01`` to ``0x03``): the last frame with the
-  key cut out after the pickle's opening (protocol, then an optional frame op).
+  key cut out after the pickle's opening (protocol, then an optional frame op);
+* ``0x94`` (pickle's MEMOIZE, which follows a string): a short last frame from
+  the MEMOIZE after its string key on; its opening (the bin marker and length,
+  the protocol, the frame op and length) follows from the key and that length.
 
 None of these parses the pickle: only its first bytes are compared with what
 pickling the key gives, so a pickle laid out any other way is kept whole.
