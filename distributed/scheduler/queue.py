@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Generic, Protocol, TypeVar
 
 __all__ = ["Prioritized", "PriorityQueue"]
@@ -76,6 +76,12 @@ class PriorityQueue(Generic[T]):
         if heap and (not run or heap[0].rank < run[0].rank):
             return heapq.heappop(heap)
         return run.popleft()
+
+    def keep(self, wanted: Callable[[T], bool]) -> None:
+        """Keep only the items ``wanted`` says to, in their order: O(len), for dropping stale items in bulk."""
+        self._run = deque(item for item in self._run if wanted(item))
+        self._heap = [item for item in self._heap if wanted(item)]
+        heapq.heapify(self._heap)
 
     def __len__(self) -> int:
         return len(self._run) + len(self._heap)

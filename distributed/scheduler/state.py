@@ -75,6 +75,9 @@ def _startstops(msg: m.TaskFinished | m.WorkerTaskErred) -> list[dict[str, Any]]
 #: soonest, each worker weighed (``decide_worker``); past it, to the least loaded per thread (O(1)).
 SCAN_WORKERS = 20
 
+#: Entries of tasks no longer queued that the queue may hold beyond as many as it has live ones.
+STALE_QUEUE_SLACK = 1000
+
 
 def _load_per_thread(ws: WorkerState) -> tuple[float, float]:
     return load_of(ws) / ws.nthreads, ws.occupancy / ws.nthreads
@@ -84,6 +87,10 @@ def priority_key(ts: TaskState) -> float:
     """The order of ``ts`` among tasks: its rank (tasks without one first)."""
     rank = ts.rank
     return -math.inf if rank is None else rank
+
+
+def _still_queued(ts: TaskState) -> bool:
+    return ts.state == "queued"
 
 
 def state_of(ts: TaskState) -> TaskStateName:
@@ -446,7 +453,21 @@ class SchedulerState:
         if ts.state == "no-worker":
             self.unrunnable.pop(ts, None)
         elif ts.state == "queued":
-            self.n_queued -= 1  # its heap entry is skipped when popped
+            self._left_queue()
+
+    def _left_queue(self) -> None:
+        """A queued task left the queue's count, not the queue: its entry is skipped when popped.
+
+        Entries of tasks released while queued (a computation cancelled before
+        it ran) would keep those tasks alive, forgotten, until popped: with no
+        worker to pop them, for good.  Once the queue holds more such entries
+        than live ones, it drops them, in a pass that costs as much as the
+        entries it drops.
+        """
+        self.n_queued -= 1
+        queue = self.queued
+        if len(queue) > 2 * self.n_queued + STALE_QUEUE_SLACK:
+            queue.keep(_still_queued)
 
     def _waiting_to_processing(self, ts: TaskState, out: Effects, given: TransitionInputs) -> None:
         cap = self._input_cap
@@ -462,7 +483,7 @@ class SchedulerState:
         if start == "no-worker":
             self.unrunnable.pop(ts, None)
         elif start == "queued":
-            self.n_queued -= 1
+            self._left_queue()
         placements = given.placements
         if placements is not None:
             ws = placements.pop(ts, None)

@@ -47,6 +47,9 @@ GC_FREEZE_STEP = 10_000
 #: steps' worth of tasks were made since the last full collection (see LargeStateGC).
 FULL_PASS_STEPS = 10
 
+#: Keys of a client's ``client-releases-keys`` released between two chances for others to be served.
+RELEASE_SLICE = 2000
+
 #: Allocations between two collections of the youngest generation while the state is frozen (see LargeStateGC).
 LARGE_STATE_GEN0 = 10_000
 
@@ -482,10 +485,11 @@ class SchedulerStreams:
                     if op == "update-graph":
                         await self._ingest_graph(item, client, check)
                         continue
-                    s.dispatch_stream((item,), client, check)
                     if op == "client-releases-keys":
-                        # Let workers' and other clients' messages in between large releases.
-                        await asyncio.sleep(0)
+                        # Let workers' and other clients' messages in between large releases, and within one.
+                        await self._release_keys(item, client, check)
+                        continue
+                    s.dispatch_stream((item,), client, check)
         except (CommClosedError, asyncio.CancelledError):
             pass
         except Exception:
@@ -496,6 +500,26 @@ class SchedulerStreams:
                 if s.status not in (Status.closing, Status.closed):
                     s.send_all(s.remove_client_state(client, stimulus_id=f"remove-client-{time.time()}"))
             await bs.close(timeout=1)
+
+    async def _release_keys(self, msg: Any, origin: str, check: bool) -> None:
+        """Handle a ``client-releases-keys`` from a client's stream, :data:`RELEASE_SLICE` keys at a time.
+
+        A client dropping a million futures sends some 150,000 keys a message:
+        released in one go, each stopped the loop for 300 ms.  The client's
+        later messages wait, as for :meth:`_ingest_graph`.
+        """
+        route = self.scheduler.stream_handlers["client-releases-keys"]
+        problem = route.check(msg) if check else None
+        if problem is not None:
+            logger.warning("Dropping malformed 'client-releases-keys' message from %s: %s", origin, problem)
+            return
+        keys = msg["keys"]
+        try:
+            for start in range(0, len(keys), RELEASE_SLICE):
+                route.func({**msg, "keys": keys[start : start + RELEASE_SLICE]})
+                await asyncio.sleep(0)
+        except Exception:
+            logger.exception("Stream handler 'client-releases-keys' failed on a message from %s", origin)
 
     async def _ingest_graph(self, msg: Any, origin: str, check: bool) -> None:
         """Handle an ``update-graph`` from a client's stream, yielding to the event loop between slices.

@@ -77,3 +77,15 @@ def test_equal_priorities_in_arrival_order() -> None:
     for name in "abc":
         q.push(Item((1,), name))
     assert [q.pop().name for _ in range(3)] == ["a", "b", "c"]
+
+
+def test_keep_drops_the_unwanted_and_keeps_the_order() -> None:
+    rng = random.Random(3)
+    q: PriorityQueue[Item] = PriorityQueue()
+    ranks = [(i,) for i in range(300)]
+    rng.shuffle(ranks)
+    for r in ranks:
+        q.push(Item(r, r[0]))
+    q.keep(lambda item: item.name % 3 == 0)
+    assert len(q) == 100
+    assert [item for _, item in drain(q)] == list(range(0, 300, 3))

@@ -27,7 +27,7 @@ from distributed.protocol.serialize import serialize_task
 from distributed.scheduler import Scheduler
 from distributed.scheduler.priorities import MAX_ORDER, priority_of, priority_problem, rank_of
 from distributed.scheduler.records import NO_EXTRAS
-from distributed.scheduler.state import state_of
+from distributed.scheduler.state import STALE_QUEUE_SLACK, state_of
 from distributed.scheduler.stored_specs import restore, shared_prefix, shrink
 from distributed.sharded import ShardedDict
 from distributed.tests.machines import A, check, compute_of, computes, finish, opaque_spec, report_erred
@@ -295,3 +295,21 @@ def test_the_leaves_of_a_tree_share_their_parents_one_member_relations() -> None
     assert not s.tasks and state_of(root) == "forgotten"
     # A forgotten task lets go of its one-member relation, which refers back to it: no cycle is left.
     assert not any(type(r) is frozenset for r in gc.get_referrers(root))
+
+
+# -- the queue ------------------------------------------------------------------------------
+def test_tasks_released_while_queued_do_not_stay_in_the_queue() -> None:
+    # No worker pops the queue: the entries of released tasks would keep them alive for good.
+    s = new_scheduler()
+    keys: list[Key] = [f"x-{i}" for i in range(3 * STALE_QUEUE_SLACK)]
+    check(s, s.update_graph("c1", {k: spec(order=i) for i, k in enumerate(keys)}, keys))
+    assert {s.tasks[k].state for k in keys} == {"queued"} and len(s.queued) == len(keys)
+    check(s, s.client_releases_keys("c1", keys[: 2 * STALE_QUEUE_SLACK], "release"))
+    assert len(s.tasks) == STALE_QUEUE_SLACK
+    assert len(s.queued) <= 2 * s.n_queued + STALE_QUEUE_SLACK
+    check(s, s.client_releases_keys("c1", keys[2 * STALE_QUEUE_SLACK :], "release"))
+    assert not s.tasks and s.n_queued == 0 and len(s.queued) <= STALE_QUEUE_SLACK
+    # What is left still pops in order, once a worker comes.
+    check(s, s.update_graph("c1", {"y": spec()}, ["y"]))
+    out = check(s, s.add_worker_state(A, 1))
+    assert compute_of(out, "y")[0] == A
