@@ -47,18 +47,23 @@ def _plain(value: Any, depth: int = 0) -> Any:
     return repr(value)[:REPR_LIMIT]
 
 
+def _settable(attr: Any) -> bool:
+    """Whether a class attribute is a field that can be set: a property with a setter, or another data descriptor."""
+    if isinstance(attr, property):
+        return attr.fset is not None
+    return hasattr(type(attr), "__set__") and not callable(attr)
+
+
 def record_fields(record: Any, exclude: Collection[str] = ()) -> dict[str, Any]:
     """The public fields of a ``__slots__`` record as plain data (other records as their keys or addresses).
 
-    A field is a public slot, or a public property that can be set (a field kept elsewhere, as a task's
-    rarely set ones are).
+    A field is a public slot, or a public property or other descriptor that can be set (a field kept
+    elsewhere, as a task's rarely set ones are).
     """
     names: list[str] = []
     for cls in type(record).__mro__:
         names.extend(n for n in getattr(cls, "__slots__", ()) if not n.startswith("_") and n != "__weakref__")
-        names.extend(
-            n for n, v in vars(cls).items() if isinstance(v, property) and v.fset is not None and not n.startswith("_")
-        )
+        names.extend(n for n, v in vars(cls).items() if not n.startswith("_") and _settable(v))
     return {name: _plain(getattr(record, name, None), depth=1) for name in dict.fromkeys(names) if name not in exclude}
 
 

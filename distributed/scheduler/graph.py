@@ -190,7 +190,7 @@ class GraphIngestion(SchedulerStimuli):
         """Have the stand-in client of a graph in parts want this part's tasks until the last part is in."""
         for key in tasks:
             hts = self.tasks.get(key)
-            if hts is not None and not hts.has_lost_dependencies:
+            if hts is not None and not hts.extras.has_lost_dependencies:
                 hts.who_wants = grown(hts.who_wants, holder)
                 want(holder, hts)
 
@@ -207,7 +207,7 @@ class GraphIngestion(SchedulerStimuli):
             want(cs, ts)
             wanted.append(ts)
         for ts in wanted:
-            if ts.has_lost_dependencies:
+            if ts.extras.has_lost_dependencies:
                 ts.who_wants = without(ts.who_wants, cs)
                 cs.wants_what.discard(ts)
                 out.clients[client].append(
@@ -247,7 +247,7 @@ class GraphIngestion(SchedulerStimuli):
             if ts.state == "released":
                 recs[ts] = "waiting"
         for ts in wanted:
-            if ts.state == "released" and not ts.has_lost_dependencies:
+            if ts.state == "released" and not ts.extras.has_lost_dependencies:
                 recs[ts] = "waiting"
         self.transitions(recs, stimulus_id, out)
 

@@ -36,7 +36,7 @@ from collections.abc import Mapping, MutableMapping, MutableSet
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Final, Literal, TypeVar, cast, get_args
+from typing import Any, Final, Generic, Literal, TypeVar, cast, get_args, overload
 
 from distributed.core import Status
 from distributed.protocol import messages as m
@@ -301,6 +301,48 @@ _PACKED_PAIR_BYTE: Final = bytes((PACKED_PAIR,))
 NO_EXTRAS: Final = TaskExtras()
 
 
+V = TypeVar("V")
+
+
+class ExtraField(Generic[V]):
+    """A field of :class:`TaskState` kept in its :class:`TaskExtras`.
+
+    Read, it is the record's field (the default's, from :data:`NO_EXTRAS`);
+    written, the task gets a record of its own first, unless the value is the
+    default and it has none: releasing a task writes defaults, and must not
+    give it a record.
+    """
+
+    def __init__(self, doc: str) -> None:
+        self.__doc__ = doc
+        self.name = ""
+        self.default: object = None
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+        self.default = getattr(NO_EXTRAS, name)
+
+    @overload
+    def __get__(self, ts: None, owner: type | None = None) -> ExtraField[V]: ...
+
+    @overload
+    def __get__(self, ts: TaskState, owner: type | None = None) -> V: ...
+
+    def __get__(self, ts: TaskState | None, owner: type | None = None) -> V | ExtraField[V]:
+        if ts is None:
+            return self
+        return cast(V, getattr(ts.extras, self.name))
+
+    def __set__(self, ts: TaskState, value: V) -> None:
+        extras = ts.extras
+        if extras is NO_EXTRAS:
+            default = self.default
+            if value is default or (type(value) is type(default) and value == default):
+                return
+            extras = ts.extras = TaskExtras()
+        setattr(extras, self.name, value)
+
+
 class TaskState:
     """What the scheduler knows about one task.
 
@@ -375,156 +417,41 @@ class TaskState:
         """Drop :attr:`alone` (it refers to the task): for a forgotten task, which no relation holds."""
         self._alone = None
 
-    def _own_extras(self) -> TaskExtras:
-        extras = self.extras
-        if extras is NO_EXTRAS:
-            extras = self.extras = TaskExtras()
-        return extras
-
     @property
     def prefix(self) -> TaskPrefix:
         """The task's prefix (that of its group)."""
         return self.group.prefix
 
-    @property
-    def exception(self) -> Payload | None:
-        """The error the task raised (serialised), while it is erred."""
-        return self.extras.exception
-
-    @exception.setter
-    def exception(self, value: Payload | None) -> None:
-        if value is not None or self.extras is not NO_EXTRAS:
-            self._own_extras().exception = value
-
-    @property
-    def traceback(self) -> Any:
-        """The traceback of that error (serialised), while the task is erred."""
-        return self.extras.traceback
-
-    @traceback.setter
-    def traceback(self, value: Any) -> None:
-        if value is not None or self.extras is not NO_EXTRAS:
-            self._own_extras().traceback = value
-
-    @property
-    def exception_text(self) -> str:
-        """The error's text, readable without unpickling it ("" when none)."""
-        return self.extras.exception_text
-
-    @exception_text.setter
-    def exception_text(self, value: str) -> None:
-        if value or self.extras is not NO_EXTRAS:
-            self._own_extras().exception_text = value
-
-    @property
-    def exception_blame(self) -> TaskState | None:
-        """The task whose error this one erred by (itself when it raised it)."""
-        return self.extras.exception_blame
-
-    @exception_blame.setter
-    def exception_blame(self, value: TaskState | None) -> None:
-        if value is not None or self.extras is not NO_EXTRAS:
-            self._own_extras().exception_blame = value
-
-    @property
-    def erred_on(self) -> set[str] | None:
-        """Workers the task erred on (None until it first errs: most never do)."""
-        return self.extras.erred_on
-
-    @erred_on.setter
-    def erred_on(self, value: set[str] | None) -> None:
-        if value is not None or self.extras is not NO_EXTRAS:
-            self._own_extras().erred_on = value
-
-    @property
-    def retries(self) -> int:
-        """How many more times the task may be rerun after it errs."""
-        return self.extras.retries
-
-    @retries.setter
-    def retries(self, value: int) -> None:
-        if value or self.extras is not NO_EXTRAS:
-            self._own_extras().retries = value
-
-    @property
-    def suspicious(self) -> int:
-        """How many workers died while running it (past ``allowed-failures``, it errs)."""
-        return self.extras.suspicious
-
-    @suspicious.setter
-    def suspicious(self, value: int) -> None:
-        if value or self.extras is not NO_EXTRAS:
-            self._own_extras().suspicious = value
-
-    @property
-    def worker_restrictions(self) -> set[Any] | None:
-        """Worker addresses, or names (of any type: LocalCluster names workers 0, 1, ...)."""
-        return self.extras.worker_restrictions
-
-    @worker_restrictions.setter
-    def worker_restrictions(self, value: set[Any] | None) -> None:
-        if value is not None or self.extras is not NO_EXTRAS:
-            self._own_extras().worker_restrictions = value
-
-    @property
-    def host_restrictions(self) -> set[str] | None:
-        """Hosts the task may run on (None: any)."""
-        return self.extras.host_restrictions
-
-    @host_restrictions.setter
-    def host_restrictions(self, value: set[str] | None) -> None:
-        if value is not None or self.extras is not NO_EXTRAS:
-            self._own_extras().host_restrictions = value
-
-    @property
-    def resource_restrictions(self) -> dict[str, float] | None:
-        """Resources the task takes on its worker while it runs (None: none)."""
-        return self.extras.resource_restrictions
-
-    @resource_restrictions.setter
-    def resource_restrictions(self, value: dict[str, float] | None) -> None:
-        if value is not None or self.extras is not NO_EXTRAS:
-            self._own_extras().resource_restrictions = value
-
-    @property
-    def loose_restrictions(self) -> bool:
-        """Whether the task may run elsewhere when no worker meets its restrictions."""
-        return self.extras.loose_restrictions
-
-    @loose_restrictions.setter
-    def loose_restrictions(self, value: bool) -> None:
-        if value or self.extras is not NO_EXTRAS:
-            self._own_extras().loose_restrictions = value
-
-    @property
-    def metadata(self) -> dict[str, Any] | None:
-        """What plugins and users stored on the task (None until the first)."""
-        return self.extras.metadata
-
-    @metadata.setter
-    def metadata(self, value: dict[str, Any] | None) -> None:
-        if value is not None or self.extras is not NO_EXTRAS:
-            self._own_extras().metadata = value
-
-    @property
-    def has_lost_dependencies(self) -> bool:
-        """Whether a dependency was lost for good (forgotten while needed)."""
-        return self.extras.has_lost_dependencies
-
-    @has_lost_dependencies.setter
-    def has_lost_dependencies(self, value: bool) -> None:
-        if value or self.extras is not NO_EXTRAS:
-            self._own_extras().has_lost_dependencies = value
-
-    @property
-    def actor(self) -> bool:
-        """The result is an actor: it lives on one worker, whose loss errs the task."""
-        return self.extras.actor
-
-    @actor.setter
-    def actor(self, value: bool) -> None:
-        if value or self.extras is not NO_EXTRAS:
-            self._own_extras().actor = value
+    exception: ExtraField[Payload | None] = ExtraField("The error the task raised (serialised), while it is erred.")
+    traceback: ExtraField[Any] = ExtraField("The traceback of that error (serialised), while the task is erred.")
+    exception_text: ExtraField[str] = ExtraField("The error's text, readable without unpickling it (empty when none).")
+    exception_blame: ExtraField[TaskState | None] = ExtraField(
+        "The task whose error this one erred by (itself when it raised it)."
+    )
+    erred_on: ExtraField[set[str] | None] = ExtraField(
+        "Workers the task erred on (None until it first errs: most never do)."
+    )
+    retries: ExtraField[int] = ExtraField("How many more times the task may be rerun after it errs.")
+    suspicious: ExtraField[int] = ExtraField(
+        "How many workers died while running it (past ``allowed-failures``, it errs)."
+    )
+    worker_restrictions: ExtraField[set[Any] | None] = ExtraField(
+        "Worker addresses, or names (of any type: LocalCluster names workers 0, 1, ...)."
+    )
+    host_restrictions: ExtraField[set[str] | None] = ExtraField("Hosts the task may run on (None: any).")
+    resource_restrictions: ExtraField[dict[str, float] | None] = ExtraField(
+        "Resources the task takes on its worker while it runs (None: none)."
+    )
+    loose_restrictions: ExtraField[bool] = ExtraField(
+        "Whether the task may run elsewhere when no worker meets its restrictions."
+    )
+    metadata: ExtraField[dict[str, Any] | None] = ExtraField(
+        "What plugins and users stored on the task (None until the first)."
+    )
+    has_lost_dependencies: ExtraField[bool] = ExtraField(
+        "Whether a dependency was lost for good (forgotten while needed)."
+    )
+    actor: ExtraField[bool] = ExtraField("The result is an actor: it lives on one worker, whose loss errs the task.")
 
     @property
     def run_spec(self) -> Payload | None:

@@ -657,7 +657,7 @@ class SchedulerState:
             return None
         if not self.workers:
             return None
-        if ts.actor:
+        if ts.extras.actor:
             return self._decide_actor_worker(valid)
         candidates: Iterable[WorkerState]
         if ts.dependencies:

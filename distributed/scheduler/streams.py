@@ -15,7 +15,7 @@ import gc
 import logging
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from distributed.batched import BatchedSend
@@ -483,11 +483,11 @@ class SchedulerStreams:
                         closing = True
                         break
                     if op == "update-graph":
-                        await self._ingest_graph(item, client, check)
+                        await self._handle_in_steps(op, item, client, check, self._update_graph_steps)
                         continue
                     if op == "client-releases-keys":
                         # Let workers' and other clients' messages in between large releases, and within one.
-                        await self._release_keys(item, client, check)
+                        await self._handle_in_steps(op, item, client, check, self._release_steps)
                         continue
                     s.dispatch_stream((item,), client, check)
         except (CommClosedError, asyncio.CancelledError):
@@ -501,43 +501,36 @@ class SchedulerStreams:
                     s.send_all(s.remove_client_state(client, stimulus_id=f"remove-client-{time.time()}"))
             await bs.close(timeout=1)
 
-    async def _release_keys(self, msg: Any, origin: str, check: bool) -> None:
-        """Handle a ``client-releases-keys`` from a client's stream, :data:`RELEASE_SLICE` keys at a time.
+    async def _handle_in_steps(
+        self, op: str, msg: Any, origin: str, check: bool, steps: Callable[[Any], Iterator[None]]
+    ) -> None:
+        """Handle a large message from a client's stream in ``steps``, yielding to the event loop after each.
+
+        The client's later messages wait (they are read after this returns), so
+        they see the whole of it; workers and other clients are served in between.
+        """
+        route = self.scheduler.stream_handlers[op]
+        problem = route.check(msg) if check else None
+        if problem is not None:
+            logger.warning("Dropping malformed %r message from %s: %s", op, origin, problem)
+            return
+        try:
+            for _ in steps(msg):
+                await asyncio.sleep(0)
+        except Exception:
+            logger.exception("Stream handler %r failed on a message from %s", op, origin)
+
+    def _release_steps(self, msg: m.ClientKeys) -> Iterator[None]:
+        """A ``client-releases-keys``, :data:`RELEASE_SLICE` keys a step.
 
         A client dropping a million futures sends some 150,000 keys a message:
-        released in one go, each stopped the loop for 300 ms.  The client's
-        later messages wait, as for :meth:`_ingest_graph`.
+        released in one go, each stopped the loop for 300 ms.
         """
-        route = self.scheduler.stream_handlers["client-releases-keys"]
-        problem = route.check(msg) if check else None
-        if problem is not None:
-            logger.warning("Dropping malformed 'client-releases-keys' message from %s: %s", origin, problem)
-            return
+        release = self.scheduler.stream_handlers["client-releases-keys"].func
         keys = msg["keys"]
-        try:
-            for start in range(0, len(keys), RELEASE_SLICE):
-                route.func({**msg, "keys": keys[start : start + RELEASE_SLICE]})
-                await asyncio.sleep(0)
-        except Exception:
-            logger.exception("Stream handler 'client-releases-keys' failed on a message from %s", origin)
-
-    async def _ingest_graph(self, msg: Any, origin: str, check: bool) -> None:
-        """Handle an ``update-graph`` from a client's stream, yielding to the event loop between slices.
-
-        The client's later messages wait (they are read after this returns),
-        so they still see the whole graph; workers and other clients are
-        served in between slices (see :meth:`Scheduler.update_graph_slices`).
-        """
-        route = self.scheduler.stream_handlers["update-graph"]
-        problem = route.check(msg) if check else None
-        if problem is not None:
-            logger.warning("Dropping malformed 'update-graph' message from %s: %s", origin, problem)
-            return
-        try:
-            for _ in self._update_graph_steps(msg):
-                await asyncio.sleep(0)
-        except Exception:
-            logger.exception("Stream handler 'update-graph' failed on a message from %s", origin)
+        for start in range(0, len(keys), RELEASE_SLICE):
+            release({**msg, "keys": keys[start : start + RELEASE_SLICE]})
+            yield
 
     def _update_graph(self, msg: m.UpdateGraph) -> None:
         for _ in self._update_graph_steps(msg):
