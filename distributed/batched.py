@@ -132,6 +132,20 @@ class BatchedSend:
         if self._wake is not None and self._lazy_timer is None and self._loop is not None:
             self._lazy_timer = self._loop.call_later(self.interval, self._lazy_wake)
 
+    def hold(self, *msgs: Any) -> None:
+        """Queue messages nobody waits on, without scheduling a write for them.
+
+        They ride along with the next write; a later :meth:`send_lazy` (with
+        or without messages) schedules one.  For a sender that makes many
+        such messages in steps (a large release) and wants them in one write.
+
+        Raises
+        ------
+        CommClosedError
+            When the stream is closed.
+        """
+        self._enqueue(msgs)
+
     def _enqueue(self, msgs: tuple[Any, ...]) -> None:
         if self._closing or (self.comm is not None and self.comm.closed()):
             raise CommClosedError(f"Batched stream {self.name} is closed")

@@ -841,9 +841,24 @@ class TransitionInputs:
         A root-task duration no worker had room for since a task last left
         processing: later root tasks of that duration queue without scanning
         the workers again.
+    run_worker, run_left, run_duration
+        The worker taking the current run of short root tasks, how many more
+        of the run it takes, and the tasks' duration (see
+        ``SchedulerState._worker_for_root``).
     """
 
-    __slots__ = ("finished", "erred", "scattered", "placements", "opened", "target", "no_room_for")
+    __slots__ = (
+        "finished",
+        "erred",
+        "scattered",
+        "placements",
+        "opened",
+        "target",
+        "no_room_for",
+        "run_worker",
+        "run_left",
+        "run_duration",
+    )
 
     def __init__(
         self,
@@ -861,3 +876,6 @@ class TransitionInputs:
         self.opened: list[WorkerState] = opened if opened is not None else []
         self.target: WorkerState | None = None
         self.no_room_for: float | None = None
+        self.run_worker: WorkerState | None = None
+        self.run_left = 0
+        self.run_duration = -1.0

@@ -50,6 +50,10 @@ FULL_PASS_STEPS = 10
 #: Keys of a client's ``client-releases-keys`` released between two chances for others to be served.
 RELEASE_SLICE = 2000
 
+#: Seconds the ``free-keys`` to workers may be held while a client's messages are handled (see
+#: ``Scheduler.holding_frees``).
+FREE_KEYS_HOLD = 0.5
+
 #: Allocations between two collections of the youngest generation while the state is frozen (see LargeStateGC).
 LARGE_STATE_GEN0 = 10_000
 
@@ -477,19 +481,8 @@ class SchedulerStreams:
                 cs.last_seen = time.time()
                 if not isinstance(msgs, (list, tuple)):
                     msgs = (msgs,)
-                for item in msgs:
-                    op = item.get("op") if isinstance(item, dict) else None
-                    if op == "close-client":
-                        closing = True
-                        break
-                    if op == "update-graph":
-                        await self._handle_in_steps(op, item, client, check, self._update_graph_steps)
-                        continue
-                    if op == "client-releases-keys":
-                        # Let workers' and other clients' messages in between large releases, and within one.
-                        await self._handle_in_steps(op, item, client, check, self._release_steps)
-                        continue
-                    s.dispatch_stream((item,), client, check)
+                with s.holding_frees():
+                    closing = await self._client_batch(msgs, client, check)
         except (CommClosedError, asyncio.CancelledError):
             pass
         except Exception:
@@ -500,6 +493,23 @@ class SchedulerStreams:
                 if s.status not in (Status.closing, Status.closed):
                     s.send_all(s.remove_client_state(client, stimulus_id=f"remove-client-{time.time()}"))
             await bs.close(timeout=1)
+
+    async def _client_batch(self, msgs: list[Any] | tuple[Any, ...], client: str, check: bool) -> bool:
+        """Handle the messages of one read from a client's stream; whether it asked to close."""
+        s = self.scheduler
+        for item in msgs:
+            op = item.get("op") if isinstance(item, dict) else None
+            if op == "close-client":
+                return True
+            if op == "update-graph":
+                await self._handle_in_steps(op, item, client, check, self._update_graph_steps)
+                continue
+            if op == "client-releases-keys":
+                # Let workers' and other clients' messages in between large releases, and within one.
+                await self._handle_in_steps(op, item, client, check, self._release_steps)
+                continue
+            s.dispatch_stream((item,), client, check)
+        return False
 
     async def _handle_in_steps(
         self, op: str, msg: Any, origin: str, check: bool, steps: Callable[[Any], Iterator[None]]

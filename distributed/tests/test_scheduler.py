@@ -14,6 +14,7 @@ from distributed import Client, SchedulerPlugin, wait
 from distributed.comm import connect
 from distributed.core import send_recv
 from distributed.scheduler import Scheduler
+from distributed.scheduler.streams import FREE_KEYS_HOLD
 from distributed.utils_test import async_poll_for, gen_cluster, gen_test, inc, slowinc
 from distributed.worker import Worker
 
@@ -162,6 +163,40 @@ async def test_many_tasks_and_release(c: Client, s: Scheduler, a: Worker, b: Wor
     await async_poll_for(lambda: len(a.data) + len(b.data) == 1, 5)
     del total
     await async_poll_for(lambda: not s.tasks, 5)
+
+
+@gen_cluster(client=True)
+async def test_frees_wait_while_a_client_batch_is_handled_then_go_in_one_write(
+    c: Client, s: Scheduler, a: Worker, b: Worker
+) -> None:
+    futures = c.map(inc, range(200))
+    await wait(futures)
+    streams = {w.address: s.stream_comms[w.address] for w in (a, b)}
+    assert a.data and b.data
+    writes = {addr: bs.batch_count for addr, bs in streams.items()}
+    with s.holding_frees():  # as while a client's batch of messages is handled (the stream's own hold nests)
+        del futures
+        await async_poll_for(lambda: not s.tasks, 5)
+        # Longer than a lazy message waits for a write: were the free-keys not held, they would be out by now.
+        await asyncio.sleep(20 * max(bs.interval for bs in streams.values()))
+        assert {addr: bs.batch_count for addr, bs in streams.items()} == writes
+        assert len(a.data) + len(b.data) == 200
+    await async_poll_for(lambda: not a.data and not b.data, 5)
+    assert {addr: bs.batch_count - writes[addr] for addr, bs in streams.items()} == {a.address: 1, b.address: 1}
+
+
+@gen_cluster(client=True)
+async def test_frees_held_too_long_go_out_with_the_next(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    x, y = c.submit(inc, 1, workers=[a.address]), c.submit(inc, 2, workers=[a.address])
+    await wait([x, y])
+    with s.holding_frees():
+        del x
+        await async_poll_for(lambda: len(s.tasks) == 1, 5)
+        await asyncio.sleep(20 * s.stream_comms[a.address].interval)  # as above: not written while held
+        assert len(a.data) == 2
+        s._lazy_held_since -= FREE_KEYS_HOLD  # held for as long as they may be
+        del y  # the next free-keys has the held ones written, and rides along with them
+        await async_poll_for(lambda: not a.data, 5)
 
 
 _gate = threading.Event()

@@ -25,6 +25,8 @@ from distributed.protocol import Serialized, unwrap
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.scheduler import Scheduler
+from distributed.scheduler.records import Effects
+from distributed.scheduler.state import ROOT_RUN
 from distributed.tests.machines import (
     A,
     B,
@@ -237,6 +239,49 @@ def test_saturation_fills_every_thread(saturation_one: None) -> None:
     assert len(computed_keys(out, A)) == 2
     assert len(computed_keys(out, B)) == 1
     assert s.n_queued == 7
+
+
+def _root_placements(duration: float | None, nworkers: int = 20, ntasks: int = 80) -> tuple[Scheduler, Effects]:
+    """A map of ``ntasks`` root tasks over ``nworkers`` one-thread workers, its prefix measured at ``duration`` s."""
+    s = new_scheduler()
+    workers = [f"tcp://10.0.0.{i}:1" for i in range(1, nworkers + 1)]
+    for addr in workers:
+        check(s, s.add_worker_state(addr, 1))
+    if duration is not None:
+        check(s, s.update_graph("c1", {"t-1000": spec(order=0)}, ["t-1000"]))  # the same prefix, "t"
+        finish(s, "t-1000", duration=duration)
+    tasks: dict[Key, m.TaskSpec] = {f"t-{i}": spec(order=i) for i in range(ntasks)}
+    return s, check(s, s.update_graph("c1", tasks, list(tasks)))
+
+
+def test_short_root_tasks_go_to_a_worker_in_runs() -> None:
+    # Measured far under the latency budget: each worker takes ROOT_RUN in a row, in one message.
+    s, out = _root_placements(duration=1e-4)
+    assert 0 <= s.tasks["t-0"].group.prefix.duration_average < s.root_latency_budget
+    per_worker = {addr: computed_keys(out, addr) for addr in out.workers if computed_keys(out, addr)}
+    assert len(per_worker) == 80 // ROOT_RUN, per_worker
+    for keys in per_worker.values():
+        assert len(keys) == ROOT_RUN
+        orders = sorted(int(str(k).rsplit("-", 1)[1]) for k in keys)
+        assert orders == list(range(orders[0], orders[0] + ROOT_RUN)), keys  # a run is consecutive in priority
+    assert s.n_queued == 0
+
+
+@pytest.mark.parametrize("duration", [None, 1.0], ids=["unmeasured", "long"])
+def test_root_tasks_without_extra_slots_are_spread_one_by_one(duration: float | None) -> None:
+    # Unmeasured, or longer than the budget: worker-saturation alone (ceil(1.1) = 2 a thread), spread evenly.
+    s, out = _root_placements(duration)
+    counts = sorted(len(computes(out, addr)) for addr in s.workers)
+    assert counts == [2] * len(s.workers), counts
+    assert s.n_queued == 80 - 2 * len(s.workers)
+
+
+def test_a_run_stops_at_the_workers_room() -> None:
+    # 1 ms tasks under the default 5 ms budget: 2 + 5 slots a worker, fewer than a run; the rest queue.
+    s, out = _root_placements(duration=1e-3, nworkers=2, ntasks=3 * ROOT_RUN)
+    assert ROOT_RUN > 2 + 5
+    assert sorted(len(computes(out, addr)) for addr in s.workers) == [7, 7]
+    assert s.n_queued == 3 * ROOT_RUN - 14
 
 
 # -- no workers ----------------------------------------------------------------------------
