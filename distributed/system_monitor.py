@@ -13,6 +13,7 @@ dask.distributed, nothing is measured without it).
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections import deque
 from typing import Any
@@ -128,6 +129,19 @@ class SystemMonitor:
         """The newest sample of each quantity."""
         return {name: values[-1] for name, values in self.quantities.items() if values}
 
+    def _num_fds(self) -> int:
+        """Open file descriptors of this process.
+
+        Linux 6.2 and later give the count as the size of ``/proc/self/fd``;
+        psutil lists the directory, which with 10,000 connections took a
+        twentieth of an idle scheduler's time (sampled twice a second).
+        """
+        try:
+            count = os.stat(f"/proc/{self.proc.pid}/fd").st_size
+        except OSError:
+            count = 0
+        return count if count > 0 else self.proc.num_fds()
+
     def update(self) -> dict[str, float]:
         """Take one sample of every quantity; returns it."""
         now = time.time()
@@ -139,7 +153,7 @@ class SystemMonitor:
                 "time": now,
             }
             if "num_fds" in self.quantities:
-                sample["num_fds"] = float(self.proc.num_fds())
+                sample["num_fds"] = float(self._num_fds())
         net = psutil.net_io_counters()
         if net is not None and self._last_net is not None:
             sample["host_net_io.read_bps"] = max(net.bytes_recv - self._last_net.bytes_recv, 0) / elapsed

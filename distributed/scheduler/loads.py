@@ -123,6 +123,27 @@ class WorkerLoads:
             if ws is not None:
                 yield ws
 
+    def saturated(self) -> list[WorkerState]:
+        """The workers with more tasks than threads (whatever their status): O(them), not O(workers)."""
+        return [
+            ws
+            for nthreads, group in self._by_threads.items()
+            for load, bucket in group.buckets.items()
+            if load > nthreads
+            for ws in bucket
+        ]
+
+    def unsaturated(self) -> list[WorkerState]:
+        """The running workers with a thread free: O(them), not O(workers)."""
+        return [
+            ws
+            for nthreads, group in self._by_threads.items()
+            for load, bucket in group.buckets.items()
+            if load < nthreads
+            for ws in bucket
+            if ws.status == Status.running
+        ]
+
     def validate(self, workers: Iterable[WorkerState]) -> None:
         """Check that exactly ``workers`` are indexed, each at its current load (raises AssertionError)."""
         indexed = {ws: load for group in self._by_threads.values() for ws, load in group.loads.items()}

@@ -737,6 +737,14 @@ class WorkerState:
             unmanaged_old=self.unmanaged_history.minimum(),
         )
 
+    def unmanaged_now(self) -> int:
+        """``memory.unmanaged``, without making the rest of :attr:`memory` (every heartbeat asks)."""
+        metrics = self.metrics
+        spilled = metrics.get("spilled_bytes") or {}
+        managed_total = int(metrics.get("managed_bytes", self.nbytes) or 0)
+        managed = managed_total - min(int(spilled.get("memory", 0) or 0), managed_total)
+        return max(int(metrics.get("memory", 0) or 0) - managed, 0)
+
     def __repr__(self) -> str:
         return (
             f"<WorkerState {self.address!r}, name: {self.name}, status: {self.status}, "

@@ -54,7 +54,7 @@ from distributed.scheduler.records import (
 from distributed.scheduler.requests import ClusterRequests
 from distributed.scheduler.settings import SchedulerServerSettings
 from distributed.scheduler.state import SchedulerState
-from distributed.scheduler.streams import FREE_KEYS_HOLD, SchedulerStreams
+from distributed.scheduler.streams import SchedulerStreams
 from distributed.security import Security, coerce_security
 from distributed.system import raise_open_file_limit
 from distributed.utils import refuse_unsupported, unsupported, wait_for
@@ -216,9 +216,8 @@ class Scheduler(GraphIngestion, Server):
         SchedulerState.__init__(self, validate=validate, allowed_failures=allowed_failures, protocol=self._protocol)
         #: While a batch of stream messages is handled: the messages its stimuli produced, not sent yet.
         self._held: Effects | None = None
-        #: Workers whose ``free-keys`` wait in their stream's buffer (see :meth:`holding_frees`), and since when.
+        #: While frees are held: the workers whose ``free-keys`` wait in their stream's buffer (see :meth:`holding_frees`).
         self._lazy_held: set[str] | None = None
-        self._lazy_held_since = 0.0
         #: Recent events by topic and the clients subscribed to topics.
         self.event_log = EventLog(self)
         self.metadata_store = MetadataStore()
@@ -597,38 +596,31 @@ class Scheduler(GraphIngestion, Server):
             self._send(held)
 
     @contextmanager
-    def holding_frees(self) -> Iterator[None]:
-        """Hold the ``free-keys`` to workers until the end, or ``FREE_KEYS_HOLD``, for stimuli handled in steps.
+    def holding_frees(self, held: set[str]) -> Iterator[None]:
+        """Hold the ``free-keys`` that :meth:`send_all` sends meanwhile, noting their workers in ``held``.
 
-        A client dropping 100,000 futures sends their keys 2,000 a message,
-        and the scheduler releases them a slice at a time, letting others in
-        between; each slice frees keys on most workers.  With thousands of
-        workers, a ``free-keys`` per worker per slice was a write per key or
-        two.  Held, each worker gets them in one write at the end, or with the
-        next message it is sent meanwhile: they wait in its stream's buffer,
-        so the order of a worker's messages is kept.
+        For a client's batch of release messages: a client dropping 100,000
+        futures sends their keys 2,000 a message, each handled in slices with
+        others served in between, and each slice frees keys on most workers.
+        With thousands of workers, a ``free-keys`` per worker per slice was a
+        write per key or two.  Held, they wait in each worker's stream buffer
+        (so the order of a worker's messages is kept, and any other message
+        to it takes them along) until :meth:`send_held_frees`.  Hold only
+        while the stimuli run, not across awaits: others' frees are not held.
         """
-        if self._lazy_held is not None:
-            yield  # another holder (this one's caller, or another client's stream) sends them
-            return
-        self._lazy_held = set()
-        self._lazy_held_since = time.monotonic()
+        outer, self._lazy_held = self._lazy_held, held
         try:
             yield
         finally:
-            self._send_held_frees()
-            self._lazy_held = None
+            self._lazy_held = outer
 
-    def _send_held_frees(self) -> None:
-        """Have the held ``free-keys`` written (within ``FREE_KEYS_HOLD``), and hold anew from now."""
-        held = self._lazy_held
-        if held:
-            for addr in held:
-                bs = self.stream_comms.get(addr)
-                if bs is not None and not bs.closed():
-                    bs.send_lazy()
-            held.clear()
-        self._lazy_held_since = time.monotonic()
+    def send_held_frees(self, held: set[str]) -> None:
+        """Have the ``free-keys`` held for the workers in ``held`` written (within their streams' interval)."""
+        for addr in held:
+            bs = self.stream_comms.get(addr)
+            if bs is not None and not bs.closed():
+                bs.send_lazy()
+        held.clear()
 
     @property
     def held_out(self) -> Effects | None:
@@ -650,8 +642,6 @@ class Scheduler(GraphIngestion, Server):
                 except CommClosedError:
                     logger.debug("Worker %s stream closed; dropping %d messages", addr, len(msgs))
         lazy_held = self._lazy_held
-        if lazy_held and out.free and time.monotonic() - self._lazy_held_since > FREE_KEYS_HOLD:
-            self._send_held_frees()  # held long enough: a worker given nothing else must not keep them
         for addr, keys in out.free.items():
             bs = self.stream_comms.get(addr)
             if bs is not None and keys:

@@ -194,16 +194,12 @@ class WorkStealing:
             self._drop_stale()
         if len(s.workers) < 2:
             return
-        thieves: list[WorkerState] = []
-        victims: list[WorkerState] = []
-        for ws in s.workers.values():
-            busy = len(ws.processing) - len(ws.long_running)
-            if busy < ws.nthreads:
-                if ws.status == Status.running:
-                    thieves.append(ws)
-            elif busy > ws.nthreads:
-                victims.append(ws)
-        if not thieves or not victims:
+        # From the workers indexed by load: idle, 10,000 workers cost a pass over them all every cycle.
+        victims = s.worker_loads.saturated()
+        if not victims:
+            return
+        thieves = s.worker_loads.unsaturated()
+        if not thieves:
             return
         finish = {ws: self._finish_time(ws) for ws in itertools.chain(thieves, victims)}
         victims.sort(key=finish.__getitem__, reverse=True)

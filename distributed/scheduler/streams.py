@@ -50,10 +50,6 @@ FULL_PASS_STEPS = 10
 #: Keys of a client's ``client-releases-keys`` released between two chances for others to be served.
 RELEASE_SLICE = 2000
 
-#: Seconds the ``free-keys`` to workers may be held while a client's messages are handled (see
-#: ``Scheduler.holding_frees``).
-FREE_KEYS_HOLD = 0.5
-
 #: Allocations between two collections of the youngest generation while the state is frozen (see LargeStateGC).
 LARGE_STATE_GEN0 = 10_000
 
@@ -343,7 +339,11 @@ class SchedulerStreams:
         self._current_worker = ws
         s = self.scheduler
         try:
-            with s.holding_sends():
+            if isinstance(msgs, (list, tuple)) and len(msgs) > 1:
+                with s.holding_sends():
+                    s.dispatch_stream(msgs, ws.address, check)
+            else:
+                # One message (a heartbeat, one task-finished): nothing to gather its sends with.
                 s.dispatch_stream(msgs, ws.address, check)
         finally:
             self._current_worker = None
@@ -426,7 +426,7 @@ class SchedulerStreams:
         ws.last_seen = time.time()
         ws.metrics = dict(msg.get("metrics") or {})
         # Unmanaged memory as of this heartbeat (process and managed measured together).
-        ws.unmanaged_history.add(time.monotonic(), ws.memory.unmanaged, self._recent_to_old)
+        ws.unmanaged_history.add(time.monotonic(), ws.unmanaged_now(), self._recent_to_old)
         ws.executing_count = msg.get("executing", 0)
         for name, value in (msg.get("extensions") or {}).items():
             # A worker extension's heartbeat goes to the scheduler extension of the same name, as in dask.
@@ -481,8 +481,7 @@ class SchedulerStreams:
                 cs.last_seen = time.time()
                 if not isinstance(msgs, (list, tuple)):
                     msgs = (msgs,)
-                with s.holding_frees():
-                    closing = await self._client_batch(msgs, client, check)
+                closing = await self._client_batch(msgs, client, check)
         except (CommClosedError, asyncio.CancelledError):
             pass
         except Exception:
@@ -495,21 +494,30 @@ class SchedulerStreams:
             await bs.close(timeout=1)
 
     async def _client_batch(self, msgs: list[Any] | tuple[Any, ...], client: str, check: bool) -> bool:
-        """Handle the messages of one read from a client's stream; whether it asked to close."""
+        """Handle the messages of one read from a client's stream; whether it asked to close.
+
+        The ``free-keys`` its releases bring are held until the batch is
+        handled, or a graph comes (see ``Scheduler.holding_frees``).
+        """
         s = self.scheduler
-        for item in msgs:
-            op = item.get("op") if isinstance(item, dict) else None
-            if op == "close-client":
-                return True
-            if op == "update-graph":
-                await self._handle_in_steps(op, item, client, check, self._update_graph_steps)
-                continue
-            if op == "client-releases-keys":
-                # Let workers' and other clients' messages in between large releases, and within one.
-                await self._handle_in_steps(op, item, client, check, self._release_steps)
-                continue
-            s.dispatch_stream((item,), client, check)
-        return False
+        held: set[str] = set()
+        try:
+            for item in msgs:
+                op = item.get("op") if isinstance(item, dict) else None
+                if op == "close-client":
+                    return True
+                if op == "update-graph":
+                    s.send_held_frees(held)  # not kept waiting for the whole of a large graph
+                    await self._handle_in_steps(op, item, client, check, self._update_graph_steps)
+                elif op == "client-releases-keys":
+                    # Let workers' and other clients' messages in between large releases, and within one.
+                    await self._handle_in_steps(op, item, client, check, lambda msg: self._release_steps(msg, held))
+                else:
+                    with s.holding_frees(held):
+                        s.dispatch_stream((item,), client, check)
+            return False
+        finally:
+            s.send_held_frees(held)
 
     async def _handle_in_steps(
         self, op: str, msg: Any, origin: str, check: bool, steps: Callable[[Any], Iterator[None]]
@@ -530,16 +538,18 @@ class SchedulerStreams:
         except Exception:
             logger.exception("Stream handler %r failed on a message from %s", op, origin)
 
-    def _release_steps(self, msg: m.ClientKeys) -> Iterator[None]:
-        """A ``client-releases-keys``, :data:`RELEASE_SLICE` keys a step.
+    def _release_steps(self, msg: m.ClientKeys, held: set[str]) -> Iterator[None]:
+        """A ``client-releases-keys``, :data:`RELEASE_SLICE` keys a step, its ``free-keys`` held in ``held``.
 
         A client dropping a million futures sends some 150,000 keys a message:
         released in one go, each stopped the loop for 300 ms.
         """
-        release = self.scheduler.stream_handlers["client-releases-keys"].func
+        s = self.scheduler
+        release = s.stream_handlers["client-releases-keys"].func
         keys = msg["keys"]
         for start in range(0, len(keys), RELEASE_SLICE):
-            release({**msg, "keys": keys[start : start + RELEASE_SLICE]})
+            with s.holding_frees(held):
+                release({**msg, "keys": keys[start : start + RELEASE_SLICE]})
             yield
 
     def _update_graph(self, msg: m.UpdateGraph) -> None:

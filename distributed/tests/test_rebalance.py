@@ -192,6 +192,16 @@ def test_managed_memory_is_the_schedulers_own_count() -> None:
 
 
 # -- memory figures ----------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "process, spilled, results",
+    [(1000, 0, (6, 100)), (300, 0, (6, 100)), (2000, 250, (6, 100)), (2000, 900, (6, 100)), (0, 0, (0, 1))],
+)
+def test_unmanaged_now_is_the_unmanaged_memory(process: int, spilled: int, results: tuple[int, int]) -> None:
+    ws = worker(1, process=process, spilled=spilled)
+    fill(ws, *results)
+    assert ws.unmanaged_now() == ws.memory.unmanaged
+
+
 def test_unmanaged_history_is_the_minimum_of_its_window() -> None:
     h = UnmanagedHistory()
     assert h.minimum() is None

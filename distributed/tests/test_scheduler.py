@@ -14,7 +14,6 @@ from distributed import Client, SchedulerPlugin, wait
 from distributed.comm import connect
 from distributed.core import send_recv
 from distributed.scheduler import Scheduler
-from distributed.scheduler.streams import FREE_KEYS_HOLD
 from distributed.utils_test import async_poll_for, gen_cluster, gen_test, inc, slowinc
 from distributed.worker import Worker
 
@@ -165,38 +164,46 @@ async def test_many_tasks_and_release(c: Client, s: Scheduler, a: Worker, b: Wor
     await async_poll_for(lambda: not s.tasks, 5)
 
 
-@gen_cluster(client=True)
-async def test_frees_wait_while_a_client_batch_is_handled_then_go_in_one_write(
-    c: Client, s: Scheduler, a: Worker, b: Worker
-) -> None:
-    futures = c.map(inc, range(200))
-    await wait(futures)
-    streams = {w.address: s.stream_comms[w.address] for w in (a, b)}
-    assert a.data and b.data
+async def _held_frees(s: Scheduler, c: Client, keys: list[str], held: set[str]) -> None:
+    """Release ``keys`` for ``c`` with their free-keys held in ``held``; check none was written meanwhile."""
+    streams = {addr: s.stream_comms[addr] for addr in s.workers}
     writes = {addr: bs.batch_count for addr, bs in streams.items()}
-    with s.holding_frees():  # as while a client's batch of messages is handled (the stream's own hold nests)
-        del futures
-        await async_poll_for(lambda: not s.tasks, 5)
-        # Longer than a lazy message waits for a write: were the free-keys not held, they would be out by now.
-        await asyncio.sleep(20 * max(bs.interval for bs in streams.values()))
-        assert {addr: bs.batch_count for addr, bs in streams.items()} == writes
-        assert len(a.data) + len(b.data) == 200
-    await async_poll_for(lambda: not a.data and not b.data, 5)
-    assert {addr: bs.batch_count - writes[addr] for addr, bs in streams.items()} == {a.address: 1, b.address: 1}
+    with s.holding_frees(held):
+        for key in keys:  # a stimulus each, as from several messages
+            s.send_all(s.client_releases_keys(c.id, [key], f"test-release-{key}"))
+    # Longer than a lazy message waits for a write: were the free-keys not held, they would be out by now.
+    await asyncio.sleep(20 * max(bs.interval for bs in streams.values()))
+    assert {addr: bs.batch_count for addr, bs in streams.items()} == writes
 
 
 @gen_cluster(client=True)
-async def test_frees_held_too_long_go_out_with_the_next(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
-    x, y = c.submit(inc, 1, workers=[a.address]), c.submit(inc, 2, workers=[a.address])
-    await wait([x, y])
-    with s.holding_frees():
-        del x
-        await async_poll_for(lambda: len(s.tasks) == 1, 5)
-        await asyncio.sleep(20 * s.stream_comms[a.address].interval)  # as above: not written while held
-        assert len(a.data) == 2
-        s._lazy_held_since -= FREE_KEYS_HOLD  # held for as long as they may be
-        del y  # the next free-keys has the held ones written, and rides along with them
-        await async_poll_for(lambda: not a.data, 5)
+async def test_held_frees_go_in_one_write_when_sent(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    futures = c.map(inc, range(40))
+    await wait(futures)
+    keys = [str(f.key) for f in futures]
+    writes = {addr: bs.batch_count for addr, bs in s.stream_comms.items()}
+    held: set[str] = set()
+    await _held_frees(s, c, keys[:20], held)
+    await _held_frees(s, c, keys[20:], held)
+    assert held == {a.address, b.address}
+    assert len(a.data) + len(b.data) == 40
+    s.send_held_frees(held)
+    assert not held
+    await async_poll_for(lambda: not a.data and not b.data, 5)
+    assert {addr: bs.batch_count - writes[addr] for addr, bs in s.stream_comms.items()} == {a.address: 1, b.address: 1}
+
+
+@gen_cluster(client=True)
+async def test_held_frees_ride_along_with_the_next_message(c: Client, s: Scheduler, a: Worker, b: Worker) -> None:
+    x = c.submit(inc, 1, workers=[a.address])
+    await wait(x)
+    held: set[str] = set()
+    await _held_frees(s, c, [str(x.key)], held)
+    assert str(x.key) in a.data
+    # A task for the same worker: its compute-task takes the held free-keys along, before it.
+    assert await c.submit(inc, 2, workers=[a.address]) == 3
+    assert str(x.key) not in a.data
+    s.send_held_frees(held)
 
 
 _gate = threading.Event()

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import dask.config
+import psutil
 import pytest
 
 from distributed import Scheduler, Worker
@@ -24,6 +26,19 @@ def test_samples_are_kept_up_to_maxlen_and_queried_by_count() -> None:
     everything = monitor.range_query(0)
     assert everything["cpu"][:3] == [None] * 3 and len(everything["cpu"]) == 6
     assert monitor.range_query(monitor.count) == {name: [] for name in monitor.quantities}
+
+
+@pytest.mark.skipif(not hasattr(psutil.Process(), "num_fds"), reason="no descriptor count on this platform")
+def test_open_descriptors_are_counted() -> None:
+    monitor = SystemMonitor()
+    before = monitor.update()["num_fds"]
+    files = [open(os.devnull) for _ in range(25)]  # held open on purpose, closed below
+    try:
+        assert monitor.update()["num_fds"] - before == 25
+    finally:
+        for f in files:
+            f.close()
+    assert monitor.update()["num_fds"] == before
 
 
 def test_config_decides_what_is_sampled() -> None:
