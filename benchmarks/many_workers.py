@@ -14,7 +14,8 @@ the scheduler process (psutil):
 - ``scheduler_info_all``: a client's ``scheduler_info`` listing every worker;
 - ``cpu_per_task``: its CPU per task over a ``map`` of ``n`` no-op tasks
   spread over all the workers, each run after the last one's tasks are
-  forgotten;
+  forgotten (their release counted); gated, against the floor of
+  :func:`benchmarks.workloads.cpu_per_task_floors`;
 - ``map_wall``: the wall time of that ``map``.
 
 A per-task cost that grows with ``workers`` (comparing cases) is something
@@ -37,7 +38,7 @@ __all__ = ["many_workers"]
 
 def many_workers(p: dict[str, Any], repeat: int) -> list[Metric]:
     """Registration time, idle CPU and CPU per task of a scheduler with ``workers`` workers."""
-    from benchmarks.workloads import metric
+    from benchmarks.workloads import cpu_per_task_floors, metric
     from distributed import wait
 
     nworkers = int(p.get("workers", 1000))
@@ -84,6 +85,13 @@ def many_workers(p: dict[str, Any], repeat: int) -> list[Metric]:
         metric("register_s", "s", [register_s], note=note),
         metric("idle_cpu_pct", "%", [idle_pct], note=f"scheduler CPU over {idle_s:g} s idle, % of one core"),
         metric("scheduler_info_all", "s", info_s, note="client.scheduler_info(n_workers=-1): every worker"),
-        metric("cpu_per_task", "s", per_task, note=f"scheduler CPU / tasks of a {n}-task map over {nworkers} workers"),
+        metric(
+            "cpu_per_task",
+            "s",
+            per_task,
+            cpu_per_task_floors(n, repeat),
+            gate=True,
+            note=f"scheduler CPU / tasks of a {n}-task map over {nworkers} workers; floor: whole-process CPU / tasks",
+        ),
         metric("map_wall", "s", walls),
     ]

@@ -29,6 +29,8 @@ QUICK: list[Case] = [
     case("large_graph", 90, repeat=1, n=10_000),
     case("startup", 60, processes=False),
     case("scheduler_cpu_per_task", 90, n=2000),
+    # Gated: a scheduler cost per task that grows with the number of workers.
+    case("many_workers", 120, repeat=2, workers=1000, per_process=1000, n=20_000, light=True, idle_s=1.0),
 ]
 
 #: The sizes of the issue.  The 1M-task graph is last: it may hit its timeout.

@@ -608,6 +608,23 @@ def startup(p: Params, repeat: int) -> list[Metric]:
 
 
 # -- scheduler_cpu_per_task -----------------------------------------------------------
+def cpu_per_task_floors(n: int, repeat: int) -> dict[str, list[float]]:
+    """The floors of a CPU per task: this process's CPU per task running ``n`` no-op tasks with dask's local schedulers."""
+
+    def local_cpu(s: str) -> list[float]:
+        out: list[float] = []
+        for i in range(max(repeat, MIN_FLOOR_REPEATS) + 1):
+            dsk, keys = _noop_graph(n)
+            c0 = time.process_time()
+            local_get(s)(dsk, keys)
+            c1 = time.process_time()
+            if i > 0:
+                out.append((c1 - c0) / n)
+        return out
+
+    return {s: local_cpu(s) for s in ("threads", "sync")}
+
+
 def scheduler_cpu_per_task(p: Params, repeat: int) -> list[Metric]:
     """CPU seconds of the scheduler process per task, the scheduler in its own process."""
     from distributed import wait
@@ -625,18 +642,7 @@ def scheduler_cpu_per_task(p: Params, repeat: int) -> list[Metric]:
             if i > 0:
                 values.append((c1 - c0) / n)
 
-    def local_cpu(s: str) -> list[float]:
-        out: list[float] = []
-        for i in range(max(repeat, MIN_FLOOR_REPEATS) + 1):
-            dsk, keys = _noop_graph(n)
-            c0 = time.process_time()
-            local_get(s)(dsk, keys)
-            c1 = time.process_time()
-            if i > 0:
-                out.append((c1 - c0) / n)
-        return out
-
-    fl = {s: local_cpu(s) for s in ("threads", "sync")}
+    fl = cpu_per_task_floors(n, repeat)
     return [
         metric(
             "cpu_per_task",
