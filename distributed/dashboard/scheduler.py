@@ -139,17 +139,45 @@ def _tasks_stream(scheduler: Scheduler, **kwargs: Any) -> Component:
     return LiveTaskStream(scheduler, n=n, **kwargs)
 
 
+#: Up to this many workers (when it opens), ``/status`` draws a bar per worker; past it, histograms.
+STATUS_BARS_UP_TO = 100
+
+
 def status_doc(scheduler: Scheduler, doc: Document) -> None:
-    """``/status``: bytes stored (all workers, and per worker), load per worker, task stream, progress."""
+    """``/status``: bytes stored (all workers, and per worker), load per worker, task stream, progress.
+
+    Past :data:`STATUS_BARS_UP_TO` workers when the page opens, bytes stored
+    and tasks processing per worker are histograms instead of bars.
+    """
     from bokeh.layouts import column, row
 
-    from distributed.dashboard.components.cluster import ClusterMemory, StateTotals, WorkerLoad
+    from distributed.dashboard.components.cluster import ClusterMemory, StateTotals, WorkerHistogram, WorkerLoad
     from distributed.dashboard.components.scheduler import MemoryByWorker, TaskProgress
 
     wide: Final = "stretch_width"
     cluster = ClusterMemory(scheduler, sizing_mode=wide)
-    memory = MemoryByWorker(scheduler, sizing_mode=wide)
-    load = WorkerLoad(scheduler, sizing_mode=wide)
+    memory: Component
+    load: Component
+    if len(scheduler.workers) <= STATUS_BARS_UP_TO:
+        memory = MemoryByWorker(scheduler, sizing_mode=wide)
+        load = WorkerLoad(scheduler, sizing_mode=wide)
+    else:
+        # Too many bars to read (or to send): how many workers have how much, as dask's page does past 100.
+        memory = WorkerHistogram(
+            scheduler,
+            "Bytes stored per worker",
+            "worker_memory_histogram",
+            lambda ws: float(ws.memory.process or ws.nbytes),
+            bytes_axis=True,
+            sizing_mode=wide,
+        )
+        load = WorkerHistogram(
+            scheduler,
+            "Tasks processing per worker",
+            "processing_histogram",
+            lambda ws: float(len(ws.processing)),
+            sizing_mode=wide,
+        )
     stream = _status_stream(scheduler, height=300, sizing_mode=wide)
     totals = StateTotals(scheduler, sizing_mode=wide)
     progress = TaskProgress(scheduler, sizing_mode=wide)

@@ -35,9 +35,11 @@ from distributed.dashboard.components.scheduler import (
     worker_memory,
 )
 from distributed.dashboard.core import BokehDashboard
-from distributed.dashboard.scheduler import PAGES, graph_doc, status_doc, workers_doc
+from distributed.dashboard.scheduler import PAGES, STATUS_BARS_UP_TO, graph_doc, status_doc, workers_doc
 from distributed.diagnostics.task_stream import TaskStreamPlugin, ensure_task_stream
-from distributed.utils_test import async_poll_for, gen_cluster, inc, run_async
+from distributed.scheduler.records import TaskGroup, TaskPrefix, TaskState
+from distributed.tests.machines import validating_scheduler
+from distributed.utils_test import async_poll_for, gen_cluster, gen_test, inc, run_async
 
 DASHBOARD: dict[str, Any] = {"dashboard": True, "dashboard_address": "127.0.0.1:0"}
 
@@ -280,6 +282,38 @@ async def test_pages_build_documents_with_periodic_updates(c: Client, s: Schedul
     next(iter(doc.session_callbacks)).callback()
     ((event,),) = [[e for e in streamed if e.model is source]]
     assert len(event.data["key"]) == 2
+
+
+@gen_test()
+async def test_status_shows_histograms_past_a_hundred_workers() -> None:
+    # On a loop, as pages are built (the task stream's recording starts there).
+    s = validating_scheduler()
+    for i in range(STATUS_BARS_UP_TO):
+        s.add_worker_state(f"tcp://10.0.{i // 250}.{i % 250}:1", 1)
+    doc = Document()
+    status_doc(s, doc)
+    assert doc.get_model_by_name("worker_memory") is not None
+    assert doc.get_model_by_name("processing_histogram") is None
+    s.add_worker_state("tcp://10.1.0.0:1", 1)
+    group = TaskGroup("t", TaskPrefix("t"))
+    for i in range(1, 4):  # workers with 1, 2 and 3 tasks among idle ones (only the counts matter to the page)
+        s.workers[f"tcp://10.0.0.{i}:1"].processing.update(
+            {TaskState(f"t-{i}-{j}", None, group): 0.1 for j in range(i)}
+        )
+    doc = Document()
+    status_doc(s, doc)
+    assert doc.get_model_by_name("worker_memory") is None
+    fig = doc.get_model_by_name("processing_histogram")
+    assert fig is not None
+    (source,) = {r.data_source for r in fig.renderers}  # type: ignore[attr-defined]  # a figure
+    counts = source.data["workers"]
+    assert sum(counts) == STATUS_BARS_UP_TO + 1
+    assert (counts[0], counts[-1]) == (STATUS_BARS_UP_TO + 1 - 3, 1)  # the idle ones; the one with 3 tasks
+    assert source.data["right"][-1] == 3
+    s.workers["tcp://10.0.0.3:1"].processing.clear()
+    next(iter(doc.session_callbacks)).callback()  # the page's tick: counted again
+    assert source.data["right"][-1] == 2
+    assert (source.data["workers"][0], source.data["workers"][-1]) == (STATUS_BARS_UP_TO + 1 - 2, 1)
 
 
 @gen_cluster(client=True, scheduler_kwargs=DASHBOARD)

@@ -36,6 +36,8 @@ from distributed.dashboard.components.shared import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from distributed.scheduler import Scheduler
     from distributed.scheduler.records import WorkerState
 
@@ -46,6 +48,7 @@ __all__ = [
     "StateTotals",
     "TransferByWorker",
     "WorkerCPU",
+    "WorkerHistogram",
     "WorkerLoad",
     "cluster_memory",
     "state_totals",
@@ -390,6 +393,79 @@ class WorkerLoad:
     def update(self) -> None:
         """Update the tab shown."""
         self.shown.update()
+
+
+class WorkerHistogram:
+    """How many workers have how much of something (bytes stored, tasks processing): a histogram.
+
+    For pages that would otherwise draw a bar per worker: past a hundred
+    workers the bars are too thin to read, and a tick reads and sends a
+    row per worker (10,000 workers: a fifth of a second to open ``/status``).
+
+    Parameters
+    ----------
+    scheduler
+        Whose workers.
+    title, name
+        The figure's.
+    value
+        What a worker has: its bytes stored, its tasks processing.
+    bytes_axis
+        Whether ``value`` is in bytes (the x axis says so).
+    bins
+        Into how many equal bins from 0 to the largest value the workers go.
+    """
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        title: str,
+        name: str,
+        value: Callable[[WorkerState], float],
+        *,
+        bytes_axis: bool = False,
+        bins: int = 20,
+        height: int = 200,
+        **kwargs: Any,
+    ) -> None:
+        self.scheduler = scheduler
+        self.value = value
+        self.bins = bins
+        self.source = ColumnDataSource(self._data())
+        self.figure = figure(
+            title=title,
+            name=name,
+            height=height,
+            toolbar_location=None,
+            tools="",
+            y_range=DataRange1d(start=0),
+            **kwargs,
+        )
+        self.figure.quad(
+            left="left", right="right", bottom=0, top="workers", color="#1f77b4", alpha=0.8, source=self.source
+        )
+        self.figure.yaxis.axis_label = "workers"
+        if bytes_axis:
+            self.figure.xaxis.formatter = NumeralTickFormatter(format="0.0 b")
+        self.figure.add_tools(HoverTool(tooltips=[("from", "@left"), ("to", "@right"), ("workers", "@workers")]))
+        self.root: Model = self.figure
+
+    def _data(self) -> Data:
+        values = [self.value(ws) for ws in self.scheduler.workers.values()]
+        top = max(values, default=0.0)
+        width = top / self.bins if top > 0 else 1.0
+        counts = [0] * self.bins
+        for v in values:
+            counts[min(int(v / width), self.bins - 1)] += 1
+        return {
+            "left": [i * width for i in range(self.bins)],
+            "right": [(i + 1) * width for i in range(self.bins)],
+            "workers": counts,
+        }
+
+    def update(self) -> None:
+        """Re-count the workers."""
+        set_if_changed(self.source, self._data())
 
 
 class ComputeTimePerPrefix(CategoryBars):
