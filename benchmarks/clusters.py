@@ -111,6 +111,24 @@ def settle(client: Any, timeout: float = 30.0) -> None:
         time.sleep(0.02)
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds process ``pid`` has used so far, all its threads (those gone too).
+
+    Read from the kernel's CPU clock of the process (Linux), to the
+    nanosecond: the tick counts psutil reads step by 10 ms, 5 µs a task over
+    a 2,000-task map, so that one step was a 20 % change of a gated figure.
+    Elsewhere, psutil's.
+    """
+    try:
+        # The clock id clock_getcpuclockid(pid) gives: ~pid << 3, with CPUCLOCK_SCHED (2), process-wide.
+        return time.clock_gettime(((~pid) << 3) | 2)
+    except (OSError, OverflowError):
+        import psutil
+
+        t = psutil.Process(pid).cpu_times()
+        return float(t.user + t.system)
+
+
 def rss_bytes(pid: int) -> int | None:
     """Resident set size of ``pid`` now, or None where unknown."""
     import psutil
@@ -230,11 +248,8 @@ class CliCluster:
         return self.scheduler.pid
 
     def scheduler_cpu(self) -> float:
-        """User + system CPU seconds the scheduler process has used so far."""
-        import psutil
-
-        t = psutil.Process(self.scheduler_pid).cpu_times()
-        return float(t.user + t.system)
+        """User + system CPU seconds the scheduler process has used so far (see :func:`process_cpu_seconds`)."""
+        return process_cpu_seconds(self.scheduler_pid)
 
     def scheduler_rss(self) -> int:
         rss = rss_bytes(self.scheduler_pid)
