@@ -162,7 +162,7 @@ def status_doc(scheduler: Scheduler, doc: Document) -> None:
         memory = MemoryByWorker(scheduler, sizing_mode=wide)
         load = WorkerLoad(scheduler, sizing_mode=wide)
     else:
-        # Too many bars to read (or to send): how many workers have how much, as dask's page does past 100.
+        # Too many bars to read (or to send): how many workers have how much.
         memory = WorkerHistogram(
             scheduler,
             "Bytes stored per worker",
