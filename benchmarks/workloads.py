@@ -609,7 +609,10 @@ def startup(p: Params, repeat: int) -> list[Metric]:
 
 # -- scheduler_cpu_per_task -----------------------------------------------------------
 def cpu_per_task_floors(n: int, repeat: int) -> dict[str, list[float]]:
-    """The floors of a CPU per task: this process's CPU per task running ``n`` no-op tasks with dask's local schedulers."""
+    """The floors of a CPU per task: this process's CPU per task running ``n`` no-op tasks with dask's local schedulers.
+
+    Keyed by scheduler (``threads``, ``sync``).
+    """
 
     def local_cpu(s: str) -> list[float]:
         out: list[float] = []

@@ -14,7 +14,8 @@ one is at hand and a worker's load changes in O(1).  Workers that do not run
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import operator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from distributed.core import Status
@@ -125,24 +126,18 @@ class WorkerLoads:
 
     def saturated(self) -> list[WorkerState]:
         """The workers with more tasks than threads (whatever their status): O(them), not O(workers)."""
-        return [
-            ws
-            for nthreads, group in self._by_threads.items()
-            for load, bucket in group.buckets.items()
-            if load > nthreads
-            for ws in bucket
-        ]
+        return list(self._loaded(operator.gt))
 
     def unsaturated(self) -> list[WorkerState]:
         """The running workers with a thread free: O(them), not O(workers)."""
-        return [
-            ws
-            for nthreads, group in self._by_threads.items()
-            for load, bucket in group.buckets.items()
-            if load < nthreads
-            for ws in bucket
-            if ws.status == Status.running
-        ]
+        return [ws for ws in self._loaded(operator.lt) if ws.status == Status.running]
+
+    def _loaded(self, compare: Callable[[int, int], bool]) -> Iterator[WorkerState]:
+        """The workers for which ``compare(load, thread count)`` is true, bucket by bucket."""
+        for nthreads, group in self._by_threads.items():
+            for load, bucket in group.buckets.items():
+                if compare(load, nthreads):
+                    yield from bucket
 
     def validate(self, workers: Iterable[WorkerState]) -> None:
         """Check that exactly ``workers`` are indexed, each at its current load (raises AssertionError)."""

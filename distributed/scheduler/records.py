@@ -566,7 +566,7 @@ class MemoryState:
         #: Results held in memory.
         self.managed = managed_total - self.spilled
         #: What the process uses beyond the results in memory (interpreter, libraries, buffers, leaks).
-        self.unmanaged = max(process - self.managed, 0)
+        self.unmanaged = unmanaged_of(process, managed_total, spilled)
         #: The part of ``unmanaged`` that has lasted: a task's temporary heap is not in it.
         self.unmanaged_old = self.unmanaged if unmanaged_old is None else min(max(unmanaged_old, 0), self.unmanaged)
 
@@ -595,6 +595,11 @@ class MemoryState:
             f"<MemoryState process={self.process} managed={self.managed} "
             f"unmanaged={self.unmanaged} unmanaged_old={self.unmanaged_old} spilled={self.spilled}>"
         )
+
+
+def unmanaged_of(process: int, managed_total: int, spilled: int) -> int:
+    """What a process uses beyond the results it holds in memory (``managed_total`` less those ``spilled``)."""
+    return max(process - (managed_total - min(spilled, managed_total)), 0)
 
 
 class UnmanagedHistory:
@@ -728,22 +733,27 @@ class WorkerState:
     @property
     def memory(self) -> MemoryState:
         """This worker's memory as of its last heartbeat: process, managed, spilled, unmanaged."""
-        metrics = self.metrics
-        spilled = metrics.get("spilled_bytes") or {}
+        process, managed_total, spilled = self._memory_figures()
         return MemoryState(
-            process=int(metrics.get("memory", 0) or 0),
-            managed_total=int(metrics.get("managed_bytes", self.nbytes) or 0),
-            spilled=int(spilled.get("memory", 0) or 0),
+            process=process,
+            managed_total=managed_total,
+            spilled=spilled,
             unmanaged_old=self.unmanaged_history.minimum(),
         )
 
     def unmanaged_now(self) -> int:
         """``memory.unmanaged``, without making the rest of :attr:`memory` (every heartbeat asks)."""
+        return unmanaged_of(*self._memory_figures())
+
+    def _memory_figures(self) -> tuple[int, int, int]:
+        """Process memory, results held (in memory or spilled) and results spilled, as of the last heartbeat."""
         metrics = self.metrics
         spilled = metrics.get("spilled_bytes") or {}
-        managed_total = int(metrics.get("managed_bytes", self.nbytes) or 0)
-        managed = managed_total - min(int(spilled.get("memory", 0) or 0), managed_total)
-        return max(int(metrics.get("memory", 0) or 0) - managed, 0)
+        return (
+            int(metrics.get("memory", 0) or 0),
+            int(metrics.get("managed_bytes", self.nbytes) or 0),
+            int(spilled.get("memory", 0) or 0),
+        )
 
     def __repr__(self) -> str:
         return (

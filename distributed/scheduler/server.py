@@ -216,7 +216,8 @@ class Scheduler(GraphIngestion, Server):
         SchedulerState.__init__(self, validate=validate, allowed_failures=allowed_failures, protocol=self._protocol)
         #: While a batch of stream messages is handled: the messages its stimuli produced, not sent yet.
         self._held: Effects | None = None
-        #: While frees are held: the workers whose ``free-keys`` wait in their stream's buffer (see :meth:`holding_frees`).
+        #: While frees are held (see :meth:`holding_frees`): the workers whose ``free-keys`` wait in their
+        #: stream's buffer.
         self._lazy_held: set[str] | None = None
         #: Recent events by topic and the clients subscribed to topics.
         self.event_log = EventLog(self)

@@ -436,8 +436,8 @@ class SchedulerState:
             base += min(int(ws.nthreads * self.root_latency_budget / max(duration, 1e-5)), 1000 * ws.nthreads)
         return base - len(ws.processing) + len(ws.long_running)
 
-    def _worker_with_room(self, duration: float) -> WorkerState | None:
-        """The running worker with the most room for root tasks of ``duration`` s, None if none has any.
+    def _worker_with_room(self, duration: float) -> tuple[WorkerState | None, int]:
+        """The running worker with the most room for root tasks of ``duration`` s (None if none has any), and its room.
 
         Room depends only on a worker's thread count and load, so the least
         loaded worker of each thread count is the only one to weigh: O(thread
@@ -449,7 +449,7 @@ class SchedulerState:
             room = self._slots(ws, duration)
             if room > best_room:
                 best, best_room = ws, room
-        return best
+        return best, best_room
 
     def _worker_for_root(self, duration: float, given: TransitionInputs) -> WorkerState | None:
         """The worker for a root task of ``duration`` s: one with room, continuing the current run if any.
@@ -471,11 +471,11 @@ class SchedulerState:
         ):
             given.run_left -= 1
             return ws
-        ws = self._worker_with_room(duration)
+        ws, room = self._worker_with_room(duration)
         if ws is not None and 0 <= duration < self.root_latency_budget:
             given.run_worker = ws
             given.run_duration = duration
-            given.run_left = min(ROOT_RUN, self._slots(ws, duration)) - 1
+            given.run_left = min(ROOT_RUN, room) - 1
         else:
             given.run_worker = None
         return ws

@@ -11,6 +11,7 @@ state machine without sockets.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import sys
@@ -339,11 +340,9 @@ class SchedulerStreams:
         self._current_worker = ws
         s = self.scheduler
         try:
-            if isinstance(msgs, (list, tuple)) and len(msgs) > 1:
-                with s.holding_sends():
-                    s.dispatch_stream(msgs, ws.address, check)
-            else:
-                # One message (a heartbeat, one task-finished): nothing to gather its sends with.
+            # One message (a heartbeat, one task-finished) has nothing to gather its sends with.
+            batch = isinstance(msgs, (list, tuple)) and len(msgs) > 1
+            with s.holding_sends() if batch else contextlib.nullcontext():
                 s.dispatch_stream(msgs, ws.address, check)
         finally:
             self._current_worker = None
