@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gc
 import re
+import sys
+import threading
 import weakref
 from collections import Counter, deque
 from types import SimpleNamespace
@@ -25,6 +27,7 @@ from distributed.dashboard.components.worker import (
     duration_histogram,
 )
 from distributed.dashboard.worker import PAGES, WorkerDashboard, status_doc
+from distributed.profile import Profiler
 from distributed.tests.test_dashboard import DASHBOARD as WORKER_DASHBOARD
 from distributed.tests.test_dashboard import fetch, open_page
 from distributed.utils_test import async_poll_for, gen_cluster, inc, run_async, slowinc
@@ -296,6 +299,29 @@ async def test_profile_page_shows_the_tasks_code(c: Client[Literal[True]], s: Sc
     assert chosen > 0 and panel.note.text.startswith(f"<p>{chosen} samples")
     server = ProfilePanel(a, server=True)
     assert "event loop" in server.note.text
+
+
+@pytest.mark.timeout(30)
+def test_selecting_a_cycle_profiles_that_cycle_whatever_its_time() -> None:
+    # Times whose milliseconds divided back by 1000 are a larger float: a cycle looked up by that
+    # value was missed (0 samples) about one time in eighty.
+    start = 1_764_800_000.0
+    times = [t for t in (start + i * 0.0123457 for i in range(20_000)) if (t * 1000) / 1000 > t][:3]
+    assert len(times) == 3
+    profiler = Profiler({threading.get_ident(): "slowinc-1"}, None, interval=0.01, cycle=0.1, stop=None)
+    for n, t in enumerate(times, start=1):
+        for _ in range(n):  # n samples in the n-th cycle
+            profiler.sample_frames({threading.get_ident(): sys._getframe()}, {})
+        profiler.close_cycle(now=t)
+    panel = ProfilePanel(cast(Worker, SimpleNamespace(profiler=profiler)))
+    assert panel.timeline.data["count"] == [1, 2, 3]
+    for key in ("All", "slowinc"):
+        panel.select.value = key
+        for i in range(3):
+            panel.timeline.selected.indices = [i]
+            assert panel.note.text.startswith(f"<p>{i + 1} samples"), (key, i, panel.note.text)
+        panel.timeline.selected.indices = [0, 2]
+        assert panel.note.text.startswith("<p>6 samples")
 
 
 @pytest.mark.timeout(60)

@@ -660,7 +660,9 @@ class ProfilePanel:
         self.last_cycle = 0.0
         profiler = worker.profiler
         interval = profiler.interval if profiler is not None else 0.01
-        self.timeline = ColumnDataSource({"time": [], "count": [], "width": []})
+        # "closed" keeps each cycle's own time in seconds: "time" (milliseconds, for the axis) divided back
+        # is not always the same float, and a selection must find its cycle in the history exactly.
+        self.timeline = ColumnDataSource({"time": [], "closed": [], "count": [], "width": []})
         timeline = figure(
             title="Samples per cycle (select a range to profile it only)",
             name="profile_timeline",
@@ -735,7 +737,12 @@ class ProfilePanel:
                 counts.append(sum(int(t["count"]) for t in tree.values()))
                 prefixes.update(tree)
         self.timeline.stream(
-            {"time": [t * 1000 for t, _ in cycles], "count": counts, "width": [width] * len(cycles)},
+            {
+                "time": [t * 1000 for t, _ in cycles],
+                "closed": [t for t, _ in cycles],
+                "count": counts,
+                "width": [width] * len(cycles),
+            },
             rollover=profiler.history.maxlen,
         )
         if prefixes - self.prefixes:
@@ -750,9 +757,9 @@ class ProfilePanel:
             return
         start = stop = None
         picked = list(self.timeline.selected.indices)
-        times = self.timeline.data["time"]
+        times = self.timeline.data["closed"]
         if picked and times:
-            chosen = [times[i] / 1000 for i in picked if 0 <= i < len(times)]
+            chosen = [times[i] for i in picked if 0 <= i < len(times)]
             if chosen:
                 # A cycle is filed under the time it closed; the profiler's stop takes one cycle past it.
                 start, stop = min(chosen), max(chosen) - 1e-6
