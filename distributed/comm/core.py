@@ -100,6 +100,48 @@ class Comm(ABC):
             When the comm is closed before a whole message arrives.
         """
 
+    async def read_each(self, handle: Callable[[Any], bool]) -> None:
+        """Give each message to ``handle`` as it arrives, in order, until ``handle`` returns False.
+
+        For a stream read for its whole life (a worker's or a client's to the
+        scheduler).  A transport may call ``handle`` from its own read
+        callback, as each message completes: no task wakes and no future is
+        made per message, which with thousands of peers each sending one
+        message at a time is most of what reading costs.  So ``handle`` must
+        not block; to spread a long message over several turns of the event
+        loop it calls :meth:`hold_messages`, and :meth:`release_messages` once
+        done, and no message is given to it in between.
+
+        Raises
+        ------
+        CommClosedError
+            When the comm closes (after every message that arrived was given).
+        Exception
+            What ``handle`` raised; no message is given to it after that.
+        """
+        while True:
+            msg = await self.read()
+            if not handle(msg):
+                return
+            held = self._held_messages
+            while held is not None:
+                await held
+                held = self._held_messages
+
+    #: Resolved by :meth:`release_messages` while :meth:`read_each` gives no message (see :meth:`hold_messages`).
+    _held_messages: asyncio.Future[None] | None = None
+
+    def hold_messages(self) -> None:
+        """Give :meth:`read_each`'s ``handle`` no message until :meth:`release_messages`."""
+        if self._held_messages is None:
+            self._held_messages = asyncio.get_running_loop().create_future()
+
+    def release_messages(self) -> None:
+        """Give :meth:`read_each`'s ``handle`` messages again, first those that arrived meanwhile."""
+        held, self._held_messages = self._held_messages, None
+        if held is not None and not held.done():
+            held.set_result(None)
+
     @abstractmethod
     async def write(self, msg: Any) -> int:
         """Write one message; return the number of bytes written (0 in process).

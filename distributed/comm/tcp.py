@@ -167,6 +167,12 @@ class _FrameProtocol(asyncio.BufferedProtocol):
         self._queued_bytes = 0
         self._read_waiter: asyncio.Future[None] | None = None
         self._reading_paused = False
+        # While a reader takes each message as it completes (TCPComm.read_each): what hands it the
+        # frames, whether it holds them back for now (they queue meanwhile), and what its end is told
+        # with (False: the connection closed, every message given).
+        self._deliver: Callable[[list[Frame]], None] | None = None
+        self._delivery_held = False
+        self._delivery_done: asyncio.Future[bool] | None = None
         # Write flow control.
         self._write_paused = False
         self._drain_waiters: list[asyncio.Future[None]] = []
@@ -334,11 +340,16 @@ class _FrameProtocol(asyncio.BufferedProtocol):
                 continue
             i = len(self._frames)
             if i == self._nframes:
-                self._messages.append(self._frames)
-                self._queued_bytes += sum(self._lengths)
+                frames = self._frames
+                nbytes = sum(self._lengths)
                 self._nframes = -1
                 self._lengths = ()
                 self._frames = []
+                if self._deliver is not None and not self._delivery_held and not self._messages:
+                    self._deliver(frames)
+                    continue
+                self._messages.append(frames)
+                self._queued_bytes += nbytes
                 self._wake_reader()
                 if (
                     (len(self._messages) > _PAUSE_QUEUE or self._queued_bytes > _PAUSE_BYTES)
@@ -410,6 +421,26 @@ class _FrameProtocol(asyncio.BufferedProtocol):
         w = self._read_waiter
         if w is not None and not w.done():
             w.set_result(None)
+        if self._deliver is not None:
+            self._end_delivery_if_closed()
+
+    def _end_delivery_if_closed(self) -> None:
+        done = self._delivery_done
+        if self.closed and not self._messages and not self._delivery_held and done is not None and not done.done():
+            done.set_result(False)
+
+    def _next_queued(self) -> list[Frame]:
+        frames = self._messages.popleft()
+        self._queued_bytes -= sum(f.nbytes if isinstance(f, memoryview) else len(f) for f in frames)
+        if (
+            self._reading_paused
+            and len(self._messages) < _PAUSE_QUEUE // 4
+            and self._queued_bytes < _PAUSE_BYTES // 4
+            and self.transport
+        ):
+            self._reading_paused = False
+            self.transport.resume_reading()
+        return frames
 
     # -- used by TCPComm ----------------------------------------------------
     async def read_frames(self) -> list[Frame]:
@@ -423,17 +454,38 @@ class _FrameProtocol(asyncio.BufferedProtocol):
                 await self._read_waiter
             finally:
                 self._read_waiter = None
-        frames = self._messages.popleft()
-        self._queued_bytes -= sum(f.nbytes if isinstance(f, memoryview) else len(f) for f in frames)
-        if (
-            self._reading_paused
-            and len(self._messages) < _PAUSE_QUEUE // 4
-            and self._queued_bytes < _PAUSE_BYTES // 4
-            and self.transport
-        ):
-            self._reading_paused = False
-            self.transport.resume_reading()
-        return frames
+        return self._next_queued()
+
+    def start_delivery(self, deliver: Callable[[list[Frame]], None], done: asyncio.Future[bool]) -> None:
+        """Hand each message to ``deliver`` as it completes, those queued first; ``done`` is told the end."""
+        self._deliver = deliver
+        self._delivery_done = done
+        self.resume_delivery()
+
+    def hold_delivery(self) -> None:
+        """Queue the messages that complete, until :meth:`resume_delivery`."""
+        self._delivery_held = True
+
+    def resume_delivery(self) -> None:
+        """Hand the queued messages over, then each as it completes."""
+        self._delivery_held = False
+        while self._messages and self._deliver is not None and not self._delivery_held:
+            self._deliver(self._next_queued())
+        if self._deliver is not None:
+            self._end_delivery_if_closed()
+
+    def stop_delivery(self, more: bool | BaseException | None = None) -> None:
+        """Hand no more messages over (they queue); tell the end to ``done``: stopped by the reader
+        (True), or with an error."""
+        done = self._delivery_done
+        self._deliver = None
+        self._delivery_done = None
+        self._delivery_held = False
+        if done is not None and not done.done():
+            if isinstance(more, BaseException):
+                done.set_exception(more)
+            elif more is not None:
+                done.set_result(more)
 
     async def drain(self) -> None:
         while self._write_paused and not self.closed:
@@ -525,6 +577,47 @@ class TCPComm(Comm):
         except ProtocolError as e:
             self._protocol._fail(e)
             raise
+
+    async def read_each(self, handle: Callable[[Any], bool]) -> None:
+        # Called from the protocol's parse, in the transport's read callback, as each message completes.
+        protocol = self._protocol
+        if protocol._deliver is not None or protocol._read_waiter is not None:
+            raise RuntimeError(f"{self!r} is already being read")
+        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+
+        def deliver(frames: list[Frame]) -> None:
+            self._unanswered = False
+            try:
+                msg = loads(frames, deserialize=False)
+            except ProtocolError as e:
+                protocol.stop_delivery(e)
+                protocol._fail(e)
+                return
+            try:
+                more = handle(msg)
+            except Exception as e:
+                protocol.stop_delivery(e)
+                return
+            if not more:
+                protocol.stop_delivery(True)
+
+        protocol.start_delivery(deliver, done)
+        try:
+            stopped = await done
+        finally:
+            protocol.stop_delivery()
+        if stopped:
+            return
+        reason = protocol.close_reason
+        if self._unanswered and reason is None:
+            raise self._refused("Connection closed")
+        raise CommClosedError(f"Connection closed{': ' + repr(reason) if reason else ''}")
+
+    def hold_messages(self) -> None:
+        self._protocol.hold_delivery()
+
+    def release_messages(self) -> None:
+        self._protocol.resume_delivery()
 
     def _refused(self, what: str) -> CommClosedError:
         return CommClosedError(

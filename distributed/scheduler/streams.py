@@ -188,6 +188,8 @@ class SchedulerStreams:
         self.scheduler = scheduler
         #: The worker that sent the stream message being handled.
         self._current_worker: WorkerState | None = None
+        #: Long batches from workers being handled in slices (kept alive until done).
+        self._slicing: set[asyncio.Task[None]] = set()
         self.gc = LargeStateGC()
         #: Workers that registered since the scheduler started (for :meth:`tend_gc`).
         self.workers_joined = 0
@@ -307,23 +309,28 @@ class SchedulerStreams:
     async def _worker_stream(self, comm: Comm, address: str) -> None:
         s = self.scheduler
         check = s.validate or not comm.same_process
+
+        def handle(msgs: Any) -> bool:
+            # Called as each batch arrives (Comm.read_each): with 10,000 workers each sending a message at a
+            # time, a task woken and a future made per message were a third of the scheduler's time, mostly
+            # the young collections of the garbage they left.
+            ws = s.workers.get(address)
+            if ws is None:
+                return False
+            ws.last_seen = time.time()
+            if not isinstance(msgs, (list, tuple)) or len(msgs) <= _BATCH_SLICE:
+                self._dispatch_from(ws, msgs, check)
+                return True
+            # A long batch (a worker that finished thousands of tasks while we were busy) is handled in
+            # slices, letting others in; this worker's next messages wait for its end.
+            comm.hold_messages()
+            task = asyncio.get_running_loop().create_task(self._dispatch_in_slices(comm, ws, msgs, check))
+            self._slicing.add(task)
+            task.add_done_callback(self._slicing.discard)
+            return True
+
         try:
-            while True:
-                msgs = await comm.read()
-                ws = s.workers.get(address)
-                if ws is None:
-                    break
-                ws.last_seen = time.time()
-                if not isinstance(msgs, (list, tuple)) or len(msgs) <= _BATCH_SLICE:
-                    self._dispatch_from(ws, msgs, check)
-                    continue
-                # A long batch (a worker that finished thousands of tasks
-                # while we were busy) is handled in slices, letting others in.
-                for i in range(0, len(msgs), _BATCH_SLICE):
-                    if address not in s.workers:
-                        break
-                    self._dispatch_from(ws, msgs[i : i + _BATCH_SLICE], check)
-                    await asyncio.sleep(0)
+            await comm.read_each(handle)
         except (CommClosedError, asyncio.CancelledError):
             pass
         except Exception:
@@ -335,6 +342,26 @@ class SchedulerStreams:
                 s.log_event(["all", address], {"action": "remove-worker"})
             if not comm.closed():
                 comm.abort()
+
+    async def _dispatch_in_slices(
+        self, comm: Comm, ws: WorkerState, msgs: list[Any] | tuple[Any, ...], check: bool
+    ) -> None:
+        s = self.scheduler
+        try:
+            for i in range(0, len(msgs), _BATCH_SLICE):
+                if s.workers.get(ws.address) is not ws:
+                    break
+                self._dispatch_from(ws, msgs[i : i + _BATCH_SLICE], check)
+                await asyncio.sleep(0)
+        except asyncio.CancelledError:
+            comm.abort()
+            raise
+        except Exception:
+            # As an error in any message of the stream: the worker is removed (its stream closes).
+            logger.exception("Error on the stream from worker %s", ws.address)
+            comm.abort()
+        finally:
+            comm.release_messages()
 
     def _dispatch_from(self, ws: WorkerState, msgs: Any, check: bool) -> None:
         self._current_worker = ws

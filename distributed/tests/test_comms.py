@@ -382,6 +382,130 @@ def test_messages_before_close_are_delivered(scheme: str) -> None:
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
+def test_read_each_gives_every_message_in_order_until_the_comm_closes(scheme: str) -> None:
+    async def main() -> None:
+        async with comm_pair(scheme) as (client, server, _):
+            for i in range(5):  # queued before anyone reads: given first
+                await client.write({"i": i})
+            got: list[int] = []
+
+            def handle(msg: Any) -> bool:
+                got.append(msg["i"])
+                return True
+
+            reading = asyncio.create_task(server.read_each(handle))
+            for i in range(5, 300):
+                await client.write({"i": i})
+            await client.close()
+            with pytest.raises(CommClosedError):
+                await asyncio.wait_for(reading, 5)
+            assert got == list(range(300))
+
+    run_async(main)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_read_each_stops_when_told_and_the_rest_can_be_read(scheme: str) -> None:
+    async def main() -> None:
+        async with comm_pair(scheme) as (client, server, _):
+            for i in range(10):
+                await client.write({"i": i})
+            got: list[int] = []
+
+            def handle(msg: Any) -> bool:
+                i: int = msg["i"]
+                got.append(i)
+                return i < 3
+
+            await asyncio.wait_for(server.read_each(handle), 5)
+            assert got == [0, 1, 2, 3]
+            assert [(await asyncio.wait_for(server.read(), 5))["i"] for _ in range(6)] == list(range(4, 10))
+
+    run_async(main)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_read_each_holds_messages_back_while_asked_even_past_a_close(scheme: str) -> None:
+    async def main() -> None:
+        async with comm_pair(scheme) as (client, server, _):
+            got: list[int] = []
+            holding = asyncio.Event()
+
+            def handle(msg: Any) -> bool:
+                got.append(msg["i"])
+                if msg["i"] == 2:
+                    server.hold_messages()
+                    holding.set()
+                return True
+
+            reading = asyncio.create_task(server.read_each(handle))
+            for i in range(50):
+                await client.write({"i": i})
+            await client.close()
+            await asyncio.wait_for(holding.wait(), 5)
+            if scheme == "tcp":
+                await async_poll_for(server.closed)  # every message before the close was received
+            # (In process, a write puts the message into the reader's queue at once.)
+            # Held: nothing more is given, and the close does not end the reading before the rest is given.
+            for _ in range(3):
+                await asyncio.sleep(0)  # turns of the loop, in which nothing may be given
+            assert got == [0, 1, 2] and not reading.done()
+            server.release_messages()
+            with pytest.raises(CommClosedError):
+                await asyncio.wait_for(reading, 5)
+            assert got == list(range(50))
+
+    run_async(main)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_read_each_raises_what_the_handler_raised_and_gives_no_more(scheme: str) -> None:
+    async def main() -> None:
+        async with comm_pair(scheme) as (client, server, _):
+            got: list[int] = []
+
+            def handle(msg: Any) -> bool:
+                got.append(msg["i"])
+                if msg["i"] == 4:
+                    raise ValueError("bad message 4")
+                return True
+
+            for i in range(10):
+                await client.write({"i": i})
+            with pytest.raises(ValueError, match="bad message 4"):
+                await asyncio.wait_for(server.read_each(handle), 5)
+            assert got == list(range(5))
+
+    run_async(main)
+
+
+def test_tcp_read_each_on_a_malformed_message_raises_and_closes() -> None:
+    async def main() -> None:
+        with dask.config.set({"distributed.comm.max-frames": 10}):
+            async with accepting("tcp") as (listener, accepted):
+                host, port = parse_host_port(parse_address(listener.contact_address)[1])
+                reader, writer = await asyncio.open_connection(host, port)
+                server_comm = await asyncio.wait_for(accepted.get(), 5)
+                got: list[Any] = []
+
+                def handle(msg: Any) -> bool:
+                    got.append(msg)
+                    return True
+
+                reading = asyncio.create_task(server_comm.read_each(handle))
+                frames = [bytes(f) for f in dumps({"op": "fine"})]
+                header = struct.pack(f"<{len(frames) + 1}Q", len(frames), *map(len, frames))
+                writer.write(header + b"".join(frames) + struct.pack("<Q", 11))
+                with pytest.raises(CommClosedError, match="frames"):
+                    await asyncio.wait_for(reading, 5)
+                assert got == [{"op": "fine"}]
+                await _expect_dropped(reader)
+                writer.close()
+
+    run_async(main)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
 def test_write_after_close(scheme: str) -> None:
     async def main() -> None:
         async with comm_pair(scheme) as (client, server, _):

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
 import inspect
 import threading
+import time
 from typing import Any
 
 import pytest
 
 from distributed import Client, SchedulerPlugin, wait
-from distributed.comm import connect
+from distributed.comm import CommClosedError, connect, listen
 from distributed.core import send_recv
+from distributed.protocol.wire_types import Key
 from distributed.scheduler import Scheduler
 from distributed.utils_test import async_poll_for, gen_cluster, gen_test, inc, slowinc
 from distributed.worker import Worker
@@ -522,3 +525,74 @@ async def test_the_latest_erred_tasks_are_kept(c: Client, s: Scheduler, a: Worke
     latest = s.erred_tasks[0]
     assert latest.erred_on == {a.address} and "ValueError: bad 2" in latest.exception_text
     assert "raises_value_error" in latest.traceback_text
+
+
+class _MemoryOrder(SchedulerPlugin):
+    """The keys that reached memory, in order; and how many had when the loop first turned after the first."""
+
+    def __init__(self) -> None:
+        self.order: list[str] = []
+        self.at_first_turn: list[int] = []
+
+    def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
+        if finish == "memory":
+            self.order.append(key)
+            if len(self.order) == 1:
+                asyncio.get_running_loop().call_soon(lambda: self.at_first_turn.append(len(self.order)))
+
+
+@pytest.mark.timeout(60)
+@gen_cluster(client=True, nthreads=[])
+async def test_a_long_batch_from_a_worker_is_handled_in_slices_before_its_next_message(c: Client, s: Scheduler) -> None:
+    # A worker of our own over TCP, so that we choose how its messages are batched.
+    async def serve(comm: Any) -> None:
+        with contextlib.suppress(CommClosedError):
+            while True:
+                await comm.read()
+
+    listener = listen("tcp://127.0.0.1:0", serve)
+    await listener.start()
+    comm = await connect(s.address)
+    try:
+        await comm.write(
+            {
+                "op": "register-worker",
+                "address": listener.contact_address,
+                "nthreads": 2000,
+                "name": "raw",
+                "memory_limit": 0,
+            }
+        )
+        assert (await asyncio.wait_for(comm.read(), 5))["status"] == "OK"
+        keys: list[Key] = [f"k-{i}" for i in range(1501)]
+        futures = c.map(inc, range(1501), key=keys)
+        run_ids: dict[Key, int] = {}
+        while len(run_ids) < len(keys):
+            msgs = await asyncio.wait_for(comm.read(), 10)
+            for msg in msgs if isinstance(msgs, (list, tuple)) else [msgs]:
+                if msg.get("op") == "compute-task":
+                    run_ids[msg["key"]] = msg["run_id"]
+        plugin = _MemoryOrder()
+        await s.add_plugin(plugin, name="memory-order")
+
+        def finished(key: Key) -> dict[str, Any]:
+            now = time.time()
+            return {
+                "op": "task-finished",
+                "key": key,
+                "run_id": run_ids[key],
+                "nbytes": 28,
+                "type": "int",
+                "start": now,
+                "stop": now,
+            }
+
+        # 1,500 results in one batch (more than a slice), then the last in a batch of its own.
+        await comm.write([finished(k) for k in keys[:1500]])
+        await comm.write([finished(keys[1500])])
+        await wait(futures)
+        assert plugin.order == keys  # the batch after the long one waited for all of it
+        assert plugin.at_first_turn and plugin.at_first_turn[0] <= 1000  # the loop turned between slices
+    finally:
+        comm.abort()
+        listener.stop()
