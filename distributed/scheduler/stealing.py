@@ -68,7 +68,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["LATENCY", "MAX_COST_MULTIPLIER", "Steal", "WorkStealing"]
+__all__ = ["LATENCY", "MAX_COST_MULTIPLIER", "MIN_STEAL_DURATION", "Steal", "WorkStealing"]
 
 #: Seconds a steal costs besides moving data: the request, the reply and the new ``compute-task``.
 LATENCY: Final = 0.1
@@ -76,6 +76,9 @@ LATENCY: Final = 0.1
 MAX_COST_MULTIPLIER: Final = 100.0
 #: Levels are the rounded log2 of the cost multiplier: 0 .. log2(MAX_COST_MULTIPLIER).
 N_LEVELS: Final = round(math.log2(MAX_COST_MULTIPLIER)) + 1
+#: The least run time of a task that may move: below it, the latency alone costs more than
+#: MAX_COST_MULTIPLIER times the run (see :meth:`WorkStealing.steal_time_ratio`).
+MIN_STEAL_DURATION: Final = LATENCY / (MAX_COST_MULTIPLIER - 1)
 #: Most tasks of one victim looked at per balance (its most recently assigned).
 MAX_SCAN: Final = 256
 #: Worker states in which the victim gave the task up.
@@ -195,7 +198,10 @@ class WorkStealing:
         if len(s.workers) < 2:
             return
         # From the workers indexed by load: idle, 10,000 workers cost a pass over them all every cycle.
-        victims = s.worker_loads.saturated()
+        # A victim whose tasks take less than a task that may move, all together, has none to give: with
+        # thousands of workers each given a few short tasks, looking at those tasks ten times a second
+        # took a tenth of the scheduler's time.
+        victims = [ws for ws in s.worker_loads.saturated() if ws.occupancy >= MIN_STEAL_DURATION]
         if not victims:
             return
         thieves = s.worker_loads.unsaturated()

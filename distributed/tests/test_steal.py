@@ -17,7 +17,8 @@ from distributed.batched import BatchedSend
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.scheduler import Scheduler
-from distributed.scheduler.stealing import WorkStealing
+from distributed.scheduler.records import TaskState, WorkerState
+from distributed.scheduler.stealing import MIN_STEAL_DURATION, WorkStealing
 from distributed.tests.machines import scattered
 from distributed.tests.machines import task_spec as spec
 from distributed.utils_test import gen_cluster, slowinc
@@ -441,6 +442,32 @@ def test_tasks_too_short_for_their_data_never_move() -> None:
     s.tasks["y-0"].prefix.add_duration(50.0)  # now the work takes half as long as the transfer
     multiplier, level = ext.steal_time_ratio(s.tasks["y-0"])
     assert multiplier == pytest.approx(3.002) and level == 2
+
+
+def test_victims_whose_tasks_are_all_too_short_to_move_are_not_looked_at(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Run times known before they are placed: short ones, then ones just long enough to move.
+    durations = {"short": f"{MIN_STEAL_DURATION / 10}s", "long": f"{MIN_STEAL_DURATION}s"}
+    with dask.config.set({"distributed.scheduler.default-task-durations": durations}):
+        s, _ = scheduler_with((A, 1, None), (B, 1, None))
+    assert s.default_durations["long"] == pytest.approx(MIN_STEAL_DURATION)
+    s.send_all(s.update_data_state(scattered("c1", {"x": [A]}, {"x": 8}, {"x": "int"}), "scatter"))
+    ext = stealing(s)
+    looked: list[str] = []
+
+    def candidates(victim: WorkerState) -> list[TaskState]:
+        looked.append(victim.address)
+        return []
+
+    monkeypatch.setattr(ext, "_candidates", candidates)
+    short: dict[Key, m.TaskSpec] = {f"short-{i}": spec(["x"], i) for i in range(8)}
+    s.send_all(s.update_graph("c1", short, list(short), stimulus_id="graph"))
+    assert len(s.workers[A].processing) == 8  # saturated: 8 tasks for one thread
+    ext.balance()
+    assert looked == []
+    long: dict[Key, m.TaskSpec] = {f"long-{i}": spec(["x"], i) for i in range(2)}
+    s.send_all(s.update_graph("c1", long, list(long), stimulus_id="graph-2"))
+    ext.balance()
+    assert looked == [A]
 
 
 # -- a real cluster ----------------------------------------------------------------------
