@@ -16,6 +16,9 @@ the scheduler process (psutil):
   spread over all the workers, each run after the last one's tasks are
   forgotten (their release counted); gated, against the floor of
   :func:`benchmarks.workloads.cpu_per_task_floors`;
+- ``cpu_per_task_beyond_idle``: the same, less what the scheduler spends
+  idle over the same wall time (``idle_cpu_pct``: heartbeats and periodic
+  work, a cost per second of the workers, not per task);
 - ``map_wall``: the wall time of that ``map``.
 
 A per-task cost that grows with ``workers`` (comparing cases) is something
@@ -70,6 +73,7 @@ def many_workers(p: dict[str, Any], repeat: int) -> list[Metric]:
             info_s.append(time.perf_counter() - t0)
             assert len(info["workers"]) == nworkers, len(info["workers"])
         per_task: list[float] = []
+        beyond_idle: list[float] = []
         walls: list[float] = []
         for i in range(repeat + 1):
             settle(client, timeout=120)
@@ -78,7 +82,10 @@ def many_workers(p: dict[str, Any], repeat: int) -> list[Metric]:
             wall = time.perf_counter() - w0
             settle(client, timeout=120)
             if i > 0:  # the first is a warm-up
-                per_task.append((cluster.scheduler_cpu() - c0) / n)
+                cpu = cluster.scheduler_cpu() - c0
+                per_task.append(cpu / n)
+                # What the same time would have cost idle (heartbeats, periodic work) taken out.
+                beyond_idle.append((cpu - idle_pct / 100 * (time.perf_counter() - w0)) / n)
                 walls.append(wall)
     note = f"{nworkers} {'light ' if light else ''}workers, {per_process} to a process"
     return [
@@ -92,6 +99,12 @@ def many_workers(p: dict[str, Any], repeat: int) -> list[Metric]:
             cpu_per_task_floors(n, repeat),
             gate=True,
             note=f"scheduler CPU / tasks of a {n}-task map over {nworkers} workers; floor: whole-process CPU / tasks",
+        ),
+        metric(
+            "cpu_per_task_beyond_idle",
+            "s",
+            beyond_idle,
+            note="cpu_per_task less the idle CPU rate over the same wall time (what the workers cost per second)",
         ),
         metric("map_wall", "s", walls),
     ]
