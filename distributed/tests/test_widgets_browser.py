@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import html
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -81,9 +82,10 @@ def page(views: dict[str, str]) -> str:
 
 async def look(url: str, tmp_path: Path, shots: Path) -> tuple[dict[str, Any], list[bool], dict[str, Any]]:
     async with HeadlessChromium(url, tmp_path, width=1100, height=1400) as browser:
-        for _ in range(200):
-            if await browser.evaluate("document.readyState") == "complete":
-                break
+        deadline = time.monotonic() + 30
+        while (state := await browser.evaluate("document.readyState")) != "complete":
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the page did not finish loading within 30 s (readyState {state!r})")
             await asyncio.sleep(0.05)
         before = await browser.evaluate(STATE_JS)
         await browser.screenshot(shots / "views-collapsed.png")
