@@ -107,7 +107,7 @@ class Comm(ABC):
         scheduler).  A transport may call ``handle`` from its own read
         callback, as each message completes: no task wakes and no future is
         made per message, which with thousands of peers each sending one
-        message at a time is most of what reading costs.  So ``handle`` must
+        message at a time is much of what reading costs.  So ``handle`` must
         not block; to spread a long message over several turns of the event
         loop it calls :meth:`hold_messages`, and :meth:`release_messages` once
         done, and no message is given to it in between.

@@ -474,18 +474,18 @@ class _FrameProtocol(asyncio.BufferedProtocol):
         if self._deliver is not None:
             self._end_delivery_if_closed()
 
-    def stop_delivery(self, more: bool | BaseException | None = None) -> None:
-        """Hand no more messages over (they queue); tell the end to ``done``: stopped by the reader
-        (True), or with an error."""
+    def stop_delivery(self, outcome: bool | BaseException | None = None) -> None:
+        """Hand no more messages over (they queue), and tell ``done`` the ``outcome`` if any: True when
+        the reader stopped, or the error that ended the reading."""
         done = self._delivery_done
         self._deliver = None
         self._delivery_done = None
         self._delivery_held = False
         if done is not None and not done.done():
-            if isinstance(more, BaseException):
-                done.set_exception(more)
-            elif more is not None:
-                done.set_result(more)
+            if isinstance(outcome, BaseException):
+                done.set_exception(outcome)
+            elif outcome is not None:
+                done.set_result(outcome)
 
     async def drain(self) -> None:
         while self._write_paused and not self.closed:
