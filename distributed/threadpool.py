@@ -111,6 +111,8 @@ class ThreadPool:
     def _run(self) -> None:
         _local.pool = self
         _local.seceded = False
+        #: Whether the job running on this thread seceded at some point (rejoined or not).
+        _local.seceded_in_job = False
         me = threading.current_thread()
         try:
             while True:
@@ -122,6 +124,7 @@ class ThreadPool:
                         return
                     continue
                 future, fn, args, kwargs = item
+                _local.seceded_in_job = False
                 if future is None:
                     try:
                         fn(*args, **kwargs)
@@ -164,6 +167,7 @@ class ThreadPool:
             self._threads.discard(me)
             self._seceded.add(me)
             _local.seceded = True
+            _local.seceded_in_job = True
             if not self._work.empty() and len(self._threads) < self.max_workers and not self._shutdown:
                 self._start_thread()
 
@@ -204,12 +208,18 @@ class ThreadPool:
     def may_continue(self) -> bool:
         """Whether the calling thread, its task done, may run another job without asking the queue.
 
-        Only a pool thread that has not seceded, while no seceded thread waits to
-        rejoin (it must get the next free slot) and the pool is not shutting down.
+        Only a pool thread whose job never seceded (a job that seceded and rejoined
+        took a slot that others were given meanwhile, not one it held: its caller
+        counted it apart while it was out), while no seceded thread waits to rejoin
+        (it must get the next free slot) and the pool is not shutting down.
         Lock-free: a rejoiner that arrives just after is served one job later.
         """
         return (
-            getattr(_local, "pool", None) is self and not _local.seceded and not self._rejoining and not self._shutdown
+            getattr(_local, "pool", None) is self
+            and not _local.seceded
+            and not _local.seceded_in_job
+            and not self._rejoining
+            and not self._shutdown
         )
 
     @property

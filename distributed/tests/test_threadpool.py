@@ -69,6 +69,31 @@ def test_a_seceded_thread_rejoins_when_a_slot_frees() -> None:
     pool.shutdown()
 
 
+def test_a_job_that_seceded_does_not_go_on_to_another_without_the_queue() -> None:
+    # A job that seceded and rejoined took a slot given up for it, not the one it held (its caller counted it
+    # apart while it was out): it must not start the next task its caller lined up, as a job that held its slot
+    # throughout may.  Rejoined at once here (the pool had room), then the next job of this thread asks afresh.
+    pool = ThreadPool(1)
+
+    def plain() -> bool:
+        p = current_pool()
+        assert p is not None
+        return p.may_continue()
+
+    def seceding_and_rejoining() -> tuple[bool, bool]:
+        p = current_pool()
+        assert p is not None
+        p.secede_current_thread()
+        out = p.may_continue()
+        p.rejoin_current_thread()  # the pool has room: rejoined at once
+        return out, p.may_continue()
+
+    assert pool.submit(plain).result(5) is True
+    assert pool.submit(seceding_and_rejoining).result(5) == (False, False)
+    assert pool.submit(plain).result(5) is True  # the rejoined thread's next job holds its slot throughout
+    pool.shutdown()
+
+
 @pytest.mark.skipif(not hasattr(os, "eventfd"), reason="Linux: idle threads sleep on an eventfd")
 def test_the_wakeup_descriptor_is_closed_with_the_pool() -> None:
     def eventfds() -> set[int]:
