@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import logging
 import os
+import socket
 import sys
 import threading
 import time
@@ -217,14 +219,20 @@ async def test_only_the_last_departed_workers_keep_their_topics(
     """Workers come and go at new addresses: without a bound the log grows a topic per worker ever seen."""
     monkeypatch.setattr(distributed.scheduler.events, "DEPARTED_WORKER_TOPICS", 2)
     addresses = []
-    for i in range(5):
-        async with Worker(s.address, nthreads=1, name=f"w{i}") as w:
-            addresses.append(w.address)
-            await async_poll_for(lambda: w.address in s.workers, 10)
-            if i == 0:
-                c.subscribe_topic(w.address, lambda event: None)
-                await async_poll_for(lambda: c.id in s.event_subscriber[w.address], 5)
-        await async_poll_for(lambda: w.address not in s.workers, 10)
+    # A departed worker's port stays bound (not listening) by us, so the next worker cannot be given it.
+    with contextlib.ExitStack() as held:
+        for i in range(5):
+            async with Worker(s.address, nthreads=1, name=f"w{i}") as w:
+                addresses.append(w.address)
+                await async_poll_for(lambda: w.address in s.workers, 10)
+                if i == 0:
+                    c.subscribe_topic(w.address, lambda event: None)
+                    await async_poll_for(lambda: c.id in s.event_subscriber[w.address], 5)
+            await async_poll_for(lambda: w.address not in s.workers, 10)
+            port = held.enter_context(socket.socket())
+            port.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            port.bind(("127.0.0.1", int(w.address.rsplit(":", 1)[1])))
+    assert len(set(addresses)) == 5
     # The first is kept for its subscriber; of the rest, the last two to leave.
     assert [a for a in addresses if a in s.events] == [addresses[0], addresses[3], addresses[4]]
     last = await c.get_events(addresses[4])
