@@ -340,8 +340,7 @@ class _FrameProtocol(asyncio.BufferedProtocol):
                 continue
             i = len(self._frames)
             if i == self._nframes:
-                frames = self._frames
-                nbytes = sum(self._lengths)
+                frames, lengths = self._frames, self._lengths
                 self._nframes = -1
                 self._lengths = ()
                 self._frames = []
@@ -349,7 +348,7 @@ class _FrameProtocol(asyncio.BufferedProtocol):
                     self._deliver(frames)
                     continue
                 self._messages.append(frames)
-                self._queued_bytes += nbytes
+                self._queued_bytes += sum(lengths)  # counted only for what waits in the queue
                 self._wake_reader()
                 if (
                     (len(self._messages) > _PAUSE_QUEUE or self._queued_bytes > _PAUSE_BYTES)

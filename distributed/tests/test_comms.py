@@ -381,25 +381,44 @@ def test_messages_before_close_are_delivered(scheme: str) -> None:
     run_async(main)
 
 
+class Numbered:
+    """A ``read_each`` handler keeping each message's ``"i"``: it may stop after, hold at or raise at one of them."""
+
+    def __init__(
+        self, comm: Comm, *, stop_after: int | None = None, hold_at: int | None = None, fail_at: int | None = None
+    ) -> None:
+        self.comm = comm
+        self.stop_after = stop_after
+        self.hold_at = hold_at
+        self.fail_at = fail_at
+        self.got: list[int] = []
+        self.holding = asyncio.Event()
+
+    def __call__(self, msg: Any) -> bool:
+        i: int = msg["i"]
+        self.got.append(i)
+        if i == self.fail_at:
+            raise ValueError(f"bad message {i}")
+        if i == self.hold_at:
+            self.comm.hold_messages()
+            self.holding.set()
+        return i != self.stop_after
+
+
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_read_each_gives_every_message_in_order_until_the_comm_closes(scheme: str) -> None:
     async def main() -> None:
         async with comm_pair(scheme) as (client, server, _):
             for i in range(5):  # queued before anyone reads: given first
                 await client.write({"i": i})
-            got: list[int] = []
-
-            def handle(msg: Any) -> bool:
-                got.append(msg["i"])
-                return True
-
+            handle = Numbered(server)
             reading = asyncio.create_task(server.read_each(handle))
             for i in range(5, 300):
                 await client.write({"i": i})
             await client.close()
             with pytest.raises(CommClosedError):
                 await asyncio.wait_for(reading, 5)
-            assert got == list(range(300))
+            assert handle.got == list(range(300))
 
     run_async(main)
 
@@ -410,15 +429,9 @@ def test_read_each_stops_when_told_and_the_rest_can_be_read(scheme: str) -> None
         async with comm_pair(scheme) as (client, server, _):
             for i in range(10):
                 await client.write({"i": i})
-            got: list[int] = []
-
-            def handle(msg: Any) -> bool:
-                i: int = msg["i"]
-                got.append(i)
-                return i < 3
-
+            handle = Numbered(server, stop_after=3)
             await asyncio.wait_for(server.read_each(handle), 5)
-            assert got == [0, 1, 2, 3]
+            assert handle.got == [0, 1, 2, 3]
             assert [(await asyncio.wait_for(server.read(), 5))["i"] for _ in range(6)] == list(range(4, 10))
 
     run_async(main)
@@ -428,32 +441,23 @@ def test_read_each_stops_when_told_and_the_rest_can_be_read(scheme: str) -> None
 def test_read_each_holds_messages_back_while_asked_even_past_a_close(scheme: str) -> None:
     async def main() -> None:
         async with comm_pair(scheme) as (client, server, _):
-            got: list[int] = []
-            holding = asyncio.Event()
-
-            def handle(msg: Any) -> bool:
-                got.append(msg["i"])
-                if msg["i"] == 2:
-                    server.hold_messages()
-                    holding.set()
-                return True
-
+            handle = Numbered(server, hold_at=2)
             reading = asyncio.create_task(server.read_each(handle))
             for i in range(50):
                 await client.write({"i": i})
             await client.close()
-            await asyncio.wait_for(holding.wait(), 5)
+            await asyncio.wait_for(handle.holding.wait(), 5)
             if scheme == "tcp":
                 await async_poll_for(server.closed)  # every message before the close was received
             # (In process, a write puts the message into the reader's queue at once.)
             # Held: nothing more is given, and the close does not end the reading before the rest is given.
             for _ in range(3):
                 await asyncio.sleep(0)  # turns of the loop, in which nothing may be given
-            assert got == [0, 1, 2] and not reading.done()
+            assert handle.got == [0, 1, 2] and not reading.done()
             server.release_messages()
             with pytest.raises(CommClosedError):
                 await asyncio.wait_for(reading, 5)
-            assert got == list(range(50))
+            assert handle.got == list(range(50))
 
     run_async(main)
 
@@ -462,19 +466,12 @@ def test_read_each_holds_messages_back_while_asked_even_past_a_close(scheme: str
 def test_read_each_raises_what_the_handler_raised_and_gives_no_more(scheme: str) -> None:
     async def main() -> None:
         async with comm_pair(scheme) as (client, server, _):
-            got: list[int] = []
-
-            def handle(msg: Any) -> bool:
-                got.append(msg["i"])
-                if msg["i"] == 4:
-                    raise ValueError("bad message 4")
-                return True
-
+            handle = Numbered(server, fail_at=4)
             for i in range(10):
                 await client.write({"i": i})
             with pytest.raises(ValueError, match="bad message 4"):
                 await asyncio.wait_for(server.read_each(handle), 5)
-            assert got == list(range(5))
+            assert handle.got == list(range(5))
 
     run_async(main)
 

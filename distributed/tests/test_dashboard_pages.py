@@ -44,6 +44,7 @@ from distributed.dashboard.templates import (
     page_variables,
     render_page,
 )
+from distributed.diagnostics.task_stream import TaskStreamPlugin
 from distributed.scheduler.records import WorkerState
 from distributed.utils_test import async_poll_for, gen_cluster, inc, slowinc
 
@@ -160,7 +161,8 @@ async def test_no_tick_walks_the_tasks(c: Client, s: Scheduler, a: Worker, b: Wo
         doc = Document()
         page(s, doc)
         docs.append(doc)
-    await asyncio.sleep(0.05)  # the task stream's and group dependencies' plugins are added
+    # The pages add the task stream's and the group dependencies' plugins in the background.
+    await async_poll_for(lambda: {TaskStreamPlugin.name, GroupDependencies.name} <= set(s.plugins), 5)
     shown_graph = TaskGraph(s)
     shown_graph.max_items = 1000  # a graph small enough to draw is read task by task
     tasks = s.tasks
@@ -198,6 +200,7 @@ async def test_closed_pages_leave_nothing_behind(c: Client, s: Scheduler, a: Wor
     for round_ in range(2):
         for page in PAGES.values():
             refs.append(open_and_close(page))
+        # Not a wait for a condition: the second round's pages must add no plugin within this time either.
         await asyncio.sleep(0.05)
         if round_ == 0:
             plugins_before = set(s.plugins)  # the pages' plugins, added once by the first pages
