@@ -66,6 +66,7 @@ __all__ = [
     "sync",
     "unsupported",
     "wait_for",
+    "yield_after_io",
 ]
 
 T = TypeVar("T")
@@ -538,6 +539,30 @@ async def wait_for(aw: Awaitable[T], timeout: float | None) -> T:
         return await aw
     async with asyncio.timeout(timeout):
         return await aw
+
+
+async def yield_after_io() -> None:
+    """Let the event loop serve what is ready to read, and what that wakes, before the caller goes on.
+
+    For work done in steps (a large graph, a long batch).  After ``asyncio.sleep(0)``
+    the caller's next step runs first in the loop's next turn, before that turn's
+    reads, and a task a read wakes runs in the turn after, behind the next step: a
+    request that came during one step waited for two more.  A timer due now runs
+    after the turn's reads, and the caller's task wakes behind the tasks they woke,
+    so such a request is answered as soon as the current step ends.
+    """
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    timer = loop.call_at(loop.time(), _resolve, done)
+    try:
+        await done
+    finally:
+        timer.cancel()
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def format_dashboard_link(host: str, port: int) -> str:

@@ -33,7 +33,7 @@ from distributed.scheduler.hardware import benchmark_hardware
 from distributed.scheduler.metadata import TaskMetadataCollector
 from distributed.scheduler.records import Effects, TaskState, WorkerState
 from distributed.scheduler.relay import relay_to_worker
-from distributed.utils import wait_for
+from distributed.utils import wait_for, yield_after_io
 from distributed.utils_comm import retry
 from distributed.versions import get_versions
 
@@ -930,5 +930,5 @@ async def _yielding(items: Iterable[T]) -> AsyncIterator[T]:
     """
     for i, item in enumerate(items):
         if i and i % COPY_CHECK_SLICE == 0:
-            await asyncio.sleep(0)
+            await yield_after_io()
         yield item

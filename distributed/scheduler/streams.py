@@ -27,6 +27,7 @@ from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.scheduler.rebalance import recent_to_old_time
 from distributed.scheduler.records import ClientState, WorkerState
+from distributed.utils import yield_after_io
 from distributed.versions import error_message as version_mismatch
 from distributed.versions import get_versions
 
@@ -348,7 +349,7 @@ class SchedulerStreams:
                 if s.workers.get(ws.address) is not ws:
                     break
                 self._dispatch_from(ws, msgs[i : i + _BATCH_SLICE], check)
-                await asyncio.sleep(0)
+                await yield_after_io()
         except asyncio.CancelledError:
             comm.abort()
             raise
@@ -556,7 +557,7 @@ class SchedulerStreams:
             return
         try:
             for _ in steps(msg):
-                await asyncio.sleep(0)
+                await yield_after_io()
         except Exception:
             logger.exception("Stream handler %r failed on a message from %s", op, origin)
 

@@ -6,6 +6,8 @@ import ast
 import asyncio
 import contextlib
 import inspect
+import socket
+import struct
 import threading
 import time
 from typing import Any
@@ -489,6 +491,44 @@ async def test_large_graph_is_added_in_slices_with_the_loop_running_between(
     slice_ = f"slice of {INGEST_SLICE}"
     assert events == [slice_, "loop", slice_, slice_]
     assert sum(await c.gather(futures)) == sum(range(1, n + 1))
+
+
+@gen_cluster(client=True)
+async def test_a_request_that_comes_during_a_slice_is_answered_before_the_next(
+    c: Client, s: Scheduler, a: Worker, b: Worker
+) -> None:
+    """Before, it waited for two more slices: the next slice ran ahead of the turn's reads."""
+    from distributed.core import Route
+    from distributed.protocol.framing import dumps
+    from distributed.scheduler.graph import INGEST_SLICE
+
+    events: list[str] = []
+    identity = s.handlers["identity"]
+
+    def answering(comm: Any, msg: Any) -> Any:
+        events.append("answered")
+        return identity.func(comm, msg)
+
+    s.handlers["identity"] = Route(identity.schema, answering)
+    frames = dumps({"op": "identity", "reply": False})
+    request = struct.pack(f"<{len(frames) + 1}Q", len(frames), *map(len, frames)) + b"".join(frames)
+    host, port = s.address.removeprefix("tcp://").rsplit(":", 1)
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall(request)  # the scheduler takes the connection and waits for what follows
+        await async_poll_for(lambda: events == ["answered"], timeout=10)
+        events.clear()
+
+        class Watch(SchedulerPlugin):
+            def update_graph(self, scheduler: Scheduler, *, tasks: list[Any], **kwargs: Any) -> None:
+                events.append("slice")
+                if len(events) == 1:
+                    sock.sendall(request)  # in the scheduler's socket before the slice ends
+
+        await s.add_plugin(Watch(), name="watch")
+        n = 3 * INGEST_SLICE
+        futures = c.map(inc, range(n), batch_size=n, pure=False)
+        await wait(futures)
+        assert events == ["slice", "answered", "slice", "slice"]
 
 
 @gen_cluster(client=True)

@@ -26,6 +26,7 @@ from distributed.utils import (
     open_port,
     sync,
     wait_for,
+    yield_after_io,
 )
 
 KEYS: list[Any] = [
@@ -345,6 +346,66 @@ def test_wait_for_never_loses_a_cancellation_that_arrives_with_the_result(outcom
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+
+    asyncio.run(main())
+
+
+def _woken_after(pause: Any) -> int:
+    """Steps run before a task woken by a read that arrived during step 1 gets its turn, with ``pause``
+    between steps."""
+
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
+        reader, writer = socket.socketpair()
+        reader.setblocking(False)
+        readable: asyncio.Future[None] = loop.create_future()
+
+        def on_readable() -> None:
+            if not readable.done():
+                readable.set_result(None)
+
+        loop.add_reader(reader, on_readable)
+        steps = 0
+        woken_after: list[int] = []
+
+        async def answer() -> None:
+            await readable
+            woken_after.append(steps)
+
+        task = asyncio.create_task(answer())
+        await asyncio.sleep(0)  # the task now waits
+        try:
+            for i in range(6):
+                if i == 1:
+                    writer.send(b"request")  # arrives while step 1 runs
+                steps += 1
+                await pause()
+            await task
+        finally:
+            loop.remove_reader(reader)
+            reader.close()
+            writer.close()
+        return woken_after[0]
+
+    return asyncio.run(main())
+
+
+@pytest.mark.timeout(30)
+def test_yield_after_io_lets_a_task_woken_by_a_read_run_before_the_next_step() -> None:
+    """A request that came while a large graph was added in steps was answered two steps late."""
+    assert _woken_after(yield_after_io) == 2
+    assert _woken_after(lambda: asyncio.sleep(0)) == 4  # what it replaces
+
+
+@pytest.mark.timeout(30)
+def test_yield_after_io_can_be_cancelled() -> None:
+    async def main() -> None:
+        task = asyncio.create_task(yield_after_io())
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await yield_after_io()  # the timer of the cancelled one left nothing behind to fail
 
     asyncio.run(main())
 
