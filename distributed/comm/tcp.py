@@ -567,7 +567,7 @@ class TCPComm(Comm):
         try:
             frames = await self._protocol.read_frames()
         except CommClosedError as e:
-            if self._unanswered and self._protocol.close_reason is None:
+            if self._looks_refused():
                 raise self._refused(str(e)) from e
             raise
         self._unanswered = False
@@ -608,7 +608,7 @@ class TCPComm(Comm):
         if stopped:
             return
         reason = protocol.close_reason
-        if self._unanswered and reason is None:
+        if self._looks_refused():
             raise self._refused("Connection closed")
         raise CommClosedError(f"Connection closed{': ' + repr(reason) if reason else ''}")
 
@@ -617,6 +617,18 @@ class TCPComm(Comm):
 
     def release_messages(self) -> None:
         self._protocol.resume_delivery()
+
+    def _looks_refused(self) -> bool:
+        """Whether the connection ended as a server refusing our certificate ends it.
+
+        Before its first message, on a TLS comm we opened: a close with no reason (the
+        server dropped it), or a reset (it dropped it after we had written: its kernel
+        answered our bytes with a reset, which may come before the close is seen).
+        """
+        if not self._unanswered:
+            return False
+        reason = self._protocol.close_reason
+        return reason is None or isinstance(reason, (ConnectionResetError, BrokenPipeError))
 
     def _refused(self, what: str) -> CommClosedError:
         return CommClosedError(
@@ -659,7 +671,7 @@ class TCPComm(Comm):
     def _check_open(self) -> None:
         p = self._protocol
         if p.closed or p.transport is None or p.transport.is_closing():
-            if self._unanswered and p.close_reason is None:
+            if self._looks_refused():
                 raise self._refused(f"Connection to {self._peer} is closed")
             raise CommClosedError(f"Connection to {self._peer} is closed")
 

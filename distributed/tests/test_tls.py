@@ -15,7 +15,9 @@ import datetime
 import ipaddress
 import logging
 import pickle
+import socket
 import ssl
+import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -420,6 +422,50 @@ async def _try_register(s: Scheduler, address: str, name: str, ctx: ssl.SSLConte
         return name in s.clients
     finally:
         comm.abort()
+
+
+@pytest.mark.parametrize("ending", ["reset", "close"])
+@gen_test()
+async def test_a_tls_server_that_drops_us_unanswered_is_reported_as_refusing_us(ending: str) -> None:
+    """A reset counts as a refusal too: a server that drops a connection it has unread bytes of resets it.
+
+    Under load a worker with a rogue certificate was told "Connection reset by peer" instead.
+    """
+    server_ctx = P.security("scheduler").get_listen_args("scheduler")["ssl_context"]
+    assert server_ctx is not None
+    server_ctx.verify_mode = ssl.CERT_NONE  # this server drops everyone after the handshake itself
+    got_bytes = asyncio.Event()
+
+    class Dropping(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            assert isinstance(transport, asyncio.Transport)
+            self.transport = transport
+
+        def data_received(self, data: bytes) -> None:
+            got_bytes.set()
+            sock = self.transport.get_extra_info("socket")
+            if ending == "reset":  # what a close with unread bytes does: a reset instead of a close
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                self.transport.abort()
+            else:
+                self.transport.close()
+
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(Dropping, "127.0.0.1", 0, ssl=server_ctx)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        ctx = P.security("client").get_connection_args("client")["ssl_context"]
+        comm = await connect(f"tls://127.0.0.1:{port}", timeout=5, ssl_context=ctx)
+        try:
+            await comm.write({"op": "identity"})
+            await asyncio.wait_for(got_bytes.wait(), 5)
+            with pytest.raises(CommClosedError, match=REFUSED):
+                await comm.read()
+        finally:
+            comm.abort()
+    finally:
+        server.close()
+        await server.wait_closed()
 
 
 @gen_cluster(client=True, **TLS_CLUSTER)
