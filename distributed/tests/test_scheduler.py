@@ -471,9 +471,12 @@ def test_interface_errors() -> None:
 
 @gen_cluster(client=True)
 async def test_large_graph_is_added_in_slices_with_the_loop_running_between(
-    c: Client, s: Scheduler, a: Worker, b: Worker
+    c: Client, s: Scheduler, a: Worker, b: Worker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from distributed.scheduler import streams
     from distributed.scheduler.graph import INGEST_SLICE
+
+    monkeypatch.setattr(streams, "STEP_BUDGET", 0.0)  # a turn after every slice, however fast this machine
 
     events: list[str] = []
     loop = asyncio.get_running_loop()
@@ -495,12 +498,15 @@ async def test_large_graph_is_added_in_slices_with_the_loop_running_between(
 
 @gen_cluster(client=True)
 async def test_a_request_that_comes_during_a_slice_is_answered_before_the_next(
-    c: Client, s: Scheduler, a: Worker, b: Worker
+    c: Client, s: Scheduler, a: Worker, b: Worker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Before, it waited for two more slices: the next slice ran ahead of the turn's reads."""
     from distributed.core import Route
     from distributed.protocol.framing import dumps
+    from distributed.scheduler import streams
     from distributed.scheduler.graph import INGEST_SLICE
+
+    monkeypatch.setattr(streams, "STEP_BUDGET", 0.0)  # a turn after every slice, however fast this machine
 
     events: list[str] = []
     identity = s.handlers["identity"]

@@ -1,4 +1,4 @@
-"""Helpers in distributed.utils: coroutine detection, sync() and LoopRunner."""
+"""Helpers in distributed.utils: coroutine detection, sync(), LoopRunner and turns of the event loop."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 from distributed.tests.logs import caught_logs, messages
 from distributed.utils import (
     LoopRunner,
+    LoopTurns,
     format_exception_text,
     get_asyncio_loop,
     has_arg,
@@ -395,6 +396,23 @@ def test_yield_after_io_lets_a_task_woken_by_a_read_run_before_the_next_step() -
     """A request that came while a large graph was added in steps was answered two steps late."""
     assert _woken_after(yield_after_io) == 2
     assert _woken_after(lambda: asyncio.sleep(0)) == 4  # what it replaces
+
+
+@pytest.mark.timeout(30)
+def test_loop_turns_only_once_the_budget_is_spent() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        ran: list[int] = []
+        turns = LoopTurns(3600.0)
+        loop.call_soon(ran.append, 1)
+        for _ in range(100):
+            await turns.maybe()
+        assert ran == []  # a hundred small pieces, no turn: the callback waits
+        turns.budget = 0.0
+        await turns.maybe()
+        assert ran == [1]  # spent: the loop turned
+
+    asyncio.run(main())
 
 
 @pytest.mark.timeout(30)
