@@ -10,6 +10,7 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -469,31 +470,47 @@ def test_interface_errors() -> None:
         Scheduler(host="127.0.0.1", interface=_loopback_interface())
 
 
-@gen_cluster(client=True)
-async def test_large_graph_is_added_in_slices_with_the_loop_running_between(
-    c: Client, s: Scheduler, a: Worker, b: Worker, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def _map_in_slices(
+    c: Client, s: Scheduler, monkeypatch: pytest.MonkeyPatch, on_slice: Callable[[list[Any]], None]
+) -> list[Any]:
+    """Map three slices' worth of tasks in one graph, ``on_slice`` called with each slice's tasks as it is added.
+
+    The loop turns after every slice, however fast this machine adds them.
+    """
     from distributed.scheduler import streams
     from distributed.scheduler.graph import INGEST_SLICE
 
-    monkeypatch.setattr(streams, "STEP_BUDGET", 0.0)  # a turn after every slice, however fast this machine
-
-    events: list[str] = []
-    loop = asyncio.get_running_loop()
+    monkeypatch.setattr(streams, "STEP_BUDGET", 0.0)
 
     class Watch(SchedulerPlugin):
         def update_graph(self, scheduler: Scheduler, *, tasks: list[Any], **kwargs: Any) -> None:
-            if not events:
-                loop.call_soon(events.append, "loop")
-            events.append(f"slice of {len(tasks)}")
+            on_slice(tasks)
 
     await s.add_plugin(Watch(), name="watch")
     n = 3 * INGEST_SLICE
     futures = c.map(inc, range(n), batch_size=n, pure=False)
     await wait(futures)
+    return futures
+
+
+@gen_cluster(client=True)
+async def test_large_graph_is_added_in_slices_with_the_loop_running_between(
+    c: Client, s: Scheduler, a: Worker, b: Worker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from distributed.scheduler.graph import INGEST_SLICE
+
+    events: list[str] = []
+    loop = asyncio.get_running_loop()
+
+    def on_slice(tasks: list[Any]) -> None:
+        if not events:
+            loop.call_soon(events.append, "loop")
+        events.append(f"slice of {len(tasks)}")
+
+    futures = await _map_in_slices(c, s, monkeypatch, on_slice)
     slice_ = f"slice of {INGEST_SLICE}"
     assert events == [slice_, "loop", slice_, slice_]
-    assert sum(await c.gather(futures)) == sum(range(1, n + 1))
+    assert sum(await c.gather(futures)) == sum(range(1, len(futures) + 1))
 
 
 @gen_cluster(client=True)
@@ -503,10 +520,6 @@ async def test_a_request_that_comes_during_a_slice_is_answered_before_the_next(
     """Before, it waited for two more slices: the next slice ran ahead of the turn's reads."""
     from distributed.core import Route
     from distributed.protocol.framing import dumps
-    from distributed.scheduler import streams
-    from distributed.scheduler.graph import INGEST_SLICE
-
-    monkeypatch.setattr(streams, "STEP_BUDGET", 0.0)  # a turn after every slice, however fast this machine
 
     events: list[str] = []
     identity = s.handlers["identity"]
@@ -524,16 +537,12 @@ async def test_a_request_that_comes_during_a_slice_is_answered_before_the_next(
         await async_poll_for(lambda: events == ["answered"], timeout=10)
         events.clear()
 
-        class Watch(SchedulerPlugin):
-            def update_graph(self, scheduler: Scheduler, *, tasks: list[Any], **kwargs: Any) -> None:
-                events.append("slice")
-                if len(events) == 1:
-                    sock.sendall(request)  # in the scheduler's socket before the slice ends
+        def on_slice(tasks: list[Any]) -> None:
+            events.append("slice")
+            if len(events) == 1:
+                sock.sendall(request)  # in the scheduler's socket before the slice ends
 
-        await s.add_plugin(Watch(), name="watch")
-        n = 3 * INGEST_SLICE
-        futures = c.map(inc, range(n), batch_size=n, pure=False)
-        await wait(futures)
+        await _map_in_slices(c, s, monkeypatch, on_slice)
         assert events == ["slice", "answered", "slice", "slice"]
 
 
