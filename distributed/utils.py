@@ -551,7 +551,8 @@ async def yield_after_io() -> None:
     reads, and a task a read wakes runs in the turn after, behind the next step: a
     request that came during one step waited for two more.  A timer due now runs
     after the turn's reads, and the caller's task wakes behind the tasks they woke,
-    so such a request is answered as soon as the current step ends.
+    so such a request is answered as soon as the current step ends (on uvloop's
+    loop too).
     """
     loop = asyncio.get_running_loop()
     done = loop.create_future()
