@@ -146,6 +146,14 @@ class BatchedSend:
         """
         self._enqueue(msgs)
 
+    def last_queued(self) -> Any:
+        """The message queued last and not written yet, or None.
+
+        A sender that queues messages with :meth:`hold` may add to the last
+        one while it is still this (nothing was queued after it, nothing written).
+        """
+        return self.buffer[-1] if self.buffer else None
+
     def _enqueue(self, msgs: tuple[Any, ...]) -> None:
         if self._closing or (self.comm is not None and self.comm.closed()):
             raise CommClosedError(f"Batched stream {self.name} is closed")

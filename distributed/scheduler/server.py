@@ -41,6 +41,7 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 from distributed.preloading import PreloadManager, process_preloads
 from distributed.protocol import messages as m
 from distributed.protocol.serialize import to_serialize
+from distributed.protocol.wire_types import Key
 from distributed.scheduler.events import EventLog
 from distributed.scheduler.extensions import ExtensionFactory, make_extensions, start_extensions
 from distributed.scheduler.graph import GraphIngestion
@@ -219,6 +220,8 @@ class Scheduler(GraphIngestion, Server):
         #: While frees are held (see :meth:`holding_frees`): the workers whose ``free-keys`` wait in their
         #: stream's buffer.
         self._lazy_held: set[str] | None = None
+        #: The ``free-keys`` held last for each worker (see :meth:`_hold_free`).
+        self._held_free_msgs: dict[str, tuple[m.FreeKeys, list[Key]]] = {}
         #: Recent events by topic and the clients subscribed to topics.
         self.event_log = EventLog(self)
         self.metadata_store = MetadataStore()
@@ -615,9 +618,26 @@ class Scheduler(GraphIngestion, Server):
         finally:
             self._lazy_held = outer
 
+    def _hold_free(self, bs: BatchedSend, addr: str, keys: list[Key]) -> None:
+        """Hold a ``free-keys`` of ``keys`` in ``bs``, joined to the one held before if nothing came after it.
+
+        A client's release is handled a slice of keys at a time, and with
+        thousands of workers most slices free a key or two on each: one message
+        each was 86,000 ``free-keys`` for a 100,000-task map over 10,000 workers.
+        """
+        last = self._held_free_msgs.get(addr)
+        if last is not None and bs.last_queued() is last[0]:
+            last[1].extend(keys)
+            return
+        joined = list(keys)  # its own list: later slices' keys join it
+        msg = m.FreeKeys(op="free-keys", keys=joined)
+        bs.hold(msg)
+        self._held_free_msgs[addr] = (msg, joined)
+
     def send_held_frees(self, held: set[str]) -> None:
         """Have the ``free-keys`` held for the workers in ``held`` written (within their streams' interval)."""
         for addr in held:
+            self._held_free_msgs.pop(addr, None)
             bs = self.stream_comms.get(addr)
             if bs is not None and not bs.closed():
                 bs.send_lazy()
@@ -651,7 +671,7 @@ class Scheduler(GraphIngestion, Server):
                     if lazy_held is None:
                         bs.send_lazy(m.FreeKeys(op="free-keys", keys=keys))
                     else:
-                        bs.hold(m.FreeKeys(op="free-keys", keys=keys))
+                        self._hold_free(bs, addr, keys)
                         lazy_held.add(addr)
                 except CommClosedError:
                     pass

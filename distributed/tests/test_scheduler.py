@@ -18,6 +18,7 @@ import pytest
 from distributed import Client, SchedulerPlugin, wait
 from distributed.comm import CommClosedError, connect, listen
 from distributed.core import send_recv
+from distributed.protocol import messages as m
 from distributed.protocol.wire_types import Key
 from distributed.scheduler import Scheduler
 from distributed.utils_test import async_poll_for, gen_cluster, gen_test, inc, slowinc
@@ -193,10 +194,30 @@ async def test_held_frees_go_in_one_write_when_sent(c: Client, s: Scheduler, a: 
     await _held_frees(s, c, keys[20:], held)
     assert held == {a.address, b.address}
     assert len(a.data) + len(b.data) == 40
+    # Forty stimuli, one free-keys a worker, holding all that worker's keys.
+    for w in (a, b):
+        queued = [msg for msg in s.stream_comms[w.address].buffer if msg["op"] == "free-keys"]
+        assert [sorted(msg["keys"]) for msg in queued] == [sorted(w.data)]
     s.send_held_frees(held)
     assert not held
     await async_poll_for(lambda: not a.data and not b.data, 5)
     assert {addr: bs.batch_count - writes[addr] for addr, bs in s.stream_comms.items()} == {a.address: 1, b.address: 1}
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)])
+async def test_held_frees_are_not_joined_across_another_message(c: Client, s: Scheduler, a: Worker) -> None:
+    futures = c.map(inc, range(3), workers=[a.address])
+    await wait(futures)
+    x, y, z = (str(f.key) for f in futures)
+    bs = s.stream_comms[a.address]
+    held: set[str] = set()
+    await _held_frees(s, c, [x], held)
+    bs.hold(m.FreeKeys(op="free-keys", keys=["unknown"]))  # another's, after x's: y's may not join x's
+    await _held_frees(s, c, [y], held)
+    await _held_frees(s, c, [z], held)
+    assert [msg["keys"] for msg in bs.buffer] == [[x], ["unknown"], [y, z]]
+    s.send_held_frees(held)
+    await async_poll_for(lambda: not a.data, 5)
 
 
 @gen_cluster(client=True)
