@@ -216,8 +216,7 @@ class ThreadPool:
         """
         return (
             getattr(_local, "pool", None) is self
-            and not _local.seceded
-            and not _local.seceded_in_job
+            and not _local.seceded_in_job  # set with _local.seceded, and kept after a rejoin
             and not self._rejoining
             and not self._shutdown
         )
