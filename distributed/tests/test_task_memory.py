@@ -54,6 +54,30 @@ def test_the_default_priority_is_a_small_int() -> None:
     assert rank_of(0, 2**23, 10**9) < 2**60
 
 
+def test_a_rank_is_allocated_at_its_own_size() -> None:
+    # An int made by a sum is allocated a digit longer than it ends up, and stays so (a 48-byte block for a
+    # 32-byte int): what the allocator gave for the ranks must be what they are.
+    import sys
+    import tracemalloc
+
+    cases = [(p, 2**23 + g, 10**9 + g) for g in range(10) for p in (0, 3)]
+    ranks: list[int] = [0] * len(cases)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        for i, case in enumerate(cases):
+            ranks[i] = rank_of(*case)
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    import distributed.scheduler.priorities as priorities
+
+    where = [tracemalloc.Filter(True, __file__), tracemalloc.Filter(True, priorities.__file__)]
+    diff = after.filter_traces(where).compare_to(before.filter_traces(where), "filename")
+    allocated = sum(stat.size_diff for stat in diff)
+    assert allocated == sum(map(sys.getsizeof, ranks))
+
+
 def test_priority_problems_name_the_value() -> None:
     assert priority_problem(3) is None
     assert priority_problem(-2.5, 10) is None
