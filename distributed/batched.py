@@ -16,7 +16,9 @@ deaf to everyone else meanwhile.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import math
 from collections import deque
 from typing import Any
 
@@ -29,6 +31,15 @@ __all__ = ["BatchedSend"]
 
 class BatchedSend:
     """Coalesce messages to one comm into lists, written at most every ``interval``.
+
+    Writes are callbacks of the event loop: a send plans one (at once, or
+    once ``interval`` has passed since the last), and the callback hands the
+    list to :meth:`Comm.write_nowait`.  Only a write the comm cannot take at
+    once (the peer is slow, a large message is being written) goes on as a
+    task, and the next waits for it.  With thousands of streams, a writer
+    task per stream woken per write (its future, coroutine and step) cost
+    more than the write, and a quarter of what the young collections of the
+    garbage collector looked at.
 
     Parameters
     ----------
@@ -46,16 +57,23 @@ class BatchedSend:
         self.message_count = 0
         self.batch_count = 0
         self.byte_count = 0
-        self._wake: asyncio.Event | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._closing = False
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._closing = False
+        #: A message sent with :meth:`send` waits: the next write is due ``interval`` after the last.
         self._urgent = False
-        #: Set by :meth:`send_now`: the next write does not wait out the interval.
+        #: Set by :meth:`send_now`, and when a large message ended a write: the next write is due at once.
         self._now = False
-        self._lazy_timer: asyncio.TimerHandle | None = None
-        # The pause between two writes; close() cuts it short to flush at once.
-        self._pause: asyncio.Future[None] | None = None
+        #: When the messages sent with :meth:`send_lazy` are due (loop time; inf: none waits).
+        self._lazy_due = math.inf
+        #: Loop time of the last write that carried an urgent message.
+        self._last = -math.inf
+        #: The planned write (a callback of the loop), and when it runs (-inf: at the next turn).
+        self._flush_handle: asyncio.Handle | None = None
+        self._flush_when = math.inf
+        #: A write that had to wait (see :meth:`Comm.write_nowait`); no other starts until it ends.
+        self._writer: asyncio.Future[int] | None = None
+        #: Resolved once everything queued is written or dropped (for :meth:`close`).
+        self._drained: asyncio.Future[None] | None = None
         #: Sequence numbers (1-based, as message_count) of the large messages queued: each ends a write.
         self._large_ends: deque[int] = deque()
 
@@ -63,10 +81,8 @@ class BatchedSend:
         """Start writing to ``comm`` (from the event loop)."""
         self.comm = comm
         self._loop = asyncio.get_running_loop()
-        self._wake = asyncio.Event()
-        self._task = self._loop.create_task(self._run(), name=f"batched-send-{self.name}")
         if self.buffer:
-            self._wake.set()
+            self._plan()
 
     def closed(self) -> bool:
         """Whether the stream is closed."""
@@ -82,8 +98,7 @@ class BatchedSend:
         """
         self._enqueue(msgs)
         self._urgent = True
-        if self._wake is not None:
-            self._wake.set()
+        self._plan()
 
     def send_now(self, *msgs: Any) -> None:
         """Queue messages and write them at the next turn of the loop, even within ``interval``.
@@ -97,10 +112,10 @@ class BatchedSend:
         CommClosedError
             When the stream is closed.
         """
-        self.send(*msgs)
-        self._now = True  # before the writer's next turn: it runs only once this returns
-        if self._pause is not None:
-            _wake_future(self._pause)
+        self._enqueue(msgs)
+        self._urgent = True
+        self._now = True
+        self._plan()
 
     def send_large(self, msg: Any) -> None:
         """Queue one large message (such as a part of a graph); no write carries two of them.
@@ -129,8 +144,9 @@ class BatchedSend:
             When the stream is closed.
         """
         self._enqueue(msgs)
-        if self._wake is not None and self._lazy_timer is None and self._loop is not None:
-            self._lazy_timer = self._loop.call_later(self.interval, self._lazy_wake)
+        if self._lazy_due == math.inf and self._loop is not None:
+            self._lazy_due = self._loop.time() + self.interval
+        self._plan()
 
     def hold(self, *msgs: Any) -> None:
         """Queue messages nobody waits on, without scheduling a write for them.
@@ -160,109 +176,150 @@ class BatchedSend:
         self.buffer.extend(msgs)
         self.message_count += len(msgs)
 
-    def _lazy_wake(self) -> None:
-        self._lazy_timer = None
-        if self._wake is not None:
-            self._wake.set()
-
-    async def _run(self) -> None:
-        assert self._wake is not None and self._loop is not None and self.comm is not None
+    def _plan(self) -> None:
+        """Have the next write run when it is due, unless one runs or is planned as early."""
         loop = self._loop
-        wake = self._wake
-        last = 0.0
-        while True:
-            await wake.wait()
-            wake.clear()
-            delay = last + self.interval - loop.time()
-            if delay > 0 and self._urgent and not self._closing and not self._now:
-                self._pause = pause = loop.create_future()
-                timer = loop.call_later(delay, _wake_future, pause)
-                try:
-                    await pause
-                finally:
-                    timer.cancel()
-                    self._pause = None
-            if not self.buffer:
-                if self._closing:
-                    return
-                continue
-            if self._large_ends:
-                # The buffer holds the messages numbered message_count - len(buffer) + 1 onwards.
-                n = self._large_ends.popleft() - (self.message_count - len(self.buffer))
-                payload, self.buffer = self.buffer[:n], self.buffer[n:]
-                if self.buffer:
-                    wake.set()  # the rest goes in the next write, without waiting out the interval
-            else:
-                payload, self.buffer = self.buffer, []
-            urgent, self._urgent = self._urgent, False
-            self._now = False
-            if self._lazy_timer is not None:
-                self._lazy_timer.cancel()
-                self._lazy_timer = None
-            try:
-                self.byte_count += await self.comm.write(payload)
-            except CommClosedError:
-                logger.debug("Batched stream %s closed while writing", self.name)
-                self._closing = True
-                return
-            except Exception:
-                logger.exception("Batched stream %s failed to write %d messages", self.name, len(payload))
-                self._closing = True
+        if loop is None or self._writer is not None or not self.buffer:
+            return
+        if self._now or self._closing:
+            due = -math.inf
+        else:
+            due = self._last + self.interval if self._urgent else math.inf
+            if self._lazy_due < due:
+                due = self._lazy_due
+            if due == math.inf:
+                return  # held messages only
+        if due >= self._flush_when:
+            return
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+        if due <= loop.time():
+            self._flush_when = -math.inf
+            self._flush_handle = loop.call_soon(self._flush)
+        else:
+            self._flush_when = due
+            self._flush_handle = loop.call_at(due, self._flush)
+
+    def _flush(self) -> None:
+        """Write what is queued (up to the end of the first large message)."""
+        self._flush_handle = None
+        self._flush_when = math.inf
+        comm = self.comm
+        if comm is None or self._writer is not None or not self.buffer:
+            self._note_drained()
+            return
+        self._now = False
+        if self._large_ends:
+            # The buffer holds the messages numbered message_count - len(buffer) + 1 onwards.
+            n = self._large_ends.popleft() - (self.message_count - len(self.buffer))
+            payload, self.buffer = self.buffer[:n], self.buffer[n:]
+            self._now = bool(self.buffer)  # the rest goes in the next write, without waiting out the interval
+        else:
+            payload, self.buffer = self.buffer, []
+        urgent, self._urgent = self._urgent, False
+        self._lazy_due = math.inf
+        try:
+            written = comm.write_nowait(payload)
+        except Exception as e:
+            self._failed(e, len(payload))
+            return
+        if isinstance(written, int):
+            self._wrote(written, urgent)
+            return
+        # A task of the write itself, not of a coroutine awaiting it: cancelled before its first step, the
+        # write is closed with it (a wrapper would leave it never awaited).
+        self._writer = writer = asyncio.ensure_future(written, loop=self._loop)
+        if isinstance(writer, asyncio.Task):
+            writer.set_name(f"batched-send-{self.name}")
+        writer.add_done_callback(functools.partial(self._write_done, urgent, len(payload)))
+
+    def _write_done(self, urgent: bool, count: int, writer: asyncio.Future[int]) -> None:
+        if self._writer is writer:
+            self._writer = None
+        if writer.cancelled():
+            self._note_drained()
+            return
+        exc = writer.exception()
+        if exc is not None:
+            self._failed(exc if isinstance(exc, Exception) else RuntimeError(repr(exc)), count)
+            return
+        self._wrote(writer.result(), urgent)
+
+    def _wrote(self, nbytes: int, urgent: bool) -> None:
+        self.byte_count += nbytes
+        self.batch_count += 1
+        if urgent:
+            assert self._loop is not None
+            self._last = self._loop.time()
+        if self.buffer:
+            self._plan()
+        else:
+            self._note_drained()
+
+    def _failed(self, exc: Exception, count: int) -> None:
+        self._closing = True
+        if isinstance(exc, CommClosedError):
+            logger.debug("Batched stream %s closed while writing", self.name)
+        else:
+            logger.error("Batched stream %s failed to write %d messages", self.name, count, exc_info=exc)
+            if self.comm is not None:
                 self.comm.abort()
-                return
-            self.batch_count += 1
-            if urgent:
-                last = loop.time()
-            if self._closing and not self.buffer:
-                return
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)  # what is left is lost with the stream
+
+    def _note_drained(self) -> None:
+        drained = self._drained
+        if drained is not None and not drained.done() and self._writer is None and not self.buffer:
+            drained.set_result(None)
 
     async def close(self, timeout: float | None = None) -> None:
         """Flush what is queued, then close the comm.
 
-        The writer task has ended when this returns: after ``timeout``
-        seconds of a flush that does not finish (a peer that stopped reading)
-        it is cancelled and awaited, and what was queued is dropped.
+        No write is left running when this returns: after ``timeout`` seconds
+        of a flush that does not finish (a peer that stopped reading) the
+        write in progress is cancelled and awaited, and what was queued is
+        dropped.
         """
         self._closing = True
-        if self.comm is None:
+        comm = self.comm
+        if comm is None:
             return
-        if self._wake is not None:
-            self._wake.set()
-        if self._pause is not None:
-            _wake_future(self._pause)
-        task = self._task
-        if task is not None and not task.done():
+        if (self.buffer or self._writer is not None) and not comm.closed():
+            loop = asyncio.get_running_loop()
+            self._drained = drained = loop.create_future()
+            self._plan()
             try:
-                await asyncio.wait([task], timeout=timeout)
+                await asyncio.wait([drained], timeout=timeout)
             except asyncio.CancelledError:
                 self.abort()
                 raise
-            if not task.done():
+            if not drained.done():
                 logger.debug("Batched stream %s: flush timed out; dropping %d messages", self.name, len(self.buffer))
                 self.abort()
-                # The writer only waits on the comm or the loop: it ends at its next step.
-                await asyncio.wait([task])
-        if not self.comm.closed():
-            await self.comm.close()
+        writer = self._writer
+        if writer is not None and not writer.done():
+            # Cancelled by abort() (or the comm closed under it): it ends at its next step.
+            writer.cancel()
+            await asyncio.wait([writer])
+        if not comm.closed():
+            await comm.close()
 
     def abort(self) -> None:
         """Close at once, dropping what is queued.
 
-        The writer task is cancelled; it ends at its next step (``close()``
+        A write in progress is cancelled; it ends at its next step (``close()``
         awaits it, for a caller that must know it has ended).
         """
         self._closing = True
-        if self._lazy_timer is not None:
-            self._lazy_timer.cancel()
-            self._lazy_timer = None
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush_handle = None
+            self._flush_when = math.inf
         self.buffer = []
         self._large_ends.clear()
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
+        if self._writer is not None and not self._writer.done():
+            self._writer.cancel()
         if self.comm is not None:
             self.comm.abort()
-
-
-def _wake_future(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)

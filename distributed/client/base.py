@@ -411,9 +411,10 @@ class ClientBase(Generic[AsyncT]):
             await self._update_scheduler_identity()
 
     async def _close(self, fast: bool = False) -> None:
-        if self._info_refresh is not None:
-            self._info_refresh.cancel()
-            self._info_refresh = None
+        refresh, self._info_refresh = self._info_refresh, None
+        if refresh is not None:
+            refresh.cancel()
+            await asyncio.wait([refresh])  # ended, not merely told to: nothing of ours outlives close()
         if self.status == "closed" and not self.link.connected:
             return
         await self.preloads.teardown()

@@ -234,9 +234,10 @@ class SchedulerLink:
         the caller.
         """
         self.status = "closing"
-        if self._heartbeat is not None:
-            self._heartbeat.cancel()
-            self._heartbeat = None
+        heartbeat, self._heartbeat = self._heartbeat, None
+        if heartbeat is not None:
+            heartbeat.cancel()
+            await asyncio.wait([heartbeat])  # ended, not merely told to: nothing of ours outlives close()
         self.outbox.stop_parts()
         waiters, self._parts_waiters = self._parts_waiters, []
         _wake(waiters)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypedDict, Unpack
 
 import dask.config
@@ -151,6 +151,23 @@ class Comm(ABC):
         CommClosedError
             When the comm is closed.
         """
+
+    def write_nowait(self, msg: Any) -> int | Awaitable[int]:
+        """Write one message now if the comm takes it without waiting; else start writing it.
+
+        Returns the number of bytes written when the message was written
+        whole, or an awaitable of that number for a write that must wait
+        (on the peer, on a write in progress).  The awaitable must be awaited
+        before the next write.  For a writer that sends often and rarely
+        waits (:class:`~distributed.batched.BatchedSend`): no coroutine per
+        message.  This default always returns the awaitable of :meth:`write`.
+
+        Raises
+        ------
+        CommClosedError
+            When the comm is closed (here, or from the awaitable).
+        """
+        return self.write(msg)
 
     @abstractmethod
     async def close(self) -> None:

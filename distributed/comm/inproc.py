@@ -92,6 +92,9 @@ class InprocComm(Comm):
         return msg
 
     async def write(self, msg: Any) -> int:
+        return self.write_nowait(msg)
+
+    def write_nowait(self, msg: Any) -> int:
         peer = self._peer_comm
         if self._closed or peer is None or peer._closed:
             raise CommClosedError(f"In-process comm {self.local_address} is closed")

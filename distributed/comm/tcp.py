@@ -45,7 +45,7 @@ import ssl
 import struct
 import time
 from asyncio.trsock import TransportSocket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Final, cast
 
 import dask.config
@@ -63,6 +63,9 @@ logger = logging.getLogger(__name__)
 __all__ = ["TCPComm", "TCPListener", "tcp_connect"]
 
 _U64: Final = struct.Struct("<Q")
+#: Messages of up to this many frames may take the parser's one-go path (see ``_FrameProtocol._whole_message``).
+_FAST_FRAMES: Final = 8
+_LENGTHS: Final = [struct.Struct(f"<{n}Q") for n in range(_FAST_FRAMES + 1)]
 SCRATCH_SIZE: Final = 256 * 1024
 LARGE_FRAME: Final = 64 * 1024
 _WRITE_SLICE: Final = 1 << 22
@@ -311,6 +314,8 @@ class _FrameProtocol(asyncio.BufferedProtocol):
         buf = self._buf
         while True:
             avail = self._end - self._start
+            if self._nframes < 0 and avail >= 16 and self._whole_message(buf, avail):
+                continue
             if self._nframes < 0:
                 if avail < 8:
                     break
@@ -360,7 +365,7 @@ class _FrameProtocol(asyncio.BufferedProtocol):
                 continue
             length = self._lengths[i]
             if length <= avail:
-                self._frames.append(bytearray(buf[self._start : self._start + length]))
+                self._frames.append(buf[self._start : self._start + length])  # a bytearray slice: one copy
                 self._start += length
                 continue
             if length > LARGE_FRAME:
@@ -381,6 +386,42 @@ class _FrameProtocol(asyncio.BufferedProtocol):
         # A message is partly read: watch that it keeps coming.
         if self._stall_timer is None:
             self._watch_stall()
+
+    def _whole_message(self, buf: bytearray, avail: int) -> bool:
+        """Hand on, in one go, a message that lies whole in the buffer from ``_start``; False if none does.
+
+        The common case (a heartbeat, a batch of results): the general parse
+        takes the header, the lengths and each frame in a turn of its own.
+        Anything unusual (a bad header, a frame past a limit, delivery held
+        or messages queued) is left to it.
+        """
+        start = self._start
+        (n,) = _U64.unpack_from(buf, start)
+        head = 8 + 8 * n
+        deliver = self._deliver
+        if (
+            n > _FAST_FRAMES
+            or n < 1
+            or n > self.max_frames
+            or avail < head
+            or deliver is None
+            or self._delivery_held
+            or self._messages
+        ):
+            return False
+        lengths = _LENGTHS[n].unpack_from(buf, start + 8)
+        if head + sum(lengths) > avail or max(lengths) > self.max_frame_size:
+            return False
+        if self._silence_timer is not None:
+            self._spoke()
+        frames: list[Frame] = []
+        pos = start + head
+        for length in lengths:
+            frames.append(buf[pos : pos + length])
+            pos += length
+        self._start = pos
+        deliver(frames)
+        return True
 
     def _release_scratch(self) -> None:
         # Only called with nothing left to parse in the buffer.
@@ -637,18 +678,35 @@ class TCPComm(Comm):
         )
 
     async def write(self, msg: Any) -> int:
+        self._check_open()
+        return await self._write_framed(*self._framed(msg))
+
+    def write_nowait(self, msg: Any) -> int | Awaitable[int]:
         p = self._protocol
         self._check_open()
+        header, frames, lengths, total = self._framed(msg)
+        lock = p._write_lock
+        if total < _DIRECT_LIMIT and (lock is None or not lock.locked()) and not p._write_paused:
+            self._write_now(header, frames, lengths, total)
+            return total + len(header)
+        return self._write_framed(header, frames, lengths, total)
+
+    def _framed(self, msg: Any) -> tuple[bytes, list[Frame], list[int], int]:
+        """``msg``'s header, frames, their lengths and their total."""
         frames = dumps(msg, compression=self._compression)
         lengths = [f.nbytes if isinstance(f, memoryview) else len(f) for f in frames]
-        if max(lengths) > p.max_frame_size:
+        if max(lengths) > self._protocol.max_frame_size:
             # The peer would drop the connection on reading it, and a retry would
             # send it again: refuse here, before a byte is written.
             raise ValueError(
-                f"A frame of {max(lengths)} bytes exceeds distributed.comm.max-frame-size ({p.max_frame_size} bytes)"
+                f"A frame of {max(lengths)} bytes exceeds distributed.comm.max-frame-size "
+                f"({self._protocol.max_frame_size} bytes)"
             )
         header = struct.pack(f"<{len(frames) + 1}Q", len(frames), *lengths)
-        total = sum(lengths)
+        return header, frames, lengths, sum(lengths)
+
+    async def _write_framed(self, header: bytes, frames: list[Frame], lengths: list[int], total: int) -> int:
+        p = self._protocol
         lock = p._write_lock
         if total < _DIRECT_LIMIT and (lock is None or not lock.locked()):
             # Written whole before anything is awaited: never interleaved with another message.

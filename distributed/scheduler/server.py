@@ -408,7 +408,7 @@ class Scheduler(GraphIngestion, Server):
         """
         if self.status in (Status.closing, Status.closed):
             return None
-        if any(ws.processing for ws in self.workers.values()) or self.unrunnable or self.n_queued:
+        if self.n_processing or self.unrunnable or self.n_queued:
             self.idle_since = None
             return None
         if self.idle_since is None:
@@ -808,7 +808,7 @@ class Scheduler(GraphIngestion, Server):
             raise ValueError(f"adaptive_target(target_duration={target_duration!r}): it must be positive")
         workers = list(self.workers.values())
         busy = sum(ws.occupancy for ws in workers)
-        n_tasks = self.n_queued + len(self.unrunnable) + sum(len(ws.processing) for ws in workers)
+        n_tasks = self.n_queued + len(self.unrunnable) + self.n_processing
         # Waiting work: measured on a sample, so that a long queue costs no more than 100 lookups.
         waiting = self.n_queued + len(self.unrunnable)
         sample = [ts for ts in itertools.islice(self.queued, 200) if ts.state == "queued"][:100]

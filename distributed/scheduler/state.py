@@ -183,6 +183,9 @@ class SchedulerState:
         #: Root tasks waiting for a free thread, most urgent first (entries of tasks gone since are skipped).
         self.queued: PriorityQueue[TaskState] = PriorityQueue()
         self.n_queued = 0
+        #: Tasks processing on any worker: the sum of ``len(ws.processing)``, kept so that asking whether
+        #: anything runs does not look at every worker.
+        self.n_processing = 0
         #: Tasks no current worker can run, with the time they became so (sharded once large, as ``tasks``).
         self.unrunnable: MutableMapping[TaskState, float] = {}
         #: Tasks in memory that have had more than one holder: every task with several holders is here
@@ -258,7 +261,7 @@ class SchedulerState:
 
     def is_idle(self) -> bool:
         """Whether no task is processing, queued, or waiting for a worker that can run it."""
-        return not self.n_queued and not self.unrunnable and not any(ws.processing for ws in self.workers.values())
+        return not self.n_queued and not self.unrunnable and not self.n_processing
 
     def call_plugins(self, hook: str, *args: Any, **kwargs: Any) -> None:
         """Call method ``hook`` of every scheduler plugin with these arguments.
@@ -590,6 +593,8 @@ class SchedulerState:
         ts.processing_on = ws
         ts.waiting_on = EMPTY
         duration = self.get_task_duration(ts)
+        if ts not in ws.processing:
+            self.n_processing += 1
         ws.processing[ts] = duration
         ws.occupancy += duration
         self.worker_loads.update(ws)
@@ -642,7 +647,11 @@ class SchedulerState:
             return None
         given.no_room_for = None
         ts.processing_on = None
-        duration = ws.processing.pop(ts, 0.0)
+        duration = ws.processing.pop(ts, None)
+        if duration is None:
+            duration = 0.0
+        else:
+            self.n_processing -= 1
         ws.occupancy = max(ws.occupancy - duration, 0.0) if ws.processing else 0.0
         ws.long_running.discard(ts)
         self.worker_loads.update(ws)
@@ -1152,6 +1161,7 @@ class SchedulerState:
                 assert cs in ts.who_wants, ("wants_what link", cs, ts)
         assert self.total_nthreads == sum(ws.nthreads for ws in self.workers.values())
         self.worker_loads.validate(self.workers.values())
+        assert self.n_processing == sum(len(ws.processing) for ws in self.workers.values()), "processing count"
         assert self.n_queued == sum(1 for ts in self.tasks.values() if ts.state == "queued"), "queued count"
         assert set(self.unrunnable) == {ts for ts in self.tasks.values() if ts.state == "no-worker"}, "unrunnable set"
         for ts in self.tasks.values():

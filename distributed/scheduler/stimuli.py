@@ -306,7 +306,7 @@ class SchedulerStimuli(SchedulerState):
         for ws in workers:
             if ws.status != Status.paused or "spill_disk_error" not in ws.metrics:
                 return False
-        return bool(self.n_queued or self.unrunnable or any(ws.processing for ws in workers))
+        return bool(self.n_queued or self.unrunnable or self.n_processing)
 
     def fail_tasks_stuck_on_full_disks(self, *, stimulus_id: str) -> Effects:
         """Err, with :class:`MemoryError`, the tasks that wait for workers paused on full memory and a failed disk.

@@ -143,7 +143,9 @@ def test_batched_send_close_timeout_ends_its_task(scheme: str) -> None:
                 await asyncio.Event().wait()
                 return await real_write(msg)
 
-            comm.write = stuck_write  # type: ignore[method-assign]  # a peer that never reads
+            # A peer that never reads: no write is taken at once, and none ends.
+            comm.write = stuck_write  # type: ignore[method-assign]
+            comm.write_nowait = stuck_write  # type: ignore[method-assign]
             bs.send("x")
             await asyncio.wait_for(blocked.wait(), 5)
             await bs.close(timeout=0.05)

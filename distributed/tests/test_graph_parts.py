@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Awaitable
 from typing import Any, Literal
 from unittest import mock
 
@@ -200,13 +201,19 @@ def record_writes(c: Client) -> list[list[Any]]:
     assert stream is not None and stream.comm is not None
     comm = stream.comm
     writes: list[list[Any]] = []
-    write = comm.write
+    write, write_nowait = comm.write, comm.write_nowait
 
-    async def recording_write(msg: Any, *args: Any, **kwargs: Any) -> int:
+    async def recording_write(msg: Any) -> int:
         writes.append(list(msg))
-        return await write(msg, *args, **kwargs)
+        return await write(msg)
 
-    comm.write = recording_write  # type: ignore[method-assign]  # a spy on this one comm
+    def recording_write_nowait(msg: Any) -> int | Awaitable[int]:
+        writes.append(list(msg))
+        return write_nowait(msg)
+
+    # Spies on this one comm (the stream writes with write_nowait).
+    comm.write = recording_write  # type: ignore[method-assign]
+    comm.write_nowait = recording_write_nowait  # type: ignore[method-assign]
     return writes
 
 
