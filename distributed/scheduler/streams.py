@@ -11,7 +11,6 @@ state machine without sockets.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import logging
 import sys
@@ -370,9 +369,11 @@ class SchedulerStreams:
         self._current_worker = ws
         s = self.scheduler
         try:
-            # One message (a heartbeat, one task-finished) has nothing to gather its sends with.
-            batch = isinstance(msgs, (list, tuple)) and len(msgs) > 1
-            with s.holding_sends() if batch else contextlib.nullcontext():
+            if isinstance(msgs, (list, tuple)) and len(msgs) > 1:
+                with s.holding_sends():
+                    s.dispatch_stream(msgs, ws.address, check)
+            else:
+                # One message (a heartbeat, one task-finished) has nothing to gather its sends with.
                 s.dispatch_stream(msgs, ws.address, check)
         finally:
             self._current_worker = None
