@@ -82,6 +82,7 @@ class BatchedSend:
         self.comm = comm
         self._loop = asyncio.get_running_loop()
         if self.buffer:
+            self._now = True  # whatever was queued before (held and lazy messages too) goes at once
             self._plan()
 
     def closed(self) -> bool:

@@ -222,6 +222,42 @@ def test_messages_sent_before_start_are_delivered(scheme: str) -> None:
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
+def test_messages_held_or_lazy_before_start_go_at_start(scheme: str) -> None:
+    async def main() -> None:
+        async with comm_pair(scheme) as (client, server):
+            recv = Receiver(server)
+            bs = BatchedSend(interval=10)  # nothing may wait out the interval here
+            bs.hold("held")
+            bs.send_lazy("lazy")
+            bs.start(client)
+            await async_poll_for(lambda: recv.messages == ["held", "lazy"], timeout=5)
+            await bs.close()
+
+    run_async(main)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_held_messages_wait_for_a_write_and_lazy_ones_make_one(scheme: str) -> None:
+    async def main() -> None:
+        async with comm_pair(scheme) as (client, server):
+            recv = Receiver(server)
+            bs = BatchedSend(interval=0.05)
+            bs.start(client)
+            bs.send("first")
+            await async_poll_for(lambda: recv.messages == ["first"], timeout=5)
+            bs.hold("held")
+            for _ in range(20):
+                await asyncio.sleep(0)
+            assert recv.messages == ["first"]
+            bs.send_lazy("lazy")
+            await async_poll_for(lambda: recv.messages == ["first", "held", "lazy"], timeout=5)
+            assert bs.batch_count == 2
+            await bs.close()
+
+    run_async(main)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
 def test_abort_drops_queue_and_closes(scheme: str) -> None:
     async def main() -> None:
         async with comm_pair(scheme) as (client, server):
