@@ -12,10 +12,11 @@ import asyncio
 import inspect
 import itertools
 import logging
+import operator
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 import dask.config
 from dask.utils import parse_timedelta
@@ -50,6 +51,7 @@ T = TypeVar("T")
 
 #: Keys gone through between two yields to the event loop while a retirement plans copies and waits for them.
 COPY_CHECK_SLICE = 5_000
+_NBYTES: Final = operator.attrgetter("nbytes")
 
 
 class ClusterRequests:
@@ -498,7 +500,8 @@ class ClusterRequests:
             present = [ws for ws in leaving if s.workers.get(ws.address) is ws and ws not in stuck]
             only: dict[WorkerState, list[TaskState]] = {}
             for ws in present:
-                keys = [ts for ts in ws.has_what if ts.state == "memory" and all(h in out for h in ts.who_has)]
+                # A copy of the keys (made in C) to pass over in slices: the worker's set changes meanwhile.
+                keys = [ts async for ts in _yielding(list(ws.has_what)) if ts.state == "memory" and ts.who_has <= out]
                 if keys:
                     only[ws] = keys
             if not only:
@@ -513,7 +516,7 @@ class ClusterRequests:
             plan: dict[WorkerState, dict[Key, list[str]]] = {}
             placed: set[TaskState] = set()
             largest_first = itertools.chain.from_iterable(
-                sorted(keys, key=lambda t: -t.nbytes) for keys in only.values()
+                sorted(keys, key=_NBYTES, reverse=True) for keys in only.values()
             )
             async for ts in _yielding(largest_first):
                 if ts in placed or ts.state != "memory":
@@ -527,8 +530,8 @@ class ClusterRequests:
             # A copy whose target left meanwhile is tried again elsewhere next round;
             # one refused or not landing in time on a worker still here is not.
             refused = {k for to, k in failed if s.workers.get(to.address) is to}
-            for ws, keys in only.items():
-                n_failed = sum(ts.key in refused and all(h in out for h in ts.who_has) for ts in keys)
+            for ws, keys in only.items() if refused else ():
+                n_failed = sum(ts.key in refused and ts.who_has <= out for ts in keys)
                 if n_failed:
                     stuck[ws] = f"{n_failed} of the only copies it holds did not reach another worker"
 
@@ -670,7 +673,11 @@ class ClusterRequests:
         failed: set[tuple[WorkerState, Key]] = set()
 
         for ws, who_has in plan.items():
-            nbytes = {k: max(s.tasks[k].nbytes, 0) for k in who_has if k in s.tasks}
+            nbytes: dict[Key, int] = {}
+            async for k in _yielding(list(who_has)):
+                ts = s.tasks.get(k)
+                if ts is not None:
+                    nbytes[k] = max(ts.nbytes, 0)
             bs = s.stream_comms.get(ws.address)
             try:
                 if bs is None:
@@ -679,7 +686,8 @@ class ClusterRequests:
                 bs.send(m.AcquireReplicas(op="acquire-replicas", who_has=who_has, nbytes=nbytes))
             except CommClosedError:
                 failed.update((ws, k) for k in who_has)
-        pending = {(ws, k) for ws, who_has in plan.items() for k in who_has} - failed
+        pending = {pair async for pair in _yielding((ws, k) for ws, who_has in plan.items() for k in who_has)}
+        pending -= failed
         patience = float(parse_timedelta(dask.config.get("distributed.comm.timeouts.tcp")) or 30)
         deadline = time.monotonic() + patience
         while pending:

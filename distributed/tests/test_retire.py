@@ -107,6 +107,40 @@ async def test_retire_with_many_keys_plans_and_waits_in_slices(
 
 
 @gen_cluster(client=True)
+async def test_retire_passes_over_the_keys_in_slices_before_it_asks_for_copies(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Finding the keys only the retiring worker holds, placing them and sizing each copy are each a
+    # pass over all its keys (500,000 held one worker's retirement up for most of a second): each
+    # lets the loop turn every COPY_CHECK_SLICE keys before the copies are asked for.
+    monkeypatch.setattr(scheduler_requests, "COPY_CHECK_SLICE", 7)
+    turns = 0
+    real_yield = scheduler_requests.yield_after_io
+
+    async def counting_yield() -> None:
+        nonlocal turns
+        turns += 1
+        await real_yield()
+
+    monkeypatch.setattr(scheduler_requests, "yield_after_io", counting_yield)
+    futures = c.map(inc, range(300), workers=[a.address], pure=False)
+    await wait(futures)
+    stream = s.stream_comms[b.address]
+    real_send = stream.send
+    turns_at_ask: list[int] = []
+
+    def spying_send(*msgs: Any) -> None:
+        if any(isinstance(msg, dict) and msg.get("op") == "acquire-replicas" for msg in msgs):
+            turns_at_ask.append(turns)
+        real_send(*msgs)
+
+    monkeypatch.setattr(stream, "send", spying_send)
+    assert list(await c.retire_workers([a.address])) == [a.address]
+    assert turns_at_ask and turns_at_ask[0] >= 3 * (300 // 7 - 1)
+    assert await c.gather(futures) == list(range(1, 301))
+
+
+@gen_cluster(client=True)
 async def test_retire_without_closing_keeps_the_worker_up(
     c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
 ) -> None:
