@@ -29,6 +29,7 @@ from distributed.protocol.messages import Key
 from distributed.protocol.serialize import Serialize
 from distributed.scheduler import requests as scheduler_requests
 from distributed.tests.test_cli import WORKER, Proc, poll_with_proc, procs, start_scheduler
+from distributed.utils import yield_after_io
 from distributed.utils_test import async_poll_for, gen_cluster, inc, poll_for, slowinc
 
 __all__ = ["procs"]  # the fixture, imported for the command-line tests
@@ -115,12 +116,11 @@ async def test_retire_passes_over_the_keys_in_slices_before_it_asks_for_copies(
     # lets the loop turn every COPY_CHECK_SLICE keys before the copies are asked for.
     monkeypatch.setattr(scheduler_requests, "COPY_CHECK_SLICE", 7)
     turns = 0
-    real_yield = scheduler_requests.yield_after_io
 
     async def counting_yield() -> None:
         nonlocal turns
         turns += 1
-        await real_yield()
+        await yield_after_io()
 
     monkeypatch.setattr(scheduler_requests, "yield_after_io", counting_yield)
     futures = c.map(inc, range(300), workers=[a.address], pure=False)
