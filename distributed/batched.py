@@ -113,10 +113,8 @@ class BatchedSend:
         CommClosedError
             When the stream is closed.
         """
-        self._enqueue(msgs)
-        self._urgent = True
-        self._now = True
-        self._plan()
+        self._now = True  # before send() plans the write (harmless if the stream is closed: nothing is written)
+        self.send(*msgs)
 
     def send_large(self, msg: Any) -> None:
         """Queue one large message (such as a part of a graph); no write carries two of them.
@@ -265,13 +263,16 @@ class BatchedSend:
             logger.error("Batched stream %s failed to write %d messages", self.name, count, exc_info=exc)
             if self.comm is not None:
                 self.comm.abort()
-        if self._drained is not None and not self._drained.done():
-            self._drained.set_result(None)  # what is left is lost with the stream
+        self._end_close_wait()  # what is left is lost with the stream
 
     def _note_drained(self) -> None:
-        drained = self._drained
-        if drained is not None and not drained.done() and self._writer is None and not self.buffer:
-            drained.set_result(None)
+        if self._writer is None and not self.buffer:
+            self._end_close_wait()
+
+    def _end_close_wait(self) -> None:
+        """Let :meth:`close` go on: all is written, or dropped."""
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
 
     async def close(self, timeout: float | None = None) -> None:
         """Flush what is queued, then close the comm.
@@ -322,5 +323,4 @@ class BatchedSend:
             self._writer.cancel()
         if self.comm is not None:
             self.comm.abort()
-        if self._drained is not None and not self._drained.done():
-            self._drained.set_result(None)
+        self._end_close_wait()

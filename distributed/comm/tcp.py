@@ -685,11 +685,18 @@ class TCPComm(Comm):
         p = self._protocol
         self._check_open()
         header, frames, lengths, total = self._framed(msg)
-        lock = p._write_lock
-        if total < _DIRECT_LIMIT and (lock is None or not lock.locked()) and not p._write_paused:
+        if self._may_write_whole(total) and not p._write_paused:
             self._write_now(header, frames, lengths, total)
             return total + len(header)
         return self._write_framed(header, frames, lengths, total)
+
+    def _may_write_whole(self, total: int) -> bool:
+        """Whether a message of ``total`` bytes may be handed to the transport whole, now.
+
+        Small, and no large message is being written part by part (it would be interleaved with it).
+        """
+        lock = self._protocol._write_lock
+        return total < _DIRECT_LIMIT and (lock is None or not lock.locked())
 
     def _framed(self, msg: Any) -> tuple[bytes, list[Frame], list[int], int]:
         """``msg``'s header, frames, their lengths and their total."""
@@ -708,7 +715,7 @@ class TCPComm(Comm):
     async def _write_framed(self, header: bytes, frames: list[Frame], lengths: list[int], total: int) -> int:
         p = self._protocol
         lock = p._write_lock
-        if total < _DIRECT_LIMIT and (lock is None or not lock.locked()):
+        if self._may_write_whole(total):
             # Written whole before anything is awaited: never interleaved with another message.
             self._write_now(header, frames, lengths, total)
         else:

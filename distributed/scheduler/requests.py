@@ -674,7 +674,7 @@ class ClusterRequests:
 
         for ws, who_has in plan.items():
             nbytes: dict[Key, int] = {}
-            async for k in _yielding(list(who_has)):
+            async for k in _yielding(who_has):  # the plan is this call's own: nothing changes it meanwhile
                 ts = s.tasks.get(k)
                 if ts is not None:
                     nbytes[k] = max(ts.nbytes, 0)
