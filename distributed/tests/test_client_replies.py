@@ -18,7 +18,7 @@ from distributed.core import Route, Server
 from distributed.protocol import messages as m
 from distributed.protocol.schema import MessageError
 from distributed.scheduler import Scheduler
-from distributed.utils_test import gen_cluster, gen_test, inc
+from distributed.utils_test import async_poll_for, gen_cluster, gen_test, inc
 from distributed.worker import Worker
 
 
@@ -61,15 +61,10 @@ async def test_get_data_reply_without_data(c: Client[Literal[True]], s: Schedule
 async def test_malformed_who_has_reply_during_fetch(c: Client[Literal[True]], s: Scheduler, a: Worker) -> None:
     f = c.submit(inc, 1, key="x")
     await c.wait_for_workers(1)
-    await asyncio.wait_for(_finished(f), 5)
+    await async_poll_for(lambda: f.status == "finished", timeout=5)
     answer(s, "who_has", {"x": 5})
     with pytest.raises(MessageError, match=r"'who_has' from the scheduler: entry 'x': expected a list, got int"):
         await asyncio.wait_for(f.result(), 5)
-
-
-async def _finished(f: Any) -> None:
-    while f.status != "finished":
-        await asyncio.sleep(0.01)
 
 
 @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)])

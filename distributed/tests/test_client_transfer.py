@@ -129,8 +129,8 @@ def test_a_fetch_waits_for_a_key_nobody_holds_any_more() -> None:
         transfer = FakeWorkers(link, {"w2": {"x": 7}}, dead={"w1"})
         fs = finished("x", ["w1"])
         fetch = asyncio.ensure_future(transfer.fetch(["x"], {"x": fs}))
-        while not link.asked:  # the fetch asks, then waits on the key's next report at once
-            await asyncio.sleep(0.001)
+        # The fetch asks, then waits on the key's next report at once.
+        await async_poll_for(lambda: bool(link.asked) or fetch.done(), timeout=5)
         assert not fetch.done() and fs.status == "pending"
         fs.finish(["w2"], None)  # the scheduler's next report
         return await asyncio.wait_for(fetch, 5)

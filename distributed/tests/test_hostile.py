@@ -19,6 +19,7 @@ import psutil
 import pytest
 
 from distributed import Client, Future, LocalCluster, Nanny
+from distributed.client import base as client_base
 from distributed.comm import CommClosedError, connect
 from distributed.core import Server, Status, send_recv
 from distributed.exceptions import FutureCancelledError
@@ -446,15 +447,25 @@ async def test_client_to_nothing_fails_within_its_timeout() -> None:
 
 
 @gen_test()
-async def test_client_waits_for_its_scheduler_file(tmp_path: Any) -> None:
+async def test_client_waits_for_its_scheduler_file(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     path = str(tmp_path / "scheduler.json")
+    looks: list[str | None] = []
+    read = client_base._read_scheduler_file
+
+    def counted_read(p: str) -> str | None:
+        looks.append(read(p))
+        return looks[-1]
+
+    monkeypatch.setattr(client_base, "_read_scheduler_file", counted_read)
 
     async def make_client() -> Client:
         return await Client(scheduler_file=path, timeout=20, asynchronous=True)
 
     pending = asyncio.ensure_future(make_client())
-    await asyncio.sleep(0.2)  # the client is waiting: no file yet
+    # The client is waiting: it looked for the file when made, and again while it waits, and found none.
+    await async_poll_for(lambda: len(looks) >= 2 or pending.done(), timeout=10)
     assert not pending.done()
+    assert looks[:2] == [None, None]
     async with Scheduler(host="127.0.0.1", port=0, dashboard=False, scheduler_file=path) as s:
         async with Worker(s.address, nthreads=1):
             c = await asyncio.wait_for(pending, 20)

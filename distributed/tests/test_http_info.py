@@ -200,7 +200,7 @@ async def test_a_worker_that_does_not_answer_is_reported(
     monkeypatch.setattr(scheduler_info, "WORKER_TIMEOUT", 0.5)
 
     async def slow_logs(comm: Any, msg: m.GetLogs) -> list[Any]:
-        await asyncio.sleep(5)
+        await asyncio.sleep(5)  # a worker slower than the page waits for
         return []
 
     a.handlers["get_logs"] = Route(m.GetLogs, slow_logs)

@@ -36,7 +36,7 @@ def hold_memory(nbytes: int) -> int:
     block = bytearray(nbytes)
     for i in range(0, nbytes, 4096):
         block[i] = 1  # touch every page, so it counts as resident
-    time.sleep(30)
+    time.sleep(30)  # holds the memory until the nanny kills the worker for it
     return len(block)
 
 

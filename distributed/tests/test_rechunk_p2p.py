@@ -319,7 +319,7 @@ def test_rechunk_p2p_output_chunks_go_to_workers_in_contiguous_blocks(client: Cl
 
 
 def slow_copy(block: np.ndarray) -> np.ndarray:
-    time.sleep(0.1)
+    time.sleep(0.1)  # the task's own work: slow inputs keep the shuffle under way when a worker is killed
     return block.copy()
 
 

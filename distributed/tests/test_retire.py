@@ -605,6 +605,7 @@ class HoldStart(WorkerPlugin):
         self.path = path
 
     async def setup(self, worker: Worker) -> None:
+        # Not a wait for something to happen: the test never writes the file, so the start stays held until SIGTERM.
         while worker.name == "leaving" and not os.path.exists(self.path):
             await asyncio.sleep(0.02)
 

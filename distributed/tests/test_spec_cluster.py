@@ -126,12 +126,12 @@ async def test_closing_the_cluster_during_a_scale_down_waits_for_the_leaving_wor
         assert isinstance(s, Scheduler)
         retiring = asyncio.Event()
         if stage == "retiring":
-            # Hold the retirement up, so that the cancellation comes while it runs.
+            # Hold the retirement up until the cluster closes, so that the cancellation comes while it runs.
             route = s.handlers["retire_workers"]
 
             async def slow_retire(comm: Any, msg: Any) -> Any:
                 retiring.set()
-                await asyncio.sleep(0.5)
+                await async_poll_for(lambda: cluster.status in (Status.closing, Status.closed), timeout=10)
                 return await route.func(comm, msg)
 
             s.handlers["retire_workers"] = dataclasses.replace(route, func=slow_retire)

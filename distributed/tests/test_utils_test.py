@@ -87,7 +87,7 @@ def test_run_async_returns_and_cleans_up() -> None:
     started: list[asyncio.Task[Any]] = []
 
     async def main() -> int:
-        started.append(asyncio.create_task(asyncio.sleep(60)))
+        started.append(asyncio.create_task(asyncio.sleep(60)))  # still pending when main returns
         return 7
 
     assert run_async(main) == 7
@@ -95,12 +95,14 @@ def test_run_async_returns_and_cleans_up() -> None:
 
 
 def test_run_async_fails_on_errors_the_loop_reports() -> None:
-    def boom() -> None:
+    def boom(ran: asyncio.Event) -> None:
+        ran.set()
         raise RuntimeError("in a callback")
 
     async def main() -> None:
-        asyncio.get_running_loop().call_soon(boom)
-        await asyncio.sleep(0.01)
+        ran = asyncio.Event()
+        asyncio.get_running_loop().call_soon(boom, ran)
+        await asyncio.wait_for(ran.wait(), 5)  # the callback ran (and raised) before main returns
 
     with pytest.raises(pytest.fail.Exception, match="in a callback"):
         run_async(main)

@@ -84,7 +84,7 @@ async def test_worker_story_and_validation(c: Client, s: Scheduler, a: Worker, b
 
 
 async def async_task(x: int) -> int:
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0.01)  # the task's own work: it suspends, so the worker must await it
     return x + 1
 
 
