@@ -40,6 +40,7 @@ __all__ = [
     "LoopTurns",
     "SyncMethodMixin",
     "TimeoutError",
+    "call_after_io",
     "format_bytes",
     "format_dashboard_link",
     "funcname",
@@ -563,6 +564,18 @@ async def yield_after_io() -> None:
         timer.cancel()
 
 
+def call_after_io(callback: Callable[[], object]) -> asyncio.TimerHandle:
+    """Call ``callback`` once the event loop has served what is ready to read now, and the tasks that wakes.
+
+    The callback's counterpart of :func:`yield_after_io`: a timer due now runs
+    after the turn's reads, and the callback it schedules runs behind the
+    tasks they woke (a request's handler among them).  Cancelling the handle
+    returned stops it only until the timer has run.
+    """
+    loop = asyncio.get_running_loop()
+    return loop.call_at(loop.time(), loop.call_soon, callback)
+
+
 class LoopTurns:
     """Lets the event loop turn (:func:`yield_after_io`) once work done in pieces has held it ``budget`` seconds.
 
@@ -587,8 +600,12 @@ class LoopTurns:
     async def maybe(self) -> None:
         """Let the loop turn if the work since the last turn (or since this was made) took ``budget``."""
         if time.perf_counter() - self._since >= self.budget:
-            await yield_after_io()
-            self._since = time.perf_counter()
+            await self.now()
+
+    async def now(self) -> None:
+        """Let the loop turn now: for work this does not see, such as reading what comes next."""
+        await yield_after_io()
+        self._since = time.perf_counter()
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

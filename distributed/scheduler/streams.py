@@ -24,9 +24,10 @@ from distributed.config import get_interval
 from distributed.core import Route, Status, StreamRoute, error_message
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
+from distributed.scheduler.graph import INGEST_SLICE
 from distributed.scheduler.rebalance import recent_to_old_time
 from distributed.scheduler.records import ClientState, WorkerState
-from distributed.utils import LoopTurns, yield_after_io
+from distributed.utils import LoopTurns, call_after_io, yield_after_io
 from distributed.versions import error_message as version_mismatch
 from distributed.versions import get_versions
 
@@ -37,8 +38,15 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["LargeStateGC", "SchedulerStreams"]
 
-#: Messages of a worker's batch handled between two yields to the event loop.
-_BATCH_SLICE = 1000
+#: Messages of a worker's batch handled between two yields to the event loop: one or two milliseconds
+#: of results while a large graph comes in.
+_BATCH_SLICE = 100
+
+#: Seconds of handling a worker's stream takes before its next messages wait for a later turn of the
+#: event loop (see ``SchedulerStreams._worker_stream``).  One read of a busy worker's stream brings
+#: many batches: handled in one go, each of two workers held the loop 10 to 25 ms a turn while a
+#: large graph came in, and a request waited for both.
+WORKER_TURN_BUDGET = 0.003
 
 #: Tasks between two freezes of the garbage collector's view (see LargeStateGC):
 #: a full collection then visits about ten thousand tasks' objects (a few milliseconds).
@@ -58,7 +66,7 @@ RELEASE_SLICE = 2000
 STEP_BUDGET = 0.002
 
 #: Allocations between two collections of the youngest generation while the state is frozen (see LargeStateGC).
-LARGE_STATE_GEN0 = 10_000
+LARGE_STATE_GEN0 = 5_000
 
 #: What a connected worker weighs in :class:`LargeStateGC`'s count, in tasks: its record, its
 #: stream (comm, transport, protocol, writer, reader) and their coroutines are some seventy
@@ -100,7 +108,9 @@ class LargeStateGC:
     the cost per object stays, but a collection every 700 objects also
     brings a middle collection every 7,000 and a full one every 70,000,
     which together took a fifth of the scheduler's time with 10,000 workers.
-    A young collection then lasts about 15 ms.  The threshold the process
+    A young collection then lasts 5 to 8 ms; at 10,000 allocations it lasted
+    10 to 17 ms while a large graph came in with workers running it, and
+    requests waited for it on top of the slices.  The threshold the process
     had is put back when everything is thawed.
     """
 
@@ -313,17 +323,28 @@ class SchedulerStreams:
     async def _worker_stream(self, comm: Comm, address: str) -> None:
         s = self.scheduler
         check = s.validate or not comm.same_process
+        # Seconds handling this stream took since it last waited for a turn of the loop.
+        spent = 0.0
 
         def handle(msgs: Any) -> bool:
             # Called as each batch arrives (Comm.read_each): with 10,000 workers each sending a message at a
             # time, a task woken and a future made per message, and the young collections of the garbage
             # they left, were a fifth of the scheduler's time.
+            nonlocal spent
             ws = s.workers.get(address)
             if ws is None:
                 return False
             ws.last_seen = time.time()
             if not isinstance(msgs, (list, tuple)) or len(msgs) <= _BATCH_SLICE:
+                start = time.perf_counter()
                 self._dispatch_from(ws, msgs, check)
+                spent += time.perf_counter() - start
+                if spent >= WORKER_TURN_BUDGET:
+                    # The messages left of this read (and what comes meanwhile) wait until the loop has
+                    # served the reads of its next turn, and the requests they brought.
+                    spent = 0.0
+                    comm.hold_messages()
+                    call_after_io(comm.release_messages)
                 return True
             # A long batch (a worker that finished thousands of tasks while we were busy) is handled in
             # slices, letting others in; this worker's next messages wait for its end.
@@ -570,10 +591,17 @@ class SchedulerStreams:
         (``turns``): a small graph (a ``submit``) costs no turn of its own.
         """
         route = self.scheduler.stream_handlers[op]
+        items = msg.get("tasks") or msg.get("keys")
+        if isinstance(items, (dict, list, tuple)) and len(items) > INGEST_SLICE:
+            # Reading it took some milliseconds (3 to 13 for a graph's part of 2,000 tasks), not counted by
+            # ``turns``: the read ended the wait that came before.
+            await turns.now()
         problem = route.check(msg) if check else None
         if problem is not None:
             logger.warning("Dropping malformed %r message from %s: %s", op, origin, problem)
             return
+        if check:
+            await turns.maybe()  # checking a graph's part of 2,000 tasks takes some milliseconds
         try:
             for _ in steps(msg):
                 await turns.maybe()

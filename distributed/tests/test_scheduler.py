@@ -534,13 +534,20 @@ async def test_large_graph_is_added_in_slices_with_the_loop_running_between(
     assert sum(await c.gather(futures)) == sum(range(1, len(futures) + 1))
 
 
+def _raw_identity_request() -> bytes:
+    """An ``identity`` request as the bytes of one framed message, to send over a plain socket."""
+    from distributed.protocol.framing import dumps
+
+    frames = dumps({"op": "identity", "reply": False})
+    return struct.pack(f"<{len(frames) + 1}Q", len(frames), *map(len, frames)) + b"".join(frames)
+
+
 @gen_cluster(client=True)
 async def test_a_request_that_comes_during_a_slice_is_answered_before_the_next(
     c: Client, s: Scheduler, a: Worker, b: Worker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Before, it waited for two more slices: the next slice ran ahead of the turn's reads."""
     from distributed.core import Route
-    from distributed.protocol.framing import dumps
 
     events: list[str] = []
     identity = s.handlers["identity"]
@@ -550,8 +557,7 @@ async def test_a_request_that_comes_during_a_slice_is_answered_before_the_next(
         return identity.func(comm, msg)
 
     s.handlers["identity"] = Route(identity.schema, answering)
-    frames = dumps({"op": "identity", "reply": False})
-    request = struct.pack(f"<{len(frames) + 1}Q", len(frames), *map(len, frames)) + b"".join(frames)
+    request = _raw_identity_request()
     host, port = s.address.removeprefix("tcp://").rsplit(":", 1)
     with socket.create_connection((host, int(port))) as sock:
         sock.sendall(request)  # the scheduler takes the connection and waits for what follows
@@ -565,6 +571,63 @@ async def test_a_request_that_comes_during_a_slice_is_answered_before_the_next(
 
         await _map_in_slices(c, s, monkeypatch, on_slice)
         assert events == ["slice", "answered", "slice", "slice"]
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)])
+async def test_a_worker_stream_past_its_turn_budget_lets_a_request_in_before_its_next_message(
+    c: Client, s: Scheduler, a: Worker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, every message of one read from a worker's stream was handled before anything else."""
+    from distributed.core import Route, StreamRoute
+    from distributed.scheduler import streams
+
+    monkeypatch.setattr(streams, "WORKER_TURN_BUDGET", 0.0)
+    events: list[str] = []
+    identity = s.handlers["identity"]
+
+    def answering(comm: Any, msg: Any) -> Any:
+        events.append("answered")
+        return identity.func(comm, msg)
+
+    s.handlers["identity"] = Route(identity.schema, answering)
+    request = _raw_identity_request()
+    host, port = s.address.removeprefix("tcp://").rsplit(":", 1)
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall(request)  # the scheduler takes the connection and waits for what follows
+        await async_poll_for(lambda: events == ["answered"], timeout=10)
+        events.clear()
+
+        def on_keep_alive(msg: Any) -> None:
+            events.append("stream")
+            if len(events) == 1:
+                sock.sendall(request)  # in the scheduler's socket before this message's handling ends
+
+        s.stream_handlers["keep-alive"] = StreamRoute(m.KeepAlive, on_keep_alive)
+        assert a.batched_stream is not None and a.batched_stream.comm is not None
+        comm = a.batched_stream.comm
+        # Two messages written at once: the scheduler reads them in one go.
+        for _ in range(2):
+            written = comm.write_nowait([m.KeepAlive(op="keep-alive")])
+            if not isinstance(written, int):
+                await written
+        await async_poll_for(lambda: len(events) == 3, timeout=10)
+        assert events == ["stream", "answered", "stream"]
+    assert await c.submit(inc, 1) == 2
+
+
+@gen_cluster(client=True)
+async def test_results_handled_a_turn_budget_at_a_time_all_arrive_in_order(
+    c: Client, s: Scheduler, a: Worker, b: Worker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every message of a worker's stream waits for a turn of the loop: none is lost or reordered."""
+    from distributed.scheduler import streams
+
+    monkeypatch.setattr(streams, "WORKER_TURN_BUDGET", 0.0)
+    monkeypatch.setattr(streams, "_BATCH_SLICE", 3)
+    futures = c.map(inc, range(300), pure=False)
+    assert await c.gather(futures) == list(range(1, 301))
+    total = c.submit(sum, futures)
+    assert await total == sum(range(1, 301))
 
 
 @gen_cluster(client=True)

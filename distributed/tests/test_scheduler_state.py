@@ -1081,11 +1081,14 @@ def test_graph_in_slices_ends_as_one_update_graph(no_queuing: None) -> None:
     whole.update_graph("c1", graph, keys)
     s = new_scheduler()
     outs = []
+    made = []
     for out in s.update_graph_slices("c1", graph, keys, size=10):
         outs.append(check(s, out))
-    assert len(outs) == 3
+        made.append(len(s.tasks))
+    # The graph is checked and cut in a step of its own, which makes no task; then three slices.
+    assert made == [0, 10, 20, 25]
     # Each slice hands out its own tasks; together they are the whole graph, with the same priorities.
-    assert [len(o.clients.get("c1", [])) for o in outs] == [0, 0, 0]
+    assert [len(o.clients.get("c1", [])) for o in outs] == [0, 0, 0, 0]
     assert set(s.tasks) == set(whole.tasks)
     assert [s.tasks[k].priority[1:] for k in keys] == [whole.tasks[k].priority[1:] for k in keys]
     assert len({s.tasks[k].priority for k in keys}) == 25
@@ -1102,7 +1105,8 @@ def test_graph_in_slices_holds_tasks_nobody_wants_until_the_last_slice(no_queuin
     s = new_scheduler()
     check(s, s.add_worker_state(A, 1))
     steps = s.update_graph_slices("c1", graph, [keys[-1]], size=10)
-    check(s, next(steps))
+    check(s, next(steps))  # checked and cut
+    check(s, next(steps))  # the first slice
     assert s.tasks["inc-0"].state == "processing"
     check(s, s.task_finished(A, done("inc-0", s.tasks["inc-0"].run_id), "finish"))
     # Nobody wants inc-0 yet but inc-1 needs it: it stays in memory.
