@@ -71,7 +71,7 @@ __all__ = [
 
 def graph_chunk_size() -> int:
     """Tasks per ``update-graph`` message (``distributed.client.graph-chunk-size``, at least 1)."""
-    return max(int(dask.config.get("distributed.client.graph-chunk-size", 2000)), 1)
+    return max(int(dask.config.get("distributed.client.graph-chunk-size", 1000)), 1)
 
 
 def worker_list(workers: Any) -> list[str] | None:

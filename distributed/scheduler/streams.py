@@ -593,7 +593,7 @@ class SchedulerStreams:
         route = self.scheduler.stream_handlers[op]
         items = msg.get("tasks") or msg.get("keys")
         if isinstance(items, (dict, list, tuple)) and len(items) > INGEST_SLICE:
-            # Reading it took some milliseconds (3 to 13 for a graph's part of 2,000 tasks), not counted by
+            # Reading it took some milliseconds (2 to 8 for a graph's part of 1,000 tasks), not counted by
             # ``turns``: the read ended the wait that came before.
             await turns.now()
         problem = route.check(msg) if check else None
@@ -601,7 +601,7 @@ class SchedulerStreams:
             logger.warning("Dropping malformed %r message from %s: %s", op, origin, problem)
             return
         if check:
-            await turns.maybe()  # checking a graph's part of 2,000 tasks takes some milliseconds
+            await turns.maybe()  # checking a graph's part of 1,000 tasks takes some milliseconds
         try:
             for _ in steps(msg):
                 await turns.maybe()
