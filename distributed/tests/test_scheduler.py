@@ -10,7 +10,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -534,22 +534,16 @@ async def test_large_graph_is_added_in_slices_with_the_loop_running_between(
     assert sum(await c.gather(futures)) == sum(range(1, len(futures) + 1))
 
 
-def _raw_identity_request() -> bytes:
-    """An ``identity`` request as the bytes of one framed message, to send over a plain socket."""
+@contextlib.asynccontextmanager
+async def _identity_requests(s: Scheduler, events: list[str]) -> AsyncIterator[Callable[[], None]]:
+    """A plain connection to ``s``, whose ``identity`` requests add "answered" to ``events`` as they are handled.
+
+    Yields what sends one more request.  The connection's first request is
+    answered (and its event cleared) before this yields.
+    """
+    from distributed.core import Route
     from distributed.protocol.framing import dumps
 
-    frames = dumps({"op": "identity", "reply": False})
-    return struct.pack(f"<{len(frames) + 1}Q", len(frames), *map(len, frames)) + b"".join(frames)
-
-
-@gen_cluster(client=True)
-async def test_a_request_that_comes_during_a_slice_is_answered_before_the_next(
-    c: Client, s: Scheduler, a: Worker, b: Worker, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Before, it waited for two more slices: the next slice ran ahead of the turn's reads."""
-    from distributed.core import Route
-
-    events: list[str] = []
     identity = s.handlers["identity"]
 
     def answering(comm: Any, msg: Any) -> Any:
@@ -557,17 +551,28 @@ async def test_a_request_that_comes_during_a_slice_is_answered_before_the_next(
         return identity.func(comm, msg)
 
     s.handlers["identity"] = Route(identity.schema, answering)
-    request = _raw_identity_request()
+    frames = dumps({"op": "identity", "reply": False})
+    request = struct.pack(f"<{len(frames) + 1}Q", len(frames), *map(len, frames)) + b"".join(frames)
     host, port = s.address.removeprefix("tcp://").rsplit(":", 1)
     with socket.create_connection((host, int(port))) as sock:
         sock.sendall(request)  # the scheduler takes the connection and waits for what follows
         await async_poll_for(lambda: events == ["answered"], timeout=10)
         events.clear()
+        yield lambda: sock.sendall(request)
+
+
+@gen_cluster(client=True)
+async def test_a_request_that_comes_during_a_slice_is_answered_before_the_next(
+    c: Client, s: Scheduler, a: Worker, b: Worker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, it waited for two more slices: the next slice ran ahead of the turn's reads."""
+    events: list[str] = []
+    async with _identity_requests(s, events) as send_request:
 
         def on_slice(tasks: list[Any]) -> None:
             events.append("slice")
             if len(events) == 1:
-                sock.sendall(request)  # in the scheduler's socket before the slice ends
+                send_request()  # in the scheduler's socket before the slice ends
 
         await _map_in_slices(c, s, monkeypatch, on_slice)
         assert events == ["slice", "answered", "slice", "slice"]
@@ -578,29 +583,17 @@ async def test_a_worker_stream_past_its_turn_budget_lets_a_request_in_before_its
     c: Client, s: Scheduler, a: Worker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Before, every message of one read from a worker's stream was handled before anything else."""
-    from distributed.core import Route, StreamRoute
+    from distributed.core import StreamRoute
     from distributed.scheduler import streams
 
     monkeypatch.setattr(streams, "WORKER_TURN_BUDGET", 0.0)
     events: list[str] = []
-    identity = s.handlers["identity"]
-
-    def answering(comm: Any, msg: Any) -> Any:
-        events.append("answered")
-        return identity.func(comm, msg)
-
-    s.handlers["identity"] = Route(identity.schema, answering)
-    request = _raw_identity_request()
-    host, port = s.address.removeprefix("tcp://").rsplit(":", 1)
-    with socket.create_connection((host, int(port))) as sock:
-        sock.sendall(request)  # the scheduler takes the connection and waits for what follows
-        await async_poll_for(lambda: events == ["answered"], timeout=10)
-        events.clear()
+    async with _identity_requests(s, events) as send_request:
 
         def on_keep_alive(msg: Any) -> None:
             events.append("stream")
             if len(events) == 1:
-                sock.sendall(request)  # in the scheduler's socket before this message's handling ends
+                send_request()  # in the scheduler's socket before this message's handling ends
 
         s.stream_handlers["keep-alive"] = StreamRoute(m.KeepAlive, on_keep_alive)
         assert a.batched_stream is not None and a.batched_stream.comm is not None
