@@ -69,6 +69,7 @@ __all__ = [
     "sync",
     "unsupported",
     "wait_for",
+    "write_json_whole",
     "yield_after_io",
 ]
 
@@ -562,6 +563,27 @@ async def yield_after_io() -> None:
         await done
     finally:
         timer.cancel()
+
+
+def write_json_whole(path: str, obj: Any, default: Callable[[Any], Any] | None = None) -> None:
+    """Write ``obj`` as JSON to ``path``, so that a reader polling for the file finds it whole.
+
+    Written beside it under another name, then renamed over it: a client or
+    worker waiting for a scheduler file never reads it empty or cut short.
+    ``default`` is :func:`json.dump`'s.
+    """
+    import json
+    import uuid
+
+    partial = f"{path}.{uuid.uuid4().hex}.partial"
+    try:
+        with open(partial, "w") as f:
+            json.dump(obj, f, indent=2, default=default)
+        os.replace(partial, path)
+    except BaseException:
+        if os.path.exists(partial):
+            os.remove(partial)
+        raise
 
 
 def call_after_io(callback: Callable[[], object]) -> asyncio.TimerHandle:

@@ -70,7 +70,7 @@ from distributed.protocol.schema import checker
 from distributed.protocol.serialize import Serialize, unwrap
 from distributed.security import Security
 from distributed.task_context import context_worker
-from distributed.utils import wait_for
+from distributed.utils import wait_for, write_json_whole
 from distributed.widgets import SchedulerInfo
 
 if TYPE_CHECKING:
@@ -711,11 +711,8 @@ class Client(ClientDebugging[AsyncT]):
         self.scheduler_file = scheduler_file
 
         async def write() -> None:
-            import json
-
             info = await self.scheduler_info(asynchronous=True)
-            with open(scheduler_file, "w") as f:
-                json.dump(info, f, indent=2, default=str)
+            write_json_whole(scheduler_file, info, default=str)
 
         return write
 

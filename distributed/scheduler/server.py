@@ -58,7 +58,7 @@ from distributed.scheduler.state import SchedulerState
 from distributed.scheduler.streams import SchedulerStreams
 from distributed.security import Security, coerce_security
 from distributed.system import raise_open_file_limit
-from distributed.utils import refuse_unsupported, unsupported, wait_for
+from distributed.utils import refuse_unsupported, unsupported, wait_for, write_json_whole
 from distributed.utils_comm import retry_settings
 
 if TYPE_CHECKING:
@@ -350,11 +350,8 @@ class Scheduler(GraphIngestion, Server):
         logger.debug("Scheduler at: %s", self.address)
 
     def write_scheduler_file(self, path: str) -> None:
-        """Write this scheduler's identity as JSON to ``path``."""
-        import json
-
-        with open(path, "w") as f:
-            json.dump(self.identity(), f, indent=2)
+        """Write this scheduler's identity as JSON to ``path`` (whole, for whoever polls for it)."""
+        write_json_whole(path, self.identity())
         self._wrote_scheduler_file = True
 
     async def _close(self) -> None:

@@ -8,6 +8,7 @@ import logging
 import socket
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,6 +29,7 @@ from distributed.utils import (
     open_port,
     sync,
     wait_for,
+    write_json_whole,
     yield_after_io,
 )
 
@@ -488,3 +490,28 @@ def test_small_helpers_downstream_code_imports() -> None:
     assert has_arg(lambda x, y=1: x, "y") and has_arg(lambda **kw: 0, "anything")
     assert not has_arg(lambda x: x, "y") and not has_arg(len, "x")
     assert is_kernel() is False
+
+
+def test_a_json_file_appears_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before, the file was there, empty, while it was written: a reader polling for it could read nothing."""
+    import json
+
+    path = tmp_path / "scheduler.json"
+    there_while_written: list[bool] = []
+    dump = json.dump
+
+    def watched_dump(obj: Any, f: Any, **kwargs: Any) -> None:
+        there_while_written.append(path.exists())
+        dump(obj, f, **kwargs)
+
+    monkeypatch.setattr(json, "dump", watched_dump)
+    write_json_whole(str(path), {"address": "tcp://10.0.0.1:8786", "when": threading.Lock}, default=repr)
+    assert there_while_written == [False]
+    assert json.loads(path.read_text())["address"] == "tcp://10.0.0.1:8786"
+    write_json_whole(str(path), {"address": "tcp://10.0.0.2:8786"})  # over the old one, whole too
+    assert there_while_written == [False, True]
+    assert json.loads(path.read_text()) == {"address": "tcp://10.0.0.2:8786"}
+    assert [p.name for p in tmp_path.iterdir()] == ["scheduler.json"]  # nothing left beside it
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        write_json_whole(str(tmp_path / "bad.json"), {"x": object()})
+    assert [p.name for p in tmp_path.iterdir()] == ["scheduler.json"]
