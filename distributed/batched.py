@@ -152,7 +152,9 @@ class BatchedSend:
 
         They ride along with the next write; a later :meth:`send_lazy` (with
         or without messages) schedules one.  For a sender that makes many
-        such messages in steps (a large release) and wants them in one write.
+        such messages in steps (a large release) and wants them in one write:
+        it may add to a message it held while that is still the last of
+        :attr:`buffer` (nothing was queued after it, nothing written).
 
         Raises
         ------
@@ -160,14 +162,6 @@ class BatchedSend:
             When the stream is closed.
         """
         self._enqueue(msgs)
-
-    def last_queued(self) -> Any:
-        """The message queued last and not written yet, or None.
-
-        A sender that queues messages with :meth:`hold` may add to the last
-        one while it is still this (nothing was queued after it, nothing written).
-        """
-        return self.buffer[-1] if self.buffer else None
 
     def _enqueue(self, msgs: tuple[Any, ...]) -> None:
         if self._closing or (self.comm is not None and self.comm.closed()):

@@ -15,6 +15,7 @@ one is at hand and a worker's load changes in O(1).  Workers that do not run
 from __future__ import annotations
 
 import operator
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
@@ -32,12 +33,19 @@ def load_of(ws: WorkerState) -> int:
 
 
 class _Buckets:
-    """The workers of one thread count by load: load -> workers (insertion-ordered), and each worker's load."""
+    """The workers of one thread count by load: load -> workers (insertion-ordered), and each worker's load.
+
+    A bucket is an ``OrderedDict``, not a dict: workers leave a bucket from its
+    front as they get work, and a dict keeps the slots of deleted entries until
+    it is resized, so finding its first worker walked past every worker that
+    left it since (with 10,000 workers, some microseconds per task placed).
+    An ``OrderedDict`` finds its first entry through its links.
+    """
 
     __slots__ = ("buckets", "loads", "low")
 
     def __init__(self) -> None:
-        self.buckets: dict[int, dict[WorkerState, None]] = {}
+        self.buckets: dict[int, OrderedDict[WorkerState, None]] = {}
         self.loads: dict[WorkerState, int] = {}
         #: At most the lowest load of a bucket (raised lazily to it when looked for).
         self.low = 0
@@ -46,7 +54,7 @@ class _Buckets:
         self.loads[ws] = load
         bucket = self.buckets.get(load)
         if bucket is None:
-            bucket = self.buckets[load] = {}
+            bucket = self.buckets[load] = OrderedDict()
         bucket[ws] = None
         if load < self.low:
             self.low = load

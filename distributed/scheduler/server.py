@@ -220,8 +220,8 @@ class Scheduler(GraphIngestion, Server):
         #: While frees are held (see :meth:`holding_frees`): the workers whose ``free-keys`` wait in their
         #: stream's buffer.
         self._lazy_held: set[str] | None = None
-        #: The ``free-keys`` held last for each worker (see :meth:`_hold_free`).
-        self._held_free_msgs: dict[str, tuple[m.FreeKeys, list[Key]]] = {}
+        #: The ``free-keys`` held last for each worker (see :meth:`_hold_frees`).
+        self._held_free_msgs: dict[str, m.FreeKeys] = {}
         #: Recent events by topic and the clients subscribed to topics.
         self.event_log = EventLog(self)
         self.metadata_store = MetadataStore()
@@ -615,29 +615,47 @@ class Scheduler(GraphIngestion, Server):
         finally:
             self._lazy_held = outer
 
-    def _hold_free(self, bs: BatchedSend, addr: str, keys: list[Key]) -> None:
-        """Hold a ``free-keys`` of ``keys`` in ``bs``, joined to the one held before if nothing came after it.
+    def _hold_frees(self, free: Mapping[str, list[Key]], held: set[str]) -> None:
+        """Hold a ``free-keys`` of each worker's keys in its stream, joined to the one held before if nothing came after it.
 
         A client's release is handled a slice of keys at a time, and with
         thousands of workers most slices free a key or two on each: one message
         each was 86,000 ``free-keys`` for a 100,000-task map over 10,000 workers.
+        This loop runs once per worker per slice (some 100,000 times for that
+        map), so it keeps to a lookup and a join for a worker held before.
         """
-        last = self._held_free_msgs.get(addr)
-        if last is not None and bs.last_queued() is last[0]:
-            last[1].extend(keys)
-            return
-        joined = list(keys)  # its own list: later slices' keys join it
-        msg = m.FreeKeys(op="free-keys", keys=joined)
-        bs.hold(msg)
-        self._held_free_msgs[addr] = (msg, joined)
+        streams = self.stream_comms
+        held_msgs = self._held_free_msgs
+        for addr, keys in free.items():
+            bs = streams.get(addr)
+            if bs is None or not keys:
+                continue
+            last = held_msgs.get(addr)
+            if last is not None:
+                buffer = bs.buffer  # still the last message queued: nothing was queued after it, nothing written
+                if buffer and buffer[-1] is last:
+                    last["keys"].extend(keys)
+                    continue
+            msg = m.FreeKeys(op="free-keys", keys=list(keys))  # its own list: later slices' keys join it
+            try:
+                bs.hold(msg)
+            except CommClosedError:
+                continue
+            held_msgs[addr] = msg
+            held.add(addr)
 
     def send_held_frees(self, held: set[str]) -> None:
         """Have the ``free-keys`` held for the workers in ``held`` written (within their streams' interval)."""
+        streams = self.stream_comms
+        held_msgs = self._held_free_msgs
         for addr in held:
-            self._held_free_msgs.pop(addr, None)
-            bs = self.stream_comms.get(addr)
-            if bs is not None and not bs.closed():
-                bs.send_lazy()
+            held_msgs.pop(addr, None)
+            bs = streams.get(addr)
+            if bs is not None:
+                try:
+                    bs.send_lazy()
+                except CommClosedError:
+                    pass  # what it held is lost with the stream
         held.clear()
 
     @property
@@ -660,18 +678,17 @@ class Scheduler(GraphIngestion, Server):
                 except CommClosedError:
                     logger.debug("Worker %s stream closed; dropping %d messages", addr, len(msgs))
         lazy_held = self._lazy_held
-        for addr, keys in out.free.items():
-            bs = self.stream_comms.get(addr)
-            if bs is not None and keys:
-                # After this stimulus's compute-tasks, and without hurrying them.
-                try:
-                    if lazy_held is None:
+        if lazy_held is not None:
+            self._hold_frees(out.free, lazy_held)
+        else:
+            for addr, keys in out.free.items():
+                bs = self.stream_comms.get(addr)
+                if bs is not None and keys:
+                    # After this stimulus's compute-tasks, and without hurrying them.
+                    try:
                         bs.send_lazy(m.FreeKeys(op="free-keys", keys=keys))
-                    else:
-                        self._hold_free(bs, addr, keys)
-                        lazy_held.add(addr)
-                except CommClosedError:
-                    pass
+                    except CommClosedError:
+                        pass
         for client, client_msgs in out.clients.items():
             cbs = self.client_comms.get(client)
             if cbs is not None:
