@@ -38,11 +38,20 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["LargeStateGC", "SchedulerStreams"]
 
-#: Messages of a worker's long batch handled between two yields to the event loop.  While a large graph
-#: comes in with workers running it, a task-finished takes 100 to 400 us: with slices of 100, a 1M-task
-#: map took 45 to 48 s to come in with two workers running it, 31 to 35 s with 25 (the client's steps get
-#: more of the loop), and round trips while it then ran were 23 to 32 ms at longest, 14 with 25.
-_BATCH_SLICE = 25
+#: Messages of a worker's long batch handled between two yields to the event loop: one or two
+#: milliseconds of results, while the scheduler holds fewer than :data:`LARGE_STATE_TASKS` tasks.
+_BATCH_SLICE = 100
+
+#: :data:`_BATCH_SLICE` while the scheduler holds more tasks than :data:`LARGE_STATE_TASKS`.  With a
+#: large state a task-finished takes 100 to 400 us: while a 1M-task map came in with two workers
+#: running it, a slice of 100 held the loop some 10 ms, the graph took 45 to 48 s to come in (31 to 35
+#: with 25: the client's steps get more of the loop), and round trips while the map then ran were 23 to
+#: 32 ms at longest (14 with 25).  With a small state, 25 messages take some 0.3 ms, and a turn after
+#: every 25 cost its results 3 to 6 % more CPU.
+_LARGE_STATE_BATCH_SLICE = 25
+
+#: Tasks held past which the scheduler's state counts as large for :data:`_LARGE_STATE_BATCH_SLICE`.
+LARGE_STATE_TASKS = 100_000
 
 #: Seconds of handling a worker's stream takes before its next messages wait for a later turn of the
 #: event loop (see ``SchedulerStreams._worker_stream``).  One read of a busy worker's stream brings
@@ -74,6 +83,11 @@ LARGE_STATE_GEN0 = 5_000
 #: stream (comm, transport, protocol, writer, reader) and their coroutines are some seventy
 #: tracked objects, a task's record and its sets about five.
 WORKER_AS_TASKS = 15
+
+
+def _batch_slice(s: Scheduler) -> int:
+    """Messages of a worker's long batch to handle between two turns of the loop, for the state ``s`` holds now."""
+    return _LARGE_STATE_BATCH_SLICE if len(s.tasks) > LARGE_STATE_TASKS else _BATCH_SLICE
 
 
 class LargeStateGC:
@@ -337,7 +351,9 @@ class SchedulerStreams:
             if ws is None:
                 return False
             ws.last_seen = time.time()
-            if not isinstance(msgs, (list, tuple)) or len(msgs) <= _BATCH_SLICE:
+            count = len(msgs) if isinstance(msgs, (list, tuple)) else 1
+            # The state's size is looked up only for a batch long enough to need it (a sum over shards).
+            if count <= _LARGE_STATE_BATCH_SLICE or count <= _batch_slice(s):
                 start = time.perf_counter()
                 self._dispatch_from(ws, msgs, check)
                 spent += time.perf_counter() - start
@@ -373,10 +389,13 @@ class SchedulerStreams:
     ) -> None:
         s = self.scheduler
         try:
-            for i in range(0, len(msgs), _BATCH_SLICE):
+            i = 0
+            while i < len(msgs):
                 if s.workers.get(ws.address) is not ws:
                     break
-                self._dispatch_from(ws, msgs[i : i + _BATCH_SLICE], check)
+                size = _batch_slice(s)
+                self._dispatch_from(ws, msgs[i : i + size], check)
+                i += size
                 await yield_after_io()
         except asyncio.CancelledError:
             comm.abort()

@@ -608,6 +608,54 @@ async def test_a_worker_stream_past_its_turn_budget_lets_a_request_in_before_its
     assert await c.submit(inc, 1) == 2
 
 
+async def _batch_events(s: Scheduler, a: Worker, monkeypatch: pytest.MonkeyPatch, large: bool) -> list[str]:
+    """Six messages of a worker's stream in one batch; a request comes during the first.
+
+    A small state's long batches go in slices of 6 (the whole batch), a large one's in slices of 2;
+    ``large``: the scheduler's state counts as large.
+    """
+    from distributed.core import StreamRoute
+    from distributed.scheduler import streams
+
+    monkeypatch.setattr(streams, "_BATCH_SLICE", 6)
+    monkeypatch.setattr(streams, "_LARGE_STATE_BATCH_SLICE", 2)
+    monkeypatch.setattr(streams, "LARGE_STATE_TASKS", -1 if large else 10**9)
+    events: list[str] = []
+    async with _identity_requests(s, events) as send_request:
+
+        def on_keep_alive(msg: Any) -> None:
+            events.append("stream")
+            if len(events) == 1:
+                send_request()  # in the scheduler's socket before this slice ends
+
+        s.stream_handlers["keep-alive"] = StreamRoute(m.KeepAlive, on_keep_alive)
+        assert a.batched_stream is not None and a.batched_stream.comm is not None
+        written = a.batched_stream.comm.write_nowait([m.KeepAlive(op="keep-alive") for _ in range(6)])
+        if not isinstance(written, int):
+            await written
+        await async_poll_for(lambda: len(events) == 7, timeout=10)
+    return events
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)])
+async def test_a_large_state_handles_a_long_batch_in_shorter_slices(
+    c: Client, s: Scheduler, a: Worker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, a batch went in slices of the same length whatever the scheduler held."""
+    events = await _batch_events(s, a, monkeypatch, large=True)
+    assert events == ["stream", "stream", "answered", "stream", "stream", "stream", "stream"]
+    assert await c.submit(inc, 1) == 2
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)])
+async def test_a_small_state_handles_a_batch_of_one_slice_in_one_go(
+    c: Client, s: Scheduler, a: Worker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events = await _batch_events(s, a, monkeypatch, large=False)
+    assert events == ["stream"] * 6 + ["answered"]
+    assert await c.submit(inc, 1) == 2
+
+
 @gen_cluster(client=True)
 async def test_results_handled_a_turn_budget_at_a_time_all_arrive_in_order(
     c: Client, s: Scheduler, a: Worker, b: Worker, monkeypatch: pytest.MonkeyPatch
