@@ -10,10 +10,11 @@ state, processing -> memory and queued -> processing included).
 from __future__ import annotations
 
 import time
-from collections import deque
 from typing import Any
 
 import pytest
+
+from benchmarks.micro.driving import finish_all
 
 #: Leaves of the binary reduction; the graph has 2 * LEAVES - 1 tasks (~100k).
 LEAVES = 50_000
@@ -45,7 +46,6 @@ def build_graph(leaves: int) -> tuple[dict[str, Any], str]:
 
 def drive(tasks: Any, root: str) -> tuple[int, float]:
     """Run the graph to completion; return (transitions, seconds)."""
-    from distributed.protocol import messages as m
     from distributed.scheduler import Scheduler
 
     s = Scheduler(validate=False)
@@ -54,19 +54,7 @@ def drive(tasks: Any, root: str) -> tuple[int, float]:
     before = s.transition_counter
     t0 = time.perf_counter()
     out = s.update_graph("client-bench", tasks, [root], stimulus_id="bench-graph")
-    todo: deque[tuple[str, m.ComputeTask]] = deque(
-        (a, msg) for a, msgs in out.workers.items() for msg in msgs if msg["op"] == "compute-task"
-    )
-    finished = 0
-    while todo:
-        addr, msg = todo.popleft()
-        report = m.TaskFinished(
-            op="task-finished", key=msg["key"], run_id=msg["run_id"], nbytes=8, type="int", start=0.0, stop=0.001
-        )
-        out = s.task_finished(addr, report, "bench-finished")
-        finished += 1
-        for a, msgs in out.workers.items():
-            todo.extend((a, msg) for msg in msgs if msg["op"] == "compute-task")
+    finished = finish_all(s, out, "bench-finished")
     elapsed = time.perf_counter() - t0
     assert s.tasks[root].state == "memory", s.tasks[root].state
     assert finished == len(tasks)

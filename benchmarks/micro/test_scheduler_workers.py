@@ -12,10 +12,11 @@ occupancy bookkeeping, not the messages'.
 from __future__ import annotations
 
 import time
-from collections import deque
 from typing import Any
 
 import pytest
+
+from benchmarks.micro.driving import finish_all
 
 #: Tasks in the map; each worker runs ten of them at 10,000 workers, as in the ``many_workers`` case.
 TASKS = 100_000
@@ -23,23 +24,9 @@ TASKS = 100_000
 
 def run_map(s: Any, tasks: dict[str, Any], keys: list[str], stimulus: str) -> tuple[float, float]:
     """Run the map to completion and release it; (CPU seconds of the map, of the release)."""
-    from distributed.protocol import messages as m
-
     t0 = time.process_time()
     out = s.update_graph("client-bench", tasks, keys, stimulus_id=f"graph-{stimulus}")
-    todo: deque[tuple[str, Any]] = deque(
-        (a, msg) for a, msgs in out.workers.items() for msg in msgs if msg["op"] == "compute-task"
-    )
-    finished = 0
-    while todo:
-        addr, msg = todo.popleft()
-        report = m.TaskFinished(
-            op="task-finished", key=msg["key"], run_id=msg["run_id"], nbytes=8, type="int", start=0.0, stop=0.001
-        )
-        out = s.task_finished(addr, report, f"finished-{stimulus}")
-        finished += 1
-        for a, msgs in out.workers.items():
-            todo.extend((a, x) for x in msgs if x["op"] == "compute-task")
+    finished = finish_all(s, out, f"finished-{stimulus}")
     t1 = time.process_time()
     out = s.client_releases_keys("client-bench", keys, f"release-{stimulus}")
     t2 = time.process_time()
