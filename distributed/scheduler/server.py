@@ -616,7 +616,7 @@ class Scheduler(GraphIngestion, Server):
             self._lazy_held = outer
 
     def _hold_frees(self, free: Mapping[str, list[Key]], held: set[str]) -> None:
-        """Hold a ``free-keys`` of each worker's keys in its stream, joined to the one held before if nothing came after it.
+        """Hold a ``free-keys`` of each worker's keys in its stream, joined to the one held before if still last.
 
         A client's release is handled a slice of keys at a time, and with
         thousands of workers most slices free a key or two on each: one message

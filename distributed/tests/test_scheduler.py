@@ -578,15 +578,15 @@ async def test_a_request_that_comes_during_a_slice_is_answered_before_the_next(
         assert events == ["slice", "answered", "slice", "slice"]
 
 
-@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)])
-async def test_a_worker_stream_past_its_turn_budget_lets_a_request_in_before_its_next_message(
-    c: Client, s: Scheduler, a: Worker, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Before, every message of one read from a worker's stream was handled before anything else."""
-    from distributed.core import StreamRoute
-    from distributed.scheduler import streams
+async def _stream_events(s: Scheduler, a: Worker, batches: list[int]) -> list[str]:
+    """What the scheduler did, in order, with keep-alive messages from ``a`` and a request that came meanwhile.
 
-    monkeypatch.setattr(streams, "WORKER_TURN_BUDGET", 0.0)
+    One write per entry of ``batches`` (that many messages each), all written
+    at once, so the scheduler reads them in one go; the request reaches the
+    scheduler's socket while the first message is handled.
+    """
+    from distributed.core import StreamRoute
+
     events: list[str] = []
     async with _identity_requests(s, events) as send_request:
 
@@ -598,13 +598,24 @@ async def test_a_worker_stream_past_its_turn_budget_lets_a_request_in_before_its
         s.stream_handlers["keep-alive"] = StreamRoute(m.KeepAlive, on_keep_alive)
         assert a.batched_stream is not None and a.batched_stream.comm is not None
         comm = a.batched_stream.comm
-        # Two messages written at once: the scheduler reads them in one go.
-        for _ in range(2):
-            written = comm.write_nowait([m.KeepAlive(op="keep-alive")])
+        for n in batches:
+            written = comm.write_nowait([m.KeepAlive(op="keep-alive") for _ in range(n)])
             if not isinstance(written, int):
                 await written
-        await async_poll_for(lambda: len(events) == 3, timeout=10)
-        assert events == ["stream", "answered", "stream"]
+        await async_poll_for(lambda: len(events) == sum(batches) + 1, timeout=10)
+    return events
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)])
+async def test_a_worker_stream_past_its_turn_budget_lets_a_request_in_before_its_next_message(
+    c: Client, s: Scheduler, a: Worker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, every message of one read from a worker's stream was handled before anything else."""
+    from distributed.scheduler import streams
+
+    monkeypatch.setattr(streams, "WORKER_TURN_BUDGET", 0.0)
+    events = await _stream_events(s, a, [1, 1])
+    assert events == ["stream", "answered", "stream"]
     assert await c.submit(inc, 1) == 2
 
 
@@ -614,27 +625,12 @@ async def _batch_events(s: Scheduler, a: Worker, monkeypatch: pytest.MonkeyPatch
     A small state's long batches go in slices of 6 (the whole batch), a large one's in slices of 2;
     ``large``: the scheduler's state counts as large.
     """
-    from distributed.core import StreamRoute
     from distributed.scheduler import streams
 
     monkeypatch.setattr(streams, "_BATCH_SLICE", 6)
     monkeypatch.setattr(streams, "_LARGE_STATE_BATCH_SLICE", 2)
     monkeypatch.setattr(streams, "LARGE_STATE_TASKS", -1 if large else 10**9)
-    events: list[str] = []
-    async with _identity_requests(s, events) as send_request:
-
-        def on_keep_alive(msg: Any) -> None:
-            events.append("stream")
-            if len(events) == 1:
-                send_request()  # in the scheduler's socket before this slice ends
-
-        s.stream_handlers["keep-alive"] = StreamRoute(m.KeepAlive, on_keep_alive)
-        assert a.batched_stream is not None and a.batched_stream.comm is not None
-        written = a.batched_stream.comm.write_nowait([m.KeepAlive(op="keep-alive") for _ in range(6)])
-        if not isinstance(written, int):
-            await written
-        await async_poll_for(lambda: len(events) == 7, timeout=10)
-    return events
+    return await _stream_events(s, a, [6])
 
 
 @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)])
