@@ -80,6 +80,13 @@ def _version() -> str:
     help="Close the scheduler after this long without work (e.g. '1 hour')",
 )
 @click.option(
+    "--journal",
+    type=str,
+    default=None,
+    help="SQLite file where the scheduler keeps its graphs and clients' wants; a scheduler started on the file of "
+    "one that died takes over its work (default: distributed.scheduler.journal)",
+)
+@click.option(
     "--preload",
     type=str,
     multiple=True,
@@ -100,6 +107,7 @@ def main(
     scheduler_file: str | None,
     pid_file: str | None,
     idle_timeout: float | None,
+    journal: str | None,
     preload: tuple[str, ...],
     tls_ca_file: str | None,
     tls_cert: str | None,
@@ -143,6 +151,7 @@ def main(
         "dashboard_address": dashboard_address if dashboard else None,
         "scheduler_file": scheduler_file,
         "idle_timeout": idle_timeout,
+        "journal": journal,
         "security": security,
         # Unset, the scheduler reads distributed.scheduler.preload and preload-argv.
         "preload": list(preload) or None,

@@ -136,15 +136,25 @@ class GraphIngestion(SchedulerStimuli):
 
         A known key keeps its state (a key names one computation); a released
         one without a run_spec (say, scattered, then lost) takes the new one.
+        A key a worker held when this scheduler took over from a journal (see
+        :attr:`held_before_takeover`) is in memory already: it takes the
+        graph's run_spec, priority and annotations, and is returned with the
+        new tasks, for its dependencies to be linked.
         """
         new: list[TaskState] = []
         for key, spec in tasks.items():
             ts = self.tasks.get(key)
-            if ts is not None:
-                if not ts.has_run_spec and spec["run_spec"] is not None and ts.state == "released":
+            if ts is None:
+                ts = self.new_task(key, spec["run_spec"])
+            elif ts.has_run_spec or spec["run_spec"] is None:
+                continue
+            elif ts in self.held_before_takeover:
+                self.held_before_takeover.discard(ts)
+                ts.run_spec = spec["run_spec"]
+            else:
+                if ts.state == "released":
                     ts.run_spec = spec["run_spec"]
                 continue
-            ts = self.new_task(key, spec["run_spec"])
             new.append(ts)
             if spec.get("actor"):
                 ts.actor = True

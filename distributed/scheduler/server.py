@@ -45,6 +45,7 @@ from distributed.protocol.wire_types import Key
 from distributed.scheduler.events import EventLog
 from distributed.scheduler.extensions import ExtensionFactory, make_extensions, start_extensions
 from distributed.scheduler.graph import GraphIngestion
+from distributed.scheduler.journal import Journal
 from distributed.scheduler.liveness import LivenessWatch
 from distributed.scheduler.memory_sampler import MemorySamplerExtension
 from distributed.scheduler.metadata import MetadataStore
@@ -56,6 +57,7 @@ from distributed.scheduler.requests import ClusterRequests
 from distributed.scheduler.settings import SchedulerServerSettings
 from distributed.scheduler.state import SchedulerState
 from distributed.scheduler.streams import SchedulerStreams
+from distributed.scheduler.takeover import Takeover
 from distributed.security import Security, coerce_security
 from distributed.system import raise_open_file_limit
 from distributed.utils import refuse_unsupported, unsupported, wait_for, write_json_whole
@@ -129,6 +131,12 @@ class Scheduler(GraphIngestion, Server):
         Arguments for a preload whose ``dask_setup`` is a click command: one
         list for all, or one per preload.  Default from
         ``distributed.scheduler.preload-argv``.
+    journal
+        An SQLite file where the scheduler keeps what only it knows (graphs,
+        what clients want, its workers) before acting on it.  A scheduler
+        started on the file a dead one wrote, at the same address, takes over
+        (see :mod:`distributed.scheduler.takeover`).  Default from
+        ``distributed.scheduler.journal`` (None: no journal).
     services, http_prefix, jupyter
         Only their defaults are supported yet (no extra services, HTTP
         routes at ``/``, no Jupyter server): any other value raises
@@ -171,6 +179,7 @@ class Scheduler(GraphIngestion, Server):
         jupyter: bool = False,
         preload: str | Sequence[str] | None = None,
         preload_argv: Sequence[str] | Sequence[Sequence[str]] | None = None,
+        journal: str | None = None,
     ) -> None:
         self.security = coerce_security(security, "Scheduler")
         #: How the scheduler's requests to workers on a client's behalf are retried (``distributed.comm.retry.*``).
@@ -190,7 +199,7 @@ class Scheduler(GraphIngestion, Server):
         refuse_unhonoured_config("scheduler")
         self.id = f"Scheduler-{uuid.uuid4()}"
         server_settings = SchedulerServerSettings.from_config(
-            contact_address=contact_address, worker_ttl=worker_ttl, idle_timeout=idle_timeout
+            contact_address=contact_address, worker_ttl=worker_ttl, idle_timeout=idle_timeout, journal=journal
         )
         #: The server's settings read from the config (the state machine's are ``settings``).
         self.server_settings = server_settings
@@ -245,6 +254,12 @@ class Scheduler(GraphIngestion, Server):
 
         self.requests = ClusterRequests(self)
         self.streams = SchedulerStreams(self)
+        #: Where what only this scheduler knows is kept for a successor (``distributed.scheduler.journal``).
+        self.journal: Journal | None = Journal(server_settings.journal) if server_settings.journal else None
+        #: The taking over from the journal's messages of a scheduler that died (None: there were none).
+        self.takeover: Takeover | None = None
+        if self.journal is not None and self.journal.has_messages:
+            self.takeover = Takeover(self, self.journal, server_settings.recovery_timeout)
         #: The liveness links of the processes that vouch for workers (see :mod:`distributed.liveness`).
         self.liveness = LivenessWatch(self)
         handlers: dict[str, Route[Any]] = {
@@ -320,6 +335,8 @@ class Scheduler(GraphIngestion, Server):
         await self.listen(self._start_address)
         if self._contact_address:
             self._address = self._contact_address
+        if self.takeover is not None:
+            self.spawn(self.takeover.run(), name="takeover")
         start_extensions(self)
         for plugin in self._initial_plugins:
             await self.add_plugin(plugin)
@@ -376,6 +393,11 @@ class Scheduler(GraphIngestion, Server):
         if self.http_server is not None:
             await self.http_server.close()
         self.requests.close()
+        self.streams.close()
+        if self.journal is not None:
+            # Closed on purpose, its workers told to close: there is nothing for a successor to take over.
+            self.journal.clear()
+            self.journal.close()
         # A frozen view would outlive this scheduler in its process (others, tests, a notebook).
         self.streams.gc.release()
         if self.scheduler_file and self._wrote_scheduler_file and os.path.exists(self.scheduler_file):
@@ -913,3 +935,5 @@ class Scheduler(GraphIngestion, Server):
         self.stream_comms.pop(address, None)
         self.rpc.remove(address)
         self.event_log.worker_left(address)
+        if self.journal is not None:
+            self.journal.worker_left(address)

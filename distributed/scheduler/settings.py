@@ -144,6 +144,12 @@ class SchedulerServerSettings:
         Whether ``Client.run`` (broadcast) reaches workers over the pooled
         connections; else over connections of its own, closed after
         (``reuse-broadcast-comm``).
+    journal
+        The SQLite file of the scheduler's journal, or None for none (``journal``).
+    recovery_timeout
+        Seconds to wait, after taking over from a journal, for the workers it lists (``recovery-timeout``).
+    client_reconnect_grace
+        Seconds a disconnected client's wants are kept for it to connect again (``client-reconnect-grace``).
     """
 
     default_scheme: str | None = None
@@ -154,6 +160,9 @@ class SchedulerServerSettings:
     blocked_handlers: tuple[str, ...] = ()
     connect_timeout: float = 30.0
     reuse_broadcast_comm: bool = True
+    journal: str | None = None
+    recovery_timeout: float = 3.0
+    client_reconnect_grace: float = 30.0
 
     @classmethod
     def from_config(
@@ -162,6 +171,7 @@ class SchedulerServerSettings:
         contact_address: str | None = None,
         worker_ttl: float | str | None = None,
         idle_timeout: float | str | None = None,
+        journal: str | None = None,
     ) -> SchedulerServerSettings:
         """The settings in dask's config now, with the keywords given instead of theirs.
 
@@ -188,4 +198,9 @@ class SchedulerServerSettings:
             blocked_handlers=tuple(dask.config.get("distributed.scheduler.blocked-handlers", []) or ()),
             connect_timeout=float(parse_timedelta(dask.config.get("distributed.comm.timeouts.connect")) or 30),
             reuse_broadcast_comm=bool(dask.config.get("distributed.scheduler.reuse-broadcast-comm")),
+            journal=journal or dask.config.get("distributed.scheduler.journal", None) or None,
+            recovery_timeout=float(parse_timedelta(dask.config.get("distributed.scheduler.recovery-timeout")) or 0),
+            client_reconnect_grace=float(
+                parse_timedelta(dask.config.get("distributed.scheduler.client-reconnect-grace")) or 0
+            ),
         )

@@ -191,6 +191,10 @@ class SchedulerState:
         #: Tasks in memory that have had more than one holder: every task with several holders is here
         #: (the active memory manager's ``ReduceReplicas`` walks it, and drops those back to one holder).
         self.replicated_tasks: set[TaskState] = set()
+        #: Tasks a worker held when this scheduler took over from a journal, in memory and not yet
+        #: described by the journal's graphs (no run_spec, no dependencies): the graph that names
+        #: one gives it those (see ``GraphIngestion._add_tasks``).
+        self.held_before_takeover: set[TaskState] = set()
         #: The stand-in client of ``fire_and_forget`` (made when it first asks for a key): it wants a
         #: key only until the key is done, so that nothing it asked for is kept once computed.
         self._fire_and_forget: ClientState | None = None

@@ -25,6 +25,7 @@ from distributed.core import Route, Status, StreamRoute, error_message
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.scheduler.graph import INGEST_SLICE
+from distributed.scheduler.journal import JOURNALED_STREAM_OPS
 from distributed.scheduler.rebalance import recent_to_old_time
 from distributed.scheduler.records import ClientState, WorkerState
 from distributed.utils import LoopTurns, call_after_io, yield_after_io
@@ -227,6 +228,8 @@ class SchedulerStreams:
         self.versions = get_versions()
         #: How long unmanaged memory must last to count as old (see ``WorkerState.memory``).
         self._recent_to_old = recent_to_old_time()
+        #: Clients whose connection dropped, and the timer that releases what they wanted (see :meth:`client_left`).
+        self._client_departures: dict[str, asyncio.TimerHandle] = {}
 
     def routes(self) -> dict[str, Route[Any]]:
         """Request routes for registration and state-changing requests."""
@@ -274,6 +277,7 @@ class SchedulerStreams:
         """Add a worker, answer it, then serve its stream until it closes."""
         s = self.scheduler
         address = msg["address"]
+        takeover = s.takeover if s.takeover is not None and s.takeover.under_way else None
         try:
             out = s.add_worker_state(
                 address,
@@ -283,7 +287,8 @@ class SchedulerStreams:
                 pid=msg.get("pid", 0),
                 nanny=msg.get("nanny"),
                 resources=msg.get("resources"),
-                keys=msg.get("keys", ()),
+                # During a takeover, what the worker holds waits for the journal's graphs (see takeover.py).
+                keys=() if takeover is not None else msg.get("keys", ()),
                 nbytes=msg.get("nbytes"),
                 stimulus_id=f"register-worker-{time.time()}",
             )
@@ -297,6 +302,10 @@ class SchedulerStreams:
             comm.abort()
             return
         ws = s.workers[address]
+        if takeover is not None:
+            takeover.worker_registered(ws, msg.get("keys", ()), msg.get("nbytes"))
+        if s.journal is not None:
+            s.journal.worker_joined(address)
         ws.local_directory = msg.get("local_directory", "")
         ws.versions = dict(msg.get("versions") or {})
         ws.extra = dict(msg.get("extra") or {})
@@ -523,6 +532,9 @@ class SchedulerStreams:
         cs = s.clients.get(client)
         if cs is None:
             cs = s.clients[client] = ClientState(client)
+        departure = self._client_departures.pop(client, None)
+        if departure is not None:
+            departure.cancel()  # back within its grace: it keeps what it wanted
         cs.versions = dict(msg.get("versions") or {})
         cs.last_seen = time.time()
         try:
@@ -546,8 +558,11 @@ class SchedulerStreams:
         if s.plugins:
             s.call_plugins("add_client", s, client)
         check = s.validate or not comm.same_process
+        closing = False
         try:
-            closing = False
+            if s.takeover is not None and s.takeover.under_way:
+                # What it sends (its futures' keys, new graphs) waits for the journal's graphs.
+                await s.takeover.done.wait()
             while not closing:
                 msgs = await comm.read()
                 cs.last_seen = time.time()
@@ -562,8 +577,55 @@ class SchedulerStreams:
             if s.client_comms.get(client) is bs:
                 del s.client_comms[client]
                 if s.status not in (Status.closing, Status.closed):
-                    s.send_all(s.remove_client_state(client, stimulus_id=f"remove-client-{time.time()}"))
+                    if closing:
+                        self.remove_client(client)
+                    else:
+                        self.client_left(client)
             await bs.close(timeout=1)
+
+    def close(self) -> None:
+        """Stop the timers of clients' graces (the scheduler closes)."""
+        for timer in self._client_departures.values():
+            timer.cancel()
+        self._client_departures.clear()
+
+    def client_left(self, client: str) -> None:
+        """A client's connection dropped: release what it wanted unless it connects again within the grace.
+
+        (``distributed.scheduler.client-reconnect-grace``; a client that says it
+        closes is released at once.)
+        """
+        grace = self.scheduler.server_settings.client_reconnect_grace
+        if grace <= 0:
+            self.remove_client(client)
+            return
+        logger.info("Client %s disconnected; what it wants is kept %.0f s for it to connect again", client, grace)
+        old = self._client_departures.pop(client, None)
+        if old is not None:
+            old.cancel()
+        self._client_departures[client] = asyncio.get_running_loop().call_later(grace, self._client_gone, client)
+
+    def _client_gone(self, client: str) -> None:
+        self._client_departures.pop(client, None)
+        s = self.scheduler
+        if client not in s.client_comms and client in s.clients and s.status not in (Status.closing, Status.closed):
+            logger.info("Client %s did not connect again within its grace; releasing what it wanted", client)
+            self.remove_client(client)
+
+    def remove_client(self, client: str) -> None:
+        """Release everything ``client`` wanted, and drop its record (journaled)."""
+        s = self.scheduler
+        if s.journal is not None:
+            s.journal.record("remove-client", {"client": client})
+        s.send_all(s.remove_client_state(client, stimulus_id=f"remove-client-{time.time()}"))
+        self.forget_journal_if_empty()
+
+    def forget_journal_if_empty(self) -> None:
+        """With no task held, the journal's messages describe nothing: drop them."""
+        s = self.scheduler
+        journal = s.journal
+        if journal is not None and journal.has_messages and not s.tasks:
+            journal.forget_messages()
 
     async def _client_batch(self, msgs: list[Any] | tuple[Any, ...], client: str, check: bool) -> bool:
         """Handle the messages of one read from a client's stream; whether it asked to close.
@@ -574,11 +636,14 @@ class SchedulerStreams:
         s = self.scheduler
         held: set[str] = set()
         turns = LoopTurns(STEP_BUDGET)
+        journal = s.journal
         try:
             for item in msgs:
                 op = item.get("op") if isinstance(item, dict) else None
                 if op == "close-client":
                     return True
+                if journal is not None and op in JOURNALED_STREAM_OPS:
+                    journal.record(op, item)
                 if op == "update-graph":
                     s.send_held_frees(held)  # not kept waiting for the whole of a large graph
                     await self._handle_in_steps(op, item, client, check, self._update_graph_steps, turns)
@@ -594,6 +659,8 @@ class SchedulerStreams:
             return False
         finally:
             s.send_held_frees(held)
+            if journal is not None:
+                self.forget_journal_if_empty()
 
     async def _handle_in_steps(
         self,
@@ -707,13 +774,18 @@ class SchedulerStreams:
     def handle_update_data(self, comm: Comm, msg: m.UpdateData) -> str:
         """Record data a client scattered to workers."""
         s = self.scheduler
+        if s.journal is not None:
+            s.journal.record("update-data", msg)
         s.send_all(s.update_data_state(msg, f"update-data-{time.time()}"))
         return "OK"
 
     def handle_cancel_keys(self, comm: Comm, msg: m.CancelKeys) -> str:
         """Cancel a client's keys (and what depends on them)."""
         s = self.scheduler
+        if s.journal is not None:
+            s.journal.record("cancel-keys", msg)
         s.send_all(s.cancel_keys(msg, f"cancel-{time.time()}"))
+        self.forget_journal_if_empty()
         return "OK"
 
     def handle_retry(self, comm: Comm, msg: m.RetryKeys) -> list[Key]:

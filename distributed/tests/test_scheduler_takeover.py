@@ -1,0 +1,270 @@
+"""The scheduler's journal and a new scheduler taking over from it.
+
+The journal's crash tests kill a writing process; the takeover tests here
+start the successor on a copy of a running scheduler's journal (SQLite's
+backup: what a killed process would have left), in one process.  Killing a
+real scheduler process among real workers and clients is in
+test_scheduler_failover.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import dask.config
+import pytest
+
+from distributed import Client, Event, Scheduler, Worker
+from distributed.protocol import messages as m
+from distributed.protocol.serialize import Serialized
+from distributed.scheduler.journal import Journal
+from distributed.utils_test import async_poll_for, gen_test, inc
+
+
+def _snapshot(src: str, dst: str) -> None:
+    """Copy the committed state of the journal at ``src`` (open elsewhere) to ``dst``."""
+    source, target = sqlite3.connect(src), sqlite3.connect(dst)
+    try:
+        source.backup(target)
+    finally:
+        source.close()
+        target.close()
+
+
+# -- the journal --------------------------------------------------------------------------------
+def test_journal_keeps_messages_in_order_with_serialised_values(tmp_path: Path) -> None:
+    path = str(tmp_path / "j.db")
+    journal = Journal(path)
+    assert not journal.has_messages
+    payload = Serialized.from_packed(b"\x93\xa3abc")  # opaque to the scheduler, kept as it came
+    journal.record("update-graph", {"op": "update-graph", "client": "c", "tasks": {"x": {"run_spec": payload}}})
+    journal.record("client-releases-keys", {"op": "client-releases-keys", "client": "c", "keys": ["x"]})
+    journal.worker_joined("tcp://10.0.0.1:1")
+    journal.worker_joined("tcp://10.0.0.2:1")
+    journal.worker_left("tcp://10.0.0.1:1")
+    journal.close()
+
+    again = Journal(path)
+    assert again.has_messages
+    ops = list(again.messages())
+    assert [op for op, _ in ops] == ["update-graph", "client-releases-keys"]
+    spec = ops[0][1]["tasks"]["x"]["run_spec"]
+    assert isinstance(spec, Serialized)
+    assert spec.packed == b"\x93\xa3abc"
+    assert list(ops[1][1]["keys"]) == ["x"]  # as off the wire: sequences come back as tuples
+    assert again.workers() == {"tcp://10.0.0.2:1"}
+    again.forget_messages()
+    assert not again.has_messages
+    assert list(again.messages()) == []
+    assert again.workers() == {"tcp://10.0.0.2:1"}
+    again.clear()
+    assert again.workers() == set()
+    again.close()
+
+
+_WRITER = textwrap.dedent(
+    """
+    import sys
+    from distributed.scheduler.journal import Journal
+    journal = Journal(sys.argv[1])
+    i = 0
+    while True:
+        journal.record("client-desires-keys", {"op": "client-desires-keys", "client": "c", "keys": [f"k-{i}"] * 50})
+        i += 1
+        if i % 100 == 0:
+            print(i, flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize("torn", [False, True])
+def test_journal_of_a_killed_writer_opens_with_every_message_it_committed(tmp_path: Path, torn: bool) -> None:
+    """A process killed while writing leaves a journal that opens; a torn end is rolled back, not fatal."""
+    path = str(tmp_path / "j.db")
+    proc = subprocess.Popen([sys.executable, "-c", _WRITER, path], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        committed = 0
+        while committed < 2000:
+            line = proc.stdout.readline()
+            assert line, "the writer ended early"
+            committed = int(line)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    wal = Path(path + "-wal")
+    if torn:
+        # The last write cut in the middle, as a crash of the host could leave it.
+        assert wal.exists() and wal.stat().st_size > 10_000
+        with open(wal, "r+b") as f:
+            f.truncate(wal.stat().st_size - 3_000)
+    journal = Journal(path)
+    keys = [msg["keys"][0] for _, msg in journal.messages()]
+    journal.close()
+    assert keys == [f"k-{i}" for i in range(len(keys))]  # whole messages, in order, none missing between
+    if torn:
+        assert len(keys) > 0
+    else:
+        assert len(keys) >= committed
+
+
+# -- taking over ----------------------------------------------------------------------------------
+@gen_test(timeout=60)
+async def test_successor_replays_graphs_and_runs_them(tmp_path: Path) -> None:
+    first, second = str(tmp_path / "first.db"), str(tmp_path / "second.db")
+    async with Scheduler(journal=first, dashboard=False, port=0, validate=True) as s:
+        async with Client(s.address, asynchronous=True) as c:
+            futures = c.map(inc, range(50))
+            total = c.submit(sum, futures)
+            await async_poll_for(lambda: len(s.tasks) == 51, timeout=10)
+            _snapshot(first, second)
+            client_id = c.id
+    with dask.config.set({"distributed.scheduler.recovery-timeout": "0.2s"}):
+        async with Scheduler(journal=second, dashboard=False, port=0, validate=True) as s2:
+            assert s2.takeover is not None
+            await s2.takeover.done.wait()
+            assert s2.takeover.replayed == 2
+            assert len(s2.tasks) == 51
+            assert {ts.state for ts in s2.tasks.values()} <= {"queued", "waiting", "no-worker"}
+            assert s2.tasks[total.key].who_wants == {s2.clients[client_id]}
+            async with Worker(s2.address, nthreads=2):
+                await async_poll_for(lambda: s2.tasks[total.key].state == "memory", timeout=20)
+
+
+@gen_test(timeout=60)
+async def test_results_held_by_workers_are_not_computed_again(tmp_path: Path) -> None:
+    """A tree: the partial sums held by a worker stand; the leaves they came from are not run again."""
+    first, second = str(tmp_path / "first.db"), str(tmp_path / "second.db")
+    async with Scheduler(journal=first, dashboard=False, port=0, validate=True) as s:
+        async with Worker(s.address, nthreads=2) as w, Client(s.address, asynchronous=True) as c:
+            leaves = [c.submit(inc, i, key=f"leaf-{i}") for i in range(40)]
+            parts = [c.submit(sum, leaves[i * 10 : (i + 1) * 10], key=f"part-{i}") for i in range(4)]
+            del leaves
+            await c.gather(parts)
+            await async_poll_for(lambda: not any(k.startswith("leaf") for k in w.data), timeout=10)
+            gate = Event("gate", client=c)
+            total = c.submit(_sum_after, parts, "gate", key="total")
+            await async_poll_for(lambda: "total" in s.tasks and s.tasks["total"].state == "processing", timeout=10)
+            _snapshot(first, second)
+            held = dict(w.data)
+            await gate.set()
+            assert await total == sum(range(1, 41))
+    assert set(held) == {f"part-{i}" for i in range(4)}
+    with dask.config.set({"distributed.scheduler.recovery-timeout": "0.2s"}):
+        async with Scheduler(journal=second, dashboard=False, port=0, validate=True) as s2:
+            # A stand-in for the worker that held the partial sums: registers with them.
+            async with Worker(s2.address, nthreads=1, data=dict(held), validate=True) as w2:
+                assert s2.takeover is not None
+                await s2.takeover.done.wait()
+                assert s2.takeover.held == 4
+                states = {key: ts.state for key, ts in s2.tasks.items()}
+                assert all(states[f"part-{i}"] == "memory" for i in range(4)), states
+                assert all(states[f"leaf-{i}"] in ("released", "forgotten") for i in range(40)), states
+                # Nothing of the tree but the total is run again.
+                stories = [r for key in states if key.startswith("leaf") for r in s2.story(key)]
+                assert not [r for r in stories if r[2] == "processing"], stories
+                assert s2.tasks["part-0"].run_spec is not None  # recomputable, should its holder go
+                assert {d.key for d in s2.tasks["total"].dependencies} == {f"part-{i}" for i in range(4)}
+                assert w2.address in {ws.address for ws in s2.tasks["part-0"].who_has}
+
+
+def _sum_after(parts: list[int], event: str) -> int:
+    from distributed import Event, get_client
+
+    Event(event, client=get_client()).wait(timeout=30)
+    return sum(parts)
+
+
+@gen_test(timeout=60)
+async def test_keys_no_graph_names_are_freed_on_their_worker(tmp_path: Path) -> None:
+    first, second = str(tmp_path / "first.db"), str(tmp_path / "second.db")
+    async with Scheduler(journal=first, dashboard=False, port=0) as s:
+        async with Client(s.address, asynchronous=True) as c:
+            futures = c.map(inc, range(3))
+            await async_poll_for(lambda: len(s.tasks) == 3, timeout=10)
+            _snapshot(first, second)
+            del futures
+    with dask.config.set({"distributed.scheduler.recovery-timeout": "0.2s"}):
+        async with Scheduler(journal=second, dashboard=False, port=0, validate=True) as s2:
+            async with Worker(s2.address, nthreads=1, data={"stray": 1}) as w2:
+                assert s2.takeover is not None
+                await s2.takeover.done.wait()
+                assert "stray" not in s2.tasks
+                assert not s2.workers[w2.address].has_what
+
+
+@gen_test(timeout=60)
+async def test_a_scheduler_closed_on_purpose_leaves_nothing_to_take_over(tmp_path: Path) -> None:
+    path = str(tmp_path / "j.db")
+    async with Scheduler(journal=path, dashboard=False, port=0) as s:
+        async with Client(s.address, asynchronous=True) as c:
+            futures = c.map(inc, range(3))
+            await async_poll_for(lambda: len(s.tasks) == 3, timeout=10)
+            assert s.journal is not None and s.journal.has_messages
+            del futures
+    async with Scheduler(journal=path, dashboard=False, port=0) as s2:
+        assert s2.takeover is None
+
+
+@gen_test(timeout=60)
+async def test_the_journal_is_emptied_when_no_task_is_left(tmp_path: Path) -> None:
+    path = str(tmp_path / "j.db")
+    async with Scheduler(journal=path, dashboard=False, port=0) as s, Worker(s.address, nthreads=1):
+        async with Client(s.address, asynchronous=True) as c:
+            futures = c.map(inc, range(5))
+            assert await c.gather(futures) == list(range(1, 6))
+            assert s.journal is not None and s.journal.has_messages
+            del futures
+            await async_poll_for(lambda: not s.tasks, timeout=10)
+            await async_poll_for(lambda: not s.journal.has_messages, timeout=10)
+            assert list(Journal(path).messages()) == []
+
+
+# -- a client's connection dropping --------------------------------------------------------------
+@gen_test(timeout=60, config={"distributed.scheduler.client-reconnect-grace": "0.5s"})
+async def test_a_client_that_closes_is_released_at_once_grace_or_not() -> None:
+    async with Scheduler(dashboard=False, port=0, validate=True) as s, Worker(s.address, nthreads=1):
+        async with Client(s.address, asynchronous=True) as c:
+            await c.submit(inc, 1, key="x")
+            client_id = c.id
+        await async_poll_for(lambda: "x" not in s.tasks and client_id not in s.clients, timeout=0.4)
+
+
+@gen_test(timeout=60, config={"distributed.scheduler.client-reconnect-grace": "0.5s"})
+async def test_a_departed_clients_wants_are_kept_for_the_grace_then_released() -> None:
+    async with Scheduler(dashboard=False, port=0, validate=True) as s, Worker(s.address, nthreads=1):
+        async with Client(s.address, asynchronous=True) as c:
+            await c.submit(inc, 1, key="x")
+            # Another client, which left without a word (its stream dropped), wants x too.
+            s.send_all(s.client_desires_keys("ghost", ["x"], "test"))
+            s.streams.client_left("ghost")
+        await asyncio.sleep(0.1)
+        assert "x" in s.tasks and "ghost" in s.clients
+        await async_poll_for(lambda: "x" not in s.tasks and "ghost" not in s.clients, timeout=5)
+
+
+@gen_test(timeout=60, config={"distributed.scheduler.client-reconnect-grace": "0"})
+async def test_without_grace_a_departed_client_is_released_at_once() -> None:
+    async with Scheduler(dashboard=False, port=0, validate=True) as s:
+        s.send_all(s.update_graph("ghost", {"x": _spec()}, ["x"]))
+        s.streams.client_left("ghost")
+        assert "ghost" not in s.clients and "x" not in s.tasks
+
+
+def _spec() -> m.TaskSpec:
+    from distributed.tests.machines import task_spec
+
+    return task_spec()
+
+
+def test_cli_takes_the_journal_option() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "distributed.cli.dask_scheduler", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert "--journal" in out.stdout
