@@ -14,6 +14,7 @@ Only the public API is used here (``Client``, ``LocalCluster``, ``wait``,
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any, TypedDict
@@ -141,12 +142,18 @@ def map_noop(p: Params, repeat: int) -> list[Metric]:
 
     ``queuing=False`` turns the scheduler's root-task queuing off
     (``distributed.scheduler.worker-saturation: inf``), as both projects
-    spell it.
+    spell it.  ``journal=True`` has the scheduler keep its journal (a file
+    in a temporary directory; this project only).
     """
     from distributed import wait
 
     n = int(p["n"])
-    settings = {} if p.get("queuing", True) else {"distributed.scheduler.worker-saturation": float("inf")}
+    settings: dict[str, Any] = (
+        {} if p.get("queuing", True) else {"distributed.scheduler.worker-saturation": float("inf")}
+    )
+    journal_dir = tempfile.TemporaryDirectory(prefix="bench-journal-") if p.get("journal") else None
+    if journal_dir is not None:
+        settings["distributed.scheduler.journal"] = os.path.join(journal_dir.name, "journal.db")
     with dask.config.set(settings), local_cluster(bool(p.get("processes", False))) as client:
 
         def run() -> object:
@@ -155,6 +162,8 @@ def map_noop(p: Params, repeat: int) -> list[Metric]:
             return futures
 
         values = timed(run, repeat, between=lambda: settle(client))
+    if journal_dir is not None:
+        journal_dir.cleanup()
 
     def local(s: str) -> object:
         dsk, keys = _noop_graph(n)

@@ -4,8 +4,8 @@ Workers know what they hold, and clients which futures they have; what only
 the scheduler knows is the graphs it was given and who wanted what.  The
 :class:`Journal` keeps, in order, each message that changed that (a graph or
 a part of one, a client's wanting or releasing keys, scattered data, a cancel,
-a client gone) before the message is applied, and the addresses of the
-workers connected.  A scheduler started on the same file replays them (see
+a client gone, a published dataset, a variable's value, a plugin) before the
+message is applied, and the addresses of the workers connected.  A scheduler started on the same file replays them (see
 :mod:`distributed.scheduler.takeover`).
 
 The store is SQLite in write-ahead-log mode: each message is a committed row,
@@ -32,10 +32,27 @@ from distributed.protocol.framing import dumps, loads
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["JOURNALED_STREAM_OPS", "Journal"]
+__all__ = ["JOURNALED_REQUESTS", "JOURNALED_STREAM_OPS", "Journal"]
 
 #: The messages on a client's stream that change what only the scheduler knows.
 JOURNALED_STREAM_OPS: Final[frozenset[str]] = frozenset({"update-graph", "client-desires-keys", "client-releases-keys"})
+
+#: The requests that change what only the scheduler knows: kept as they come, replayed through their handlers.
+#: (Worker plugins are kept for the workers that join later; the workers there have theirs already.)
+JOURNALED_REQUESTS: Final[frozenset[str]] = frozenset(
+    {
+        "update-data",
+        "cancel-keys",
+        "publish_put",
+        "publish_delete",
+        "variable_set",
+        "variable_delete",
+        "register_scheduler_plugin",
+        "unregister_scheduler_plugin",
+        "register_worker_plugin",
+        "unregister_worker_plugin",
+    }
+)
 
 _SCHEMA: Final = (
     "CREATE TABLE IF NOT EXISTS messages (seq INTEGER PRIMARY KEY AUTOINCREMENT, op TEXT NOT NULL, body BLOB NOT NULL)",

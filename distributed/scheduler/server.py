@@ -45,7 +45,7 @@ from distributed.protocol.wire_types import Key
 from distributed.scheduler.events import EventLog
 from distributed.scheduler.extensions import ExtensionFactory, make_extensions, start_extensions
 from distributed.scheduler.graph import GraphIngestion
-from distributed.scheduler.journal import Journal
+from distributed.scheduler.journal import JOURNALED_REQUESTS, Journal
 from distributed.scheduler.liveness import LivenessWatch
 from distributed.scheduler.memory_sampler import MemorySamplerExtension
 from distributed.scheduler.metadata import MetadataStore
@@ -320,6 +320,19 @@ class Scheduler(GraphIngestion, Server):
         # Workers' and nannies' error replies carry pickled exceptions: left unopened when pickle is off.
         self.rpc.unpickle_errors = self.allow_pickle
         make_extensions(self, extensions, self._blocked_handlers())
+        #: The handlers of the journaled requests as they were before journaling wrapped them (for the replay).
+        self.journaled_routes: dict[str, Route[Any]] = {}
+        if self.journal is not None:
+            self._journal_requests(self.journal)
+
+    def _journal_requests(self, journal: Journal) -> None:
+        """Have each journaled request kept in ``journal`` before its handler runs."""
+        for op in JOURNALED_REQUESTS:
+            route = self.handlers.get(op)
+            if route is None:
+                continue  # its extension is not there
+            self.journaled_routes[op] = route
+            self.handlers[op] = Route(route.schema, _recording(journal, op, route.func), route.takes_comm)
 
     def _blocked_handlers(self) -> list[str]:
         return list(self.server_settings.blocked_handlers)
@@ -937,3 +950,13 @@ class Scheduler(GraphIngestion, Server):
         self.event_log.worker_left(address)
         if self.journal is not None:
             self.journal.worker_left(address)
+
+
+def _recording(journal: Journal, op: str, func: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """``func``, keeping each message in ``journal`` first."""
+
+    def record_then_handle(comm: Any, msg: Any) -> Any:
+        journal.record(op, msg)
+        return func(comm, msg)
+
+    return record_then_handle

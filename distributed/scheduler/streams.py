@@ -774,16 +774,12 @@ class SchedulerStreams:
     def handle_update_data(self, comm: Comm, msg: m.UpdateData) -> str:
         """Record data a client scattered to workers."""
         s = self.scheduler
-        if s.journal is not None:
-            s.journal.record("update-data", msg)
         s.send_all(s.update_data_state(msg, f"update-data-{time.time()}"))
         return "OK"
 
     def handle_cancel_keys(self, comm: Comm, msg: m.CancelKeys) -> str:
         """Cancel a client's keys (and what depends on them)."""
         s = self.scheduler
-        if s.journal is not None:
-            s.journal.record("cancel-keys", msg)
         s.send_all(s.cancel_keys(msg, f"cancel-{time.time()}"))
         self.forget_journal_if_empty()
         return "OK"

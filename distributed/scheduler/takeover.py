@@ -9,8 +9,10 @@ with work in hand) does, in order:
 2. Every key a worker holds becomes a task in memory on its holders, as
    scattered data does (:attr:`SchedulerState.held_before_takeover`).
 3. The journal's messages are replayed, oldest first, through the same
-   stimuli as when they came: graphs, clients' wanting and releasing keys,
-   scattered data, cancels, clients gone.  A graph naming a held key gives it
+   handlers as when they came: graphs, clients' wanting and releasing keys,
+   scattered data, cancels, clients gone, published datasets, variables,
+   scheduler plugins (and the worker plugins kept for workers that join
+   later).  A graph naming a held key gives it
    its run_spec and dependencies; the rest of the graph waits or queues (no
    worker runs anything yet).
 4. What nothing needs any more is released: tasks not wanted by a client and
@@ -27,6 +29,7 @@ the end of the takeover (see ``SchedulerStreams.handle_register_client``).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 from collections import defaultdict
@@ -172,10 +175,14 @@ class Takeover:
                         logger.error("Skipped a malformed %r message of the journal: %s", op, problem)
                         continue
                     route.func(msg)
-                elif op == "update-data":
-                    s.send_all(s.update_data_state(msg, stimulus_id))
-                elif op == "cancel-keys":
-                    s.send_all(s.cancel_keys(msg, stimulus_id))
+                elif op == "register_worker_plugin":
+                    s.requests.worker_plugins[msg["name"]] = msg["plugin"]
+                elif op == "unregister_worker_plugin":
+                    s.requests.worker_plugins.pop(msg["name"], None)
+                elif op in s.journaled_routes:
+                    result = s.journaled_routes[op].func(None, msg)  # type: ignore[arg-type]  # no comm: a replay
+                    if inspect.isawaitable(result):
+                        await result
                 elif op == "remove-client":
                     s.send_all(s.remove_client_state(msg["client"], stimulus_id))
                 else:

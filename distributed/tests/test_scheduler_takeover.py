@@ -20,7 +20,7 @@ from pathlib import Path
 import dask.config
 import pytest
 
-from distributed import Client, Event, Scheduler, Worker
+from distributed import Client, Event, Scheduler, Variable, Worker
 from distributed.protocol import messages as m
 from distributed.protocol.serialize import Serialized
 from distributed.scheduler.journal import Journal
@@ -224,6 +224,33 @@ async def test_the_journal_is_emptied_when_no_task_is_left(tmp_path: Path) -> No
             await async_poll_for(lambda: not s.tasks, timeout=10)
             await async_poll_for(lambda: not s.journal.has_messages, timeout=10)
             assert list(Journal(path).messages()) == []
+
+
+@gen_test(timeout=60)
+async def test_published_datasets_and_variables_survive(tmp_path: Path) -> None:
+    first, second = str(tmp_path / "first.db"), str(tmp_path / "second.db")
+    async with Scheduler(journal=first, dashboard=False, port=0) as s, Worker(s.address, nthreads=1) as w:
+        async with Client(s.address, asynchronous=True) as c:
+            x = c.submit(inc, 1, key="x")
+            y = c.submit(inc, 2, key="y")
+            await c.publish_dataset(x, name="data")
+            await Variable("v", client=c).set(y)
+            await c.publish_dataset(z=3)
+            await c.unpublish_dataset("z")
+            held = dict(w.data)
+            _snapshot(first, second)
+    with dask.config.set({"distributed.scheduler.recovery-timeout": "0.2s"}):
+        async with Scheduler(journal=second, dashboard=False, port=0, validate=True) as s2:
+            async with Worker(s2.address, nthreads=1, data=held):
+                assert s2.takeover is not None
+                await s2.takeover.done.wait()
+                assert list(s2.extensions["publish"].datasets) == ["data"]
+                assert {s2.tasks[k].state for k in ("x", "y")} == {"memory"}
+                async with Client(s2.address, asynchronous=True) as c2:
+                    assert await c2.list_datasets() == ["data"]
+                    value = await Variable("v", client=c2).get(timeout=5)
+                    assert value.key == "y"
+                    assert await value == 3
 
 
 # -- a client's connection dropping --------------------------------------------------------------
