@@ -27,6 +27,14 @@ Such a worker's host is watched, but its process is not: from outside, a
 stopped process cannot be told from one whose task holds the GIL, so a
 stopped worker without a nanny is left to ``distributed.scheduler.worker-ttl``.
 
+A link outlives its scheduler: when its connection ends it is opened again
+(after at most ``_MAX_BACKOFF`` seconds between tries) for as long as a
+voucher answers for workers, and the vouch is sent again first thing (a
+scheduler that does not watch links is asked again only once what a voucher
+answers for changes).  So a scheduler started at the same address after the
+last one died (restarted, or taking over from its journal) watches the same
+workers, whether or not they have registered with it yet.
+
 Links are shared: the vouchers of one process and event loop (the nannies of
 ``dask worker --nworkers``, workers packed into one process) reach a
 scheduler through one connection, so the scheduler pays one connection and

@@ -12,9 +12,9 @@ scheduler reaches the nanny to restart or kill the worker.
 A watcher runs every ``distributed.worker.memory.monitor-interval``:
 
 * a worker that closed on purpose with ``Worker.close(nanny=True)`` (the
-  default: retired, told to close, lost its scheduler, closed gracefully)
-  told its nanny first (``close_gracefully``): the nanny closes too, as
-  dask's does;
+  default: retired, told to close, gave up waiting for its scheduler, closed
+  gracefully) told its nanny first (``close_gracefully``): the nanny closes
+  too, as dask's does;
 * any other exit (a crash, ``os._exit``, SIGKILL, ``Worker.close(nanny=False)``,
   ``close_gracefully(restart=True)``, ``lifetime_restart``) is followed by a
   new worker process, under the same name, while the nanny runs (when that
@@ -22,6 +22,14 @@ A watcher runs every ``distributed.worker.memory.monitor-interval``:
 * one whose resident memory passed ``distributed.worker.memory.terminate``
   (a fraction of ``memory_limit``; false disables) is killed, then started
   again.
+
+A scheduler that dies (SIGKILL) ends neither the nanny nor its worker
+process: the worker keeps its results and registers again with whatever
+scheduler comes back at the same address (restarted, or taking over from its
+journal) within its reconnect timeout, and the nanny's liveness link (see
+:mod:`distributed.liveness`) connects to that scheduler by itself and vouches
+for the same worker again.  Only a worker that gives up closes, and its
+nanny with it (first bullet above): no new worker process would fare better.
 
 :class:`~distributed.diagnostics.plugin.NannyPlugin` s registered with the
 scheduler (``Client.register_plugin``) are set up in the nanny's process: the

@@ -434,11 +434,14 @@ def test_worker_exits_when_scheduler_goes_away(procs: Callable[..., Proc], tmp_p
 
 @pytest.mark.timeout(120)
 def test_worker_exits_when_scheduler_is_killed(procs: Callable[..., Proc], tmp_path: Path) -> None:
+    """Once its reconnect timeout is over without a scheduler at the address, the worker exits."""
     sched, address, _ = start_scheduler(procs, tmp_path)
-    worker = procs([*WORKER, address, "--nthreads", "1", "--no-nanny"], name="worker")
+    env = {"DASK_DISTRIBUTED__WORKER__RECONNECT_TIMEOUT": "2s"}
+    worker = procs([*WORKER, address, "--nthreads", "1", "--no-nanny"], name="worker", env=env)
     poll_with_proc(lambda: n_workers(address) == 1, 60, "the worker", worker)
     sched.kill()
     worker.wait(timeout=30)
+    assert "tries to register again for 2 s" in worker.stderr(), worker.stderr()
 
 
 @pytest.mark.timeout(120)
@@ -586,7 +589,7 @@ def test_signal_while_connecting(procs: Callable[..., Proc], tmp_path: Path, sig
 
 @pytest.mark.timeout(120)
 def test_signal_after_scheduler_lost(procs: Callable[..., Proc], tmp_path: Path) -> None:
-    """A nanny whose new worker waits for a scheduler that died exits at once on SIGINT (no retirement to wait for)."""
+    """A nanny whose worker waits for a scheduler that died exits at once on SIGINT (no retirement to wait for)."""
     sched, address, _ = start_scheduler(procs, tmp_path)
     worker = procs([*WORKER, address, "--nthreads", "1"], name="worker")
     poll_with_proc(lambda: n_workers(address) == 1, 60, "the worker", worker)
@@ -595,7 +598,7 @@ def test_signal_after_scheduler_lost(procs: Callable[..., Proc], tmp_path: Path)
     poll_with_proc(
         lambda: worker.stderr().count("Waiting to connect to the scheduler") > waiting,
         60,
-        "the nanny's new worker to wait for the scheduler",
+        "the worker to wait for the scheduler to come back",
         worker,
     )
     start = time.monotonic()

@@ -3,9 +3,10 @@
 A worker stopped (SIGSTOP, a paused VM, swapping) past the scheduler's
 ``worker-ttl`` is removed and its work runs elsewhere.  Its nanny is asked to
 replace it; and a worker that wakes up finds its stream closed, or hears from
-its heartbeat that the scheduler no longer knows it, and leaves that
-registration behind: under a nanny it closes and the nanny starts a new one,
-with ``death_timeout`` it registers again afresh, else it closes.
+its heartbeat that the scheduler no longer knows it.  Not asked to close, it
+takes that for a lost scheduler: it registers again (within ``death_timeout``,
+else ``distributed.worker.reconnect-timeout``) with what it holds, of which
+the scheduler keeps what it still counts on and frees the rest.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import contextlib
 import os
 import signal
 import time
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -78,10 +79,22 @@ def expire(s: Scheduler, w: Worker) -> None:
 
 
 # An hour: only expire() makes a worker overdue; the heartbeats keep the others fresh.
-@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)], scheduler_kwargs={"worker_ttl": "1h"})
-async def test_a_removed_worker_without_a_nanny_closes(c: Client, s: Scheduler, a: Worker) -> None:
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 2, scheduler_kwargs={"worker_ttl": "1h"})
+async def test_a_removed_worker_registers_again_with_what_it_holds(
+    c: Client[Literal[True]], s: Scheduler, a: Worker, b: Worker
+) -> None:
+    # Without a nanny or death_timeout: the worker does not close (reconnect-timeout applies).
+    both = c.submit(inc, 1, key="both", workers=[a.address])
+    await both
+    await c.replicate([both])
+    assert "both" in a.data and "both" in b.data
     expire(s, a)
-    await async_poll_for(lambda: a.status == Status.closed, timeout=10)
+    await async_poll_for(lambda: a.address in s.workers, timeout=10)
+    assert a.status == Status.running
+    # The scheduler still counts on the key (b holds it too): a's copy is counted again, not freed.
+    await async_poll_for(lambda: s.workers[a.address] in s.tasks["both"].who_has, timeout=10)
+    assert "both" in a.data and a.tasks["both"].state == "memory"
+    assert await c.submit(inc, 1, pure=False, workers=[a.address]).result(timeout=10) == 2
 
 
 @gen_cluster(
@@ -90,12 +103,24 @@ async def test_a_removed_worker_without_a_nanny_closes(c: Client, s: Scheduler, 
     scheduler_kwargs={"worker_ttl": "1h"},
     worker_kwargs={"death_timeout": 20},
 )
-async def test_a_removed_worker_with_a_death_timeout_registers_again_afresh(c: Client, s: Scheduler, a: Worker) -> None:
+async def test_a_removed_worker_reports_what_it_holds_and_frees_what_was_lost(
+    c: Client[Literal[True]], s: Scheduler, a: Worker
+) -> None:
     x = await c.scatter(1, workers=[a.address])
+    reported: list[list[Any]] = []
+    add_worker_state = s.add_worker_state
+
+    def recording_add_worker_state(address: str, *args: Any, **kwargs: Any) -> Any:
+        reported.append(list(kwargs.get("keys", ())))
+        return add_worker_state(address, *args, **kwargs)
+
+    s.add_worker_state = recording_add_worker_state  # type: ignore[method-assign]  # observe the registration
     expire(s, a)
     await async_poll_for(lambda: a.address in s.workers, timeout=10)
     assert a.status == Status.running
-    assert not a.data  # what it held was given up on (the scatter is lost)
+    assert reported == [[x.key]]
+    # The scatter was lost with the worker's removal: the scheduler has the worker free it.
+    await async_poll_for(lambda: not a.data and not a.tasks, timeout=10)
     assert await c.submit(inc, 1, pure=False).result(timeout=10) == 2
     del x
 

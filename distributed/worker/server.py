@@ -74,11 +74,14 @@ from distributed.worker.state_machine import (
     BusyWorkerRetry,
     ComputeTaskEvent,
     Execute,
+    ExecuteFailure,
     ExecuteStarted,
     ExecuteSuccess,
     FreeKeysEvent,
     GatherDep,
+    HeldDataEvent,
     Instruction,
+    RescheduleEvent,
     RetryBusyWorkerLater,
     SecedeEvent,
     SendMessage,
@@ -105,6 +108,13 @@ __all__ = ["Worker", "get_client", "get_worker", "parse_memory_limit", "rejoin",
 FIRST_CONNECT_TIMEOUT = 1.0
 #: Seconds before a peer that answered get_data with "busy" is asked again.
 BUSY_RETRY_DELAY = 0.15
+#: Seconds between two tries to register again with a scheduler that was lost (each try
+#: itself retries connecting every 0.1 s until the reconnect deadline).
+REREGISTER_PAUSE = 0.2
+
+
+class _RegistrationRefused(ValueError):
+    """The scheduler answered ``register-worker`` with an error (a name or address in use...)."""
 
 
 class Worker(Server, PeerTransfers, TaskRunning):
@@ -182,8 +192,11 @@ class Worker(Server, PeerTransfers, TaskRunning):
         Read the scheduler's address from this JSON file.
     death_timeout
         Seconds to keep trying to reach the scheduler, at start and after losing
-        it (a scheduler restarted at the same address gets the worker back);
-        past it the worker closes.  Unset, a worker that loses its scheduler closes.
+        it; past it the worker closes.  A worker that loses its scheduler without
+        being asked to close keeps its results and registers again with whatever
+        scheduler comes back at the same address (restarted, or taking over from
+        its journal), under a nanny or not; unset, it tries for
+        ``distributed.worker.reconnect-timeout``.
     nanny
         The address of this worker's :class:`~distributed.Nanny` (set by the
         nanny that starts it).
@@ -406,6 +419,16 @@ class Worker(Server, PeerTransfers, TaskRunning):
         self._close_executor_wait = True
         #: (tell the nanny to close too, why), from the first close() call.
         self._close_nanny: tuple[bool, str] | None = None
+        # Set as soon as the scheduler (close-worker) or a peer (close) asks us to close: the close
+        # itself starts a moment later, and the end of the scheduler's stream that comes with the
+        # request must not be taken for a lost scheduler meanwhile.
+        self._close_requested = False
+        #: ``(key, run_id)`` of the runs a pool thread had under way when the scheduler was lost:
+        #: their results, when they come, are dropped (see :meth:`_forget_tasks`).
+        self._abandoned_runs: set[tuple[Key, int]] = set()
+        #: Abandoned runs that the next scheduler asked for again under the same ``(key, run_id)``
+        #: (its run ids start afresh): the first result is kept, whichever thread it comes from.
+        self._rerun_abandoned: set[tuple[Key, int]] = set()
         self.incoming_transfer_count = 0
         #: The actors held here; the data store holds an Actor proxy for each (see distributed.client.actor).
         self.actor_host = ActorHost(functools.partial(run_actor_method, self))
@@ -538,7 +561,22 @@ class Worker(Server, PeerTransfers, TaskRunning):
             self.spawn(self._close_after_lifetime(self.lifetime), name="lifetime")
         logger.info("Worker %s at %s, %d threads", self.name, self.address, self.nthreads)
 
-    async def _register_with_scheduler(self, timeout: float | None = None) -> None:
+    async def _register_with_scheduler(self, timeout: float | None = None, rejoining: bool = False) -> None:
+        """Connect to the scheduler (for up to ``timeout`` seconds), register, and serve its stream.
+
+        With ``rejoining`` (after losing the scheduler), the worker plugins it
+        already has are kept rather than set up again: a scheduler that takes
+        over from its journal lists the ones this worker runs already.
+
+        Raises
+        ------
+        OSError
+            When no connection could be made in time.
+        CommClosedError
+            When the connection broke during the registration.
+        _RegistrationRefused
+            When the scheduler refused the registration (a ``ValueError``).
+        """
         if timeout is None:
             timeout = self.death_timeout or self.settings.connect_timeout
         deadline = time.monotonic() + timeout
@@ -561,32 +599,36 @@ class Worker(Server, PeerTransfers, TaskRunning):
                     logger.info("Waiting to connect to the scheduler at %s", self.scheduler_addr)
                     first = False
                 await asyncio.sleep(0.1)
-        await comm.write(
-            m.RegisterWorker(
-                op="register-worker",
-                address=self.address,
-                nthreads=self.nthreads,
-                name=self.name,
-                memory_limit=self.memory_limit,
-                pid=os.getpid(),
-                resources=self.resources,
-                nanny=self.nanny,
-                keys=list(self.data),
-                nbytes={k: sizeof(v) for k, v in self.data.items()},
-                local_directory=self.local_directory,
-                versions=get_versions(),
-                # The scheduler shows these in its identity of the worker, where dask shows its services.
-                extra={
-                    **await reporting.call_each(self, self.startup_information, "startup information"),
-                    **({"services": self.service_ports} if self.service_ports else {}),
-                },
+        try:
+            await comm.write(
+                m.RegisterWorker(
+                    op="register-worker",
+                    address=self.address,
+                    nthreads=self.nthreads,
+                    name=self.name,
+                    memory_limit=self.memory_limit,
+                    pid=os.getpid(),
+                    resources=self.resources,
+                    nanny=self.nanny,
+                    keys=list(self.data),
+                    nbytes=self._held_nbytes(),
+                    local_directory=self.local_directory,
+                    versions=get_versions(),
+                    # The scheduler shows these in its identity of the worker, where dask shows its services.
+                    extra={
+                        **await reporting.call_each(self, self.startup_information, "startup information"),
+                        **({"services": self.service_ports} if self.service_ports else {}),
+                    },
+                )
             )
-        )
-        response = await comm.read()
+            response = await comm.read()
+        except BaseException:
+            comm.abort()  # half a registration: the next try starts on a new connection
+            raise
         if not isinstance(response, dict) or response.get("status") != "OK":
             comm.abort()
             text = response.get("message") or response.get("text") if isinstance(response, dict) else response
-            raise ValueError(f"Scheduler refused registration: {text}")
+            raise _RegistrationRefused(f"Scheduler refused registration: {text}")
         self.registered = True
         if self.nanny is None:
             # Under a nanny, the nanny vouches for this worker (see distributed.liveness).
@@ -595,6 +637,8 @@ class Worker(Server, PeerTransfers, TaskRunning):
             self._voucher.vouch([self.address])
         # Plugins registered on the scheduler before we joined; set up before any task arrives.
         for name, payload in dict(response.get("worker-plugins") or {}).items():
+            if rejoining and name in self.plugins:
+                continue
             try:
                 await self.add_plugin(unwrap(payload), name=name)
             except Exception:
@@ -609,6 +653,25 @@ class Worker(Server, PeerTransfers, TaskRunning):
             self.batched_stream.send(m.WorkerStatusChange(op="worker-status-change", status="paused"))
         self.spawn(self._read_scheduler_stream(comm), name="scheduler-stream")
 
+    def _held_nbytes(self) -> dict[Key, int]:
+        """The size of each result held, as measured when it was stored (a spilled one is not read back)."""
+        tasks = self.state.tasks if self.state is not None else {}
+        nbytes: dict[Key, int] = {}
+        for key in list(self.data):
+            ts = tasks.get(key)
+            # Unknown to the state machine: data= given filled, before the first registration.
+            nbytes[key] = ts.nbytes if ts is not None else sizeof(self.data[key])
+        return nbytes
+
+    @property
+    def _closing_started(self) -> bool:
+        """Whether the worker closes, or was asked to (``close()`` runs as ``running`` until its last steps)."""
+        return (
+            self._close_requested
+            or self._close_nanny is not None
+            or self.status in (Status.closing, Status.closed, Status.closing_gracefully)
+        )
+
     async def _read_scheduler_stream(self, comm: Comm) -> None:
         check = self.validate or not comm.same_process
         try:
@@ -619,61 +682,112 @@ class Worker(Server, PeerTransfers, TaskRunning):
             pass
         except Exception:
             logger.exception("Error reading from the scheduler")
-        # (A close under way runs as ``running`` until its last steps, and ends this stream itself.)
-        if self.status not in (Status.closing, Status.closed, Status.closing_gracefully) and self._close_nanny is None:
-            if self.death_timeout:
-                self.spawn(self._reconnect(self.death_timeout), name="reconnect-to-scheduler")
-            elif self.nanny is not None:
-                # Not asked to close (that comes as close-worker first): the link or the scheduler
-                # failed.  The nanny starts a new worker, which joins once the scheduler can be
-                # reached again (or gives up after its start timeout, closing the nanny too).
-                logger.warning("Lost the scheduler; worker %s closes and its nanny starts another", self.address)
-                self.spawn(
-                    self.close(nanny=False, reason="scheduler-connection-lost"), name="close-after-scheduler-loss"
-                )
-            else:
-                logger.info("Connection to the scheduler closed; closing worker %s", self.address)
-                self.spawn(self.close(), name="close-after-scheduler-loss")
+        if self._closing_started or comm is not getattr(self.batched_stream, "comm", None):
+            return
+        # Not asked to close (close-worker comes first): the scheduler died or was cut off, or
+        # dropped this worker (worker-ttl).  Whatever scheduler comes back at this address (restarted,
+        # or taking over from its journal) gets this worker back with its results: under a nanny
+        # too, whose new worker process would start empty.
+        timeout = self.death_timeout if self.death_timeout is not None else self.settings.reconnect_timeout
+        stream = self._forget_tasks()
+        logger.warning(
+            "Lost the scheduler at %s; worker %s keeps its %d results and tries to register again for %.0f s",
+            self.scheduler_addr,
+            self.address,
+            len(self.data),
+            timeout,
+        )
+        self.spawn(self._reconnect(stream, timeout), name="reconnect-to-scheduler")
 
-    async def _reconnect(self, timeout: float) -> None:
-        """Register again with the scheduler at the same address, for up to ``timeout`` seconds.
+    def _forget_tasks(self) -> BatchedSend | None:
+        """Keep the results held and forget every other task, under a new state machine; the old stream.
 
-        A scheduler that comes back (restarted at the same address) knows nothing
-        of what this worker held or ran: that is dropped, and the worker joins
-        afresh.  When no scheduler answers in time, the worker closes.
+        Synchronous, so that nothing happens between the loss and the new
+        state: no message goes to the lost scheduler, fetches and async
+        executions are cancelled (awaited by :meth:`_reconnect`), and a task
+        a pool thread still runs is abandoned: its result is dropped when it
+        comes (:meth:`_apply_results`).  The new machine knows each key held
+        as a task in memory, so that the next scheduler may use, serve and free it.
         """
-        logger.warning("Lost the scheduler; worker %s tries to reconnect for %.0f s", self.address, timeout)
         stream, self.batched_stream = self.batched_stream, None
+        # A run through the execute coroutine (async tasks, other executors, large specs; see
+        # TaskRunning) reports nothing once that is cancelled: only pool threads' runs are waited out.
+        coroutine_runs = {task.get_name() for task in self._running_tasks if not task.done()}
+        for task in self._running_tasks:
+            task.cancel()
+        old = self.state
+        if old is None:
+            return stream
+        self._take_back_lined_up()
+        abandoned = self._abandoned_runs
+        for ts in (*old.executing, *old.long_running):
+            if f"execute-{ts.key}" not in coroutine_runs:
+                abandoned.add((ts.key, ts.run_id))
+        with self._results_lock:
+            pending, self._results = self._results, []
+        for ev in pending:  # in the order the threads posted them
+            if type(ev) is ExecuteStarted:
+                started = old.tasks.get(ev.key)
+                if started is not None:
+                    abandoned.add((started.key, started.run_id))
+            elif isinstance(ev, (ExecuteSuccess, ExecuteFailure, RescheduleEvent)):
+                abandoned.discard((ev.key, ev.run_id))  # finished: nothing more will come of it
+        nbytes = self._held_nbytes()
+        state = self.state = self._new_state_machine(old.transfer_limit, old.fetch_concurrency)
+        state.paused = old.paused
+        state.log = old.log  # a key's story goes on across the loss
+        self._update_transition_hook()
+        self.handle_stimulus(HeldDataEvent(stimulus_id=f"scheduler-lost-{time.time()}", nbytes=nbytes))
+        if self.actor_host.keys:
+            self._prune_actors(list(self.actor_host.keys))
+        return stream
+
+    async def _reconnect(self, stream: BatchedSend | None, timeout: float) -> None:
+        """Register again with the scheduler at the same address, for up to ``timeout`` seconds, then close.
+
+        What :meth:`_forget_tasks` cancelled is awaited first.  Each try
+        connects (every 0.1 s) until the deadline; a broken or refused
+        registration (the scheduler may not have noticed yet that the old
+        stream ended) is tried again after :data:`REREGISTER_PAUSE`.
+        """
+        deadline = time.monotonic() + timeout
         if stream is not None:
             await stream.close(timeout=1)
-        self.rpc.remove(self.scheduler_addr)
+        self.rpc.remove(self.scheduler_addr)  # pooled connections to the lost scheduler
         while running := [t for t in self._running_tasks if not t.done()]:
             for t in running:
                 t.cancel()
             await asyncio.gather(*running, return_exceptions=True)
-        old = self.state
-        if old is not None:
-            self.data.clear()
-            self.actor_host.clear()
-            self._take_back_lined_up()
-            self.state = self._new_state_machine(old.transfer_limit, old.fetch_concurrency)
-            self._update_transition_hook()
-        deadline = time.monotonic() + timeout
-        while self.status == Status.running:
+        failure: BaseException | None = None
+        while not self._closing_started:
             try:
-                await self._register_with_scheduler(max(deadline - time.monotonic(), 0.1))
-                logger.info("Worker %s reconnected to the scheduler at %s", self.address, self.scheduler_addr)
-                return
-            except (OSError, CommClosedError) as e:
+                await self._register_with_scheduler(max(deadline - time.monotonic(), 0.1), rejoining=True)
+            except (OSError, CommClosedError, _RegistrationRefused) as e:
+                if isinstance(e, _RegistrationRefused) and str(e) != str(failure):
+                    logger.warning("Worker %s: %s; trying again", self.address, e)
+                failure = e
                 if time.monotonic() >= deadline:
-                    logger.error("No scheduler at %s within %.0f s (%s); closing", self.scheduler_addr, timeout, e)
                     break
-                await asyncio.sleep(0.1)
+                await asyncio.sleep(REREGISTER_PAUSE)
+                continue
             except Exception:
-                logger.exception("Registration with the scheduler failed; closing")
+                # A bug, not a scheduler away: a worker left running unregistered would serve no one.
+                logger.exception("Worker %s could not register again with the scheduler; closing", self.address)
+                failure = None
                 break
-        if self.status == Status.running:
-            self.spawn(self.close(reason="scheduler-lost"), name="close-after-scheduler-loss")
+            logger.info(
+                "Worker %s registered again with the scheduler at %s, holding %d keys",
+                self.address,
+                self.scheduler_addr,
+                len(self.data),
+            )
+            return
+        if self._closing_started:
+            return
+        if failure is not None:
+            logger.error("No scheduler at %s within %.0f s (%s); closing", self.scheduler_addr, timeout, failure)
+        # Closing its nanny too, as a worker that gives up does (the nanny's new worker would wait alike).
+        self.spawn(self.close(reason="scheduler-lost"), name="close-after-scheduler-loss")
 
     async def heartbeat(self) -> None:
         """Tell the scheduler a few metrics, on our stream to it.
@@ -1002,6 +1116,8 @@ class Worker(Server, PeerTransfers, TaskRunning):
         with self._results_lock:
             events, self._results = self._results, []
             self._lined_up = None
+        if self._abandoned_runs or self._rerun_abandoned:
+            events = [ev for ev in events if not self._abandoned(ev)]
         if not events:
             return False
         started = [ev.key for ev in events if type(ev) is ExecuteStarted]
@@ -1009,6 +1125,25 @@ class Worker(Server, PeerTransfers, TaskRunning):
         if self.actor_host.keys:
             self._prune_actors([ev.key for ev in events if isinstance(ev, ExecuteSuccess)])
         return True
+
+    def _abandoned(self, ev: StateMachineEvent) -> bool:
+        """Whether ``ev`` is the result of a run abandoned when the scheduler was lost (to drop).
+
+        By run, not key: the next scheduler may ask for the same key again, and
+        that run's result is the one it waits for.  When it asked under the very
+        ``(key, run_id)`` abandoned (its run ids started afresh), the two results
+        cannot be told apart: the first is kept, the second dropped.
+        """
+        if not isinstance(ev, (ExecuteSuccess, ExecuteFailure, RescheduleEvent)):
+            return False
+        run = (ev.key, ev.run_id)
+        if run in self._abandoned_runs:
+            self._abandoned_runs.discard(run)
+            return True
+        if run in self._rerun_abandoned:
+            self._rerun_abandoned.discard(run)
+            self._abandoned_runs.add(run)
+        return False
 
     def _line_up_next(self, state: WorkerStateMachine) -> None:
         """Offer the next ready task to whichever pool thread finishes first.
@@ -1044,6 +1179,10 @@ class Worker(Server, PeerTransfers, TaskRunning):
                 to_scheduler.append(inst.msg)
                 lazy = lazy and inst.msg["op"] in _LAZY_OPS
             elif isinstance(inst, Execute):
+                if self._abandoned_runs and (inst.key, inst.run_id) in self._abandoned_runs:
+                    # The next scheduler asked for the very run abandoned (see _abandoned).
+                    self._abandoned_runs.discard((inst.key, inst.run_id))
+                    self._rerun_abandoned.add((inst.key, inst.run_id))
                 if started and inst.key in started:
                     continue  # a pool thread runs it already
                 self._execute_now(inst.key, inst.run_id)
@@ -1117,6 +1256,7 @@ class Worker(Server, PeerTransfers, TaskRunning):
 
     def _stream_close_worker(self, msg: m.CloseWorker) -> None:
         logger.info("Scheduler asked worker %s to close: %s", self.address, msg.get("reason", ""))
+        self._close_requested = True
         self.spawn(self.close(reason=msg.get("reason", "scheduler-request")), name="close-worker")
 
     # -- request handlers ---------------------------------------------------------------
@@ -1194,6 +1334,7 @@ class Worker(Server, PeerTransfers, TaskRunning):
         return await hardware.benchmark_network(msg["address"], self.rpc, sizes, msg["duration"])
 
     async def handle_close(self, comm: Comm, msg: m.WorkerClose) -> str:
+        self._close_requested = True
         self.spawn(self.close(reason=msg.get("reason", "close-request")), name="close")
         return "OK"
 

@@ -55,6 +55,10 @@ class WorkerSettings:
         (``memory.transfer``).
     spill_compression
         How spilled values are compressed on disk (``memory.spill-compression``).
+    reconnect_timeout
+        Seconds a worker that lost its scheduler (without being asked to close) keeps trying to
+        register again at the same address, holding on to its results, before it closes
+        (``reconnect-timeout``; the worker's ``death_timeout`` wins).
     """
 
     validate: bool = False
@@ -73,6 +77,7 @@ class WorkerSettings:
     lifetime_restart: bool = False
     transfer_fraction: float | None = 0.1
     spill_compression: str | bool | None = "auto"
+    reconnect_timeout: float = 60.0
 
     @classmethod
     def from_config(
@@ -126,6 +131,7 @@ class WorkerSettings:
             lifetime_restart=bool(restart),
             transfer_fraction=float(transfer) if transfer is not False and transfer else None,
             spill_compression=dask.config.get("distributed.worker.memory.spill-compression"),
+            reconnect_timeout=_seconds_at_least_zero("distributed.worker.reconnect-timeout"),
         )
 
 
@@ -135,3 +141,11 @@ def _at_least_one(key: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f"{key} must be a whole number of at least 1, got {value!r}")
     return value
+
+
+def _seconds_at_least_zero(key: str) -> float:
+    """The duration at ``key`` in seconds, refused (naming it) when missing or negative."""
+    value = parse_timedelta(dask.config.get(key))
+    if value is None or value < 0:
+        raise ValueError(f"{key} must be a duration of at least 0, got {dask.config.get(key)!r}")
+    return float(value)

@@ -58,6 +58,7 @@ __all__ = [
     "GatherDepBusy",
     "GatherDepFailure",
     "GatherDepSuccess",
+    "HeldDataEvent",
     "Instruction",
     "InvalidTransition",
     "RescheduleEvent",
@@ -313,6 +314,20 @@ class UpdateDataEvent(StateMachineEvent):
     """Data put here directly (scatter)."""
 
     data: Mapping[Key, Any]
+    nbytes: Mapping[Key, int]
+
+
+@dataclass(slots=True)
+class HeldDataEvent(StateMachineEvent):
+    """The data store already holds these keys: know them as tasks in memory.
+
+    A worker that lost its scheduler keeps its results and starts a new state
+    machine over them, to register again (see ``Worker._forget_tasks``).
+    Unlike :class:`UpdateDataEvent` no value is read or written: spilled
+    results stay on disk.  Keys the machine already knows, or that the store
+    no longer holds, are left alone.
+    """
+
     nbytes: Mapping[Key, int]
 
 
@@ -1139,6 +1154,16 @@ class WorkerStateMachine:
             self._put_data(ts, value, n)
             self._transition(ts, "memory", ev.stimulus_id, instructions)
 
+    def _handle_held_data(self, ev: HeldDataEvent, instructions: list[Instruction]) -> None:
+        for key, n in ev.nbytes.items():
+            if key in self.tasks or key not in self.data:
+                continue
+            ts = self._ensure_task(key)
+            # Ours to report: the worker tells the scheduler it holds these keys as it registers.
+            ts.computed = True
+            ts.nbytes = n
+            self._transition(ts, "memory", ev.stimulus_id, instructions)
+
     # -- validation ---------------------------------------------------------------
     def validate_task(self, ts: WorkerTask) -> None:
         """Check one task's invariants."""
@@ -1238,6 +1263,7 @@ _HANDLERS: dict[type, Any] = {
     GatherDepBusy: WorkerStateMachine._handle_gather_busy,
     BusyWorkerRetry: WorkerStateMachine._handle_busy_worker_retry,
     UpdateDataEvent: WorkerStateMachine._handle_update_data,
+    HeldDataEvent: WorkerStateMachine._handle_held_data,
     AcquireReplicasEvent: WorkerStateMachine._handle_acquire_replicas,
     StealRequestEvent: WorkerStateMachine._handle_steal_request,
 }
