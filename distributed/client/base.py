@@ -253,6 +253,7 @@ class ClientBase(Generic[AsyncT]):
         #: The topics this client subscribed to, and their event handlers.
         self.topics = TopicSubscriptions(self.id, self.link.post)
         self.link.add_route("event", self.topics.route())
+        self.link.on_reconnect(self._after_reconnect)
         #: The scheduler file this client was given or wrote (``write_scheduler_file``).
         self.scheduler_file: str | None = scheduler_file
         if asynchronous and loop is None:
@@ -363,7 +364,11 @@ class ClientBase(Generic[AsyncT]):
 
     @property
     def status(self) -> str:
-        """newly-created, connecting, running, closing or closed: the state of the connection to the scheduler."""
+        """newly-created, connecting, running, closing or closed: the state of the connection to the scheduler.
+
+        "connecting" again while the client reconnects after its connection
+        was lost; "closed" when no scheduler answered within its ``timeout``.
+        """
         return self.link.status
 
     @status.setter
@@ -403,12 +408,25 @@ class ClientBase(Generic[AsyncT]):
             logger.debug("Could not refresh the scheduler's identity", exc_info=True)
 
     async def _refresh_scheduler_info(self, interval: float) -> None:
-        """Call :meth:`_update_scheduler_identity` every ``interval`` while connected."""
+        """Call :meth:`_update_scheduler_identity` every ``interval`` while connected (and across reconnections)."""
         while True:
             await asyncio.sleep(interval)
-            if self.link.status != "running":
+            status = self.link.status
+            if status in ("closing", "closed"):
                 return
-            await self._update_scheduler_identity()
+            if status == "running":
+                await self._update_scheduler_identity()
+
+    def _after_reconnect(self) -> None:
+        """The stream to the scheduler runs again after it was lost (on the loop, before the outbox drains).
+
+        The scheduler forgets a client's topics when an event finds its stream
+        gone, and a new scheduler never had them: subscribe again (the
+        scheduler keeps a set of subscribers, so twice is once).
+        """
+        self._scheduler_identity = self.link.identity
+        for topic in self.topics.handlers:
+            self.link.post(m.TopicSubscription(op="subscribe-topic", topic=topic, client=self.id))
 
     async def _close(self, fast: bool = False) -> None:
         refresh, self._info_refresh = self._info_refresh, None
@@ -448,7 +466,9 @@ class ClientBase(Generic[AsyncT]):
         """Close the client (and the LocalCluster it started, if any)."""
         asynchronous = self.asynchronous if asynchronous is None else asynchronous
         t = None if timeout is no_default or timeout is None else parse_timedelta(timeout)
-        if self.status == "closed":
+        # A client closed because its scheduler never came back still has its pool, preloads and
+        # cluster to close down (the link is still ``connected``).
+        if self.status == "closed" and not self.link.connected:
             if asynchronous:
                 return _noop()
             self._loop_runner.stop()
@@ -540,7 +560,11 @@ class ClientBase(Generic[AsyncT]):
     def __del__(self) -> None:
         # A finaliser runs inside whatever the collector interrupted (maybe
         # this client's loop): it must not block or do I/O, so the loop closes.
-        if getattr(self, "status", "closed") in ("closed", "closing") or self.asynchronous:
+        status = getattr(self, "status", "closed")
+        link = getattr(self, "link", None)  # absent when __init__ failed early
+        if status == "closing" or (status == "closed" and not (link is not None and link.connected)):
+            return
+        if self.asynchronous:
             return
         try:
             self.event_loop.call_soon_threadsafe(self._close_abandoned)

@@ -10,18 +10,43 @@ applies it to the futures of the client's
 cancel, run, ...) go on connections of their own, from the client's connection
 pool, and are ordered after every graph part queued before them.
 
+When the stream is lost while the client is not closing (the scheduler was
+restarted at its address, or taken over from its journal, or the connection
+dropped), the link connects and registers again at the same address with the
+same client id, for up to its timeout (as dask's Client does for its
+``timeout``; a scheduler that shuts down looks the same, and the client then
+closes once the timeout has passed, as dask's does).  Meanwhile the client's
+futures keep their state.  Once the stream runs again, what the old stream had
+not written goes first, then the outbox, in which the keys of every held future
+(but cancelled ones) were queued as ``client-desires-keys``: the scheduler
+links them to the client again and answers each (in memory, erred, or
+cancelled as an unknown key).
+
 Invariants:
 
-- ``status`` moves newly-created -> connecting -> running -> closing ->
-  closed (or straight to closed when the connection is lost or never made);
-  the outbox is drained only while running.
+- ``status`` moves newly-created -> connecting -> running, then between
+  running and connecting (a reconnection) any number of times, then to
+  closing -> closed; straight to closed when the first connection is never
+  made, or no reconnection succeeds within the timeout (then ``lost`` is set).
+  The outbox is drained only while running.
 - :meth:`kick` takes no lock, does no I/O and schedules at most one drain
   however often it is called: a finaliser may call it.
+- Nothing taken from the outbox is dropped until the link closes or gives up:
+  what a lost stream had not written is sent first on the next one.  (What it
+  had written may be lost with it; the keys announced again then come back
+  from the scheduler as unknown, and their futures are cancelled.)
 - A request made after a graph was queued in parts reaches the scheduler after
   the scheduler has handled every one of those parts (:meth:`graphs_sent`):
-  a stream barrier sent behind the parts comes back first.
-- When the stream is lost, every waiter (barriers, requests waiting for graph
-  parts) wakes up and every pending future is cancelled.
+  a stream barrier sent behind the parts comes back first.  A barrier that
+  the lost stream took is answered False, and the wait starts again on the
+  next stream.
+- During a reconnection, requests wait for it to end (see
+  :meth:`_send_request`); pending futures stay pending and finished ones
+  finished.  When it fails, every waiter (requests, barriers, requests
+  waiting for graph parts) wakes up and every pending or finished future is
+  cancelled with reason ``"scheduler-connection-lost"``.
+- Only one reconnection runs at a time; :meth:`close` cancels it and waits for
+  it to end, so nothing the link started outlives the link.
 """
 
 from __future__ import annotations
@@ -30,7 +55,7 @@ import asyncio
 import itertools
 import logging
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, cast
 
 from distributed.batched import BatchedSend
@@ -72,6 +97,9 @@ SchedulerRequest = (
 
 _CHECK_REGISTERED: Final = checker(m.RegisterClientReply)
 
+#: Seconds between two tries to register again (each try's connect already retries until it times out).
+RECONNECT_PAUSE: Final = 0.1
+
 
 def raise_if_malformed(check: Check, reply: Any, what: str) -> None:
     """Raise :class:`~distributed.protocol.schema.MessageError` naming ``what`` unless ``reply`` passes ``check``."""
@@ -84,6 +112,16 @@ def _wake(waiters: list[asyncio.Future[None]]) -> None:
     for w in waiters:
         if not w.done():
             w.set_result(None)
+
+
+def _send(bs: BatchedSend, msg: StreamMessage) -> None:
+    """Queue ``msg`` on ``bs`` the way its kind goes (raises CommClosedError when ``bs`` is closed)."""
+    if msg["op"] == "client-releases-keys":
+        bs.send_lazy(msg)
+    elif msg["op"] == "update-graph" and len(msg["tasks"]) >= LARGE_GRAPH_MESSAGE:
+        bs.send_large(msg)
+    else:
+        bs.send(msg)
 
 
 class SchedulerLink:
@@ -101,7 +139,8 @@ class SchedulerLink:
     pool
         Connections for requests (shared with transfers to workers).
     timeout
-        Seconds to wait for the scheduler to accept and register the client.
+        Seconds to wait for the scheduler to accept and register the client,
+        and to keep trying to register again after the stream was lost.
     loop
         The client's event loop (it may change until the client starts).
     """
@@ -121,7 +160,7 @@ class SchedulerLink:
         self.pool = pool
         self.timeout = timeout
         self._loop = loop
-        #: newly-created, connecting, running, closing or closed.
+        #: newly-created, connecting, running, closing or closed (connecting again after a lost stream).
         self.status = "newly-created"
         #: The scheduler's address, once connected.
         self.address: str | None = None
@@ -141,8 +180,19 @@ class SchedulerLink:
         #: ``distributed.client.heartbeat``): the scheduler sees the client alive while it is idle.
         self.heartbeat_interval = get_interval("distributed.client.heartbeat", 5.0)
         self._heartbeat: asyncio.Task[None] | None = None
-        #: Set when the stream to the scheduler was lost (not closed by us): requests fail at once.
+        #: Set when the stream to the scheduler was lost (not closed by us) and no reconnection
+        #: succeeded within :attr:`timeout`: requests fail at once.
         self.lost = False
+        #: The reconnection under way, if any (see the module docstring).
+        self._reconnecting: asyncio.Task[None] | None = None
+        #: Requests waiting for the reconnection to end, either way.
+        self._reconnect_waiters: list[asyncio.Future[None]] = []
+        #: Messages taken from the outbox that no stream wrote (it was lost first): they go first on the next.
+        self._carry: list[StreamMessage] = []
+        #: Called on the loop once the stream runs again, before the outbox drains (they may post to it).
+        self._on_reconnect: list[Callable[[], None]] = []
+        #: How often the stream was opened again after being lost.
+        self.reconnections = 0
         self._drain_scheduled = False
         #: Requests waiting until every queued graph part is sent.
         self._parts_waiters: list[asyncio.Future[None]] = []
@@ -150,7 +200,8 @@ class SchedulerLink:
         #: received (a stream barrier came back after them).
         self._parts_confirmed = 0
         self._barrier_ids = itertools.count()
-        self._barriers: dict[int, asyncio.Future[None]] = {}
+        #: Barriers on the stream not yet back: True when reached, False when the stream went first.
+        self._barriers: dict[int, asyncio.Future[bool]] = {}
         #: What the scheduler may report on the stream, each checked against its declaration.
         self._routes: dict[str, StreamRoute[Any]] = {
             "key-in-memory": StreamRoute(m.KeyInMemory, self._on_key_in_memory),
@@ -172,9 +223,27 @@ class SchedulerLink:
             raise ValueError(f"Scheduler reports {op!r} are handled already")
         self._routes[op] = route
 
+    def on_reconnect(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` on the loop each time the stream runs again after being lost.
+
+        It runs before the outbox drains, so what it posts (a part of the
+        client telling the scheduler again what it asked of the lost stream,
+        such as topic subscriptions) goes out with the rest.
+        """
+        self._on_reconnect.append(callback)
+
+    @property
+    def reconnecting(self) -> bool:
+        """Whether the link is connecting again after its stream was lost."""
+        return self._reconnecting is not None
+
     @property
     def connected(self) -> bool:
-        """Whether a connection to the scheduler is open (or not yet closed down)."""
+        """Whether a connection to the scheduler was made and the link is not closed down yet.
+
+        True while reconnecting, and after a reconnection failed, until
+        :meth:`close`: there is something to close down.
+        """
         return self._comm is not None
 
     # -- connecting ---------------------------------------------------------------------
@@ -189,10 +258,19 @@ class SchedulerLink:
             When its reply is malformed.
         """
         self.address = address
-        comm = await connect(address, timeout=self.timeout, name="client->scheduler", **self.pool.connection_args)
+        comm, registered = await self._register(address, self.timeout)
+        if registered.get("warning"):
+            warnings.warn(VersionMismatchWarning(registered["warning"]), stacklevel=2)
+        self._open_stream(comm)
+        if len(self.outbox):
+            self.drain()
+
+    async def _register(self, address: str, timeout: float) -> tuple[Comm, m.RegisterClientReply]:
+        """Connect to ``address`` and register the client; the comm, and the scheduler's checked reply."""
+        comm = await connect(address, timeout=timeout, name="client->scheduler", **self.pool.connection_args)
         try:
             await comm.write(m.RegisterClient(op="register-client", client=self.client_id, versions=get_versions()))
-            response = await wait_for(comm.read(), self.timeout)
+            response = await wait_for(comm.read(), timeout)
         except BaseException:
             comm.abort()
             raise
@@ -209,39 +287,48 @@ class SchedulerLink:
                 comm.abort()
                 raise
         registered = cast(m.RegisterClientReply, response)  # checked above (or built as declared in process)
-        if registered.get("warning"):
-            warnings.warn(VersionMismatchWarning(registered["warning"]), stacklevel=2)
         # Known from the start (dashboard_link, repr) without another round trip.
         self.services = registered["services"]
         self.identity = dict(registered.get("identity") or {})
+        return comm, registered
+
+    def _open_stream(self, comm: Comm) -> None:
+        """Start the stream on ``comm`` (registered): its writer, its reader and its heartbeats."""
         self._comm = comm
         bs = BatchedSend(
             interval=get_interval("distributed.client.batched-send-interval", 0.00025), name="client->scheduler"
         )
         bs.start(comm)
         self.stream = bs
-        self._reader = asyncio.get_running_loop().create_task(self._read_reports(comm), name="client-report")
+        loop = asyncio.get_running_loop()
+        self._reader = loop.create_task(self._read_reports(comm), name="client-report")
         if self.heartbeat_interval > 0:
-            self._heartbeat = asyncio.get_running_loop().create_task(self._beat(bs), name="client-heartbeat")
+            self._heartbeat = loop.create_task(self._beat(bs), name="client-heartbeat")
         self.status = "running"
-        if len(self.outbox):
-            self.drain()
 
     async def close(self) -> None:
         """Release every held key, tell the scheduler the client leaves, and close the stream.
 
-        Wakes everything waiting on the stream.  Pending futures are left to
+        Ends a reconnection under way (at once: nothing is waited for) and
+        wakes everything waiting on the stream.  Pending futures are left to
         the caller.
         """
         self.status = "closing"
+        reconnecting, self._reconnecting = self._reconnecting, None
+        if reconnecting is not None:
+            reconnecting.cancel()
+            await asyncio.wait([reconnecting])  # ended, not merely told to: nothing of ours outlives close()
+        # Its own ``finally`` wakes them, unless it was cancelled before it first ran.
+        self._wake_reconnect_waiters()
         heartbeat, self._heartbeat = self._heartbeat, None
         if heartbeat is not None:
             heartbeat.cancel()
-            await asyncio.wait([heartbeat])  # ended, not merely told to: nothing of ours outlives close()
+            await asyncio.wait([heartbeat])
         self.outbox.stop_parts()
         waiters, self._parts_waiters = self._parts_waiters, []
         _wake(waiters)
-        self._wake_barriers()
+        self._settle_barriers()
+        self._carry = []
         bs = self.stream
         if bs is not None:
             try:
@@ -278,21 +365,144 @@ class SchedulerLink:
 
     # -- reports from the scheduler ------------------------------------------------------
     async def _read_reports(self, comm: Comm) -> None:
+        cancelled = False
         try:
             while True:
                 msgs = await comm.read()
                 self.handle_reports(msgs)
-        except (CommClosedError, asyncio.CancelledError):
+        except CommClosedError:
             pass
-        if self.status not in ("closing", "closed"):
+        except asyncio.CancelledError:
+            # By close(), or by the loop shutting down: no reconnection then.
+            cancelled = True
+        except Exception:
+            # Not from a report (those are caught one by one): the stream cannot be read on.
+            logger.exception("Reading the stream from the scheduler at %s failed", self.address)
+            comm.abort()
+        if self.status in ("closing", "closed") or comm is not self._comm:
+            return
+        if cancelled:
             logger.warning("Lost connection to the scheduler at %s", self.address)
-            self.status = "closed"
-            self.lost = True
-            self._wake_barriers()
-            # Results held by that scheduler's workers are out of reach too (as in dask.distributed).
-            for fs in list(self.registry.states.values()):
-                if not fs.done() or fs.status == "finished":
-                    fs.cancel("scheduler-connection-lost")
+            self._end_stream()
+            self._give_up()
+        else:
+            self._stream_lost()
+
+    def _end_stream(self) -> asyncio.Task[None] | None:
+        """Close the stream that was lost, keeping what it had not written, and answer its barriers.
+
+        Returns its heartbeat task, cancelled: the caller awaits its end.
+        """
+        bs, self.stream = self.stream, None
+        if bs is not None:
+            # Taken from the outbox before anything that is still there: first on the next stream.
+            self._carry[:0] = bs.buffer
+            bs.abort()
+        heartbeat, self._heartbeat = self._heartbeat, None
+        if heartbeat is not None:
+            heartbeat.cancel()  # it wrote to that stream only
+        self._settle_barriers()
+        # Idle connections of the pool may lead to a scheduler that is gone.
+        if self.address is not None:
+            self.pool.remove(self.address)
+        return heartbeat
+
+    def _stream_lost(self) -> None:
+        """The stream was lost (not closed by us): keep the futures, and connect again."""
+        logger.warning(
+            "Lost connection to the scheduler at %s; connecting again for up to %.3g s", self.address, self.timeout
+        )
+        self.status = "connecting"
+        heartbeat = self._end_stream()
+        self._reconnecting = asyncio.get_running_loop().create_task(self._reconnect(heartbeat), name="client-reconnect")
+
+    async def _reconnect(self, heartbeat: asyncio.Task[None] | None) -> None:
+        """Register again at the scheduler's address, same client id, until :attr:`timeout` runs out.
+
+        ``heartbeat``, the lost stream's (cancelled), has ended before a new one starts.
+        """
+        assert self.address is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        failure: BaseException | None = None
+        try:
+            if heartbeat is not None:
+                await asyncio.wait([heartbeat])
+            while (left := deadline - loop.time()) > 0:
+                try:
+                    comm, registered = await self._register(self.address, left)
+                except Exception as e:
+                    # Refused, timed out, a scheduler not serving yet or one that closed the comm
+                    # at once: any may pass while a scheduler restarts, so each is tried again.
+                    failure = e
+                    logger.debug("Registering again at %s failed: %r", self.address, e)
+                    await asyncio.sleep(min(RECONNECT_PAUSE, max(deadline - loop.time(), 0)))
+                    continue
+                if registered.get("warning"):
+                    logger.warning("%s", registered["warning"])
+                self._open_stream(comm)
+                self._resume()
+                return
+            logger.error(
+                "Could not connect again to the scheduler at %s within %.3g s (%r); closing the client",
+                self.address,
+                self.timeout,
+                failure,
+            )
+            self._give_up()
+        finally:
+            if self._reconnecting is asyncio.current_task():
+                self._reconnecting = None
+            self._wake_reconnect_waiters()
+
+    def _resume(self) -> None:
+        """The stream runs again: send what the lost one had not, announce the held keys, drain the outbox."""
+        self.reconnections += 1
+        bs = self.stream
+        assert bs is not None
+        carried, self._carry = self._carry, []
+        self._write(bs, carried)
+        # Behind every message posted so far: the scheduler knows their graphs when it reads the keys.
+        # A cancelled future has nothing to hear (and its reason would become "unknown key").
+        states = self.registry.states
+        held = [k for k in self.registry.held_keys() if (fs := states.get(k)) is None or fs.status != "cancelled"]
+        if held:
+            self.outbox.post_rewant(held)
+        for callback in self._on_reconnect:
+            try:
+                callback()
+            except Exception:
+                logger.exception("A reconnection callback failed")
+        logger.info("Connected again to the scheduler at %s", self.address)
+        self.drain()
+
+    def _give_up(self) -> None:
+        """No stream any more, and none to come: the link is closed, the futures cancelled."""
+        self.status = "closed"
+        self.lost = True
+        self.outbox.stop_parts()
+        self._carry = []
+        waiters, self._parts_waiters = self._parts_waiters, []
+        _wake(waiters)
+        self._settle_barriers()
+        # Results held by that scheduler's workers are out of reach too (as in dask.distributed).
+        for fs in list(self.registry.states.values()):
+            if not fs.done() or fs.status == "finished":
+                fs.cancel("scheduler-connection-lost")
+
+    def _wake_reconnect_waiters(self) -> None:
+        waiters, self._reconnect_waiters = self._reconnect_waiters, []
+        _wake(waiters)
+
+    async def _reconnection_ended(self) -> bool:
+        """Wait for the reconnection under way (if any) to end, either way; whether there was one."""
+        waited = False
+        while self._reconnecting is not None:
+            waited = True
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._reconnect_waiters.append(waiter)
+            await waiter
+        return waited
 
     def handle_reports(self, msgs: Any) -> None:
         """Handle a batch of scheduler reports (one message or a list of them)."""
@@ -346,8 +556,8 @@ class SchedulerLink:
 
     def _on_stream_barrier(self, msg: m.StreamBarrierReached) -> None:
         reached = self._barriers.pop(msg["id"], None)
-        if reached is not None:
-            _wake([reached])
+        if reached is not None and not reached.done():
+            reached.set_result(True)
 
     # -- the outgoing stream ------------------------------------------------------------
     def post(self, msg: StreamMessage) -> None:
@@ -379,20 +589,22 @@ class SchedulerLink:
                 waiters, self._parts_waiters = self._parts_waiters, []
                 _wake(waiters)
             return
-        msgs = self.outbox.take(self.registry.settle)
-        try:
-            for msg in msgs:
-                if msg["op"] == "client-releases-keys":
-                    bs.send_lazy(msg)
-                elif msg["op"] == "update-graph" and len(msg["tasks"]) >= LARGE_GRAPH_MESSAGE:
-                    bs.send_large(msg)
-                else:
-                    bs.send(msg)
-        except CommClosedError:
-            pass
+        if bs.closed():
+            return  # lost, and not noticed yet: what the outbox holds waits for the next stream
+        self._write(bs, self.outbox.take(self.registry.settle, self.registry.still_held))
         if self._parts_waiters and not self.outbox.parts_pending:
             waiters, self._parts_waiters = self._parts_waiters, []
             _wake(waiters)
+
+    def _write(self, bs: BatchedSend, msgs: Sequence[StreamMessage]) -> None:
+        """Queue ``msgs`` on ``bs``; those it cannot take any more wait for the next stream."""
+        for i, msg in enumerate(msgs):
+            try:
+                _send(bs, msg)
+            except CommClosedError:
+                if self.status not in ("closing", "closed"):
+                    self._carry.extend(msgs[i:])
+                return
 
     def post_plan(self, plan: GraphPlan, before_rest: Callable[[], None] | None = None) -> None:
         """Queue the graph of ``plan``; from any thread, once its futures exist.
@@ -433,25 +645,28 @@ class SchedulerLink:
     async def _barrier(self) -> bool:
         """Wait until the scheduler has handled everything on the stream before a barrier sent now.
 
-        False when no barrier could be sent (the stream is not running).
+        False when no barrier could be sent (the stream is not running), or
+        the stream was lost before it came back.
         """
         bs = self.stream
         if bs is None or self.status != "running":
             return False
         n = next(self._barrier_ids)
-        reached: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        reached: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._barriers[n] = reached
         try:
             bs.send(m.StreamBarrier(op="stream-barrier", client=self.client_id, id=n))
         except CommClosedError:
             self._barriers.pop(n, None)
             return False
-        await reached
-        return True
+        return await reached
 
-    def _wake_barriers(self) -> None:
+    def _settle_barriers(self) -> None:
+        """The stream is gone: every barrier on it is answered False (it may never have arrived)."""
         barriers, self._barriers = self._barriers, {}
-        _wake(list(barriers.values()))
+        for reached in barriers.values():
+            if not reached.done():
+                reached.set_result(False)
 
     async def graphs_sent(self) -> None:
         """Return once the scheduler has every graph part queued so far.
@@ -459,31 +674,42 @@ class SchedulerLink:
         Requests go on their own connections; waiting here keeps one made
         after ``map`` returns (a cancel, say) from reaching the scheduler
         before the graph's later parts.  Costs nothing unless a graph was
-        sent in parts since the last such wait.
+        sent in parts since the last such wait.  Waits for a reconnection
+        under way; returns without that guarantee when the link closes or is
+        lost for good (the request after it then fails, as it must).
         """
         made = self.outbox.parts_posted
         if made == self._parts_confirmed:
             return
-        if self.outbox.parts_pending:
-            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._parts_waiters.append(waiter)
-            self.kick()
-            await waiter
-        # Every part is on the stream; a barrier behind them comes back once
-        # the scheduler has handled them.
-        if await self._barrier():
-            self._parts_confirmed = max(self._parts_confirmed, made)
+        while True:
+            if self.outbox.parts_pending and self.status not in ("closing", "closed"):
+                waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                self._parts_waiters.append(waiter)
+                self.kick()
+                await waiter
+            # Every part is on the stream; a barrier behind them comes back once
+            # the scheduler has handled them.
+            if await self._barrier():
+                self._parts_confirmed = max(self._parts_confirmed, made)
+                return
+            if not await self._reconnection_ended():
+                return
 
     async def stream_handled(self) -> None:
         """Return once the scheduler has handled everything queued for the stream so far.
 
         A request (on its own connection) made right after ``submit`` could
         otherwise reach the scheduler before the graph: a cancel would find
-        no task and the graph would then run anyway.
+        no task and the graph would then run anyway.  Waits for a
+        reconnection under way, as :meth:`graphs_sent` does.
         """
-        await self.graphs_sent()
-        self.drain()
-        await self._barrier()
+        while True:
+            await self.graphs_sent()
+            self.drain()
+            if await self._barrier():
+                return
+            if not await self._reconnection_ended():
+                return
 
     # -- requests -----------------------------------------------------------------------
     async def request(self, msg: SchedulerRequest) -> Any:
@@ -498,9 +724,17 @@ class SchedulerLink:
         return await self._send_request(m.request(op, **fields))
 
     async def _send_request(self, msg: Mapping[str, Any]) -> Any:
+        # A request made while the link connects again waits for it (bounded by the timeout, as the
+        # reconnection is): in dask a request to the scheduler keeps trying to connect for the connect
+        # timeout, so a call made while the scheduler restarts (or its stream dropped) succeeds once it is
+        # back; and ordered after the graphs queued before it, it can only go once the stream runs again.
+        # When no scheduler came back, it fails at once, naming the lost connection.
         assert self.address is not None
+        waited = await self._reconnection_ended()
         if self.lost:
             raise CommClosedError(f"The client lost its connection to the scheduler at {self.address}")
+        if waited and self.status in ("closing", "closed"):
+            raise CommClosedError(f"The client closed while connecting again to the scheduler at {self.address}")
         await self.graphs_sent()
         return await self.pool.call(self.address, msg)
 

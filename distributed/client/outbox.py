@@ -16,14 +16,19 @@ Invariants:
 - :meth:`Outbox.post` and :meth:`Outbox.release` take no lock and do no I/O,
   so any thread may call them, a finaliser included.  :meth:`Outbox.take` is
   called from one thread only (the client's event loop).
+- The keys announced again after a reconnection (:meth:`Outbox.post_rewant`)
+  leave in order too, as ``client-desires-keys``: without the keys whose last
+  future was released before them (the scheduler would keep those for nobody)
+  and without the keys a graph posted after them asks for (announced before
+  their graph, they would be unknown to the scheduler).
 """
 
 from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
-from typing import Final
+from collections.abc import Callable, Iterable, Sequence
+from typing import Final, cast
 
 from distributed.client.graph_parts import PendingParts
 from distributed.protocol import messages as m
@@ -34,12 +39,13 @@ __all__ = ["Outbox", "StreamMessage"]
 #: What a client sends on its stream to the scheduler.
 StreamMessage = m.UpdateGraph | m.ClientKeys | m.StreamBarrier | m.CloseClient | m.TopicSubscription
 
-# Kinds of entries: a message, a key release, a graph's later parts.
+# Kinds of entries: a message, a key release, a graph's later parts, the keys to announce again.
 _MESSAGE: Final = 0
 _RELEASE: Final = 1
 _PARTS: Final = 2
+_REWANT: Final = 3
 
-_Entry = tuple[int, "StreamMessage | Key | PendingParts"]
+_Entry = tuple[int, "StreamMessage | Key | PendingParts | list[Key]"]
 
 
 class Outbox:
@@ -83,6 +89,14 @@ class Outbox:
         """Queue one release of a reference to ``key``; safe in a finaliser."""
         self._entries.append((_RELEASE, key))
 
+    def post_rewant(self, keys: Iterable[Key]) -> None:
+        """Queue ``client-desires-keys`` for ``keys``, made when taken (after a reconnection).
+
+        Only the keys still held then, and not wanted by a graph posted after
+        this, go out (see :meth:`take`), in chunks of :attr:`chunk_size`.
+        """
+        self._entries.append((_REWANT, list(keys)))
+
     def post_graph(self, first: m.UpdateGraph, parts: PendingParts) -> None:
         """Queue the first message of a graph whose later parts ``parts`` will hold."""
         with self._lock:
@@ -110,11 +124,17 @@ class Outbox:
                 p.stop = True
             self._parts = []
 
-    def take(self, settle: Callable[[Sequence[Key]], Sequence[Key]]) -> list[StreamMessage]:
+    def take(
+        self,
+        settle: Callable[[Sequence[Key]], Sequence[Key]],
+        held: Callable[[Iterable[Key]], Sequence[Key]] = list,
+    ) -> list[StreamMessage]:
         """The messages to send now, in order; stops at a graph part not made yet.
 
         ``settle(keys)`` counts one reference of each key down and returns the
-        keys left with none: only those are released.
+        keys left with none: only those are released.  ``held(keys)`` returns
+        those of ``keys`` that still have futures (for :meth:`post_rewant`;
+        by default all of them).
         """
         out: list[StreamMessage] = []
         releases: list[Key] = []
@@ -129,6 +149,8 @@ class Outbox:
                     releases = []
                 if kind == _MESSAGE:
                     out.append(item)  # type: ignore[arg-type]  # a message, by kind
+                elif kind == _REWANT:
+                    self._rewant(held(item), out)  # type: ignore[arg-type]  # keys, by kind
                 else:
                     assert isinstance(item, PendingParts)
                     # Read ``done`` first: it is set after the last append.
@@ -142,6 +164,21 @@ class Outbox:
         if releases:
             self._flush(settle(releases), out)
         return out
+
+    def _rewant(self, keys: Sequence[Key], out: list[StreamMessage]) -> None:
+        # The entry is still first: what follows it is what was posted after it.
+        later: set[Key] = set()
+        for kind, item in list(self._entries)[1:]:  # a copy: other threads append meanwhile
+            if kind != _MESSAGE:
+                continue
+            msg = cast("StreamMessage", item)  # by kind
+            if msg["op"] == "update-graph":
+                later.update(msg["keys"])
+        if later:
+            keys = [k for k in keys if k not in later]
+        chunk = self.chunk_size
+        for i in range(0, len(keys), chunk):
+            out.append(m.ClientKeys(op="client-desires-keys", client=self.client_id, keys=list(keys[i : i + chunk])))
 
     def _flush(self, keys: Sequence[Key], out: list[StreamMessage]) -> None:
         # In chunks, so that the scheduler can serve others in between.

@@ -174,3 +174,9 @@ class FutureRegistry:
         """Every key with a live future."""
         with self._lock:
             return list(self.counts)
+
+    def still_held(self, keys: Iterable[Key]) -> list[Key]:
+        """Those of ``keys`` with a live future (or a release not yet carried out)."""
+        with self._lock:
+            counts = self.counts
+            return [k for k in keys if k in counts]

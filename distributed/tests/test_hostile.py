@@ -485,19 +485,28 @@ async def test_client_gives_up_on_a_scheduler_file_after_its_timeout(tmp_path: A
 
 
 @gen_test(timeout=60)
-async def test_client_whose_scheduler_dies_raises_promptly() -> None:
+async def test_client_whose_scheduler_dies_gives_up_after_its_timeout() -> None:
     port = _free_port()
     address = f"tcp://127.0.0.1:{port}"
     with _scheduler_process(port) as proc:
         async with Worker(address, nthreads=1, death_timeout=30):
-            async with Client(address, asynchronous=True, timeout=20) as c:
+            # The scheduler is up (the worker registered): two seconds are enough to connect, and
+            # they bound the reconnection below.
+            async with Client(address, asynchronous=True, timeout=2) as c:
                 done = c.submit(inc, 1)
                 assert await done == 2
                 pending = c.submit(inc, 2, resources={"GPU": 1})  # no worker can run it
                 proc.kill()
                 proc.wait()
+                start = time.monotonic()
+                # It tries to connect again for its timeout, the futures kept meanwhile ...
+                await async_poll_for(lambda: c.status != "running", timeout=10)
+                assert c.status == "connecting" or time.monotonic() - start > 1.5
+                assert not pending.done() or time.monotonic() - start > 1.5
+                # ... then gives up: no hang.
                 with pytest.raises(FutureCancelledError, match="scheduler-connection-lost"):
-                    await asyncio.wait_for(pending, 5)
+                    await asyncio.wait_for(pending, 10)
+                assert c.status == "closed"
                 # The finished result was held by that scheduler's workers: out of reach now.
                 with pytest.raises(FutureCancelledError):
                     await asyncio.wait_for(done.result(timeout=30), 5)
@@ -520,7 +529,8 @@ time.sleep(120)
 """
 
 
-@gen_cluster(nthreads=[("127.0.0.1", 2)], timeout=60)
+# A client gone without a word keeps its keys for its grace (it may connect again): a short one here.
+@gen_cluster(nthreads=[("127.0.0.1", 2)], timeout=60, config={"distributed.scheduler.client-reconnect-grace": "0.5s"})
 async def test_keys_of_a_killed_client_process_are_released(s: Scheduler, a: Worker) -> None:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-c", _CLIENT_SCRIPT, s.address, stdout=asyncio.subprocess.PIPE

@@ -29,9 +29,11 @@ def hold_until_killed(kind: str, name: str, ready: str) -> str:
 def client() -> Iterator[Client[Literal[False]]]:
     # Leases would time out only after a minute: a quick release shows the
     # scheduler noticed that the holder's client left.
+    # A client gone without a word (the task's, in the killed process) is released after its grace: 1 s here.
     config = {
         "distributed.scheduler.locks.lease-timeout": "60s",
         "distributed.scheduler.locks.lease-validation-interval": "50ms",
+        "distributed.scheduler.client-reconnect-grace": "1s",
     }
     with dask.config.set(config):
         with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:

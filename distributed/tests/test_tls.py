@@ -485,7 +485,7 @@ async def test_scheduler_never_acts_on_a_message_from_an_unauthenticated_peer(
     assert not any(k.startswith("intruder") for k in s.clients)
     # The same message from an authenticated peer is acted on: the checks above can fail.
     assert await _try_register(s, s.address, "authenticated", good)
-    await async_poll_for(lambda: "authenticated" not in s.clients, timeout=5)  # gone with its comm
+    assert "authenticated" in s.clients  # kept for its grace after its comm closed
     await _computes(c)
 
 
