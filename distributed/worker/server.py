@@ -4,6 +4,11 @@ This module is the I/O shell around :class:`~distributed.worker.state_machine.
 WorkerStateMachine`: it turns messages from the scheduler and results from
 threads into events, and carries out the instructions the state machine
 returns (run a task, fetch data from a peer, message the scheduler).
+Its parts live beside it, each a base class of :class:`Worker`: the link to
+the scheduler (registering, the scheduler's stream and its loss, the
+heartbeat) in :mod:`~distributed.worker.scheduler_link`, peer transfers in
+:mod:`~distributed.worker.transfers`, running tasks in
+:mod:`~distributed.worker.running`.
 """
 
 from __future__ import annotations
@@ -27,16 +32,14 @@ import psutil
 from dask.sizeof import sizeof
 from dask.utils import parse_timedelta, typename
 
-from distributed.batched import BatchedSend
 from distributed.client.client import get_client
-from distributed.comm import Comm, CommClosedError, connect, validate_address
+from distributed.comm import Comm, CommClosedError, validate_address
 from distributed.comm.addressing import listen_addresses, listen_protocol, parse_ports
-from distributed.config import get_interval, log_length, silence_logging
+from distributed.config import log_length, silence_logging
 from distributed.config_refusals import refuse_unhonoured_config
 from distributed.core import RemoteRequests, Route, Server, Status, StreamRoute
 from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.http.server import HTTPServerHandle
-from distributed.liveness import Voucher
 from distributed.offload import offload_threshold, unwrap_all
 from distributed.preloading import PreloadManager, process_preloads
 from distributed.profile import Profiler, ProfileSettings, ProfileState, create
@@ -68,6 +71,8 @@ from distributed.worker.executors import (
 from distributed.worker.memory import WorkerMemoryMonitor, parse_max_spill, parse_memory_limit, spill_target
 from distributed.worker.options import check_unsupported_worker_kwargs
 from distributed.worker.running import TaskRunning
+from distributed.worker.scheduler_link import FIRST_CONNECT_TIMEOUT as FIRST_CONNECT_TIMEOUT  # re-exported
+from distributed.worker.scheduler_link import SchedulerLink
 from distributed.worker.settings import WorkerSettings
 from distributed.worker.state_machine import (
     AcquireReplicasEvent,
@@ -103,21 +108,11 @@ logger = logging.getLogger("distributed.worker")  # the name users configure, as
 
 __all__ = ["Worker", "get_client", "get_worker", "parse_memory_limit", "rejoin", "secede"]
 
-#: Seconds of the first try to reach the scheduler (a worker's or a nanny's) before
-#: "Waiting to connect" is logged; the next tries take the rest of the connect timeout.
-FIRST_CONNECT_TIMEOUT = 1.0
 #: Seconds before a peer that answered get_data with "busy" is asked again.
 BUSY_RETRY_DELAY = 0.15
-#: Seconds between two tries to register again with a scheduler that was lost (each try
-#: itself retries connecting every 0.1 s until the reconnect deadline).
-REREGISTER_PAUSE = 0.2
 
 
-class _RegistrationRefused(ValueError):
-    """The scheduler answered ``register-worker`` with an error (a name or address in use...)."""
-
-
-class Worker(Server, PeerTransfers, TaskRunning):
+class Worker(Server, PeerTransfers, TaskRunning, SchedulerLink):
     """A worker: runs tasks the scheduler assigns and holds their results.
 
     Parameters
@@ -367,8 +362,6 @@ class Worker(Server, PeerTransfers, TaskRunning):
         self.memory_monitor_interval = settings.memory_monitor_interval
         self.heartbeat_interval = settings.heartbeat_interval
         self.nanny = nanny
-        # Without a nanny, this worker's part in its process's liveness link (see distributed.liveness).
-        self._voucher: Voucher | None = None
         self.death_timeout = parse_timedelta(death_timeout) if death_timeout is not None else None
         self.data: MutableMapping[Key, Any] = data if isinstance(data, MutableMapping) else {}
         #: Makes the data mapping once the local directory exists (``data=`` a callable or ``(callable, kwargs)``).
@@ -391,7 +384,6 @@ class Worker(Server, PeerTransfers, TaskRunning):
         self._spill_codec = codec_for(settings.spill_compression, "distributed.worker.memory.spill-compression")
         self.state: WorkerStateMachine | None = None
         self.executor = ThreadPool(self.nthreads, name="Dask-Worker-Threads")
-        self.batched_stream: BatchedSend | None = None
         self.plugins: dict[str, WorkerPlugin] = {}
         self._initial_plugins = list(plugins)
         self._client: Client | None = None
@@ -410,8 +402,6 @@ class Worker(Server, PeerTransfers, TaskRunning):
         #: Replies to peers' get_data being written now, and the most allowed (see PeerTransfers.handle_get_data).
         self.outgoing_to_peers = 0
         self.incoming_connections_limit = settings.serve_concurrency
-        #: The scheduler accepted this worker (it may hand it data from then on, even while plugins set up).
-        self.registered = False
         #: Bytes (by sizeof) sent to and received from other workers since the worker started.
         self.transfer_outgoing_bytes_total = 0
         self.transfer_incoming_bytes_total = 0
@@ -424,7 +414,7 @@ class Worker(Server, PeerTransfers, TaskRunning):
         # request must not be taken for a lost scheduler meanwhile.
         self._close_requested = False
         #: ``(key, run_id)`` of the runs a pool thread had under way when the scheduler was lost:
-        #: their results, when they come, are dropped (see :meth:`_forget_tasks`).
+        #: their results, when they come, are dropped (see :meth:`forget_tasks`).
         self._abandoned_runs: set[tuple[Key, int]] = set()
         #: Abandoned runs that the next scheduler asked for again under the same ``(key, run_id)``
         #: (its run ids start afresh): the first result is kept, whichever thread it comes from.
@@ -549,7 +539,7 @@ class Worker(Server, PeerTransfers, TaskRunning):
             await self.add_plugin(plugin)
         # Before joining, as in dask.distributed: what a setup adds (handlers, plugins) is there for the first task.
         await self.preloads.start()
-        await self._register_with_scheduler()
+        await self.register_with_scheduler()
         settings = self._profile_settings
         if settings.enabled:
             self.profiler = Profiler(self.active_threads, threading.get_ident(), settings.interval, settings.cycle)
@@ -561,100 +551,12 @@ class Worker(Server, PeerTransfers, TaskRunning):
             self.spawn(self._close_after_lifetime(self.lifetime), name="lifetime")
         logger.info("Worker %s at %s, %d threads", self.name, self.address, self.nthreads)
 
-    async def _register_with_scheduler(self, timeout: float | None = None, rejoining: bool = False) -> None:
-        """Connect to the scheduler (for up to ``timeout`` seconds), register, and serve its stream.
+    def held_nbytes(self) -> dict[Key, int]:
+        """The size of each result held, as measured when it was stored (a spilled one is not read back).
 
-        With ``rejoining`` (after losing the scheduler), the worker plugins it
-        already has are kept rather than set up again: a scheduler that takes
-        over from its journal lists the ones this worker runs already.
-
-        Raises
-        ------
-        OSError
-            When no connection could be made in time.
-        CommClosedError
-            When the connection broke during the registration.
-        _RegistrationRefused
-            When the scheduler refused the registration (a ``ValueError``).
+        What the worker reports of its results as it registers, and what a new
+        state machine is told of them after the scheduler was lost.
         """
-        if timeout is None:
-            timeout = self.death_timeout or self.settings.connect_timeout
-        deadline = time.monotonic() + timeout
-        first = True
-        while True:
-            remaining = max(deadline - time.monotonic(), 0.1)
-            try:
-                comm = await connect(
-                    self.scheduler_addr,
-                    # A short first try, so that waiting for a scheduler not up yet is logged early.
-                    timeout=min(remaining, FIRST_CONNECT_TIMEOUT) if first else remaining,
-                    name="worker->scheduler",
-                    **self.connection_args,
-                )
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                if first:
-                    logger.info("Waiting to connect to the scheduler at %s", self.scheduler_addr)
-                    first = False
-                await asyncio.sleep(0.1)
-        try:
-            await comm.write(
-                m.RegisterWorker(
-                    op="register-worker",
-                    address=self.address,
-                    nthreads=self.nthreads,
-                    name=self.name,
-                    memory_limit=self.memory_limit,
-                    pid=os.getpid(),
-                    resources=self.resources,
-                    nanny=self.nanny,
-                    keys=list(self.data),
-                    nbytes=self._held_nbytes(),
-                    local_directory=self.local_directory,
-                    versions=get_versions(),
-                    # The scheduler shows these in its identity of the worker, where dask shows its services.
-                    extra={
-                        **await reporting.call_each(self, self.startup_information, "startup information"),
-                        **({"services": self.service_ports} if self.service_ports else {}),
-                    },
-                )
-            )
-            response = await comm.read()
-        except BaseException:
-            comm.abort()  # half a registration: the next try starts on a new connection
-            raise
-        if not isinstance(response, dict) or response.get("status") != "OK":
-            comm.abort()
-            text = response.get("message") or response.get("text") if isinstance(response, dict) else response
-            raise _RegistrationRefused(f"Scheduler refused registration: {text}")
-        self.registered = True
-        if self.nanny is None:
-            # Under a nanny, the nanny vouches for this worker (see distributed.liveness).
-            if self._voucher is None:
-                self._voucher = Voucher(self.scheduler_addr, self.connection_args)
-            self._voucher.vouch([self.address])
-        # Plugins registered on the scheduler before we joined; set up before any task arrives.
-        for name, payload in dict(response.get("worker-plugins") or {}).items():
-            if rejoining and name in self.plugins:
-                continue
-            try:
-                await self.add_plugin(unwrap(payload), name=name)
-            except Exception:
-                logger.exception("Worker plugin %s failed to set up on %s", name, self.address)
-        self.batched_stream = BatchedSend(
-            interval=get_interval("distributed.worker.batched-send-interval", 0.00025),
-            name=f"{self.address}->scheduler",
-        )
-        self.batched_stream.start(comm)
-        if self.status == Status.paused:
-            # Paused before joining: the scheduler takes a new worker to be running.
-            self.batched_stream.send(m.WorkerStatusChange(op="worker-status-change", status="paused"))
-        self.spawn(self._read_scheduler_stream(comm), name="scheduler-stream")
-
-    def _held_nbytes(self) -> dict[Key, int]:
-        """The size of each result held, as measured when it was stored (a spilled one is not read back)."""
         tasks = self.state.tasks if self.state is not None else {}
         nbytes: dict[Key, int] = {}
         for key in list(self.data):
@@ -664,52 +566,30 @@ class Worker(Server, PeerTransfers, TaskRunning):
         return nbytes
 
     @property
-    def _closing_started(self) -> bool:
-        """Whether the worker closes, or was asked to (``close()`` runs as ``running`` until its last steps)."""
+    def closing_started(self) -> bool:
+        """Whether the worker closes, or was asked to (``close()`` runs as ``running`` until its last steps).
+
+        The end of the scheduler's stream is then no loss to recover from.
+        """
         return (
             self._close_requested
             or self._close_nanny is not None
             or self.status in (Status.closing, Status.closed, Status.closing_gracefully)
         )
 
-    async def _read_scheduler_stream(self, comm: Comm) -> None:
-        check = self.validate or not comm.same_process
-        try:
-            while True:
-                msgs = await comm.read()
-                self.dispatch_stream(msgs, "scheduler", check)
-        except (CommClosedError, asyncio.CancelledError):
-            pass
-        except Exception:
-            logger.exception("Error reading from the scheduler")
-        if self._closing_started or comm is not getattr(self.batched_stream, "comm", None):
-            return
-        # Not asked to close (close-worker comes first): the scheduler died or was cut off, or
-        # dropped this worker (worker-ttl).  Whatever scheduler comes back at this address (restarted,
-        # or taking over from its journal) gets this worker back with its results: under a nanny
-        # too, whose new worker process would start empty.
-        timeout = self.death_timeout if self.death_timeout is not None else self.settings.reconnect_timeout
-        stream = self._forget_tasks()
-        logger.warning(
-            "Lost the scheduler at %s; worker %s keeps its %d results and tries to register again for %.0f s",
-            self.scheduler_addr,
-            self.address,
-            len(self.data),
-            timeout,
-        )
-        self.spawn(self._reconnect(stream, timeout), name="reconnect-to-scheduler")
+    def forget_tasks(self) -> None:
+        """Keep the results held and forget every other task, under a new state machine.
 
-    def _forget_tasks(self) -> BatchedSend | None:
-        """Keep the results held and forget every other task, under a new state machine; the old stream.
-
+        Called by the scheduler link once it lost the scheduler and dropped
+        the stream (see :mod:`~distributed.worker.scheduler_link`).
         Synchronous, so that nothing happens between the loss and the new
-        state: no message goes to the lost scheduler, fetches and async
-        executions are cancelled (awaited by :meth:`_reconnect`), and a task
-        a pool thread still runs is abandoned: its result is dropped when it
-        comes (:meth:`_apply_results`).  The new machine knows each key held
-        as a task in memory, so that the next scheduler may use, serve and free it.
+        state: fetches and async executions are cancelled (the link awaits
+        them, :meth:`cancel_coroutines`, before it registers again), and a
+        task a pool thread still runs is abandoned: its result is dropped when
+        it comes (:meth:`_apply_results`).  The new machine knows each key
+        held as a task in memory, so that the next scheduler may use, serve
+        and free it.
         """
-        stream, self.batched_stream = self.batched_stream, None
         # A run through the execute coroutine (async tasks, other executors, large specs; see
         # TaskRunning) reports nothing once that is cancelled: only pool threads' runs are waited out.
         coroutine_runs = {task.get_name() for task in self._running_tasks if not task.done()}
@@ -717,7 +597,7 @@ class Worker(Server, PeerTransfers, TaskRunning):
             task.cancel()
         old = self.state
         if old is None:
-            return stream
+            return
         self._take_back_lined_up()
         abandoned = self._abandoned_runs
         for ts in (*old.executing, *old.long_running):
@@ -732,7 +612,7 @@ class Worker(Server, PeerTransfers, TaskRunning):
                     abandoned.add((started.key, started.run_id))
             elif isinstance(ev, (ExecuteSuccess, ExecuteFailure, RescheduleEvent)):
                 abandoned.discard((ev.key, ev.run_id))  # finished: nothing more will come of it
-        nbytes = self._held_nbytes()
+        nbytes = self.held_nbytes()
         state = self.state = self._new_state_machine(old.transfer_limit, old.fetch_concurrency)
         state.paused = old.paused
         state.log = old.log  # a key's story goes on across the loss
@@ -740,83 +620,16 @@ class Worker(Server, PeerTransfers, TaskRunning):
         self.handle_stimulus(HeldDataEvent(stimulus_id=f"scheduler-lost-{time.time()}", nbytes=nbytes))
         if self.actor_host.keys:
             self._prune_actors(list(self.actor_host.keys))
-        return stream
 
-    async def _reconnect(self, stream: BatchedSend | None, timeout: float) -> None:
-        """Register again with the scheduler at the same address, for up to ``timeout`` seconds, then close.
+    async def cancel_coroutines(self) -> None:
+        """Cancel the fetches and the executions run as coroutines, and await their end.
 
-        What :meth:`_forget_tasks` cancelled is awaited first.  Each try
-        connects (every 0.1 s) until the deadline; a broken or refused
-        registration (the scheduler may not have noticed yet that the old
-        stream ended) is tried again after :data:`REREGISTER_PAUSE`.
+        A task running in a pool thread carries on, unawaited (see :meth:`forget_tasks`).
         """
-        deadline = time.monotonic() + timeout
-        if stream is not None:
-            await stream.close(timeout=1)
-        self.rpc.remove(self.scheduler_addr)  # pooled connections to the lost scheduler
         while running := [t for t in self._running_tasks if not t.done()]:
             for t in running:
                 t.cancel()
             await asyncio.gather(*running, return_exceptions=True)
-        failure: BaseException | None = None
-        while not self._closing_started:
-            try:
-                await self._register_with_scheduler(max(deadline - time.monotonic(), 0.1), rejoining=True)
-            except (OSError, CommClosedError, _RegistrationRefused) as e:
-                if isinstance(e, _RegistrationRefused) and str(e) != str(failure):
-                    logger.warning("Worker %s: %s; trying again", self.address, e)
-                failure = e
-                if time.monotonic() >= deadline:
-                    break
-                await asyncio.sleep(REREGISTER_PAUSE)
-                continue
-            except Exception:
-                # A bug, not a scheduler away: a worker left running unregistered would serve no one.
-                logger.exception("Worker %s could not register again with the scheduler; closing", self.address)
-                failure = None
-                break
-            logger.info(
-                "Worker %s registered again with the scheduler at %s, holding %d keys",
-                self.address,
-                self.scheduler_addr,
-                len(self.data),
-            )
-            return
-        if self._closing_started:
-            return
-        if failure is not None:
-            logger.error("No scheduler at %s within %.0f s (%s); closing", self.scheduler_addr, timeout, failure)
-        # Closing its nanny too, as a worker that gives up does (the nanny's new worker would wait alike).
-        self.spawn(self.close(reason="scheduler-lost"), name="close-after-scheduler-loss")
-
-    async def heartbeat(self) -> None:
-        """Tell the scheduler a few metrics, on our stream to it.
-
-        On the stream, not as a request of its own: a scheduler with thousands
-        of workers reads one message among the stream's others, and holds one
-        connection per worker, not two.  A scheduler that no longer knows this
-        worker closes the stream on reading it (see ``_read_scheduler_stream``).
-        """
-        state = self.state
-        stream = self.batched_stream
-        if state is None or stream is None or stream.closed():
-            return
-        metrics: dict[str, Any] = dict(self.get_metrics())
-        if self.custom_metrics:
-            for name, value in (await reporting.call_each(self, self.custom_metrics, "metric")).items():
-                metrics.setdefault(name, value)  # the worker's own metrics win a clash, as in dask
-        if stream is not self.batched_stream or stream.closed():
-            return  # the stream ended meanwhile
-        stream.send(
-            m.HeartbeatWorker(
-                op="heartbeat_worker",
-                address=self.address,
-                now=time.time(),
-                metrics=metrics,
-                executing=len(state.executing),
-                extensions=reporting.extension_heartbeats(self.extensions),
-            )
-        )
 
     def get_metrics(self) -> m.WorkerMetrics:
         """What the heartbeat reports: memory (RSS), CPU percent since the last call, task counts."""
@@ -876,15 +689,8 @@ class Worker(Server, PeerTransfers, TaskRunning):
                     await self._client.close(asynchronous=True)
                 except Exception:
                     logger.debug("Closing the worker's client failed", exc_info=True)
-            if self.batched_stream is not None:
-                await self.batched_stream.close(timeout=1)
-            if self._voucher is not None:
-                await self._voucher.close()
-            # Executions and fetches: cancelled and awaited (a threaded task runs on, unawaited, in the executor).
-            while running := [t for t in self._running_tasks if not t.done()]:
-                for t in running:
-                    t.cancel()
-                await asyncio.gather(*running, return_exceptions=True)
+            await self.close_scheduler_link()
+            await self.cancel_coroutines()
             if self.http_server is not None:
                 await self.http_server.close()
             await super()._close()

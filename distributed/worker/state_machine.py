@@ -322,7 +322,7 @@ class HeldDataEvent(StateMachineEvent):
     """The data store already holds these keys: know them as tasks in memory.
 
     A worker that lost its scheduler keeps its results and starts a new state
-    machine over them, to register again (see ``Worker._forget_tasks``).
+    machine over them, to register again (see ``Worker.forget_tasks``).
     Unlike :class:`UpdateDataEvent` no value is read or written: spilled
     results stay on disk.  Keys the machine already knows, or that the store
     no longer holds, are left alone.
