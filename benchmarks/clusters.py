@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -154,9 +154,18 @@ def rss_peak_bytes(pid: int) -> int | None:
 class CliCluster:
     """Scheduler and workers as separate processes, started from their command lines."""
 
-    def __init__(self, nworkers: int = NWORKERS, nthreads: int = THREADS_PER_WORKER, dashboard: bool = True) -> None:
+    def __init__(
+        self,
+        nworkers: int = NWORKERS,
+        nthreads: int = THREADS_PER_WORKER,
+        dashboard: bool = True,
+        scheduler_args: Sequence[str] = (),
+    ) -> None:
         self.nworkers = nworkers
         self.nthreads = nthreads
+        #: More arguments for ``dask scheduler`` (``--journal FILE``, say).
+        self.scheduler_args = list(scheduler_args)
+        self._scheduler_starts = 0
         #: Serve the scheduler's dashboard on a free port of 127.0.0.1 (see :attr:`dashboard_port`).
         self.dashboard = dashboard
         self.dashboard_port: int | None = None
@@ -190,35 +199,7 @@ class CliCluster:
         from distributed import Client
 
         check_no_shadowing()
-        self.scheduler = self._spawn(
-            [
-                "-m",
-                "distributed.cli.dask_scheduler",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                "0",
-                *(["--dashboard-address", "127.0.0.1:0"] if self.dashboard else ["--no-dashboard"]),
-                "--scheduler-file",
-                str(self.scheduler_file),
-            ],
-            "scheduler.log",
-        )
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.scheduler.poll() is not None:
-                raise RuntimeError(f"scheduler exited with {self.scheduler.returncode}\n{self.log_tail()}")
-            try:
-                identity = json.loads(self.scheduler_file.read_text())
-                self.address = identity["address"]
-                if self.dashboard:
-                    self.dashboard_port = int(identity["services"]["dashboard"])
-                break
-            except (OSError, ValueError, KeyError):
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"scheduler did not write its file\n{self.log_tail()}")
-            time.sleep(0.05)
+        self.start_scheduler(0, timeout)
         for i in range(self.nworkers):
             self._spawn(
                 [
@@ -241,6 +222,52 @@ class CliCluster:
         if self.nworkers:
             self.client.wait_for_workers(self.nworkers, timeout=timeout)
         return self
+
+    def start_scheduler(self, port: int, timeout: float = 60.0) -> None:
+        """Start ``dask scheduler`` on ``port`` (0: any) and wait until it has written its file (it listens)."""
+        self.scheduler_file.unlink(missing_ok=True)
+        self._scheduler_starts += 1
+        log = "scheduler.log" if self._scheduler_starts == 1 else f"scheduler-{self._scheduler_starts}.log"
+        self.scheduler = self._spawn(
+            [
+                "-m",
+                "distributed.cli.dask_scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                *(["--dashboard-address", "127.0.0.1:0"] if self.dashboard else ["--no-dashboard"]),
+                "--scheduler-file",
+                str(self.scheduler_file),
+                *self.scheduler_args,
+            ],
+            log,
+        )
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.scheduler.poll() is not None:
+                raise RuntimeError(f"scheduler exited with {self.scheduler.returncode}\n{self.log_tail()}")
+            try:
+                identity = json.loads(self.scheduler_file.read_text())
+                self.address = identity["address"]
+                if self.dashboard:
+                    self.dashboard_port = int(identity["services"]["dashboard"])
+                break
+            except (OSError, ValueError, KeyError):
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"scheduler did not write its file\n{self.log_tail()}")
+            time.sleep(0.01)
+
+    def kill_scheduler(self) -> None:
+        """SIGKILL the scheduler and wait for its end (start another with :meth:`restart_scheduler`)."""
+        assert self.scheduler is not None
+        self.scheduler.kill()
+        self.scheduler.wait(10)
+
+    def restart_scheduler(self, timeout: float = 60.0) -> None:
+        """Start another scheduler at the address of the last one; return once it listens."""
+        self.start_scheduler(int(self.address.rsplit(":", 1)[1]), timeout)
 
     @property
     def scheduler_pid(self) -> int:

@@ -37,6 +37,7 @@ from benchmarks.clusters import (
     worker_peak_rss,
 )
 from benchmarks.dashboard_scale import dashboard_scale
+from benchmarks.failover import failover
 from benchmarks.many_workers import many_workers
 from benchmarks.silent_worker import silent_worker
 
@@ -857,5 +858,6 @@ WORKLOADS: dict[str, Callable[[Params, int], list[Metric]]] = {
     "dashboard_scale": dashboard_scale,
     "many_workers": many_workers,
     "silent_worker": silent_worker,
+    "failover": failover,
     "hosts": hosts,
 }

@@ -32,9 +32,12 @@ Invariants:
 - :meth:`kick` takes no lock, does no I/O and schedules at most one drain
   however often it is called: a finaliser may call it.
 - Nothing taken from the outbox is dropped until the link closes or gives up:
-  what a lost stream had not written is sent first on the next one.  (What it
-  had written may be lost with it; the keys announced again then come back
-  from the scheduler as unknown, and their futures are cancelled.)
+  what a lost stream had not written is sent first on the next one, and
+  before it the graphs, wants and releases it wrote that the scheduler did not
+  acknowledge (a stream barrier sent behind them comes back once it has
+  handled them): a scheduler killed with them unread took them along.  Some
+  may have been handled (by it, or by the journal a successor replays): sent
+  again in order they end in the same state.
 - A request made after a graph was queued in parts reaches the scheduler after
   the scheduler has handled every one of those parts (:meth:`graphs_sent`):
   a stream barrier sent behind the parts comes back first.  A barrier that
@@ -114,6 +117,10 @@ def _wake(waiters: list[asyncio.Future[None]]) -> None:
             w.set_result(None)
 
 
+#: What the link keeps until the scheduler acknowledges it (a stream barrier behind it came back).
+_KEPT_UNTIL_HANDLED: Final = frozenset({"update-graph", "client-desires-keys", "client-releases-keys"})
+
+
 def _send(bs: BatchedSend, msg: StreamMessage) -> None:
     """Queue ``msg`` on ``bs`` the way its kind goes (raises CommClosedError when ``bs`` is closed)."""
     if msg["op"] == "client-releases-keys":
@@ -189,6 +196,11 @@ class SchedulerLink:
         self._reconnect_waiters: list[asyncio.Future[None]] = []
         #: Messages taken from the outbox that no stream wrote (it was lost first): they go first on the next.
         self._carry: list[StreamMessage] = []
+        #: Graphs, wants and releases queued on the stream that the scheduler is not known to have handled
+        #: yet: should the stream be lost, they go again (see :meth:`_end_stream`).
+        self._unacked: list[StreamMessage] = []
+        #: The barrier that will acknowledge the first ``count`` of :attr:`_unacked`: ``(id, count)``.
+        self._ack: tuple[int, int] | None = None
         #: Called on the loop once the stream runs again, before the outbox drains (they may post to it).
         self._on_reconnect: list[Callable[[], None]] = []
         #: How often the stream was opened again after being lost.
@@ -329,6 +341,7 @@ class SchedulerLink:
         _wake(waiters)
         self._settle_barriers()
         self._carry = []
+        self._unacked = []
         bs = self.stream
         if bs is not None:
             try:
@@ -395,9 +408,16 @@ class SchedulerLink:
         """
         bs, self.stream = self.stream, None
         if bs is not None:
-            # Taken from the outbox before anything that is still there: first on the next stream.
-            self._carry[:0] = bs.buffer
+            # Taken from the outbox before anything that is still there: first on the next stream.  Before
+            # them, what it wrote that the scheduler did not acknowledge: a scheduler killed before reading
+            # it took it along.  Sent again in order, those converge on the same state where the scheduler
+            # (or its journal) had handled some: a graph's known keys keep their state, and a want or a
+            # release applied again, followed by what came after it, ends where it did.
+            queued = {id(msg) for msg in bs.buffer}
+            self._carry[:0] = [msg for msg in self._unacked if id(msg) not in queued] + list(bs.buffer)
             bs.abort()
+        self._unacked = []
+        self._ack = None
         heartbeat, self._heartbeat = self._heartbeat, None
         if heartbeat is not None:
             heartbeat.cancel()  # it wrote to that stream only
@@ -482,6 +502,8 @@ class SchedulerLink:
         self.lost = True
         self.outbox.stop_parts()
         self._carry = []
+        self._unacked = []
+        self._ack = None
         waiters, self._parts_waiters = self._parts_waiters, []
         _wake(waiters)
         self._settle_barriers()
@@ -555,6 +577,14 @@ class SchedulerLink:
             fs.reset()
 
     def _on_stream_barrier(self, msg: m.StreamBarrierReached) -> None:
+        ack = self._ack
+        if ack is not None and msg["id"] == ack[0]:
+            # Everything before the barrier is handled: no need to send it again.
+            del self._unacked[: ack[1]]
+            self._ack = None
+            if self.stream is not None and not self.stream.closed():
+                self._ask_for_ack(self.stream)
+            return
         reached = self._barriers.pop(msg["id"], None)
         if reached is not None and not reached.done():
             reached.set_result(True)
@@ -605,6 +635,20 @@ class SchedulerLink:
                 if self.status not in ("closing", "closed"):
                     self._carry.extend(msgs[i:])
                 return
+            if msg["op"] in _KEPT_UNTIL_HANDLED:
+                self._unacked.append(msg)
+        self._ask_for_ack(bs)
+
+    def _ask_for_ack(self, bs: BatchedSend) -> None:
+        """Send a barrier behind the unacknowledged messages, unless one is on its way already."""
+        if self._ack is not None or not self._unacked:
+            return
+        n = next(self._barrier_ids)
+        try:
+            bs.send_lazy(m.StreamBarrier(op="stream-barrier", client=self.client_id, id=n))
+        except CommClosedError:
+            return
+        self._ack = (n, len(self._unacked))
 
     def post_plan(self, plan: GraphPlan, before_rest: Callable[[], None] | None = None) -> None:
         """Queue the graph of ``plan``; from any thread, once its futures exist.

@@ -266,10 +266,14 @@ async def test_scheduler_killed_and_started_again_without_journal() -> None:
                 await async_poll_for(lambda: c.status == "connecting", timeout=10)
                 assert pending.status == "pending" and done.status == "finished"
                 async with Scheduler(host="127.0.0.1", port=port, dashboard=False, validate=True) as s:
-                    # The new scheduler never heard of the pending key: cancelled as unknown, not lost.
-                    await async_poll_for(lambda: pending.done(), timeout=30)
+                    # The pending graph was not acknowledged by the scheduler that died: sent again, it
+                    # waits on the new one.  The finished key was acknowledged; the new scheduler, with
+                    # no journal, never heard of it: cancelled as unknown, not lost.
+                    await async_poll_for(lambda: pending.key in s.tasks, timeout=30)
+                    await async_poll_for(lambda: done.done() and done.status == "cancelled", timeout=30)
                     with pytest.raises(FutureCancelledError, match="unknown key"):
-                        await pending
+                        await done
+                    assert pending.status == "pending"
                     assert c.status == "running" and c.link.reconnections == 1 and not c.link.lost
                     assert c.id in s.client_comms
                     await async_poll_for(lambda: w.address in s.workers, timeout=30)
@@ -350,3 +354,25 @@ def test_synchronous_client_closes_promptly_while_reconnecting_and_after_giving_
     assert giving_up.link.connected
     giving_up.close()
     assert not giving_up.link.connected
+
+
+@gen_test(timeout=60)
+async def test_a_graph_the_scheduler_never_handled_is_sent_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Written on the stream, read by nobody (the scheduler died first): the next stream carries it again."""
+    async with Scheduler(host="127.0.0.1", port=0, dashboard=False, validate=True) as s, Worker(s.address, nthreads=1):
+        async with Client(s.address, asynchronous=True, timeout=30) as c:
+            assert await c.submit(inc, 1) == 2
+            unread: list[Any] = []
+
+            async def lost_with_the_scheduler(msgs: Any, client: str, check: bool) -> bool:
+                unread.append(msgs)
+                return False
+
+            monkeypatch.setattr(s.streams, "_client_batch", lost_with_the_scheduler)
+            future = c.submit(inc, 41)
+            await async_poll_for(lambda: any(msg.get("op") == "update-graph" for b in unread for msg in b), 10)
+            assert future.key not in s.tasks
+            monkeypatch.undo()
+            s.client_comms[c.id].comm.abort()
+            assert await asyncio.wait_for(future.result(), 20) == 42
+            assert c.link.reconnections == 1

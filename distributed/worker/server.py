@@ -605,6 +605,7 @@ class Worker(Server, PeerTransfers, TaskRunning, SchedulerLink):
                 abandoned.add((ts.key, ts.run_id))
         with self._results_lock:
             pending, self._results = self._results, []
+        finished: dict[Key, int] = {}
         for ev in pending:  # in the order the threads posted them
             if type(ev) is ExecuteStarted:
                 started = old.tasks.get(ev.key)
@@ -612,7 +613,9 @@ class Worker(Server, PeerTransfers, TaskRunning, SchedulerLink):
                     abandoned.add((started.key, started.run_id))
             elif isinstance(ev, (ExecuteSuccess, ExecuteFailure, RescheduleEvent)):
                 abandoned.discard((ev.key, ev.run_id))  # finished: nothing more will come of it
-        nbytes = self.held_nbytes()
+                if type(ev) is ExecuteSuccess and self._keep_result(ev):
+                    finished[ev.key] = ev.nbytes
+        nbytes = {**self.held_nbytes(), **finished}
         state = self.state = self._new_state_machine(old.transfer_limit, old.fetch_concurrency)
         state.paused = old.paused
         state.log = old.log  # a key's story goes on across the loss
@@ -620,6 +623,17 @@ class Worker(Server, PeerTransfers, TaskRunning, SchedulerLink):
         self.handle_stimulus(HeldDataEvent(stimulus_id=f"scheduler-lost-{time.time()}", nbytes=nbytes))
         if self.actor_host.keys:
             self._prune_actors(list(self.actor_host.keys))
+
+    def _keep_result(self, ev: ExecuteSuccess) -> bool:
+        """Store the value of a run that ended as the scheduler was lost; whether it was (not an actor's)."""
+        if ev.key in self.data or ev.key in self.actor_host.keys:
+            return False
+        try:
+            self.data[ev.key] = ev.value
+        except Exception:  # the store refused it (a full disk): the next scheduler runs the task again
+            logger.exception("Could not keep the result of %s after losing the scheduler", ev.key)
+            return False
+        return True
 
     async def cancel_coroutines(self) -> None:
         """Cancel the fetches and the executions run as coroutines, and await their end.
@@ -923,7 +937,10 @@ class Worker(Server, PeerTransfers, TaskRunning, SchedulerLink):
             events, self._results = self._results, []
             self._lined_up = None
         if self._abandoned_runs or self._rerun_abandoned:
-            events = [ev for ev in events if not self._abandoned(ev)]
+            kept: dict[Key, int] = {}
+            events = [ev for ev in events if not self._abandoned(ev, kept)]
+            if kept:
+                self.handle_stimulus(HeldDataEvent(stimulus_id=f"finished-while-away-{time.time()}", nbytes=kept))
         if not events:
             return False
         started = [ev.key for ev in events if type(ev) is ExecuteStarted]
@@ -932,19 +949,24 @@ class Worker(Server, PeerTransfers, TaskRunning, SchedulerLink):
             self._prune_actors([ev.key for ev in events if isinstance(ev, ExecuteSuccess)])
         return True
 
-    def _abandoned(self, ev: StateMachineEvent) -> bool:
-        """Whether ``ev`` is the result of a run abandoned when the scheduler was lost (to drop).
+    def _abandoned(self, ev: StateMachineEvent, kept: dict[Key, int]) -> bool:
+        """Whether ``ev`` is the result of a run abandoned when the scheduler was lost (not to hand on).
 
         By run, not key: the next scheduler may ask for the same key again, and
         that run's result is the one it waits for.  When it asked under the very
         ``(key, run_id)`` abandoned (its run ids started afresh), the two results
-        cannot be told apart: the first is kept, the second dropped.
+        cannot be told apart: the first is kept, the second dropped.  A value
+        that comes before the worker registered again is stored with the results
+        held (its size in ``kept``): the registration reports it, and the next
+        scheduler need not run the task again.
         """
         if not isinstance(ev, (ExecuteSuccess, ExecuteFailure, RescheduleEvent)):
             return False
         run = (ev.key, ev.run_id)
         if run in self._abandoned_runs:
             self._abandoned_runs.discard(run)
+            if type(ev) is ExecuteSuccess and self.batched_stream is None and self._keep_result(ev):
+                kept[ev.key] = ev.nbytes
             return True
         if run in self._rerun_abandoned:
             self._rerun_abandoned.discard(run)
