@@ -77,7 +77,7 @@ from distributed.versions import VersionMismatchWarning, get_versions
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["LARGE_GRAPH_MESSAGE", "SchedulerLink", "SchedulerRequest", "raise_if_malformed"]
+__all__ = ["ACK_AFTER", "ACK_EVERY", "LARGE_GRAPH_MESSAGE", "SchedulerLink", "SchedulerRequest", "raise_if_malformed"]
 
 #: Tasks from which an ``update-graph`` message goes in a write without another such message:
 #: the scheduler then decodes one part of a large graph at a time, answering others in between.
@@ -119,6 +119,12 @@ def _wake(waiters: list[asyncio.Future[None]]) -> None:
 
 #: What the link keeps until the scheduler acknowledges it (a stream barrier behind it came back).
 _KEPT_UNTIL_HANDLED: Final = frozenset({"update-graph", "client-desires-keys", "client-releases-keys"})
+
+#: Messages kept unacknowledged after which a barrier asks the scheduler to acknowledge them.
+ACK_EVERY: Final = 16
+
+#: Seconds after which fewer kept messages are acknowledged all the same.
+ACK_AFTER: Final = 0.5
 
 
 def _send(bs: BatchedSend, msg: StreamMessage) -> None:
@@ -201,6 +207,8 @@ class SchedulerLink:
         self._unacked: list[StreamMessage] = []
         #: The barrier that will acknowledge the first ``count`` of :attr:`_unacked`: ``(id, count)``.
         self._ack: tuple[int, int] | None = None
+        #: The timer that asks for an acknowledgement of the few messages written since the last one.
+        self._ack_timer: asyncio.TimerHandle | None = None
         #: Called on the loop once the stream runs again, before the outbox drains (they may post to it).
         self._on_reconnect: list[Callable[[], None]] = []
         #: How often the stream was opened again after being lost.
@@ -243,6 +251,11 @@ class SchedulerLink:
         such as topic subscriptions) goes out with the rest.
         """
         self._on_reconnect.append(callback)
+
+    @property
+    def unacknowledged(self) -> int:
+        """How many graphs, wants and releases written the scheduler has not acknowledged yet (sent again if lost)."""
+        return len(self._unacked)
 
     @property
     def reconnecting(self) -> bool:
@@ -341,7 +354,7 @@ class SchedulerLink:
         _wake(waiters)
         self._settle_barriers()
         self._carry = []
-        self._unacked = []
+        self._stop_acks()
         bs = self.stream
         if bs is not None:
             try:
@@ -416,8 +429,7 @@ class SchedulerLink:
             queued = {id(msg) for msg in bs.buffer}
             self._carry[:0] = [msg for msg in self._unacked if id(msg) not in queued] + list(bs.buffer)
             bs.abort()
-        self._unacked = []
-        self._ack = None
+        self._stop_acks()
         heartbeat, self._heartbeat = self._heartbeat, None
         if heartbeat is not None:
             heartbeat.cancel()  # it wrote to that stream only
@@ -502,8 +514,7 @@ class SchedulerLink:
         self.lost = True
         self.outbox.stop_parts()
         self._carry = []
-        self._unacked = []
-        self._ack = None
+        self._stop_acks()
         waiters, self._parts_waiters = self._parts_waiters, []
         _wake(waiters)
         self._settle_barriers()
@@ -639,16 +650,40 @@ class SchedulerLink:
                 self._unacked.append(msg)
         self._ask_for_ack(bs)
 
-    def _ask_for_ack(self, bs: BatchedSend) -> None:
-        """Send a barrier behind the unacknowledged messages, unless one is on its way already."""
+    def _ask_for_ack(self, bs: BatchedSend, now: bool = False) -> None:
+        """Send a barrier behind the unacknowledged messages, unless one is on its way already.
+
+        Only once :data:`ACK_EVERY` wait, or :data:`ACK_AFTER` seconds after
+        the first (``now``: the timer fired): a barrier per write took the
+        write slot of the scheduler's next report, and doubled the round trip
+        of a submit and its result.
+        """
         if self._ack is not None or not self._unacked:
+            return
+        if not now and len(self._unacked) < ACK_EVERY:
+            if self._ack_timer is None:
+                self._ack_timer = asyncio.get_running_loop().call_later(ACK_AFTER, self._ack_due)
             return
         n = next(self._barrier_ids)
         try:
-            bs.send_lazy(m.StreamBarrier(op="stream-barrier", client=self.client_id, id=n))
+            bs.send_lazy(m.StreamBarrier(op="stream-barrier", client=self.client_id, id=n, lazy=True))
         except CommClosedError:
             return
         self._ack = (n, len(self._unacked))
+
+    def _ack_due(self) -> None:
+        self._ack_timer = None
+        bs = self.stream
+        if bs is not None and not bs.closed() and self.status == "running":
+            self._ask_for_ack(bs, now=True)
+
+    def _stop_acks(self) -> None:
+        """Forget what waited for an acknowledgement (the stream is gone, or the link closes)."""
+        self._unacked = []
+        self._ack = None
+        if self._ack_timer is not None:
+            self._ack_timer.cancel()
+            self._ack_timer = None
 
     def post_plan(self, plan: GraphPlan, before_rest: Callable[[], None] | None = None) -> None:
         """Queue the graph of ``plan``; from any thread, once its futures exist.

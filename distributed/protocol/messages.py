@@ -442,11 +442,17 @@ class CloseClient(TypedDict):
 
 
 class StreamBarrier(TypedDict):
-    """Echoed back to the client once the scheduler has handled everything sent before it."""
+    """Echoed back to the client once the scheduler has handled everything sent before it.
+
+    ``lazy``: nobody waits on the echo (it acknowledges what the client keeps
+    to send again should the stream be lost): it rides along with the next
+    report instead of taking a write of its own.
+    """
 
     op: Literal["stream-barrier"]
     client: str
     id: int
+    lazy: NotRequired[bool]
 
 
 # -- scheduler -> client (replies to its requests) ----------------------------------

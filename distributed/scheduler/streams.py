@@ -767,7 +767,11 @@ class SchedulerStreams:
         cbs = self.scheduler.client_comms.get(msg["client"])
         if cbs is not None:
             try:
-                cbs.send(m.StreamBarrierReached(op="stream-barrier", id=msg["id"]))
+                reached = m.StreamBarrierReached(op="stream-barrier", id=msg["id"])
+                if msg.get("lazy"):
+                    cbs.send_lazy(reached)
+                else:
+                    cbs.send(reached)
             except CommClosedError:
                 pass
 

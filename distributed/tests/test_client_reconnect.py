@@ -191,6 +191,8 @@ async def test_scheduler_that_forgot_the_client_answers_for_each_key_again(
     assert await done == 2
     pending = c.submit(inc, 2, key="pending", resources={"GPU": 1})  # no worker can run it
     await async_poll_for(lambda: "pending" in s.tasks, timeout=10)
+    # Acknowledged: not sent again on the next stream (which would make them anew).
+    await async_poll_for(lambda: c.link.unacknowledged == 0, timeout=10)
     bs = s.client_comms[c.id]
     assert bs.comm is not None
     bs.comm.abort()
@@ -260,6 +262,7 @@ async def test_scheduler_killed_and_started_again_without_journal() -> None:
             async with Client(address, asynchronous=True, timeout=30) as c:
                 done = c.submit(inc, 1)
                 assert await done == 2
+                await async_poll_for(lambda: c.link.unacknowledged == 0, timeout=10)  # its graph acknowledged
                 pending = c.submit(inc, 2, resources={"GPU": 1})  # no worker can run it
                 proc.kill()  # SIGKILL: no goodbye
                 proc.wait()
