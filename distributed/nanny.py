@@ -60,7 +60,7 @@ import dask.config
 import psutil
 from dask.utils import parse_timedelta
 
-from distributed.comm import Comm, CommClosedError, connect
+from distributed.comm import Comm, CommClosedError, connect_until
 from distributed.comm.addressing import listen_addresses, listen_protocol, parse_ports
 from distributed.config_refusals import refuse_unhonoured_config
 from distributed.core import Route, Server, Status, error_message, send_recv
@@ -436,15 +436,15 @@ class Nanny(Server):
         death_timeout = self._worker_kwargs.get("death_timeout")
         timeout = float(parse_timedelta(death_timeout) or 30) if death_timeout else self.settings.connect_timeout
         deadline = time.monotonic() + timeout
-        first = True
         while True:
-            remaining = max(deadline - time.monotonic(), 0.1)
             try:
-                comm = await connect(
+                # The first try short, so that waiting for a scheduler not up yet is logged early.
+                comm = await connect_until(
                     self.scheduler_addr,
-                    # A short first try, so that waiting for a scheduler not up yet is logged early.
-                    timeout=min(remaining, FIRST_CONNECT_TIMEOUT) if first else remaining,
-                    name="nanny->scheduler",
+                    deadline,
+                    "nanny->scheduler",
+                    FIRST_CONNECT_TIMEOUT,
+                    lambda: logger.info("Waiting to connect to the scheduler at %s", self.scheduler_addr),
                     **self.connection_args,
                 )
                 try:
@@ -455,9 +455,6 @@ class Nanny(Server):
             except (OSError, CommClosedError):
                 if time.monotonic() > deadline:
                     raise
-                if first:
-                    logger.info("Waiting to connect to the scheduler at %s", self.scheduler_addr)
-                    first = False
                 await asyncio.sleep(0.1)
 
     async def _start_worker(self) -> str:

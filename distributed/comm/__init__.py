@@ -15,7 +15,7 @@ from distributed.comm.addressing import (
     unparse_host_port,
     validate_address,
 )
-from distributed.comm.core import Comm, CommClosedError, Listener, connect, listen
+from distributed.comm.core import Comm, CommClosedError, Listener, connect, connect_until, listen
 
 __all__ = [
     "Comm",
@@ -23,6 +23,7 @@ __all__ = [
     "Listener",
     "address_from_user_args",
     "connect",
+    "connect_until",
     "get_address_host",
     "get_address_host_port",
     "get_local_address_for",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypedDict, Unpack
@@ -28,6 +29,7 @@ __all__ = [
     "ConnectionArgs",
     "Listener",
     "connect",
+    "connect_until",
     "listen",
 ]
 
@@ -279,6 +281,42 @@ async def connect(
         raise ValueError(f"Unknown comm scheme {scheme!r} in address {addr!r}")
     comm.name = name
     return comm
+
+
+async def connect_until(
+    addr: str,
+    deadline: float,
+    name: str,
+    first_timeout: float,
+    waiting: Callable[[], None] | None = None,
+    **connection_args: Unpack[ConnectionArgs],
+) -> Comm:
+    """Connect to ``addr``, trying again every 0.1 s until ``deadline`` (``time.monotonic()``).
+
+    The first try gives up after ``first_timeout`` seconds, so that
+    ``waiting`` (called once, when it failed) can say early that the peer is
+    not up yet; later tries last until the deadline.
+
+    Raises
+    ------
+    OSError
+        When no connection was made by ``deadline``.
+    """
+    first = True
+    while True:
+        remaining = max(deadline - time.monotonic(), 0.1)
+        try:
+            return await connect(
+                addr, timeout=min(remaining, first_timeout) if first else remaining, name=name, **connection_args
+            )
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            if first:
+                first = False
+                if waiting is not None:
+                    waiting()
+            await asyncio.sleep(0.1)
 
 
 def listen(

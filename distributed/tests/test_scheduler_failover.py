@@ -10,6 +10,7 @@ when the scheduler died must not run again.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -19,6 +20,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -178,6 +180,7 @@ def test_map_survives_the_scheduler_killed(cluster: Cluster, tmp_path: Path) -> 
         at_kill = _take_over(cluster, client, ledger, n // 3)
         assert client.gather(futures) == [2 * x for x in range(n)]
         _check_runs(at_kill, _runs(ledger), n)
+        assert _took_over(cluster), cluster.logs()
         # The cluster carries on: a new graph runs on the same workers.
         assert client.submit(add_all, 1, 2).result(timeout=60) == 3
         info = client.scheduler_info()
@@ -218,3 +221,42 @@ def test_gather_waiting_when_the_scheduler_is_killed_returns_the_results(cluster
         runs = _runs(ledger)
         assert all(runs[x] == 1 for x in range(n)), runs  # finished before the kill, held: never run again
         _check_runs(at_kill, runs, 2 * n)
+
+
+def _count(value: object) -> int:
+    assert isinstance(value, int)
+    return value
+
+
+def _transfers_done(dask_scheduler: Any) -> int:
+    return sum(
+        1
+        for ts in dask_scheduler.tasks.values()
+        if isinstance(ts.key, tuple) and str(ts.key[0]).startswith("shuffle-transfer-") and ts.state == "memory"
+    )
+
+
+@pytest.mark.timeout(240)
+def test_p2p_shuffle_survives_the_scheduler_killed(cluster: Cluster) -> None:
+    import dask
+
+    from distributed.tests.test_shuffle_p2p import as_dask_gives, frame, ordered, slow_identity, to_dask
+
+    pdf = frame(4000)
+    with _start(cluster) as client:
+        df = to_dask(pdf, 24).map_partitions(slow_identity)
+        with dask.config.set({"dataframe.shuffle.method": "p2p"}):
+            future = client.compute(df.shuffle("x", npartitions=6))
+        _poll(lambda: _count(client.run_on_scheduler(_transfers_done)) >= 6, 60, "the shuffle under way", cluster)
+        cluster.kill_scheduler()
+        cluster.start_scheduler()
+        result = future.result(timeout=180)
+        assert ordered(result).equals(ordered(as_dask_gives(pdf)))
+        assert _took_over(cluster), cluster.logs()
+
+
+def _took_over(cluster: Cluster) -> bool:
+    """Whether the second scheduler took over from the journal with results the workers held."""
+    log = (cluster.tmp / "scheduler.log").read_text(errors="replace")
+    found = re.search(r"Took over from the journal in [0-9.]+ s: \d+ messages replayed, (\d+) results kept", log)
+    return found is not None and int(found.group(1)) > 0

@@ -263,19 +263,27 @@ def test_worker_process_survives_its_scheduler_and_joins_the_next(
     assert "Traceback" not in worker.output()
 
 
-@pytest.mark.timeout(120)
-@pytest.mark.parametrize("nanny", [False, True], ids=["no-nanny", "nanny"])
-def test_worker_closes_when_no_scheduler_comes_back_in_time(
-    procs: Callable[..., Proc], tmp_path: Path, nanny: bool
-) -> None:
+def _a_registered_worker(
+    procs: Callable[..., Proc], tmp_path: Path, nanny: bool, env: Mapping[str, str] | None = None
+) -> tuple[Proc, Proc]:
+    """A scheduler recording registrations, and a worker (under a nanny or not) registered with it."""
     port = free_port()
     address = f"tcp://127.0.0.1:{port}"
     preload = tmp_path / "record_registrations.py"
     preload.write_text(_PRELOAD.format(path=str(tmp_path / "registrations.jsonl")))
     scheduler = start_scheduler(procs, port, preload)
-    env = {"DASK_DISTRIBUTED__WORKER__RECONNECT_TIMEOUT": "2s"}
     worker = start_worker(procs, address, nanny, env=env)
     poll(lambda: scheduler_workers(address), 60, "the worker to register", scheduler, worker)
+    return scheduler, worker
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("nanny", [False, True], ids=["no-nanny", "nanny"])
+def test_worker_closes_when_no_scheduler_comes_back_in_time(
+    procs: Callable[..., Proc], tmp_path: Path, nanny: bool
+) -> None:
+    env = {"DASK_DISTRIBUTED__WORKER__RECONNECT_TIMEOUT": "2s"}
+    scheduler, worker = _a_registered_worker(procs, tmp_path, nanny, env)
     scheduler.kill()
     poll(lambda: "tries to register again for 2 s" in worker.output(), 30, "the worker to notice the loss")
     lost = time.monotonic()
@@ -292,13 +300,7 @@ def test_worker_closes_when_no_scheduler_comes_back_in_time(
 def test_a_scheduler_that_closes_normally_closes_its_workers(
     procs: Callable[..., Proc], tmp_path: Path, nanny: bool
 ) -> None:
-    port = free_port()
-    address = f"tcp://127.0.0.1:{port}"
-    preload = tmp_path / "record_registrations.py"
-    preload.write_text(_PRELOAD.format(path=str(tmp_path / "registrations.jsonl")))
-    scheduler = start_scheduler(procs, port, preload)
-    worker = start_worker(procs, address, nanny)  # the default reconnect timeout: a minute
-    poll(lambda: scheduler_workers(address), 60, "the worker to register", scheduler, worker)
+    scheduler, worker = _a_registered_worker(procs, tmp_path, nanny)  # the default reconnect timeout: a minute
     os.kill(scheduler.pid, signal.SIGINT)
     assert scheduler.wait(timeout=30) == 0, scheduler.output()
     # Told to close (close-worker), the worker closes at once rather than waiting for another scheduler.

@@ -34,7 +34,7 @@ from collections.abc import Callable, Coroutine, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 from distributed.batched import BatchedSend
-from distributed.comm import Comm, CommClosedError, connect
+from distributed.comm import Comm, CommClosedError, connect_until
 from distributed.config import get_interval
 from distributed.core import Status
 from distributed.liveness import Voucher
@@ -166,26 +166,14 @@ class SchedulerLink:
         """
         if timeout is None:
             timeout = self.death_timeout or self.settings.connect_timeout
-        deadline = time.monotonic() + timeout
-        first = True
-        while True:
-            remaining = max(deadline - time.monotonic(), 0.1)
-            try:
-                comm = await connect(
-                    self.scheduler_addr,
-                    # A short first try, so that waiting for a scheduler not up yet is logged early.
-                    timeout=min(remaining, FIRST_CONNECT_TIMEOUT) if first else remaining,
-                    name="worker->scheduler",
-                    **self.connection_args,
-                )
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                if first:
-                    logger.info("Waiting to connect to the scheduler at %s", self.scheduler_addr)
-                    first = False
-                await asyncio.sleep(0.1)
+        comm = await connect_until(
+            self.scheduler_addr,
+            time.monotonic() + timeout,
+            "worker->scheduler",
+            FIRST_CONNECT_TIMEOUT,
+            lambda: logger.info("Waiting to connect to the scheduler at %s", self.scheduler_addr),
+            **self.connection_args,
+        )
         try:
             await comm.write(
                 m.RegisterWorker(
