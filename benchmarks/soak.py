@@ -10,7 +10,9 @@ Meanwhile one thread injects faults, one at a time: every ``--kill-every`` secon
 SIGKILLs a random worker process, and every ``--fault-every`` seconds it takes the next of
 the other faults in turn (``soak_faults.py``): freeze a worker (SIGSTOP past the worker
 TTL, then SIGCONT), cut a worker host's link past the TTL, fill the disk under a worker
-that must spill. After each fault it times how long until the scheduler lists every
+that must spill.  With the ``scheduler`` fault (``--faults kill,scheduler``: a scheduler
+with a journal and workers from their command lines), every ``--scheduler-kill-every``
+seconds it SIGKILLs the scheduler and starts another on its journal at the same address. After each fault it times how long until the scheduler lists every
 worker again and each of them answers. ``--faults`` chooses the faults; by default all
 that this machine can do (``cut`` needs network namespaces, ``disk`` a tmpfs mount: both
 root); the ``cut`` fault runs the cluster on test hosts, else it is a ``LocalCluster``.
@@ -381,7 +383,14 @@ WORK: dict[str, Callable[[Any, random.Random, float, list[Held], Stats], bool]] 
 
 # -- faults -----------------------------------------------------------------------------------
 def fault_loop(
-    ctx: Any, faults: list[str], kill_every: float, fault_every: float, deadline: float, rng: random.Random, st: Stats
+    ctx: Any,
+    faults: list[str],
+    kill_every: float,
+    fault_every: float,
+    deadline: float,
+    rng: random.Random,
+    st: Stats,
+    scheduler_every: float = 120.0,
 ) -> None:
     """Inject faults, one at a time, until ``deadline`` or ``ctx.stop``."""
     from benchmarks.soak_faults import FAULT_FUNCTIONS
@@ -389,14 +398,18 @@ def fault_loop(
     t0 = time.monotonic()
     inf = float("inf")
     next_kill = t0 + kill_every if "kill" in faults else inf
-    others = [f for f in faults if f != "kill"]
+    next_scheduler = t0 + scheduler_every if "scheduler" in faults else inf
+    others = [f for f in faults if f not in ("kill", "scheduler")]
     next_other = t0 + fault_every / 2 if others else inf
     turn = 0
     while True:
-        due = min(next_kill, next_other)
+        due = min(next_kill, next_other, next_scheduler)
         if due == inf or ctx.stop.wait(max(0.0, due - time.monotonic())) or time.monotonic() >= deadline:
             return
-        if next_other <= next_kill:
+        if next_scheduler <= min(next_kill, next_other):
+            kind = "scheduler"
+            next_scheduler += scheduler_every
+        elif next_other <= next_kill:
             kind = others[turn % len(others)]
             turn += 1
             next_other += fault_every
@@ -670,9 +683,19 @@ def run_soak(args: Any) -> dict[str, Any]:
     import shutil
     import tempfile
 
-    from benchmarks.soak_faults import FAULTS, FaultContext, Undo, start_cluster, unavailable, wait_recovered
+    from benchmarks.soak_faults import (
+        DEFAULT_FAULTS,
+        FAULTS,
+        FaultContext,
+        Undo,
+        start_cluster,
+        unavailable,
+        wait_recovered,
+    )
 
-    wanted = [f.strip() for f in args.faults.split(",") if f.strip()] if args.faults is not None else list(FAULTS)
+    wanted = (
+        [f.strip() for f in args.faults.split(",") if f.strip()] if args.faults is not None else list(DEFAULT_FAULTS)
+    )
     bad = [f for f in wanted if f not in FAULTS]
     if bad:
         raise SystemExit(f"unknown faults: {', '.join(bad)} (known: {', '.join(FAULTS)})")
@@ -680,12 +703,18 @@ def run_soak(args: Any) -> dict[str, Any]:
     active = [f for f in wanted if f not in skipped]
     for fault, why in skipped.items():
         print(f"soak: skipping the {fault} fault: {why}", file=sys.stderr, flush=True)
-    topology = args.topology or ("hosts" if "cut" in active else "local")
+    topology = args.topology or ("cli" if "scheduler" in active else "hosts" if "cut" in active else "local")
     if topology == "hosts" and args.topology and "cut" in skipped:
         raise SystemExit(f"the hosts topology {skipped['cut'].removeprefix('needs ')}")
-    if topology == "local" and "cut" in active:
+    if topology != "hosts" and "cut" in active:
         active.remove("cut")
         skipped["cut"] = "needs the hosts topology"
+    if topology != "cli" and "scheduler" in active:
+        active.remove("scheduler")
+        skipped["scheduler"] = "needs the cli topology"
+    if topology == "cli" and "disk" in active:
+        active.remove("disk")
+        skipped["disk"] = "runs on the local or hosts topology"
 
     rng = random.Random(args.seed)
     st = Stats()
@@ -713,7 +742,16 @@ def run_soak(args: Any) -> dict[str, Any]:
         threads.append(
             threading.Thread(
                 target=fault_loop,
-                args=(ctx, active, args.kill_every, args.fault_every, deadline, random.Random(args.seed + 1), st),
+                args=(
+                    ctx,
+                    active,
+                    args.kill_every,
+                    args.fault_every,
+                    deadline,
+                    random.Random(args.seed + 1),
+                    st,
+                    args.scheduler_kill_every,
+                ),
                 name="soak-faults",
                 daemon=True,
             )
@@ -769,7 +807,7 @@ def run_soak(args: Any) -> dict[str, Any]:
         "note": (
             "local topology: the scheduler runs in the soak's own process, its RSS includes the client"
             if topology == "local"
-            else "the scheduler is a process of its own on the first test host"
+            else "the scheduler is a process of its own (on the first test host, with the hosts topology)"
         ),
     }
     checks = {
@@ -906,10 +944,16 @@ def add_arguments(p: Any) -> None:
     p.add_argument(
         "--faults",
         default=None,
-        help="comma-separated faults out of kill,freeze,cut,disk (default: all that this machine can do;"
-        " cut and disk need root; an empty string for none)",
+        help="comma-separated faults out of kill,freeze,cut,disk,scheduler (default: all but scheduler that this"
+        " machine can do; cut and disk need root; scheduler runs on the cli topology; an empty string for none)",
     )
     p.add_argument("--kill-every", type=float, default=20.0, help="seconds between worker kills (default 20)")
+    p.add_argument(
+        "--scheduler-kill-every",
+        type=float,
+        default=120.0,
+        help="seconds between scheduler kills, each followed by another scheduler on its journal (default 120)",
+    )
     p.add_argument(
         "--fault-every", type=float, default=60.0, help="seconds between the other faults, taken in turn (default 60)"
     )
@@ -925,10 +969,11 @@ def add_arguments(p: Any) -> None:
     )
     p.add_argument(
         "--topology",
-        choices=["local", "hosts"],
+        choices=["local", "hosts", "cli"],
         default=None,
-        help="local: a LocalCluster on 127.0.0.1; hosts: test hosts in network namespaces (default: hosts when"
-        " the cut fault runs)",
+        help="local: a LocalCluster on 127.0.0.1; hosts: test hosts in network namespaces; cli: a scheduler with a"
+        " journal and workers from their command lines (default: hosts when the cut fault runs, cli when the"
+        " scheduler fault does)",
     )
     p.add_argument("--disk-mb", type=int, default=96, help="size of the disk worker's tmpfs in MB (default 96)")
     p.add_argument(

@@ -1,6 +1,6 @@
 """The soak's clusters and faults other than a plain kill.
 
-Two topologies:
+Three topologies:
 
 ``local``
     ``LocalCluster(processes=True, n_workers=3, threads_per_worker=1)`` on 127.0.0.1, plus
@@ -13,6 +13,10 @@ Two topologies:
     the tmpfs when the ``disk`` fault is on).  This process moves itself into the
     scheduler's host (``setns``) so that its client reaches the scheduler; it moves back
     at the end.  Needed by the ``cut`` fault.
+``cli``
+    A scheduler started with the ``dask scheduler`` CLI with a journal (``--journal``) and
+    three nanny-run ``dask worker`` processes, on 127.0.0.1.  Needed by the ``scheduler``
+    fault.
 
 The faults (besides ``kill``, in ``soak.py``):
 
@@ -25,6 +29,10 @@ The faults (besides ``kill``, in ``soak.py``):
     Fill the tmpfs under the disk worker's local directory with a filler file, push more
     data onto that worker than its memory target holds (so it must spill into the full
     disk), check the result, then delete the filler.
+``scheduler``
+    SIGKILL the scheduler and start another on its journal at the same address (its own
+    cadence, ``--scheduler-kill-every``); recovered once every worker is listed again and
+    answers.  Not among the default faults: it needs the ``cli`` topology.
 
 Everything made here (namespaces, the mount, processes, the filler file, a stopped process,
 a cut link) is undone by the ``ExitStack`` callbacks, also on Ctrl-C or an error.
@@ -41,12 +49,15 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-#: Every fault the soak knows, in the order they rotate (``kill`` has its own cadence).
-FAULTS = ("kill", "freeze", "cut", "disk")
+#: Every fault the soak knows, in the order they rotate (``kill`` and ``scheduler`` have cadences of their own).
+FAULTS = ("kill", "freeze", "cut", "disk", "scheduler")
+#: The faults a soak injects when none are named: ``scheduler`` runs on a cluster of its own (``cli``).
+DEFAULT_FAULTS = ("kill", "freeze", "cut", "disk")
 #: The name of the worker whose local directory is on the tmpfs.
 DISK_WORKER = "soak-disk"
 #: Its memory limit and memory target (fraction): it starts spilling past about 100 MB.
@@ -69,6 +80,8 @@ def unavailable(wanted: list[str]) -> dict[str, str]:
         for f in ("kill", "freeze"):
             if f in wanted:
                 out[f] = "needs POSIX signals"
+    if "scheduler" in wanted and not hasattr(signal, "SIGKILL"):
+        out["scheduler"] = "needs POSIX signals"
     if "cut" in wanted:
         why = _test_hosts_module().hosts_available()
         if why is not None:
@@ -144,6 +157,8 @@ class SoakCluster:
     disk_dir: Path | None = None
     scheduler_pid: int | None = None
     notes: list[str] = field(default_factory=list)
+    #: Kill the scheduler (SIGKILL) and start another on its journal at its address (``cli`` topology).
+    restart_scheduler: Callable[[], None] | None = None
 
 
 def start_cluster(
@@ -155,7 +170,84 @@ def start_cluster(
         _mount_tmpfs(stack, disk_dir, disk_mb)
     if topology == "hosts":
         return _start_hosts(stack, disk_dir, ttl, workdir)
+    if topology == "cli":
+        return _start_cli(stack, ttl, workdir)
     return _start_local(stack, disk_dir, ttl)
+
+
+def _start_cli(stack: contextlib.ExitStack, ttl: float, workdir: Path) -> SoakCluster:
+    """A scheduler from its command line with a journal, and three nanny-run workers, all on 127.0.0.1."""
+    import socket
+
+    from distributed import Client
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    address = f"tcp://127.0.0.1:{port}"
+    env = {
+        **os.environ,
+        **_env(),
+        "DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL": f"{ttl}s",
+        "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "3",
+    }
+    bindir = Path(sys.executable).parent
+    starts = [0]
+
+    def start_scheduler() -> subprocess.Popen[Any]:
+        starts[0] += 1
+        log = open(workdir / f"scheduler-{starts[0]}.log", "w")  # noqa: SIM115  # closed by the stack
+        stack.callback(log.close)
+        proc = subprocess.Popen(
+            [
+                str(bindir / "dask-scheduler"),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--no-dashboard",
+                "--journal",
+                str(workdir / "journal.db"),
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        stack.callback(_end_group, proc)
+        deadline = time.monotonic() + 60
+        while True:  # listening once a connection is accepted
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+                return proc
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the scheduler did not start (see {log.name})")
+            time.sleep(0.05)
+
+    scheduler = [start_scheduler()]
+
+    def restart_scheduler() -> None:
+        old = scheduler[0]
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(old.pid, signal.SIGKILL)
+        old.wait(10)
+        scheduler[0] = start_scheduler()
+
+    n = 3
+    for i in range(n):
+        log = open(workdir / f"worker-{i}.log", "w")  # noqa: SIM115  # closed by the stack
+        stack.callback(log.close)
+        proc = subprocess.Popen(
+            [str(bindir / "dask-worker"), address, "--nthreads", "1", "--no-dashboard", "--name", f"soak-{i}"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        stack.callback(_end_group, proc)
+    client = Client(address, timeout=60)
+    stack.callback(client.close, timeout=30)
+    client.wait_for_workers(n, timeout=120)
+    return SoakCluster("cli", client, n, scheduler_pid=scheduler[0].pid, restart_scheduler=restart_scheduler)
 
 
 def _disk_worker_env() -> dict[str, str]:
@@ -575,4 +667,22 @@ def fault_disk(ctx: FaultContext, rng: Any) -> dict[str, Any]:
     }
 
 
-FAULT_FUNCTIONS = {"kill": fault_kill, "freeze": fault_freeze, "cut": fault_cut, "disk": fault_disk}
+def fault_scheduler(ctx: FaultContext, rng: Any) -> dict[str, Any]:
+    """SIGKILL the scheduler and start another on its journal; recovered when every worker is back and answers."""
+    restart = ctx.cluster.restart_scheduler
+    if restart is None:
+        return {"skipped": "needs the cli topology"}
+    t0 = time.monotonic()
+    restart()
+    listening = round(time.monotonic() - t0, 2)
+    rec = wait_recovered(ctx.cluster.client, ctx.cluster.n_workers, set(), ctx.recover_timeout)
+    return {"listening_s": listening, "recovery_s": rec}
+
+
+FAULT_FUNCTIONS = {
+    "kill": fault_kill,
+    "freeze": fault_freeze,
+    "cut": fault_cut,
+    "disk": fault_disk,
+    "scheduler": fault_scheduler,
+}
