@@ -495,9 +495,14 @@ class SchedulerLink:
         carried, self._carry = self._carry, []
         self._write(bs, carried)
         # Behind every message posted so far: the scheduler knows their graphs when it reads the keys.
-        # A cancelled future has nothing to hear (and its reason would become "unknown key").
+        # A cancelled or failed future has nothing to hear: its reason (a lost key's LostDataError, say)
+        # would become "unknown key" from a scheduler that forgot it.
         states = self.registry.states
-        held = [k for k in self.registry.held_keys() if (fs := states.get(k)) is None or fs.status != "cancelled"]
+        held = [
+            k
+            for k in self.registry.held_keys()
+            if (fs := states.get(k)) is None or fs.status not in ("cancelled", "error")
+        ]
         if held:
             self.outbox.post_rewant(held)
         for callback in self._on_reconnect:

@@ -396,6 +396,11 @@ class SchedulerState:
     # -- the transition methods ------------------------------------------------
     def _released_to_waiting(self, ts: TaskState, out: Effects, given: TransitionInputs) -> None:
         if not ts.has_run_spec:
+            if ts in self.held_before_takeover:
+                # Held by a worker that left during a takeover, before the journal's graph described the
+                # task: it stays released until that graph gives it its run_spec (and runs it).
+                ts.state = "released"
+                return
             # Scattered data that was lost: nothing can bring it back.
             ts.state = "released"
             exc = LostDataError(f"Data for {ts.key!r} was lost with its workers and cannot be recomputed")

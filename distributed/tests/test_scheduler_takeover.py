@@ -295,3 +295,22 @@ def test_cli_takes_the_journal_option() -> None:
         [sys.executable, "-m", "distributed.cli.dask_scheduler", "--help"], capture_output=True, text=True, timeout=60
     )
     assert "--journal" in out.stdout
+
+
+def test_a_held_key_whose_worker_leaves_before_its_graph_is_replayed_is_run_from_it() -> None:
+    """Driven without sockets: the holder leaves mid-takeover; the task is neither lost nor erred, but run."""
+    from distributed.scheduler.takeover import TAKEOVER_CLIENT
+    from distributed.tests.machines import A, B, check, compute_of, task_spec, validating_scheduler
+
+    s = validating_scheduler()
+    check(s, s.add_worker_state(A, 1))
+    held = m.UpdateData(op="update-data", client=TAKEOVER_CLIENT, who_has={"x": [A]}, nbytes={"x": 8})
+    check(s, s.update_data_state(held, "takeover-held"))
+    s.held_before_takeover.add(s.tasks["x"])
+    check(s, s.remove_worker_state(A, stimulus_id="left-mid-takeover"))
+    assert s.tasks["x"].state == "released"  # not erred with LostDataError: its graph is still to come
+    check(s, s.update_graph("c1", {"x": task_spec(order=0), "y": task_spec(["x"], order=1)}, ["y"]))
+    check(s, s.remove_client_state(TAKEOVER_CLIENT, "takeover-release"))
+    out = check(s, s.add_worker_state(B, 1))
+    assert compute_of(out, "x")[0] == B
+    assert s.tasks["x"].has_run_spec and {d.key for d in s.tasks["y"].dependencies} == {"x"}
