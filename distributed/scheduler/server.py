@@ -258,8 +258,10 @@ class Scheduler(GraphIngestion, Server):
         self.journal: Journal | None = Journal(server_settings.journal) if server_settings.journal else None
         #: The taking over from the journal's messages of a scheduler that died (None: there were none).
         self.takeover: Takeover | None = None
-        if self.journal is not None and self.journal.has_messages:
-            self.takeover = Takeover(self, self.journal, server_settings.recovery_timeout)
+        if self.journal is not None:
+            self.fire_and_forget_done = []
+            if self.journal.has_messages:
+                self.takeover = Takeover(self, self.journal, server_settings.recovery_timeout)
         #: The liveness links of the processes that vouch for workers (see :mod:`distributed.liveness`).
         self.liveness = LivenessWatch(self)
         handlers: dict[str, Route[Any]] = {
@@ -613,6 +615,13 @@ class Scheduler(GraphIngestion, Server):
             self._send(held)
         self._send(out)
 
+    def _journal_fire_and_forget_done(self) -> None:
+        """Keep in the journal the keys ``fire_and_forget`` let go of as they were done."""
+        done, self.fire_and_forget_done = self.fire_and_forget_done, []
+        if self.journal is not None and done:
+            msg = m.ClientKeys(op="client-releases-keys", client=m.FIRE_AND_FORGET, keys=done)
+            self.journal.record("client-releases-keys", msg)
+
     @contextmanager
     def holding_sends(self) -> Iterator[Effects]:
         """Gather the messages of several stimuli into one :class:`Effects`, sent at the end.
@@ -731,6 +740,8 @@ class Scheduler(GraphIngestion, Server):
                     cbs.send(*client_msgs)
                 except CommClosedError:
                     logger.debug("Client %s stream closed", client)
+        if self.fire_and_forget_done:
+            self._journal_fire_and_forget_done()
 
     async def retire_workers(
         self,

@@ -198,6 +198,9 @@ class SchedulerState:
         #: The stand-in client of ``fire_and_forget`` (made when it first asks for a key): it wants a
         #: key only until the key is done, so that nothing it asked for is kept once computed.
         self._fire_and_forget: ClientState | None = None
+        #: With a journal: the keys ``fire_and_forget`` stopped wanting as they were done, for the
+        #: journal to keep (a successor replaying the graph must not run them again); None without.
+        self.fire_and_forget_done: list[Key] | None = None
         #: The most bytes of inputs a task may have: the largest worker memory limit, or 0 (no check)
         #: while some worker has no limit or there is none.  Kept up as workers come and go, so that
         #: the check as a task gets ready costs no pass over the workers.
@@ -997,6 +1000,8 @@ class SchedulerState:
         if ff is not None and ff in ts.who_wants:
             ts.who_wants = without(ts.who_wants, ff)
             ff.wants_what.discard(ts)
+            if self.fire_and_forget_done is not None:
+                self.fire_and_forget_done.append(ts.key)
 
     def _set_error(self, ts: TaskState, exception: Payload, traceback: Any, text: str) -> None:
         ts.exception = exception

@@ -378,6 +378,8 @@ class SchedulerStimuli(SchedulerState):
                     out.clients[client].append(m.CancelledKeys(op="cancelled-keys", keys=[key], reason="unknown key"))
                 continue
             if forget_when_done and ts.state in ("memory", "erred"):
+                if self.fire_and_forget_done is not None:
+                    self.fire_and_forget_done.append(key)  # for a successor's replay, done as well
                 continue  # done already: nothing to see through, and nobody to tell
             ts.who_wants = grown(ts.who_wants, cs)
             want(cs, ts)

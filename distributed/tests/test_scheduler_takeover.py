@@ -20,7 +20,7 @@ from pathlib import Path
 import dask.config
 import pytest
 
-from distributed import Client, Event, Scheduler, Variable, Worker
+from distributed import Client, Event, Scheduler, Variable, Worker, fire_and_forget
 from distributed.protocol import messages as m
 from distributed.protocol.serialize import Serialized
 from distributed.scheduler.journal import Journal
@@ -233,6 +233,7 @@ async def test_published_datasets_and_variables_survive(tmp_path: Path) -> None:
         async with Client(s.address, asynchronous=True) as c:
             x = c.submit(inc, 1, key="x")
             y = c.submit(inc, 2, key="y")
+            await c.gather([x, y])
             await c.publish_dataset(x, name="data")
             await Variable("v", client=c).set(y)
             await c.publish_dataset(z=3)
@@ -251,6 +252,35 @@ async def test_published_datasets_and_variables_survive(tmp_path: Path) -> None:
                     value = await Variable("v", client=c2).get(timeout=5)
                     assert value.key == "y"
                     assert await value == 3
+
+
+@gen_test(timeout=60)
+async def test_fire_and_forget_tasks_done_before_the_takeover_are_not_run_again(tmp_path: Path) -> None:
+    first, second = str(tmp_path / "first.db"), str(tmp_path / "second.db")
+    async with Scheduler(journal=first, dashboard=False, port=0) as s, Worker(s.address, nthreads=1):
+        async with Client(s.address, asynchronous=True) as c:
+            fire_and_forget([c.submit(inc, i, key=f"ff-{i}") for i in range(5)])
+            await async_poll_for(lambda: s.tasks_forgotten >= 5 and not s.tasks, timeout=10)  # done, and let go
+            # A task fire_and_forget still waits for: run after the takeover.
+            gate = Event("gate", client=c)
+            fire_and_forget(c.submit(_wait_for, "gate", key="ff-later"))
+            await async_poll_for(lambda: "ff-later" in s.tasks, timeout=10)
+            _snapshot(first, second)
+            await gate.set()
+    with dask.config.set({"distributed.scheduler.recovery-timeout": "0.2s"}):
+        async with Scheduler(journal=second, dashboard=False, port=0, validate=True) as s2:
+            assert s2.takeover is not None
+            await s2.takeover.done.wait()
+            assert set(s2.tasks) == {"ff-later"}
+            async with Worker(s2.address, nthreads=1), Client(s2.address, asynchronous=True) as c2:
+                await Event("gate", client=c2).set()
+                await async_poll_for(lambda: not s2.tasks, timeout=20)
+
+
+def _wait_for(event: str) -> bool:
+    from distributed import Event, get_client
+
+    return bool(Event(event, client=get_client()).wait(timeout=30))
 
 
 # -- a client's connection dropping --------------------------------------------------------------
