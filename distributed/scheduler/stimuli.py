@@ -501,6 +501,28 @@ class SchedulerStimuli(SchedulerState):
             self.transitions({ts: "memory"}, stimulus_id, out, scattered)
         return out
 
+    def scattered_data_lost(self, client: str, keys: Sequence[Key], stimulus_id: str) -> Effects:
+        """Scattered ``keys`` whose holders all left while no scheduler watched: ``client``'s futures err.
+
+        As with data lost under a running scheduler, each errs with
+        ``LostDataError`` (it has no run_spec to be made again from), instead of
+        being unknown to the scheduler that took over.
+        """
+        out = Effects()
+        cs = self.clients.get(client)
+        if cs is None:
+            cs = self.clients[client] = ClientState(client)
+        recs: dict[TaskState, TaskStateName] = {}
+        for key in keys:
+            ts = self.tasks.get(key)
+            if ts is None:
+                ts = self.new_task(key, None)
+            ts.who_wants = grown(ts.who_wants, cs)
+            want(cs, ts)
+            if ts.state == "released":
+                recs[ts] = "waiting"
+        return self.transitions(recs, stimulus_id, out)
+
     def add_keys(self, address: str, keys: Sequence[Key]) -> Effects:
         """A worker says it holds ``keys`` (after fetching them, say)."""
         out = Effects()

@@ -175,6 +175,12 @@ class Takeover:
                         logger.error("Skipped a malformed %r message of the journal: %s", op, problem)
                         continue
                     route.func(msg)
+                elif op == "update-data":
+                    s.journaled_routes[op].func(None, msg)  # type: ignore[arg-type]  # no comm: a replay
+                    # Held by workers that did not come back: lost, as they would have been before.
+                    lost = [key for key in msg["who_has"] if key not in s.tasks]
+                    if lost:
+                        s.send_all(s.scattered_data_lost(msg["client"], lost, stimulus_id))
                 elif op == "register_worker_plugin":
                     s.requests.worker_plugins[msg["name"]] = msg["plugin"]
                 elif op == "unregister_worker_plugin":

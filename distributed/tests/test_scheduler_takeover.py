@@ -283,6 +283,23 @@ def _wait_for(event: str) -> bool:
     return bool(Event(event, client=get_client()).wait(timeout=30))
 
 
+@gen_test(timeout=60)
+async def test_scattered_data_whose_holder_did_not_come_back_errs_as_lost(tmp_path: Path) -> None:
+    first, second = str(tmp_path / "first.db"), str(tmp_path / "second.db")
+    async with Scheduler(journal=first, dashboard=False, port=0) as s, Worker(s.address, nthreads=1):
+        async with Client(s.address, asynchronous=True) as c:
+            [future] = await c.scatter([41])
+            _snapshot(first, second)
+            client_id = c.id
+    with dask.config.set({"distributed.scheduler.recovery-timeout": "0.2s"}):
+        async with Scheduler(journal=second, dashboard=False, port=0, validate=True) as s2:
+            assert s2.takeover is not None
+            await s2.takeover.done.wait()
+            ts = s2.tasks[future.key]
+            assert ts.state == "erred" and "was lost with its workers" in ts.exception_text  # a LostDataError
+            assert s2.clients[client_id] in ts.who_wants
+
+
 # -- a client's connection dropping --------------------------------------------------------------
 @gen_test(timeout=60, config={"distributed.scheduler.client-reconnect-grace": "0.5s"})
 async def test_a_client_that_closes_is_released_at_once_grace_or_not() -> None:
