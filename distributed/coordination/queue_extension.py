@@ -7,6 +7,10 @@ Items are taken only after every wait of the request is over, in one step,
 so a request that times out takes nothing, and only while the getter's
 client is still connected, so a getter that died while waiting (its
 process killed, say) takes nothing from those alive.
+
+With a scheduler journal, each item put and each taking of items is kept
+as it happens (a request that waits changes nothing until it is served), and
+a scheduler taking over replays them (:meth:`QueueExtension.replay`).
 """
 
 from __future__ import annotations
@@ -95,6 +99,7 @@ class QueueExtension:
                     await q.changed.wait_for(q.has_room)
                     q.items.append(msg["item"])
                     self.holds.hold(self.holder(name), msg["item"])
+                    self._journal("queue_put", {"name": msg["name"], "maxsize": msg["maxsize"], "item": msg["item"]})
                     q.changed.notify_all()
         except TimeoutError:
             return False
@@ -109,6 +114,7 @@ class QueueExtension:
         if batch is True:
             taken = list(q.items)
             q.items.clear()
+            self._journal_taken(msg, len(taken))
         else:
             n = 1 if batch is False else batch
             q.getters += 1
@@ -120,6 +126,7 @@ class QueueExtension:
                             # Nobody would receive them: leave them to the living.
                             raise ConnectionError(f"Client {client} left while waiting for queue {name!r}")
                         taken = [q.items.popleft() for _ in range(n)]
+                        self._journal_taken(msg, n)
             except TimeoutError:
                 return cm.QueueGetReply(items=[], timed_out=True)
             finally:
@@ -132,6 +139,28 @@ class QueueExtension:
             async with q.changed:
                 q.changed.notify_all()  # room for waiting puts
         return cm.QueueGetReply(items=taken, timed_out=False)
+
+    def _journal(self, op: str, msg: Mapping[str, Any]) -> None:
+        journal = self.scheduler.journal
+        if journal is not None:
+            journal.record(op, msg)
+
+    def _journal_taken(self, msg: cm.QueueGet, n: int) -> None:
+        if n:
+            self._journal("queue_take", {"name": msg["name"], "maxsize": msg["maxsize"], "n": n})
+
+    def replay(self, op: str, msg: Mapping[str, Any]) -> None:
+        """Apply a journaled change of a queue (``queue_put``: an item in; ``queue_take``: ``n`` items out)."""
+        name = normalize_name(msg["name"])
+        q = self._queue(name, msg["maxsize"])
+        holder = self.holder(name)
+        if op == "queue_put":
+            self.holds.check_known(msg["item"])
+            q.items.append(msg["item"])
+            self.holds.hold(holder, msg["item"])
+        else:
+            for _ in range(min(int(msg["n"]), len(q.items))):
+                self.holds.drop(holder, q.items.popleft())
 
     def qsize(self, comm: Comm, msg: cm.QueueSize) -> int:
         """How many items queue ``name`` holds."""

@@ -15,8 +15,10 @@ back by SQLite when the file is next opened.  The file is synced at SQLite's
 checkpoints only (``synchronous=NORMAL``): the journal is made for the death
 of the scheduler's process, not of its host's power.
 
-When the scheduler holds no task any more, the messages so far say nothing a
-successor needs, and are deleted (:meth:`Journal.forget_messages`).
+When the scheduler holds no task any more, the messages about tasks so far
+(graphs, wants, releases, scattered data, cancels, clients gone) say nothing a
+successor needs, and are deleted (:meth:`Journal.forget_task_messages`); those
+of datasets, variables, queues and plugins stay.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from distributed.protocol.framing import dumps, loads
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["JOURNALED_REQUESTS", "JOURNALED_STREAM_OPS", "Journal"]
+__all__ = ["JOURNALED_REQUESTS", "JOURNALED_STREAM_OPS", "TASK_OPS", "Journal"]
 
 #: The messages on a client's stream that change what only the scheduler knows.
 JOURNALED_STREAM_OPS: Final[frozenset[str]] = frozenset({"update-graph", "client-desires-keys", "client-releases-keys"})
@@ -53,6 +55,9 @@ JOURNALED_REQUESTS: Final[frozenset[str]] = frozenset(
         "unregister_worker_plugin",
     }
 )
+
+#: The messages about tasks (what :meth:`Journal.forget_task_messages` deletes).
+TASK_OPS: Final[frozenset[str]] = JOURNALED_STREAM_OPS | {"update-data", "cancel-keys", "remove-client"}
 
 _SCHEMA: Final = (
     "CREATE TABLE IF NOT EXISTS messages (seq INTEGER PRIMARY KEY AUTOINCREMENT, op TEXT NOT NULL, body BLOB NOT NULL)",
@@ -77,14 +82,19 @@ class Journal:
         self._db.execute("PRAGMA synchronous=NORMAL")
         for statement in _SCHEMA:
             self._db.execute(statement)
-        #: Whether the file holds messages (kept, so that :meth:`forget_messages` costs nothing when it does not).
+        #: Whether the file holds messages: a scheduler started on it takes over.
         self.has_messages = self._db.execute("SELECT EXISTS (SELECT 1 FROM messages)").fetchone()[0] == 1
+        #: Whether it may hold messages about tasks (so that :meth:`forget_task_messages` costs nothing
+        #: when it does not).
+        self.has_task_messages = self.has_messages
 
     def record(self, op: str, msg: Mapping[str, Any]) -> None:
         """Keep ``msg`` (a message of operation ``op``), after those kept before it."""
         frames = [bytes(f) for f in dumps(msg)]
         self._db.execute("INSERT INTO messages (op, body) VALUES (?, ?)", (op, msgpack.packb(frames)))
         self.has_messages = True
+        if op in TASK_OPS:
+            self.has_task_messages = True
 
     def messages(self) -> Iterator[tuple[str, Any]]:
         """The messages kept, oldest first, as ``(op, message)``; serialised values stay serialised."""
@@ -92,11 +102,13 @@ class Journal:
         for op, body in cursor:
             yield op, loads(msgpack.unpackb(body), deserialize=False)
 
-    def forget_messages(self) -> None:
-        """Delete every message kept: the scheduler holds nothing they describe."""
-        if self.has_messages:
-            self._db.execute("DELETE FROM messages")
-            self.has_messages = False
+    def forget_task_messages(self) -> None:
+        """Delete the messages about tasks: the scheduler holds no task they describe."""
+        if self.has_task_messages:
+            marks = ", ".join("?" * len(TASK_OPS))
+            self._db.execute(f"DELETE FROM messages WHERE op IN ({marks})", tuple(TASK_OPS))
+            self.has_task_messages = False
+            self.has_messages = self._db.execute("SELECT EXISTS (SELECT 1 FROM messages)").fetchone()[0] == 1
 
     def worker_joined(self, address: str) -> None:
         """Note a worker connected at ``address``."""
@@ -114,7 +126,7 @@ class Journal:
         """Delete every message and worker kept (the scheduler closed on purpose)."""
         self._db.execute("DELETE FROM workers")
         self._db.execute("DELETE FROM messages")
-        self.has_messages = False
+        self.has_messages = self.has_task_messages = False
 
     def close(self) -> None:
         """Close the file (what was recorded is kept)."""

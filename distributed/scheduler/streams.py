@@ -621,11 +621,11 @@ class SchedulerStreams:
         self.forget_journal_if_empty()
 
     def forget_journal_if_empty(self) -> None:
-        """With no task held, the journal's messages describe nothing: drop them."""
+        """With no task held, the journal's messages about tasks describe nothing: drop them."""
         s = self.scheduler
         journal = s.journal
-        if journal is not None and journal.has_messages and not s.tasks:
-            journal.forget_messages()
+        if journal is not None and journal.has_task_messages and not s.tasks:
+            journal.forget_task_messages()
 
     async def _client_batch(self, msgs: list[Any] | tuple[Any, ...], client: str, check: bool) -> bool:
         """Handle the messages of one read from a client's stream; whether it asked to close.

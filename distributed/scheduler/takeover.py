@@ -11,8 +11,8 @@ with work in hand) does, in order:
 3. The journal's messages are replayed, oldest first, through the same
    handlers as when they came: graphs, clients' wanting and releasing keys,
    scattered data, cancels, clients gone, published datasets, variables,
-   scheduler plugins (and the worker plugins kept for workers that join
-   later).  A graph naming a held key gives it
+   the items put on queues and taken from them, scheduler plugins (and the
+   worker plugins kept for workers that join later).  A graph naming a held key gives it
    its run_spec and dependencies; the rest of the graph waits or queues (no
    worker runs anything yet).
 4. What nothing needs any more is released: tasks not wanted by a client and
@@ -181,6 +181,8 @@ class Takeover:
                     lost = [key for key in msg["who_has"] if key not in s.tasks]
                     if lost:
                         s.send_all(s.scattered_data_lost(msg["client"], lost, stimulus_id))
+                elif op in ("queue_put", "queue_take"):
+                    s.extensions["queues"].replay(op, msg)
                 elif op == "register_worker_plugin":
                     s.requests.worker_plugins[msg["name"]] = msg["plugin"]
                 elif op == "unregister_worker_plugin":

@@ -74,7 +74,9 @@ class ShuffleSchedulerExtension:
         self.scheduler = scheduler
         self.described: dict[str, _Described] = {}
         self.active: dict[str, _Run] = {}
-        self._run_ids = itertools.count(1)
+        # Microseconds since the epoch, then one more per run: a scheduler that takes over from a dead one
+        # numbers its runs past every run the workers saw, which they would refuse as stale otherwise.
+        self._run_ids = itertools.count(time.time_ns() // 1000)
         self._tasks: set[asyncio.Task[Any]] = set()
 
     def routes(self) -> dict[str, Route[Any]]:

@@ -20,7 +20,7 @@ from pathlib import Path
 import dask.config
 import pytest
 
-from distributed import Client, Event, Scheduler, Variable, Worker, fire_and_forget
+from distributed import Client, Event, Queue, Scheduler, Variable, Worker, fire_and_forget
 from distributed.protocol import messages as m
 from distributed.protocol.serialize import Serialized
 from distributed.scheduler.journal import Journal
@@ -59,12 +59,14 @@ def test_journal_keeps_messages_in_order_with_serialised_values(tmp_path: Path) 
     assert spec.packed == b"\x93\xa3abc"
     assert list(ops[1][1]["keys"]) == ["x"]  # as off the wire: sequences come back as tuples
     assert again.workers() == {"tcp://10.0.0.2:1"}
-    again.forget_messages()
-    assert not again.has_messages
-    assert list(again.messages()) == []
+    again.record("publish_put", {"op": "publish_put", "name": "d", "keys": [], "data": payload, "override": False})
+    again.forget_task_messages()
+    assert again.has_messages  # the dataset's message stays
+    assert [op for op, _ in again.messages()] == ["publish_put"]
     assert again.workers() == {"tcp://10.0.0.2:1"}
     again.clear()
     assert again.workers() == set()
+    assert list(again.messages()) == [] and not again.has_messages
     again.close()
 
 
@@ -222,7 +224,7 @@ async def test_the_journal_is_emptied_when_no_task_is_left(tmp_path: Path) -> No
             assert s.journal is not None and s.journal.has_messages
             del futures
             await async_poll_for(lambda: not s.tasks, timeout=10)
-            await async_poll_for(lambda: not s.journal.has_messages, timeout=10)
+            await async_poll_for(lambda: not s.journal.has_task_messages, timeout=10)
             assert list(Journal(path).messages()) == []
 
 
@@ -300,6 +302,27 @@ async def test_scattered_data_whose_holder_did_not_come_back_errs_as_lost(tmp_pa
             assert s2.clients[client_id] in ts.who_wants
 
 
+@gen_test(timeout=60)
+async def test_queue_items_survive_and_items_taken_stay_taken(tmp_path: Path) -> None:
+    first, second = str(tmp_path / "first.db"), str(tmp_path / "second.db")
+    async with Scheduler(journal=first, dashboard=False, port=0) as s:
+        async with Client(s.address, asynchronous=True) as c:
+            q = Queue("q", client=c)
+            for i in range(4):
+                await q.put(i)
+            assert await q.get() == 0
+            assert await q.get(timeout=0.1, batch=2) == [1, 2]
+            _snapshot(first, second)
+    with dask.config.set({"distributed.scheduler.recovery-timeout": "0.2s"}):
+        async with Scheduler(journal=second, dashboard=False, port=0, validate=True) as s2:
+            assert s2.takeover is not None
+            await s2.takeover.done.wait()
+            async with Client(s2.address, asynchronous=True) as c2:
+                q2 = Queue("q", client=c2)
+                assert await q2.qsize() == 1
+                assert await q2.get(timeout=5) == 3
+
+
 # -- a client's connection dropping --------------------------------------------------------------
 @gen_test(timeout=60, config={"distributed.scheduler.client-reconnect-grace": "0.5s"})
 async def test_a_client_that_closes_is_released_at_once_grace_or_not() -> None:
@@ -361,3 +384,12 @@ def test_a_held_key_whose_worker_leaves_before_its_graph_is_replayed_is_run_from
     out = check(s, s.add_worker_state(B, 1))
     assert compute_of(out, "x")[0] == B
     assert s.tasks["x"].has_run_spec and {d.key for d in s.tasks["y"].dependencies} == {"x"}
+
+
+@gen_test(timeout=60)
+async def test_a_new_scheduler_numbers_shuffle_runs_past_those_of_the_last() -> None:
+    """Workers refuse a run not newer than one they saw: a successor's first run must be newer."""
+    async with Scheduler(dashboard=False, port=0) as s:
+        old = next(s.extensions["shuffle"]._run_ids)
+    async with Scheduler(dashboard=False, port=0) as s2:
+        assert next(s2.extensions["shuffle"]._run_ids) > old

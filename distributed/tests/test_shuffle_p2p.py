@@ -256,12 +256,13 @@ async def test_shards_of_an_old_run_are_refused(c: Client[Any], s: Scheduler, a:
     pd.testing.assert_frame_equal(ordered(first), ordered(second))
     events: Any = s.get_events("p2p")
     starts = [e for _, e in events if e["action"] == "p2p-run-start"]
-    assert [e["run_id"] for e in starts] == [1, 2]
+    first_run, second_run = (e["run_id"] for e in starts)
+    assert second_run == first_run + 1
     shuffle_id = starts[0]["id"]
     before = a.shuffle.stats()["bytes_received"]
     async with rpc(a.address) as r:
         with pytest.raises(ShuffleRunRefused, match="stale"):
-            await r.call("shuffle_receive", id=shuffle_id, run_id=1, shards=[[0, 0, b"old"]])
+            await r.call("shuffle_receive", id=shuffle_id, run_id=first_run, shards=[[0, 0, b"old"]])
     assert a.shuffle.stats()["bytes_received"] == before
 
 
@@ -304,7 +305,8 @@ async def test_a_transfer_reporting_a_restarted_run_restarts_the_shuffle_again(
     events: Any = s.get_events("p2p")
     restarts = [e for _, e in events if e["action"] == "p2p-run-restart"]
     assert [r.get("worker") for r in restarts] == [b.address, None], restarts
-    assert restarts[1]["stale"] == [1, 2]
+    first_run = next(e["run_id"] for _, e in events if e["action"] == "p2p-run-start")
+    assert restarts[1]["stale"] == [first_run, first_run + 1]
 
 
 P2P_RETRY_FAST = {
