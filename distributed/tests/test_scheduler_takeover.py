@@ -10,11 +10,13 @@ test_scheduler_failover.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import sqlite3
 import subprocess
 import sys
 import textwrap
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import dask.config
@@ -25,6 +27,14 @@ from distributed.protocol import messages as m
 from distributed.protocol.serialize import Serialized
 from distributed.scheduler.journal import Journal
 from distributed.utils_test import async_poll_for, gen_test, inc
+
+
+@contextlib.asynccontextmanager
+async def _successor(journal: str) -> AsyncIterator[Scheduler]:
+    """A scheduler (in validation mode) taking over from ``journal``, waiting 0.2 s at most for its workers."""
+    with dask.config.set({"distributed.scheduler.recovery-timeout": "0.2s"}):
+        async with Scheduler(journal=journal, dashboard=False, port=0, validate=True) as s:
+            yield s
 
 
 def _snapshot(src: str, dst: str) -> None:
@@ -127,16 +137,15 @@ async def test_successor_replays_graphs_and_runs_them(tmp_path: Path) -> None:
             await async_poll_for(lambda: len(s.tasks) == 51, timeout=10)
             _snapshot(first, second)
             client_id = c.id
-    with dask.config.set({"distributed.scheduler.recovery-timeout": "0.2s"}):
-        async with Scheduler(journal=second, dashboard=False, port=0, validate=True) as s2:
-            assert s2.takeover is not None
-            await s2.takeover.done.wait()
-            assert s2.takeover.replayed == 2
-            assert len(s2.tasks) == 51
-            assert {ts.state for ts in s2.tasks.values()} <= {"queued", "waiting", "no-worker"}
-            assert s2.tasks[total.key].who_wants == {s2.clients[client_id]}
-            async with Worker(s2.address, nthreads=2):
-                await async_poll_for(lambda: s2.tasks[total.key].state == "memory", timeout=20)
+    async with _successor(second) as s2:
+        assert s2.takeover is not None
+        await s2.takeover.done.wait()
+        assert s2.takeover.replayed == 2
+        assert len(s2.tasks) == 51
+        assert {ts.state for ts in s2.tasks.values()} <= {"queued", "waiting", "no-worker"}
+        assert s2.tasks[total.key].who_wants == {s2.clients[client_id]}
+        async with Worker(s2.address, nthreads=2):
+            await async_poll_for(lambda: s2.tasks[total.key].state == "memory", timeout=20)
 
 
 @gen_test(timeout=60)
@@ -158,22 +167,21 @@ async def test_results_held_by_workers_are_not_computed_again(tmp_path: Path) ->
             await gate.set()
             assert await total == sum(range(1, 41))
     assert set(held) == {f"part-{i}" for i in range(4)}
-    with dask.config.set({"distributed.scheduler.recovery-timeout": "0.2s"}):
-        async with Scheduler(journal=second, dashboard=False, port=0, validate=True) as s2:
-            # A stand-in for the worker that held the partial sums: registers with them.
-            async with Worker(s2.address, nthreads=1, data=dict(held), validate=True) as w2:
-                assert s2.takeover is not None
-                await s2.takeover.done.wait()
-                assert s2.takeover.held == 4
-                states = {key: ts.state for key, ts in s2.tasks.items()}
-                assert all(states[f"part-{i}"] == "memory" for i in range(4)), states
-                assert all(states[f"leaf-{i}"] in ("released", "forgotten") for i in range(40)), states
-                # Nothing of the tree but the total is run again.
-                stories = [r for key in states if key.startswith("leaf") for r in s2.story(key)]
-                assert not [r for r in stories if r[2] == "processing"], stories
-                assert s2.tasks["part-0"].run_spec is not None  # recomputable, should its holder go
-                assert {d.key for d in s2.tasks["total"].dependencies} == {f"part-{i}" for i in range(4)}
-                assert w2.address in {ws.address for ws in s2.tasks["part-0"].who_has}
+    async with _successor(second) as s2:
+        # A stand-in for the worker that held the partial sums: registers with them.
+        async with Worker(s2.address, nthreads=1, data=dict(held), validate=True) as w2:
+            assert s2.takeover is not None
+            await s2.takeover.done.wait()
+            assert s2.takeover.held == 4
+            states = {key: ts.state for key, ts in s2.tasks.items()}
+            assert all(states[f"part-{i}"] == "memory" for i in range(4)), states
+            assert all(states[f"leaf-{i}"] in ("released", "forgotten") for i in range(40)), states
+            # Nothing of the tree but the total is run again.
+            stories = [r for key in states if str(key).startswith("leaf") for r in s2.story(key)]
+            assert not [r for r in stories if r[2] == "processing"], stories
+            assert s2.tasks["part-0"].run_spec is not None  # recomputable, should its holder go
+            assert {d.key for d in s2.tasks["total"].dependencies} == {f"part-{i}" for i in range(4)}
+            assert w2.address in {ws.address for ws in s2.tasks["part-0"].who_has}
 
 
 def _sum_after(parts: list[int], event: str) -> int:
@@ -192,13 +200,12 @@ async def test_keys_no_graph_names_are_freed_on_their_worker(tmp_path: Path) -> 
             await async_poll_for(lambda: len(s.tasks) == 3, timeout=10)
             _snapshot(first, second)
             del futures
-    with dask.config.set({"distributed.scheduler.recovery-timeout": "0.2s"}):
-        async with Scheduler(journal=second, dashboard=False, port=0, validate=True) as s2:
-            async with Worker(s2.address, nthreads=1, data={"stray": 1}) as w2:
-                assert s2.takeover is not None
-                await s2.takeover.done.wait()
-                assert "stray" not in s2.tasks
-                assert not s2.workers[w2.address].has_what
+    async with _successor(second) as s2:
+        async with Worker(s2.address, nthreads=1, data={"stray": 1}) as w2:
+            assert s2.takeover is not None
+            await s2.takeover.done.wait()
+            assert "stray" not in s2.tasks
+            assert not s2.workers[w2.address].has_what
 
 
 @gen_test(timeout=60)
@@ -242,18 +249,17 @@ async def test_published_datasets_and_variables_survive(tmp_path: Path) -> None:
             await c.unpublish_dataset("z")
             held = dict(w.data)
             _snapshot(first, second)
-    with dask.config.set({"distributed.scheduler.recovery-timeout": "0.2s"}):
-        async with Scheduler(journal=second, dashboard=False, port=0, validate=True) as s2:
-            async with Worker(s2.address, nthreads=1, data=held):
-                assert s2.takeover is not None
-                await s2.takeover.done.wait()
-                assert list(s2.extensions["publish"].datasets) == ["data"]
-                assert {s2.tasks[k].state for k in ("x", "y")} == {"memory"}
-                async with Client(s2.address, asynchronous=True) as c2:
-                    assert await c2.list_datasets() == ["data"]
-                    value = await Variable("v", client=c2).get(timeout=5)
-                    assert value.key == "y"
-                    assert await value == 3
+    async with _successor(second) as s2:
+        async with Worker(s2.address, nthreads=1, data=held):
+            assert s2.takeover is not None
+            await s2.takeover.done.wait()
+            assert list(s2.extensions["publish"].datasets) == ["data"]
+            assert {s2.tasks[k].state for k in ("x", "y")} == {"memory"}
+            async with Client(s2.address, asynchronous=True) as c2:
+                assert await c2.list_datasets() == ["data"]
+                value = await Variable("v", client=c2).get(timeout=5)
+                assert value.key == "y"
+                assert await value == 3
 
 
 @gen_test(timeout=60)
@@ -269,14 +275,13 @@ async def test_fire_and_forget_tasks_done_before_the_takeover_are_not_run_again(
             await async_poll_for(lambda: "ff-later" in s.tasks, timeout=10)
             _snapshot(first, second)
             await gate.set()
-    with dask.config.set({"distributed.scheduler.recovery-timeout": "0.2s"}):
-        async with Scheduler(journal=second, dashboard=False, port=0, validate=True) as s2:
-            assert s2.takeover is not None
-            await s2.takeover.done.wait()
-            assert set(s2.tasks) == {"ff-later"}
-            async with Worker(s2.address, nthreads=1), Client(s2.address, asynchronous=True) as c2:
-                await Event("gate", client=c2).set()
-                await async_poll_for(lambda: not s2.tasks, timeout=20)
+    async with _successor(second) as s2:
+        assert s2.takeover is not None
+        await s2.takeover.done.wait()
+        assert set(s2.tasks) == {"ff-later"}
+        async with Worker(s2.address, nthreads=1), Client(s2.address, asynchronous=True) as c2:
+            await Event("gate", client=c2).set()
+            await async_poll_for(lambda: not s2.tasks, timeout=20)
 
 
 def _wait_for(event: str) -> bool:
@@ -293,13 +298,12 @@ async def test_scattered_data_whose_holder_did_not_come_back_errs_as_lost(tmp_pa
             [future] = await c.scatter([41])
             _snapshot(first, second)
             client_id = c.id
-    with dask.config.set({"distributed.scheduler.recovery-timeout": "0.2s"}):
-        async with Scheduler(journal=second, dashboard=False, port=0, validate=True) as s2:
-            assert s2.takeover is not None
-            await s2.takeover.done.wait()
-            ts = s2.tasks[future.key]
-            assert ts.state == "erred" and "was lost with its workers" in ts.exception_text  # a LostDataError
-            assert s2.clients[client_id] in ts.who_wants
+    async with _successor(second) as s2:
+        assert s2.takeover is not None
+        await s2.takeover.done.wait()
+        ts = s2.tasks[future.key]
+        assert ts.state == "erred" and "was lost with its workers" in ts.exception_text  # a LostDataError
+        assert s2.clients[client_id] in ts.who_wants
 
 
 @gen_test(timeout=60)
@@ -313,14 +317,13 @@ async def test_queue_items_survive_and_items_taken_stay_taken(tmp_path: Path) ->
             assert await q.get() == 0
             assert await q.get(timeout=0.1, batch=2) == [1, 2]
             _snapshot(first, second)
-    with dask.config.set({"distributed.scheduler.recovery-timeout": "0.2s"}):
-        async with Scheduler(journal=second, dashboard=False, port=0, validate=True) as s2:
-            assert s2.takeover is not None
-            await s2.takeover.done.wait()
-            async with Client(s2.address, asynchronous=True) as c2:
-                q2 = Queue("q", client=c2)
-                assert await q2.qsize() == 1
-                assert await q2.get(timeout=5) == 3
+    async with _successor(second) as s2:
+        assert s2.takeover is not None
+        await s2.takeover.done.wait()
+        async with Client(s2.address, asynchronous=True) as c2:
+            q2 = Queue("q", client=c2)
+            assert await q2.qsize() == 1
+            assert await q2.get(timeout=5) == 3
 
 
 # -- a client's connection dropping --------------------------------------------------------------
