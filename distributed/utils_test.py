@@ -23,6 +23,7 @@ import io
 import logging
 import random
 import subprocess
+import sys
 import threading
 import time
 import weakref
@@ -73,6 +74,7 @@ __all__ = [
     "reset_config",
     "run_async",
     "s",
+    "scheduler_process",
     "slowadd",
     "slowdec",
     "slowidentity",
@@ -735,6 +737,12 @@ def popen(
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+def scheduler_process(port: int) -> contextlib.AbstractContextManager[subprocess.Popen[bytes]]:
+    """``dask scheduler`` on 127.0.0.1:``port``, no dashboard, for the block (its output captured)."""
+    args = [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", str(port)]
+    return popen([*args, "--no-dashboard"], capture_output=True)
 
 
 # -- pytest fixtures (a closed chain, as dask's test module imports them) ----------------------

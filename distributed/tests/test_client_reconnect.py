@@ -9,8 +9,6 @@ happens meanwhile is checked without timing.
 from __future__ import annotations
 
 import asyncio
-import socket
-import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Literal
@@ -25,7 +23,8 @@ from distributed.exceptions import FutureCancelledError
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.scheduler import Scheduler
-from distributed.utils_test import async_poll_for, gen_cluster, gen_test, inc, poll_for, popen
+from distributed.utils import open_port
+from distributed.utils_test import async_poll_for, gen_cluster, gen_test, inc, poll_for, scheduler_process
 from distributed.worker import Worker
 
 # -- the outbox: keys announced again, in order ----------------------------------------------
@@ -99,18 +98,6 @@ def wait_for_event(name: str) -> int:
     """A task that finishes once the event ``name`` is set."""
     Event(name).wait(timeout=60)
     return 42
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _scheduler_process(port: int) -> Any:
-    args = [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", str(port)]
-    return popen([*args, "--no-dashboard"], capture_output=True)
 
 
 def _stream_comm(c: Client[Any]) -> Comm:
@@ -255,9 +242,9 @@ async def test_request_made_while_disconnected_follows_the_graphs_made_meanwhile
 
 @gen_test(timeout=90)
 async def test_scheduler_killed_and_started_again_without_journal() -> None:
-    port = _free_port()
+    port = open_port("127.0.0.1")
     address = f"tcp://127.0.0.1:{port}"
-    with _scheduler_process(port) as proc:
+    with scheduler_process(port) as proc:
         async with Worker(address, nthreads=1, death_timeout=60) as w:
             async with Client(address, asynchronous=True, timeout=30) as c:
                 done = c.submit(inc, 1)

@@ -26,7 +26,8 @@ from distributed.exceptions import FutureCancelledError
 from distributed.protocol.serialize import SerializationError
 from distributed.scheduler import Scheduler
 from distributed.tests.logs import caught_logs
-from distributed.utils_test import async_poll_for, gen_cluster, gen_test, inc, popen
+from distributed.utils import open_port
+from distributed.utils_test import async_poll_for, gen_cluster, gen_test, inc, scheduler_process
 from distributed.worker import Worker
 
 
@@ -397,23 +398,11 @@ async def _fuzz(c: Client, s: Scheduler, a: Worker, n: Nanny) -> None:
 # -- peers that vanish ------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _scheduler_process(port: int) -> Any:
-    args = [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", str(port)]
-    return popen([*args, "--no-dashboard"], capture_output=True)
-
-
 @gen_test(timeout=60)
 async def test_worker_rejoins_a_scheduler_restarted_at_the_same_address() -> None:
-    port = _free_port()
+    port = open_port("127.0.0.1")
     address = f"tcp://127.0.0.1:{port}"
-    with _scheduler_process(port) as proc:
+    with scheduler_process(port) as proc:
         async with Worker(address, nthreads=1, death_timeout=30) as w:
             proc.kill()  # no goodbye: the worker just loses its stream
             proc.wait()
@@ -426,8 +415,8 @@ async def test_worker_rejoins_a_scheduler_restarted_at_the_same_address() -> Non
 
 @gen_test(timeout=60)
 async def test_worker_closes_when_no_scheduler_returns_within_death_timeout() -> None:
-    port = _free_port()
-    with _scheduler_process(port) as proc:
+    port = open_port("127.0.0.1")
+    with scheduler_process(port) as proc:
         # Registering under load may take longer than the one second the test is about.
         async with Worker(f"tcp://127.0.0.1:{port}", nthreads=1, death_timeout=30) as w:
             w.death_timeout = 1
@@ -442,7 +431,7 @@ async def test_worker_closes_when_no_scheduler_returns_within_death_timeout() ->
 async def test_client_to_nothing_fails_within_its_timeout() -> None:
     start = time.monotonic()
     with pytest.raises(OSError, match="Timed out"):
-        await Client(f"tcp://127.0.0.1:{_free_port()}", timeout=1, asynchronous=True)
+        await Client(f"tcp://127.0.0.1:{open_port('127.0.0.1')}", timeout=1, asynchronous=True)
     assert time.monotonic() - start < 5
 
 
@@ -486,9 +475,9 @@ async def test_client_gives_up_on_a_scheduler_file_after_its_timeout(tmp_path: A
 
 @gen_test(timeout=60)
 async def test_client_whose_scheduler_dies_gives_up_after_its_timeout() -> None:
-    port = _free_port()
+    port = open_port("127.0.0.1")
     address = f"tcp://127.0.0.1:{port}"
-    with _scheduler_process(port) as proc:
+    with scheduler_process(port) as proc:
         async with Worker(address, nthreads=1, death_timeout=30):
             # The scheduler is up (the worker registered): two seconds are enough to connect, and
             # they bound the reconnection below.

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -25,16 +24,11 @@ from typing import Any
 import pytest
 
 from distributed import Client, wait
+from distributed.utils import open_port
 
 REPO_ROOT = str(Path(__file__).resolve().parents[2])
 THREADS = 2
 NWORKERS = 2
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Cluster:
@@ -42,7 +36,7 @@ class Cluster:
 
     def __init__(self, tmp: Path, nanny: bool) -> None:
         self.tmp = tmp
-        self.port = _free_port()
+        self.port = open_port("127.0.0.1")
         self.address = f"tcp://127.0.0.1:{self.port}"
         self.journal = str(tmp / "journal.db")
         self.nanny = nanny

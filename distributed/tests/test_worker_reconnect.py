@@ -20,7 +20,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -41,6 +40,7 @@ from distributed.scheduler import Scheduler
 from distributed.scheduler.records import WorkerState
 from distributed.spill import SpillBuffer
 from distributed.tests.logs import caught_logs
+from distributed.utils import open_port
 from distributed.utils_test import async_poll_for, gen_cluster, gen_test, inc
 from distributed.worker import Worker
 from distributed.worker.state_machine import (
@@ -161,13 +161,6 @@ def poll(predicate: Callable[[], Any], timeout: float, what: str, *watched: Proc
         delay = min(delay * 2, 0.2)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def start_scheduler(procs: Callable[..., Proc], port: int, preload: Path) -> Proc:
     return procs(
         [*SCHEDULER, "--host", "127.0.0.1", "--port", str(port), "--no-dashboard", "--preload", str(preload)],
@@ -215,7 +208,7 @@ HELD = ["held-0", "held-1", "held-2"]
 def test_worker_process_survives_its_scheduler_and_joins_the_next(
     procs: Callable[..., Proc], tmp_path: Path, nanny: bool
 ) -> None:
-    port = free_port()
+    port = open_port("127.0.0.1")
     address = f"tcp://127.0.0.1:{port}"
     recorded = tmp_path / "registrations.jsonl"
     preload = tmp_path / "record_registrations.py"
@@ -267,7 +260,7 @@ def _a_registered_worker(
     procs: Callable[..., Proc], tmp_path: Path, nanny: bool, env: Mapping[str, str] | None = None
 ) -> tuple[Proc, Proc]:
     """A scheduler recording registrations, and a worker (under a nanny or not) registered with it."""
-    port = free_port()
+    port = open_port("127.0.0.1")
     address = f"tcp://127.0.0.1:{port}"
     preload = tmp_path / "record_registrations.py"
     preload.write_text(_PRELOAD.format(path=str(tmp_path / "registrations.jsonl")))
@@ -496,7 +489,7 @@ async def test_a_worker_told_to_close_does_not_try_to_register_again(
 
 @gen_test(timeout=60)
 async def test_a_liveness_link_vouches_again_to_the_next_scheduler_at_the_address() -> None:
-    port = free_port()
+    port = open_port("127.0.0.1")
     worker = "tcp://127.0.0.1:1"  # what is vouched for need not be registered (yet)
     voucher: Voucher | None = None
     try:
