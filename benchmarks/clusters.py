@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -160,11 +160,14 @@ class CliCluster:
         nthreads: int = THREADS_PER_WORKER,
         dashboard: bool = True,
         scheduler_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.nworkers = nworkers
         self.nthreads = nthreads
         #: More arguments for ``dask scheduler`` (``--journal FILE``, say).
         self.scheduler_args = list(scheduler_args)
+        #: More environment for every process (``DASK_*`` config, say).
+        self.env = dict(env or {})
         self._scheduler_starts = 0
         #: Serve the scheduler's dashboard on a free port of 127.0.0.1 (see :attr:`dashboard_port`).
         self.dashboard = dashboard
@@ -184,7 +187,11 @@ class CliCluster:
     def _spawn(self, args: list[str], log: str) -> subprocess.Popen[bytes]:
         with open(self.dir / log, "wb") as out:
             proc = subprocess.Popen(
-                [sys.executable, *args], stdout=out, stderr=subprocess.STDOUT, env=child_env(), cwd=str(self.dir)
+                [sys.executable, *args],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**child_env(), **self.env},
+                cwd=str(self.dir),
             )
         self.procs.append(proc)
         return proc

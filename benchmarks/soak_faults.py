@@ -177,77 +177,24 @@ def start_cluster(
 
 def _start_cli(stack: contextlib.ExitStack, ttl: float, workdir: Path) -> SoakCluster:
     """A scheduler from its command line with a journal, and three nanny-run workers, all on 127.0.0.1."""
-    import socket
+    from benchmarks.clusters import CliCluster
 
-    from distributed import Client
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    address = f"tcp://127.0.0.1:{port}"
-    env = {
-        **os.environ,
-        **_env(),
-        "DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL": f"{ttl}s",
-        "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "3",
-    }
-    bindir = Path(sys.executable).parent
-    starts = [0]
-
-    def start_scheduler() -> subprocess.Popen[Any]:
-        starts[0] += 1
-        log = open(workdir / f"scheduler-{starts[0]}.log", "w")  # noqa: SIM115  # closed by the stack
-        stack.callback(log.close)
-        proc = subprocess.Popen(
-            [
-                str(bindir / "dask-scheduler"),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--no-dashboard",
-                "--journal",
-                str(workdir / "journal.db"),
-            ],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        stack.callback(_end_group, proc)
-        deadline = time.monotonic() + 60
-        while True:  # listening once a connection is accepted
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
-                return proc
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the scheduler did not start (see {log.name})")
-            time.sleep(0.05)
-
-    scheduler = [start_scheduler()]
+    env = {"DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL": f"{ttl}s", "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "3"}
+    journal = ["--journal", str(workdir / "journal.db")]
+    cluster = CliCluster(nworkers=3, nthreads=1, dashboard=False, scheduler_args=journal, env=env)
+    stack.enter_context(cluster)
 
     def restart_scheduler() -> None:
-        old = scheduler[0]
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(old.pid, signal.SIGKILL)
-        old.wait(10)
-        scheduler[0] = start_scheduler()
+        cluster.kill_scheduler()
+        cluster.restart_scheduler()
 
-    n = 3
-    for i in range(n):
-        log = open(workdir / f"worker-{i}.log", "w")  # noqa: SIM115  # closed by the stack
-        stack.callback(log.close)
-        proc = subprocess.Popen(
-            [str(bindir / "dask-worker"), address, "--nthreads", "1", "--no-dashboard", "--name", f"soak-{i}"],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        stack.callback(_end_group, proc)
-    client = Client(address, timeout=60)
-    stack.callback(client.close, timeout=30)
-    client.wait_for_workers(n, timeout=120)
-    return SoakCluster("cli", client, n, scheduler_pid=scheduler[0].pid, restart_scheduler=restart_scheduler)
+    return SoakCluster(
+        "cli",
+        cluster.client,
+        cluster.nworkers,
+        scheduler_pid=cluster.scheduler_pid,
+        restart_scheduler=restart_scheduler,
+    )
 
 
 def _disk_worker_env() -> dict[str, str]:
