@@ -18,19 +18,26 @@ of the scheduler's process, not of its host's power.
 When the scheduler holds no task any more, the messages about tasks so far
 (graphs, wants, releases, scattered data, cancels, clients gone) say nothing a
 successor needs, and are deleted (:meth:`Journal.forget_task_messages`); those
-of datasets, variables, queues and plugins stay.
+of datasets, variables, queues and plugins stay.  A scheduler that always holds
+some task compacts its journal instead (:meth:`Journal.compact`, see
+:mod:`distributed.scheduler.compaction`) each time what was written since the
+last compaction outweighs what that one kept, so that the journal stays within
+about twice what describes the present, at a cost per message written that
+does not grow with the journal.
 """
 
 from __future__ import annotations
 
 import logging
 import sqlite3
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
 import msgpack
 
 from distributed.protocol.framing import dumps, loads
+from distributed.protocol.messages import Key
+from distributed.scheduler.compaction import JournalRow, describe_row, plan_compaction, strike_keys
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +65,9 @@ JOURNALED_REQUESTS: Final[frozenset[str]] = frozenset(
 
 #: The messages about tasks (what :meth:`Journal.forget_task_messages` deletes).
 TASK_OPS: Final[frozenset[str]] = JOURNALED_STREAM_OPS | {"update-data", "cancel-keys", "remove-client"}
+
+#: The least weight (messages and the keys they name) written before the journal is compacted.
+COMPACT_AFTER: Final = 10_000
 
 _SCHEMA: Final = (
     "CREATE TABLE IF NOT EXISTS messages (seq INTEGER PRIMARY KEY AUTOINCREMENT, op TEXT NOT NULL, body BLOB NOT NULL)",
@@ -87,28 +97,103 @@ class Journal:
         #: Whether it may hold messages about tasks (so that :meth:`forget_task_messages` costs nothing
         #: when it does not).
         self.has_task_messages = self.has_messages
+        #: What compaction needs to know of each message: seq -> row.  Messages of a predecessor
+        #: are described as :meth:`messages` reads them.
+        self.rows: dict[int, JournalRow] = {}
+        #: The messages recorded and not yet applied (see :meth:`applied`).
+        self._applying: set[int] = set()
+        #: The weight of :attr:`rows`, and what the last compaction left.
+        self.weight = 0
+        self._weight_kept = 0
+        #: How many compactions ran, for the log and the tests.
+        self.compactions = 0
 
-    def record(self, op: str, msg: Mapping[str, Any]) -> None:
-        """Keep ``msg`` (a message of operation ``op``), after those kept before it."""
+    def record(self, op: str, msg: Mapping[str, Any], *, applying: bool = False) -> int:
+        """Keep ``msg`` (a message of operation ``op``), after those kept before it; return its number.
+
+        ``applying``: the message is applied after this returns, and :meth:`applied`
+        says when that is over (compaction leaves it alone till then).
+        """
         frames = [bytes(f) for f in dumps(msg)]
-        self._db.execute("INSERT INTO messages (op, body) VALUES (?, ?)", (op, msgpack.packb(frames)))
+        cursor = self._db.execute("INSERT INTO messages (op, body) VALUES (?, ?)", (op, msgpack.packb(frames)))
+        seq = cursor.lastrowid
+        assert seq is not None
+        self._describe(seq, op, msg)
+        if applying:
+            self._applying.add(seq)
         self.has_messages = True
         if op in TASK_OPS:
             self.has_task_messages = True
+        return seq
+
+    def applied(self, seq: int) -> None:
+        """The message numbered ``seq`` (recorded with ``applying``) has been applied."""
+        self._applying.discard(seq)
+
+    def _describe(self, seq: int, op: str, msg: Mapping[str, Any]) -> None:
+        row = describe_row(op, msg)
+        self.rows[seq] = row
+        self.weight += row.weight
 
     def messages(self) -> Iterator[tuple[str, Any]]:
         """The messages kept, oldest first, as ``(op, message)``; serialised values stay serialised."""
-        cursor = self._db.execute("SELECT op, body FROM messages ORDER BY seq")
-        for op, body in cursor:
-            yield op, loads(msgpack.unpackb(body), deserialize=False)
+        cursor = self._db.execute("SELECT seq, op, body FROM messages ORDER BY seq")
+        for seq, op, body in cursor:
+            msg = loads(msgpack.unpackb(body), deserialize=False)
+            if seq not in self.rows:
+                self._describe(seq, op, msg)
+            yield op, msg
 
     def forget_task_messages(self) -> None:
         """Delete the messages about tasks: the scheduler holds no task they describe."""
         if self.has_task_messages:
             marks = ", ".join("?" * len(TASK_OPS))
             self._db.execute(f"DELETE FROM messages WHERE op IN ({marks})", tuple(TASK_OPS))
+            for seq in [seq for seq, row in self.rows.items() if row.op in TASK_OPS]:
+                self.weight -= self.rows.pop(seq).weight
+            self._weight_kept = self.weight
             self.has_task_messages = False
             self.has_messages = self._db.execute("SELECT EXISTS (SELECT 1 FROM messages)").fetchone()[0] == 1
+
+    @property
+    def due_for_compaction(self) -> bool:
+        """Whether what was written since the last compaction outweighs what it kept (and :data:`COMPACT_AFTER`)."""
+        return self.weight >= max(COMPACT_AFTER, 2 * self._weight_kept)
+
+    def compact(self, held: Callable[[Key], bool], wants: Callable[[str | None, Key], bool]) -> int:
+        """Delete what a successor would not need, given the scheduler's present state; return how many went.
+
+        ``held(key)``: whether the scheduler holds the task ``key``;
+        ``wants(client, key)``: whether ``client`` wants it now.  See
+        :mod:`distributed.scheduler.compaction` for what is kept.
+        """
+        before = min(self._applying, default=max(self.rows, default=0) + 1)
+        plan = plan_compaction(self.rows, held, wants, before)
+        self._db.execute("BEGIN")
+        try:
+            for seq, struck in plan.strike.items():
+                (op, body) = self._db.execute("SELECT op, body FROM messages WHERE seq = ?", (seq,)).fetchone()
+                msg = strike_keys(op, loads(msgpack.unpackb(body), deserialize=False), struck)
+                frames = [bytes(f) for f in dumps(msg)]
+                self._db.execute("UPDATE messages SET body = ? WHERE seq = ?", (msgpack.packb(frames), seq))
+                row = self.rows[seq]
+                self.weight -= row.weight
+                row.strike(struck)
+                self.weight += row.weight
+            self._db.executemany("DELETE FROM messages WHERE seq = ?", [(seq,) for seq in plan.delete])
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        for seq in plan.delete:
+            if seq in self.rows:
+                self.weight -= self.rows.pop(seq).weight
+        self._weight_kept = self.weight
+        self.compactions += 1
+        self.has_messages = bool(self.rows) or (
+            self._db.execute("SELECT EXISTS (SELECT 1 FROM messages)").fetchone()[0] == 1
+        )
+        return len(plan.delete)
 
     def worker_joined(self, address: str) -> None:
         """Note a worker connected at ``address``."""
@@ -126,6 +211,8 @@ class Journal:
         """Delete every message and worker kept (the scheduler closed on purpose)."""
         self._db.execute("DELETE FROM workers")
         self._db.execute("DELETE FROM messages")
+        self.rows.clear()
+        self.weight = self._weight_kept = 0
         self.has_messages = self.has_task_messages = False
 
     def close(self) -> None:

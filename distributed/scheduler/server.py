@@ -16,7 +16,7 @@ import math
 import os
 import time
 import uuid
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Final
 
@@ -967,7 +967,23 @@ def _recording(journal: Journal, op: str, func: Callable[[Any, Any], Any]) -> Ca
     """``func``, keeping each message in ``journal`` first."""
 
     def record_then_handle(comm: Any, msg: Any) -> Any:
-        journal.record(op, msg)
-        return func(comm, msg)
+        seq = journal.record(op, msg, applying=True)
+        try:
+            result = func(comm, msg)
+        except BaseException:
+            journal.applied(seq)
+            raise
+        if inspect.isawaitable(result):
+            return _applied_after(journal, seq, result)
+        journal.applied(seq)
+        return result
 
     return record_then_handle
+
+
+async def _applied_after(journal: Journal, seq: int, handling: Awaitable[Any]) -> Any:
+    """Await ``handling`` (of the journal's message ``seq``), then tell the journal it has been applied."""
+    try:
+        return await handling
+    finally:
+        journal.applied(seq)

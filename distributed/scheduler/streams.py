@@ -621,11 +621,35 @@ class SchedulerStreams:
         self.forget_journal_if_empty()
 
     def forget_journal_if_empty(self) -> None:
-        """With no task held, the journal's messages about tasks describe nothing: drop them."""
+        """With no task held, the journal's messages about tasks describe nothing: drop them.
+
+        With tasks held, the journal is compacted once it is due (see
+        :meth:`~distributed.scheduler.journal.Journal.compact`), except during
+        a takeover: the journal is still being read, and the tasks it describes
+        are not all there yet.
+        """
         s = self.scheduler
         journal = s.journal
-        if journal is not None and journal.has_task_messages and not s.tasks:
+        if journal is None:
+            return
+        if journal.has_task_messages and not s.tasks:
             journal.forget_task_messages()
+        elif journal.due_for_compaction and (s.takeover is None or not s.takeover.under_way):
+            start = time.monotonic()
+            deleted = journal.compact(s.tasks.__contains__, self.client_wants)
+            logger.info(
+                "Compacted the journal in %.3f s: %d messages deleted, %d kept",
+                time.monotonic() - start,
+                deleted,
+                len(journal.rows),
+            )
+
+    def client_wants(self, client: str | None, key: Key) -> bool:
+        """Whether ``client`` wants the task ``key`` now."""
+        s = self.scheduler
+        cs = s.clients.get(client) if client is not None else None
+        ts = s.tasks.get(key)
+        return cs is not None and ts is not None and cs in ts.who_wants
 
     async def _client_batch(self, msgs: list[Any] | tuple[Any, ...], client: str, check: bool) -> bool:
         """Handle the messages of one read from a client's stream; whether it asked to close.
@@ -642,20 +666,25 @@ class SchedulerStreams:
                 op = item.get("op") if isinstance(item, dict) else None
                 if op == "close-client":
                     return True
+                seq = None
                 if journal is not None and op in JOURNALED_STREAM_OPS:
-                    journal.record(op, item)
-                if op == "update-graph":
-                    s.send_held_frees(held)  # not kept waiting for the whole of a large graph
-                    await self._handle_in_steps(op, item, client, check, self._update_graph_steps, turns)
-                elif op == "client-releases-keys":
-                    # Let workers' and other clients' messages in between large releases, and within one.
-                    await self._handle_in_steps(
-                        op, item, client, check, lambda msg: self._release_steps(msg, held), turns
-                    )
-                else:
-                    with s.holding_frees(held):
-                        s.dispatch_stream((item,), client, check)
-                    await turns.maybe()
+                    seq = journal.record(op, item, applying=True)
+                try:
+                    if op == "update-graph":
+                        s.send_held_frees(held)  # not kept waiting for the whole of a large graph
+                        await self._handle_in_steps(op, item, client, check, self._update_graph_steps, turns)
+                    elif op == "client-releases-keys":
+                        # Let workers' and other clients' messages in between large releases, and within one.
+                        await self._handle_in_steps(
+                            op, item, client, check, lambda msg: self._release_steps(msg, held), turns
+                        )
+                    else:
+                        with s.holding_frees(held):
+                            s.dispatch_stream((item,), client, check)
+                        await turns.maybe()
+                finally:
+                    if journal is not None and seq is not None:
+                        journal.applied(seq)
             return False
         finally:
             s.send_held_frees(held)
