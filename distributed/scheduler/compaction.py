@@ -20,6 +20,11 @@ Messages about tasks
     A message left naming nothing is deleted; the parts of a graph sent in
     several are deleted together, so that its final part still ends it.  A
     client's removal is deleted once no message kept names that client.
+Outcomes of tasks
+    Of a task that erred and is erred now, its last error is kept; of one
+    that spent retries, the last count left, if the task has that many left
+    now (else it is another computation under the same key).  A client's
+    retrying of keys is deleted: the errors kept are those that came after.
 Named state
     Of the published datasets, variables and plugins, only the message that
     made each name's present value is kept (a refused publication, an
@@ -34,9 +39,9 @@ Compaction looks only at messages already applied: one that is being applied
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from distributed.protocol.messages import Key
 
@@ -46,6 +51,26 @@ __all__ = ["KEYED_OPS", "CompactionPlan", "JournalRow", "Struck", "describe_row"
 KEYED_OPS: Final[frozenset[str]] = frozenset(
     {"update-graph", "client-desires-keys", "client-releases-keys", "update-data", "cancel-keys"}
 )
+
+#: The records of tasks' outcomes, of which the last of a key held may be kept.
+OUTCOME_OPS: Final[frozenset[str]] = frozenset({"erred-before", "retried-before"})
+
+
+class PresentState(Protocol):
+    """What compaction asks of the scheduler's present state."""
+
+    def held(self, key: Key) -> bool:
+        """Whether the scheduler holds the task ``key``."""
+
+    def wants(self, client: str | None, key: Key) -> bool:
+        """Whether ``client`` wants the task ``key``."""
+
+    def erred(self, key: Key) -> bool:
+        """Whether the task ``key`` is erred."""
+
+    def retries(self, key: Key) -> int:
+        """How many retries the task ``key`` has left."""
+
 
 #: The requests whose effect is the value of a name: op -> (family, what it does).
 _NAMED_OPS: Final[Mapping[str, tuple[str, str]]] = {
@@ -83,8 +108,8 @@ class JournalRow:
     replaces
         Whether setting a name taken replaces its value (a publication with ``override``, a plugin
         registered not idempotently, any variable) rather than leaving it.
-    taken
-        How many items a queue's taking took.
+    count
+        How many items a queue's taking took; how many retries a task had left.
     opaque
         Whether the message could not be read as its operation's: it is kept as it is.
     """
@@ -97,7 +122,7 @@ class JournalRow:
     graph: str | None = None
     name: Hashable = None
     replaces: bool = True
-    taken: int = 0
+    count: int = 0
     opaque: bool = False
 
     @property
@@ -161,7 +186,11 @@ def _describe(op: str, msg: Mapping[str, Any]) -> JournalRow:
     if op == "queue_put":
         return JournalRow(op, name=_hashable(msg.get("name")))
     if op == "queue_take":
-        return JournalRow(op, name=_hashable(msg.get("name")), taken=int(msg.get("n", 0)))
+        return JournalRow(op, name=_hashable(msg.get("name")), count=int(msg["n"]))
+    if op in OUTCOME_OPS:
+        return JournalRow(op, (msg["key"],), count=int(msg.get("retries", 0)))
+    if op == "retry":
+        return JournalRow(op, releases=tuple(msg["keys"]), client=client)
     return JournalRow(op)
 
 
@@ -174,19 +203,14 @@ class CompactionPlan:
     strike: dict[int, Struck] = field(default_factory=dict)
 
 
-def plan_compaction(
-    rows: Mapping[int, JournalRow],
-    held: Callable[[Key], bool],
-    wants: Callable[[str | None, Key], bool],
-    before: int,
-) -> CompactionPlan:
+def plan_compaction(rows: Mapping[int, JournalRow], present: PresentState, before: int) -> CompactionPlan:
     """Plan the compaction of the messages ``rows`` (seq -> row), of which those from ``before`` on are not applied yet.
 
-    ``held(key)``: whether the scheduler holds the task ``key``;
-    ``wants(client, key)``: whether ``client`` wants it now.  See the module's
-    docstring for what is kept.
+    See the module's docstring for what is kept, given the ``present`` state.
     """
     plan = CompactionPlan()
+    held, wants = present.held, present.wants
+    plan.delete.extend(_outcomes_past(rows, present, before))
     keyed = sorted(seq for seq, row in rows.items() if row.op in KEYED_OPS and seq < before and not row.opaque)
     # The last message by which each client that wants a held key now came to want it.
     last_want: dict[tuple[str | None, Key], int] = {}
@@ -249,6 +273,31 @@ def plan_compaction(
     return plan
 
 
+def _outcomes_past(rows: Mapping[int, JournalRow], present: PresentState, before: int) -> list[int]:
+    """The records of tasks' outcomes that say nothing of the present, and the retrying of keys."""
+    dead: list[int] = []
+    last: dict[tuple[str, Key], int] = {}
+    for seq in sorted(rows):
+        row = rows[seq]
+        if seq >= before or row.opaque:
+            continue
+        if row.op == "retry":
+            dead.append(seq)
+        elif row.op in OUTCOME_OPS:
+            slot = (row.op, row.defines[0])
+            if slot in last:
+                dead.append(last[slot])
+            last[slot] = seq
+    for (op, key), seq in last.items():
+        if (
+            not present.held(key)
+            or (op == "erred-before" and not present.erred(key))
+            or (op == "retried-before" and present.retries(key) != rows[seq].count)
+        ):
+            dead.append(seq)
+    return dead
+
+
 def _superseded(rows: Iterable[tuple[int, JournalRow]]) -> list[int]:
     """The messages about names whose effect later ones undid, or that had none."""
     dead: list[int] = []
@@ -277,7 +326,7 @@ def _superseded(rows: Iterable[tuple[int, JournalRow]]) -> list[int]:
             puts[row.name].append(seq)
         elif row.op == "queue_take":
             dead.append(seq)
-            taken[row.name] += row.taken
+            taken[row.name] += row.count
     for name, n in taken.items():
         dead.extend(puts[name][:n])
     return dead

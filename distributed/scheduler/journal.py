@@ -30,14 +30,13 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 import msgpack
 
 from distributed.protocol.framing import dumps, loads
-from distributed.protocol.messages import Key
-from distributed.scheduler.compaction import JournalRow, describe_row, plan_compaction, strike_keys
+from distributed.scheduler.compaction import JournalRow, PresentState, describe_row, plan_compaction, strike_keys
 
 logger = logging.getLogger(__name__)
 
@@ -60,11 +59,19 @@ JOURNALED_REQUESTS: Final[frozenset[str]] = frozenset(
         "unregister_scheduler_plugin",
         "register_worker_plugin",
         "unregister_worker_plugin",
+        "retry",
     }
 )
 
 #: The messages about tasks (what :meth:`Journal.forget_task_messages` deletes).
-TASK_OPS: Final[frozenset[str]] = JOURNALED_STREAM_OPS | {"update-data", "cancel-keys", "remove-client"}
+TASK_OPS: Final[frozenset[str]] = JOURNALED_STREAM_OPS | {
+    "update-data",
+    "cancel-keys",
+    "remove-client",
+    "retry",
+    "erred-before",
+    "retried-before",
+}
 
 #: The least weight (messages and the keys they name) written before the journal is compacted.
 COMPACT_AFTER: Final = 10_000
@@ -160,15 +167,13 @@ class Journal:
         """Whether what was written since the last compaction outweighs what it kept (and :data:`COMPACT_AFTER`)."""
         return self.weight >= max(COMPACT_AFTER, 2 * self._weight_kept)
 
-    def compact(self, held: Callable[[Key], bool], wants: Callable[[str | None, Key], bool]) -> int:
-        """Delete what a successor would not need, given the scheduler's present state; return how many went.
+    def compact(self, present: PresentState) -> int:
+        """Delete what a successor would not need, given the scheduler's ``present`` state; return how many went.
 
-        ``held(key)``: whether the scheduler holds the task ``key``;
-        ``wants(client, key)``: whether ``client`` wants it now.  See
-        :mod:`distributed.scheduler.compaction` for what is kept.
+        See :mod:`distributed.scheduler.compaction` for what is kept.
         """
         before = min(self._applying, default=max(self.rows, default=0) + 1)
-        plan = plan_compaction(self.rows, held, wants, before)
+        plan = plan_compaction(self.rows, present, before)
         self._db.execute("BEGIN")
         try:
             for seq, struck in plan.strike.items():

@@ -260,6 +260,7 @@ class Scheduler(GraphIngestion, Server):
         self.takeover: Takeover | None = None
         if self.journal is not None:
             self.fire_and_forget_done = []
+            self.task_outcomes = []
             if self.journal.has_messages:
                 self.takeover = Takeover(self, self.journal, server_settings.recovery_timeout)
         #: The liveness links of the processes that vouch for workers (see :mod:`distributed.liveness`).
@@ -615,10 +616,15 @@ class Scheduler(GraphIngestion, Server):
             self._send(held)
         self._send(out)
 
-    def _journal_fire_and_forget_done(self) -> None:
-        """Keep in the journal the keys ``fire_and_forget`` let go of as they were done."""
+    def _journal_task_outcomes(self) -> None:
+        """Keep in the journal the tasks that erred or spent a retry, and the keys ``fire_and_forget`` let go of."""
+        outcomes, self.task_outcomes = self.task_outcomes, []
         done, self.fire_and_forget_done = self.fire_and_forget_done, []
-        if self.journal is not None and done:
+        if self.journal is None:
+            return
+        for record in outcomes or ():
+            self.journal.record(record["op"], record)
+        if done:
             msg = m.ClientKeys(op="client-releases-keys", client=m.FIRE_AND_FORGET, keys=done)
             self.journal.record("client-releases-keys", msg)
 
@@ -740,8 +746,8 @@ class Scheduler(GraphIngestion, Server):
                     cbs.send(*client_msgs)
                 except CommClosedError:
                     logger.debug("Client %s stream closed", client)
-        if self.fire_and_forget_done:
-            self._journal_fire_and_forget_done()
+        if self.fire_and_forget_done or self.task_outcomes:
+            self._journal_task_outcomes()
 
     async def retire_workers(
         self,

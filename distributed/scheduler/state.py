@@ -201,6 +201,9 @@ class SchedulerState:
         #: With a journal: the keys ``fire_and_forget`` stopped wanting as they were done, for the
         #: journal to keep (a successor replaying the graph must not run them again); None without.
         self.fire_and_forget_done: list[Key] | None = None
+        #: With a journal: the tasks that erred on their own or spent a retry, for the journal to
+        #: keep (a successor must not run them again, nor give the retries back); None without.
+        self.task_outcomes: list[m.TaskOutcomeRecord] | None = None
         #: The most bytes of inputs a task may have: the largest worker memory limit, or 0 (no check)
         #: while some worker has no limit or there is none.  Kept up as workers come and go, so that
         #: the check as a task gets ready costs no pass over the workers.
@@ -1008,6 +1011,10 @@ class SchedulerState:
         ts.traceback = traceback
         ts.exception_text = text
         ts.exception_blame = ts
+        if self.task_outcomes is not None:
+            self.task_outcomes.append(
+                m.TaskErredRecord(op="erred-before", key=ts.key, exception=exception, traceback=traceback, text=text)
+            )
 
     def _mark_erred(self, ts: TaskState, out: Effects) -> None:
         ts.state = "erred"

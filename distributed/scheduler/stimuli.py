@@ -102,6 +102,8 @@ class SchedulerStimuli(SchedulerState):
         if ts.retries > 0:
             # Released, it is wanted still, so it waits and runs again.
             ts.retries -= 1
+            if self.task_outcomes is not None:
+                self.task_outcomes.append(m.TaskRetriedRecord(op="retried-before", key=ts.key, retries=ts.retries))
             return self.transitions({ts: "released"}, stimulus_id, out)
         self._set_error(ts, msg["exception"], msg["traceback"], msg["text"])
         if ts.erred_on is None:
@@ -332,6 +334,18 @@ class SchedulerStimuli(SchedulerState):
             self._set_error(ts, as_serialized(exc), None, str(exc))
             recs[ts] = "erred"
         return self.transitions(recs, stimulus_id, out)
+
+    def erred_from_journal(self, record: m.TaskErredRecord, stimulus_id: str) -> Effects:
+        """A successor replaying its journal: ``record``'s task erred before (unless it is done, or gone).
+
+        Its dependents err with it, as they did then.
+        """
+        out = Effects()
+        ts = self.tasks.get(record["key"])
+        if ts is None or ts.state not in ("released", "waiting", "queued", "no-worker"):
+            return out
+        self._set_error(ts, record["exception"], record["traceback"], record["text"])
+        return self.transitions({ts: "erred"}, stimulus_id, out)
 
     def client_releases_keys(self, client: str, keys: Iterable[Key], stimulus_id: str) -> Effects:
         """A client no longer wants ``keys``."""

@@ -636,20 +636,13 @@ class SchedulerStreams:
             journal.forget_task_messages()
         elif journal.due_for_compaction and (s.takeover is None or not s.takeover.under_way):
             start = time.monotonic()
-            deleted = journal.compact(s.tasks.__contains__, self.client_wants)
+            deleted = journal.compact(PresentTasks(s))
             logger.info(
                 "Compacted the journal in %.3f s: %d messages deleted, %d kept",
                 time.monotonic() - start,
                 deleted,
                 len(journal.rows),
             )
-
-    def client_wants(self, client: str | None, key: Key) -> bool:
-        """Whether ``client`` wants the task ``key`` now."""
-        s = self.scheduler
-        cs = s.clients.get(client) if client is not None else None
-        ts = s.tasks.get(key)
-        return cs is not None and ts is not None and cs in ts.who_wants
 
     async def _client_batch(self, msgs: list[Any] | tuple[Any, ...], client: str, check: bool) -> bool:
         """Handle the messages of one read from a client's stream; whether it asked to close.
@@ -828,3 +821,37 @@ class SchedulerStreams:
 def stream_interval(key: str) -> float:
     """The batching interval of a stream, from config."""
     return get_interval(key, 0.00025)
+
+
+class PresentTasks:
+    """The scheduler's present tasks, as compaction of its journal asks after them (a ``PresentState``).
+
+    Parameters
+    ----------
+    scheduler
+        The scheduler.
+    """
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
+
+    def held(self, key: Key) -> bool:
+        """Whether the scheduler holds the task ``key``."""
+        return key in self.scheduler.tasks
+
+    def wants(self, client: str | None, key: Key) -> bool:
+        """Whether ``client`` wants the task ``key``."""
+        s = self.scheduler
+        cs = s.clients.get(client) if client is not None else None
+        ts = s.tasks.get(key)
+        return cs is not None and ts is not None and cs in ts.who_wants
+
+    def erred(self, key: Key) -> bool:
+        """Whether the task ``key`` is erred."""
+        ts = self.scheduler.tasks.get(key)
+        return ts is not None and ts.state == "erred"
+
+    def retries(self, key: Key) -> int:
+        """How many retries the task ``key`` has left."""
+        ts = self.scheduler.tasks.get(key)
+        return ts.retries if ts is not None else 0

@@ -10,7 +10,8 @@ with work in hand) does, in order:
    scattered data does (:attr:`SchedulerState.held_before_takeover`).
 3. The journal's messages are replayed, oldest first, through the same
    handlers as when they came: graphs, clients' wanting and releasing keys,
-   scattered data, cancels, clients gone, published datasets, variables,
+   scattered data, cancels, clients gone, tasks that erred or spent retries
+   (and clients' retrying them), published datasets, variables,
    the items put on queues and taken from them, scheduler plugins (and the
    worker plugins kept for workers that join later).  A graph naming a held key gives it
    its run_spec and dependencies; the rest of the graph waits or queues (no
@@ -162,7 +163,18 @@ class Takeover:
         self.held = len(s.held_before_takeover)
 
     async def _replay(self) -> None:
-        """Apply the journal's messages, oldest first, letting the event loop turn between two."""
+        """Apply the journal's messages, oldest first, letting the event loop turn between two.
+
+        The errors replayed are in the journal already: they are not kept again.
+        """
+        s = self.scheduler
+        outcomes, s.task_outcomes = s.task_outcomes, None
+        try:
+            await self._replay_messages()
+        finally:
+            s.task_outcomes = outcomes
+
+    async def _replay_messages(self) -> None:
         s = self.scheduler
         stream = s.stream_handlers
         for op, msg in self.journal.messages():
@@ -183,6 +195,12 @@ class Takeover:
                         s.send_all(s.scattered_data_lost(msg["client"], lost, stimulus_id))
                 elif op in ("queue_put", "queue_take"):
                     s.extensions["queues"].replay(op, msg)
+                elif op == "erred-before":
+                    s.send_all(s.erred_from_journal(msg, stimulus_id))
+                elif op == "retried-before":
+                    ts = s.tasks.get(msg["key"])
+                    if ts is not None:
+                        ts.retries = int(msg["retries"])
                 elif op == "register_worker_plugin":
                     s.requests.worker_plugins[msg["name"]] = msg["plugin"]
                 elif op == "unregister_worker_plugin":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +13,9 @@ import pytest
 from distributed import Client, Future, Queue, Scheduler, Variable, Worker, wait
 from distributed.protocol.serialize import Serialized
 from distributed.scheduler import journal as journal_module
-from distributed.scheduler.compaction import Struck, describe_row, plan_compaction, strike_keys
+from distributed.scheduler.compaction import CompactionPlan, Struck, describe_row, plan_compaction, strike_keys
 from distributed.scheduler.journal import Journal
+from distributed.scheduler.streams import PresentTasks
 from distributed.utils_test import async_poll_for, gen_test, inc
 
 
@@ -22,7 +24,9 @@ def _rows(*messages: tuple[str, dict[str, Any]]) -> dict[int, Any]:
 
 
 def _graph(client: str, keys: list[str], wanted: list[str], **extra: Any) -> tuple[str, dict[str, Any]]:
-    tasks = [(key, {"run_spec": None, "dependencies": [], "order": i}) for i, key in enumerate(keys)]
+    tasks: list[tuple[str, dict[str, Any]]] = [
+        (key, {"run_spec": None, "dependencies": [], "order": i}) for i, key in enumerate(keys)
+    ]
     return "update-graph", {"op": "update-graph", "client": client, "tasks": tasks, "keys": wanted, **extra}
 
 
@@ -31,8 +35,32 @@ def _keys(op: str, client: str, keys: list[str]) -> tuple[str, dict[str, Any]]:
 
 
 # -- the plan ---------------------------------------------------------------------------------------
-def _plan(rows: dict[int, Any], held: set[str], wants: set[tuple[str, str]], before: int | None = None) -> Any:
-    return plan_compaction(rows, held.__contains__, lambda client, key: (client, key) in wants, before or max(rows) + 1)
+@dataclass
+class _Present:
+    """A present state made up for the plan: the keys held, who wants what, the erred, retries left."""
+
+    keys: set[Any]
+    wanted: set[tuple[Any, Any]] = field(default_factory=set)
+    erred_keys: set[Any] = field(default_factory=set)
+    retries_left: dict[Any, int] = field(default_factory=dict)
+
+    def held(self, key: Any) -> bool:
+        return key in self.keys
+
+    def wants(self, client: str | None, key: Any) -> bool:
+        return (client, key) in self.wanted
+
+    def erred(self, key: Any) -> bool:
+        return key in self.erred_keys
+
+    def retries(self, key: Any) -> int:
+        return self.retries_left.get(key, 0)
+
+
+def _plan(
+    rows: dict[int, Any], held: set[str], wants: set[tuple[str, str]], before: int | None = None, **present: Any
+) -> CompactionPlan:
+    return plan_compaction(rows, _Present(held, wants, **present), before or max(rows) + 1)
 
 
 def test_forgotten_keys_are_struck_and_messages_naming_nothing_else_deleted() -> None:
@@ -137,7 +165,7 @@ def test_a_compacted_journal_reads_back_struck_and_in_order(tmp_path: Path) -> N
     journal.record(*_graph("c", ["a", "b"], ["a", "b"]))
     journal.record(*_keys("client-releases-keys", "c", ["a"]))
     journal.record(*_keys("client-desires-keys", "d", ["b"]))
-    assert journal.compact({"b"}.__contains__, lambda client, key: (client, key) == ("c", "b")) == 2
+    assert journal.compact(_Present({"b"}, {("c", "b")})) == 2
     journal.close()
     reopened = Journal(str(tmp_path / "j.db"))
     read = list(reopened.messages())
@@ -198,7 +226,7 @@ async def test_a_scheduler_that_always_holds_tasks_keeps_its_journal_small(
             assert len(journal.rows) < 120, len(journal.rows)
             # What describes the present: the 36 items queued, a variable, and 9 graphs (the future
             # held throughout, 4 totals kept, and the leaves they were computed from).
-            journal.compact(s.tasks.__contains__, s.streams.client_wants)
+            journal.compact(PresentTasks(s))
             assert len(journal.rows) <= 36 + 1 + 9, sorted(row.op for row in journal.rows.values())
             _snapshot(first, second)
             expected = _wanted_by(s)
@@ -230,3 +258,24 @@ def test_a_message_that_does_not_read_as_its_operations_is_kept_as_it_is() -> No
     )
     assert rows[1].opaque and rows[4].opaque and not rows[2].opaque
     assert sorted(_plan(rows, set(), set()).delete) == [3]
+
+
+def test_of_tasks_outcomes_the_last_that_holds_now_is_kept() -> None:
+    def erred(key: str) -> tuple[str, dict[str, Any]]:
+        return "erred-before", {"op": "erred-before", "key": key, "exception": None, "traceback": None, "text": "x"}
+
+    def retried(key: str, left: int) -> tuple[str, dict[str, Any]]:
+        return "retried-before", {"op": "retried-before", "key": key, "retries": left}
+
+    rows = _rows(
+        erred("e"),  # 1: e erred, then was retried (3)
+        erred("f"),  # 2: f is not erred now (retried, then done)
+        ("retry", {"op": "retry", "client": "c", "keys": ["e", "f"]}),  # 3
+        erred("e"),  # 4: e erred again: kept
+        retried("r", 2),  # 5
+        retried("r", 1),  # 6: kept: r has 1 left
+        retried("s", 1),  # 7: s has 3 left now: another computation under that key
+        erred("gone"),  # 8
+    )
+    plan = _plan(rows, {"e", "f", "r", "s"}, set(), erred_keys={"e"}, retries_left={"r": 1, "s": 3})
+    assert sorted(plan.delete) == [1, 2, 3, 5, 7, 8]

@@ -22,7 +22,7 @@ from pathlib import Path
 import dask.config
 import pytest
 
-from distributed import Client, Event, Queue, Scheduler, Variable, Worker, fire_and_forget
+from distributed import Client, Event, Future, Queue, Scheduler, Variable, Worker, fire_and_forget, wait
 from distributed.protocol import messages as m
 from distributed.protocol.serialize import Serialized
 from distributed.scheduler.journal import Journal
@@ -288,6 +288,53 @@ def _wait_for(event: str) -> bool:
     from distributed import Event, get_client
 
     return bool(Event(event, client=get_client()).wait(timeout=30))
+
+
+def _fail(x: int) -> int:
+    raise ValueError(f"bad input {x}")
+
+
+def _fail_twice_then_wait(counter: str, event: str) -> int:
+    from distributed import Event, get_client
+
+    path = Path(counter)
+    runs = int(path.read_text()) + 1 if path.exists() else 1
+    path.write_text(str(runs))
+    if runs <= 2:
+        raise RuntimeError(f"run {runs} fails")
+    Event(event, client=get_client()).wait(timeout=30)
+    return runs
+
+
+@gen_test(timeout=60)
+async def test_errors_and_retries_spent_survive_and_are_not_run_again(tmp_path: Path) -> None:
+    first, second = str(tmp_path / "first.db"), str(tmp_path / "second.db")
+    counter = str(tmp_path / "runs")
+    async with Scheduler(journal=first, dashboard=False, port=0, validate=True) as s, Worker(s.address, nthreads=2):
+        async with Client(s.address, asynchronous=True) as c:
+            bad = c.submit(_fail, 1, key="bad")
+            after = c.submit(inc, bad, key="after")
+            flaky = c.submit(_fail_twice_then_wait, counter, "gate", key="flaky", retries=5)
+            await wait([bad, after])
+            await async_poll_for(lambda: Path(counter).exists() and Path(counter).read_text() == "3", timeout=20)
+            assert s.tasks["flaky"].retries == 3 and not flaky.done()
+            _snapshot(first, second)
+            client_id = c.id
+            await Event("gate", client=c).set()
+    async with _successor(second) as s2:
+        assert s2.takeover is not None
+        await s2.takeover.done.wait()
+        assert s2.tasks["bad"].state == "erred" and "bad input 1" in s2.tasks["bad"].exception_text
+        assert s2.tasks["after"].state == "erred" and s2.tasks["after"].exception_blame is s2.tasks["bad"]
+        assert s2.tasks["flaky"].retries == 3 and s2.tasks["flaky"].state in ("waiting", "queued", "no-worker")
+        assert s2.clients[client_id] in s2.tasks["bad"].who_wants
+        Path(counter).write_text("2")  # the next run is the third, and waits for the gate
+        async with Worker(s2.address, nthreads=2), Client(s2.address, asynchronous=True) as c2:
+            await Event("gate", client=c2).set()
+            assert await Future("flaky", client=c2) == 3
+            with pytest.raises(ValueError, match="bad input 1"):
+                await Future("bad", client=c2)
+            assert not [r for r in s2.story("bad") if r[2] == "processing"]
 
 
 @gen_test(timeout=60)
