@@ -10,6 +10,12 @@ first served.
 Each holder's lease is timed by :attr:`LockExtension.clock`: a holder that
 goes away without releasing (its client left, or it stopped refreshing its
 lease) loses the lock, which goes to the next waiter.
+
+With a scheduler journal, each lease that comes to hold a lock and each that
+stops holding it is kept as it happens, and a scheduler taking over replays
+them (:meth:`LockExtension.replay`): a lock held when the scheduler died is
+held still, by the same lease, timed from the takeover on.  Waiting requests
+are not kept: their callers see the scheduler go.
 """
 
 from __future__ import annotations
@@ -67,8 +73,7 @@ class LockExtension:
         if self.holders.get(name) == lease:
             raise RuntimeError(f"Lease {lease!r} already holds lock {name!r}")
         if name not in self.holders:
-            self.holders[name] = lease
-            self.clock.add(name, lease, msg.get("client"))
+            self._hold(name, lease, msg.get("client"))
             return True
         timeout = msg.get("timeout")
         if gives_up_at_once(timeout):
@@ -99,18 +104,37 @@ class LockExtension:
         self._release(name, lease)
         return True
 
+    def _hold(self, name: Hashable, lease: str, client: str | None) -> None:
+        self.holders[name] = lease
+        self.clock.add(name, lease, client)
+        journal = self.scheduler.journal
+        if journal is not None:
+            journal.record("lock_granted", cm.LockGranted(op="lock_granted", name=name, id=lease, client=client))
+
     def _release(self, name: Hashable, lease: str) -> None:
         self.clock.discard(lease)
+        journal = self.scheduler.journal
+        if journal is not None:
+            journal.record("lock_freed", cm.LockFreed(op="lock_freed", name=name, id=lease))
         queue = self.waiters.get(name)
         if queue:
             next_lease, fut = queue.popleft()
             if not queue:
                 del self.waiters[name]
-            self.holders[name] = next_lease
-            self.clock.add(name, next_lease, self.waiting_clients.pop(next_lease, None))
+            self._hold(name, next_lease, self.waiting_clients.pop(next_lease, None))
             fut.set_result(True)
         else:
             del self.holders[name]
+
+    def replay(self, op: str, msg: Mapping[str, Any]) -> None:
+        """Apply a journaled change of a lock (``lock_granted``: a lease holds it; ``lock_freed``: no more)."""
+        name, lease = normalize_name(msg["name"]), msg["id"]
+        if op == "lock_granted":
+            self.holders[name] = lease
+            self.clock.add(name, lease, msg.get("client"))
+        elif self.holders.get(name) == lease:
+            del self.holders[name]
+            self.clock.discard(lease)
 
     def _expire(self, name: Hashable, lease: str) -> None:
         if self.holders.get(name) == lease:

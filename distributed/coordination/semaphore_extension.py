@@ -7,6 +7,11 @@ ids holding it, never more than ``max_leases[name]``, each timed by
 the requests waiting for a lease with the future that answers them (True: a
 lease, False: the semaphore was closed).  A lease that ends goes straight to
 the first waiter, so waiters are served first come, first served.
+
+With a scheduler journal, each lease granted and each that ends is kept as it
+happens, and a scheduler taking over replays them
+(:meth:`SemaphoreExtension.replay`): leases held when the scheduler died are
+held still, timed from the takeover on.  Waiting requests are not kept.
 """
 
 from __future__ import annotations
@@ -68,6 +73,32 @@ class SemaphoreExtension:
     def _grant(self, name: Hashable, lease: str, client: str | None) -> None:
         self.leases[name].add(lease)
         self.clock.add(name, lease, client)
+        journal = self.scheduler.journal
+        if journal is not None:
+            granted = cm.SemaphoreGranted(
+                op="semaphore_granted", name=name, id=lease, client=client, max_leases=self.max_leases[name]
+            )
+            journal.record("semaphore_granted", granted)
+
+    def _journal_freed(self, name: Hashable, lease: str) -> None:
+        journal = self.scheduler.journal
+        if journal is not None:
+            journal.record("semaphore_freed", cm.SemaphoreFreed(op="semaphore_freed", name=name, id=lease))
+
+    def replay(self, op: str, msg: Mapping[str, Any]) -> None:
+        """Apply a journaled change of a semaphore (``semaphore_granted``: a lease; ``semaphore_freed``: its end)."""
+        name, lease = normalize_name(msg["name"]), msg["id"]
+        if op == "semaphore_granted":
+            self.max_leases.setdefault(name, int(msg["max_leases"]))
+            self.leases[name].add(lease)
+            self.clock.add(name, lease, msg.get("client"))
+        else:
+            held = self.leases.get(name)
+            if held is not None and lease in held:
+                held.discard(lease)
+                self.clock.discard(lease)
+                if not held:
+                    del self.leases[name]
 
     async def acquire(self, comm: Comm, msg: cm.SemaphoreAcquire) -> bool:
         """Hold a lease as ``msg["id"]``; False when ``timeout`` passed first."""
@@ -117,6 +148,7 @@ class SemaphoreExtension:
         held = self.leases[name]
         held.discard(lease)
         self.clock.discard(lease)
+        self._journal_freed(name, lease)
         queue = self.waiters.get(name)
         while queue and len(held) < self.max_leases.get(name, 0):
             next_lease, client, fut = queue.popleft()
@@ -147,6 +179,7 @@ class SemaphoreExtension:
             logger.warning("Semaphore %r closed while %d leases were held", name, len(held))
         for lease in held:
             self.clock.discard(lease)
+            self._journal_freed(name, lease)
         for _, _, fut in self.waiters.pop(name, deque()):
             fut.set_result(False)
         self.max_leases.pop(name, None)

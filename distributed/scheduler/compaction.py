@@ -26,8 +26,9 @@ Outcomes of tasks
     now (else it is another computation under the same key).  A client's
     retrying of keys is deleted: the errors kept are those that came after.
 Named state
-    Of the published datasets, variables and plugins, only the message that
-    made each name's present value is kept (a refused publication, an
+    Of the published datasets, variables, events and plugins, and of the
+    leases of locks and semaphores, only the message that made each name's
+    present value is kept (a refused publication, an
     idempotent registration of a name taken and a deletion make none).  Of
     a queue, the items taken are struck with the takings, oldest first (a
     queue hands its items out in order).
@@ -82,7 +83,17 @@ _NAMED_OPS: Final[Mapping[str, tuple[str, str]]] = {
     "unregister_scheduler_plugin": ("scheduler-plugin", "delete"),
     "register_worker_plugin": ("worker-plugin", "set"),
     "unregister_worker_plugin": ("worker-plugin", "delete"),
+    "event_set": ("event", "set"),
+    "event_clear": ("event", "delete"),
+    # A lease is its own name: of each held, its granting is kept.
+    "lock_granted": ("lock", "set"),
+    "lock_freed": ("lock", "delete"),
+    "semaphore_granted": ("semaphore", "set"),
+    "semaphore_freed": ("semaphore", "delete"),
 }
+
+#: The named ops whose name is a lease's: ``(name, id)``.
+_LEASE_OPS: Final = frozenset({"lock_granted", "lock_freed", "semaphore_granted", "semaphore_freed"})
 
 
 @dataclass(slots=True)
@@ -182,7 +193,8 @@ def _describe(op: str, msg: Mapping[str, Any]) -> JournalRow:
             replaces = not msg.get("idempotent", False)
         else:
             replaces = True
-        return JournalRow(op, name=_hashable(msg.get("name")), replaces=replaces)
+        name = (msg["name"], msg["id"]) if op in _LEASE_OPS else msg.get("name")
+        return JournalRow(op, name=_hashable(name), replaces=replaces)
     if op == "queue_put":
         return JournalRow(op, name=_hashable(msg.get("name")))
     if op == "queue_take":

@@ -40,7 +40,7 @@ from distributed.scheduler.compaction import JournalRow, PresentState, describe_
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["JOURNALED_REQUESTS", "JOURNALED_STREAM_OPS", "TASK_OPS", "Journal"]
+__all__ = ["EXTENSION_OPS", "JOURNALED_REQUESTS", "JOURNALED_STREAM_OPS", "TASK_OPS", "Journal"]
 
 #: The messages on a client's stream that change what only the scheduler knows.
 JOURNALED_STREAM_OPS: Final[frozenset[str]] = frozenset({"update-graph", "client-desires-keys", "client-releases-keys"})
@@ -60,8 +60,20 @@ JOURNALED_REQUESTS: Final[frozenset[str]] = frozenset(
         "register_worker_plugin",
         "unregister_worker_plugin",
         "retry",
+        "event_set",
+        "event_clear",
     }
 )
+
+#: What extensions keep in the journal as it happens, replayed by their ``replay(op, msg)``: op -> extension.
+EXTENSION_OPS: Final[Mapping[str, str]] = {
+    "queue_put": "queues",
+    "queue_take": "queues",
+    "lock_granted": "locks",
+    "lock_freed": "locks",
+    "semaphore_granted": "semaphores",
+    "semaphore_freed": "semaphores",
+}
 
 #: The messages about tasks (what :meth:`Journal.forget_task_messages` deletes).
 TASK_OPS: Final[frozenset[str]] = JOURNALED_STREAM_OPS | {

@@ -11,8 +11,9 @@ with work in hand) does, in order:
 3. The journal's messages are replayed, oldest first, through the same
    handlers as when they came: graphs, clients' wanting and releasing keys,
    scattered data, cancels, clients gone, tasks that erred or spent retries
-   (and clients' retrying them), published datasets, variables,
-   the items put on queues and taken from them, scheduler plugins (and the
+   (and clients' retrying them), published datasets, variables, events,
+   the leases of locks and semaphores held, the items put on queues and
+   taken from them, scheduler plugins (and the
    worker plugins kept for workers that join later).  A graph naming a held key gives it
    its run_spec and dependencies; the rest of the graph waits or queues (no
    worker runs anything yet).
@@ -40,7 +41,7 @@ from typing import TYPE_CHECKING, Final
 from distributed.core import Status
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
-from distributed.scheduler.journal import Journal
+from distributed.scheduler.journal import EXTENSION_OPS, Journal
 from distributed.scheduler.records import TaskState, TaskStateName, WorkerState
 from distributed.utils import wait_for, yield_after_io
 
@@ -193,8 +194,8 @@ class Takeover:
                     lost = [key for key in msg["who_has"] if key not in s.tasks]
                     if lost:
                         s.send_all(s.scattered_data_lost(msg["client"], lost, stimulus_id))
-                elif op in ("queue_put", "queue_take"):
-                    s.extensions["queues"].replay(op, msg)
+                elif op in EXTENSION_OPS:
+                    s.extensions[EXTENSION_OPS[op]].replay(op, msg)
                 elif op == "erred-before":
                     s.send_all(s.erred_from_journal(msg, stimulus_id))
                 elif op == "retried-before":

@@ -279,3 +279,18 @@ def test_of_tasks_outcomes_the_last_that_holds_now_is_kept() -> None:
     )
     plan = _plan(rows, {"e", "f", "r", "s"}, set(), erred_keys={"e"}, retries_left={"r": 1, "s": 3})
     assert sorted(plan.delete) == [1, 2, 3, 5, 7, 8]
+
+
+def test_of_events_and_leases_only_those_set_and_held_are_kept() -> None:
+    rows = _rows(
+        ("event_set", {"op": "event_set", "name": "e"}),  # 1: cleared by 2
+        ("event_clear", {"op": "event_clear", "name": "e"}),  # 2
+        ("event_set", {"op": "event_set", "name": "f"}),  # 3: kept
+        ("lock_granted", {"op": "lock_granted", "name": "l", "id": "a", "client": "c"}),  # 4: freed by 5
+        ("lock_freed", {"op": "lock_freed", "name": "l", "id": "a"}),  # 5
+        ("lock_granted", {"op": "lock_granted", "name": "l", "id": "b", "client": "c"}),  # 6: kept
+        ("semaphore_granted", {"name": ["s", 1], "id": "x", "client": None, "max_leases": 2}),  # 7: kept
+        ("semaphore_granted", {"name": ["s", 1], "id": "y", "client": None, "max_leases": 2}),  # 8: freed by 9
+        ("semaphore_freed", {"name": ["s", 1], "id": "y"}),  # 9
+    )
+    assert sorted(_plan(rows, set(), set()).delete) == [1, 2, 4, 5, 8, 9]

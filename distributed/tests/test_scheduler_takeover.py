@@ -22,7 +22,19 @@ from pathlib import Path
 import dask.config
 import pytest
 
-from distributed import Client, Event, Future, Queue, Scheduler, Variable, Worker, fire_and_forget, wait
+from distributed import (
+    Client,
+    Event,
+    Future,
+    Lock,
+    Queue,
+    Scheduler,
+    Semaphore,
+    Variable,
+    Worker,
+    fire_and_forget,
+    wait,
+)
 from distributed.protocol import messages as m
 from distributed.protocol.serialize import Serialized
 from distributed.scheduler.journal import Journal
@@ -371,6 +383,36 @@ async def test_queue_items_survive_and_items_taken_stay_taken(tmp_path: Path) ->
             q2 = Queue("q", client=c2)
             assert await q2.qsize() == 1
             assert await q2.get(timeout=5) == 3
+
+
+@gen_test(timeout=60)
+async def test_events_set_and_locks_and_semaphore_leases_held_survive(tmp_path: Path) -> None:
+    first, second = str(tmp_path / "first.db"), str(tmp_path / "second.db")
+    async with Scheduler(journal=first, dashboard=False, port=0) as s:
+        async with Client(s.address, asynchronous=True) as c:
+            await Event("set", client=c).set()
+            await Event("cleared", client=c).set()
+            await Event("cleared", client=c).clear()
+            lock = Lock("held", client=c)
+            assert await lock.acquire()
+            other = Lock("let-go", client=c)
+            assert await other.acquire()
+            await other.release()
+            sem = Semaphore(max_leases=2, name="sem", client=c)
+            assert await sem.acquire()
+            _snapshot(first, second)
+            lease = s.extensions["locks"].holders["held"]
+    async with _successor(second) as s2:
+        assert s2.takeover is not None
+        await s2.takeover.done.wait()
+        assert s2.extensions["locks"].holders == {"held": lease}
+        assert len(s2.extensions["semaphores"].leases["sem"]) == 1
+        async with Client(s2.address, asynchronous=True) as c2:
+            assert await Event("set", client=c2).is_set()
+            assert not await Event("cleared", client=c2).is_set()
+            assert not await Lock("held", client=c2).acquire(timeout=0.2)  # held still, by the first client's lease
+            assert await Lock("let-go", client=c2).acquire(timeout=1)
+            assert await Semaphore(max_leases=2, name="sem", client=c2).get_value() == 1
 
 
 # -- a client's connection dropping --------------------------------------------------------------
