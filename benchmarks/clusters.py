@@ -235,6 +235,7 @@ class CliCluster:
         self.scheduler_file.unlink(missing_ok=True)
         self._scheduler_starts += 1
         log = "scheduler.log" if self._scheduler_starts == 1 else f"scheduler-{self._scheduler_starts}.log"
+        self.scheduler_log = self.dir / log
         self.scheduler = self._spawn(
             [
                 "-m",

@@ -43,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -159,6 +160,8 @@ class SoakCluster:
     notes: list[str] = field(default_factory=list)
     #: Kill the scheduler (SIGKILL) and start another on its journal at its address (``cli`` topology).
     restart_scheduler: Callable[[], None] | None = None
+    #: The log of the scheduler running now (``cli`` topology).
+    scheduler_log: Callable[[], Path] | None = None
 
 
 def start_cluster(
@@ -194,6 +197,7 @@ def _start_cli(stack: contextlib.ExitStack, ttl: float, workdir: Path) -> SoakCl
         cluster.nworkers,
         scheduler_pid=cluster.scheduler_pid,
         restart_scheduler=restart_scheduler,
+        scheduler_log=lambda: cluster.scheduler_log,
     )
 
 
@@ -623,7 +627,21 @@ def fault_scheduler(ctx: FaultContext, rng: Any) -> dict[str, Any]:
     restart()
     listening = round(time.monotonic() - t0, 2)
     rec = wait_recovered(ctx.cluster.client, ctx.cluster.n_workers, set(), ctx.recover_timeout)
-    return {"listening_s": listening, "recovery_s": rec}
+    return {"listening_s": listening, "recovery_s": rec, **_takeover_figures(ctx.cluster)}
+
+
+def _takeover_figures(cluster: SoakCluster, timeout: float = 30.0) -> dict[str, Any]:
+    """The new scheduler's own account of its takeover: seconds, and messages of the journal replayed."""
+    if cluster.scheduler_log is None:
+        return {}
+    log = cluster.scheduler_log()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = re.search(r"Took over from the journal in ([0-9.]+) s: (\d+) messages replayed", log.read_text())
+        if found:
+            return {"takeover_s": float(found.group(1)), "replayed": int(found.group(2))}
+        time.sleep(0.1)
+    return {"takeover_s": None, "replayed": None}
 
 
 FAULT_FUNCTIONS = {
