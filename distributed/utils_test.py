@@ -22,6 +22,7 @@ import inspect
 import io
 import logging
 import random
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -812,3 +813,17 @@ def client(loop: Any, cluster_fixture: tuple[dict[str, Any], list[dict[str, Any]
 
 
 c = client
+
+
+def snapshot_journal(src: str, dst: str) -> None:
+    """Copy the committed state of the scheduler journal at ``src`` (open in a running scheduler) to ``dst``.
+
+    What a scheduler killed at this moment would leave: SQLite's online backup
+    copies the transactions committed so far, none in part.
+    """
+    source, target = sqlite3.connect(src), sqlite3.connect(dst)
+    try:
+        source.backup(target)
+    finally:
+        source.close()
+        target.close()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from distributed.scheduler import journal as journal_module
 from distributed.scheduler.compaction import CompactionPlan, Struck, describe_row, plan_compaction, strike_keys
 from distributed.scheduler.journal import Journal
 from distributed.scheduler.streams import PresentTasks
-from distributed.utils_test import async_poll_for, gen_test, inc
+from distributed.utils_test import async_poll_for, gen_test, inc, snapshot_journal
 
 
 def _rows(*messages: tuple[str, dict[str, Any]]) -> dict[int, Any]:
@@ -176,15 +175,6 @@ def test_a_compacted_journal_reads_back_struck_and_in_order(tmp_path: Path) -> N
 
 
 # -- a long-lived scheduler --------------------------------------------------------------------------
-def _snapshot(src: str, dst: str) -> None:
-    source, target = sqlite3.connect(src), sqlite3.connect(dst)
-    try:
-        source.backup(target)
-    finally:
-        source.close()
-        target.close()
-
-
 def _wanted_by(s: Scheduler) -> dict[Any, set[str]]:
     return {key: {cs.client_key for cs in ts.who_wants} for key, ts in s.tasks.items()}
 
@@ -228,7 +218,7 @@ async def test_a_scheduler_that_always_holds_tasks_keeps_its_journal_small(
             # held throughout, 4 totals kept, and the leaves they were computed from).
             journal.compact(PresentTasks(s))
             assert len(journal.rows) <= 36 + 1 + 9, sorted(row.op for row in journal.rows.values())
-            _snapshot(first, second)
+            snapshot_journal(first, second)
             expected = _wanted_by(s)
             held = dict(w.data)
             client_id = c.id

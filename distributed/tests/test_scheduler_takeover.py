@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -38,7 +37,7 @@ from distributed import (
 from distributed.protocol import messages as m
 from distributed.protocol.serialize import Serialized
 from distributed.scheduler.journal import Journal
-from distributed.utils_test import async_poll_for, gen_test, inc
+from distributed.utils_test import async_poll_for, gen_test, inc, snapshot_journal
 
 
 @contextlib.asynccontextmanager
@@ -47,16 +46,6 @@ async def _successor(journal: str) -> AsyncIterator[Scheduler]:
     with dask.config.set({"distributed.scheduler.recovery-timeout": "0.2s"}):
         async with Scheduler(journal=journal, dashboard=False, port=0, validate=True) as s:
             yield s
-
-
-def _snapshot(src: str, dst: str) -> None:
-    """Copy the committed state of the journal at ``src`` (open elsewhere) to ``dst``."""
-    source, target = sqlite3.connect(src), sqlite3.connect(dst)
-    try:
-        source.backup(target)
-    finally:
-        source.close()
-        target.close()
 
 
 # -- the journal --------------------------------------------------------------------------------
@@ -147,7 +136,7 @@ async def test_successor_replays_graphs_and_runs_them(tmp_path: Path) -> None:
             futures = c.map(inc, range(50))
             total = c.submit(sum, futures)
             await async_poll_for(lambda: len(s.tasks) == 51, timeout=10)
-            _snapshot(first, second)
+            snapshot_journal(first, second)
             client_id = c.id
     async with _successor(second) as s2:
         assert s2.takeover is not None
@@ -174,7 +163,7 @@ async def test_results_held_by_workers_are_not_computed_again(tmp_path: Path) ->
             gate = Event("gate", client=c)
             total = c.submit(_sum_after, parts, "gate", key="total")
             await async_poll_for(lambda: "total" in s.tasks and s.tasks["total"].state == "processing", timeout=10)
-            _snapshot(first, second)
+            snapshot_journal(first, second)
             held = dict(w.data)
             await gate.set()
             assert await total == sum(range(1, 41))
@@ -210,7 +199,7 @@ async def test_keys_no_graph_names_are_freed_on_their_worker(tmp_path: Path) -> 
         async with Client(s.address, asynchronous=True) as c:
             futures = c.map(inc, range(3))
             await async_poll_for(lambda: len(s.tasks) == 3, timeout=10)
-            _snapshot(first, second)
+            snapshot_journal(first, second)
             del futures
     async with _successor(second) as s2:
         async with Worker(s2.address, nthreads=1, data={"stray": 1}) as w2:
@@ -260,7 +249,7 @@ async def test_published_datasets_and_variables_survive(tmp_path: Path) -> None:
             await c.publish_dataset(z=3)
             await c.unpublish_dataset("z")
             held = dict(w.data)
-            _snapshot(first, second)
+            snapshot_journal(first, second)
     async with _successor(second) as s2:
         async with Worker(s2.address, nthreads=1, data=held):
             assert s2.takeover is not None
@@ -285,7 +274,7 @@ async def test_fire_and_forget_tasks_done_before_the_takeover_are_not_run_again(
             gate = Event("gate", client=c)
             fire_and_forget(c.submit(_wait_for, "gate", key="ff-later"))
             await async_poll_for(lambda: "ff-later" in s.tasks, timeout=10)
-            _snapshot(first, second)
+            snapshot_journal(first, second)
             await gate.set()
     async with _successor(second) as s2:
         assert s2.takeover is not None
@@ -330,7 +319,7 @@ async def test_errors_and_retries_spent_survive_and_are_not_run_again(tmp_path: 
             await wait([bad, after])
             await async_poll_for(lambda: Path(counter).exists() and Path(counter).read_text() == "3", timeout=20)
             assert s.tasks["flaky"].retries == 3 and not flaky.done()
-            _snapshot(first, second)
+            snapshot_journal(first, second)
             client_id = c.id
             await Event("gate", client=c).set()
     async with _successor(second) as s2:
@@ -355,7 +344,7 @@ async def test_scattered_data_whose_holder_did_not_come_back_errs_as_lost(tmp_pa
     async with Scheduler(journal=first, dashboard=False, port=0) as s, Worker(s.address, nthreads=1):
         async with Client(s.address, asynchronous=True) as c:
             [future] = await c.scatter([41])
-            _snapshot(first, second)
+            snapshot_journal(first, second)
             client_id = c.id
     async with _successor(second) as s2:
         assert s2.takeover is not None
@@ -375,7 +364,7 @@ async def test_queue_items_survive_and_items_taken_stay_taken(tmp_path: Path) ->
                 await q.put(i)
             assert await q.get() == 0
             assert await q.get(timeout=0.1, batch=2) == [1, 2]
-            _snapshot(first, second)
+            snapshot_journal(first, second)
     async with _successor(second) as s2:
         assert s2.takeover is not None
         await s2.takeover.done.wait()
@@ -400,7 +389,7 @@ async def test_events_set_and_locks_and_semaphore_leases_held_survive(tmp_path: 
             await other.release()
             sem = Semaphore(max_leases=2, name="sem", client=c)
             assert await sem.acquire()
-            _snapshot(first, second)
+            snapshot_journal(first, second)
             lease = s.extensions["locks"].holders["held"]
     async with _successor(second) as s2:
         assert s2.takeover is not None
