@@ -18,6 +18,9 @@ Commands
     A mixed workload on worker processes while faults hit the workers (a SIGKILL every
     N seconds; a freeze, a cut link, a full disk in turn); checks every result, times
     each recovery, samples memory every minute, and reports what was lost and recomputed.
+``profile [--n 100000] [--workers 2] [--rate 200] [--out DIR]``
+    Map no-op tasks on a command-line cluster and report each process's CPU per task (scheduler,
+    workers, client) and, with py-spy on PATH, its top functions; raw stacks for flame graphs.
 ``downstream [--suites xarray,streamz,...] [--sides released,this] [--source NAME=URL] [--out F]``
     Other projects' own test suites (xarray, streamz, xgboost, LightGBM, dask-ml), pinned, run
     in two environments that differ only in their ``distributed``: the release and this checkout.
@@ -333,6 +336,11 @@ def main(argv: list[str] | None = None) -> int:
     gr.add_argument("--sizes", help="comma-separated task counts (default: 10k, 100k, 1M, 10M)")
     gr.add_argument("--replot", action="store_true", help="redraw from the directory's growth.json, run nothing")
 
+    prof = sub.add_parser("profile", help="CPU per task of each process of a map of no-op tasks, and where it goes")
+    from benchmarks.profile import add_arguments as add_profile_arguments
+
+    add_profile_arguments(prof)
+
     one = sub.add_parser("_one", help=argparse.SUPPRESS)
     one.add_argument("workload")
     one.add_argument("params")
@@ -367,6 +375,10 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_downstream(args)
     if args.command == "growth":
         return cmd_growth(args)
+    if args.command == "profile":
+        from benchmarks.profile import main as cmd_profile
+
+        return cmd_profile(args)
     if args.command == "_one":
         return cmd_one(args)
     return cmd_probe(args)

@@ -483,6 +483,14 @@ def _child_main(
         sys.exit(code)
 
 
+def _tend_gc_if_worker(server: Any) -> None:
+    """A worker is the only server of this child process: the garbage collector is its own to tend."""
+    from distributed.worker import Worker
+
+    if isinstance(server, Worker):
+        server.tend_gc_alone()
+
+
 async def _close_server(server: Any) -> None:
     from distributed.worker import Worker
 
@@ -539,6 +547,7 @@ async def _child_run(
         await _close_server(server)
         return 1
     _report(conn, ("address", server.address))
+    _tend_gc_if_worker(server)
 
     waiters = {
         stopped,

@@ -398,6 +398,8 @@ async def _run(
         logger.error("Could not start the worker(s) for scheduler %s: %s", address, e)
         await _close_all(workers)
         return 1
+    if len(workers) == 1 and isinstance(workers[0], Worker):
+        workers[0].tend_gc_alone()  # alone in this process (no nanny): the collector is its own
     if shutdown.received is not None:
         await _retire(workers, address)
         starting.cancel()

@@ -258,7 +258,7 @@ async def test_two_clients_share_keys(c: Client, s: Scheduler, a: Worker, b: Wor
 def test_large_state_gc_freezes_while_large_and_unfreezes_after() -> None:
     import gc
 
-    from distributed.scheduler.streams import LargeStateGC
+    from distributed.gc_tending import LargeStateGC
 
     assert gc.get_freeze_count() == 0
     policy = LargeStateGC(step=10)
@@ -290,7 +290,7 @@ async def test_a_scheduler_closing_with_a_frozen_view_unfreezes_it() -> None:
 def test_large_state_gc_keeps_the_start_out_of_view_across_a_thaw() -> None:
     import gc
 
-    from distributed.scheduler.streams import LargeStateGC
+    from distributed.gc_tending import LargeStateGC
 
     assert gc.get_freeze_count() == 0
     policy = LargeStateGC(step=10)
@@ -318,7 +318,7 @@ def test_large_state_gc_with_the_start_frozen_collects_in_full_at_a_thaw_only_af
     import gc
     import weakref
 
-    from distributed.scheduler.streams import FULL_PASS_STEPS, LargeStateGC
+    from distributed.gc_tending import FULL_PASS_STEPS, LargeStateGC
 
     assert gc.get_freeze_count() == 0
     policy = LargeStateGC(step=10)
@@ -348,7 +348,7 @@ def test_large_state_gc_frees_cycles_frozen_alive_once_work_has_flowed_through()
     import gc
     import weakref
 
-    from distributed.scheduler.streams import LargeStateGC
+    from distributed.gc_tending import LargeStateGC
 
     assert gc.get_freeze_count() == 0
     policy = LargeStateGC(step=10)
@@ -371,7 +371,7 @@ def test_large_state_gc_frees_cycles_frozen_alive_once_work_has_flowed_through()
 def test_large_state_gc_only_draining_runs_no_full_collection() -> None:
     import gc
 
-    from distributed.scheduler.streams import LargeStateGC
+    from distributed.gc_tending import LargeStateGC
 
     policy = LargeStateGC(step=10)
     try:
@@ -388,7 +388,7 @@ def test_large_state_gc_only_draining_runs_no_full_collection() -> None:
 def test_large_state_gc_collects_the_young_less_often_while_frozen_and_puts_the_threshold_back() -> None:
     import gc
 
-    from distributed.scheduler.streams import LARGE_STATE_GEN0, LargeStateGC
+    from distributed.gc_tending import LARGE_STATE_GEN0, LargeStateGC
 
     before = gc.get_threshold()
     policy = LargeStateGC(step=10)
@@ -408,7 +408,8 @@ async def test_workers_count_toward_the_large_state_gc() -> None:
     """Thousands of workers are as many objects as a large graph: joining workers freeze the collector's view."""
     import gc
 
-    from distributed.scheduler.streams import WORKER_AS_TASKS, LargeStateGC
+    from distributed.gc_tending import LargeStateGC
+    from distributed.scheduler.streams import WORKER_AS_TASKS
 
     before = gc.get_threshold()
     async with Scheduler(host="127.0.0.1", port=0, dashboard_address=None) as s:

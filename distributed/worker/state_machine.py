@@ -421,6 +421,8 @@ class WorkerStateMachine:
         self.transfer_limit = transfer_limit
         self.fetch_concurrency = fetch_concurrency
         self.tasks: dict[Key, WorkerTask] = {}
+        #: Task records made so far (those forgotten since too).
+        self.tasks_made = 0
         self.ready: list[tuple[tuple[Any, ...], int, WorkerTask]] = []
         self._ready_counter = 0
         self.executing: set[WorkerTask] = set()
@@ -649,6 +651,7 @@ class WorkerStateMachine:
         ts = self.tasks.get(key)
         if ts is None:
             ts = self.tasks[key] = WorkerTask(key)
+            self.tasks_made += 1
         return ts
 
     def _put_data(self, ts: WorkerTask, value: Any, nbytes: int) -> None:
