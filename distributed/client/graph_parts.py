@@ -104,6 +104,9 @@ class GraphPlan:
         # is still getting its futures back.
         first = chunk_size if len(order) <= chunk_size else min(chunk_size, max(_FIRST_PART, chunk_size // 10))
         self.chunks = [order[:first]] + [order[i : i + chunk_size] for i in range(first, len(order), chunk_size)]
+        #: Tasks in the whole graph: a large one has the collector paused while each part is made, however
+        #: small the parts (see :mod:`distributed.client.gc_pause`).
+        self.ntasks = len(order)
         # Parts of a graph whose intermediate tasks nobody wants yet are held
         # by the scheduler until the last part arrives; see Scheduler.update_graph.
         self.graph_id = uuid.uuid4().hex if len(self.chunks) > 1 and not all_wanted else None
@@ -133,7 +136,7 @@ class GraphPlan:
         """The message of part ``i`` (call in order: parts share a function cache)."""
         chunk = self.chunks[i]
         final = i == len(self.chunks) - 1
-        with paused_gc(len(chunk)):
+        with paused_gc(self.ntasks):
             specs = self._task_specs(chunk, self._offsets[i])
         if self.warn_above is not None and self.nbytes > self.warn_above:
             self.warn_above = None

@@ -33,3 +33,27 @@ def test_a_collector_switched_off_by_the_user_stays_off() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("ntasks, paused", [(GC_PAUSE_MIN, True), (GC_PAUSE_MIN - 1, False)])
+def test_the_parts_of_a_large_graph_are_made_paused_however_small(ntasks: int, paused: bool) -> None:
+    """A map of 100,000 tasks comes in parts of 1,000: the size of the graph decides, not the part's."""
+    from dask._task_spec import GraphNode, Task
+
+    from distributed.client.graph_parts import GraphPlan
+    from distributed.protocol.messages import Key
+    from distributed.utils_test import inc
+
+    seen: list[bool] = []
+
+    def node(key: Key) -> GraphNode:
+        seen.append(gc.isenabled())
+        return Task(key, inc, 1)
+
+    keys: list[Key] = [f"k-{i}" for i in range(ntasks)]
+    plan = GraphPlan("client", keys, node, keys, chunk_size=100, all_wanted=True)
+    assert len(plan) > 1 and all(len(chunk) <= 100 for chunk in plan.chunks)
+    plan.message(0)
+    plan.message(1)
+    assert seen and set(seen) == {not paused}
+    assert gc.isenabled()
