@@ -716,3 +716,21 @@ def test_a_task_whose_function_holds_large_buffers_round_trips(shared: bool) -> 
         assert ser.header["s"] == "task-split"
         back = deserialize(ser.header, [bytes(f) for f in ser.frames])
         np.testing.assert_array_equal(back(), expected)
+
+
+def test_a_tasks_arguments_load_by_reference_or_by_value() -> None:
+    """Arguments that pickle by reference load with pickle.loads; a lambda among them, cloudpickled, loads too."""
+    from dask._task_spec import Task
+
+    from distributed.protocol.serialize import deserialize, serialize_task
+
+    for arg, expected in ((41, 42), (lambda: 41, 42)):
+        task = Task("k", _add_one_to, arg)
+        ser = serialize_task(task, {})
+        assert ser.header["s"] == "task-split"
+        back = deserialize(ser.header, [bytes(f) for f in ser.frames])
+        assert back() == expected
+
+
+def _add_one_to(x: Any) -> int:
+    return int(x() if callable(x) else x) + 1

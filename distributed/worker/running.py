@@ -19,12 +19,14 @@ from collections.abc import Iterable, MutableMapping
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any, cast
 
+from dask._task_spec import Task
 from dask.sizeof import sizeof
 from dask.utils import typename
 
 from distributed.exceptions import Reschedule
 from distributed.protocol.messages import Key
 from distributed.protocol.serialize import unwrap
+from distributed.utils import iscoroutinefunction
 from distributed.worker.actors import ActorHost
 from distributed.worker.execution import (
     Runnable,
@@ -143,7 +145,11 @@ class TaskRunning:
             args = {dep.key: self.data[dep.key] for dep in ts.dependencies} if ts.dependencies else {}
         except Exception:
             return None
-        if getattr(node, "is_coro", False):
+        if type(node) is Task:
+            # What dask's Task.is_coro answers, without its import and property on every task.
+            if iscoroutinefunction(node.func):
+                return None
+        elif getattr(node, "is_coro", False):
             return None
         self._prepared = prepared = (node, args, ts.key, ts.run_id)
         return prepared
