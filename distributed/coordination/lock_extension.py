@@ -31,6 +31,7 @@ from distributed.coordination.names import normalize_name
 from distributed.coordination.waiting import await_grant, gives_up_at_once
 from distributed.core import Route
 from distributed.protocol import coordination_messages as cm
+from distributed.protocol import journal_records as jr
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
@@ -107,15 +108,13 @@ class LockExtension:
     def _hold(self, name: Hashable, lease: str, client: str | None) -> None:
         self.holders[name] = lease
         self.clock.add(name, lease, client)
-        journal = self.scheduler.journal
-        if journal is not None:
-            journal.record("lock_granted", cm.LockGranted(op="lock_granted", name=name, id=lease, client=client))
+        self.scheduler.keep_in_journal(
+            "lock_granted", jr.LockGranted(op="lock_granted", name=name, id=lease, client=client)
+        )
 
     def _release(self, name: Hashable, lease: str) -> None:
         self.clock.discard(lease)
-        journal = self.scheduler.journal
-        if journal is not None:
-            journal.record("lock_freed", cm.LockFreed(op="lock_freed", name=name, id=lease))
+        self.scheduler.keep_in_journal("lock_freed", jr.LockFreed(op="lock_freed", name=name, id=lease))
         queue = self.waiters.get(name)
         if queue:
             next_lease, fut = queue.popleft()

@@ -99,7 +99,8 @@ class QueueExtension:
                     await q.changed.wait_for(q.has_room)
                     q.items.append(msg["item"])
                     self.holds.hold(self.holder(name), msg["item"])
-                    self._journal("queue_put", {"name": msg["name"], "maxsize": msg["maxsize"], "item": msg["item"]})
+                    put = {"name": msg["name"], "maxsize": msg["maxsize"], "item": msg["item"]}
+                    self.scheduler.keep_in_journal("queue_put", put)
                     q.changed.notify_all()
         except TimeoutError:
             return False
@@ -140,14 +141,9 @@ class QueueExtension:
                 q.changed.notify_all()  # room for waiting puts
         return cm.QueueGetReply(items=taken, timed_out=False)
 
-    def _journal(self, op: str, msg: Mapping[str, Any]) -> None:
-        journal = self.scheduler.journal
-        if journal is not None:
-            journal.record(op, msg)
-
     def _journal_taken(self, msg: cm.QueueGet, n: int) -> None:
         if n:
-            self._journal("queue_take", {"name": msg["name"], "maxsize": msg["maxsize"], "n": n})
+            self.scheduler.keep_in_journal("queue_take", {"name": msg["name"], "maxsize": msg["maxsize"], "n": n})
 
     def replay(self, op: str, msg: Mapping[str, Any]) -> None:
         """Apply a journaled change of a queue (``queue_put``: an item in; ``queue_take``: ``n`` items out)."""

@@ -28,6 +28,7 @@ from distributed.coordination.names import normalize_name
 from distributed.coordination.waiting import await_grant, gives_up_at_once
 from distributed.core import Route
 from distributed.protocol import coordination_messages as cm
+from distributed.protocol import journal_records as jr
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
@@ -73,17 +74,13 @@ class SemaphoreExtension:
     def _grant(self, name: Hashable, lease: str, client: str | None) -> None:
         self.leases[name].add(lease)
         self.clock.add(name, lease, client)
-        journal = self.scheduler.journal
-        if journal is not None:
-            granted = cm.SemaphoreGranted(
-                op="semaphore_granted", name=name, id=lease, client=client, max_leases=self.max_leases[name]
-            )
-            journal.record("semaphore_granted", granted)
+        granted = jr.SemaphoreGranted(
+            op="semaphore_granted", name=name, id=lease, client=client, max_leases=self.max_leases[name]
+        )
+        self.scheduler.keep_in_journal("semaphore_granted", granted)
 
     def _journal_freed(self, name: Hashable, lease: str) -> None:
-        journal = self.scheduler.journal
-        if journal is not None:
-            journal.record("semaphore_freed", cm.SemaphoreFreed(op="semaphore_freed", name=name, id=lease))
+        self.scheduler.keep_in_journal("semaphore_freed", jr.SemaphoreFreed(op="semaphore_freed", name=name, id=lease))
 
     def replay(self, op: str, msg: Mapping[str, Any]) -> None:
         """Apply a journaled change of a semaphore (``semaphore_granted``: a lease; ``semaphore_freed``: its end)."""

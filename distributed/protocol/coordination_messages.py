@@ -8,7 +8,7 @@ module's rules hold (requests carry ``op``; sequences arrive as tuples over TCP)
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal, NotRequired, TypedDict
 
 from distributed.protocol.wire_types import Key, Payload
@@ -49,23 +49,6 @@ class LockRefresh(TypedDict):
     op: Literal["lock_refresh_leases"]
     name: PrimitiveName
     ids: Sequence[str]
-
-
-class LockGranted(TypedDict):
-    """A scheduler's journal: lease ``id`` holds lock ``name`` (through ``client``)."""
-
-    op: Literal["lock_granted"]
-    name: Hashable
-    id: str
-    client: str | None
-
-
-class LockFreed(TypedDict):
-    """A scheduler's journal: lease ``id`` holds lock ``name`` no more."""
-
-    op: Literal["lock_freed"]
-    name: Hashable
-    id: str
 
 
 class SemaphoreAcquire(TypedDict):
@@ -196,24 +179,6 @@ class QueueSize(TypedDict):
     op: Literal["queue_qsize"]
     name: PrimitiveName
     maxsize: int
-
-
-class SemaphoreGranted(TypedDict):
-    """A scheduler's journal: lease ``id`` of semaphore ``name`` (of ``max_leases``) was granted."""
-
-    op: Literal["semaphore_granted"]
-    name: Hashable
-    id: str
-    client: str | None
-    max_leases: int
-
-
-class SemaphoreFreed(TypedDict):
-    """A scheduler's journal: lease ``id`` of semaphore ``name`` ended."""
-
-    op: Literal["semaphore_freed"]
-    name: Hashable
-    id: str
 
 
 class EventSet(TypedDict):

@@ -426,28 +426,6 @@ class ClientKeys(TypedDict):
     keys: Sequence[Key]
 
 
-class TaskErredRecord(TypedDict):
-    """A scheduler's journal: a task erred on its own (its dependents erred with it)."""
-
-    op: Literal["erred-before"]
-    key: Key
-    exception: Payload
-    traceback: Any
-    text: str
-
-
-class TaskRetriedRecord(TypedDict):
-    """A scheduler's journal: a task erred and runs again; ``retries`` are left."""
-
-    op: Literal["retried-before"]
-    key: Key
-    retries: int
-
-
-#: What a scheduler's journal keeps of tasks' outcomes.
-TaskOutcomeRecord = TaskErredRecord | TaskRetriedRecord
-
-
 #: The client id under which ``fire_and_forget`` asks for keys: the scheduler
 #: wants such a key until it is done (in memory or erred), then lets it go.
 FIRE_AND_FORGET: Final = "fire-and-forget"

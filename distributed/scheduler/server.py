@@ -259,8 +259,7 @@ class Scheduler(GraphIngestion, Server):
         #: The taking over from the journal's messages of a scheduler that died (None: there were none).
         self.takeover: Takeover | None = None
         if self.journal is not None:
-            self.fire_and_forget_done = []
-            self.task_outcomes = []
+            self.journal_records = []
             if self.journal.has_messages:
                 self.takeover = Takeover(self, self.journal, server_settings.recovery_timeout)
         #: The liveness links of the processes that vouch for workers (see :mod:`distributed.liveness`).
@@ -616,17 +615,32 @@ class Scheduler(GraphIngestion, Server):
             self._send(held)
         self._send(out)
 
-    def _journal_task_outcomes(self) -> None:
-        """Keep in the journal the tasks that erred or spent a retry, and the keys ``fire_and_forget`` let go of."""
-        outcomes, self.task_outcomes = self.task_outcomes, []
-        done, self.fire_and_forget_done = self.fire_and_forget_done, []
-        if self.journal is None:
-            return
-        for record in outcomes or ():
-            self.journal.record(record["op"], record)
+    def keep_in_journal(self, op: str, msg: Mapping[str, Any]) -> None:
+        """Keep ``msg`` (of operation ``op``) in the journal, if this scheduler keeps one.
+
+        For what changes as it happens rather than with a request (a queue's
+        items, a lease granted); see :mod:`distributed.scheduler.journal`.
+        """
+        if self.journal is not None:
+            self.journal.record(op, msg)
+
+    def _journal_state_records(self) -> None:
+        """Keep in the journal, in order, what the transitions recorded (see :attr:`journal_records`).
+
+        The keys ``fire_and_forget`` let go of one after another go in one release.
+        """
+        records, self.journal_records = self.journal_records or [], []
+        done: list[Key] = []
+        for record in records:
+            if record["op"] == "client-releases-keys":
+                done.extend(record["keys"])
+                continue
+            if done:
+                self.keep_in_journal("client-releases-keys", _released_when_done(done))
+                done = []
+            self.keep_in_journal(record["op"], record)
         if done:
-            msg = m.ClientKeys(op="client-releases-keys", client=m.FIRE_AND_FORGET, keys=done)
-            self.journal.record("client-releases-keys", msg)
+            self.keep_in_journal("client-releases-keys", _released_when_done(done))
 
     @contextmanager
     def holding_sends(self) -> Iterator[Effects]:
@@ -746,8 +760,8 @@ class Scheduler(GraphIngestion, Server):
                     cbs.send(*client_msgs)
                 except CommClosedError:
                     logger.debug("Client %s stream closed", client)
-        if self.fire_and_forget_done or self.task_outcomes:
-            self._journal_task_outcomes()
+        if self.journal_records:
+            self._journal_state_records()
 
     async def retire_workers(
         self,
@@ -967,6 +981,10 @@ class Scheduler(GraphIngestion, Server):
         self.event_log.worker_left(address)
         if self.journal is not None:
             self.journal.worker_left(address)
+
+
+def _released_when_done(keys: list[Key]) -> m.ClientKeys:
+    return m.ClientKeys(op="client-releases-keys", client=m.FIRE_AND_FORGET, keys=keys)
 
 
 def _recording(journal: Journal, op: str, func: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:

@@ -21,6 +21,7 @@ from dask.utils import format_bytes
 from distributed.core import Status
 from distributed.diagnostics.plugin import SchedulerPlugin
 from distributed.exceptions import InvalidTransition, LostDataError
+from distributed.protocol import journal_records as jr
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key, Payload
 from distributed.protocol.serialize import as_serialized
@@ -198,12 +199,11 @@ class SchedulerState:
         #: The stand-in client of ``fire_and_forget`` (made when it first asks for a key): it wants a
         #: key only until the key is done, so that nothing it asked for is kept once computed.
         self._fire_and_forget: ClientState | None = None
-        #: With a journal: the keys ``fire_and_forget`` stopped wanting as they were done, for the
-        #: journal to keep (a successor replaying the graph must not run them again); None without.
-        self.fire_and_forget_done: list[Key] | None = None
-        #: With a journal: the tasks that erred on their own or spent a retry, for the journal to
-        #: keep (a successor must not run them again, nor give the retries back); None without.
-        self.task_outcomes: list[m.TaskOutcomeRecord] | None = None
+        #: With a journal: what the transitions decided that a successor must know, in order, for the
+        #: journal to keep (see :mod:`distributed.protocol.journal_records`): errors, retries spent, and
+        #: the keys ``fire_and_forget`` let go of once done (a successor must not run them again, nor
+        #: give the retries back).  None without a journal.
+        self.journal_records: list[jr.StateRecord] | None = None
         #: The most bytes of inputs a task may have: the largest worker memory limit, or 0 (no check)
         #: while some worker has no limit or there is none.  Kept up as workers come and go, so that
         #: the check as a task gets ready costs no pass over the workers.
@@ -1003,18 +1003,22 @@ class SchedulerState:
         if ff is not None and ff in ts.who_wants:
             ts.who_wants = without(ts.who_wants, ff)
             ff.wants_what.discard(ts)
-            if self.fire_and_forget_done is not None:
-                self.fire_and_forget_done.append(ts.key)
+            if self.journal_records is not None:
+                self.journal_records.append(done_for_fire_and_forget(ts.key))
 
     def _set_error(self, ts: TaskState, exception: Payload, traceback: Any, text: str) -> None:
+        """``ts`` erred on its own, with this error (kept for the journal, if there is one)."""
+        self._put_error(ts, exception, traceback, text)
+        if self.journal_records is not None:
+            self.journal_records.append(
+                jr.TaskErredRecord(op="erred-before", key=ts.key, exception=exception, traceback=traceback, text=text)
+            )
+
+    def _put_error(self, ts: TaskState, exception: Payload, traceback: Any, text: str) -> None:
         ts.exception = exception
         ts.traceback = traceback
         ts.exception_text = text
         ts.exception_blame = ts
-        if self.task_outcomes is not None:
-            self.task_outcomes.append(
-                m.TaskErredRecord(op="erred-before", key=ts.key, exception=exception, traceback=traceback, text=text)
-            )
 
     def _mark_erred(self, ts: TaskState, out: Effects) -> None:
         ts.state = "erred"
@@ -1201,3 +1205,8 @@ class SchedulerState:
 
     def on_worker_left(self, address: str) -> None:
         """Called as the worker at ``address`` leaves the state (the server drops its connections to it)."""
+
+
+def done_for_fire_and_forget(key: Key) -> m.ClientKeys:
+    """The journal's record that ``fire_and_forget`` let go of ``key`` once done."""
+    return m.ClientKeys(op="client-releases-keys", client=m.FIRE_AND_FORGET, keys=[key])

@@ -12,6 +12,7 @@ from distributed.comm import (
 )
 from distributed.core import Status
 from distributed.exceptions import ActorLostError, KilledWorker, NoValidWorkerError
+from distributed.protocol import journal_records as jr
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
 from distributed.protocol.serialize import as_serialized
@@ -29,7 +30,7 @@ from distributed.scheduler.records import (
     want,
     without,
 )
-from distributed.scheduler.state import SchedulerState, priority_key, state_of
+from distributed.scheduler.state import SchedulerState, done_for_fire_and_forget, priority_key, state_of
 
 logger = logging.getLogger("distributed.scheduler")
 
@@ -102,8 +103,8 @@ class SchedulerStimuli(SchedulerState):
         if ts.retries > 0:
             # Released, it is wanted still, so it waits and runs again.
             ts.retries -= 1
-            if self.task_outcomes is not None:
-                self.task_outcomes.append(m.TaskRetriedRecord(op="retried-before", key=ts.key, retries=ts.retries))
+            if self.journal_records is not None:
+                self.journal_records.append(jr.TaskRetriedRecord(op="retried-before", key=ts.key, retries=ts.retries))
             return self.transitions({ts: "released"}, stimulus_id, out)
         self._set_error(ts, msg["exception"], msg["traceback"], msg["text"])
         if ts.erred_on is None:
@@ -335,16 +336,17 @@ class SchedulerStimuli(SchedulerState):
             recs[ts] = "erred"
         return self.transitions(recs, stimulus_id, out)
 
-    def erred_from_journal(self, record: m.TaskErredRecord, stimulus_id: str) -> Effects:
+    def erred_from_journal(self, record: jr.TaskErredRecord, stimulus_id: str) -> Effects:
         """A successor replaying its journal: ``record``'s task erred before (unless it is done, or gone).
 
-        Its dependents err with it, as they did then.
+        Its dependents err with it, as they did then.  The journal holds the
+        record already: it is not kept again.
         """
         out = Effects()
         ts = self.tasks.get(record["key"])
         if ts is None or ts.state not in ("released", "waiting", "queued", "no-worker"):
             return out
-        self._set_error(ts, record["exception"], record["traceback"], record["text"])
+        self._put_error(ts, record["exception"], record["traceback"], record["text"])
         return self.transitions({ts: "erred"}, stimulus_id, out)
 
     def client_releases_keys(self, client: str, keys: Iterable[Key], stimulus_id: str) -> Effects:
@@ -392,8 +394,8 @@ class SchedulerStimuli(SchedulerState):
                     out.clients[client].append(m.CancelledKeys(op="cancelled-keys", keys=[key], reason="unknown key"))
                 continue
             if forget_when_done and ts.state in ("memory", "erred"):
-                if self.fire_and_forget_done is not None:
-                    self.fire_and_forget_done.append(key)  # for a successor's replay, done as well
+                if self.journal_records is not None:
+                    self.journal_records.append(done_for_fire_and_forget(key))  # for a successor: done as well
                 continue  # done already: nothing to see through, and nobody to tell
             ts.who_wants = grown(ts.who_wants, cs)
             want(cs, ts)

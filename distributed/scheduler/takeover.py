@@ -164,18 +164,7 @@ class Takeover:
         self.held = len(s.held_before_takeover)
 
     async def _replay(self) -> None:
-        """Apply the journal's messages, oldest first, letting the event loop turn between two.
-
-        The errors replayed are in the journal already: they are not kept again.
-        """
-        s = self.scheduler
-        outcomes, s.task_outcomes = s.task_outcomes, None
-        try:
-            await self._replay_messages()
-        finally:
-            s.task_outcomes = outcomes
-
-    async def _replay_messages(self) -> None:
+        """Apply the journal's messages, oldest first, letting the event loop turn between two."""
         s = self.scheduler
         stream = s.stream_handlers
         for op, msg in self.journal.messages():
