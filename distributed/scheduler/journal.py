@@ -112,7 +112,7 @@ class Journal:
         for statement in _SCHEMA:
             self._db.execute(statement)
         #: Whether the file holds messages: a scheduler started on it takes over.
-        self.has_messages = self._db.execute("SELECT EXISTS (SELECT 1 FROM messages)").fetchone()[0] == 1
+        self.has_messages = self._holds_messages()
         #: Whether it may hold messages about tasks (so that :meth:`forget_task_messages` costs nothing
         #: when it does not).
         self.has_task_messages = self.has_messages
@@ -133,8 +133,7 @@ class Journal:
         ``applying``: the message is applied after this returns, and :meth:`applied`
         says when that is over (compaction leaves it alone till then).
         """
-        frames = [bytes(f) for f in dumps(msg)]
-        cursor = self._db.execute("INSERT INTO messages (op, body) VALUES (?, ?)", (op, msgpack.packb(frames)))
+        cursor = self._db.execute("INSERT INTO messages (op, body) VALUES (?, ?)", (op, _encode(msg)))
         seq = cursor.lastrowid
         assert seq is not None
         self._describe(seq, op, msg)
@@ -158,7 +157,7 @@ class Journal:
         """The messages kept, oldest first, as ``(op, message)``; serialised values stay serialised."""
         cursor = self._db.execute("SELECT seq, op, body FROM messages ORDER BY seq")
         for seq, op, body in cursor:
-            msg = loads(msgpack.unpackb(body), deserialize=False)
+            msg = _decode(body)
             if seq not in self.rows:
                 self._describe(seq, op, msg)
             yield op, msg
@@ -172,7 +171,10 @@ class Journal:
                 self.weight -= self.rows.pop(seq).weight
             self._weight_kept = self.weight
             self.has_task_messages = False
-            self.has_messages = self._db.execute("SELECT EXISTS (SELECT 1 FROM messages)").fetchone()[0] == 1
+            self.has_messages = self._holds_messages()
+
+    def _holds_messages(self) -> bool:
+        return bool(self._db.execute("SELECT EXISTS (SELECT 1 FROM messages)").fetchone()[0])
 
     @property
     def due_for_compaction(self) -> bool:
@@ -190,26 +192,21 @@ class Journal:
         try:
             for seq, struck in plan.strike.items():
                 (op, body) = self._db.execute("SELECT op, body FROM messages WHERE seq = ?", (seq,)).fetchone()
-                msg = strike_keys(op, loads(msgpack.unpackb(body), deserialize=False), struck)
-                frames = [bytes(f) for f in dumps(msg)]
-                self._db.execute("UPDATE messages SET body = ? WHERE seq = ?", (msgpack.packb(frames), seq))
-                row = self.rows[seq]
-                self.weight -= row.weight
-                row.strike(struck)
-                self.weight += row.weight
+                body = _encode(strike_keys(op, _decode(body), struck))
+                self._db.execute("UPDATE messages SET body = ? WHERE seq = ?", (body, seq))
             self._db.executemany("DELETE FROM messages WHERE seq = ?", [(seq,) for seq in plan.delete])
             self._db.execute("COMMIT")
         except BaseException:
             self._db.execute("ROLLBACK")
             raise
+        # The file changed: now the descriptions follow.
+        for seq, struck in plan.strike.items():
+            self.rows[seq].strike(struck)
         for seq in plan.delete:
-            if seq in self.rows:
-                self.weight -= self.rows.pop(seq).weight
-        self._weight_kept = self.weight
+            self.rows.pop(seq, None)
+        self.weight = self._weight_kept = sum(row.weight for row in self.rows.values())
         self.compactions += 1
-        self.has_messages = bool(self.rows) or (
-            self._db.execute("SELECT EXISTS (SELECT 1 FROM messages)").fetchone()[0] == 1
-        )
+        self.has_messages = bool(self.rows) or self._holds_messages()
         return len(plan.delete)
 
     def worker_joined(self, address: str) -> None:
@@ -235,3 +232,14 @@ class Journal:
     def close(self) -> None:
         """Close the file (what was recorded is kept)."""
         self._db.close()
+
+
+def _encode(msg: Mapping[str, Any]) -> bytes:
+    """A message as a row's body: this package's frames (serialised values as they came), in msgpack."""
+    body: bytes = msgpack.packb([bytes(f) for f in dumps(msg)])
+    return body
+
+
+def _decode(body: bytes) -> Any:
+    """A row's body as the message, serialised values left serialised."""
+    return loads(msgpack.unpackb(body), deserialize=False)
