@@ -42,11 +42,26 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from distributed.coordination.names import normalize_name
 from distributed.protocol.messages import Key
 
-__all__ = ["KEYED_OPS", "CompactionPlan", "JournalRow", "Struck", "describe_row", "plan_compaction", "strike_keys"]
+if TYPE_CHECKING:
+    from distributed.scheduler.state import SchedulerState
+
+__all__ = [
+    "KEYED_OPS",
+    "OUTCOME_OPS",
+    "CompactionPlan",
+    "JournalRow",
+    "PresentState",
+    "PresentTasks",
+    "Struck",
+    "describe_row",
+    "plan_compaction",
+    "strike_keys",
+]
 
 #: The messages about tasks that name keys, and so can have forgotten keys struck out.
 KEYED_OPS: Final[frozenset[str]] = frozenset(
@@ -157,10 +172,11 @@ class Struck:
     releases: frozenset[Key] = frozenset()
 
 
-def _hashable(name: Any) -> Hashable:
-    if isinstance(name, list | tuple):
-        return tuple(_hashable(part) for part in name)
-    return name if isinstance(name, Hashable) else repr(name)
+def _name(value: Any) -> Hashable:
+    """A primitive's name as its extension keys it (raises TypeError for one that is not a name)."""
+    name = normalize_name(value)
+    hash(name)
+    return name
 
 
 def describe_row(op: str, msg: Mapping[str, Any]) -> JournalRow:
@@ -194,11 +210,11 @@ def _describe(op: str, msg: Mapping[str, Any]) -> JournalRow:
         else:
             replaces = True
         name = (msg["name"], msg["id"]) if op in _LEASE_OPS else msg.get("name")
-        return JournalRow(op, name=_hashable(name), replaces=replaces)
+        return JournalRow(op, name=_name(name), replaces=replaces)
     if op == "queue_put":
-        return JournalRow(op, name=_hashable(msg.get("name")))
+        return JournalRow(op, name=_name(msg.get("name")))
     if op == "queue_take":
-        return JournalRow(op, name=_hashable(msg.get("name")), count=int(msg["n"]))
+        return JournalRow(op, name=_name(msg.get("name")), count=int(msg["n"]))
     if op in OUTCOME_OPS:
         return JournalRow(op, (msg["key"],), count=int(msg.get("retries", 0)))
     if op == "retry":
@@ -362,3 +378,37 @@ def strike_keys(op: str, msg: Mapping[str, Any], struck: Struck) -> dict[str, An
     else:
         out["keys"] = [key for key in msg["keys"] if key not in struck.releases]
     return out
+
+
+class PresentTasks:
+    """The scheduler's present tasks, as compaction asks after them (the :class:`PresentState` of a scheduler).
+
+    Parameters
+    ----------
+    scheduler
+        The scheduler.
+    """
+
+    def __init__(self, scheduler: SchedulerState) -> None:
+        self.scheduler = scheduler
+
+    def held(self, key: Key) -> bool:
+        """Whether the scheduler holds the task ``key``."""
+        return key in self.scheduler.tasks
+
+    def wants(self, client: str | None, key: Key) -> bool:
+        """Whether ``client`` wants the task ``key``."""
+        s = self.scheduler
+        cs = s.clients.get(client) if client is not None else None
+        ts = s.tasks.get(key)
+        return cs is not None and ts is not None and cs in ts.who_wants
+
+    def erred(self, key: Key) -> bool:
+        """Whether the task ``key`` is erred."""
+        ts = self.scheduler.tasks.get(key)
+        return ts is not None and ts.state == "erred"
+
+    def retries(self, key: Key) -> int:
+        """How many retries the task ``key`` has left."""
+        ts = self.scheduler.tasks.get(key)
+        return ts.retries if ts is not None else 0

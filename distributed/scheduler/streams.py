@@ -24,6 +24,7 @@ from distributed.core import Route, Status, StreamRoute, error_message
 from distributed.gc_tending import LargeStateGC
 from distributed.protocol import messages as m
 from distributed.protocol.messages import Key
+from distributed.scheduler.compaction import PresentTasks
 from distributed.scheduler.graph import INGEST_SLICE
 from distributed.scheduler.journal import JOURNALED_STREAM_OPS
 from distributed.scheduler.rebalance import recent_to_old_time
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PresentTasks", "SchedulerStreams"]
+__all__ = ["SchedulerStreams"]
 
 #: Messages of a worker's long batch handled between two yields to the event loop: one or two
 #: milliseconds of results, while the scheduler holds fewer than :data:`LARGE_STATE_TASKS` tasks.
@@ -484,12 +485,13 @@ class SchedulerStreams:
         if s.journal is not None:
             s.journal.record("remove-client", {"client": client})
         s.send_all(s.remove_client_state(client, stimulus_id=f"remove-client-{time.time()}"))
-        self.forget_journal_if_empty()
+        self.tend_journal()
 
-    def forget_journal_if_empty(self) -> None:
-        """With no task held, the journal's messages about tasks describe nothing: drop them.
+    def tend_journal(self) -> None:
+        """Keep the journal to what describes the present.
 
-        With tasks held, the journal is compacted once it is due (see
+        With no task held, the journal's messages about tasks describe nothing:
+        they are dropped.  With tasks held, the journal is compacted once it is due (see
         :meth:`~distributed.scheduler.journal.Journal.compact`), except during
         a takeover: the journal is still being read, and the tasks it describes
         are not all there yet.
@@ -548,7 +550,7 @@ class SchedulerStreams:
         finally:
             s.send_held_frees(held)
             if journal is not None:
-                self.forget_journal_if_empty()
+                self.tend_journal()
 
     async def _handle_in_steps(
         self,
@@ -673,7 +675,7 @@ class SchedulerStreams:
         """Cancel a client's keys (and what depends on them)."""
         s = self.scheduler
         s.send_all(s.cancel_keys(msg, f"cancel-{time.time()}"))
-        self.forget_journal_if_empty()
+        self.tend_journal()
         return "OK"
 
     def handle_retry(self, comm: Comm, msg: m.RetryKeys) -> list[Key]:
@@ -687,37 +689,3 @@ class SchedulerStreams:
 def stream_interval(key: str) -> float:
     """The batching interval of a stream, from config."""
     return get_interval(key, 0.00025)
-
-
-class PresentTasks:
-    """The scheduler's present tasks, as compaction of its journal asks after them (a ``PresentState``).
-
-    Parameters
-    ----------
-    scheduler
-        The scheduler.
-    """
-
-    def __init__(self, scheduler: Scheduler) -> None:
-        self.scheduler = scheduler
-
-    def held(self, key: Key) -> bool:
-        """Whether the scheduler holds the task ``key``."""
-        return key in self.scheduler.tasks
-
-    def wants(self, client: str | None, key: Key) -> bool:
-        """Whether ``client`` wants the task ``key``."""
-        s = self.scheduler
-        cs = s.clients.get(client) if client is not None else None
-        ts = s.tasks.get(key)
-        return cs is not None and ts is not None and cs in ts.who_wants
-
-    def erred(self, key: Key) -> bool:
-        """Whether the task ``key`` is erred."""
-        ts = self.scheduler.tasks.get(key)
-        return ts is not None and ts.state == "erred"
-
-    def retries(self, key: Key) -> int:
-        """How many retries the task ``key`` has left."""
-        ts = self.scheduler.tasks.get(key)
-        return ts.retries if ts is not None else 0

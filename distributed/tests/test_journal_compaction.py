@@ -12,9 +12,15 @@ import pytest
 from distributed import Client, Future, Queue, Scheduler, Variable, Worker, wait
 from distributed.protocol.serialize import Serialized
 from distributed.scheduler import journal as journal_module
-from distributed.scheduler.compaction import CompactionPlan, Struck, describe_row, plan_compaction, strike_keys
+from distributed.scheduler.compaction import (
+    CompactionPlan,
+    PresentTasks,
+    Struck,
+    describe_row,
+    plan_compaction,
+    strike_keys,
+)
 from distributed.scheduler.journal import Journal
-from distributed.scheduler.streams import PresentTasks
 from distributed.utils_test import async_poll_for, gen_test, inc, snapshot_journal
 
 
