@@ -621,6 +621,7 @@ class Worker(Server, PeerTransfers, TaskRunning, SchedulerLink):
         nbytes = {**self.held_nbytes(), **finished}
         state = self.state = self._new_state_machine(old.transfer_limit, old.fetch_concurrency)
         state.paused = old.paused
+        state.tasks_made += old.tasks_made  # a count of all the records made, as the collector's tending reads it
         state.log = old.log  # a key's story goes on across the loss
         self._update_transition_hook()
         self.handle_stimulus(HeldDataEvent(stimulus_id=f"scheduler-lost-{time.time()}", nbytes=nbytes))
