@@ -82,7 +82,7 @@ def cmd_targets(args: argparse.Namespace) -> int:
     from benchmarks.targets import targets_table
 
     incumbent = _load(args.incumbent) if args.incumbent else None
-    print(targets_table(_load(args.ours), incumbent, markdown=args.markdown))
+    print(targets_table(_load(args.ours), incumbent, markdown=args.markdown, which=args.set))
     return 0
 
 
@@ -288,6 +288,12 @@ def main(argv: list[str] | None = None) -> int:
     tg.add_argument("--ours", required=True, help="results of this project")
     tg.add_argument("--incumbent", help="results of a released distributed, run on the same machine")
     tg.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    tg.add_argument(
+        "--set",
+        choices=["first", "floor"],
+        default="first",
+        help="which targets: the first set, or those of the speed toward the floor",
+    )
 
     g = sub.add_parser("gate", help="fail when a ratio to the threads floor regressed")
     g.add_argument("--baseline", required=True)

@@ -40,6 +40,10 @@ FULL: list[Case] = [
     case("map_noop", 300, n=10_000, processes=True, queuing=False),
     case("map_noop", 600, n=50_000, processes=False),
     case("map_noop", 600, n=50_000, processes=True),
+    # The speed toward the floor (``targets --set floor``): the 100k-task map three ways.
+    case("map_noop", 900, n=100_000, processes=True),
+    case("map_noop", 900, n=100_000, processes=True, queuing=False),
+    case("map_noop", 900, n=100_000, processes=False),
     case("submit_chain", 300, n=2000),
     case("array_sum", 600, size=20_000, chunks=200),
     case("delayed_tree", 300, depth=13),
@@ -48,6 +52,8 @@ FULL: list[Case] = [
     case("transfer", 300, mb=200, tls=True),
     # Across test hosts (network namespaces; needs root), links limited to 200 Mbit/s.
     case("hosts", 300, rate_mbit=200, mb=50),
+    # The same map across test hosts and on one of them, side by side (unshaped links).
+    case("hosts", 600, kind="map", n=20_000),
     case("p2p", 1200, repeat=2, kind="shuffle", mb=1000, npartitions=100),
     case("p2p", 1200, repeat=2, kind="rechunk", mb=1000, npartitions=100),
     # Past memory: 2 GB through workers of 1.5 GB each (the task-based rechunk must spill).

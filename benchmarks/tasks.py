@@ -113,3 +113,10 @@ def sleep_slower_on(x: Any, slow_worker: str, seconds: float, factor: float) -> 
 
     time.sleep(seconds * factor if get_worker().address == slow_worker else seconds)
     return x
+
+
+def process_cpu(dask_scheduler: Any = None) -> float:
+    """CPU seconds the calling process has used so far, all its threads (run with ``Client.run_on_scheduler``)."""
+    import time
+
+    return time.process_time()

@@ -813,7 +813,10 @@ def hosts(p: Params, repeat: int) -> list[Metric]:
 
     Four network namespaces on a bridge (scheduler, two nanny-run workers,
     the client), every link shaped to ``rate_mbit`` with ``tc tbf``; the
-    figures are the fractions of the link's rate reached.  Needs root.
+    figures are the fractions of the link's rate reached.  With
+    ``kind="map"``, a map of ``n`` no-op tasks on unshaped links instead,
+    spread over the hosts and on one of them (:mod:`benchmarks.hosts_map`).
+    Needs root.
     """
     import tempfile
     from pathlib import Path
@@ -822,6 +825,8 @@ def hosts(p: Params, repeat: int) -> list[Metric]:
     why = mod.hosts_available()
     if why is not None:
         raise RuntimeError(f"the hosts case needs network namespaces: {why}")
+    if p.get("kind") == "map":
+        return _hosts_map(mod, int(p["n"]), repeat)
     with tempfile.TemporaryDirectory(prefix="bench-hosts-") as d, mod.TestHosts(4, Path(d)) as test_hosts:
         fractions = mod.shaped_transfer_rates(test_hosts, float(p["rate_mbit"]), float(p["mb"]), repeat)
     return [
@@ -840,6 +845,23 @@ def hosts(p: Params, repeat: int) -> list[Metric]:
             note="a dependency fetched from a worker on another host, as a fraction of the link's rate",
         ),
     ]
+
+
+def _hosts_map(mod: Any, n: int, repeat: int) -> list[Metric]:
+    import tempfile
+    from pathlib import Path
+
+    from benchmarks.clusters import BENCH_ROOT
+    from benchmarks.hosts_map import map_rates
+
+    with tempfile.TemporaryDirectory(prefix="bench-hosts-") as d, mod.TestHosts(4, Path(d)) as test_hosts:
+        got = map_rates(test_hosts, n, repeat, BENCH_ROOT)
+    where = {"hosts": "spread over four test hosts", "one_host": "all on one test host"}
+    out: list[Metric] = []
+    for name, text in where.items():
+        out.append(metric(f"tasks_per_s_{name}", "1/s", got[f"tasks_per_s_{name}"], higher_is_better=True, note=text))
+        out.append(metric(f"cpu_per_task_{name}", "s", got[f"cpu_per_task_{name}"], note=f"scheduler CPU, {text}"))
+    return out
 
 
 WORKLOADS: dict[str, Callable[[Params, int], list[Metric]]] = {
