@@ -19,6 +19,7 @@ from distributed.scheduler import Scheduler
 from distributed.tests.logs import caught_logs, messages
 from distributed.utils_test import async_poll_for, gen_cluster, inc
 from distributed.worker import Worker
+from distributed.worker.server import LINED_UP_PER_THREAD
 
 
 def task_uses_client(x: int) -> int:
@@ -146,6 +147,33 @@ async def test_busy_thread_goes_on_with_the_next_ready_task(c: Client, s: Schedu
     assert handed_over <= 15, handed_over  # 31 when every task goes through the queue
     ts_story = [e for e in state.story("t0", "t1") if e[2] == "executing"]
     assert len(ts_story) == 2
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)], config={"distributed.scheduler.worker-saturation": float("inf")})
+async def test_a_thread_goes_on_with_several_lined_up_tasks_while_the_loop_is_busy(
+    c: Client, s: Scheduler, a: Worker
+) -> None:
+    # Short tasks: the thread runs the lined-up ones back to back, not one per turn of the loop.
+    _GATE.clear()
+    _RAN.clear()
+    state = a.state
+    assert state is not None
+    block = c.submit(_blocker, pure=False)
+    names = [f"q{i}" for i in range(10)]
+    futures = c.map(_record, names, key=list[Key](names))
+    await async_poll_for(lambda: len(state.ready) == 10, timeout=10)
+    lined_up = LINED_UP_PER_THREAD * state.nthreads
+    assert lined_up > 1
+    # Hold the event loop (this test runs on it): only the pool thread can move now.
+    _GATE.set()
+    deadline = time.monotonic() + 10
+    while len(_RAN) < lined_up and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert names[:lined_up] == _RAN  # in priority order, without the loop
+    assert await c.gather(futures) == names
+    assert await block == "blocker"
+    assert sorted(_RAN) == names  # each ran once
+    assert [e[2] for e in state.story("q0") if e[1] == "ready"] == ["executing"]
 
 
 @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)], config={"distributed.scheduler.worker-saturation": float("inf")})

@@ -228,6 +228,28 @@ def test_priorities_order_execution() -> None:
     assert order == ["high", "mid", "low"]
 
 
+def test_next_ready_tasks_in_priority_order_up_to_one_that_needs_resources() -> None:
+    h = Harness(nthreads=1, resources={"GPU": 1})
+    assert executes(h.compute("running", priority=(-10,))) == ["running"]
+    assert h.ws.next_ready_tasks(4) == []  # nothing waits
+    for key, prio in [("c", (3,)), ("a", (1,)), ("b", (2,)), ("d", (4,)), ("e", (5,))]:
+        h.compute(key, priority=prio)
+    assert [ts.key for ts in h.ws.next_ready_tasks(3)] == ["a", "b", "c"]
+    assert [ts.key for ts in h.ws.next_ready_tasks(10)] == ["a", "b", "c", "d", "e"]
+    assert [ts.key for ts in h.ws.next_ready_tasks(1)] == ["a"]
+    # Asking leaves the queue as it was: the same answer again, and tasks start in the same order.
+    assert [ts.key for ts in h.ws.next_ready_tasks(3)] == ["a", "b", "c"]
+    # A freed task drops out; a task that needs resources ends the list (it may have to wait for them).
+    h.free("b")
+    gpu = h.compute_event("gpu", priority=(3, 5))
+    gpu.resources = {"GPU": 1}
+    h.handle(gpu)
+    assert [ts.key for ts in h.ws.next_ready_tasks(10)] == ["a", "c"]
+    # The first one starts when the thread frees up; the rest are next.
+    assert executes(h.success("running")) == ["a"]
+    assert [ts.key for ts in h.ws.next_ready_tasks(10)] == ["c"]
+
+
 def test_secede_frees_a_thread() -> None:
     h = Harness(nthreads=1)
     h.handle(h.compute_event("a", priority=(0,)), h.compute_event("b", priority=(1,)))

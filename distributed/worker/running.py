@@ -15,6 +15,7 @@ import asyncio
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Iterable, MutableMapping
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any, cast
@@ -74,9 +75,9 @@ class TaskRunning:
     _results: list[StateMachineEvent]
     _results_lock: threading.Lock
     _results_wake_pending: bool
-    _lined_up: Runnable | None
+    _lined_up: deque[Runnable]
     _large_result_bytes: float
-    _prepared: Runnable | None
+    _prepared: dict[Key, Runnable]
 
     @property
     def address(self) -> str:
@@ -109,7 +110,7 @@ class TaskRunning:
         if ts is None:
             return
         runnable = self._prepare(ts) if ts.state == "executing" else None
-        self._prepared = None
+        self._prepared.pop(key, None)
         if runnable is None or ((self.task_executors or ts.annotations) and self._runs_elsewhere(ts)):
             self._start_task(self.execute(key, run_id), f"execute-{key}")
             return
@@ -131,8 +132,8 @@ class TaskRunning:
         That takes async tasks, large run specs (unpickled off the loop), tasks
         for another executor and whatever fails here (it reports the error).
         """
-        prepared = self._prepared
-        if prepared is not None and prepared[2] == ts.key and prepared[3] == ts.run_id:
+        prepared = self._prepared.get(ts.key)
+        if prepared is not None and prepared[3] == ts.run_id:
             return prepared
         if (self.task_executors or ts.annotations) and self._runs_elsewhere(ts):
             return None
@@ -151,7 +152,7 @@ class TaskRunning:
                 return None
         elif getattr(node, "is_coro", False):
             return None
-        self._prepared = prepared = (node, args, ts.key, ts.run_id)
+        self._prepared[ts.key] = prepared = (node, args, ts.key, ts.run_id)
         return prepared
 
     def _run_task_in_thread(self, runnable: Runnable) -> None:
@@ -187,11 +188,11 @@ class TaskRunning:
             # 300 MB worker past the nanny's terminate line.
             if (
                 take_next
-                and self._lined_up is not None
+                and self._lined_up
                 and self.executor.may_continue()
                 and (type(ev) is not ExecuteSuccess or ev.nbytes < self._large_result_bytes)
             ):
-                taken, self._lined_up = self._lined_up, None
+                taken = self._lined_up.popleft()
                 self._results.append(ExecuteStarted(stimulus_id="ensure-computing", key=taken[2]))
             if self._results_wake_pending:
                 return taken

@@ -23,6 +23,7 @@ import random
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any, Literal
@@ -111,6 +112,8 @@ __all__ = ["Worker", "get_client", "get_worker", "parse_memory_limit", "rejoin",
 
 #: Seconds before a peer that answered get_data with "busy" is asked again.
 BUSY_RETRY_DELAY = 0.15
+#: Ready tasks lined up per pool thread for threads to go on with, without the loop (see Worker._line_up_next).
+LINED_UP_PER_THREAD = 4
 
 
 class Worker(Server, PeerTransfers, TaskRunning, SchedulerLink):
@@ -394,13 +397,16 @@ class Worker(Server, PeerTransfers, TaskRunning, SchedulerLink):
         self._results: list[StateMachineEvent] = []
         self._results_lock = threading.Lock()
         self._results_wake_pending = False
-        #: A ready task lined up for the first pool thread to finish its task (see _line_up_next);
-        #: set by the loop, taken by a pool thread, both under _results_lock.
-        self._lined_up: Runnable | None = None
+        #: Ready tasks lined up, in order, for pool threads that finish their task (see _line_up_next);
+        #: set by the loop, taken by pool threads, both under _results_lock.
+        self._lined_up: deque[Runnable] = deque()
         #: A pool thread whose result is at least this large leaves the lined-up task to the loop (see _post_result).
         self._large_result_bytes = math.inf
-        #: The last task prepared to run (its spec unpickled), reused when it is lined up again or executed.
-        self._prepared: Runnable | None = None
+        #: The tasks last prepared to run (their specs unpickled), by key: reused when lined up again or executed.
+        self._prepared: dict[Key, Runnable] = {}
+        #: The events of the scheduler's batch being handled, fed to the state machine together at its end
+        #: (see :meth:`dispatch_stream`); None outside a batch.
+        self._stream_events: list[StateMachineEvent] | None = None
         self.outgoing_transfer_count = 0
         #: Replies to peers' get_data being written now, and the most allowed (see PeerTransfers.handle_get_data).
         self.outgoing_to_peers = 0
@@ -932,7 +938,7 @@ class Worker(Server, PeerTransfers, TaskRunning, SchedulerLink):
         if state is None or self.status in (Status.closed,):
             return
         applied = False
-        if self._results or self._lined_up is not None:
+        if self._results or self._lined_up:
             applied = self._apply_results(state)
         if events or not applied:  # no events: start what may start (e.g. on resuming)
             self._carry_out(state.handle_stimulus(*events))
@@ -962,7 +968,7 @@ class Worker(Server, PeerTransfers, TaskRunning, SchedulerLink):
         """Hand the results pool threads posted to the state machine; whether there were any."""
         with self._results_lock:
             events, self._results = self._results, []
-            self._lined_up = None
+            self._lined_up.clear()
         if self._abandoned_runs or self._rerun_abandoned:
             kept: dict[Key, int] = {}
             events = [ev for ev in events if not self._abandoned(ev, kept)]
@@ -1001,30 +1007,41 @@ class Worker(Server, PeerTransfers, TaskRunning, SchedulerLink):
         return False
 
     def _line_up_next(self, state: WorkerStateMachine) -> None:
-        """Offer the next ready task to whichever pool thread finishes first.
+        """Offer the next ready tasks, in order, to whichever pool threads finish first.
 
         With every thread busy and tasks waiting, a thread that finishes would
         otherwise post its result, sleep, and be woken again once the loop has
-        handed it the next task: two context switches per task.  Taking the
+        handed it the next task: two context switches per task.  Taking a
         lined-up task instead, it goes straight on; the loop hears of it
         (:class:`ExecuteStarted`) with the result before any other event.
+        :data:`LINED_UP_PER_THREAD` per thread are lined up: with one, short
+        tasks ran two to a wake of the loop, the second thread's task waiting
+        on the loop's turn.  The loop takes them back at its next event.
         """
-        ts = state.next_ready() if self.status is Status.running else None
-        if ts is None:
-            self._prepared = None
-            return
-        runnable = self._prepare(ts)
-        if runnable is not None:
+        tasks = state.next_ready_tasks(LINED_UP_PER_THREAD * state.nthreads) if self.status is Status.running else []
+        runnables: list[Runnable] = []
+        for ts in tasks:
+            runnable = self._prepare(ts)
+            if runnable is None:
+                break  # that one starts from the loop, and those after it wait for it
+            runnables.append(runnable)
+        # Keep the prepared specs of the tasks lined up only (each holds its arguments).
+        self._prepared = {r[2]: r for r in runnables}
+        if runnables:
             with self._results_lock:
-                self._lined_up = runnable
+                # With a thread's news not applied yet, the state machine's order is stale: the loop,
+                # woken for that news already, lines up again once it is applied.
+                if not self._results:
+                    self._lined_up.clear()
+                    self._lined_up.extend(runnables)
 
     def _take_back_lined_up(self) -> None:
         """No pool thread may start the lined-up task any more (pausing, closing, a new state machine)."""
         lock = getattr(self, "_results_lock", None)
         if lock is not None:
             with lock:
-                self._lined_up = None
-            self._prepared = None
+                self._lined_up.clear()
+            self._prepared = {}
 
     def _carry_out(self, instructions: list[Instruction], started: list[Key] | None = None) -> None:
         to_scheduler: list[m.WorkerStreamMessage] = []
@@ -1076,10 +1093,52 @@ class Worker(Server, PeerTransfers, TaskRunning, SchedulerLink):
             # A bug in the worker itself: say so loudly rather than leave the task stuck in silence.
             logger.error("Worker %s: %s failed", self.address, task.get_name(), exc_info=task.exception())
 
+    def dispatch_stream(self, msgs: Any, origin: str = "", check: bool = True) -> None:
+        """Handle a batch of stream messages; their events reach the state machine as one stimulus.
+
+        The scheduler sends tasks in batches (60 compute-tasks a batch, on
+        average, in a map of no-op tasks).  Fed one by one, each paid the
+        shell's round (results posted, instructions carried out, the next task
+        lined up and its spec unpickled) for a task that is not the next to
+        run; fed together, the batch pays it once.  The order of events stays
+        the order of the messages.
+        """
+        if self._stream_events is not None:  # within a batch already (a handler that dispatches)
+            super().dispatch_stream(msgs, origin, check)
+            return
+        self._stream_events = []
+        try:
+            super().dispatch_stream(msgs, origin, check)
+        finally:
+            self._feed_stream_events()
+
+    def _from_stream(self, ev: StateMachineEvent) -> None:
+        """Feed ``ev`` to the state machine: at the end of the batch being handled, else now."""
+        events = self._stream_events
+        if events is None:
+            self.handle_stimulus(ev)
+        else:
+            events.append(ev)
+
+    def _feed_stream_events(self) -> None:
+        """Feed the events gathered from the batch so far; stop gathering."""
+        events, self._stream_events = self._stream_events, None
+        if not events:
+            return
+        try:
+            self.handle_stimulus(*events)
+            if self.actor_host.keys:
+                # Actors go once the state machine has let go of them.
+                self._prune_actors([key for ev in events if type(ev) is FreeKeysEvent for key in ev.keys])
+        except Exception:
+            logger.exception("Worker %s failed on the scheduler's messages", self.address)
+            if dask.config.get("distributed.admin.pdb-on-err", False):
+                raise
+
     def _stream_compute_task(self, msg: m.ComputeTask) -> None:
         if msg.get("actor"):
             self.actor_host.keys.add(msg["key"])
-        self.handle_stimulus(
+        self._from_stream(
             ComputeTaskEvent(
                 stimulus_id=f"compute-task-{msg['run_id']}",
                 key=msg["key"],
@@ -1095,10 +1154,10 @@ class Worker(Server, PeerTransfers, TaskRunning, SchedulerLink):
         )
 
     def _stream_free_keys(self, msg: m.FreeKeys) -> None:
-        self.handle_stimulus(
+        self._from_stream(
             FreeKeysEvent(stimulus_id=msg.get("stimulus_id", f"free-keys-{time.time()}"), keys=tuple(msg["keys"]))
         )
-        if self.actor_host.keys:
+        if self._stream_events is None and self.actor_host.keys:  # handled now (else with its batch)
             self._prune_actors(msg["keys"])
 
     def handle_free_keys(self, comm: Comm, msg: m.FreeKeys) -> str:
@@ -1107,9 +1166,12 @@ class Worker(Server, PeerTransfers, TaskRunning, SchedulerLink):
         return "OK"
 
     def _stream_steal_request(self, msg: m.StealRequest) -> None:
-        self.handle_stimulus(StealRequestEvent(stimulus_id=msg["stimulus_id"], key=msg["key"]))
+        self._from_stream(StealRequestEvent(stimulus_id=msg["stimulus_id"], key=msg["key"]))
 
     def _stream_close_worker(self, msg: m.CloseWorker) -> None:
+        if self._stream_events:
+            self._feed_stream_events()  # what came before the request to close, first
+            self._stream_events = []
         logger.info("Scheduler asked worker %s to close: %s", self.address, msg.get("reason", ""))
         self._close_requested = True
         self.spawn(self.close(reason=msg.get("reason", "scheduler-request")), name="close-worker")
@@ -1138,7 +1200,7 @@ class Worker(Server, PeerTransfers, TaskRunning, SchedulerLink):
         return "OK"
 
     def _stream_acquire_replicas(self, msg: m.AcquireReplicas) -> None:
-        self.handle_stimulus(
+        self._from_stream(
             AcquireReplicasEvent(
                 stimulus_id=f"acquire-replicas-{time.time()}", who_has=msg["who_has"], nbytes=msg["nbytes"]
             )

@@ -705,6 +705,36 @@ class WorkerStateMachine:
             return None
         return ready[0][2]
 
+    def next_ready_tasks(self, n: int) -> list[WorkerTask]:
+        """Up to ``n`` tasks to start, in order, as threads free up, if every thread is busy.
+
+        The first is :meth:`next_ready`'s; the others follow it in priority
+        order, up to the first that needs resources (it may have to wait for
+        them).  Empty when :meth:`next_ready` is None.  Stable until the next event.
+        """
+        first = self.next_ready()
+        if first is None:
+            return []
+        if n <= 1:
+            return [first]
+        ready = self.ready
+        popped: list[tuple[tuple[Any, ...], int, WorkerTask]] = []
+        tasks: list[WorkerTask] = []
+        seen: set[WorkerTask] = set()
+        while ready and len(tasks) < n:
+            item = heapq.heappop(ready)
+            popped.append(item)
+            ts = item[2]
+            if ts.state != "ready" or ts in seen:
+                continue  # started or released since it was queued, or queued twice
+            if ts.resources:
+                break
+            seen.add(ts)
+            tasks.append(ts)
+        for item in popped:
+            heapq.heappush(ready, item)
+        return tasks
+
     def _ensure_communicating(self, instructions: list[Instruction]) -> None:
         if not self.to_fetch:
             return
