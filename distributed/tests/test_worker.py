@@ -13,13 +13,14 @@ import psutil
 import pytest
 from dask.delayed import delayed
 
-from distributed import Client, Status, get_client, get_worker, rejoin, secede
+from distributed import Client, Future, Status, get_client, get_worker, rejoin, secede
 from distributed.protocol.messages import Key
 from distributed.scheduler import Scheduler
 from distributed.tests.logs import caught_logs, messages
 from distributed.utils_test import async_poll_for, gen_cluster, inc
 from distributed.worker import Worker
 from distributed.worker.server import LINED_UP_PER_THREAD
+from distributed.worker.state_machine import WorkerStateMachine
 
 
 def task_uses_client(x: int) -> int:
@@ -113,6 +114,20 @@ def _blocker() -> str:
     return "blocker"
 
 
+def _records_cleared(a: Worker) -> WorkerStateMachine:
+    """``a``'s state machine, with the gate closed and no task recorded as run."""
+    _GATE.clear()
+    _RAN.clear()
+    state = a.state
+    assert state is not None
+    return state
+
+
+def _thread_held(c: Client, a: Worker) -> tuple[WorkerStateMachine, Future]:
+    """As :func:`_records_cleared`, with ``a``'s one thread held by a task until ``_GATE`` is set."""
+    return _records_cleared(a), c.submit(_blocker, pure=False)
+
+
 def _record(name: str, seconds: float = 0.0) -> str:
     _RAN.append(name)
     time.sleep(seconds)  # the task's own work: long enough for the loop to line up the next one
@@ -123,10 +138,7 @@ def _record(name: str, seconds: float = 0.0) -> str:
 async def test_busy_thread_goes_on_with_the_next_ready_task(c: Client, s: Scheduler, a: Worker) -> None:
     # A thread that finishes while tasks wait takes the next one itself instead of
     # sleeping until the event loop hands it over: few tasks go through the pool's queue.
-    _GATE.clear()
-    _RAN.clear()
-    state = a.state
-    assert state is not None
+    state = _records_cleared(a)
     handed_over = 0
     submit_nowait = a.executor.submit_nowait
 
@@ -154,16 +166,12 @@ async def test_a_thread_goes_on_with_several_lined_up_tasks_while_the_loop_is_bu
     c: Client, s: Scheduler, a: Worker
 ) -> None:
     # Short tasks: the thread runs the lined-up ones back to back, not one per turn of the loop.
-    _GATE.clear()
-    _RAN.clear()
-    state = a.state
-    assert state is not None
-    block = c.submit(_blocker, pure=False)
-    names = [f"q{i}" for i in range(10)]
-    futures = c.map(_record, names, key=list[Key](names))
-    await async_poll_for(lambda: len(state.ready) == 10, timeout=10)
+    state, block = _thread_held(c, a)
     lined_up = LINED_UP_PER_THREAD * state.nthreads
     assert lined_up > 1
+    names = [f"q{i:02d}" for i in range(lined_up + 5)]
+    futures = c.map(_record, names, key=list[Key](names))
+    await async_poll_for(lambda: len(state.ready) == len(names), timeout=10)
     # Hold the event loop (this test runs on it): only the pool thread can move now.
     _GATE.set()
     deadline = time.monotonic() + 10
@@ -173,18 +181,34 @@ async def test_a_thread_goes_on_with_several_lined_up_tasks_while_the_loop_is_bu
     assert await c.gather(futures) == names
     assert await block == "blocker"
     assert sorted(_RAN) == names  # each ran once
-    assert [e[2] for e in state.story("q0") if e[1] == "ready"] == ["executing"]
+    assert [e[2] for e in state.story("q00") if e[1] == "ready"] == ["executing"]
+
+
+def _record_with(name: str, dep: object) -> str:
+    return _record(name)
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)], config={"distributed.scheduler.worker-saturation": float("inf")})
+async def test_tasks_with_inputs_are_not_lined_up_beyond_one_per_thread(c: Client, s: Scheduler, a: Worker) -> None:
+    # A lined-up task holds its inputs: only the next one per thread is, the others wait for the loop.
+    x = c.submit(inc, 1, key="x")
+    await x
+    state, block = _thread_held(c, a)
+    names = [f"d{i}" for i in range(6)]
+    futures = c.map(_record_with, names, dep=x, key=list[Key](names))
+    await async_poll_for(lambda: len(state.ready) == len(names), timeout=10)
+    assert [ts.key for ts in state.next_ready_tasks(LINED_UP_PER_THREAD * state.nthreads)] == names
+    assert [runnable[2] for runnable in a._lined_up] == names[: state.nthreads]
+    _GATE.set()
+    assert await c.gather(futures) == names
+    assert await block == "blocker"
 
 
 @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)], config={"distributed.scheduler.worker-saturation": float("inf")})
 async def test_task_lined_up_for_a_thread_yields_to_a_later_one_of_higher_priority(
     c: Client, s: Scheduler, a: Worker
 ) -> None:
-    _GATE.clear()
-    _RAN.clear()
-    state = a.state
-    assert state is not None
-    block = c.submit(_blocker, pure=False)
+    state, block = _thread_held(c, a)
     low = c.submit(_record, "low", key="low", priority=0)
     await async_poll_for(lambda: len(state.ready) == 1, timeout=10)
     high = c.submit(_record, "high", key="high", priority=10)
@@ -198,11 +222,7 @@ async def test_task_lined_up_for_a_thread_yields_to_a_later_one_of_higher_priori
 async def test_task_lined_up_for_a_thread_and_then_cancelled_does_not_run(
     c: Client[Literal[True]], s: Scheduler, a: Worker
 ) -> None:
-    _GATE.clear()
-    _RAN.clear()
-    state = a.state
-    assert state is not None
-    block = c.submit(_blocker, pure=False)
+    state, block = _thread_held(c, a)
     doomed = c.submit(_record, "doomed", key="doomed")
     await async_poll_for(lambda: len(state.ready) == 1, timeout=10)
     await c.cancel(doomed)
@@ -217,11 +237,7 @@ async def test_task_lined_up_for_a_thread_and_then_cancelled_does_not_run(
 @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)], config={"distributed.scheduler.worker-saturation": float("inf")})
 async def test_tasks_ready_on_a_paused_worker_start_when_it_resumes(c: Client, s: Scheduler, a: Worker) -> None:
     # As the memory monitor does: pause, then resume with an event-less handle_stimulus().
-    _GATE.clear()
-    _RAN.clear()
-    state = a.state
-    assert state is not None
-    block = c.submit(_blocker, pure=False)
+    state, block = _thread_held(c, a)
     later = c.map(_record, ["x", "y"], key=["x", "y"])
     await async_poll_for(lambda: len(state.ready) == 2, timeout=10)
     a.status = Status.paused
