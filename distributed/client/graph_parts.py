@@ -277,21 +277,24 @@ def start_background_parts(
     """
 
     def run() -> None:
+        # Paused for all the parts, not each in turn: re-enabled between parts, the collector examined each
+        # part's objects (kept until sent) and, as they piled up, went through all the futures again.
         try:
-            for i in range(1, len(plan)):
-                if parts.stop:
-                    break
-                try:
-                    msg = plan.message(i)
-                except Exception as e:
-                    logger.debug("Part %d of a graph could not be serialised", i, exc_info=True)
-                    fail(plan.wanted_in(i), e)
-                    end = plan.abandon_message()
-                    if end is not None:
-                        parts.ready.append(end)
-                    break
-                parts.ready.append(msg)
-                kick()
+            with paused_gc(plan.ntasks):
+                for i in range(1, len(plan)):
+                    if parts.stop:
+                        break
+                    try:
+                        msg = plan.message(i)
+                    except Exception as e:
+                        logger.debug("Part %d of a graph could not be serialised", i, exc_info=True)
+                        fail(plan.wanted_in(i), e)
+                        end = plan.abandon_message()
+                        if end is not None:
+                            parts.ready.append(end)
+                        break
+                    parts.ready.append(msg)
+                    kick()
         finally:
             parts.done = True
             kick()

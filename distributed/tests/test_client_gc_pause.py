@@ -57,3 +57,28 @@ def test_the_parts_of_a_large_graph_are_made_paused_however_small(ntasks: int, p
     plan.message(1)
     assert seen and set(seen) == {not paused}
     assert gc.isenabled()
+
+
+def test_the_collector_stays_paused_between_the_parts_made_in_the_background() -> None:
+    """Switched back on between parts, the collector examined each part, and the futures again and again."""
+    from dask._task_spec import Task
+
+    from distributed.client.graph_parts import GraphPlan, PendingParts, start_background_parts
+    from distributed.protocol.messages import Key
+    from distributed.utils_test import inc
+
+    keys: list[Key] = [f"k-{i}" for i in range(GC_PAUSE_MIN)]
+    plan = GraphPlan("client", keys, lambda key: Task(key, inc, 1), keys, chunk_size=100, all_wanted=True)
+    parts = PendingParts()
+    between_parts: list[bool] = []
+    failed: list[BaseException] = []
+    thread = start_background_parts(
+        plan, parts, kick=lambda: between_parts.append(gc.isenabled()), fail=lambda keys, e: failed.append(e)
+    )
+    thread.join(60)
+    assert not thread.is_alive() and not failed
+    assert parts.done and len(parts.ready) == len(plan) - 1
+    # A kick after each part made, then one as the thread ends (the pause is over by then).
+    assert len(between_parts) == len(plan)
+    assert not any(between_parts[:-1])
+    assert between_parts[-1] and gc.isenabled()
