@@ -19,7 +19,7 @@ from distributed.scheduler import Scheduler
 from distributed.tests.logs import caught_logs, messages
 from distributed.utils_test import async_poll_for, gen_cluster, inc
 from distributed.worker import Worker
-from distributed.worker.server import LINED_UP_PER_THREAD
+from distributed.worker.running import LINED_UP_PER_THREAD
 from distributed.worker.state_machine import WorkerStateMachine
 
 

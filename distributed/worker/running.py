@@ -24,6 +24,7 @@ from dask._task_spec import Task
 from dask.sizeof import sizeof
 from dask.utils import typename
 
+from distributed.core import Status
 from distributed.exceptions import Reschedule
 from distributed.protocol.messages import Key
 from distributed.protocol.serialize import unwrap
@@ -57,6 +58,9 @@ __all__ = ["TaskRunning"]
 
 logger = logging.getLogger("distributed.worker")
 
+#: Ready tasks lined up per pool thread for threads to go on with, without the loop (see TaskRunning._line_up_next).
+LINED_UP_PER_THREAD = 16
+
 
 class TaskRunning:
     """Running ready tasks and reporting their outcome; the :class:`~distributed.worker.Worker` provides the rest.
@@ -72,6 +76,7 @@ class TaskRunning:
     task_executors: dict[str, Executor]
     actor_host: ActorHost
     actor_executor: Any
+    status: Status
     _results: list[StateMachineEvent]
     _results_lock: threading.Lock
     _results_wake_pending: bool
@@ -154,6 +159,47 @@ class TaskRunning:
             return None
         self._prepared[ts.key] = prepared = (node, args, ts.key, ts.run_id)
         return prepared
+
+    def _line_up_next(self, state: WorkerStateMachine) -> None:
+        """Offer the next ready tasks, in order, to whichever pool threads finish first.
+
+        With every thread busy and tasks waiting, a thread that finishes would
+        otherwise post its result, sleep, and be woken again once the loop has
+        handed it the next task: two context switches per task.  Taking a
+        lined-up task instead, it goes straight on; the loop hears of it
+        (:class:`ExecuteStarted`) with the result before any other event.
+        Up to :data:`LINED_UP_PER_THREAD` per thread are lined up: with one in
+        all, no-op tasks ran about two to a wake of the loop, and a worker
+        spent 42 µs of CPU per task of a map where it spends 25 with 16.  The
+        loop takes them back at its next event.
+        """
+        tasks = state.next_ready_tasks(LINED_UP_PER_THREAD * state.nthreads) if self.status is Status.running else []
+        runnables: list[Runnable] = []
+        for i, ts in enumerate(tasks):
+            if ts.dependencies and i >= state.nthreads:
+                # A prepared task holds its inputs: lined up far ahead, it would keep spilled data in memory.
+                break
+            runnable = self._prepare(ts)
+            if runnable is None:
+                break  # that one starts from the loop, and those after it wait for it
+            runnables.append(runnable)
+        # Keep the prepared specs of the tasks lined up only (each holds its arguments).
+        self._prepared = {r[2]: r for r in runnables}
+        if runnables:
+            with self._results_lock:
+                # With a thread's news not applied yet, the state machine's order is stale: the loop,
+                # woken for that news already, lines up again once it is applied.
+                if not self._results:
+                    self._lined_up.clear()
+                    self._lined_up.extend(runnables)
+
+    def _take_back_lined_up(self) -> None:
+        """No pool thread may start the lined-up task any more (pausing, closing, a new state machine)."""
+        lock = getattr(self, "_results_lock", None)
+        if lock is not None:
+            with lock:
+                self._lined_up.clear()
+            self._prepared = {}
 
     def _run_task_in_thread(self, runnable: Runnable) -> None:
         """Run a task, then the lined-up one if this thread may take it, and so on."""

@@ -112,8 +112,6 @@ __all__ = ["Worker", "get_client", "get_worker", "parse_memory_limit", "rejoin",
 
 #: Seconds before a peer that answered get_data with "busy" is asked again.
 BUSY_RETRY_DELAY = 0.15
-#: Ready tasks lined up per pool thread for threads to go on with, without the loop (see Worker._line_up_next).
-LINED_UP_PER_THREAD = 16
 
 
 class Worker(Server, PeerTransfers, TaskRunning, SchedulerLink):
@@ -1006,47 +1004,6 @@ class Worker(Server, PeerTransfers, TaskRunning, SchedulerLink):
             self._abandoned_runs.add(run)
         return False
 
-    def _line_up_next(self, state: WorkerStateMachine) -> None:
-        """Offer the next ready tasks, in order, to whichever pool threads finish first.
-
-        With every thread busy and tasks waiting, a thread that finishes would
-        otherwise post its result, sleep, and be woken again once the loop has
-        handed it the next task: two context switches per task.  Taking a
-        lined-up task instead, it goes straight on; the loop hears of it
-        (:class:`ExecuteStarted`) with the result before any other event.
-        Up to :data:`LINED_UP_PER_THREAD` per thread are lined up: with one in
-        all, no-op tasks ran about two to a wake of the loop, and a worker
-        spent 42 µs of CPU per task of a map where it spends 25 with 16.  The
-        loop takes them back at its next event.
-        """
-        tasks = state.next_ready_tasks(LINED_UP_PER_THREAD * state.nthreads) if self.status is Status.running else []
-        runnables: list[Runnable] = []
-        for i, ts in enumerate(tasks):
-            if ts.dependencies and i >= state.nthreads:
-                # A prepared task holds its inputs: lined up far ahead, it would keep spilled data in memory.
-                break
-            runnable = self._prepare(ts)
-            if runnable is None:
-                break  # that one starts from the loop, and those after it wait for it
-            runnables.append(runnable)
-        # Keep the prepared specs of the tasks lined up only (each holds its arguments).
-        self._prepared = {r[2]: r for r in runnables}
-        if runnables:
-            with self._results_lock:
-                # With a thread's news not applied yet, the state machine's order is stale: the loop,
-                # woken for that news already, lines up again once it is applied.
-                if not self._results:
-                    self._lined_up.clear()
-                    self._lined_up.extend(runnables)
-
-    def _take_back_lined_up(self) -> None:
-        """No pool thread may start the lined-up task any more (pausing, closing, a new state machine)."""
-        lock = getattr(self, "_results_lock", None)
-        if lock is not None:
-            with lock:
-                self._lined_up.clear()
-            self._prepared = {}
-
     def _carry_out(self, instructions: list[Instruction], started: list[Key] | None = None) -> None:
         to_scheduler: list[m.WorkerStreamMessage] = []
         lazy = True
@@ -1114,30 +1071,29 @@ class Worker(Server, PeerTransfers, TaskRunning, SchedulerLink):
         try:
             super().dispatch_stream(msgs, origin, check)
         finally:
-            self._feed_stream_events()
+            events, self._stream_events = self._stream_events, None
+            try:
+                self._feed(events)
+            except Exception:
+                logger.exception("Worker %s failed on the scheduler's messages", self.address)
+                if dask.config.get("distributed.admin.pdb-on-err", False):
+                    raise
 
     def _from_stream(self, ev: StateMachineEvent) -> None:
         """Feed ``ev`` to the state machine: at the end of the batch being handled, else now."""
         events = self._stream_events
         if events is None:
-            self.handle_stimulus(ev)
+            self._feed([ev])
         else:
             events.append(ev)
 
-    def _feed_stream_events(self) -> None:
-        """Feed the events gathered from the batch so far; stop gathering."""
-        events, self._stream_events = self._stream_events, None
+    def _feed(self, events: list[StateMachineEvent] | None) -> None:
+        """Feed the scheduler's ``events`` to the state machine; drop the actors it let go of."""
         if not events:
             return
-        try:
-            self.handle_stimulus(*events)
-            if self.actor_host.keys:
-                # Actors go once the state machine has let go of them.
-                self._prune_actors([key for ev in events if type(ev) is FreeKeysEvent for key in ev.keys])
-        except Exception:
-            logger.exception("Worker %s failed on the scheduler's messages", self.address)
-            if dask.config.get("distributed.admin.pdb-on-err", False):
-                raise
+        self.handle_stimulus(*events)
+        if self.actor_host.keys:
+            self._prune_actors([key for ev in events if type(ev) is FreeKeysEvent for key in ev.keys])
 
     def _stream_compute_task(self, msg: m.ComputeTask) -> None:
         if msg.get("actor"):
@@ -1161,8 +1117,6 @@ class Worker(Server, PeerTransfers, TaskRunning, SchedulerLink):
         self._from_stream(
             FreeKeysEvent(stimulus_id=msg.get("stimulus_id", f"free-keys-{time.time()}"), keys=tuple(msg["keys"]))
         )
-        if self._stream_events is None and self.actor_host.keys:  # handled now (else with its batch)
-            self._prune_actors(msg["keys"])
 
     def handle_free_keys(self, comm: Comm, msg: m.FreeKeys) -> str:
         """Free ``keys`` now and say so (the scheduler forgot this worker's copies)."""
@@ -1173,9 +1127,9 @@ class Worker(Server, PeerTransfers, TaskRunning, SchedulerLink):
         self._from_stream(StealRequestEvent(stimulus_id=msg["stimulus_id"], key=msg["key"]))
 
     def _stream_close_worker(self, msg: m.CloseWorker) -> None:
-        if self._stream_events:
-            self._feed_stream_events()  # what came before the request to close, first
-            self._stream_events = []
+        if self._stream_events:  # what came before the request to close goes first
+            events, self._stream_events = self._stream_events, []
+            self._feed(events)
         logger.info("Scheduler asked worker %s to close: %s", self.address, msg.get("reason", ""))
         self._close_requested = True
         self.spawn(self.close(reason=msg.get("reason", "scheduler-request")), name="close-worker")

@@ -712,26 +712,23 @@ class WorkerStateMachine:
         order, up to the first that needs resources (it may have to wait for
         them).  Empty when :meth:`next_ready` is None.  Stable until the next event.
         """
-        first = self.next_ready()
-        if first is None:
+        if self.next_ready() is None:
             return []
-        if n <= 1:
-            return [first]
         ready = self.ready
-        popped: list[tuple[tuple[Any, ...], int, WorkerTask]] = []
+        kept: list[tuple[tuple[Any, ...], int, WorkerTask]] = []
         tasks: list[WorkerTask] = []
         seen: set[WorkerTask] = set()
         while ready and len(tasks) < n:
             item = heapq.heappop(ready)
-            popped.append(item)
             ts = item[2]
             if ts.state != "ready" or ts in seen:
-                continue  # started or released since it was queued, or queued twice
+                continue  # started or released since it was queued, or queued twice: dropped, as next_ready does
+            kept.append(item)
             if ts.resources:
                 break
             seen.add(ts)
             tasks.append(ts)
-        for item in popped:
+        for item in kept:
             heapq.heappush(ready, item)
         return tasks
 
