@@ -398,6 +398,8 @@ class Worker(Server, PeerTransfers, TaskRunning, SchedulerLink):
         #: Ready tasks lined up, in order, for pool threads that finish their task (see _line_up_next);
         #: set by the loop, taken by pool threads, both under _results_lock.
         self._lined_up: deque[Runnable] = deque()
+        #: Whether pool threads may take from _lined_up: closed while the loop feeds events to the state machine.
+        self._lineup_open = False
         #: A pool thread whose result is at least this large leaves the lined-up task to the loop (see _post_result).
         self._large_result_bytes = math.inf
         #: The tasks last prepared to run (their specs unpickled), by key: reused when lined up again or executed.
@@ -966,7 +968,7 @@ class Worker(Server, PeerTransfers, TaskRunning, SchedulerLink):
         """Hand the results pool threads posted to the state machine; whether there were any."""
         with self._results_lock:
             events, self._results = self._results, []
-            self._lined_up.clear()
+            self._lineup_open = False  # the events may change the order; _line_up_next opens it again
         if self._abandoned_runs or self._rerun_abandoned:
             kept: dict[Key, int] = {}
             events = [ev for ev in events if not self._abandoned(ev, kept)]

@@ -425,6 +425,8 @@ class WorkerStateMachine:
         self.tasks_made = 0
         self.ready: list[tuple[tuple[Any, ...], int, WorkerTask]] = []
         self._ready_counter = 0
+        #: The first priority among the tasks made ready since :meth:`mark_ready_order` (None: none since).
+        self.first_ready_since_mark: tuple[Any, ...] | None = None
         self.executing: set[WorkerTask] = set()
         self.long_running: set[WorkerTask] = set()
         #: Keys in state fetch, in the order they were asked for.
@@ -536,7 +538,11 @@ class WorkerStateMachine:
             del self.to_fetch[ts]
         ts.state = "ready"
         self._ready_counter += 1
-        heapq.heappush(self.ready, (ts.priority, self._ready_counter, ts))
+        priority = ts.priority
+        heapq.heappush(self.ready, (priority, self._ready_counter, ts))
+        first = self.first_ready_since_mark
+        if first is None or priority < first:
+            self.first_ready_since_mark = priority
         return None
 
     def _ready_to_executing(self, ts: WorkerTask, stimulus_id: str, instructions: list[Instruction]) -> Recs | None:
@@ -705,15 +711,18 @@ class WorkerStateMachine:
             return None
         return ready[0][2]
 
-    def next_ready_tasks(self, n: int) -> list[WorkerTask]:
+    def next_ready_tasks(self, n: int, with_inputs: int | None = None) -> list[WorkerTask]:
         """Up to ``n`` tasks to start, in order, as threads free up, if every thread is busy.
 
         The first is :meth:`next_ready`'s; the others follow it in priority
         order, up to the first that needs resources (it may have to wait for
-        them).  Empty when :meth:`next_ready` is None.  Stable until the next event.
+        them), or, with ``with_inputs``, the first task with inputs beyond that
+        many.  Empty when :meth:`next_ready` is None.  Stable until the next event.
         """
         if self.next_ready() is None:
             return []
+        if with_inputs is None:
+            with_inputs = n
         ready = self.ready
         kept: list[tuple[tuple[Any, ...], int, WorkerTask]] = []
         tasks: list[WorkerTask] = []
@@ -724,13 +733,17 @@ class WorkerStateMachine:
             if ts.state != "ready" or ts in seen:
                 continue  # started or released since it was queued, or queued twice: dropped, as next_ready does
             kept.append(item)
-            if ts.resources:
+            if ts.resources or (ts.dependencies and len(tasks) >= with_inputs):
                 break
             seen.add(ts)
             tasks.append(ts)
         for item in kept:
             heapq.heappush(ready, item)
         return tasks
+
+    def mark_ready_order(self) -> None:
+        """Start noting :attr:`first_ready_since_mark` afresh: whether a task made ready since goes before others."""
+        self.first_ready_since_mark = None
 
     def _ensure_communicating(self, instructions: list[Instruction]) -> None:
         if not self.to_fetch:
