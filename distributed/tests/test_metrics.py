@@ -225,3 +225,43 @@ def test_loop_health_observed_interval_per_cycle() -> None:
     assert h.interval_observed == pytest.approx(0.25)  # the next cycle is not over yet
     h.tick(start + 2.0)
     assert h.interval_observed == pytest.approx(0.5)
+
+
+@pytest.mark.timeout(30)
+def test_servers_on_one_loop_share_one_tick_timer() -> None:
+    # Each LoopHealth ticking on a timer of its own: a process of 250 workers ran 12,500 timer callbacks a second.
+    async def body() -> None:
+        loop = asyncio.get_running_loop()
+        timers: list[str] = []  # the tick timers made (asyncio.sleep makes timers too)
+        real_call_later = loop.call_later
+
+        def counting_call_later(delay: float, callback: Any, *args: Any, **kwargs: Any) -> asyncio.TimerHandle:
+            if "Tick" in getattr(callback, "__qualname__", ""):
+                timers.append(callback.__qualname__)
+            return real_call_later(delay, callback, *args, **kwargs)
+
+        # Counting the loop's timers: an instance attribute shadows the method.
+        loop.call_later = counting_call_later  # type: ignore[method-assign,assignment]
+        healths = [LoopHealth(f"Server-{i}", interval=0.01, limit=10.0, cycle=1.0) for i in range(50)]
+        try:
+            for h in healths:
+                h.arm(loop)
+            await async_poll_for(lambda: all(h.count >= 5 for h in healths), 10)
+            # One timer per tick for all fifty (and a tick or so made while the last ones were checked).
+            assert len(timers) <= max(h.count for h in healths) + 2
+            assert all(h.armed for h in healths)
+        finally:
+            for h in healths:
+                h.disarm()
+        counts = [h.count for h in healths]
+        timers.clear()
+        await asyncio.sleep(0.05)
+        assert timers == [] and [h.count for h in healths] == counts  # the last one out stops the timer
+        # A server armed again gets a timer again.
+        healths[0].arm(loop)
+        try:
+            await async_poll_for(lambda: healths[0].count > counts[0], 10)
+        finally:
+            healths[0].disarm()
+
+    asyncio.run(body())

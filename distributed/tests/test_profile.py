@@ -14,7 +14,17 @@ from typing import Any, Literal
 import pytest
 
 from distributed import Client
-from distributed.profile import Profiler, Sampler, create, current_frames, merge, plot_data, process, sampler
+from distributed.profile import (
+    LoopTrees,
+    Profiler,
+    Sampler,
+    create,
+    current_frames,
+    merge,
+    plot_data,
+    process,
+    sampler,
+)
 from distributed.scheduler import Scheduler
 from distributed.utils_test import gen_cluster, gen_test, inc, poll_for
 from distributed.worker import Worker
@@ -387,3 +397,28 @@ def test_frames_are_read_with_no_collection_on_python_3_11(monkeypatch: pytest.M
     assert threading.get_ident() in frames
     assert collector_on == [sys.version_info >= (3, 12)]
     assert gc.isenabled()
+
+
+def test_profilers_of_one_loop_share_its_trees_sampled_once_a_tick() -> None:
+    # 250 workers on one loop added the same stack to 250 trees every tick: a third of a core, idle.
+    me = threading.get_ident()
+    profilers = [Profiler({}, me, interval=0.01, cycle=10.0) for _ in range(3)]
+    other_cycle = Profiler({}, me, interval=0.01, cycle=5.0)
+    trees = profilers[0].loop_trees
+    assert trees is not None and all(p.loop_trees is trees for p in profilers)
+    assert other_cycle.loop_trees is not trees
+    assert LoopTrees.shared(me, 0.01, 10.0, profilers[0].history.maxlen or 0) is trees
+    frames = {me: sys._getframe()}
+    for tick in (1, 2):
+        paths: dict[Any, Any] = {}
+        for p in profilers:
+            p.sample_frames(frames, paths, tick)
+    assert all(p.get_profile(server=True)["count"] == 2 for p in profilers)  # one sample a tick, not three
+    profilers[0].sample_frames(frames, {})  # a sample of its own (no tick) always counts
+    assert profilers[1].get_profile(server=True)["count"] == 3
+    now = time.time()
+    for p in profilers:
+        p.close_cycle(now)  # each sharer closes its cycle: the loop's trees close once
+    assert len(trees.history) == 1 and trees.recent["count"] == 0
+    assert [len(p.cycles_after(0, server=True)) for p in profilers] == [1, 1, 1]
+    assert profilers[2].get_profile(server=True, start=0, stop=now)["count"] == 3

@@ -9,7 +9,7 @@ import dask.config
 import psutil
 import pytest
 
-from distributed import Scheduler, Worker
+from distributed import Scheduler, Worker, system_monitor
 from distributed.system_monitor import SystemMonitor
 from distributed.utils_test import async_poll_for, gen_cluster
 
@@ -71,3 +71,16 @@ async def test_every_server_samples_at_the_configured_interval(s: Scheduler, a: 
     await async_poll_for(lambda: s.monitor.count >= start[0] + 5 and a.monitor.count >= start[1] + 5, 10)
     assert s.periodic_callbacks["monitor"].interval == 0.01
     assert s.monitor.recent()["memory"] > 10_000_000
+
+
+def test_monitors_of_one_process_share_a_fresh_reading(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 250 workers' monitors read the counters 500 times a second in one process: a tenth of a core.
+    monkeypatch.setattr(system_monitor, "SHARED_READING_AGE", 60.0)  # however slow the machine
+    first, second = SystemMonitor(), SystemMonitor()
+    a = first.update()
+    b = second.update()
+    assert b["time"] == a["time"] and b["memory"] == a["memory"]
+    # A monitor's own next sample is never its previous reading: it reads afresh (or takes a newer one).
+    again = first.update()
+    assert again["time"] > a["time"]
+    assert all(value >= 0 for name, value in again.items() if name != "time")

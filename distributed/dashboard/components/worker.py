@@ -711,12 +711,7 @@ class ProfilePanel:
         profiler = self.worker.profiler
         if profiler is None:
             return []
-        history: Iterable[tuple[float, Any]]
-        with profiler.lock:
-            history = profiler.server_history if self.server else profiler.keys_history
-            newest = list(itertools.takewhile(lambda e: e[0] > after, reversed(history)))
-        newest.reverse()
-        return newest
+        return profiler.cycles_after(after, server=self.server)
 
     def update(self) -> None:
         """Add the cycles closed since the last update to the timeline (and new key prefixes to the choice)."""
