@@ -82,3 +82,28 @@ def test_the_collector_stays_paused_between_the_parts_made_in_the_background() -
     assert len(between_parts) == len(plan)
     assert not any(between_parts[:-1])
     assert between_parts[-1] and gc.isenabled()
+
+
+def test_a_collection_graph_is_planned_with_the_collector_paused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Materialising, culling and ordering a collection's graph: a full collection meanwhile took a fifth of it."""
+    from typing import Any
+
+    import dask.order
+    from dask.base import collections_to_expr
+    from dask.delayed import delayed
+
+    from distributed.client import graphs
+    from distributed.utils_test import inc
+
+    seen: list[bool] = []
+    real_order = dask.order.order
+
+    def order(graph: Any) -> Any:
+        seen.append(gc.isenabled())
+        return real_order(graph)
+
+    monkeypatch.setattr(dask.order, "order", order)
+    value = delayed(inc)(1)
+    plan = graphs.expr_plan("client", collections_to_expr([value]), [value.key], graphs.TaskOptions(), cull=True)
+    assert len(plan) == 1 and seen == [False]
+    assert gc.isenabled()
