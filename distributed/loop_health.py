@@ -170,12 +170,13 @@ class _LoopTicker:
     )
 
     def __init__(self, loop: asyncio.AbstractEventLoop, interval: float) -> None:
-        # Not the loop itself: the registry's entry would keep its own key alive.
+        # Neither the loop nor its timer (which refers to the loop): the registry's entry would keep
+        # its own key alive, and a loop whose servers never closed would never be freed.
         self.loop_ref = weakref.ref(loop)
         self.interval = interval
         #: Replaced, never changed in place: a tick may arm or disarm a member while it runs.
         self.members: tuple[LoopHealth, ...] = ()
-        self.handle: asyncio.TimerHandle | None = None
+        self.handle: weakref.ref[asyncio.TimerHandle] | None = None
 
     @classmethod
     def of(cls, loop: asyncio.AbstractEventLoop, interval: float) -> _LoopTicker:
@@ -189,18 +190,18 @@ class _LoopTicker:
     def add(self, health: LoopHealth) -> None:
         """Tick ``health`` from the next tick on."""
         self.members = (*self.members, health)
-        loop = self.loop_ref()
-        if self.handle is None and loop is not None:
-            self.handle = loop.call_later(self.interval, self._fire)
+        if self.handle is None or self.handle() is None:
+            self._arm()
 
     def remove(self, health: LoopHealth) -> None:
         """Stop ticking ``health``; the timer stops with the last member."""
         self.members = tuple(m for m in self.members if m is not health)
         if self.members:
             return
-        if self.handle is not None:
-            self.handle.cancel()
-            self.handle = None
+        handle = None if self.handle is None else self.handle()
+        if handle is not None:
+            handle.cancel()
+        self.handle = None
         loop = self.loop_ref()
         tickers = None if loop is None else self._of_loop.get(loop)
         if loop is not None and tickers is not None and tickers.get(self.interval) is self:
@@ -212,5 +213,11 @@ class _LoopTicker:
         now = time.monotonic()
         for health in self.members:
             health.tick(now)
+        self.handle = None
+        if self.members:
+            self._arm()
+
+    def _arm(self) -> None:
         loop = self.loop_ref()
-        self.handle = loop.call_later(self.interval, self._fire) if self.members and loop is not None else None
+        if loop is not None:
+            self.handle = weakref.ref(loop.call_later(self.interval, self._fire))

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
+import weakref
 from collections import Counter
 from typing import Any
 
@@ -265,3 +267,16 @@ def test_servers_on_one_loop_share_one_tick_timer() -> None:
             healths[0].disarm()
 
     asyncio.run(body())
+
+
+def test_a_loop_whose_servers_never_disarmed_is_freed() -> None:
+    # The shared tick timers are kept per loop: the registry may not keep a loop alive.
+    loop = asyncio.new_event_loop()
+    healths = [LoopHealth(f"Server-{i}", interval=0.01, limit=10.0, cycle=1.0) for i in range(3)]
+    for h in healths:
+        h.arm(loop)
+    freed = weakref.ref(loop)
+    loop.close()
+    del loop, healths, h
+    gc.collect()
+    assert freed() is None
