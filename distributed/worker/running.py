@@ -204,9 +204,9 @@ class TaskRunning:
     def _line_still_holds(self, state: WorkerStateMachine) -> bool:
         """Whether what is left of the line (threads took its first tasks) is still the order to run in.
 
-        Lining up afresh took a tenth of a worker's time on a tree of
-        dependent tasks, where results come a few at a time: most events
-        change nothing of the order.  The line holds while at least half of it
+        Lining up afresh at every event took 12 % of the event loop's samples
+        on an in-process tree of dependent tasks, where results come a few at
+        a time: most events change nothing of the order.  The line holds while at least half of it
         is left, its first task is the one to start next, each task in it is
         still ready (the same run), and no task made ready since it was lined
         up goes before its last one.
