@@ -345,12 +345,14 @@ class LoopTrees:
                 trees = cls._shared[key] = cls(cycle, history_length)
             return trees
 
+    def wants(self, tick: int) -> bool:
+        """Whether a sample in sampling ``tick`` counts: one a tick (-1, a sample of its own, always counts)."""
+        return tick < 0 or tick != self.sampled_in
+
     def add(self, path: _Path, tick: int) -> None:
-        """Count one sample of the loop's stack, once per sampling ``tick`` (-1: a sample of its own)."""
+        """Count one sample of the loop's stack, taken in sampling ``tick`` (see :meth:`wants`)."""
         with self.lock:
             if tick >= 0:
-                if tick == self.sampled_in:
-                    return
                 self.sampled_in = tick
             _add_path(self.recent, path)
 
@@ -473,7 +475,7 @@ class Profiler:
                     _add_path(self.recent, path)
                     _add_path(tree, path)
         trees = self.loop_trees
-        if loop is not None and trees is not None and loop not in active and trees.sampled_in != tick:
+        if loop is not None and trees is not None and loop not in active and trees.wants(tick):
             path = _stack_of(loop, None, frames, paths)
             if path is not None:
                 trees.add(path, tick)

@@ -422,3 +422,11 @@ def test_profilers_of_one_loop_share_its_trees_sampled_once_a_tick() -> None:
     assert len(trees.history) == 1 and trees.recent["count"] == 0
     assert [len(p.cycles_after(0, server=True)) for p in profilers] == [1, 1, 1]
     assert profilers[2].get_profile(server=True, start=0, stop=now)["count"] == 3
+
+
+def test_a_profilers_own_sample_counts_the_loop_before_any_tick() -> None:
+    # A sample of its own (no sampler tick) always counts, even before the sampler's first tick.
+    me = threading.get_ident()
+    prof = Profiler({}, me, interval=0.01, cycle=7.0)
+    prof.sample_frames({me: sys._getframe()}, {})
+    assert prof.get_profile(server=True)["count"] == 1
