@@ -234,12 +234,12 @@ def test_servers_on_one_loop_share_one_tick_timer() -> None:
     # Each LoopHealth ticking on a timer of its own: a process of 250 workers ran 12,500 timer callbacks a second.
     async def body() -> None:
         loop = asyncio.get_running_loop()
-        timers: list[str] = []  # the tick timers made (asyncio.sleep makes timers too)
+        timers: list[float] = []  # the interval of each tick timer made (asyncio.sleep makes timers too)
         real_call_later = loop.call_later
 
         def counting_call_later(delay: float, callback: Any, *args: Any, **kwargs: Any) -> asyncio.TimerHandle:
             if "Tick" in getattr(callback, "__qualname__", ""):
-                timers.append(callback.__qualname__)
+                timers.append(callback.__self__.interval)
             return real_call_later(delay, callback, *args, **kwargs)
 
         # Counting the loop's timers: an instance attribute shadows the method.
@@ -257,8 +257,14 @@ def test_servers_on_one_loop_share_one_tick_timer() -> None:
                 h.disarm()
         counts = [h.count for h in healths]
         timers.clear()
-        await asyncio.sleep(0.05)
-        assert timers == [] and [h.count for h in healths] == counts  # the last one out stops the timer
+        # A witness on a timer of its own: five of its ticks are more than five of the stopped timer's.
+        witness = LoopHealth("Witness", interval=0.011, limit=10.0, cycle=1.0)
+        witness.arm(loop)
+        try:
+            await async_poll_for(lambda: witness.count >= 5, 10)
+        finally:
+            witness.disarm()
+        assert set(timers) == {0.011} and [h.count for h in healths] == counts  # the last one out stops the timer
         # A server armed again gets a timer again.
         healths[0].arm(loop)
         try:
