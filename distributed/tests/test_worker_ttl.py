@@ -61,10 +61,12 @@ def test_a_worker_stopped_past_its_ttl_is_replaced_by_its_nanny() -> None:
 
         def whole() -> bool:
             info = registered()
-            return len(info) == 2 and {w["nanny"] for w in info.values()} == nannies
+            return len(info) == 2 and {w["nanny"] for w in info.values()} == nannies and victim not in info
 
-        # Within seconds of waking (about one on an idle machine: the process start; more under load).
-        poll_for(whole, timeout=15, what="both nannies' workers to be registered again")
+        # Within seconds of waking (about one on an idle machine: the process start; more under load).  The
+        # stopped worker may register again for a moment as it wakes, before its nanny's close takes it away
+        # (its stream closes): what counts is where the cluster settles.
+        poll_for(whole, timeout=15, what="both nannies' workers to be registered again, the stopped one gone")
         assert victim not in registered()
         assert all(w["proc"]().is_alive() for w in workers), "a nanny closed"
         [new] = set(registered()) - {workers[1]["address"]}
